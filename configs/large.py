@@ -1,0 +1,24 @@
+"""ELECTRA-Large (Clark et al. 2020, Table 6): 400K steps; `:plus` is the 1.75M-step long run.
+
+    python launch/train.py --config=configs/large.py --workdir=$WORKDIR
+    python launch/train.py --config=configs/large.py:plus --workdir=$WORKDIR   # Large++ (1.75M)
+"""
+
+from electra_jax.config import default_config
+
+
+def get_config(variant=None):
+  c = default_config()
+  c.model.update(embedding_size=1024, hidden_size=1024, num_layers=24)  # 16 heads, FFN 4096
+  c.model.generator_hidden_fraction = 0.25  # generator hidden 256, 4 heads, FFN 1024
+  c.objective.mask_prob = 0.25  # -> 130 predictions per 512-token sequence
+  c.optimizer.learning_rate = 2e-4
+  c.optimizer.warmup_steps = 10_000
+  c.data.batch_size = 2048
+  c.data.max_seq_length = 512
+  c.train_steps = 400_000
+  if variant == 'plus':
+    c.train_steps = 1_750_000
+  elif variant:
+    raise ValueError(f"unknown variant {variant!r} of configs/large.py; use 'plus' or none")
+  return c

@@ -1,0 +1,79 @@
+"""The one pre-training config: every field, its default and what it means.
+
+Size presets in `configs/` start from `default_config()` and set their whole column of the reference
+table. Derived fields (FFN width, heads, max predictions per sequence) are FieldReferences, so a
+command-line override of the field they come from reaches them.
+"""
+
+import ml_collections
+
+
+def default_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # every random choice comes from a key derived from (seed, step)
+  c.train_steps = 1_000_000  # optimizer steps
+  c.log_every = 100  # steps between progress lines / metric records (the only device reads)
+  c.eval_every = 0  # steps between held-out evaluations; 0: only at the end
+  c.eval_batches = 20  # batches per held-out evaluation
+  c.save_every = 0  # steps between checkpoints; 0: only at the end
+
+  # ---- model: both networks are BERT-style post-LayerNorm encoders -------------------------------
+  m = c.model = ml_collections.ConfigDict()
+  m.vocab_size = 30522  # rows of the shared word-embedding table; must equal the tokenizer's size
+  m.embedding_size = 128  # E; an `embeddings_project` E -> hidden follows when E != hidden
+  m.hidden_size = 256  # H of the discriminator
+  m.num_layers = 12  # discriminator depth
+  m.num_heads = m.get_ref('hidden_size') // 64  # attention heads (head size 64)
+  m.intermediate_size = m.get_ref('hidden_size') * 4  # FFN width
+  m.max_position_embeddings = 512  # rows of the position table
+  m.type_vocab_size = 2  # segment (token type) ids
+  m.dropout_rate = 0.1  # dropout on embeddings and hidden states
+  m.attention_dropout_rate = 0.1  # dropout on attention probabilities
+  m.layer_norm_eps = 1e-12  # LayerNorm epsilon
+  m.initializer_range = 0.02  # stddev of the truncated normal init (cut at 2 stddev, as TF1)
+  m.dtype = 'float32'  # activations / matmul inputs: 'float32' or 'bfloat16' (losses stay float32)
+  m.param_dtype = 'float32'  # stored parameters and optimizer state
+  m.generator = 'separate'  # 'separate' | 'tied' (generator == discriminator) | 'uniform' (no net)
+  m.generator_hidden_fraction = 0.25  # generator width as a fraction of hidden (also FFN, heads)
+  m.generator_layers_fraction = 1.0  # generator depth as a fraction of num_layers
+  m.untied_generator_embeddings = False  # True: the generator gets its own embedding module
+
+  # ---- objective: replaced token detection ---------------------------------------------------------
+  o = c.objective = ml_collections.ConfigDict()
+  o.name = 'electra'  # the pre-training objective
+  o.mask_prob = 0.15  # fraction of real tokens selected per example
+  o.mask_token_prob = 0.85  # a selected slot shows [MASK] with this probability, else its token
+  o.sample_without_replacement = False  # False: positions drawn with replacement (the original)
+  o.gen_weight = 1.0  # weight of the generator's MLM loss
+  o.disc_weight = 50.0  # weight of the discriminator's replaced-token loss
+  o.temperature = 1.0  # generator sampling temperature
+  o.disallow_correct = False  # True: the sample can never be the original token
+
+  # ---- optimizer: AdamW as in the original release -------------------------------------------------
+  opt = c.optimizer = ml_collections.ConfigDict()
+  opt.learning_rate = 5e-4  # peak learning rate
+  opt.warmup_steps = 10_000  # linear warmup length
+  opt.decay_power = 1.0  # polynomial decay power (1.0: linear to 0 at train_steps)
+  opt.schedule = 'original'  # 'original': peak*decay*warmup multiplied | 'warmup_then_decay'
+  opt.decay_steps = c.get_ref('train_steps')  # steps over which the lr decays to 0
+  opt.b1 = 0.9  # Adam beta1
+  opt.b2 = 0.999  # Adam beta2
+  opt.eps = 1e-6  # Adam epsilon
+  opt.bias_correction = False  # the original Adam has no bias correction
+  opt.weight_decay = 0.01  # decoupled, multiplied by lr; not on LayerNorm parameters and biases
+  opt.grad_clip_norm = 1.0  # global-norm clip over all parameters; 0 disables
+
+  # ---- data ------------------------------------------------------------------------------------------
+  d = c.data = ml_collections.ConfigDict()
+  d.corpus = 'builtin'  # 'builtin' (Python's own documentation) or a glob of text files
+  d.records = ''  # a prepared records folder; '' builds one under <workdir>/data from `corpus`
+  d.vocab = ''  # a SentencePiece .model file; '' trains one of model.vocab_size on the corpus
+  d.lower_case = True  # lower-case text (in the tokenizer's normalizer)
+  d.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included
+  d.batch_size = 128  # global batch (all devices, all processes)
+  d.eval_batch_size = d.get_ref('batch_size')  # global batch of held-out evaluation
+  d.eval_fraction = 0.02  # share of documents held out for evaluation when building records
+  d.shuffle_buffer = 10_000  # examples in the shuffle buffer
+  o.max_predictions = ((o.get_ref('mask_prob') + 0.005) * d.get_ref('max_seq_length')).to_int()
+  # ^ N: prediction slots per sequence, int((mask_prob + 0.005) * max_seq_length) as the original
+  return c
