@@ -1,0 +1,91 @@
+"""Dynamic masking, Gumbel-max sampling and token replacement: pure jnp, run on device every step.
+
+Faithful to the original `pretrain_helpers.py`:
+- N = max_predictions slots per sequence; the first clip(round(mask_prob * real_tokens), 1, N)
+  slots carry weight 1 (the count includes [CLS]/[SEP]), the rest weight 0 and position 0;
+- slot positions are drawn uniformly over candidates ([PAD], [CLS], [SEP], [MASK] and padding
+  excluded) WITH replacement, so a position can be drawn twice (drawing without replacement is a
+  switch);
+- a selected position shows [MASK] when any slot that drew it chose [MASK] (probability
+  `mask_token_prob` per slot) and otherwise keeps its token; there are no random-token replacements;
+- replacement writes the generator's samples into the ORIGINAL sequence; where two slots drew the
+  same position the original wrote the integer mean of their samples (its scatter divides the sum by
+  the count), which is reproduced here; a position is labelled replaced only if its token changed.
+"""
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+
+
+class Masked(NamedTuple):
+  input_ids: jax.Array  # [B, L] the generator's input: selected tokens -> [MASK] (mostly)
+  positions: jax.Array  # [B, N] int32 selected positions (0 for unused slots)
+  target_ids: jax.Array  # [B, N] int32 original tokens at the positions (0 for unused slots)
+  weights: jax.Array  # [B, N] float32 1 for used slots
+
+
+def _scatter_add(length: int, positions: jax.Array, values: jax.Array) -> jax.Array:
+  """Per row: zeros[length].at[positions].add(values)."""
+  return jax.vmap(lambda p, v: jnp.zeros((length,), v.dtype).at[p].add(v))(positions, values)
+
+
+def mask_tokens(rng: jax.Array, input_ids: jax.Array, input_mask: jax.Array, *,
+                mask_prob: float, max_predictions: int, mask_id: int,
+                special_ids: Sequence[int], mask_token_prob: float = 0.85,
+                with_replacement: bool = True) -> Masked:
+  """Selects positions to predict and hides most of them behind [MASK]."""
+  batch, length = input_ids.shape
+  n = max_predictions
+  candidates = input_mask.astype(bool)
+  for i in set(special_ids) | {mask_id}:
+    candidates &= input_ids != i
+  num_tokens = input_mask.sum(-1).astype(jnp.float32)
+  num_to_predict = jnp.clip(jnp.round(num_tokens * mask_prob).astype(jnp.int32), 1, n)
+  has_candidate = candidates.any(-1, keepdims=True)
+  weights = (jnp.arange(n)[None, :] < num_to_predict[:, None]) & has_candidate
+
+  pos_rng, mask_rng = jax.random.split(rng)
+  logits = jnp.where(candidates, 0.0, -jnp.inf)
+  if with_replacement:
+    positions = jax.random.categorical(pos_rng, logits[:, None, :], shape=(batch, n))
+  else:  # Gumbel top-k: N distinct positions (slots beyond the candidate count get weight 0)
+    scores = logits + jax.random.gumbel(pos_rng, logits.shape)
+    top, positions = jax.lax.top_k(scores, n)
+    weights &= top > -jnp.inf
+  positions = jnp.where(weights, positions, 0).astype(jnp.int32)
+  target_ids = jnp.where(weights, jnp.take_along_axis(input_ids, positions, axis=1), 0)
+
+  show_mask = weights & (jax.random.uniform(mask_rng, (batch, n)) < mask_token_prob)
+  hidden = _scatter_add(length, positions, show_mask.astype(jnp.int32)) > 0
+  masked_ids = jnp.where(hidden, mask_id, input_ids)
+  return Masked(masked_ids, positions, target_ids.astype(jnp.int32), weights.astype(jnp.float32))
+
+
+def gumbel_sample(rng: jax.Array, logits: jax.Array, *, temperature: float = 1.0,
+                  disallow: jax.Array | None = None) -> jax.Array:
+  """argmax(logits / T + g), g = -log(-log(u)), u ~ U(tiny, 1): one sample of softmax(logits / T).
+
+  Runs in float32 under stop_gradient. `disallow` ([..] int ids) removes one token per row.
+  """
+  logits = jax.lax.stop_gradient(logits).astype(jnp.float32) / temperature
+  if disallow is not None:
+    vocab = jnp.arange(logits.shape[-1])
+    logits = jnp.where(vocab == disallow[..., None], -jnp.inf, logits)
+  u = jax.random.uniform(rng, logits.shape, jnp.float32, minval=jnp.finfo(jnp.float32).tiny,
+                         maxval=1.0)
+  # top_k(., 1) is argmax; XLA's CPU backend runs it twice as fast as argmax here
+  return jax.lax.top_k(logits - jnp.log(-jnp.log(u)), 1)[1][..., 0].astype(jnp.int32)
+
+
+def replace_tokens(input_ids: jax.Array, positions: jax.Array, weights: jax.Array,
+                   sampled_ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Writes samples into the original sequence -> (discriminator input, is_replaced labels)."""
+  length = input_ids.shape[1]
+  used = weights > 0
+  count = _scatter_add(length, positions, used.astype(jnp.int32))
+  total = _scatter_add(length, positions, jnp.where(used, sampled_ids, 0))
+  written = count > 0
+  new_ids = jnp.where(written, total // jnp.maximum(count, 1), input_ids)
+  return new_ids, (written & (new_ids != input_ids))

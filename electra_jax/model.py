@@ -1,0 +1,266 @@
+"""ELECTRA's networks as Flax Linen modules. No training logic lives here.
+
+Parameter tree of `Electra` (names chosen to map one-to-one onto the original and HF checkpoints):
+
+    embeddings/{word_embeddings, position_embeddings, token_type_embeddings, LayerNorm}  (shared)
+    discriminator/{embeddings_project?, layer_0 .. layer_{L-1}}
+    discriminator_predictions/{dense, dense_prediction}
+    generator/{embeddings_project?, layer_0 ..}          ('separate' generator only)
+    generator_embeddings/...                             (untied generator embeddings only)
+    generator_predictions/{dense, LayerNorm, output_bias}
+
+A layer is post-LayerNorm BERT: {query, key, value, attention_output, attention_LayerNorm,
+intermediate, output, output_LayerNorm}. Matmuls run in `dtype`; attention softmax, the generator's
+vocabulary logits and the discriminator's logits are float32.
+"""
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+_MASK_VALUE = -10000.0  # added to attention scores of padding, as the original
+
+
+def truncated_normal(stddev: float):
+  """TF1's truncated_normal_initializer: N(0, stddev) cut at two standard deviations."""
+  def init(key, shape, dtype=jnp.float32):
+    return (jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32) * stddev).astype(dtype)
+  return init
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Static model hyper-parameters (see electra_jax/config.py for what each means)."""
+  vocab_size: int = 30522
+  embedding_size: int = 128
+  hidden_size: int = 256
+  num_layers: int = 12
+  num_heads: int = 4
+  intermediate_size: int = 1024
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  layer_norm_eps: float = 1e-12
+  initializer_range: float = 0.02
+  dtype: str = 'float32'
+  param_dtype: str = 'float32'
+  generator: str = 'separate'
+  generator_hidden_fraction: float = 0.25
+  generator_layers_fraction: float = 1.0
+  untied_generator_embeddings: bool = False
+
+  @classmethod
+  def from_config(cls, model_cfg) -> 'ModelConfig':
+    fields = {f.name for f in dataclasses.fields(cls)}
+    cfg = cls(**{k: v for k, v in model_cfg.items() if k in fields})
+    cfg.validate()
+    return cfg
+
+  def validate(self):
+    if self.generator not in ('separate', 'tied', 'uniform'):
+      raise ValueError(f"model.generator is {self.generator!r}; use 'separate', 'tied' or "
+                       "'uniform'")
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
+                       f'model.num_heads {self.num_heads}')
+    for name in ('dtype', 'param_dtype'):
+      if getattr(self, name) not in ('float32', 'bfloat16', 'float16'):
+        raise ValueError(f"model.{name} is {getattr(self, name)!r}; use 'float32' or 'bfloat16'")
+    if self.generator == 'separate' and self.generator_hidden_size % self.generator_num_heads:
+      raise ValueError(f'the generator width {self.generator_hidden_size} is not a multiple of its '
+                       f'{self.generator_num_heads} heads of 64; change '
+                       'model.generator_hidden_fraction')
+    if self.generator == 'tied' and self.untied_generator_embeddings:
+      raise ValueError('a tied generator (model.generator=tied) shares the embeddings too; set '
+                       'model.untied_generator_embeddings=False')
+
+  @property
+  def generator_hidden_size(self) -> int:
+    if self.generator == 'tied':
+      return self.hidden_size
+    return int(round(self.hidden_size * self.generator_hidden_fraction))
+
+  @property
+  def generator_num_layers(self) -> int:
+    if self.generator == 'tied':
+      return self.num_layers
+    return int(round(self.num_layers * self.generator_layers_fraction))
+
+  @property
+  def generator_num_heads(self) -> int:
+    if self.generator == 'tied':
+      return self.num_heads
+    return max(1, self.generator_hidden_size // 64)
+
+
+class Embeddings(nn.Module):
+  """Word + token-type + position embeddings, then LayerNorm and dropout."""
+  cfg: ModelConfig
+  embedding_size: int
+
+  def setup(self):
+    cfg, dt = self.cfg, jnp.dtype(self.cfg.param_dtype)
+    init = truncated_normal(cfg.initializer_range)
+    self.word_embeddings = self.param('word_embeddings', init,
+                                      (cfg.vocab_size, self.embedding_size), dt)
+    self.position_embeddings = self.param('position_embeddings', init,
+                                          (cfg.max_position_embeddings, self.embedding_size), dt)
+    self.token_type_embeddings = self.param('token_type_embeddings', init,
+                                            (cfg.type_vocab_size, self.embedding_size), dt)
+    self.LayerNorm = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=dt)
+    self.dropout = nn.Dropout(cfg.dropout_rate)
+
+  def __call__(self, input_ids, segment_ids, deterministic: bool):
+    length = input_ids.shape[-1]
+    x = jnp.take(self.word_embeddings, input_ids, axis=0)
+    x = x + jnp.take(self.token_type_embeddings, segment_ids, axis=0)
+    x = x + self.position_embeddings[None, :length]
+    return self.dropout(self.LayerNorm(x), deterministic=deterministic)
+
+  def table(self):
+    return self.word_embeddings
+
+
+class TransformerLayer(nn.Module):
+  """One post-LayerNorm BERT layer: self-attention and a GELU feed-forward block."""
+  cfg: ModelConfig
+  hidden_size: int
+  num_heads: int
+  intermediate_size: int
+
+  @nn.compact
+  def __call__(self, x, attention_bias, deterministic: bool):
+    cfg = self.cfg
+    dense = lambda n, name: nn.Dense(n, kernel_init=truncated_normal(cfg.initializer_range),
+                                     dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
+    norm = lambda name: nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype,
+                                     param_dtype=cfg.param_dtype, name=name)
+    drop = lambda y, rate: nn.Dropout(rate)(y, deterministic=deterministic)
+    batch, length, _ = x.shape
+    head = self.hidden_size // self.num_heads
+    split = lambda y: y.reshape(batch, length, self.num_heads, head)
+    q = split(dense(self.hidden_size, 'query')(x))
+    k = split(dense(self.hidden_size, 'key')(x))
+    v = split(dense(self.hidden_size, 'value')(x))
+    scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+    scores = scores * (1.0 / head ** 0.5) + attention_bias
+    probs = drop(jax.nn.softmax(scores, axis=-1), cfg.attention_dropout_rate)
+    context = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v)
+    attended = dense(self.hidden_size, 'attention_output')(context.reshape(batch, length, -1))
+    x = norm('attention_LayerNorm')(x + drop(attended, cfg.dropout_rate))
+    inner = nn.gelu(dense(self.intermediate_size, 'intermediate')(x), approximate=False)
+    out = dense(self.hidden_size, 'output')(inner)
+    return norm('output_LayerNorm')(x + drop(out, cfg.dropout_rate))
+
+
+class Encoder(nn.Module):
+  """One network: `embeddings_project` (when widths differ) and a stack of layers."""
+  cfg: ModelConfig
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+
+  @nn.compact
+  def __call__(self, embedded, input_mask, deterministic: bool):
+    cfg = self.cfg
+    x = embedded
+    if x.shape[-1] != self.hidden_size:
+      x = nn.Dense(self.hidden_size, kernel_init=truncated_normal(cfg.initializer_range),
+                   dtype=cfg.dtype, param_dtype=cfg.param_dtype, name='embeddings_project')(x)
+    bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, _MASK_VALUE).astype(jnp.float32)
+    for i in range(self.num_layers):
+      x = TransformerLayer(cfg, self.hidden_size, self.num_heads, self.intermediate_size,
+                           name=f'layer_{i}')(x, bias, deterministic)
+    return x
+
+
+class DiscriminatorHead(nn.Module):
+  """dense(H, gelu) -> dense(1): one float32 logit per token (1 = replaced)."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden):
+    cfg = self.cfg
+    init = truncated_normal(cfg.initializer_range)
+    h = nn.Dense(cfg.hidden_size, kernel_init=init, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                 name='dense')(hidden)
+    h = nn.gelu(h, approximate=False)
+    logits = nn.Dense(1, kernel_init=init, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                      name='dense_prediction')(h)
+    return logits[..., 0].astype(jnp.float32)
+
+
+class GeneratorHead(nn.Module):
+  """dense(E, gelu) -> LayerNorm -> tied decoder (the word table, transposed) + own bias."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden, table):
+    cfg = self.cfg
+    h = nn.Dense(table.shape[1], kernel_init=truncated_normal(cfg.initializer_range),
+                 dtype=cfg.dtype, param_dtype=cfg.param_dtype, name='dense')(hidden)
+    h = nn.gelu(h, approximate=False)
+    h = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                     name='LayerNorm')(h)
+    bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,), cfg.param_dtype)
+    logits = jnp.einsum('bne,ve->bnv', h, table.astype(h.dtype),
+                        preferred_element_type=jnp.float32)
+    return logits + bias.astype(jnp.float32)
+
+
+class Electra(nn.Module):
+  """Generator and discriminator over one shared embedding module."""
+  cfg: ModelConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.embeddings = Embeddings(cfg, cfg.embedding_size)
+    self.discriminator = Encoder(cfg, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
+                                 cfg.intermediate_size)
+    self.discriminator_predictions = DiscriminatorHead(cfg)
+    if cfg.generator == 'uniform':
+      return
+    if cfg.untied_generator_embeddings:
+      self.generator_embeddings = Embeddings(cfg, cfg.generator_hidden_size)
+    if cfg.generator == 'separate':
+      self.generator = Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_layers,
+                               cfg.generator_num_heads, 4 * cfg.generator_hidden_size)
+    self.generator_predictions = GeneratorHead(cfg)
+
+  def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """The discriminator's final hidden states [B, L, H] (what fine-tuning builds on)."""
+    x = self.embeddings(input_ids, segment_ids, deterministic)
+    return self.discriminator(x, input_mask, deterministic)
+
+  def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """Per-token replaced/original logits [B, L], float32."""
+    hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic)
+    return self.discriminator_predictions(hidden)
+
+  def generator_logits(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
+    """Vocabulary logits [B, N, V] (float32) at the N `positions` of each sequence only."""
+    cfg = self.cfg
+    if cfg.generator == 'uniform':
+      return jnp.zeros(positions.shape + (cfg.vocab_size,), jnp.float32)
+    embeddings = self.generator_embeddings if cfg.untied_generator_embeddings else self.embeddings
+    network = self.generator if cfg.generator == 'separate' else self.discriminator
+    hidden = network(embeddings(input_ids, segment_ids, deterministic), input_mask, deterministic)
+    hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    return self.generator_predictions(hidden, embeddings.table())
+
+  def __call__(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
+    """Runs both networks (used to create every parameter)."""
+    return (self.generator_logits(input_ids, segment_ids, input_mask, positions, deterministic),
+            self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic))
+
+
+def init_params(cfg: ModelConfig, rng, seq_len: int = 8, num_predictions: int = 2) -> Any:
+  """Fresh parameters for `Electra(cfg)` (shape-only under `jax.eval_shape`)."""
+  ids = jnp.zeros((1, seq_len), jnp.int32)
+  positions = jnp.zeros((1, num_predictions), jnp.int32)
+  return Electra(cfg).init(rng, ids, ids, ids + 1, positions)['params']

@@ -1,0 +1,89 @@
+"""The pre-training optimizer: the original's AdamW, its learning-rate schedule and decay mask.
+
+Original behaviour (the defaults):
+- Adam with beta 0.9/0.999, eps 1e-6 and NO bias correction: u = m / (sqrt(v) + eps);
+- decoupled weight decay 0.01 added to u (so multiplied by the learning rate), not applied to
+  LayerNorm parameters or biases (embedding tables are decayed);
+- one global-norm clip at 1.0 over all gradients, before Adam;
+- lr(t) = peak * (1 - min(t, T) / T) ** power * min(1, t / W): the warmup factor multiplies the
+  decay, so the top is peak * (1 - W / T), reached at t = W.
+Switches: `bias_correction` (standard Adam), `schedule='warmup_then_decay'` (up to the peak over W,
+then decay to 0 over the remaining T - W steps).
+"""
+
+import re
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+_NO_DECAY = re.compile(r'LayerNorm|layer_norm|bias')
+
+
+class AdamState(NamedTuple):
+  mu: optax.Updates
+  nu: optax.Updates
+
+
+def scale_by_adam_without_bias_correction(b1: float, b2: float, eps: float):
+  """Adam's update direction m / (sqrt(v) + eps) with raw (uncorrected) moment estimates."""
+
+  def init(params):
+    zeros = lambda p: jnp.zeros_like(p, jnp.float32)
+    return AdamState(jax.tree.map(zeros, params), jax.tree.map(zeros, params))
+
+  def update(grads, state, params=None):
+    del params
+    mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g.astype(jnp.float32), state.mu, grads)
+    nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * jnp.square(g.astype(jnp.float32)),
+                      state.nu, grads)
+    updates = jax.tree.map(lambda m, v, g: (m / (jnp.sqrt(v) + eps)).astype(g.dtype), mu, nu,
+                           grads)
+    return updates, AdamState(mu, nu)
+
+  return optax.GradientTransformation(init, update)
+
+
+def learning_rate_schedule(peak: float, warmup_steps: int, decay_steps: int, power: float = 1.0,
+                           kind: str = 'original'):
+  """lr as a function of the number of updates already applied (0 for the first update)."""
+  if kind not in ('original', 'warmup_then_decay'):
+    raise ValueError(f"optimizer.schedule is {kind!r}; use 'original' or 'warmup_then_decay'")
+  if decay_steps <= 0:
+    raise ValueError(f'optimizer.decay_steps must be positive, not {decay_steps}')
+
+  def schedule(step):
+    t = jnp.asarray(step, jnp.float32)
+    warmup = jnp.minimum(1.0, t / warmup_steps) if warmup_steps > 0 else 1.0
+    if kind == 'original':
+      decay = (1.0 - jnp.minimum(t, decay_steps) / decay_steps) ** power
+    else:
+      span = max(decay_steps - warmup_steps, 1)
+      decay = (1.0 - jnp.clip(t - warmup_steps, 0, span) / span) ** power
+    return peak * decay * warmup
+
+  return schedule
+
+
+def weight_decay_mask(params):
+  """True where weight decay applies: every parameter whose path names no LayerNorm or bias."""
+  def decays(path, _):
+    name = '/'.join(str(getattr(k, 'key', k)) for k in path)
+    return _NO_DECAY.search(name) is None
+  return jax.tree_util.tree_map_with_path(decays, params)
+
+
+def make_optimizer(opt_cfg) -> tuple[optax.GradientTransformation, callable]:
+  """(optax transformation, learning-rate schedule) from `config.optimizer`."""
+  schedule = learning_rate_schedule(opt_cfg.learning_rate, opt_cfg.warmup_steps,
+                                    opt_cfg.decay_steps, opt_cfg.decay_power, opt_cfg.schedule)
+  if opt_cfg.bias_correction:
+    adam = optax.scale_by_adam(opt_cfg.b1, opt_cfg.b2, opt_cfg.eps)
+  else:
+    adam = scale_by_adam_without_bias_correction(opt_cfg.b1, opt_cfg.b2, opt_cfg.eps)
+  parts = [optax.clip_by_global_norm(opt_cfg.grad_clip_norm)] if opt_cfg.grad_clip_norm else []
+  parts += [adam,
+            optax.add_decayed_weights(opt_cfg.weight_decay, mask=weight_decay_mask),
+            optax.scale_by_learning_rate(schedule)]
+  return optax.chain(*parts), schedule
