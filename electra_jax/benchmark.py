@@ -1,0 +1,89 @@
+"""Times a config's train step on synthetic batches: tokens/s, ms/step, FLOPs, achieved FLOP/s.
+
+Synthetic batches hold random ids with a realistic padding pattern; the step is the real one
+(masking, generator, sampling, discriminator, optimizer), compiled once over all devices.
+"""
+
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from electra_jax import flops as flops_lib
+from electra_jax import partitioning
+from electra_jax import train as train_lib
+from electra_jax.tokenizer import SpecialIds
+
+SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+
+
+def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0) -> dict:
+  """[CLS] tokens [SEP] tokens [SEP] with 5% of rows shorter, like the example builder's output."""
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, vocab_size, (batch_size, seq_len), dtype=np.int32)
+  lengths = np.where(rng.random(batch_size) < 0.05, rng.integers(5, seq_len, batch_size), seq_len)
+  mask = (np.arange(seq_len)[None, :] < lengths[:, None]).astype(np.int32)
+  half = lengths // 2
+  segments = ((np.arange(seq_len)[None, :] > half[:, None]) & (mask > 0)).astype(np.int32)
+  ids[:, 0] = SPECIAL.cls
+  ids[np.arange(batch_size), half] = SPECIAL.sep
+  ids[np.arange(batch_size), lengths - 1] = SPECIAL.sep
+  ids = np.where(mask > 0, ids, SPECIAL.pad)
+  return {'input_ids': ids, 'input_mask': mask, 'segment_ids': segments}
+
+
+def measure_matmul_peak(dtype=jnp.float32, n: int = 2048, repeats: int = 10) -> float:
+  """Best FLOP/s of a large square matmul on the default device (the CPU peak for MFU)."""
+  a = jnp.ones((n, n), dtype)
+  f = jax.jit(lambda x: x @ x)
+  f(a).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(a).block_until_ready()
+    times.append(time.perf_counter() - t)
+  return 2 * n ** 3 / min(times)
+
+
+def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3) -> dict:
+  """Compiles the step, then times `repeats` runs of `steps` steps; reports medians."""
+  mesh = partitioning.make_mesh()
+  train_lib.check_config(config, mesh)
+  d = config.data
+  setup = train_lib.build_setup(config, SPECIAL)
+  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+  sharding = partitioning.batch_sharding(mesh)
+  batch = {k: jax.device_put(v, sharding) for k, v in
+           synthetic_batch(d.batch_size, d.max_seq_length, config.model.vocab_size).items()}
+  state = init_fn()
+  t = time.perf_counter()
+  lowered = train_fn.lower(state, batch)
+  compiled = lowered.compile()
+  compile_s = time.perf_counter() - t
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  xla_flops = float(cost.get('flops', float('nan'))) if cost else float('nan')
+  for _ in range(warmup):
+    state, m = train_fn(state, batch)
+  jax.block_until_ready(m)
+  runs = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    for _ in range(steps):
+      state, m = train_fn(state, batch)
+    jax.block_until_ready(m)
+    runs.append((time.perf_counter() - t) / steps)
+  step_s = statistics.median(runs)
+  model_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
+                                            setup.objective_cfg.max_predictions)
+  paper_flops = flops_lib.paper_train_flops(setup.model_cfg, d.max_seq_length, d.batch_size, 1)
+  tokens = d.batch_size * d.max_seq_length
+  return {'devices': mesh.devices.size, 'device_kind': jax.devices()[0].device_kind,
+          'batch_size': d.batch_size, 'seq_len': d.max_seq_length, 'dtype': config.model.dtype,
+          'compile_s': compile_s, 'ms_per_step': 1e3 * step_s, 'ms_per_step_runs':
+          [1e3 * r for r in runs], 'tokens_per_s': tokens / step_s,
+          'model_flops_per_step': model_flops, 'paper_flops_per_step': paper_flops,
+          'xla_flops_per_step': xla_flops,
+          'model_flops_per_s': model_flops / step_s, 'xla_flops_per_s': xla_flops / step_s}

@@ -1,0 +1,122 @@
+"""Metric sums -> numbers people read: ratios, AUC, a progress line, JSON lines and a PNG of curves."""
+
+import json
+import math
+import os
+import time
+
+import jax
+import numpy as np
+
+# Order in which metrics are printed; the first block is what the progress line shows.
+SHOWN = ('loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'disc_auc', 'learning_rate')
+
+
+def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
+  """Area under the ROC curve from per-bin counts of positives and negatives (ties count half)."""
+  pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
+  if pos.sum() == 0 or neg.sum() == 0:
+    return float('nan')
+  neg_below = np.cumsum(neg) - neg
+  return float((pos * (neg_below + 0.5 * neg)).sum() / (pos.sum() * neg.sum()))
+
+
+def summarize(sums) -> dict[str, float]:
+  """Accumulated {name: [numerator, denominator]} (and the AUC histograms) -> {name: value}."""
+  sums = jax.device_get(sums)
+  out = {}
+  for name, value in sums.items():
+    value = np.asarray(value)
+    if name == 'auc_histogram':
+      out['disc_auc'] = auc_from_histograms(value[0], value[1])
+    else:
+      out[name] = float(value[0] / value[1]) if value[1] > 0 else float('nan')
+  return out
+
+
+def format_duration(seconds: float) -> str:
+  if not math.isfinite(seconds):
+    return '?'
+  seconds = int(seconds)
+  if seconds >= 3600:
+    return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
+  return f'{seconds // 60}m{seconds % 60:02d}s'
+
+
+def format_line(values: dict, keys=SHOWN) -> str:
+  parts = []
+  for k in keys:
+    if k in values:
+      v = values[k]
+      parts.append(f'{k} {v:.2e}' if k == 'learning_rate' else f'{k} {v:.4f}')
+  return ' | '.join(parts)
+
+
+class Progress:
+  """Tokens/s and ETA over the steps since the last report."""
+
+  def __init__(self, start_step: int, total_steps: int, tokens_per_step: int):
+    self.total, self.tokens_per_step = total_steps, tokens_per_step
+    self.last_step, self.last_time = start_step, time.perf_counter()
+
+  def update(self, step: int) -> dict:
+    now = time.perf_counter()
+    steps = max(step - self.last_step, 1)
+    seconds = max(now - self.last_time, 1e-9)
+    self.last_step, self.last_time = step, now
+    rate = steps / seconds
+    return {'steps_per_s': rate, 'tokens_per_s': rate * self.tokens_per_step,
+            'eta_s': (self.total - step) / rate}
+
+  @staticmethod
+  def format(step: int, total: int, speed: dict) -> str:
+    return (f'step {step}/{total} | {speed["tokens_per_s"]:,.0f} tok/s | '
+            f'ETA {format_duration(speed["eta_s"])}')
+
+
+class JsonlWriter:
+  """Appends one JSON object per line; each line is flushed as it is written."""
+
+  def __init__(self, path: str):
+    self.path = path
+
+  def write(self, record: dict):
+    with open(self.path, 'a') as f:
+      f.write(json.dumps(record) + '\n')
+
+
+def read_jsonl(path: str) -> list[dict]:
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_curves(records: list[dict], path: str):
+  """Loss terms and discriminator/generator quality against steps, train and held-out."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  panels = [('loss', 'total loss'), ('mlm_loss', 'generator MLM loss (nats)'),
+            ('disc_loss', 'discriminator loss'), ('disc_auc', 'discriminator AUC'),
+            ('mlm_accuracy', 'generator accuracy'), ('replaced_fraction', 'replaced tokens')]
+  fig, axes = plt.subplots(2, 3, figsize=(13, 7))
+  for ax, (key, title) in zip(axes.flat, panels):
+    for split, style in (('train', '-'), ('eval', 'o-')):
+      pts = [(r['step'], r[key]) for r in records if r.get('split') == split and key in r]
+      if pts:
+        xs, ys = zip(*pts)
+        ax.plot(xs, ys, style, label=split, markersize=3)
+    ax.set_title(title)
+    ax.set_xlabel('step')
+    ax.grid(alpha=0.3)
+    if key == 'mlm_loss':
+      base = [r['unigram_baseline'] for r in records if 'unigram_baseline' in r]
+      if base:
+        ax.axhline(base[-1], color='gray', linestyle='--', label='unigram baseline')
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  tmp = path + '.tmp.png'
+  fig.savefig(tmp, dpi=90)
+  plt.close(fig)
+  os.replace(tmp, path)

@@ -1,0 +1,322 @@
+"""Pre-training: TrainState, the one `train_step`, `eval_step`, and the loop.
+
+    records -> global batch -> train_step: objective(params, batch, rng) -> grads -> optimizer
+    -> metric sums (read from the device only at log intervals) -> checkpoints -> summary
+
+Every random choice of step t comes from fold_in(key(seed), t): a run is reproducible and a resumed
+run continues exactly.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from electra_jax import UserError
+from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import corpus as corpus_lib
+from electra_jax import flops as flops_lib
+from electra_jax import metrics as metrics_lib
+from electra_jax import model as model_lib
+from electra_jax import objectives
+from electra_jax import optim
+from electra_jax import partitioning
+from electra_jax import records as records_lib
+from electra_jax.tokenizer import SpecialIds
+
+jax.config.update('jax_threefry_partitionable', True)  # random bits independent of sharding
+
+
+# ================================================================================================
+# State and steps
+# ================================================================================================
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """Everything static a run needs, built once from the config and the vocabulary's ids."""
+  model_cfg: model_lib.ModelConfig
+  objective_cfg: objectives.ObjectiveConfig
+  special: SpecialIds
+  model: model_lib.Electra
+  tx: optax.GradientTransformation
+  schedule: Callable
+  loss_fn: Callable  # (params, batch, rng, deterministic) -> (loss, metric sums)
+  seed: int
+
+
+def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup:
+  model_cfg = model_lib.ModelConfig.from_config(config.model)
+  objective_cfg = objectives.ObjectiveConfig.from_config(config.objective)
+  model = model_lib.Electra(model_cfg)
+  tx, schedule = optim.make_optimizer(config.optimizer)
+  objective = objectives.get_objective(config.objective.name)
+
+  def loss_fn(params, batch, rng, deterministic=False):
+    return objective(params, batch, rng, model=model, cfg=objective_cfg, special=special,
+                     deterministic=deterministic)
+
+  return Setup(model_cfg, objective_cfg, special, model, tx, schedule, loss_fn, config.seed)
+
+
+def _keys(seed: int):
+  init_key, train_key, eval_key = jax.random.split(jax.random.key(seed), 3)
+  return init_key, train_key, eval_key
+
+
+def init_state(setup: Setup) -> TrainState:
+  params = model_lib.init_params(setup.model_cfg, _keys(setup.seed)[0])
+  return TrainState(jnp.zeros((), jnp.int32), params, setup.tx.init(params))
+
+
+def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+  """One optimizer step on one global batch: the same function for every objective and mesh."""
+  rng = jax.random.fold_in(_keys(setup.seed)[1], state.step)
+  grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
+  (_, metrics), grads = grad_fn(state.params, batch, rng)
+  updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  metrics['grad_norm'] = objectives.ratio(optax.global_norm(grads), 1.0)
+  metrics['learning_rate'] = objectives.ratio(setup.schedule(state.step), 1.0)
+  return TrainState(state.step + 1, params, opt_state), metrics
+
+
+def eval_step(setup: Setup, params, batch: dict, index: jax.Array) -> dict:
+  """Held-out metrics without dropout; masking and sampling keys depend on the batch index only."""
+  rng = jax.random.fold_in(_keys(setup.seed)[2], index)
+  return setup.loss_fn(params, batch, rng, deterministic=True)[1]
+
+
+@jax.jit
+def _accumulate(total, new):
+  return jax.tree.map(jnp.add, total, new)
+
+
+def compile_steps(setup: Setup, mesh):
+  """(init, train_step, eval_step) jitted over the mesh: batch split on 'data', state replicated."""
+  data = partitioning.batch_sharding(mesh)
+  repl = partitioning.replicated(mesh)
+  init = jax.jit(functools.partial(init_state, setup), out_shardings=repl)
+  train = jax.jit(functools.partial(train_step, setup), in_shardings=(repl, data),
+                  out_shardings=(repl, repl), donate_argnums=(0,))
+  evaluate = jax.jit(functools.partial(eval_step, setup), in_shardings=(repl, data, repl),
+                     out_shardings=repl)
+  return init, train, evaluate
+
+
+# ================================================================================================
+# Checks that turn user mistakes into one sentence, before anything is written
+# ================================================================================================
+
+def check_config(config: ml_collections.ConfigDict, mesh):
+  try:
+    model_lib.ModelConfig.from_config(config.model)
+    partitioning.check_batch_size(config.data.batch_size, mesh)
+    partitioning.check_batch_size(config.data.eval_batch_size, mesh, 'data.eval_batch_size')
+    optim.make_optimizer(config.optimizer)
+    objectives.get_objective(config.objective.name)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  d, m = config.data, config.model
+  if d.max_seq_length > m.max_position_embeddings:
+    raise UserError(f'data.max_seq_length={d.max_seq_length} exceeds '
+                    f'model.max_position_embeddings={m.max_position_embeddings}; shorten the '
+                    'sequences or enlarge the position table')
+  if config.objective.max_predictions < 1:
+    raise UserError(f'objective.mask_prob={config.objective.mask_prob} selects no token in '
+                    f'{d.max_seq_length}-token sequences; raise it')
+  if config.train_steps < 1 or config.log_every < 1:
+    raise UserError('train_steps and log_every must be at least 1')
+  if not d.records and d.corpus != 'builtin':
+    try:
+      corpus_lib.resolve_files(d.corpus)
+    except FileNotFoundError as e:
+      raise UserError(str(e)) from None
+
+
+def make_workdir(workdir: str):
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise UserError(f'--workdir {workdir} is a file; give a folder')
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    probe = os.path.join(workdir, '.write_test')
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise UserError(f'cannot write to --workdir {workdir} ({e.strerror}); choose a folder you can '
+                    'write to') from None
+
+
+_RUN_IDENTITY = ('seed', 'model', 'objective', 'data')
+
+
+def check_same_run(config, workdir: str):
+  """A workdir holds one run: resuming with a different model, objective or data is refused."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return
+  with open(path) as f:
+    old = json.load(f)
+  new = json.loads(config.to_json())
+  diffs = [k for k in _RUN_IDENTITY if old.get(k) != new.get(k)]
+  if diffs:
+    raise UserError(f'--workdir {workdir} holds a run with a different config ({", ".join(diffs)} '
+                    'differ); use a new --workdir, or the same config to resume')
+
+
+# ================================================================================================
+# Data
+# ================================================================================================
+
+def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
+  """The records folder of this run, built under <workdir>/data on first use."""
+  d = config.data
+  records_dir = d.records or os.path.join(workdir, 'data')
+  try:
+    if not d.records and not os.path.exists(os.path.join(records_dir, records_lib.METADATA)):
+      records_lib.prepare(d.corpus, records_dir, vocab=d.vocab, vocab_size=config.model.vocab_size,
+                          lower_case=d.lower_case, max_seq_length=d.max_seq_length,
+                          seed=config.seed, eval_fraction=d.eval_fraction, log=log)
+    meta = records_lib.read_metadata(records_dir)
+  except (ValueError, FileNotFoundError, FileExistsError) as e:
+    raise UserError(str(e)) from None
+  if meta['vocab_size'] != config.model.vocab_size:
+    raise UserError(f'the records in {records_dir} use a vocabulary of {meta["vocab_size"]} '
+                    f'entries but model.vocab_size is {config.model.vocab_size}; set '
+                    f'--config.model.vocab_size={meta["vocab_size"]}')
+  if meta['max_seq_length'] != d.max_seq_length:
+    raise UserError(f'the records in {records_dir} hold {meta["max_seq_length"]}-token examples '
+                    f'but data.max_seq_length is {d.max_seq_length}; set '
+                    f'--config.data.max_seq_length={meta["max_seq_length"]} or build new records')
+  if d.vocab:
+    from electra_jax import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+    fingerprint = tokenizer_lib.file_fingerprint(d.vocab)
+    if fingerprint != meta['vocab_fingerprint']:
+      raise UserError(f'the records in {records_dir} were tokenized with another vocabulary than '
+                      f'{d.vocab}; rebuild the records with it or drop data.vocab')
+  return records_dir, meta
+
+
+# ================================================================================================
+# The loop
+# ================================================================================================
+
+def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int) -> dict:
+  from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
+  total = None
+  for i, batch in enumerate(input_pipeline.global_batches(dataset.take(num_batches), sharding)):
+    sums = evaluate_fn(params, batch, jnp.asarray(i, jnp.int32))
+    total = sums if total is None else _accumulate(total, sums)
+  return metrics_lib.summarize(total)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
+  """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the summary."""
+  from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
+  mesh = partitioning.make_mesh()
+  check_config(config, mesh)
+  existed = os.path.isdir(workdir)
+  make_workdir(workdir)
+  try:
+    check_same_run(config, workdir)
+    records_dir, meta = prepare_data(config, workdir, log)
+  except UserError:
+    if not existed and not os.listdir(workdir):
+      os.rmdir(workdir)
+    raise
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    f.write(config.to_json(indent=2))
+
+  setup = build_setup(config, SpecialIds(**meta['special_ids']))
+  init_fn, train_fn, eval_fn = compile_steps(setup, mesh)
+  data_sharding = partitioning.batch_sharding(mesh)
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+
+  state = init_fn()
+  start = ckpt.latest_step() or 0
+  if start:
+    state, _ = ckpt.restore(start, state)
+    log(f'resumed from {ckpt.directory}/{start}')
+  total_steps = config.train_steps
+  d = config.data
+  train_ds = input_pipeline.make_dataset(records_dir, 'train', d.batch_size, seed=config.seed,
+                                         shuffle_buffer=d.shuffle_buffer).skip(start)
+  eval_ds = input_pipeline.make_dataset(records_dir, 'eval', d.eval_batch_size, shuffle=False)
+  batches = input_pipeline.global_batches(train_ds, data_sharding)
+
+  n_params = sum(x.size for x in jax.tree.leaves(state.params))
+  tokens_per_step = d.batch_size * d.max_seq_length
+  step_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
+                                           setup.objective_cfg.max_predictions)
+  log(f'{n_params:,} parameters | {mesh.devices.size} x {jax.devices()[0].device_kind} | batch '
+      f'{d.batch_size} x {d.max_seq_length} | {step_flops / 1e9:.1f} GFLOP/step | '
+      f'steps {start} -> {total_steps}')
+
+  writer = metrics_lib.JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
+  baseline = meta['unigram_xent']
+  progress = metrics_lib.Progress(start, total_steps, tokens_per_step)
+  plot_path = os.path.join(workdir, 'curves.png')
+
+  def report(step, sums):
+    values = metrics_lib.summarize(sums)
+    speed = progress.update(step)
+    values['model_tflops_per_s'] = speed['steps_per_s'] * step_flops / 1e12
+    log(f'{metrics_lib.Progress.format(step, total_steps, speed)} | '
+        f'{metrics_lib.format_line(values)}')
+    writer.write({'split': 'train', 'step': step, **values, **speed})
+
+  def run_eval(step):
+    values = evaluate(eval_fn, state.params, eval_ds, data_sharding, config.eval_batches)
+    log(f'eval step {step} | {metrics_lib.format_line(values)} | unigram baseline '
+        f'{baseline:.4f}')
+    writer.write({'split': 'eval', 'step': step, 'unigram_baseline': baseline, **values})
+    metrics_lib.plot_curves(metrics_lib.read_jsonl(writer.path), plot_path)
+    return values
+
+  sums, pending, values = None, None, {}
+  for step in range(start + 1, total_steps + 1):
+    state, step_sums = train_fn(state, next(batches))
+    sums = step_sums if sums is None else _accumulate(sums, step_sums)
+    if pending is not None:  # read the previous interval's sums now that this step is queued
+      report(*pending)
+      pending = None
+    if step % config.log_every == 0 or step == total_steps:
+      pending, sums = (step, sums), None
+    if config.save_every and step % config.save_every == 0 and step != total_steps:
+      ckpt.save(step, state, {'step': step})
+    if config.eval_every and step % config.eval_every == 0 and step != total_steps:
+      if pending is not None:
+        report(*pending)
+        pending = None
+      run_eval(step)
+  if pending is not None:
+    report(*pending)
+  if start < total_steps or ckpt.latest_step() != total_steps:
+    ckpt.save(total_steps, state, {'step': total_steps})
+  ckpt.close()
+
+  values = run_eval(total_steps)
+  summary = {'step': total_steps, 'eval': values, 'unigram_baseline': baseline,
+             'checkpoint': os.path.join(ckpt.directory, str(total_steps))}
+  with open(os.path.join(workdir, 'summary.json'), 'w') as f:
+    json.dump(summary, f, indent=2)
+  log(f'summary (held-out, {config.eval_batches} batches, no dropout): discriminator AUC '
+      f'{values["disc_auc"]:.3f} (chance 0.5), accuracy {values["disc_accuracy"]:.3f}; generator '
+      f'MLM loss {values["mlm_loss"]:.3f} nats vs unigram baseline {baseline:.3f}, accuracy '
+      f'{values["mlm_accuracy"]:.3f}')
+  log(f'final parameters: {summary["checkpoint"]} | curves: {plot_path}')
+  return summary
