@@ -1,0 +1,88 @@
+"""Shared fixtures. Eight fake CPU devices are set up before JAX loads, so sharded code is tested."""
+
+import os
+import sys
+
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                           ' --xla_force_host_platform_device_count=8').strip()
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import jax  # pylint: disable=wrong-import-position
+import pytest  # pylint: disable=wrong-import-position
+
+from electra_jax.config import default_config  # pylint: disable=wrong-import-position
+from electra_jax import records  # pylint: disable=wrong-import-position
+
+assert jax.device_count() == 8, 'tests expect 8 fake CPU devices (XLA_FLAGS was set too late)'
+# Many tests compile the same small programs: a persistent cache compiles each once per session.
+jax.config.update('jax_compilation_cache_dir', os.path.join(
+    os.environ.get('PYTEST_JAX_CACHE', '/tmp'), f'electra_jax_test_cache_{os.getuid()}'))
+jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+
+WORDS = ('the cat sat on a mat while dogs ran past green trees near old stone walls and birds sang '
+         'songs about rivers that flow into deep blue seas under bright summer skies where quiet '
+         'people walk slowly through narrow streets carrying heavy baskets of fresh bread cheese '
+         'apples and warm soup for their hungry children who play games with wooden toys beside '
+         'small fires during long winter evenings when snow covers every roof in the village '
+         'kings build castles merchants sell silk farmers plant wheat sailors mend ropes painters '
+         'mix colours doctors heal wounds teachers explain numbers poets write verses').split()
+
+
+def write_corpus(path: str, num_docs: int = 60, seed: int = 0):
+  """A small text corpus: documents of sentences, blank lines between documents."""
+  import random  # pylint: disable=import-outside-toplevel
+  rng = random.Random(seed)
+  with open(path, 'w') as f:
+    for d in range(num_docs):
+      for _ in range(rng.randint(2, 12)):
+        f.write(' '.join(rng.choice(WORDS) for _ in range(rng.randint(3, 14))).capitalize() +
+                f' number {d}.\n')
+      f.write('\n')
+  return path
+
+
+def test_config(**overrides):
+  """A very small pre-training config (fast to compile) for unit and integration tests."""
+  c = default_config()
+  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=2,
+                 max_position_embeddings=32)
+  c.model.num_heads = 2
+  c.model.generator_hidden_fraction = 0.5
+  c.data.max_seq_length = 32
+  c.data.batch_size = 16
+  c.data.eval_fraction = 0.2
+  c.data.shuffle_buffer = 100
+  c.optimizer.learning_rate = 1e-3
+  c.optimizer.warmup_steps = 2
+  c.train_steps = 4
+  c.log_every = 2
+  c.eval_batches = 2
+  for key, value in overrides.items():
+    target = c
+    *path, last = key.split('.')
+    for p in path:
+      target = target[p]
+    setattr(target, last, value)
+  return c
+
+
+test_config.__test__ = False  # not a test
+
+
+@pytest.fixture(scope='session')
+def corpus_file(tmp_path_factory):
+  return write_corpus(str(tmp_path_factory.mktemp('corpus') / 'corpus.txt'))
+
+
+@pytest.fixture(scope='session')
+def records_dir(tmp_path_factory, corpus_file):
+  """One records folder (SentencePiece vocab of 96, 32-token examples) shared by the session."""
+  out = str(tmp_path_factory.mktemp('records') / 'data')
+  c = test_config()
+  records.prepare(corpus_file, out, vocab='', vocab_size=c.model.vocab_size, lower_case=True,
+                  max_seq_length=c.data.max_seq_length, seed=0,
+                  eval_fraction=c.data.eval_fraction, log=lambda *_: None)
+  return out

@@ -1,0 +1,156 @@
+"""Statistics of dynamic masking, Gumbel sampling and replacement (reference section 2 and 3)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from electra_jax import masking
+from electra_jax.benchmark import SPECIAL, synthetic_batch
+
+PAD, CLS, SEP, MASK = SPECIAL.pad, SPECIAL.cls, SPECIAL.sep, SPECIAL.mask
+
+
+def _batch(batch_size=64, length=128, vocab=1000, seed=0):
+  b = synthetic_batch(batch_size, length, vocab, seed)
+  # a few rows that already hold [MASK] tokens, which must never be selected
+  b['input_ids'][:4, 5:8] = MASK
+  return {k: jnp.asarray(v) for k, v in b.items()}
+
+
+def _mask(rng, b, mask_prob=0.15, n=19, **kw):
+  return masking.mask_tokens(rng, b['input_ids'], b['input_mask'], mask_prob=mask_prob,
+                             max_predictions=n, mask_id=MASK, special_ids=(PAD, CLS, SEP), **kw)
+
+
+@pytest.fixture(scope='module')
+def draws():
+  """500 independent maskings of one batch of 64 x 128."""
+  b = _batch()
+  fn = jax.jit(jax.vmap(lambda k: _mask(k, b)))
+  return b, jax.device_get(fn(jax.random.split(jax.random.key(0), 500)))
+
+
+def test_count_per_example_is_clipped_rounded_share_of_real_tokens(draws):
+  b, m = draws
+  real = np.asarray(b['input_mask']).sum(-1)
+  expected = np.clip(np.round(real.astype(np.float32) * np.float32(0.15)), 1, 19)
+  assert (m.weights.sum(-1) == expected[None, :]).all()
+  # the weighted slots come first; unused slots point at position 0 with target 0
+  n_used = m.weights.sum(-1, keepdims=True)
+  assert (m.weights == (np.arange(19) < n_used)).all()
+  assert (m.positions[m.weights == 0] == 0).all() and (m.target_ids[m.weights == 0] == 0).all()
+
+
+def test_max_predictions_formula():
+  from electra_jax.config import default_config
+  c = default_config()
+  for p, length, n in ((0.15, 128, 19), (0.15, 512, 79), (0.25, 512, 130)):
+    c.objective.mask_prob, c.data.max_seq_length = p, length
+    assert c.objective.max_predictions == n
+
+
+def test_never_selects_special_tokens_or_padding(draws):
+  b, m = draws
+  ids, mask = np.asarray(b['input_ids']), np.asarray(b['input_mask'])
+  rows = np.broadcast_to(np.arange(ids.shape[0])[None, :, None], m.positions.shape)
+  chosen = ids[rows, m.positions][m.weights > 0]
+  assert not np.isin(chosen, [PAD, CLS, SEP, MASK]).any()
+  assert (mask[rows, m.positions][m.weights > 0] == 1).all()
+  assert (m.target_ids[m.weights > 0] == chosen).all()
+
+
+def test_85_percent_mask_15_percent_kept_no_random_tokens(draws):
+  b, m = draws
+  ids = np.asarray(b['input_ids'])
+  changed = m.input_ids != ids[None]
+  assert (m.input_ids[changed] == MASK).all()  # the only change ever made is [MASK]
+  # every changed position was selected
+  sel = np.zeros_like(changed)
+  d, r, _ = np.nonzero(m.weights > 0)
+  sel[d, r, m.positions[m.weights > 0]] = True
+  assert not (changed & ~sel).any()
+  # slots whose position was drawn once show [MASK] 85% of the time
+  counts = np.zeros(changed.shape, np.int32)
+  np.add.at(counts, (d, r, m.positions[m.weights > 0]), 1)
+  once = counts == 1
+  share = changed[once].mean()
+  n = once.sum()
+  assert abs(share - 0.85) < 4 * np.sqrt(0.85 * 0.15 / n), share
+
+
+def test_positions_are_uniform_and_drawn_with_replacement(draws):
+  b, m = draws
+  row = 10  # a full-length row: 128 tokens, 3 special
+  ids = np.asarray(b['input_ids'])[row]
+  cand = np.nonzero(~np.isin(ids, [PAD, CLS, SEP, MASK]))[0]
+  pos = m.positions[:, row][m.weights[:, row] > 0]
+  freq = np.bincount(pos, minlength=len(ids))[cand]
+  assert stats.chisquare(freq).pvalue > 1e-3
+  # with replacement: expected distinct positions among k draws from c candidates
+  k, c = int(m.weights[0, row].sum()), len(cand)
+  distinct = np.mean([len(set(m.positions[i, row][:k])) for i in range(m.positions.shape[0])])
+  expected = c * (1 - (1 - 1 / c) ** k)
+  assert abs(distinct - expected) < 0.1, (distinct, expected)
+  assert distinct < k - 0.5  # duplicates do happen (about 7% of slots at this length)
+
+
+def test_without_replacement_switch_draws_distinct_positions():
+  b = _batch()
+  m = jax.device_get(_mask(jax.random.key(3), b, with_replacement=False))
+  for r in range(b['input_ids'].shape[0]):
+    used = m.positions[r][m.weights[r] > 0]
+    assert len(set(used.tolist())) == len(used)
+  assert (m.weights.sum(-1) > 0).all()
+
+
+def test_row_without_candidates_gets_no_prediction():
+  ids = jnp.array([[CLS, SEP, PAD, PAD], [CLS, 7, 8, SEP]])
+  mask = jnp.array([[1, 1, 0, 0], [1, 1, 1, 1]])
+  m = masking.mask_tokens(jax.random.key(0), ids, mask, mask_prob=0.5, max_predictions=2,
+                          mask_id=MASK, special_ids=(PAD, CLS, SEP))
+  assert float(m.weights[0].sum()) == 0 and (m.input_ids[0] == ids[0]).all()
+  assert float(m.weights[1].sum()) == 2
+
+
+@pytest.mark.parametrize('temperature', [1.0, 2.0])
+def test_gumbel_sampler_matches_softmax(temperature):
+  logits = jnp.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
+  n = 40_000
+  samples = masking.gumbel_sample(jax.random.key(1), jnp.broadcast_to(logits, (n, 6)),
+                                  temperature=temperature)
+  freq = np.bincount(np.asarray(samples), minlength=6)
+  probs = lambda t: np.asarray(jax.nn.softmax(logits / t), np.float64)
+  expected = probs(temperature) / probs(temperature).sum() * n
+  assert stats.chisquare(freq, expected).pvalue > 1e-3
+  # and a wrong temperature is rejected by the same test
+  wrong = probs(temperature * 1.5) / probs(temperature * 1.5).sum() * n
+  assert stats.chisquare(freq, wrong).pvalue < 1e-6
+
+
+def test_disallow_correct_never_returns_the_original():
+  logits = jnp.zeros((2000, 5)).at[:, 2].set(20.0)  # the original token dominates
+  targets = jnp.full((2000,), 2)
+  s = masking.gumbel_sample(jax.random.key(2), logits, disallow=targets)
+  assert not (np.asarray(s) == 2).any()
+  assert set(np.unique(np.asarray(s))) == {0, 1, 3, 4}
+
+
+def test_replacement_labels_only_changed_tokens():
+  ids = jnp.array([[CLS, 10, 11, 12, 13, SEP]])
+  positions = jnp.array([[1, 2, 3, 0]])
+  weights = jnp.array([[1.0, 1.0, 1.0, 0.0]])
+  sampled = jnp.array([[10, 20, 30, 99]])  # slot 0 samples the original token; slot 3 unused
+  new, labels = masking.replace_tokens(ids, positions, weights, sampled)
+  assert new.tolist() == [[CLS, 10, 20, 30, 13, SEP]]
+  assert labels.tolist() == [[False, False, True, True, False, False]]
+
+
+def test_duplicate_positions_take_the_integer_mean_as_the_original():
+  ids = jnp.array([[CLS, 10, 11, SEP]])
+  positions = jnp.array([[1, 1, 2]])
+  weights = jnp.ones((1, 3))
+  new, labels = masking.replace_tokens(ids, positions, weights, jnp.array([[20, 25, 11]]))
+  assert new.tolist() == [[CLS, 22, 11, SEP]]  # (20 + 25) // 2
+  assert labels.tolist() == [[False, True, False, False]]

@@ -1,0 +1,166 @@
+"""The networks: exact parameter counts, sharing, generator variants, dtypes, loss at init."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from configs import base, large, small, tiny
+from conftest import test_config
+from electra_jax import model as model_lib
+from electra_jax import objectives
+from electra_jax.benchmark import SPECIAL, synthetic_batch
+
+
+def _count(tree):
+  return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+
+
+def _shapes(model_cfg):
+  cfg = model_lib.ModelConfig.from_config(model_cfg)
+  return jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
+
+
+@pytest.mark.parametrize('preset, encoder, with_head', [
+    (small, 13_483_008, 13_549_057),
+    (base, 108_891_648, 109_483_009),
+    (large, 334_092_288, 335_142_913),
+])
+def test_discriminator_parameter_counts(preset, encoder, with_head):
+  p = _shapes(preset.get_config().model)
+  assert _count(p['embeddings']) + _count(p['discriminator']) == encoder
+  assert (_count(p['embeddings']) + _count(p['discriminator']) +
+          _count(p['discriminator_predictions'])) == with_head
+
+
+def test_generator_sizes_follow_the_fractions():
+  for preset, hidden in ((small, 64), (base, 256), (large, 256)):
+    cfg = model_lib.ModelConfig.from_config(preset.get_config().model)
+    assert cfg.generator_hidden_size == hidden
+    assert cfg.generator_num_heads == max(1, hidden // 64)
+    assert cfg.generator_num_layers == cfg.num_layers
+  plus = model_lib.ModelConfig.from_config(small.get_config('plus').model)
+  assert plus.generator_hidden_size == 256  # Small++ has a full-width generator
+  p = _shapes(small.get_config().model)
+  assert p['generator']['layer_0']['intermediate']['kernel'].shape == (64, 256)
+  assert p['generator']['embeddings_project']['kernel'].shape == (128, 64)
+  assert p['generator_predictions']['dense']['kernel'].shape == (64, 128)  # back to E
+  assert p['generator_predictions']['output_bias'].shape == (30522,)
+
+
+def test_presets_carry_their_whole_column():
+  rows = {  # layers, hidden, ffn, heads, E, gen hidden, mask_prob, N, lr, batch, seq, steps
+      small: (12, 256, 1024, 4, 128, 64, 0.15, 19, 5e-4, 128, 128, 1_000_000),
+      base: (12, 768, 3072, 12, 768, 256, 0.15, 79, 2e-4, 256, 512, 766_000),
+      large: (24, 1024, 4096, 16, 1024, 256, 0.25, 130, 2e-4, 2048, 512, 400_000),
+  }
+  for preset, row in rows.items():
+    c = preset.get_config()
+    m = model_lib.ModelConfig.from_config(c.model)
+    got = (m.num_layers, m.hidden_size, m.intermediate_size, m.num_heads, m.embedding_size,
+           m.generator_hidden_size, c.objective.mask_prob, c.objective.max_predictions,
+           c.optimizer.learning_rate, c.data.batch_size, c.data.max_seq_length, c.train_steps)
+    assert got == row, preset.__name__
+    assert c.optimizer.warmup_steps == 10_000 and c.objective.disc_weight == 50.0
+  assert large.get_config('plus').train_steps == 1_750_000
+  assert small.get_config('plus').data.max_seq_length == 512
+  with pytest.raises(ValueError, match='unknown variant'):
+    small.get_config('huge')
+  assert tiny.get_config().model.vocab_size > 0
+
+
+def test_one_embedding_module_is_shared():
+  p = _shapes(small.get_config().model)
+  assert set(p) == {'embeddings', 'discriminator', 'discriminator_predictions', 'generator',
+                    'generator_predictions'}
+  assert set(p['embeddings']) == {'word_embeddings', 'position_embeddings',
+                                  'token_type_embeddings', 'LayerNorm'}
+  assert 'embeddings_project' in p['discriminator']  # E=128 != H=256
+  assert 'embeddings_project' not in _shapes(base.get_config().model)['discriminator']
+
+
+def test_generator_switches():
+  c = small.get_config()
+  c.model.untied_generator_embeddings = True
+  p = _shapes(c.model)
+  assert p['generator_embeddings']['word_embeddings'].shape == (30522, 64)
+  assert 'embeddings_project' not in p['generator']
+  c = small.get_config()
+  c.model.generator = 'tied'
+  p = _shapes(c.model)
+  assert 'generator' not in p and 'generator_predictions' in p
+  c.model.generator = 'uniform'
+  p = _shapes(c.model)
+  assert 'generator' not in p and 'generator_predictions' not in p
+  c.model.generator = 'huge'
+  with pytest.raises(ValueError, match="model.generator"):
+    model_lib.ModelConfig.from_config(c.model)
+
+
+def test_initialization_is_truncated_normal_002():
+  cfg = model_lib.ModelConfig.from_config(small.get_config().model)
+  p = model_lib.init_params(cfg, jax.random.key(0))
+  table = np.asarray(p['embeddings']['word_embeddings'])
+  assert abs(table.std() - 0.02 * 0.8796) < 5e-4  # std of N(0, .02) cut at 2 sigma
+  assert np.abs(table).max() <= 0.04 + 1e-7
+  layer = p['discriminator']['layer_0']
+  assert (np.asarray(layer['query']['bias']) == 0).all()
+  assert (np.asarray(layer['output_LayerNorm']['scale']) == 1).all()
+  assert (np.asarray(p['generator_predictions']['output_bias']) == 0).all()
+
+
+def _loss_and_metrics(c, params=None, seed=0, deterministic=True):
+  cfg = model_lib.ModelConfig.from_config(c.model)
+  model = model_lib.Electra(cfg)
+  params = params or model_lib.init_params(cfg, jax.random.key(seed))
+  ocfg = objectives.ObjectiveConfig.from_config(c.objective)
+  b = {k: jnp.asarray(v) for k, v in synthetic_batch(
+      c.data.batch_size, c.data.max_seq_length, cfg.vocab_size).items()}
+  return objectives.electra_loss(params, b, jax.random.key(seed), model=model, cfg=ocfg,
+                                 special=SPECIAL, deterministic=deterministic)
+
+
+def test_mlm_loss_at_initialization_is_close_to_log_vocab():
+  c = test_config(**{'model.vocab_size': 2000, 'data.batch_size': 32})
+  _, m = _loss_and_metrics(c)
+  mlm = float(m['mlm_loss'][0] / m['mlm_loss'][1])
+  assert abs(mlm - math.log(2000)) < 0.05, mlm
+  # the discriminator starts near chance too
+  assert abs(float(m['disc_loss'][0] / m['disc_loss'][1]) - math.log(2)) < 0.05
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+  c = test_config()
+  cfg32 = model_lib.ModelConfig.from_config(c.model)
+  params = model_lib.init_params(cfg32, jax.random.key(0))
+  c.model.dtype = 'bfloat16'
+  cfg16 = model_lib.ModelConfig.from_config(c.model)
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(
+      model_lib.init_params(cfg16, jax.random.key(0))))
+  b = synthetic_batch(4, 32, cfg32.vocab_size)
+  args = (jnp.asarray(b['input_ids']), jnp.asarray(b['segment_ids']), jnp.asarray(b['input_mask']))
+  pos = jnp.ones((4, 3), jnp.int32)
+  run = lambda cfg, method, *extra: model_lib.Electra(cfg).apply({'params': params}, *args,
+                                                                   *extra, method=method)
+  d32 = run(cfg32, model_lib.Electra.discriminator_logits)
+  d16 = run(cfg16, model_lib.Electra.discriminator_logits)
+  g16 = run(cfg16, model_lib.Electra.generator_logits, pos)
+  assert d16.dtype == jnp.float32 and g16.dtype == jnp.float32
+  assert g16.shape == (4, 3, cfg32.vocab_size)
+  np.testing.assert_allclose(d16, d32, atol=0.1)
+  _, m16 = _loss_and_metrics(test_config(**{'model.dtype': 'bfloat16'}), params)
+  assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(m16))
+
+
+def test_padding_does_not_change_real_token_outputs():
+  c = test_config(**{'model.dropout_rate': 0.0})
+  cfg = model_lib.ModelConfig.from_config(c.model)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  ids = jnp.array([[2, 10, 11, 12, 3, 0, 0, 0]])
+  other = ids.at[0, 5:].set(jnp.array([40, 41, 42]))  # different junk under the padding
+  mask = jnp.array([[1, 1, 1, 1, 1, 0, 0, 0]])
+  f = lambda x: model_lib.Electra(cfg).apply({'params': params}, x, jnp.zeros_like(x), mask,
+                                             method=model_lib.Electra.discriminator_logits)
+  np.testing.assert_allclose(f(ids)[0, :5], f(other)[0, :5], atol=1e-5)

@@ -1,0 +1,86 @@
+"""The original AdamW, its schedule, its decay mask, its clipping."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from configs import small
+from electra_jax import model as model_lib
+from electra_jax import optim
+
+
+def test_schedule_multiplies_warmup_and_decay():
+  peak, warm, total = 5e-4, 100, 1000
+  lr = optim.learning_rate_schedule(peak, warm, total)
+  assert float(lr(0)) == 0.0
+  assert float(lr(50)) == pytest.approx(peak * (1 - 50 / total) * 0.5)
+  assert float(lr(100)) == pytest.approx(peak * (1 - 100 / total))  # top is peak * (1 - W/T)
+  assert float(lr(400)) == pytest.approx(peak * 0.6)
+  assert float(lr(1000)) == 0.0 and float(lr(5000)) == 0.0
+  sq = optim.learning_rate_schedule(peak, warm, total, power=2.0)
+  assert float(sq(400)) == pytest.approx(peak * 0.36)
+
+
+def test_warmup_then_decay_switch_reaches_the_peak():
+  lr = optim.learning_rate_schedule(1.0, 100, 1100, kind='warmup_then_decay')
+  assert float(lr(50)) == pytest.approx(0.5)
+  assert float(lr(100)) == pytest.approx(1.0)
+  assert float(lr(600)) == pytest.approx(0.5)
+  assert float(lr(1100)) == 0.0
+  with pytest.raises(ValueError, match='optimizer.schedule'):
+    optim.learning_rate_schedule(1.0, 1, 10, kind='cosine')
+
+
+def test_weight_decay_skips_layer_norm_and_biases_but_not_embeddings():
+  cfg = model_lib.ModelConfig.from_config(small.get_config().model)
+  shapes = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
+  mask = optim.weight_decay_mask(shapes)
+  assert mask['embeddings']['word_embeddings'] and mask['embeddings']['position_embeddings']
+  assert not mask['embeddings']['LayerNorm']['scale'] and not mask['embeddings']['LayerNorm']['bias']
+  layer = mask['discriminator']['layer_3']
+  assert layer['query']['kernel'] and not layer['query']['bias']
+  assert not layer['attention_LayerNorm']['scale'] and not layer['output_LayerNorm']['bias']
+  assert not mask['generator_predictions']['output_bias']
+  assert not mask['generator_predictions']['LayerNorm']['scale']
+
+
+def test_adam_without_bias_correction_matches_the_original_update():
+  c = small.get_config().optimizer
+  c.update(learning_rate=0.1, warmup_steps=0, decay_steps=10**9, grad_clip_norm=0.0)
+  tx, _ = optim.make_optimizer(c)
+  params = {'dense': {'kernel': jnp.array([1.0, -2.0]), 'bias': jnp.array([0.5])}}
+  grads_seq = [{'dense': {'kernel': jnp.array([0.3, -0.1]), 'bias': jnp.array([0.2])}},
+               {'dense': {'kernel': jnp.array([-0.2, 0.4]), 'bias': jnp.array([0.1])}}]
+  state = tx.init(params)
+  m = {k: np.zeros_like(v) for k, v in params['dense'].items()}
+  v = {k: np.zeros_like(x) for k, x in params['dense'].items()}
+  expected = {k: np.asarray(x, np.float64) for k, x in params['dense'].items()}
+  for grads in grads_seq:
+    updates, state = tx.update(grads, state, params)
+    params = optax.apply_updates(params, updates)
+    for k in expected:
+      g = np.asarray(grads['dense'][k])
+      m[k] = 0.9 * m[k] + 0.1 * g
+      v[k] = 0.999 * v[k] + 0.001 * g * g
+      step = m[k] / (np.sqrt(v[k]) + 1e-6)
+      if k == 'kernel':
+        step = step + 0.01 * expected[k]
+      expected[k] = expected[k] - 0.1 * step
+  for k in expected:
+    np.testing.assert_allclose(params['dense'][k], expected[k], rtol=1e-5)
+
+
+def test_bias_correction_switch_and_clipping():
+  c = small.get_config().optimizer
+  c.update(learning_rate=1.0, warmup_steps=0, decay_steps=10**9, weight_decay=0.0,
+           bias_correction=True, grad_clip_norm=1.0)
+  tx, _ = optim.make_optimizer(c)
+  params = {'w': jnp.zeros(4)}
+  updates, _ = tx.update({'w': jnp.array([300.0, 0.0, 0.0, 400.0])}, tx.init(params), params)
+  # first bias-corrected Adam step is -lr * sign(g) (up to eps), whatever the clip did
+  np.testing.assert_allclose(updates['w'], [-1.0, 0.0, 0.0, -1.0], atol=1e-4)
+  clip = optax.clip_by_global_norm(1.0)
+  clipped, _ = clip.update({'w': jnp.array([300.0, 0.0, 0.0, 400.0])}, clip.init(params))
+  assert float(optax.global_norm(clipped)) == pytest.approx(1.0)

@@ -1,0 +1,188 @@
+"""The train step across devices, the loop end to end, resume, configs and bad input."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from conftest import ROOT, test_config, write_corpus
+from electra_jax import UserError
+from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import partitioning
+from electra_jax import train as train_lib
+from electra_jax.benchmark import SPECIAL, synthetic_batch
+
+
+def _run_steps(config, devices, batches):
+  mesh = partitioning.make_mesh(devices)
+  setup = train_lib.build_setup(config, SPECIAL)
+  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+  state = init_fn()
+  sharding = partitioning.batch_sharding(mesh)
+  out = []
+  for b in batches:
+    state, m = train_fn(state, {k: jax.device_put(v, sharding) for k, v in b.items()})
+    out.append(jax.device_get(m))
+  return jax.device_get(state), out
+
+
+def test_step_on_eight_devices_equals_step_on_one():
+  config = test_config()  # dropout on: its random bits must not depend on the sharding
+  batches = [synthetic_batch(16, 32, config.model.vocab_size, seed=s) for s in range(3)]
+  state8, m8 = _run_steps(config, jax.devices(), batches)
+  state1, m1 = _run_steps(config, jax.devices()[:1], batches)
+  assert int(state8.step) == int(state1.step) == 3
+  for a, b in zip(jax.tree.leaves(state8.params), jax.tree.leaves(state1.params)):
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
+  for a, b in zip(m8, m1):
+    for k in a:
+      np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-4, err_msg=k)
+
+
+def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
+  from configs import tiny
+  c = tiny.get_config()
+  c.data.batch_size = 8
+  c.optimizer.update(learning_rate=1e-3, warmup_steps=1)
+  batch = synthetic_batch(8, 128, c.model.vocab_size)
+  _, m = _run_steps(c, jax.devices(), [batch] * 6)
+  losses = [float(x['loss'][0]) for x in m]
+  assert losses[-1] < losses[1] - 1.0, losses
+
+
+def test_config_overrides_reach_derived_fields_and_typos_fail():
+  argv = ['prog', f'--config={ROOT}/configs/small.py', '--config.objective.disc_weight=10',
+          '--config.model.hidden_size=512', '--config.data.max_seq_length=256']
+  fv = flags.FlagValues()
+  holder = config_flags.DEFINE_config_file('config', None, flag_values=fv, sys_argv=argv)
+  fv(argv)
+  c = holder.value
+  assert c.objective.disc_weight == 10.0
+  assert (c.model.intermediate_size, c.model.num_heads, c.objective.max_predictions) == (
+      2048, 8, 39)
+  argv = ['prog', f'--config={ROOT}/configs/small.py', '--config.objective.disc_wieght=10']
+  fv2 = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', None, flag_values=fv2, sys_argv=argv)
+  with pytest.raises((flags.Error, AttributeError), match='Did you mean "disc_weight"'):
+    fv2(argv)
+
+
+def _cli(*args):
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'train.py'), *args],
+                        capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_cli_typo_is_one_sentence_with_the_close_match(tmp_path):
+  r = _cli(f'--config={ROOT}/configs/tiny.py', f'--workdir={tmp_path}/w',
+           '--config.objective.disc_wieght=3')
+  assert r.returncode == 2
+  assert r.stderr.strip().splitlines()[-1] == (
+      "error: unknown config field 'disc_wieght'; did you mean 'disc_weight'?")
+  assert not os.path.exists(tmp_path / 'w')
+
+
+def test_cli_bad_input_exits_non_zero_with_one_sentence(tmp_path):
+  r = _cli(f'--config={ROOT}/configs/tiny.py', f'--workdir={tmp_path}/w',
+           f'--config.data.corpus={tmp_path}/missing/*.txt')
+  assert r.returncode == 2
+  last = r.stderr.strip().splitlines()[-1]
+  assert last.startswith('error: the corpus') and 'matches no file' in last
+  assert not os.path.exists(tmp_path / 'w')
+
+
+def _small_run_config(corpus, **overrides):
+  # a fixed decay horizon: extending train_steps on resume must not change the schedule
+  return test_config(**{'data.corpus': corpus, 'eval_every': 2, 'save_every': 2,
+                        'optimizer.decay_steps': 6, **overrides})
+
+
+def _quiet(*_):
+  pass
+
+
+def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file):
+  w1, w2 = str(tmp_path / 'interrupted'), str(tmp_path / 'straight')
+  s = train_lib.train_and_evaluate(_small_run_config(corpus_file), w1, log=_quiet)
+  for name in ('config.json', 'metrics.jsonl', 'curves.png', 'summary.json'):
+    assert os.path.getsize(os.path.join(w1, name)) > 0, name
+  assert s['step'] == 4 and 0 <= s['eval']['disc_auc'] <= 1
+  assert os.path.isdir(os.path.join(w1, 'checkpoints', '4'))
+  lines = []
+  train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w1,
+                               log=lines.append)
+  assert any('resumed from' in l and l.endswith('/4') for l in lines)
+  train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w2, log=_quiet)
+  restored = []
+  for w in (w1, w2):
+    ckpt = checkpoint_lib.Checkpointer(os.path.join(w, 'checkpoints'))
+    assert ckpt.latest_step() == 6
+    setup = train_lib.build_setup(_small_run_config(corpus_file, train_steps=6), SPECIAL)
+    target = jax.jit(lambda: train_lib.init_state(setup))()
+    restored.append(ckpt.restore(6, target)[0])
+    ckpt.close()
+  for a, b in zip(jax.tree.leaves(restored[0]), jax.tree.leaves(restored[1])):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'data.batch_size': 12}, 'does not divide among 8 devices'),
+    ({'model.vocab_size': 100, 'data.records': 'RECORDS'}, 'set --config.model.vocab_size=96'),
+    ({'data.max_seq_length': 64, 'model.max_position_embeddings': 64, 'data.records': 'RECORDS'},
+     'hold 32-token examples'),
+    ({'data.max_seq_length': 64}, 'exceeds model.max_position_embeddings'),
+    ({'data.corpus': 'EMPTY'}, 'holds no text'),
+    ({'data.corpus': 'TINY', 'model.vocab_size': 5000}, 'too small for a vocabulary of 5000'),
+    ({'model.generator': 'big'}, "model.generator is 'big'"),
+])
+def test_bad_input_is_refused_and_leaves_nothing(tmp_path, records_dir, overrides, message):
+  empty = tmp_path / 'empty.txt'
+  empty.write_text('\n\n')
+  tiny_corpus = write_corpus(str(tmp_path / 'tiny.txt'), num_docs=3)
+  subst = {'RECORDS': records_dir, 'EMPTY': str(empty), 'TINY': tiny_corpus}
+  overrides = {k: subst.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()}
+  workdir = tmp_path / 'w'
+  with pytest.raises(UserError, match=message):
+    train_lib.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
+  assert not workdir.exists()
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['empty.txt', 'tiny.txt']
+
+
+def test_unwritable_workdir_and_other_runs_are_refused(tmp_path, records_dir):
+  blocker = tmp_path / 'file'
+  blocker.write_text('x')
+  with pytest.raises(UserError, match='cannot write to --workdir'):
+    train_lib.train_and_evaluate(test_config(**{'data.records': records_dir}),
+                                 str(blocker / 'sub'), log=_quiet)
+  with pytest.raises(UserError, match='is a file'):
+    train_lib.train_and_evaluate(test_config(**{'data.records': records_dir}), str(blocker),
+                                 log=_quiet)
+  w = tmp_path / 'run'
+  w.mkdir()
+  (w / 'config.json').write_text(test_config(**{'data.records': records_dir}).to_json())
+  with pytest.raises(UserError, match='holds a run with a different config'):
+    train_lib.train_and_evaluate(test_config(**{'data.records': records_dir, 'seed': 5}), str(w),
+                                 log=_quiet)
+  assert sorted(p.name for p in w.iterdir()) == ['config.json']
+
+
+def test_eval_step_is_deterministic(records_dir):
+  config = test_config(**{'data.records': records_dir})
+  mesh = partitioning.make_mesh()
+  setup = train_lib.build_setup(config, SPECIAL)
+  init_fn, _, eval_fn = train_lib.compile_steps(setup, mesh)
+  state = init_fn()
+  b = {k: jax.device_put(v, partitioning.batch_sharding(mesh))
+       for k, v in synthetic_batch(16, 32, 96).items()}
+  a1 = jax.device_get(eval_fn(state.params, b, jnp.asarray(0, jnp.int32)))
+  a2 = jax.device_get(eval_fn(state.params, b, jnp.asarray(0, jnp.int32)))
+  a3 = jax.device_get(eval_fn(state.params, b, jnp.asarray(1, jnp.int32)))
+  for k in a1:
+    np.testing.assert_array_equal(a1[k], a2[k])
+  assert any((a1[k] != a3[k]).any() for k in a1)
