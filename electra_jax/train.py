@@ -187,6 +187,12 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
   d = config.data
   records_dir = d.records or os.path.join(workdir, 'data')
   try:
+    if d.vocab:  # a given vocabulary must fit the model before anything is built with it
+      from electra_jax import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+      size = tokenizer_lib.SentencePieceTokenizer(d.vocab).vocab_size
+      if size != config.model.vocab_size:
+        raise ValueError(f'the vocabulary {d.vocab} has {size} entries but model.vocab_size is '
+                         f'{config.model.vocab_size}; set --config.model.vocab_size={size}')
     if not d.records and not os.path.exists(os.path.join(records_dir, records_lib.METADATA)):
       records_lib.prepare(d.corpus, records_dir, vocab=d.vocab, vocab_size=config.model.vocab_size,
                           lower_case=d.lower_case, max_seq_length=d.max_seq_length,

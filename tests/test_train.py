@@ -137,6 +137,7 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
     ({'data.max_seq_length': 64, 'model.max_position_embeddings': 64, 'data.records': 'RECORDS'},
      'hold 32-token examples'),
     ({'data.max_seq_length': 64}, 'exceeds model.max_position_embeddings'),
+    ({'data.vocab': 'VOCAB', 'model.vocab_size': 90}, 'has 96 entries but model.vocab_size is 90'),
     ({'data.corpus': 'EMPTY'}, 'holds no text'),
     ({'data.corpus': 'TINY', 'model.vocab_size': 5000}, 'too small for a vocabulary of 5000'),
     ({'model.generator': 'big'}, "model.generator is 'big'"),
@@ -145,7 +146,8 @@ def test_bad_input_is_refused_and_leaves_nothing(tmp_path, records_dir, override
   empty = tmp_path / 'empty.txt'
   empty.write_text('\n\n')
   tiny_corpus = write_corpus(str(tmp_path / 'tiny.txt'), num_docs=3)
-  subst = {'RECORDS': records_dir, 'EMPTY': str(empty), 'TINY': tiny_corpus}
+  subst = {'RECORDS': records_dir, 'EMPTY': str(empty), 'TINY': tiny_corpus,
+           'VOCAB': os.path.join(records_dir, 'vocab.model')}
   overrides = {k: subst.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()}
   workdir = tmp_path / 'w'
   with pytest.raises(UserError, match=message):
