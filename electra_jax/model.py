@@ -97,6 +97,54 @@ class ModelConfig:
     return max(1, self.generator_hidden_size // 64)
 
 
+@jax.custom_vjp
+def low_precision_matmul(x, w):
+  """x @ w for bfloat16 x and w, float32 result; the backward matmuls also take bfloat16 inputs.
+
+  Plain autodiff would multiply the float32 cotangent with the bfloat16 operands in float32;
+  rounding the cotangent to bfloat16 first (standard mixed precision) keeps every matmul fast.
+  """
+  return jnp.dot(x, w, preferred_element_type=jnp.float32)
+
+
+def _lpm_fwd(x, w):
+  return low_precision_matmul(x, w), (x, w)
+
+
+def _lpm_bwd(residuals, g):
+  x, w = residuals
+  g = g.astype(x.dtype)
+  dx = jnp.dot(g, w.T, preferred_element_type=jnp.float32).astype(x.dtype)
+  dw = jnp.dot(x.reshape(-1, x.shape[-1]).T, g.reshape(-1, g.shape[-1]),
+               preferred_element_type=jnp.float32).astype(w.dtype)
+  return dx, dw
+
+
+low_precision_matmul.defvjp(_lpm_fwd, _lpm_bwd)
+
+
+class Dense(nn.Module):
+  """x @ kernel + bias with inputs in `dtype` and float32 accumulation; output in `dtype`.
+
+  Accumulating in float32 is both more precise and, on CPUs, about twice as fast for bfloat16 inputs
+  as a bfloat16-output matmul.
+  """
+  features: int
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg, dt = self.cfg, jnp.dtype(self.cfg.dtype)
+    kernel = self.param('kernel', truncated_normal(cfg.initializer_range),
+                        (x.shape[-1], self.features), jnp.dtype(cfg.param_dtype))
+    bias = self.param('bias', nn.initializers.zeros, (self.features,), jnp.dtype(cfg.param_dtype))
+    if dt == jnp.float32:
+      y = jnp.dot(x.astype(dt), kernel.astype(dt), preferred_element_type=jnp.float32)
+    else:
+      y = low_precision_matmul(x.astype(dt), kernel.astype(dt))
+    return (y + bias.astype(jnp.float32)).astype(dt)
+
+
 class Embeddings(nn.Module):
   """Word + token-type + position embeddings, then LayerNorm and dropout."""
   cfg: ModelConfig
@@ -135,8 +183,7 @@ class TransformerLayer(nn.Module):
   @nn.compact
   def __call__(self, x, attention_bias, deterministic: bool):
     cfg = self.cfg
-    dense = lambda n, name: nn.Dense(n, kernel_init=truncated_normal(cfg.initializer_range),
-                                     dtype=cfg.dtype, param_dtype=cfg.param_dtype, name=name)
+    dense = lambda n, name: Dense(n, cfg, name=name)
     norm = lambda name: nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype,
                                      param_dtype=cfg.param_dtype, name=name)
     drop = lambda y, rate: nn.Dropout(rate)(y, deterministic=deterministic)
@@ -149,7 +196,8 @@ class TransformerLayer(nn.Module):
     scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
     scores = scores * (1.0 / head ** 0.5) + attention_bias
     probs = drop(jax.nn.softmax(scores, axis=-1), cfg.attention_dropout_rate)
-    context = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v)
+    context = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
+                         preferred_element_type=jnp.float32).astype(v.dtype)
     attended = dense(self.hidden_size, 'attention_output')(context.reshape(batch, length, -1))
     x = norm('attention_LayerNorm')(x + drop(attended, cfg.dropout_rate))
     inner = nn.gelu(dense(self.intermediate_size, 'intermediate')(x), approximate=False)
@@ -170,8 +218,7 @@ class Encoder(nn.Module):
     cfg = self.cfg
     x = embedded
     if x.shape[-1] != self.hidden_size:
-      x = nn.Dense(self.hidden_size, kernel_init=truncated_normal(cfg.initializer_range),
-                   dtype=cfg.dtype, param_dtype=cfg.param_dtype, name='embeddings_project')(x)
+      x = Dense(self.hidden_size, cfg, name='embeddings_project')(x)
     bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, _MASK_VALUE).astype(jnp.float32)
     for i in range(self.num_layers):
       x = TransformerLayer(cfg, self.hidden_size, self.num_heads, self.intermediate_size,
@@ -186,13 +233,8 @@ class DiscriminatorHead(nn.Module):
   @nn.compact
   def __call__(self, hidden):
     cfg = self.cfg
-    init = truncated_normal(cfg.initializer_range)
-    h = nn.Dense(cfg.hidden_size, kernel_init=init, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                 name='dense')(hidden)
-    h = nn.gelu(h, approximate=False)
-    logits = nn.Dense(1, kernel_init=init, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                      name='dense_prediction')(h)
-    return logits[..., 0].astype(jnp.float32)
+    h = nn.gelu(Dense(cfg.hidden_size, cfg, name='dense')(hidden), approximate=False)
+    return Dense(1, cfg, name='dense_prediction')(h)[..., 0].astype(jnp.float32)
 
 
 class GeneratorHead(nn.Module):
@@ -202,14 +244,15 @@ class GeneratorHead(nn.Module):
   @nn.compact
   def __call__(self, hidden, table):
     cfg = self.cfg
-    h = nn.Dense(table.shape[1], kernel_init=truncated_normal(cfg.initializer_range),
-                 dtype=cfg.dtype, param_dtype=cfg.param_dtype, name='dense')(hidden)
-    h = nn.gelu(h, approximate=False)
+    h = nn.gelu(Dense(table.shape[1], cfg, name='dense')(hidden), approximate=False)
     h = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                      name='LayerNorm')(h)
     bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,), cfg.param_dtype)
-    logits = jnp.einsum('bne,ve->bnv', h, table.astype(h.dtype),
-                        preferred_element_type=jnp.float32)
+    table = table.astype(h.dtype)
+    if h.dtype == jnp.float32:
+      logits = jnp.einsum('bne,ve->bnv', h, table, preferred_element_type=jnp.float32)
+    else:
+      logits = low_precision_matmul(h, table.T)
     return logits + bias.astype(jnp.float32)
 
 
