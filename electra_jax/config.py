@@ -1,8 +1,9 @@
 """The one pre-training config: every field, its default and what it means.
 
 Size presets in `configs/` start from `default_config()` and set their whole column of the reference
-table. Derived fields (FFN width, heads, max predictions per sequence) are FieldReferences, so a
-command-line override of the field they come from reaches them.
+table. Derived fields (FFN width, heads, max predictions per sequence, decay steps, eval batch) are
+FieldReferences computed from their source (`ref + 0`, never the source's own reference): an
+override of the source reaches them, and setting a derived field never changes its source.
 """
 
 import ml_collections
@@ -55,7 +56,7 @@ def default_config() -> ml_collections.ConfigDict:
   opt.warmup_steps = 10_000  # linear warmup length
   opt.decay_power = 1.0  # polynomial decay power (1.0: linear to 0 at train_steps)
   opt.schedule = 'original'  # 'original': peak*decay*warmup multiplied | 'warmup_then_decay'
-  opt.decay_steps = c.get_ref('train_steps')  # steps over which the lr decays to 0
+  opt.decay_steps = c.get_ref('train_steps') + 0  # steps over which the lr decays to 0
   opt.b1 = 0.9  # Adam beta1
   opt.b2 = 0.999  # Adam beta2
   opt.eps = 1e-6  # Adam epsilon
@@ -71,7 +72,7 @@ def default_config() -> ml_collections.ConfigDict:
   d.lower_case = True  # lower-case text (in the tokenizer's normalizer)
   d.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included
   d.batch_size = 128  # global batch (all devices, all processes)
-  d.eval_batch_size = d.get_ref('batch_size')  # global batch of held-out evaluation
+  d.eval_batch_size = d.get_ref('batch_size') + 0  # global batch of held-out evaluation
   d.eval_fraction = 0.02  # share of documents held out for evaluation when building records
   d.shuffle_buffer = 10_000  # examples in the shuffle buffer
   o.max_predictions = ((o.get_ref('mask_prob') + 0.005) * d.get_ref('max_seq_length')).to_int()
