@@ -1,7 +1,7 @@
 """Pre-train ELECTRA.
 
     python launch/train.py --config=configs/tiny.py --workdir=/tmp/electra_demo
-    python launch/train.py --config=configs/base.py --workdir=gs://... --config.disc_weight=50
+    python launch/train.py --config=configs/base.py --workdir=gs://... --config.objective.disc_weight=50
 
 Re-running the same command with the same --workdir resumes from its latest checkpoint.
 """
@@ -25,7 +25,8 @@ def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
   from electra_jax import train  # pylint: disable=import-outside-toplevel
-  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  # flushed lines: progress shows at once also when the output goes to a file or a pipe
+  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, log=lambda line: print(line, flush=True))
 
 
 if __name__ == '__main__':
