@@ -50,7 +50,7 @@ def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
   c = tiny.get_config()
   c.data.batch_size = 8
   c.optimizer.update(learning_rate=1e-3, warmup_steps=1)
-  batch = synthetic_batch(8, 128, c.model.vocab_size)
+  batch = synthetic_batch(8, c.data.max_seq_length, c.model.vocab_size)
   _, m = _run_steps(c, jax.devices(), [batch] * 6)
   losses = [float(x['loss'][0]) for x in m]
   assert losses[-1] < losses[1] - 1.0, losses
@@ -58,7 +58,8 @@ def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
 
 def test_config_overrides_reach_derived_fields_and_typos_fail():
   argv = ['prog', f'--config={ROOT}/configs/small.py', '--config.objective.disc_weight=10',
-          '--config.model.hidden_size=512', '--config.data.max_seq_length=256']
+          '--config.model.hidden_size=512', '--config.data.max_seq_length=256',
+          '--config.optimizer.decay_steps=1000', '--config.data.eval_batch_size=64']
   fv = flags.FlagValues()
   holder = config_flags.DEFINE_config_file('config', None, flag_values=fv, sys_argv=argv)
   fv(argv)
@@ -66,6 +67,9 @@ def test_config_overrides_reach_derived_fields_and_typos_fail():
   assert c.objective.disc_weight == 10.0
   assert (c.model.intermediate_size, c.model.num_heads, c.objective.max_predictions) == (
       2048, 8, 39)
+  # setting a derived field leaves its source alone
+  assert (c.optimizer.decay_steps, c.train_steps) == (1000, 1_000_000)
+  assert (c.data.eval_batch_size, c.data.batch_size) == (64, 128)
   argv = ['prog', f'--config={ROOT}/configs/small.py', '--config.objective.disc_wieght=10']
   fv2 = flags.FlagValues()
   config_flags.DEFINE_config_file('config', None, flag_values=fv2, sys_argv=argv)
