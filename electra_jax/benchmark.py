@@ -35,9 +35,9 @@ def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 
 
 
 def measure_matmul_peak(dtype=jnp.float32, n: int = 2048, repeats: int = 10) -> float:
-  """Best FLOP/s of a large square matmul on the default device (the CPU peak for MFU)."""
+  """Best FLOP/s of a large square matmul in `dtype`, float32 accumulation (the CPU peak for MFU)."""
   a = jnp.ones((n, n), dtype)
-  f = jax.jit(lambda x: x @ x)
+  f = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
   f(a).block_until_ready()
   times = []
   for _ in range(repeats):

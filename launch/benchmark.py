@@ -30,8 +30,9 @@ def main(argv):
   device = jax.devices()[0]
   peak = flops.peak_flops(device)
   if peak is None and device.platform == 'cpu':
-    peak = benchmark.measure_matmul_peak()
-    result['peak_source'] = 'measured f32 2048^3 matmul'
+    dtype = _CONFIG.value.model.dtype
+    peak = benchmark.measure_matmul_peak(dtype)
+    result['peak_source'] = f'measured {dtype} 2048^3 matmul'
   elif peak is not None:
     peak *= result['devices']
     result['peak_source'] = 'bf16 datasheet peak x devices'
