@@ -172,10 +172,20 @@ def check_same_run(config, workdir: str):
   with open(path) as f:
     old = json.load(f)
   new = json.loads(config.to_json())
-  diffs = [k for k in _RUN_IDENTITY if old.get(k) != new.get(k)]
+  diffs = []
+  for section in _RUN_IDENTITY:
+    before, after = old.get(section), new.get(section)
+    if not (isinstance(before, dict) and isinstance(after, dict)):
+      before, after = {section: before}, {section: after}
+    else:
+      before = {f'{section}.{k}': v for k, v in before.items()}
+      after = {f'{section}.{k}': v for k, v in after.items()}
+    for key in sorted(set(before) | set(after)):
+      if before.get(key) != after.get(key):
+        diffs.append(f'{key} {before.get(key)!r} -> {after.get(key)!r}')
   if diffs:
-    raise UserError(f'--workdir {workdir} holds a run with a different config ({", ".join(diffs)} '
-                    'differ); use a new --workdir, or the same config to resume')
+    raise UserError(f'--workdir {workdir} holds a run with a different config ({", ".join(diffs)}); '
+                    'use a new --workdir, or the same config to resume')
 
 
 # ================================================================================================

@@ -172,9 +172,12 @@ def test_unwritable_workdir_and_other_runs_are_refused(tmp_path, records_dir):
   w = tmp_path / 'run'
   w.mkdir()
   (w / 'config.json').write_text(test_config(**{'data.records': records_dir}).to_json())
-  with pytest.raises(UserError, match='holds a run with a different config'):
+  with pytest.raises(UserError, match=r'holds a run with a different config \(seed 0 -> 5\)'):
     train_lib.train_and_evaluate(test_config(**{'data.records': records_dir, 'seed': 5}), str(w),
                                  log=_quiet)
+  with pytest.raises(UserError, match=r'\(model.hidden_size 32 -> 64, model.intermediate_size'):
+    train_lib.train_and_evaluate(
+        test_config(**{'data.records': records_dir, 'model.hidden_size': 64}), str(w), log=_quiet)
   assert sorted(p.name for p in w.iterdir()) == ['config.json']
 
 
