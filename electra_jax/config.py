@@ -68,7 +68,7 @@ def default_config() -> ml_collections.ConfigDict:
   d = c.data = ml_collections.ConfigDict()
   d.corpus = 'builtin'  # 'builtin' (Python's own documentation) or a glob of text files
   d.records = ''  # a prepared records folder; '' builds one under <workdir>/data from `corpus`
-  d.vocab = ''  # a SentencePiece .model file; '' trains one of model.vocab_size on the corpus
+  d.vocab = ''  # a SentencePiece .model or WordPiece vocab.txt; '' trains one on the corpus
   d.lower_case = True  # lower-case text (in the tokenizer's normalizer)
   d.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included
   d.batch_size = 128  # global batch (all devices, all processes)

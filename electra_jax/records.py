@@ -1,7 +1,7 @@
 """Corpus -> tokenizer -> examples -> sharded TFRecord files plus `metadata.json`, written atomically.
 
 A records folder holds `train-XXXXX-of-YYYYY.tfrecord`, `eval-...` shards, the vocabulary it was
-tokenized with (`vocab.model`) and `metadata.json` (sequence length, vocabulary fingerprint and
+tokenized with (`vocab.model` or `vocab.txt`) and `metadata.json` (sequence length, vocabulary fingerprint and
 special ids, example and token counts, source, seed, and the unigram cross-entropy of the held-out
 tokens under the training unigram distribution, the baseline a generator has to beat). The folder is
 built under a temporary name and renamed when complete, so a killed run never leaves a folder that
@@ -108,10 +108,11 @@ def write_records(lines: Iterable[str], tokenizer, out_dir: str, *, max_seq_leng
     if stats['eval']['examples'] == 0:
       raise ValueError(f'no document of the corpus {source!r} went to the held-out split; raise '
                        '--config.data.eval_fraction or use a corpus with more documents')
-    shutil.copyfile(tokenizer.path, os.path.join(tmp, VOCAB))
+    shutil.copyfile(tokenizer.path, os.path.join(tmp, tokenizer.file_name))
     metadata = dict(
         format=1, source=source, seed=seed, max_seq_length=max_seq_length,
-        vocab_size=tokenizer.vocab_size, vocab_fingerprint=tokenizer.fingerprint,
+        vocab_file=tokenizer.file_name, vocab_size=tokenizer.vocab_size,
+        vocab_fingerprint=tokenizer.fingerprint,
         special_ids=special.as_dict(),
         splits={s: dict(files=[shard_name(s, i, n) for i in range(n)], **stats[s])
                 for s, n in shards.items()},
@@ -156,7 +157,7 @@ def prepare(corpus: str, out_dir: str, *, vocab: str, vocab_size: int, lower_cas
   os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
   with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir))) as tmp:
     if vocab:
-      tokenizer = tokenizer_lib.SentencePieceTokenizer(vocab)
+      tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case=lower_case)
     else:
       log(f'training a SentencePiece vocabulary of {vocab_size} entries')
       tokenizer = tokenizer_lib.train_sentencepiece(

@@ -1,8 +1,14 @@
-"""One tokenizer interface over SentencePiece, with the special-token ids the rest of the code uses.
+"""One tokenizer interface over SentencePiece and WordPiece, with the special-token ids the code uses.
 
-A vocabulary trained here has the five special tokens at fixed ids: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3
-[MASK]=4. They are SentencePiece control symbols, so text that spells "[MASK]" is never encoded as
-the special token.
+- A SentencePiece `.model` (what electra_jax trains) has the five special tokens at fixed ids:
+  [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4. They are control symbols, so text that spells "[MASK]"
+  is never encoded as the special token.
+- A BERT-style WordPiece `vocab.txt` (one token per line, e.g. the 30,522-entry uncased vocabulary
+  of the released ELECTRA checkpoints) is read by HF `tokenizers` (BERT normalizer and
+  pre-tokenizer, greedy longest-match-first WordPiece); its special ids are wherever the file has
+  them ([PAD]=0 [UNK]=100 [CLS]=101 [SEP]=102 [MASK]=103 in BERT's).
+
+`load_tokenizer(path)` picks by the file name: `.txt` is WordPiece, anything else SentencePiece.
 """
 
 import dataclasses
@@ -35,6 +41,7 @@ def file_fingerprint(path: str) -> str:
 
 class SentencePieceTokenizer:
   """Encodes text to ids with a SentencePiece model file."""
+  file_name = 'vocab.model'  # its name inside a records folder
 
   def __init__(self, model_path: str):
     if not os.path.isfile(model_path):
@@ -69,7 +76,7 @@ class SentencePieceTokenizer:
 
 
 def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, *,
-                        lower_case: bool = True, seed: int = 0,
+                        lower_case: bool = True, seed: int = 0, character_coverage: float = 0.9995,
                         max_sentences: int = 2_000_000) -> SentencePieceTokenizer:
   """Trains a unigram SentencePiece model on `lines` and writes it to `model_path` atomically."""
   buf = io.BytesIO()
@@ -80,7 +87,7 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
         model_writer=buf,
         vocab_size=vocab_size,
         model_type='unigram',
-        character_coverage=0.9995,
+        character_coverage=character_coverage,
         normalization_rule_name='nmt_nfkc_cf' if lower_case else 'nmt_nfkc',
         pad_id=0, pad_piece='[PAD]', unk_id=1, unk_piece='[UNK]', bos_id=-1, eos_id=-1,
         control_symbols=['[CLS]', '[SEP]', '[MASK]'],
@@ -96,3 +103,50 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
     f.write(buf.getvalue())
   os.replace(tmp, model_path)
   return SentencePieceTokenizer(model_path)
+
+
+class WordPieceTokenizer:
+  """Encodes text to ids with a BERT WordPiece vocab.txt, through HF `tokenizers`."""
+  file_name = 'vocab.txt'
+
+  def __init__(self, vocab_path: str, lower_case: bool = True):
+    if not os.path.isfile(vocab_path):
+      raise FileNotFoundError(f'vocabulary file {vocab_path} does not exist; give the path of a '
+                              'WordPiece vocab.txt or a SentencePiece .model file')
+    from tokenizers.implementations import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
+    with open(vocab_path, encoding='utf-8') as f:
+      vocab = [line.rstrip('\n') for line in f]
+    index = {t: i for i, t in reversed(list(enumerate(vocab)))}
+    missing = [t for t in SPECIAL_TOKENS if t not in index]
+    if missing:
+      raise ValueError(f'vocabulary {vocab_path} lacks the special tokens {missing}; a BERT '
+                       'vocab.txt has [PAD] [UNK] [CLS] [SEP] [MASK] as lines of their own')
+    self.path = vocab_path
+    self._tok = BertWordPieceTokenizer(vocab_path, lowercase=lower_case, strip_accents=None,
+                                       clean_text=True, handle_chinese_chars=True)
+    self._size = len(vocab)
+    self.special = SpecialIds(*(index[t] for t in SPECIAL_TOKENS))
+    self.fingerprint = file_fingerprint(vocab_path)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._size
+
+  def encode(self, text: str) -> list[int]:
+    return self._tok.encode(text, add_special_tokens=False).ids
+
+  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self._tok.decode([int(i) for i in ids])
+
+  def id_to_piece(self, i: int) -> str:
+    return self._tok.id_to_token(int(i))
+
+
+def load_tokenizer(path: str, lower_case: bool = True):
+  """A WordPiece tokenizer for a `.txt` vocabulary, else a SentencePiece one."""
+  if path.endswith('.txt'):
+    return WordPieceTokenizer(path, lower_case=lower_case)
+  return SentencePieceTokenizer(path)

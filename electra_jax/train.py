@@ -199,7 +199,7 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
   try:
     if d.vocab:  # a given vocabulary must fit the model before anything is built with it
       from electra_jax import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-      size = tokenizer_lib.SentencePieceTokenizer(d.vocab).vocab_size
+      size = tokenizer_lib.load_tokenizer(d.vocab, lower_case=d.lower_case).vocab_size
       if size != config.model.vocab_size:
         raise ValueError(f'the vocabulary {d.vocab} has {size} entries but model.vocab_size is '
                          f'{config.model.vocab_size}; set --config.model.vocab_size={size}')

@@ -1,0 +1,56 @@
+"""Train a SentencePiece vocabulary on a corpus, with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4.
+
+    python launch/build_vocab.py --corpus="$HOME/corpus/*.txt" --output=$HOME/vocab.model \
+        --vocab_size=30522
+
+Use the result with --config.data.vocab=$HOME/vocab.model (and --config.model.vocab_size to match).
+A BERT WordPiece vocab.txt needs no building: pass it as --config.data.vocab directly.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # pylint: disable=wrong-import-position
+
+from electra_jax import cli  # pylint: disable=wrong-import-position
+
+_CORPUS = flags.DEFINE_string('corpus', 'builtin', "a file, folder or glob of text, or 'builtin'")
+_OUTPUT = flags.DEFINE_string('output', None, 'the .model file to write')
+_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 30522, 'entries, the five special tokens included')
+_LOWER_CASE = flags.DEFINE_bool('lower_case', True, 'lower-case text in the normalizer')
+_COVERAGE = flags.DEFINE_float('character_coverage', 0.9995, 'share of characters the vocab covers')
+_MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 2_000_000, 'lines sampled for training')
+_SEED = flags.DEFINE_integer('seed', 0, 'seed of the line sample')
+flags.mark_flags_as_required(['output'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
+  from electra_jax import corpus, tokenizer  # pylint: disable=import-outside-toplevel
+  output = _OUTPUT.value
+  if not output.endswith('.model'):
+    raise cli.UserError(f'--output {output} must end in .model (a SentencePiece model file)')
+  if os.path.exists(output):
+    raise cli.UserError(f'--output {output} exists; remove it or choose another path')
+  folder = os.path.dirname(os.path.abspath(output))
+  if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+    raise cli.UserError(f'cannot write {output}: {folder} is not a writable folder')
+  try:
+    lines = list(corpus.corpus_lines(_CORPUS.value))
+    if not any(lines):
+      raise ValueError(f'the corpus {_CORPUS.value!r} holds no text; give a corpus with at least '
+                       'one non-empty line')
+    tok = tokenizer.train_sentencepiece(
+        lines, output, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value, seed=_SEED.value,
+        character_coverage=_COVERAGE.value, max_sentences=_MAX_SENTENCES.value)
+  except (ValueError, FileNotFoundError) as e:
+    raise cli.UserError(str(e)) from None
+  print(f'{output}: {tok.vocab_size} entries, special ids {tok.special.as_dict()}, '
+        f'fingerprint {tok.fingerprint}', flush=True)
+
+
+if __name__ == '__main__':
+  cli.run(main)

@@ -1,0 +1,89 @@
+"""Vocabularies: WordPiece vocab.txt through HF tokenizers, SentencePiece built by launch/build_vocab.py."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import sentencepiece as spm
+
+from conftest import ROOT, WORDS, write_corpus
+from electra_jax import records
+from electra_jax import tokenizer as tokenizer_lib
+
+SPECIALS_BERT = ['[PAD]', '[unused0]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
+
+
+def write_wordpiece_vocab(path, words=WORDS):
+  digits = [str(i) for i in range(10)]
+  tokens = SPECIALS_BERT + ['.', ','] + sorted(set(words)) + digits + ['##' + d for d in digits]
+  tokens += ['un', '##aff', '##able', 'runn', '##ing']
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write('\n'.join(tokens) + '\n')
+  return tokens
+
+
+def test_wordpiece_vocab_txt_splits_like_bert(tmp_path):
+  path = str(tmp_path / 'vocab.txt')
+  tokens = write_wordpiece_vocab(path)
+  tok = tokenizer_lib.load_tokenizer(path)
+  assert isinstance(tok, tokenizer_lib.WordPieceTokenizer)
+  assert tok.vocab_size == len(tokens)
+  # special ids are where the file has them, not fixed
+  assert tok.special == tokenizer_lib.SpecialIds(pad=0, unk=2, cls=3, sep=4, mask=5)
+  ids = tok.encode('UNaffable running, the Cat 42. Zebra [MASK]')
+  pieces = [tokens[i] for i in ids]
+  # lower-cased, greedy longest match with ## continuations, punctuation split off, unknown -> [UNK];
+  # text that spells [MASK] is the special token, as in BERT's own tokenizer
+  assert pieces == ['un', '##aff', '##able', 'runn', '##ing', ',', 'the', 'cat', '4', '##2', '.',
+                    '[UNK]', '[MASK]']
+  assert tok.encode_batch(['the cat', 'sat']) == [tok.encode('the cat'), tok.encode('sat')]
+  cased = tokenizer_lib.load_tokenizer(path, lower_case=False)
+  assert [tokens[i] for i in cased.encode('The cat')] == ['[UNK]', 'cat']
+
+
+def test_wordpiece_vocab_without_special_tokens_is_refused(tmp_path):
+  path = tmp_path / 'vocab.txt'
+  path.write_text('[PAD]\n[UNK]\nthe\n')
+  with pytest.raises(ValueError, match=r"lacks the special tokens \['\[CLS\]', '\[SEP\]', '\[MASK\]'\]"):
+    tokenizer_lib.load_tokenizer(str(path))
+
+
+def test_records_built_with_a_wordpiece_vocab(tmp_path):
+  corpus = write_corpus(str(tmp_path / 'corpus.txt'), num_docs=20)
+  vocab = str(tmp_path / 'vocab.txt')
+  tokens = write_wordpiece_vocab(vocab)
+  out = str(tmp_path / 'data')
+  meta = records.prepare(corpus, out, vocab=vocab, vocab_size=len(tokens), lower_case=True,
+                         max_seq_length=32, seed=0, eval_fraction=0.2, log=lambda *_: None)
+  assert meta['vocab_file'] == 'vocab.txt' and meta['vocab_size'] == len(tokens)
+  assert meta['special_ids'] == {'pad': 0, 'unk': 2, 'cls': 3, 'sep': 4, 'mask': 5}
+  assert meta['vocab_fingerprint'] == tokenizer_lib.file_fingerprint(vocab)
+  assert os.path.isfile(os.path.join(out, 'vocab.txt'))
+  assert meta['splits']['train']['examples'] > 0
+  with open(os.path.join(out, records.METADATA)) as f:
+    assert json.load(f) == meta
+
+
+def _build_vocab(*args):
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'build_vocab.py'), *args],
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_build_vocab_cli_writes_a_sentencepiece_model_with_fixed_special_ids(tmp_path, corpus_file):
+  out = str(tmp_path / 'v.model')
+  r = _build_vocab(f'--corpus={corpus_file}', f'--output={out}', '--vocab_size=90')
+  assert r.returncode == 0, r.stderr
+  tok = tokenizer_lib.load_tokenizer(out)
+  assert tok.vocab_size == 90
+  assert tok.special == tokenizer_lib.SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+  text = 'The cat sat on a mat [MASK] number 12.'
+  assert tok.encode(text) == spm.SentencePieceProcessor(model_file=out).encode(text)
+  assert 4 not in tok.encode(text)  # text that spells [MASK] is not the control symbol
+  r = _build_vocab(f'--corpus={corpus_file}', f'--output={out}', '--vocab_size=90')
+  assert r.returncode == 2 and r.stderr.strip().splitlines()[-1].endswith(
+      'exists; remove it or choose another path')
+  r = _build_vocab(f'--corpus={tmp_path}/none/*.txt', f'--output={tmp_path}/w.model')
+  assert r.returncode == 2 and 'matches no file' in r.stderr.strip().splitlines()[-1]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ['v.model']
