@@ -1,12 +1,14 @@
 """Where text comes from. Every source yields lines: a line is a sentence, '' ends a document.
 
-Sources: text files (plain or .gz) named by a glob, and the built-in corpus, which is the Python
+Sources: text files (plain or .gz) named by a glob (binary files skipped, bytes that are not UTF-8
+replaced, overlong lines cut, each counted in a `ReadReport`), and the built-in corpus, which is the Python
 standard library's own documentation (the `pydoc_data` topics plus module, class and function
 docstrings, read from the sources with `ast`, never imported): about 2 MB of English present
 wherever Python is, so a first run needs no download.
 """
 
 import ast
+import dataclasses
 import glob
 import gzip
 import os
@@ -80,10 +82,70 @@ def builtin_lines() -> Iterator[str]:
     yield ''
 
 
-def _open_text(path: str):
-  if path.endswith('.gz'):
-    return gzip.open(path, 'rt', encoding='utf-8', errors='replace')
-  return open(path, encoding='utf-8', errors='replace')
+MAX_LINE_BYTES = 100_000  # a longer line is cut (at a space where possible): memory stays bounded
+_BINARY_PROBE = 8192  # bytes read to tell a binary file (one with NUL bytes) from text
+
+
+@dataclasses.dataclass
+class ReadReport:
+  """What reading a corpus met on the way: files read and skipped, bytes that were not UTF-8."""
+  files: int = 0
+  skipped_binary: list = dataclasses.field(default_factory=list)
+  lines_with_bad_bytes: int = 0
+  long_lines_cut: int = 0
+
+  def warnings(self) -> list[str]:
+    out = []
+    if self.skipped_binary:
+      names = ', '.join(self.skipped_binary[:3]) + (' ...' if len(self.skipped_binary) > 3 else '')
+      out.append(f'skipped {len(self.skipped_binary)} binary file(s): {names}')
+    if self.lines_with_bad_bytes:
+      out.append(f'{self.lines_with_bad_bytes} line(s) held bytes that are not UTF-8; each such '
+                 'byte was replaced by U+FFFD')
+    if self.long_lines_cut:
+      out.append(f'{self.long_lines_cut} cut(s) made in lines longer than {MAX_LINE_BYTES:,} bytes')
+    return out
+
+
+def _open_binary(path: str):
+  return gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
+
+
+def _is_binary(path: str) -> bool:
+  try:
+    with _open_binary(path) as f:
+      return b'\0' in f.read(_BINARY_PROBE)
+  except (OSError, EOFError):  # e.g. a .gz that is not gzip
+    return True
+
+
+def _raw_lines(path: str, report: ReadReport) -> Iterator[str]:
+  """Decoded lines of one file, each at most MAX_LINE_BYTES long, whatever the file holds."""
+  limit = MAX_LINE_BYTES
+  with _open_binary(path) as f:
+    carry = b''
+    while True:
+      chunk = f.readline(limit - len(carry))
+      if not chunk and not carry:
+        return
+      data, carry = carry + chunk, b''
+      ended = data.endswith(b'\n') or not chunk
+      if not ended:  # cut a long line at its last space, keep the rest for the next piece
+        cut = data.rfind(b' ', limit // 2)
+        if cut > 0:
+          data, carry = data[:cut], data[cut + 1:]
+        else:  # no space: cut before the last character start, never inside a character
+          cut = len(data) - 1
+          while cut > 0 and data[cut] & 0xC0 == 0x80:
+            cut -= 1
+          data, carry = data[:cut], data[cut:]
+        report.long_lines_cut += 1
+      try:
+        text = data.decode('utf-8')
+      except UnicodeDecodeError:
+        text = data.decode('utf-8', errors='replace')
+        report.lines_with_bad_bytes += 1
+      yield text.strip()
 
 
 def resolve_files(pattern: str) -> list[str]:
@@ -98,17 +160,24 @@ def resolve_files(pattern: str) -> list[str]:
   return files
 
 
-def file_lines(files: list[str]) -> Iterator[str]:
-  """Lines of text files; a blank line or the end of a file ends a document."""
+def file_lines(files: list[str], report: ReadReport | None = None) -> Iterator[str]:
+  """Lines of text files; a blank line or the end of a file ends a document.
+
+  Binary files are skipped, bytes that are not UTF-8 are replaced, and overlong lines are cut; all
+  three are counted in `report`.
+  """
+  report = report if report is not None else ReadReport()
   for path in files:
-    with _open_text(path) as f:
-      for line in f:
-        yield line.strip()
+    if _is_binary(path):
+      report.skipped_binary.append(path)
+      continue
+    report.files += 1
+    yield from _raw_lines(path, report)
     yield ''
 
 
-def corpus_lines(corpus: str) -> Iterator[str]:
+def corpus_lines(corpus: str, report: ReadReport | None = None) -> Iterator[str]:
   """Lines of a corpus given as 'builtin' or a glob; fails early if there is nothing to read."""
   if corpus == 'builtin':
     return builtin_lines()
-  return file_lines(resolve_files(corpus))
+  return file_lines(resolve_files(corpus), report)

@@ -148,7 +148,10 @@ def read_metadata(records_dir: str) -> dict:
 def prepare(corpus: str, out_dir: str, *, vocab: str, vocab_size: int, lower_case: bool,
             max_seq_length: int, seed: int, eval_fraction: float, log=print) -> dict:
   """Corpus -> (trained or given) vocabulary -> records folder at `out_dir`."""
-  lines = list(corpus_lib.corpus_lines(corpus))
+  report = corpus_lib.ReadReport()
+  lines = list(corpus_lib.corpus_lines(corpus, report))
+  for warning in report.warnings():
+    log(f'warning: corpus {corpus}: {warning}')
   if not any(lines):
     raise ValueError(f'the corpus {corpus!r} holds no text; give a corpus with at least one '
                      'non-empty line')

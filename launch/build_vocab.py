@@ -39,7 +39,10 @@ def main(argv):
   if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
     raise cli.UserError(f'cannot write {output}: {folder} is not a writable folder')
   try:
-    lines = list(corpus.corpus_lines(_CORPUS.value))
+    report = corpus.ReadReport()
+    lines = list(corpus.corpus_lines(_CORPUS.value, report))
+    for warning in report.warnings():
+      print(f'warning: corpus {_CORPUS.value}: {warning}', flush=True)
     if not any(lines):
       raise ValueError(f'the corpus {_CORPUS.value!r} holds no text; give a corpus with at least '
                        'one non-empty line')

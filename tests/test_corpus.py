@@ -1,0 +1,60 @@
+"""Reading corpus files: gzip, bytes that are not UTF-8, binary files, empty files, gigantic lines."""
+
+import gzip
+
+from electra_jax import corpus as corpus_lib
+from electra_jax import records
+
+
+def _read(pattern):
+  report = corpus_lib.ReadReport()
+  return list(corpus_lib.corpus_lines(pattern, report)), report
+
+
+def test_bad_utf8_is_replaced_and_counted(tmp_path):
+  (tmp_path / 'a.txt').write_bytes(b'caf\xe9 au lait\nfine line\n\nsecond \xff\xfe doc\n')
+  lines, report = _read(str(tmp_path / 'a.txt'))
+  assert lines == ['caf\ufffd au lait', 'fine line', '', 'second \ufffd\ufffd doc', '']
+  assert report.lines_with_bad_bytes == 2
+  assert any('not UTF-8' in w for w in report.warnings())
+
+
+def test_binary_files_are_skipped_and_empty_files_add_nothing(tmp_path):
+  (tmp_path / 'a.txt').write_text('one sentence.\n')
+  (tmp_path / 'b.bin').write_bytes(bytes(range(256)) * 10)
+  (tmp_path / 'c.txt').write_text('')
+  with gzip.open(tmp_path / 'd.txt.gz', 'wt') as f:
+    f.write('zipped sentence.\n')
+  lines, report = _read(str(tmp_path))
+  assert [l for l in lines if l] == ['one sentence.', 'zipped sentence.']
+  assert report.skipped_binary == [str(tmp_path / 'b.bin')] and report.files == 3
+  assert 'skipped 1 binary file(s)' in report.warnings()[0]
+
+
+def test_a_gigantic_line_is_cut_into_bounded_pieces_without_losing_text(tmp_path):
+  words = ' '.join(f'w{i}' for i in range(120_000))  # ~800K characters on one line
+  wide = '\u00e9' * 250_000  # 500K bytes of 2-byte characters, no space at all
+  (tmp_path / 'big.txt').write_text(words + '\n' + wide + '\nafter\n', encoding='utf-8')
+  lines, report = _read(str(tmp_path / 'big.txt'))
+  assert max(len(l.encode()) for l in lines) <= corpus_lib.MAX_LINE_BYTES
+  assert report.long_lines_cut > 0 and report.lines_with_bad_bytes == 0
+  assert lines[-2:] == ['after', '']
+  pieces = lines[:-2]
+  split = next(i for i, p in enumerate(pieces) if p.startswith('\u00e9'))
+  assert ' '.join(pieces[:split]) == words  # cut at spaces: every word kept whole
+  assert ''.join(pieces[split:]) == wide  # cut between characters, never inside one
+
+
+def test_records_report_skipped_and_replaced_input(tmp_path):
+  folder = tmp_path / 'corpus'
+  folder.mkdir()
+  text = '\n\n'.join('\n'.join(f'Sentence {d} {s} about cats and dogs.' for s in range(6))
+                     for d in range(30))
+  (folder / 'a.txt').write_bytes(text.encode() + b'\nbad \xe9 byte.\n')
+  (folder / 'image.png').write_bytes(b'\x89PNG\r\n\x1a\n\0\0\0')
+  logged = []
+  records.prepare(str(folder), str(tmp_path / 'data'), vocab='', vocab_size=30, lower_case=True,
+                  max_seq_length=32, seed=0, eval_fraction=0.2, log=logged.append)
+  warnings = [l for l in logged if l.startswith('warning:')]
+  assert len(warnings) == 2
+  assert 'image.png' in warnings[0] and '1 line(s) held bytes that are not UTF-8' in warnings[1]
