@@ -66,7 +66,8 @@ def default_config() -> ml_collections.ConfigDict:
 
   # ---- data ------------------------------------------------------------------------------------------
   d = c.data = ml_collections.ConfigDict()
-  d.corpus = 'builtin'  # 'builtin' (Python's own documentation) or a glob of text files
+  d.corpus = 'builtin'  # 'builtin' (Python's own docs) or a file, folder or glob: .txt .gz .jsonl
+  d.text_field = 'text'  # the field of a .jsonl object that holds its text
   d.records = ''  # a prepared records folder; '' builds one under <workdir>/data from `corpus`
   d.vocab = ''  # a SentencePiece .model or WordPiece vocab.txt; '' trains one on the corpus
   d.lower_case = True  # lower-case text (in the tokenizer's normalizer)

@@ -1,7 +1,8 @@
 """Where text comes from. Every source yields lines: a line is a sentence, '' ends a document.
 
 Sources: text files (plain or .gz) named by a glob (binary files skipped, bytes that are not UTF-8
-replaced, overlong lines cut, each counted in a `ReadReport`), and the built-in corpus, which is the Python
+replaced, overlong lines cut, each counted in a `ReadReport`), JSON-lines files (one document per
+object, its text in a named field), and the built-in corpus, which is the Python
 standard library's own documentation (the `pydoc_data` topics plus module, class and function
 docstrings, read from the sources with `ast`, never imported): about 2 MB of English present
 wherever Python is, so a first run needs no download.
@@ -11,6 +12,7 @@ import ast
 import dataclasses
 import glob
 import gzip
+import json
 import os
 import re
 import sysconfig
@@ -160,11 +162,41 @@ def resolve_files(pattern: str) -> list[str]:
   return files
 
 
-def file_lines(files: list[str], report: ReadReport | None = None) -> Iterator[str]:
+def _jsonl_lines(path: str, text_field: str, report: ReadReport) -> Iterator[str]:
+  """A JSON-lines file: each object is a document whose `text_field` is split into sentences."""
+  with _open_binary(path) as f:
+    for number, raw in enumerate(f, 1):
+      if not raw.strip():
+        continue
+      try:
+        text = raw.decode('utf-8')
+      except UnicodeDecodeError:
+        text = raw.decode('utf-8', errors='replace')
+        report.lines_with_bad_bytes += 1
+      try:
+        record = json.loads(text)
+      except ValueError:
+        raise ValueError(f'{path} line {number} is not JSON; give one JSON object per line, or '
+                         'name the file .txt to read it as plain text') from None
+      if not isinstance(record, dict) or text_field not in record:
+        fields = sorted(record) if isinstance(record, dict) else []
+        raise ValueError(f'{path} line {number} has no field {text_field!r} (it has {fields}); '
+                         'set --config.data.text_field to the field that holds the text')
+      yield from text_to_sentences(str(record[text_field]))
+      yield ''
+
+
+def is_jsonl(path: str) -> bool:
+  return path.endswith(('.jsonl', '.jsonl.gz'))
+
+
+def file_lines(files: list[str], report: ReadReport | None = None,
+               text_field: str = 'text') -> Iterator[str]:
   """Lines of text files; a blank line or the end of a file ends a document.
 
   Binary files are skipped, bytes that are not UTF-8 are replaced, and overlong lines are cut; all
-  three are counted in `report`.
+  three are counted in `report`. JSON-lines files (.jsonl, .jsonl.gz) give one document
+  per object, from its `text_field`.
   """
   report = report if report is not None else ReadReport()
   for path in files:
@@ -172,12 +204,16 @@ def file_lines(files: list[str], report: ReadReport | None = None) -> Iterator[s
       report.skipped_binary.append(path)
       continue
     report.files += 1
+    if is_jsonl(path):
+      yield from _jsonl_lines(path, text_field, report)
+      continue
     yield from _raw_lines(path, report)
     yield ''
 
 
-def corpus_lines(corpus: str, report: ReadReport | None = None) -> Iterator[str]:
+def corpus_lines(corpus: str, report: ReadReport | None = None,
+                 text_field: str = 'text') -> Iterator[str]:
   """Lines of a corpus given as 'builtin' or a glob; fails early if there is nothing to read."""
   if corpus == 'builtin':
     return builtin_lines()
-  return file_lines(resolve_files(corpus), report)
+  return file_lines(resolve_files(corpus), report, text_field)

@@ -146,10 +146,11 @@ def read_metadata(records_dir: str) -> dict:
 
 
 def prepare(corpus: str, out_dir: str, *, vocab: str, vocab_size: int, lower_case: bool,
-            max_seq_length: int, seed: int, eval_fraction: float, log=print) -> dict:
+            max_seq_length: int, seed: int, eval_fraction: float, text_field: str = 'text',
+            log=print) -> dict:
   """Corpus -> (trained or given) vocabulary -> records folder at `out_dir`."""
   report = corpus_lib.ReadReport()
-  lines = list(corpus_lib.corpus_lines(corpus, report))
+  lines = list(corpus_lib.corpus_lines(corpus, report, text_field))
   for warning in report.warnings():
     log(f'warning: corpus {corpus}: {warning}')
   if not any(lines):

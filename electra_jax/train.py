@@ -206,7 +206,8 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
     if not d.records and not os.path.exists(os.path.join(records_dir, records_lib.METADATA)):
       records_lib.prepare(d.corpus, records_dir, vocab=d.vocab, vocab_size=config.model.vocab_size,
                           lower_case=d.lower_case, max_seq_length=d.max_seq_length,
-                          seed=config.seed, eval_fraction=d.eval_fraction, log=log)
+                          seed=config.seed, eval_fraction=d.eval_fraction,
+                          text_field=d.text_field, log=log)
     meta = records_lib.read_metadata(records_dir)
   except (ValueError, FileNotFoundError, FileExistsError) as e:
     raise UserError(str(e)) from None

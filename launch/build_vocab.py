@@ -17,6 +17,7 @@ from absl import flags  # pylint: disable=wrong-import-position
 from electra_jax import cli  # pylint: disable=wrong-import-position
 
 _CORPUS = flags.DEFINE_string('corpus', 'builtin', "a file, folder or glob of text, or 'builtin'")
+_TEXT_FIELD = flags.DEFINE_string('text_field', 'text', 'the field of .jsonl objects holding text')
 _OUTPUT = flags.DEFINE_string('output', None, 'the .model file to write')
 _VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 30522, 'entries, the five special tokens included')
 _LOWER_CASE = flags.DEFINE_bool('lower_case', True, 'lower-case text in the normalizer')
@@ -40,7 +41,7 @@ def main(argv):
     raise cli.UserError(f'cannot write {output}: {folder} is not a writable folder')
   try:
     report = corpus.ReadReport()
-    lines = list(corpus.corpus_lines(_CORPUS.value, report))
+    lines = list(corpus.corpus_lines(_CORPUS.value, report, _TEXT_FIELD.value))
     for warning in report.warnings():
       print(f'warning: corpus {_CORPUS.value}: {warning}', flush=True)
     if not any(lines):

@@ -1,6 +1,9 @@
 """Reading corpus files: gzip, bytes that are not UTF-8, binary files, empty files, gigantic lines."""
 
 import gzip
+import json
+
+import pytest
 
 from electra_jax import corpus as corpus_lib
 from electra_jax import records
@@ -58,3 +61,22 @@ def test_records_report_skipped_and_replaced_input(tmp_path):
   warnings = [l for l in logged if l.startswith('warning:')]
   assert len(warnings) == 2
   assert 'image.png' in warnings[0] and '1 line(s) held bytes that are not UTF-8' in warnings[1]
+
+
+def test_jsonl_objects_are_documents_and_a_missing_field_is_one_sentence(tmp_path):
+  docs = [{'id': 1, 'body': 'First doc. It has two sentences.'},
+          {'id': 2, 'body': 'Second doc.\n\nA new paragraph.'}]
+  (tmp_path / 'a.jsonl').write_text('\n'.join(json.dumps(d) for d in docs) + '\n\n')
+  with gzip.open(tmp_path / 'b.jsonl.gz', 'wt') as f:
+    f.write(json.dumps({'body': 'Zipped caf\u00e9.'}) + '\n')
+  report = corpus_lib.ReadReport()
+  lines = list(corpus_lib.corpus_lines(str(tmp_path / '*.jsonl*'), report, text_field='body'))
+  assert lines == ['First doc.', 'It has two sentences.', '', 'Second doc.', 'A new paragraph.', '',
+                   'Zipped caf\u00e9.', '']
+  with pytest.raises(ValueError) as e:
+    list(corpus_lib.corpus_lines(str(tmp_path / 'a.jsonl'), text_field='text'))
+  assert str(e.value) == (f"{tmp_path / 'a.jsonl'} line 1 has no field 'text' (it has ['body', "
+                          "'id']); set --config.data.text_field to the field that holds the text")
+  (tmp_path / 'c.jsonl').write_text('{"text": "ok"}\nnot json\n')
+  with pytest.raises(ValueError, match='c.jsonl line 2 is not JSON'):
+    list(corpus_lib.corpus_lines(str(tmp_path / 'c.jsonl')))
