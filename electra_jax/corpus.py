@@ -125,7 +125,7 @@ def _raw_lines(path: str, report: ReadReport) -> Iterator[str]:
   """Decoded lines of one file, each at most MAX_LINE_BYTES long, whatever the file holds."""
   limit = MAX_LINE_BYTES
   with _open_binary(path) as f:
-    carry = b''
+    carry, continued = b'', False
     while True:
       chunk = f.readline(limit - len(carry))
       if not chunk and not carry:
@@ -147,7 +147,10 @@ def _raw_lines(path: str, report: ReadReport) -> Iterator[str]:
       except UnicodeDecodeError:
         text = data.decode('utf-8', errors='replace')
         report.lines_with_bad_bytes += 1
-      yield text.strip()
+      text = text.strip()
+      if text or not continued:  # the bare end of a cut line is not a blank line (a document end)
+        yield text
+      continued = not ended
 
 
 def resolve_files(pattern: str) -> list[str]:

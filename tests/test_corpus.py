@@ -48,6 +48,14 @@ def test_a_gigantic_line_is_cut_into_bounded_pieces_without_losing_text(tmp_path
   assert ''.join(pieces[split:]) == wide  # cut between characters, never inside one
 
 
+def test_a_line_cut_just_before_its_newline_does_not_end_the_document(tmp_path):
+  word = 'a' * (corpus_lib.MAX_LINE_BYTES - 1)  # + a space: the cut leaves only the newline
+  (tmp_path / 'edge.txt').write_text(f'{word} \nnext\n\nnew doc\n')
+  lines, report = _read(str(tmp_path / 'edge.txt'))
+  assert lines[:-4] == [word] and report.long_lines_cut == 1
+  assert lines[-4:] == ['next', '', 'new doc', '']
+
+
 def test_records_report_skipped_and_replaced_input(tmp_path):
   folder = tmp_path / 'corpus'
   folder.mkdir()
