@@ -76,6 +76,8 @@ def default_config() -> ml_collections.ConfigDict:
   d.eval_batch_size = d.get_ref('batch_size') + 0  # global batch of held-out evaluation
   d.eval_fraction = 0.02  # share of documents held out for evaluation when building records
   d.shuffle_buffer = 10_000  # examples in the shuffle buffer
+  d.num_shards = 4  # train shard files when records are built from `corpus` (>= processes)
+  d.num_eval_shards = 1  # held-out shard files when records are built (>= processes)
   o.max_predictions = ((o.get_ref('mask_prob') + 0.005) * d.get_ref('max_seq_length')).to_int()
   # ^ N: prediction slots per sequence, int((mask_prob + 0.005) * max_seq_length) as the original
   return c

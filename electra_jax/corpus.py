@@ -1,8 +1,12 @@
 """Where text comes from. Every source yields lines: a line is a sentence, '' ends a document.
 
-Sources: text files (plain or .gz) named by a glob (binary files skipped, bytes that are not UTF-8
-replaced, overlong lines cut, each counted in a `ReadReport`), JSON-lines files (one document per
-object, its text in a named field), and the built-in corpus, which is the Python
+A `Source` reads one corpus spec as documents (lists of sentences):
+- a file, folder or glob: text files (plain or .gz; binary files skipped, bytes that are not UTF-8
+  replaced, overlong lines cut, each counted in a `ReadReport`) and JSON-lines files (.jsonl,
+  .jsonl.gz: one document per object, its text in a named field);
+- 'tfds:NAME[:SPLIT]': any TensorFlow Datasets text dataset, one document per example, its text in
+  the named field (e.g. 'tfds:wikipedia/20230601.en:train', 'tfds:c4/en:train');
+- 'builtin': the built-in corpus, which is the Python
 standard library's own documentation (the `pydoc_data` topics plus module, class and function
 docstrings, read from the sources with `ast`, never imported): about 2 MB of English present
 wherever Python is, so a first run needs no download.
@@ -95,6 +99,7 @@ class ReadReport:
   skipped_binary: list = dataclasses.field(default_factory=list)
   lines_with_bad_bytes: int = 0
   long_lines_cut: int = 0
+  bytes_done: int = 0  # bytes of the corpus files consumed so far (compressed bytes for .gz)
 
   def warnings(self) -> list[str]:
     out = []
@@ -113,6 +118,11 @@ def _open_binary(path: str):
   return gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
 
 
+def _raw_position(f) -> int:
+  """Bytes of the file on disk consumed so far (the compressed position of a .gz file)."""
+  return f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.tell()
+
+
 def _is_binary(path: str) -> bool:
   try:
     with _open_binary(path) as f:
@@ -124,9 +134,13 @@ def _is_binary(path: str) -> bool:
 def _raw_lines(path: str, report: ReadReport) -> Iterator[str]:
   """Decoded lines of one file, each at most MAX_LINE_BYTES long, whatever the file holds."""
   limit = MAX_LINE_BYTES
+  base = report.bytes_done
   with _open_binary(path) as f:
-    carry, continued = b'', False
+    carry, continued, count = b'', False, 0
     while True:
+      count += 1
+      if count % 4096 == 0:
+        report.bytes_done = base + _raw_position(f)
       chunk = f.readline(limit - len(carry))
       if not chunk and not carry:
         return
@@ -167,8 +181,11 @@ def resolve_files(pattern: str) -> list[str]:
 
 def _jsonl_lines(path: str, text_field: str, report: ReadReport) -> Iterator[str]:
   """A JSON-lines file: each object is a document whose `text_field` is split into sentences."""
+  base = report.bytes_done
   with _open_binary(path) as f:
     for number, raw in enumerate(f, 1):
+      if number % 1024 == 0:
+        report.bytes_done = base + _raw_position(f)
       if not raw.strip():
         continue
       try:
@@ -202,16 +219,103 @@ def file_lines(files: list[str], report: ReadReport | None = None,
   per object, from its `text_field`.
   """
   report = report if report is not None else ReadReport()
+  done = 0
   for path in files:
     if _is_binary(path):
       report.skipped_binary.append(path)
-      continue
-    report.files += 1
-    if is_jsonl(path):
-      yield from _jsonl_lines(path, text_field, report)
-      continue
-    yield from _raw_lines(path, report)
-    yield ''
+    else:
+      report.files += 1
+      if is_jsonl(path):
+        yield from _jsonl_lines(path, text_field, report)
+      else:
+        yield from _raw_lines(path, report)
+        yield ''
+    done += os.path.getsize(path)
+    report.bytes_done = done
+
+
+def _tfds_documents(name: str, split: str, text_field: str, data_dir: str | None,
+                    report: ReadReport) -> Iterator[list[str]]:
+  """One document per example of a TFDS dataset, from its `text_field`."""
+  from electra_jax import records  # pylint: disable=import-outside-toplevel
+  records.tensorflow()  # quiet, and away from the accelerators
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  try:
+    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f'TFDS could not load {name!r} split {split!r} '
+                     f'({" ".join(str(e).split())[:300]}); check the name with `tfds build '
+                     f'--help`/the TFDS catalog, or prepare it first with `tfds build {name}`') from None
+  fields = dataset.element_spec
+  if not isinstance(fields, dict) or text_field not in fields:
+    raise ValueError(f'the TFDS dataset {name!r} has no field {text_field!r} (it has '
+                     f'{sorted(fields) if isinstance(fields, dict) else []}); set the text field '
+                     '(--tfds_field or data.text_field) to the one that holds the text')
+  for example in tfds.as_numpy(dataset.map(lambda x: x[text_field])):
+    report.bytes_done += len(example)
+    try:
+      text = example.decode('utf-8')
+    except UnicodeDecodeError:
+      text = example.decode('utf-8', errors='replace')
+      report.lines_with_bad_bytes += 1
+    yield text_to_sentences(text)
+
+
+class Source:
+  """A corpus spec read as documents: 'builtin', 'tfds:NAME[:SPLIT]', or a file, folder or glob.
+
+  Reading is streamed (memory stays bounded whatever the corpus size) and repeatable: two reads of
+  the same source give the same documents in the same order.
+  """
+
+  def __init__(self, spec: str, text_field: str = 'text', tfds_data_dir: str | None = None):
+    self.spec, self.text_field, self.tfds_data_dir = spec, text_field, tfds_data_dir
+    self.report = ReadReport()
+    self.files: list[str] = []
+    self.total_bytes = 0
+    if spec.startswith('tfds:'):
+      name, _, split = spec[len('tfds:'):].partition(':')
+      if not name:
+        raise ValueError(f'the corpus {spec!r} names no dataset; write tfds:NAME[:SPLIT], e.g. '
+                         "'tfds:wikipedia/20230601.en:train'")
+      self.tfds_name, self.tfds_split = name, split or 'train'
+    elif spec != 'builtin':
+      self.files = resolve_files(spec)
+      self.total_bytes = sum(os.path.getsize(p) for p in self.files)
+
+  def documents(self) -> Iterator[list[str]]:
+    """Non-empty documents (lists of sentences) in a fixed order."""
+    self.report = ReadReport()
+    if self.spec == 'builtin':
+      for doc in builtin_documents():
+        self.report.bytes_done += sum(len(s) + 1 for s in doc)
+        yield doc
+      return
+    if self.spec.startswith('tfds:'):
+      for doc in _tfds_documents(self.tfds_name, self.tfds_split, self.text_field,
+                                 self.tfds_data_dir, self.report):
+        if doc:
+          yield doc
+      return
+    doc = []
+    for line in file_lines(self.files, self.report, self.text_field):
+      if line:
+        doc.append(line)
+      elif doc:
+        yield doc
+        doc = []
+    if doc:
+      yield doc
+
+  def lines(self) -> Iterator[str]:
+    """Sentences, with '' after each document."""
+    for doc in self.documents():
+      yield from doc
+      yield ''
+
+  def fraction_read(self) -> float | None:
+    """Share of the source read so far, where its size is known."""
+    return self.report.bytes_done / self.total_bytes if self.total_bytes else None
 
 
 def corpus_lines(corpus: str, report: ReadReport | None = None,

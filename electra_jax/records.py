@@ -1,20 +1,32 @@
-"""Corpus -> tokenizer -> examples -> sharded TFRecord files plus `metadata.json`, written atomically.
+"""Corpus -> vocabulary -> packed examples -> sharded TFRecord files plus `metadata.json`.
 
-A records folder holds `train-XXXXX-of-YYYYY.tfrecord`, `eval-...` shards, the vocabulary it was
-tokenized with (`vocab.model` or `vocab.txt`) and `metadata.json` (sequence length, vocabulary fingerprint and
-special ids, example and token counts, source, seed, and the unigram cross-entropy of the held-out
-tokens under the training unigram distribution, the baseline a generator has to beat). The folder is
-built under a temporary name and renamed when complete, so a killed run never leaves a folder that
-looks usable.
+A records folder holds:
+    prepare.json                        the settings it is built with (written first)
+    vocab.model | vocab.txt             the vocabulary the examples are tokenized with
+    train-XXXXX-of-YYYYY.tfrecord       packed examples (input_ids, input_mask, segment_ids)
+    train-XXXXX-of-YYYYY.json           that shard's counts; written last, it marks the shard done
+    eval-...                            the held-out split, the same way
+    metadata.json                       written once every shard is done: the folder is complete
+
+Determinism: the k-th document of the source is held out when hash(seed, k) < eval_fraction; the
+j-th document of a split goes to shard j mod (shards of that split); each shard has its own example
+builder seeded by (seed, split, shard). A shard's bytes therefore depend on the source and the
+settings only, never on the number of worker processes or the order they finish in.
+
+Atomicity: a shard is written under a hidden temporary name and renamed when complete, then its
+counts file is written (also by rename). An interrupted build leaves only complete shards; running
+it again with the same settings builds just the missing ones.
 """
 
+import dataclasses
+import hashlib
 import json
 import math
+import multiprocessing
 import os
-import random
 import shutil
-import tempfile
-from typing import Iterable, Iterator
+import time
+from typing import Callable
 
 import numpy as np
 
@@ -22,9 +34,12 @@ from electra_jax import corpus as corpus_lib
 from electra_jax import examples as examples_lib
 from electra_jax import tokenizer as tokenizer_lib
 
+FORMAT = 2
 METADATA = 'metadata.json'
+PLAN = 'prepare.json'
 VOCAB = 'vocab.model'
 FEATURES = ('input_ids', 'input_mask', 'segment_ids')
+SPLITS = ('train', 'eval')
 
 
 def shard_name(split: str, index: int, count: int) -> str:
@@ -40,136 +55,361 @@ def tensorflow():
   return tf
 
 
-def _serialize(example: examples_lib.Example) -> bytes:
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Everything the bytes of a records folder depend on."""
+  source: str  # a corpus spec: 'builtin', 'tfds:NAME[:SPLIT]', or a file, folder or glob
+  max_seq_length: int
+  seed: int = 0
+  eval_fraction: float = 0.02
+  num_shards: int = 4
+  num_eval_shards: int = 1
+  text_field: str = 'text'
+  lower_case: bool = True
+  vocab: str = ''  # a given vocabulary file; '' trains a SentencePiece vocabulary on the source
+  vocab_size: int = 30522  # entries of a trained vocabulary
+  character_coverage: float = 0.9995
+  max_sentences: int = 2_000_000  # sentences sampled to train a vocabulary
+
+  def shards(self) -> list[tuple[str, int]]:
+    return ([('train', i) for i in range(self.num_shards)] +
+            [('eval', i) for i in range(self.num_eval_shards)])
+
+  def count(self, split: str) -> int:
+    return self.num_shards if split == 'train' else self.num_eval_shards
+
+  def file(self, split: str, index: int) -> str:
+    return shard_name(split, index, self.count(split))
+
+  def check(self):
+    if self.num_shards < 1 or self.num_eval_shards < 1:
+      raise ValueError(f'num_shards={self.num_shards} and num_eval_shards={self.num_eval_shards} '
+                       'must both be at least 1')
+    if not 0 < self.eval_fraction < 1:
+      raise ValueError(f'eval_fraction={self.eval_fraction} must lie strictly between 0 and 1')
+    if self.max_seq_length < 5:
+      raise ValueError(f'max_seq_length must be at least 5, not {self.max_seq_length}')
+
+
+def held_out(seed: int, k: int, eval_fraction: float) -> bool:
+  """Whether the k-th document goes to the held-out split: a hash of (seed, k), no shared state."""
+  digest = hashlib.blake2b(f'{seed}:{k}'.encode(), digest_size=8).digest()
+  return int.from_bytes(digest, 'little') < eval_fraction * 2.0**64
+
+
+def _serialize(tf, example: examples_lib.Example) -> bytes:
+  feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=getattr(example, k).tolist()))
+             for k in FEATURES}  # lists: 1.5x faster to serialize than numpy arrays
+  # deterministic: map entries in key order, so the bytes are the same in every process
+  return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
+      deterministic=True)
+
+
+def _write_json(path: str, value):
+  """Writes JSON atomically: a temporary name, then a rename."""
+  tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.tmp-{os.getpid()}')
+  with open(tmp, 'w') as f:
+    json.dump(value, f, indent=1)
+  os.replace(tmp, path)
+
+
+def _read_json(path: str):
+  with open(path) as f:
+    return json.load(f)
+
+
+def _counts_path(out_dir: str, shard_file: str) -> str:
+  return os.path.join(out_dir, shard_file[:-len('.tfrecord')] + '.json')
+
+
+class _Shard:
+  """One shard being written: its builder, its writer (to a temporary name) and its counts."""
+
+  def __init__(self, tf, out_dir, settings: Settings, split, index, special, vocab_size):
+    self.tf, self.out_dir, self.split = tf, out_dir, split
+    self.name = settings.file(split, index)
+    self.tmp = os.path.join(out_dir, f'.{self.name}.tmp-{os.getpid()}')
+    self.writer = tf.io.TFRecordWriter(self.tmp)
+    self.builder = examples_lib.ExampleBuilder(settings.max_seq_length, special.cls, special.sep,
+                                               seed=f'{settings.seed}:{split}:{index}')
+    self.counts = np.zeros(vocab_size, np.int64)
+    self.pending: list[np.ndarray] = []
+    self.examples = self.tokens = self.documents = 0
+
+  def add_document(self, sentences: list[list[int]]):
+    self.documents += 1
+    for ids in sentences:
+      self._emit(self.builder.add_sentence(ids))
+    self._emit(self.builder.end_document())
+
+  def _emit(self, example):
+    if example is None:
+      return
+    self.writer.write(_serialize(self.tf, example))
+    n = int(example.input_mask.sum())
+    self.examples += 1
+    self.tokens += n
+    self.pending.append(example.input_ids[:n])
+    if len(self.pending) >= 1024:
+      self._count()
+
+  def _count(self):
+    if self.pending:
+      self.counts += np.bincount(np.concatenate(self.pending), minlength=len(self.counts))
+      self.pending = []
+
+  def finish(self) -> dict:
+    self.writer.close()
+    self._count()
+    path = os.path.join(self.out_dir, self.name)
+    os.replace(self.tmp, path)  # the shard is complete under its own name ...
+    counts = dict(file=self.name, bytes=os.path.getsize(path), examples=self.examples,
+                  tokens=self.tokens, documents=self.documents,
+                  token_counts=self.counts.tolist())
+    _write_json(_counts_path(self.out_dir, self.name), counts)  # ... and now marked done
+    return counts
+
+
+def _format_duration(seconds: float) -> str:
+  seconds = int(seconds)
+  return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m' if seconds >= 3600 else \
+      f'{seconds // 60}m{seconds % 60:02d}s'
+
+
+def write_shards(out_dir: str, settings: Settings, wanted: list[tuple[str, int]],
+                 log: Callable[[str], None] = print, name: str = 'worker',
+                 log_every_s: float = 10.0) -> dict:
+  """Reads the whole source once and writes the `wanted` shards; returns the source's ReadReport.
+
+  Every worker reads every document (to know its index) but tokenizes only its own shards' ones.
+  """
   tf = tensorflow()
-  feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=getattr(example, k)))
-             for k in FEATURES}
-  return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
-
-
-def _tokenized_documents(lines: Iterable[str], tokenizer, is_eval) -> Iterator[tuple[bool, list]]:
-  """Groups lines into documents and tokenizes each in one call: yields (is_eval, sentences)."""
-  doc = []
-  for line in lines:
-    if line:
-      doc.append(line)
-    elif doc:
-      yield is_eval(), tokenizer.encode_batch(doc)
-      doc = []
-  if doc:
-    yield is_eval(), tokenizer.encode_batch(doc)
-
-
-def write_records(lines: Iterable[str], tokenizer, out_dir: str, *, max_seq_length: int,
-                  seed: int = 0, eval_fraction: float = 0.02, num_shards: int = 4,
-                  source: str = '') -> dict:
-  """Builds a complete records folder at `out_dir` (which must not exist yet)."""
-  if os.path.exists(out_dir):
-    raise FileExistsError(f'{out_dir} exists already; remove it or choose another folder')
-  tf = tensorflow()
-  parent = os.path.dirname(os.path.abspath(out_dir))
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix='.records-', dir=parent)
+  tokenizer = tokenizer_lib.load_tokenizer(os.path.join(out_dir, _vocab_file(settings)),
+                                           lower_case=settings.lower_case)
+  source = corpus_lib.Source(settings.source, settings.text_field)
+  shards = {key: _Shard(tf, out_dir, settings, *key, tokenizer.special, tokenizer.vocab_size)
+            for key in wanted}
+  seen = {s: 0 for s in SPLITS}
+  start = last = time.time()
   try:
-    special = tokenizer.special
-    split_rng = random.Random(f'split-{seed}')
-    builders = {'train': examples_lib.ExampleBuilder(max_seq_length, special.cls, special.sep, seed),
-                'eval': examples_lib.ExampleBuilder(max_seq_length, special.cls, special.sep,
-                                                    seed + 1)}
-    shards = {'train': num_shards, 'eval': 1}
-    writers = {s: [tf.io.TFRecordWriter(os.path.join(tmp, shard_name(s, i, n))) for i in range(n)]
-               for s, n in shards.items()}
-    stats = {s: dict(examples=0, tokens=0, documents=0) for s in shards}
-    counts = {s: np.zeros(tokenizer.vocab_size, np.int64) for s in shards}
-
-    def emit(split, example):
-      if example is None:
-        return
-      st = stats[split]
-      writers[split][st['examples'] % shards[split]].write(_serialize(example))
-      st['examples'] += 1
-      n = int(example.input_mask.sum())
-      st['tokens'] += n
-      np.add.at(counts[split], example.input_ids[:n], 1)
-
-    docs = _tokenized_documents(lines, tokenizer, lambda: split_rng.random() < eval_fraction)
-    for is_eval, sentences in docs:
-      split = 'eval' if is_eval else 'train'
-      stats[split]['documents'] += 1
-      for ids in sentences:
-        emit(split, builders[split].add_sentence(ids))
-      emit(split, builders[split].end_document())
-    for ws in writers.values():
-      for w in ws:
-        w.close()
-    if stats['train']['examples'] == 0:
-      raise ValueError(f'the corpus {source!r} holds no text; give a corpus with at least one '
-                       'non-empty line')
-    if stats['eval']['examples'] == 0:
-      raise ValueError(f'no document of the corpus {source!r} went to the held-out split; raise '
-                       '--config.data.eval_fraction or use a corpus with more documents')
-    shutil.copyfile(tokenizer.path, os.path.join(tmp, tokenizer.file_name))
-    metadata = dict(
-        format=1, source=source, seed=seed, max_seq_length=max_seq_length,
-        vocab_file=tokenizer.file_name, vocab_size=tokenizer.vocab_size,
-        vocab_fingerprint=tokenizer.fingerprint,
-        special_ids=special.as_dict(),
-        splits={s: dict(files=[shard_name(s, i, n) for i in range(n)], **stats[s])
-                for s, n in shards.items()},
-        unigram_xent=unigram_cross_entropy(counts['train'], counts['eval'], special))
-    with open(os.path.join(tmp, METADATA), 'w') as f:
-      json.dump(metadata, f, indent=2)
-    os.rename(tmp, out_dir)
-    return metadata
+    for k, doc in enumerate(source.documents()):
+      split = 'eval' if held_out(settings.seed, k, settings.eval_fraction) else 'train'
+      key = (split, seen[split] % settings.count(split))
+      seen[split] += 1
+      shard = shards.get(key)
+      if shard is not None:
+        shard.add_document(tokenizer.encode_batch(doc))
+      if time.time() - last > log_every_s:
+        last = time.time()
+        log(_progress_line(name, source, shards, last - start))
+    done = [shard.finish() for shard in shards.values()]
   finally:
-    shutil.rmtree(tmp, ignore_errors=True)
+    for shard in shards.values():  # after a failure: no temporary file stays behind
+      if os.path.exists(shard.tmp):
+        shard.writer.close()
+        os.remove(shard.tmp)
+  log(_progress_line(name, source, shards, time.time() - start, final=True))
+  return dict(report=dataclasses.asdict(source.report), documents=sum(seen.values()),
+              shards=sorted(d['file'] for d in done))
+
+
+def _progress_line(name, source, shards, elapsed, final=False) -> str:
+  mb = source.report.bytes_done / 1e6
+  examples = sum(s.examples for s in shards.values())
+  line = (f'{name}: {mb:,.1f} MB read, {examples:,} examples written, '
+          f'{mb / max(elapsed, 1e-9):.2f} MB/s')
+  fraction = source.fraction_read()
+  if final:
+    return line + f', done in {_format_duration(elapsed)}'
+  if fraction:
+    line += f', {100 * fraction:.0f}%, ETA {_format_duration(elapsed * (1 - fraction) / fraction)}'
+  return line
+
+
+def _worker(args):
+  out_dir, settings, wanted, name = args
+  return write_shards(out_dir, settings, wanted, log=lambda line: print(line, flush=True),
+                      name=name)
+
+
+def _vocab_file(settings: Settings) -> str:
+  return tokenizer_lib.WordPieceTokenizer.file_name if settings.vocab.endswith('.txt') else VOCAB
+
+
+def _done_shards(out_dir: str, settings: Settings) -> set:
+  """Shards whose counts file exists and whose file has the size it records."""
+  done = set()
+  for split, i in settings.shards():
+    name = settings.file(split, i)
+    counts, path = _counts_path(out_dir, name), os.path.join(out_dir, name)
+    try:
+      if os.path.getsize(path) == _read_json(counts)['bytes']:
+        done.add((split, i))
+    except (OSError, ValueError, KeyError):
+      pass
+  return done
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+  return [f'{k} {old.get(k)!r} -> {new.get(k)!r}' for k in sorted(set(old) | set(new))
+          if old.get(k) != new.get(k)]
+
+
+def prepare(settings: Settings, out_dir: str, *, num_workers: int = 1,
+            log: Callable[[str], None] = print) -> dict:
+  """Builds (or finishes) the records folder `out_dir` for `settings`; returns its metadata."""
+  settings.check()
+  if num_workers < 1:
+    raise ValueError(f'num_workers={num_workers} must be at least 1')
+  plan = dataclasses.asdict(settings)
+  meta_path, plan_path = os.path.join(out_dir, METADATA), os.path.join(out_dir, PLAN)
+  if os.path.exists(plan_path):
+    diffs = _differences(_read_json(plan_path), plan)
+    if diffs:
+      raise ValueError(f'{out_dir} holds records built with other settings ({", ".join(diffs)}); '
+                       'use the same settings to finish or reuse it, or another folder')
+    if os.path.exists(meta_path):
+      log(f'records {out_dir}: complete already')
+      return read_metadata(out_dir)
+  elif os.path.exists(out_dir) and os.listdir(out_dir):
+    raise ValueError(f'{out_dir} exists and is not a records folder; remove it or choose another '
+                     'folder')
+  source = corpus_lib.Source(settings.source, settings.text_field)  # fails early on a bad spec
+  created = not os.path.exists(out_dir)
+  os.makedirs(out_dir, exist_ok=True)
+  try:
+    return _build(settings, source, out_dir, num_workers, log)
+  except ValueError:
+    if created:  # a build this call began and that cannot succeed leaves nothing behind
+      shutil.rmtree(out_dir, ignore_errors=True)
+    raise
+
+
+def _build(settings, source, out_dir, num_workers, log) -> dict:
+  plan_path = os.path.join(out_dir, PLAN)
+  vocab_path = os.path.join(out_dir, _vocab_file(settings))
+  if not os.path.exists(plan_path):
+    if next(iter(source.documents()), None) is None:
+      raise ValueError(f'the corpus {settings.source!r} holds no text; give a corpus with at least '
+                       'one non-empty line')
+    if settings.vocab:
+      tokenizer_lib.load_tokenizer(settings.vocab, lower_case=settings.lower_case)  # readable?
+      shutil.copyfile(settings.vocab, vocab_path + '.tmp')
+      os.replace(vocab_path + '.tmp', vocab_path)
+    else:
+      log(f'training a SentencePiece vocabulary of {settings.vocab_size} entries on '
+          f'{settings.source}')
+      tokenizer_lib.train_sentencepiece(
+          source.lines(), vocab_path, settings.vocab_size, lower_case=settings.lower_case,
+          seed=settings.seed, character_coverage=settings.character_coverage,
+          max_sentences=settings.max_sentences)
+    _write_json(plan_path, dataclasses.asdict(settings))
+  for stale in os.listdir(out_dir):  # temporary files of an interrupted run
+    if stale.startswith('.') and '.tmp-' in stale:
+      os.remove(os.path.join(out_dir, stale))
+
+  missing = [key for key in settings.shards() if key not in _done_shards(out_dir, settings)]
+  total = len(settings.shards())
+  if missing:
+    workers = min(num_workers, len(missing))
+    log(f'writing {len(missing)} of {total} shards to {out_dir} with {workers} worker(s)')
+    tasks = [(out_dir, settings, missing[w::workers], f'worker {w + 1}/{workers}')
+             for w in range(workers)]
+    if workers == 1:
+      results = [write_shards(out_dir, settings, missing, log=log, name='worker 1/1')]
+    else:
+      with multiprocessing.get_context('spawn').Pool(workers) as pool:
+        # The first worker error is raised here, and leaving the block stops the others.
+        results = sorted(pool.imap_unordered(_worker, tasks), key=lambda r: r['shards'])
+    report = corpus_lib.ReadReport(**results[0]['report'])
+    for warning in report.warnings():
+      log(f'warning: corpus {settings.source}: {warning}')
+  return _finish(out_dir, settings, log)
+
+
+def _finish(out_dir: str, settings: Settings, log) -> dict:
+  """All shards done: their counts -> metadata.json (the mark of a complete folder)."""
+  splits, counts = {}, {}
+  for split in SPLITS:
+    parts = [_read_json(_counts_path(out_dir, settings.file(split, i)))
+             for i in range(settings.count(split))]
+    splits[split] = dict(files=[p['file'] for p in parts],
+                         examples_per_file=[p['examples'] for p in parts],
+                         bytes_per_file=[p['bytes'] for p in parts],
+                         **{k: sum(p[k] for p in parts) for k in ('examples', 'tokens',
+                                                                  'documents')})
+    counts[split] = np.sum([p['token_counts'] for p in parts], axis=0)
+  if splits['train']['examples'] == 0:
+    raise ValueError(f'the corpus {settings.source!r} holds no text; give a corpus with at least '
+                     'one non-empty line')
+  if splits['eval']['examples'] == 0:
+    raise ValueError(f'no document of the corpus {settings.source!r} went to the held-out split; '
+                     'raise the eval fraction or use a corpus with more documents')
+  tokenizer = tokenizer_lib.load_tokenizer(os.path.join(out_dir, _vocab_file(settings)),
+                                           lower_case=settings.lower_case)
+  metadata = dict(
+      format=FORMAT, source=settings.source, seed=settings.seed,
+      max_seq_length=settings.max_seq_length, vocab_file=_vocab_file(settings),
+      vocab_size=tokenizer.vocab_size, vocab_fingerprint=tokenizer.fingerprint,
+      special_ids=tokenizer.special.as_dict(), lower_case=settings.lower_case,
+      eval_fraction=settings.eval_fraction, splits=splits,
+      unigram_xent=unigram_cross_entropy(counts['train'], counts['eval'], tokenizer.special))
+  _write_json(os.path.join(out_dir, METADATA), metadata)
+  log(f'records {out_dir}: {splits["train"]["examples"]:,} train / '
+      f'{splits["eval"]["examples"]:,} held-out examples of {settings.max_seq_length} tokens from '
+      f'{splits["train"]["documents"] + splits["eval"]["documents"]:,} documents, unigram baseline '
+      f'{metadata["unigram_xent"]:.3f} nats ({math.exp(metadata["unigram_xent"]):.0f} perplexity)')
+  return metadata
 
 
 def unigram_cross_entropy(train_counts, eval_counts, special) -> float:
   """Mean -log p_unigram(token) over held-out maskable tokens (add-one smoothed train counts)."""
   drop = [special.pad, special.cls, special.sep, special.mask]
-  train = train_counts.astype(np.float64) + 1.0
+  train = np.asarray(train_counts, np.float64) + 1.0
   train[drop] = 0.0
-  ev = eval_counts.astype(np.float64)
+  ev = np.asarray(eval_counts, np.float64).copy()
   ev[drop] = 0.0
   logp = np.log(np.where(train > 0, train / train.sum(), 1.0))
   return float(-(ev * logp).sum() / max(ev.sum(), 1.0))
 
 
 def read_metadata(records_dir: str) -> dict:
+  """The metadata of a complete records folder, or one sentence saying what is wrong with it."""
   path = os.path.join(records_dir, METADATA)
   if not os.path.isfile(path):
-    raise FileNotFoundError(f'{records_dir} is not a records folder (no {METADATA}); build one by '
-                            'leaving data.records empty, or point data.records at a complete one')
-  with open(path) as f:
-    return json.load(f)
-
-
-def prepare(corpus: str, out_dir: str, *, vocab: str, vocab_size: int, lower_case: bool,
-            max_seq_length: int, seed: int, eval_fraction: float, text_field: str = 'text',
-            log=print) -> dict:
-  """Corpus -> (trained or given) vocabulary -> records folder at `out_dir`."""
-  report = corpus_lib.ReadReport()
-  lines = list(corpus_lib.corpus_lines(corpus, report, text_field))
-  for warning in report.warnings():
-    log(f'warning: corpus {corpus}: {warning}')
-  if not any(lines):
-    raise ValueError(f'the corpus {corpus!r} holds no text; give a corpus with at least one '
-                     'non-empty line')
-  log(f'corpus {corpus}: {sum(len(l) + 1 for l in lines) / 1e6:.1f} MB, '
-      f'{sum(1 for l in lines if not l)} documents')
-  os.makedirs(os.path.dirname(os.path.abspath(out_dir)), exist_ok=True)
-  with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out_dir))) as tmp:
-    if vocab:
-      tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case=lower_case)
-    else:
-      log(f'training a SentencePiece vocabulary of {vocab_size} entries')
-      tokenizer = tokenizer_lib.train_sentencepiece(
-          lines, os.path.join(tmp, VOCAB), vocab_size, lower_case=lower_case, seed=seed)
-    meta = write_records(lines, tokenizer, out_dir, max_seq_length=max_seq_length, seed=seed,
-                         eval_fraction=eval_fraction, source=corpus)
-  splits = meta['splits']
-  log(f'records {out_dir}: {splits["train"]["examples"]} train / {splits["eval"]["examples"]} '
-      f'held-out examples of {max_seq_length} tokens, unigram baseline '
-      f'{meta["unigram_xent"]:.3f} nats ({math.exp(meta["unigram_xent"]):.0f} perplexity)')
+    if os.path.isfile(os.path.join(records_dir, PLAN)):
+      settings = Settings(**_read_json(os.path.join(records_dir, PLAN)))
+      done = len(_done_shards(records_dir, settings))
+      raise FileNotFoundError(
+          f'{records_dir} is an unfinished records folder ({done} of '
+          f'{len(settings.shards())} shards written); run the same prepare command again to '
+          'finish it')
+    raise FileNotFoundError(f'{records_dir} is not a records folder (no {METADATA}); build one '
+                            'with launch/prepare_data.py, or leave data.records empty')
+  meta = _read_json(path)
+  if meta.get('format') != FORMAT:
+    raise FileNotFoundError(f'{records_dir} holds records of format {meta.get("format")}, this '
+                            f'version reads format {FORMAT}; rebuild them with '
+                            'launch/prepare_data.py')
   return meta
+
+
+def verify(records_dir: str, meta: dict):
+  """Every shard is present with the size it was written with, and the vocabulary is the one used.
+
+  Catches a shard cut short (a copy interrupted, a disk filled) before training reads it.
+  """
+  for split in SPLITS:
+    s = meta['splits'][split]
+    for name, size in zip(s['files'], s['bytes_per_file']):
+      path = os.path.join(records_dir, name)
+      actual = os.path.getsize(path) if os.path.exists(path) else None
+      if actual != size:
+        state = 'missing' if actual is None else f'{actual:,} bytes instead of {size:,}'
+        raise ValueError(f'the shard {path} is {state}: the records folder is damaged; copy it '
+                         'again or rebuild it with launch/prepare_data.py')
+  vocab = os.path.join(records_dir, meta['vocab_file'])
+  if (not os.path.exists(vocab) or
+      tokenizer_lib.file_fingerprint(vocab) != meta['vocab_fingerprint']):
+    raise ValueError(f'the vocabulary {vocab} is missing or differs from the one the records were '
+                     'tokenized with; restore it or rebuild the records')

@@ -140,10 +140,10 @@ def check_config(config: ml_collections.ConfigDict, mesh):
                     f'{d.max_seq_length}-token sequences; raise it')
   if config.train_steps < 1 or config.log_every < 1:
     raise UserError('train_steps and log_every must be at least 1')
-  if not d.records and d.corpus != 'builtin':
+  if not d.records:
     try:
-      corpus_lib.resolve_files(d.corpus)
-    except FileNotFoundError as e:
+      corpus_lib.Source(d.corpus, d.text_field)  # a glob that matches nothing fails here
+    except (FileNotFoundError, ValueError) as e:
       raise UserError(str(e)) from None
 
 
@@ -193,7 +193,7 @@ def check_same_run(config, workdir: str):
 # ================================================================================================
 
 def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
-  """The records folder of this run, built under <workdir>/data on first use."""
+  """The records folder of this run, built under <workdir>/data on first use (or finished)."""
   d = config.data
   records_dir = d.records or os.path.join(workdir, 'data')
   try:
@@ -204,11 +204,14 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
         raise ValueError(f'the vocabulary {d.vocab} has {size} entries but model.vocab_size is '
                          f'{config.model.vocab_size}; set --config.model.vocab_size={size}')
     if not d.records and not os.path.exists(os.path.join(records_dir, records_lib.METADATA)):
-      records_lib.prepare(d.corpus, records_dir, vocab=d.vocab, vocab_size=config.model.vocab_size,
-                          lower_case=d.lower_case, max_seq_length=d.max_seq_length,
-                          seed=config.seed, eval_fraction=d.eval_fraction,
-                          text_field=d.text_field, log=log)
+      settings = records_lib.Settings(
+          source=d.corpus, text_field=d.text_field, max_seq_length=d.max_seq_length,
+          seed=config.seed, eval_fraction=d.eval_fraction, num_shards=d.num_shards,
+          num_eval_shards=d.num_eval_shards, lower_case=d.lower_case, vocab=d.vocab,
+          vocab_size=config.model.vocab_size)
+      records_lib.prepare(settings, records_dir, log=log)
     meta = records_lib.read_metadata(records_dir)
+    records_lib.verify(records_dir, meta)
   except (ValueError, FileNotFoundError, FileExistsError) as e:
     raise UserError(str(e)) from None
   if meta['vocab_size'] != config.model.vocab_size:
@@ -264,14 +267,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
 
   state = init_fn()
-  start = ckpt.latest_step() or 0
-  if start:
-    state, _ = ckpt.restore(start, state)
-    log(f'resumed from {ckpt.directory}/{start}')
-  total_steps = config.train_steps
   d = config.data
+  local_batch = input_pipeline.local_batch_size(d.batch_size)
+  start, position = ckpt.latest_step() or 0, 0
+  if start:
+    state, ckpt_meta = ckpt.restore(start, state)
+    position = ckpt_meta.get('data_position', start * local_batch)
+    log(f'resumed from {ckpt.directory}/{start} (input stream at example {position:,} of this '
+        'process)')
+  total_steps = config.train_steps
   train_ds = input_pipeline.make_dataset(records_dir, 'train', d.batch_size, seed=config.seed,
-                                         shuffle_buffer=d.shuffle_buffer).skip(start)
+                                         shuffle_buffer=d.shuffle_buffer, position=position)
   eval_ds = input_pipeline.make_dataset(records_dir, 'eval', d.eval_batch_size, shuffle=False)
   batches = input_pipeline.global_batches(train_ds, data_sharding)
 
@@ -314,7 +320,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     if step % config.log_every == 0 or step == total_steps:
       pending, sums = (step, sums), None
     if config.save_every and step % config.save_every == 0 and step != total_steps:
-      ckpt.save(step, state, {'step': step})
+      ckpt.save(step, state, {'step': step, 'data_position': step * local_batch})
     if config.eval_every and step % config.eval_every == 0 and step != total_steps:
       if pending is not None:
         report(*pending)
@@ -323,7 +329,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   if pending is not None:
     report(*pending)
   if start < total_steps or ckpt.latest_step() != total_steps:
-    ckpt.save(total_steps, state, {'step': total_steps})
+    ckpt.save(total_steps, state, {'step': total_steps,
+                                     'data_position': total_steps * local_batch})
   ckpt.close()
 
   values = run_eval(total_steps)

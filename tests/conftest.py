@@ -82,7 +82,7 @@ def records_dir(tmp_path_factory, corpus_file):
   """One records folder (SentencePiece vocab of 96, 32-token examples) shared by the session."""
   out = str(tmp_path_factory.mktemp('records') / 'data')
   c = test_config()
-  records.prepare(corpus_file, out, vocab='', vocab_size=c.model.vocab_size, lower_case=True,
-                  max_seq_length=c.data.max_seq_length, seed=0,
-                  eval_fraction=c.data.eval_fraction, log=lambda *_: None)
+  records.prepare(records.Settings(source=corpus_file, max_seq_length=c.data.max_seq_length,
+                                   eval_fraction=c.data.eval_fraction, num_shards=4,
+                                   vocab_size=c.model.vocab_size), out, log=lambda *_: None)
   return out

@@ -64,8 +64,8 @@ def test_records_report_skipped_and_replaced_input(tmp_path):
   (folder / 'a.txt').write_bytes(text.encode() + b'\nbad \xe9 byte.\n')
   (folder / 'image.png').write_bytes(b'\x89PNG\r\n\x1a\n\0\0\0')
   logged = []
-  records.prepare(str(folder), str(tmp_path / 'data'), vocab='', vocab_size=30, lower_case=True,
-                  max_seq_length=32, seed=0, eval_fraction=0.2, log=logged.append)
+  records.prepare(records.Settings(source=str(folder), max_seq_length=32, eval_fraction=0.2,
+                                   vocab_size=30), str(tmp_path / 'data'), log=logged.append)
   warnings = [l for l in logged if l.startswith('warning:')]
   assert len(warnings) == 2
   assert 'image.png' in warnings[0] and '1 line(s) held bytes that are not UTF-8' in warnings[1]

@@ -1,5 +1,6 @@
 """Corpus -> tokenizer -> examples -> records -> tf.data -> global batches."""
 
+import dataclasses
 import json
 import os
 import random
@@ -161,15 +162,26 @@ def test_pipeline_gives_sharded_deterministic_global_batches(records_dir):
   assert (np.asarray(a['input_ids']) != np.asarray(c['input_ids'])).any()
 
 
-def test_write_records_refuses_an_existing_folder_and_empty_corpus(tmp_path, records_dir):
-  tok = tokenizer_lib.SentencePieceTokenizer(os.path.join(records_dir, records.VOCAB))
-  with pytest.raises(FileExistsError):
-    records.write_records([], tok, records_dir, max_seq_length=32)
+def test_prepare_refuses_a_foreign_folder_an_empty_corpus_and_other_settings(tmp_path,
+                                                                             records_dir):
+  settings = records.Settings(**records._read_json(os.path.join(records_dir, records.PLAN)))
+  (tmp_path / 'busy').mkdir()
+  (tmp_path / 'busy' / 'notes.txt').write_text('mine')
+  with pytest.raises(ValueError, match='exists and is not a records folder'):
+    records.prepare(settings, str(tmp_path / 'busy'), log=lambda *_: None)
+  assert os.listdir(tmp_path / 'busy') == ['notes.txt']
+  (tmp_path / 'empty.txt').write_text('\n\n  \n')
+  empty = records.Settings(source=str(tmp_path / 'empty.txt'), max_seq_length=32)
   with pytest.raises(ValueError, match='holds no text'):
-    records.write_records(['', ''], tok, str(tmp_path / 'r'), max_seq_length=32)
+    records.prepare(empty, str(tmp_path / 'r'), log=lambda *_: None)
   assert not os.path.exists(tmp_path / 'r')
-  assert not [p for p in os.listdir(tmp_path) if p.startswith('.records')]
-  json.dumps(records.read_metadata(records_dir))
+  other = dataclasses.replace(settings, max_seq_length=64)
+  with pytest.raises(ValueError, match=r'other settings \(max_seq_length 32 -> 64\)'):
+    records.prepare(other, records_dir, log=lambda *_: None)
+  logged = []
+  assert records.prepare(settings, records_dir, log=logged.append) == \
+      records.read_metadata(records_dir)
+  assert logged == [f'records {records_dir}: complete already']
 
 
 def test_missing_corpus_fails_early(tmp_path):

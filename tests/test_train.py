@@ -121,7 +121,7 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   lines = []
   train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w1,
                                log=lines.append)
-  assert any('resumed from' in l and l.endswith('/4') for l in lines)
+  assert any('resumed from' in l and '/4 (input stream at example 64 ' in l for l in lines)
   train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w2, log=_quiet)
   restored = []
   for w in (w1, w2):

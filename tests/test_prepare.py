@@ -1,0 +1,219 @@
+"""Records at scale: parallel, deterministic, resumable preparation and a resumable per-process stream."""
+
+import collections
+import dataclasses
+import filecmp
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, WORDS, write_corpus
+from electra_jax import input_pipeline
+from electra_jax import records
+
+
+def _quiet(*_):
+  pass
+
+
+@pytest.fixture(scope='module')
+def mixed_corpus(tmp_path_factory):
+  """Plain, gzipped and JSON-lines files in one folder."""
+  folder = tmp_path_factory.mktemp('mixed')
+  write_corpus(str(folder / 'a.txt'), num_docs=40, seed=1)
+  text = open(write_corpus(str(folder / 'tmp.txt'), num_docs=30, seed=2)).read()
+  os.remove(folder / 'tmp.txt')
+  with gzip.open(folder / 'b.txt.gz', 'wt') as f:
+    f.write(text)
+  with open(folder / 'c.jsonl', 'w') as f:
+    for d in range(30):
+      f.write(json.dumps({'text': ' '.join(WORDS[d:d + 12]).capitalize() + f'. Doc {d} ends.'})
+              + '\n')
+  return str(folder)
+
+
+@pytest.fixture(scope='module')
+def settings(mixed_corpus):
+  return records.Settings(source=mixed_corpus, max_seq_length=32, eval_fraction=0.1, num_shards=5,
+                          num_eval_shards=2, vocab_size=96)
+
+
+@pytest.fixture(scope='module')
+def built(tmp_path_factory, settings):
+  out = str(tmp_path_factory.mktemp('built') / 'records')
+  records.prepare(settings, out, num_workers=1, log=_quiet)
+  return out
+
+
+def _same_folders(a, b):
+  names = sorted(os.listdir(a))
+  assert names == sorted(os.listdir(b))
+  _, mismatch, errors = filecmp.cmpfiles(a, b, names, shallow=False)
+  assert not mismatch and not errors, mismatch
+
+
+def _cli(*args):
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'prepare_data.py'), *args],
+                        capture_output=True, text=True, check=False, cwd=ROOT)
+
+
+def test_the_same_bytes_whatever_the_number_of_workers_and_bad_flags(tmp_path, built, settings):
+  out = str(tmp_path / 'two')
+  same = [f'--corpus={settings.source}', f'--output={out}', '--eval_fraction=0.1',
+          '--num_shards=5', '--num_eval_shards=2', '--vocab_size=96']
+  run = _cli(*same, '--max_seq_length=32', '--num_workers=2')
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert 'writing 7 of 7 shards' in run.stdout and 'worker 2/2:' in run.stdout
+  _same_folders(built, out)
+  for flags, message in [
+      ([f'--output={tmp_path}/x'], 'give exactly one source'),
+      ([f'--corpus={tmp_path}/none*.txt', f'--output={tmp_path}/x'], 'matches no file'),
+      (same + ['--max_seq_length=64'], 'other settings (max_seq_length 32 -> 64)'),
+      ([f'--corpus={settings.source}', f'--output={tmp_path}/x', '--vocab=/no/vocab.txt'],
+       'is not a file')]:
+    run = _cli(*flags)
+    error = [l for l in run.stderr.splitlines() if l.startswith('error:')]
+    assert run.returncode == 2 and len(error) == 1 and message in error[0], run.stderr[-2000:]
+  assert not os.path.exists(tmp_path / 'x')
+  _same_folders(built, out)  # the refused run changed nothing
+
+
+def test_documents_are_split_deterministically_and_counted(built, settings):
+  meta = records.read_metadata(built)
+  s = meta['splits']
+  assert s['train']['documents'] + s['eval']['documents'] == 100
+  expected_eval = sum(records.held_out(0, k, 0.1) for k in range(100))
+  assert s['eval']['documents'] == expected_eval > 0
+  assert len(s['train']['files']) == 5 and len(s['eval']['files']) == 2
+  assert sum(s['train']['examples_per_file']) == s['train']['examples']
+  # Round-robin over documents: train shards differ by at most one document.
+  docs = [records._read_json(os.path.join(built, f[:-9] + '.json'))['documents']
+          for f in s['train']['files']]
+  assert max(docs) - min(docs) <= 1
+  # The hash split holds out about the requested share.
+  share = np.mean([records.held_out(7, k, 0.1) for k in range(20_000)])
+  assert abs(share - 0.1) < 0.007
+
+
+def test_an_interrupted_build_is_finished_with_the_same_bytes(tmp_path, built):
+  partial = str(tmp_path / 'partial')
+  shutil.copytree(built, partial)
+  os.remove(os.path.join(partial, records.METADATA))
+  os.remove(os.path.join(partial, 'train-00001-of-00005.json'))  # written, never marked done
+  with open(os.path.join(partial, 'eval-00000-of-00002.tfrecord'), 'r+b') as f:
+    f.truncate(100)  # cut short under its final name
+  with open(os.path.join(partial, '.train-00003-of-00005.tfrecord.tmp-123'), 'wb') as f:
+    f.write(b'half')  # the temporary file of a killed worker
+  with pytest.raises(FileNotFoundError, match=r'unfinished records folder \(5 of 7 shards '
+                     r'written\); run the same prepare command again'):
+    records.read_metadata(partial)
+  settings = records.Settings(**records._read_json(os.path.join(partial, records.PLAN)))
+  logged = []
+  records.prepare(settings, partial, log=logged.append)
+  assert 'writing 2 of 7 shards' in logged[0]
+  _same_folders(built, partial)
+
+
+def test_a_damaged_shard_or_vocabulary_is_found_before_training(tmp_path, built):
+  broken = str(tmp_path / 'broken')
+  shutil.copytree(built, broken)
+  meta = records.read_metadata(broken)
+  path = os.path.join(broken, 'train-00002-of-00005.tfrecord')
+  size = os.path.getsize(path)
+  with open(path, 'r+b') as f:
+    f.truncate(size // 2)
+  with pytest.raises(ValueError, match=f'is {size // 2:,} bytes instead of {size:,}: the records '
+                     'folder is damaged'):
+    input_pipeline.make_dataset(broken, 'train', 8)
+  shutil.copyfile(os.path.join(built, 'train-00002-of-00005.tfrecord'), path)
+  records.verify(broken, meta)
+  with open(os.path.join(broken, records.VOCAB), 'ab') as f:
+    f.write(b'\0')
+  with pytest.raises(ValueError, match='differs from the one the records were tokenized with'):
+    records.verify(broken, meta)
+
+
+def _examples(dataset, n):
+  """The first n local examples of a dataset of batches, as tuples of ids."""
+  out = []
+  for batch in dataset.as_numpy_iterator():
+    out.extend(tuple(row) for row in batch['input_ids'])
+    if len(out) >= n:
+      return out[:n]
+
+
+def test_processes_read_disjoint_files_that_together_cover_every_example(built):
+  meta = records.read_metadata(built)
+  everything = collections.Counter()
+  tf = records.tensorflow()
+  spec = {'input_ids': tf.io.FixedLenFeature([32], tf.int64)}
+  for f in meta['splits']['train']['files']:
+    for raw in tf.data.TFRecordDataset(os.path.join(built, f)).as_numpy_iterator():
+      everything[tuple(tf.io.parse_single_example(raw, spec)['input_ids'].numpy())] += 1
+  seen, files = collections.Counter(), []
+  for p in range(2):
+    mine, counts = input_pipeline.process_files(meta, 'train', p, 2)
+    files.append(set(mine))
+    ds = input_pipeline.make_dataset(built, 'train', 2, seed=5, shuffle_buffer=64,
+                                     process_index=p, process_count=2, cycle=2)
+    seen.update(_examples(ds, sum(counts)))  # one epoch of this process
+  assert not files[0] & files[1] and len(files[0] | files[1]) == 5
+  assert seen == everything
+  with pytest.raises(ValueError, match='has 5 shard file.s. but 8 processes read it'):
+    input_pipeline.process_files(meta, 'train', 0, 8)
+
+
+@pytest.mark.parametrize('where', [(0, 1), (0, 37), (0.5, 8), (2, 16)])
+def test_resuming_at_a_position_equals_continuing(built, where):
+  make = lambda pos, batch: input_pipeline.make_dataset(
+      built, 'train', batch, seed=3, shuffle_buffer=100, position=pos, cycle=2)
+  epoch = records.read_metadata(built)['splits']['train']['examples']
+  position = int(where[0] * epoch) + where[1]  # in the first group, mid-epoch, in the third epoch
+  whole = _examples(make(0, 1), position + 64)
+  assert _examples(make(position, 1), 64) == whole[position:]
+  if position % 8 == 0:  # batches of 8 after a resume at a step
+    assert _examples(make(position, 8), 64) == whole[position:]
+  other_seed = _examples(input_pipeline.make_dataset(built, 'train', 1, seed=4, shuffle_buffer=100,
+                                                     cycle=2), 64)
+  assert other_seed != whole[:64] and sorted(other_seed) != sorted(whole[:64])
+
+
+def test_each_epoch_is_a_new_order_of_every_example(built):
+  meta = records.read_metadata(built)
+  files, counts = input_pipeline.process_files(meta, 'train', 0, 1)
+  stream = input_pipeline.Stream(files, counts, seed=0, process=0, cycle=2)
+  assert stream.locate(stream.epoch_size * 2 + 3) == (2, 0, 3)
+  n = stream.epoch_size
+  two = _examples(input_pipeline.make_dataset(built, 'train', 1, seed=0, shuffle_buffer=100,
+                                              cycle=2), 2 * n)
+  assert collections.Counter(two[:n]) == collections.Counter(two[n:])
+  assert two[:n] != two[n:]
+  # Shuffled: neighbours in the stream are rarely neighbours in the files.
+  order = _examples(input_pipeline.make_dataset(built, 'train', 1, shuffle=False), n)
+  index = {ex: i for i, ex in enumerate(order)}
+  adjacent = np.mean([abs(index[a] - index[b]) == 1 for a, b in zip(two, two[1:n])])
+  assert adjacent < 0.1
+
+
+def test_a_tfds_dataset_is_one_more_source(tmp_path):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  settings = records.Settings(source='tfds:wikipedia/20230601.en:train', max_seq_length=32,
+                              eval_fraction=0.2, num_shards=2, vocab_size=16)
+  with tfds.testing.mock_data(num_examples=40):
+    meta = records.prepare(settings, str(tmp_path / 'wiki'), log=_quiet)
+    s = meta['splits']
+    assert s['train']['documents'] + s['eval']['documents'] == 40
+    for split in ('train', 'eval'):  # every document gives an example of its own
+      assert s[split]['examples'] >= s[split]['documents'] > 0
+      assert s[split]['tokens'] > 3 * s[split]['examples']
+    assert meta['vocab_size'] == 16 and meta['source'] == settings.source
+    bad = dataclasses.replace(settings, text_field='body')
+    with pytest.raises(ValueError, match=r"has no field 'body' \(it has \['text', 'title'\]\)"):
+      records.prepare(bad, str(tmp_path / 'bad'), log=_quiet)
+    assert not os.path.exists(tmp_path / 'bad')
