@@ -87,3 +87,34 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3) -> dic
           'model_flops_per_step': model_flops, 'paper_flops_per_step': paper_flops,
           'xla_flops_per_step': xla_flops,
           'model_flops_per_s': model_flops / step_s, 'xla_flops_per_s': xla_flops / step_s}
+
+
+def benchmark_input(records_dir: str, batch_size: int, *, batches: int = 50, repeats: int = 3,
+                    seed: int = 0, shuffle_buffer: int = 10_000) -> dict:
+  """Times the input pipeline: records -> shuffled, parsed batches -> global jax.Arrays.
+
+  Each run starts a fresh pipeline at a new position (as a resumed job would), skips its first
+  batch (start-up) and times the next `batches`; the median run is reported.
+  """
+  from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
+  from electra_jax import records  # pylint: disable=import-outside-toplevel
+  meta = records.read_metadata(records_dir)
+  sharding = partitioning.batch_sharding(partitioning.make_mesh())
+  local = input_pipeline.local_batch_size(batch_size)
+  runs = []
+  for r in range(repeats):
+    dataset = input_pipeline.make_dataset(records_dir, 'train', batch_size, seed=seed,
+                                          shuffle_buffer=shuffle_buffer,
+                                          position=r * (batches + 1) * local)
+    it = input_pipeline.global_batches(dataset, sharding)
+    jax.block_until_ready(next(it))
+    t = time.perf_counter()
+    for _ in range(batches):
+      out = next(it)
+    jax.block_until_ready(out)
+    runs.append((time.perf_counter() - t) / batches)
+  batch_s = statistics.median(runs)
+  seq_len = meta['max_seq_length']
+  return {'batch_size': batch_size, 'seq_len': seq_len, 'ms_per_batch': 1e3 * batch_s,
+          'ms_per_batch_runs': [1e3 * r for r in runs], 'examples_per_s': batch_size / batch_s,
+          'tokens_per_s': batch_size * seq_len / batch_s}

@@ -46,6 +46,20 @@ def process_files(meta: dict, split: str, index: int, count: int) -> tuple[list,
   return files, counts
 
 
+def held_out_batches(meta: dict, global_batch: int, wanted: int, count: int | None = None) -> int:
+  """Batches of a held-out evaluation: `wanted`, or fewer where the split is smaller.
+
+  The same number in every process (each must run the same steps), and no example read twice.
+  """
+  count = jax.process_count() if count is None else count
+  local = global_batch // count
+  smallest = min(sum(process_files(meta, 'eval', p, count)[1]) for p in range(count))
+  if smallest < local:
+    raise ValueError(f'the held-out split gives a process {smallest} example(s), fewer than one '
+                     f'batch of {local}; lower data.eval_batch_size or hold out more documents')
+  return min(wanted, smallest // local)
+
+
 class Stream:
   """The plan of one process's endless, shuffled example stream: which groups, in which order."""
 
@@ -88,10 +102,11 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
                  shuffle: bool = True, shuffle_buffer: int = 10_000, position: int = 0,
                  cycle: int = 8, process_index: int | None = None,
                  process_count: int | None = None):
-  """An endless, deterministic tf.data.Dataset of host-local batches of dicts of int32 arrays.
+  """A deterministic tf.data.Dataset of host-local batches of dicts of int32 arrays.
 
-  `position`: examples of this process's stream already consumed (resume point); with
-  `shuffle=False` the files are read in order, from the start (held-out evaluation).
+  With `shuffle` (training) the stream is endless and `position` is the number of examples of this
+  process's stream already consumed (the resume point). Without it (held-out evaluation) the files
+  are read once, in order.
   """
   tf = records.tensorflow()
   meta = records.read_metadata(records_dir)
@@ -119,7 +134,7 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
 
     ds = groups.flat_map(group_examples)
   else:
-    ds = tf.data.TFRecordDataset(files).repeat().skip(position)
+    ds = tf.data.TFRecordDataset(files).skip(position)  # once, in file order
   ds = ds.batch(global_batch // count, drop_remainder=True)
   length = meta['max_seq_length']
   spec = {k: tf.io.FixedLenFeature([length], tf.int64) for k in records.FEATURES}

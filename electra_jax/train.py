@@ -254,6 +254,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   try:
     check_same_run(config, workdir)
     records_dir, meta = prepare_data(config, workdir, log)
+    try:
+      eval_batches = input_pipeline.held_out_batches(meta, config.data.eval_batch_size,
+                                                     config.eval_batches)
+    except ValueError as e:
+      raise UserError(str(e)) from None
   except UserError:
     if not existed and not os.listdir(workdir):
       os.rmdir(workdir)
@@ -303,7 +308,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     writer.write({'split': 'train', 'step': step, **values, **speed})
 
   def run_eval(step):
-    values = evaluate(eval_fn, state.params, eval_ds, data_sharding, config.eval_batches)
+    values = evaluate(eval_fn, state.params, eval_ds, data_sharding, eval_batches)
     log(f'eval step {step} | {metrics_lib.format_line(values)} | unigram baseline '
         f'{baseline:.4f}')
     writer.write({'split': 'eval', 'step': step, 'unigram_baseline': baseline, **values})
@@ -338,7 +343,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
              'checkpoint': os.path.join(ckpt.directory, str(total_steps))}
   with open(os.path.join(workdir, 'summary.json'), 'w') as f:
     json.dump(summary, f, indent=2)
-  log(f'summary (held-out, {config.eval_batches} batches, no dropout): discriminator AUC '
+  log(f'summary (held-out, {eval_batches} batches of {d.eval_batch_size}, no dropout): '
+      f'discriminator AUC '
       f'{values["disc_auc"]:.3f} (chance 0.5), accuracy {values["disc_accuracy"]:.3f}; generator '
       f'MLM loss {values["mlm_loss"]:.3f} nats vs unigram baseline {baseline:.3f}, accuracy '
       f'{values["mlm_accuracy"]:.3f}')

@@ -1,6 +1,10 @@
-"""Time a config's train step: tokens/s, ms/step, model and XLA FLOPs, achieved FLOP/s, MFU.
+"""Time a config's train step (tokens/s, ms/step, FLOPs, MFU) and/or its input pipeline.
 
     python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16
+    python launch/benchmark.py --config=configs/small.py --mode=both   # input vs step, same run
+
+--mode=input reads --records (default: records of the config's sequence length built from the
+built-in corpus in a temporary folder) at the config's global batch.
 """
 
 import json
@@ -18,19 +22,33 @@ _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reported')
 _JSON = flags.DEFINE_string('json', None, 'also write the result to this JSON file')
+_MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both'], 'what to time')
+_RECORDS = flags.DEFINE_string('records', '', 'records folder for --mode=input/both; empty: build '
+                               'one from the built-in corpus in a temporary folder')
+_BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run')
 flags.mark_flags_as_required(['config'])
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
+def _records(config, log) -> str:
+  if _RECORDS.value:
+    return _RECORDS.value
+  import tempfile  # pylint: disable=import-outside-toplevel
+  from electra_jax import records  # pylint: disable=import-outside-toplevel
+  out = os.path.join(tempfile.mkdtemp(prefix='electra_bench_'), 'records')
+  log(f'building records of {config.data.max_seq_length} tokens from the built-in corpus in {out}')
+  records.prepare(records.Settings(source='builtin', max_seq_length=config.data.max_seq_length,
+                                   vocab_size=4096, num_shards=8), out, log=lambda *_: None)
+  return out
+
+
+def _time_step(config) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from electra_jax import benchmark, flops  # pylint: disable=import-outside-toplevel
-  result = benchmark.benchmark(_CONFIG.value, steps=_STEPS.value, repeats=_REPEATS.value)
+  result = benchmark.benchmark(config, steps=_STEPS.value, repeats=_REPEATS.value)
   device = jax.devices()[0]
   peak = flops.peak_flops(device)
   if peak is None and device.platform == 'cpu':
-    dtype = _CONFIG.value.model.dtype
+    dtype = config.model.dtype
     peak = benchmark.measure_matmul_peak(dtype)
     result['peak_source'] = f'measured {dtype} 2048^3 matmul'
   elif peak is not None:
@@ -50,9 +68,41 @@ def main(argv):
         f'{r["xla_flops_per_s"] / 1e9:.1f} GFLOP/s (XLA)' +
         (f' | peak {peak / 1e9:.0f} GFLOP/s ({r["peak_source"]}) | MFU {100 * r["mfu"]:.1f}%'
          if peak else ''))
+  return result
+
+
+def _time_input(config) -> dict:
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  records_dir = _records(config, lambda line: print(line, flush=True))
+  r = benchmark.benchmark_input(records_dir, config.data.batch_size, batches=_BATCHES.value,
+                                repeats=_REPEATS.value, seed=config.seed,
+                                shuffle_buffer=config.data.shuffle_buffer)
+  print(f'input pipeline ({records_dir}): {r["examples_per_s"]:,.0f} examples/s | '
+        f'{r["tokens_per_s"]:,.0f} tokens/s | {r["ms_per_batch"]:.1f} ms per batch of '
+        f'{r["batch_size"]} x {r["seq_len"]} (median of {len(r["ms_per_batch_runs"])} runs: '
+        f'{", ".join(f"{x:.1f}" for x in r["ms_per_batch_runs"])})')
+  return r
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
+  config = _CONFIG.value
+  result = {}
+  try:
+    if _MODE.value in ('input', 'both'):
+      result['input'] = _time_input(config)
+    if _MODE.value in ('step', 'both'):
+      result['step'] = _time_step(config)
+  except (ValueError, FileNotFoundError) as e:
+    raise cli.UserError(str(e)) from None
+  if _MODE.value == 'both':
+    ratio = result['input']['tokens_per_s'] / result['step']['tokens_per_s']
+    result['input_over_step'] = ratio
+    print(f'the input pipeline delivers {ratio:.1f}x the tokens the train step consumes')
   if _JSON.value:
     with open(_JSON.value, 'w') as f:
-      json.dump(result, f, indent=2)
+      json.dump(result if _MODE.value == 'both' else result[_MODE.value], f, indent=2)
 
 
 if __name__ == '__main__':

@@ -18,6 +18,8 @@ from electra_jax import cli  # pylint: disable=wrong-import-position
 
 _CORPUS = flags.DEFINE_string('corpus', 'builtin', "a file, folder or glob of text, or 'builtin'")
 _TEXT_FIELD = flags.DEFINE_string('text_field', 'text', 'the field of .jsonl objects holding text')
+_TFDS = flags.DEFINE_string('tfds', None, 'a TFDS text dataset as NAME[:SPLIT], instead of --corpus')
+_TFDS_FIELD = flags.DEFINE_string('tfds_field', 'text', 'the TFDS feature that holds the text')
 _OUTPUT = flags.DEFINE_string('output', None, 'the .model file to write')
 _VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 30522, 'entries, the five special tokens included')
 _LOWER_CASE = flags.DEFINE_bool('lower_case', True, 'lower-case text in the normalizer')
@@ -40,16 +42,18 @@ def main(argv):
   if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
     raise cli.UserError(f'cannot write {output}: {folder} is not a writable folder')
   try:
-    report = corpus.ReadReport()
-    lines = list(corpus.corpus_lines(_CORPUS.value, report, _TEXT_FIELD.value))
-    for warning in report.warnings():
-      print(f'warning: corpus {_CORPUS.value}: {warning}', flush=True)
-    if not any(lines):
-      raise ValueError(f'the corpus {_CORPUS.value!r} holds no text; give a corpus with at least '
+    if _TFDS.value:
+      source = corpus.Source(f'tfds:{_TFDS.value}', _TFDS_FIELD.value)
+    else:
+      source = corpus.Source(_CORPUS.value, _TEXT_FIELD.value)
+    if next(iter(source.documents()), None) is None:
+      raise ValueError(f'the corpus {source.spec!r} holds no text; give a corpus with at least '
                        'one non-empty line')
-    tok = tokenizer.train_sentencepiece(
-        lines, output, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value, seed=_SEED.value,
+    tok = tokenizer.train_sentencepiece(  # streams the corpus; samples --max_sentences lines
+        source.lines(), output, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value, seed=_SEED.value,
         character_coverage=_COVERAGE.value, max_sentences=_MAX_SENTENCES.value)
+    for warning in source.report.warnings():
+      print(f'warning: corpus {source.spec}: {warning}', flush=True)
   except (ValueError, FileNotFoundError) as e:
     raise cli.UserError(str(e)) from None
   print(f'{output}: {tok.vocab_size} entries, special ids {tok.special.as_dict()}, '

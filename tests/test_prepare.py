@@ -217,3 +217,24 @@ def test_a_tfds_dataset_is_one_more_source(tmp_path):
     with pytest.raises(ValueError, match=r"has no field 'body' \(it has \['text', 'title'\]\)"):
       records.prepare(bad, str(tmp_path / 'bad'), log=_quiet)
     assert not os.path.exists(tmp_path / 'bad')
+
+
+def test_the_input_benchmark_reads_real_batches(built):
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  r = benchmark.benchmark_input(built, 8, batches=4, repeats=2)
+  assert r['seq_len'] == 32 and len(r['ms_per_batch_runs']) == 2
+  assert r['tokens_per_s'] == pytest.approx(r['examples_per_s'] * 32) and r['examples_per_s'] > 0
+
+
+def test_held_out_evaluation_reads_each_example_once_in_every_process_alike(built):
+  meta = records.read_metadata(built)
+  per_file = meta['splits']['eval']['examples_per_file']
+  assert input_pipeline.held_out_batches(meta, 8, 1000, count=1) == sum(per_file) // 8
+  assert input_pipeline.held_out_batches(meta, 8, 1000, count=2) == min(per_file) // 4
+  assert input_pipeline.held_out_batches(meta, 8, 2, count=1) == 2
+  with pytest.raises(ValueError, match='fewer than one batch of'):
+    input_pipeline.held_out_batches(meta, 2 * sum(per_file), 1, count=1)
+  batches = list(input_pipeline.make_dataset(built, 'eval', 8, shuffle=False).as_numpy_iterator())
+  assert len(batches) == sum(per_file) // 8
+  rows = [tuple(r) for b in batches for r in b['input_ids']]
+  assert len(set(rows)) == len(rows)
