@@ -55,8 +55,9 @@ def test_records_built_with_a_wordpiece_vocab(tmp_path):
   vocab = str(tmp_path / 'vocab.txt')
   tokens = write_wordpiece_vocab(vocab)
   out = str(tmp_path / 'data')
-  meta = records.prepare(corpus, out, vocab=vocab, vocab_size=len(tokens), lower_case=True,
-                         max_seq_length=32, seed=0, eval_fraction=0.2, log=lambda *_: None)
+  meta = records.prepare(records.Settings(source=corpus, max_seq_length=32, eval_fraction=0.2,
+                                          vocab=vocab, vocab_size=len(tokens)), out,
+                         log=lambda *_: None)
   assert meta['vocab_file'] == 'vocab.txt' and meta['vocab_size'] == len(tokens)
   assert meta['special_ids'] == {'pad': 0, 'unk': 2, 'cls': 3, 'sep': 4, 'mask': 5}
   assert meta['vocab_fingerprint'] == tokenizer_lib.file_fingerprint(vocab)

@@ -1,6 +1,7 @@
 """The train step across devices, the loop end to end, resume, configs and bad input."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -11,10 +12,12 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from conftest import ROOT, test_config, write_corpus
+from conftest import ROOT, WORDS, test_config, write_corpus
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import partitioning
+from electra_jax import records as records_lib
+from electra_jax import tokenizer as tokenizer_lib
 from electra_jax import train as train_lib
 from electra_jax.benchmark import SPECIAL, synthetic_batch
 
@@ -158,6 +161,31 @@ def test_bad_input_is_refused_and_leaves_nothing(tmp_path, records_dir, override
     train_lib.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
   assert not workdir.exists()
   assert sorted(p.name for p in tmp_path.iterdir()) == ['empty.txt', 'tiny.txt']
+
+
+def test_records_that_are_unfinished_damaged_or_of_another_vocabulary_are_refused(
+    tmp_path, records_dir):
+  copy = tmp_path / 'records'
+  shutil.copytree(records_dir, copy)
+  other_vocab = tmp_path / 'other.model'
+  tokenizer_lib.train_sentencepiece(
+      [' '.join(WORDS[i:] + WORDS[:i]).upper() for i in range(len(WORDS))], str(other_vocab), 96,
+      lower_case=False)
+  shard = copy / 'train-00001-of-00004.tfrecord'
+  cases = [({'data.vocab': str(other_vocab)}, 'tokenized with another vocabulary than'),
+           ({}, 'the records folder is damaged'),
+           ({}, r'unfinished records folder \(4 of 5 shards written\)')]
+  for i, (overrides, message) in enumerate(cases):
+    if i == 1:
+      shard.write_bytes(shard.read_bytes()[:-10])  # cut short, as by an interrupted copy
+    if i == 2:
+      (copy / 'train-00001-of-00004.json').unlink()
+      (copy / records_lib.METADATA).unlink()
+    workdir = tmp_path / f'w{i}'
+    with pytest.raises(UserError, match=message):
+      train_lib.train_and_evaluate(test_config(**{'data.records': str(copy), **overrides}),
+                                   str(workdir), log=_quiet)
+    assert not workdir.exists()
 
 
 def test_unwritable_workdir_and_other_runs_are_refused(tmp_path, records_dir):
