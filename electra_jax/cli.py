@@ -46,4 +46,8 @@ def run(main):
     except UserError as e:
       print(f'error: {e}', file=sys.stderr)
       sys.exit(2)
+    except KeyboardInterrupt:  # what is complete stays; a re-run continues from it
+      print('interrupted: run the same command again to continue from what is complete',
+            file=sys.stderr)
+      sys.exit(130)
   app.run(wrapped, flags_parser=_parse)
