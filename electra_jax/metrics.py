@@ -29,6 +29,8 @@ def summarize(sums) -> dict[str, float]:
     value = np.asarray(value)
     if name == 'auc_histogram':
       out['disc_auc'] = auc_from_histograms(value[0], value[1])
+    elif name.endswith('_steps'):  # a count of steps, not a mean
+      out[name] = float(value[0])
     else:
       out[name] = float(value[0] / value[1]) if value[1] > 0 else float('nan')
   return out

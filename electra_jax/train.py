@@ -43,6 +43,8 @@ class TrainState:
   step: jax.Array
   params: Any
   opt_state: Any
+  nonfinite_steps: jax.Array  # steps whose loss or gradient norm was NaN/Inf (not applied)
+  first_nonfinite: jax.Array  # the first such step, -1 if none
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,19 +81,30 @@ def _keys(seed: int):
 
 def init_state(setup: Setup) -> TrainState:
   params = model_lib.init_params(setup.model_cfg, _keys(setup.seed)[0])
-  return TrainState(jnp.zeros((), jnp.int32), params, setup.tx.init(params))
+  zero = jnp.zeros((), jnp.int32)
+  return TrainState(zero, params, setup.tx.init(params), zero, zero - 1)
 
 
 def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
   """One optimizer step on one global batch: the same function for every objective and mesh."""
   rng = jax.random.fold_in(_keys(setup.seed)[1], state.step)
   grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
-  (_, metrics), grads = grad_fn(state.params, batch, rng)
+  (loss, metrics), grads = grad_fn(state.params, batch, rng)
   updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  metrics['grad_norm'] = objectives.ratio(optax.global_norm(grads), 1.0)
+  grad_norm = optax.global_norm(grads)
+  # NaN/Inf guard, without a host sync: a non-finite step leaves parameters, optimizer state and
+  # metric sums as they were, and is counted; the loop reads the count at log time.
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
+  params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+  metrics = jax.tree.map(lambda m: jnp.where(finite, m, jnp.zeros_like(m)), metrics)
+  metrics['grad_norm'] = objectives.ratio(jnp.where(finite, grad_norm, 0.0), finite)
   metrics['learning_rate'] = objectives.ratio(setup.schedule(state.step), 1.0)
-  return TrainState(state.step + 1, params, opt_state), metrics
+  bad = jnp.logical_not(finite).astype(jnp.int32)
+  metrics['nonfinite_steps'] = objectives.ratio(bad, 1.0)  # summed: a count per log interval
+  first = jnp.where((state.first_nonfinite < 0) & (bad > 0), state.step + 1, state.first_nonfinite)
+  return TrainState(state.step + 1, params, opt_state, state.nonfinite_steps + bad, first), metrics
 
 
 def eval_step(setup: Setup, params, batch: dict, index: jax.Array) -> dict:
@@ -138,6 +151,8 @@ def check_config(config: ml_collections.ConfigDict, mesh):
   if config.objective.max_predictions < 1:
     raise UserError(f'objective.mask_prob={config.objective.mask_prob} selects no token in '
                     f'{d.max_seq_length}-token sequences; raise it')
+  if config.nonfinite not in ('stop', 'skip'):
+    raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
   if config.train_steps < 1 or config.log_every < 1:
     raise UserError('train_steps and log_every must be at least 1')
   if not d.records:
@@ -301,6 +316,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
 
   def report(step, sums):
     values = metrics_lib.summarize(sums)
+    if values['nonfinite_steps']:
+      first = int(jax.device_get(state.first_nonfinite))
+      if config.nonfinite == 'stop':
+        ckpt.close()
+        last = ckpt.latest_step()
+        raise UserError(
+            f'step {first}: the loss or gradient norm is not finite (NaN or Inf); stopped at step '
+            f'{step} without saving, and the last good checkpoint '
+            f'{os.path.join(ckpt.directory, str(last)) if last else "(none yet)"} is intact; '
+            'lower optimizer.learning_rate, or set --config.nonfinite=skip to skip such steps')
+      log(f'warning: skipped {int(values["nonfinite_steps"])} step(s) whose loss or gradient norm '
+          f'was not finite (first at step {first}, {int(jax.device_get(state.nonfinite_steps))} '
+          'in this run so far)')
     speed = progress.update(step)
     values['model_tflops_per_s'] = speed['steps_per_s'] * step_flops / 1e12
     log(f'{metrics_lib.Progress.format(step, total_steps, speed)} | '

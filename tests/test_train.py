@@ -1,5 +1,7 @@
 """The train step across devices, the loop end to end, resume, configs and bad input."""
 
+import dataclasses
+import functools
 import os
 import shutil
 import subprocess
@@ -223,3 +225,60 @@ def test_eval_step_is_deterministic(records_dir):
   for k in a1:
     np.testing.assert_array_equal(a1[k], a2[k])
   assert any((a1[k] != a3[k]).any() for k in a1)
+
+
+def _poisoned_setup(config, bad_steps, build=train_lib.build_setup):
+  """The real setup, with a loss that is NaN at the given (1-based) training steps."""
+  setup = build(config, SPECIAL)
+  train_key = train_lib._keys(config.seed)[1]
+  bad = jnp.stack([jax.random.key_data(jax.random.fold_in(train_key, s - 1)) for s in bad_steps])
+
+  def loss_fn(params, batch, rng, deterministic=False):
+    loss, sums = setup.loss_fn(params, batch, rng, deterministic)
+    hit = jnp.any(jnp.all(bad == jax.random.key_data(rng), axis=-1))
+    return jnp.where(hit, jnp.nan, loss), sums
+
+  return dataclasses.replace(setup, loss_fn=loss_fn)
+
+
+def test_a_nonfinite_step_changes_nothing_and_is_counted():
+  config = test_config()
+  setup = _poisoned_setup(config, [2])
+  step = jax.jit(functools.partial(train_lib.train_step, setup))
+  batch = synthetic_batch(16, 32, 96)
+  state = jax.jit(lambda: train_lib.init_state(setup))()
+  s1, _ = step(state, batch)
+  s2, m2 = step(s1, batch)
+  s3, m3 = step(s2, batch)
+  assert int(s2.step) == 2 and int(s2.nonfinite_steps) == 1 and int(s2.first_nonfinite) == 2
+  for a, b in zip(jax.tree.leaves((s1.params, s1.opt_state)), jax.tree.leaves((s2.params,
+                                                                              s2.opt_state))):
+    np.testing.assert_array_equal(a, b)
+  assert float(m2['nonfinite_steps'][0]) == 1 and float(m3['nonfinite_steps'][0]) == 0
+  assert all(np.isfinite(np.asarray(v)).all() for v in jax.tree.leaves(m2))
+  assert int(s3.nonfinite_steps) == 1 and int(s3.first_nonfinite) == 2
+  changed = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(s2.params),
+                                                       jax.tree.leaves(s3.params))]
+  assert any(changed)  # the next finite step trains again
+
+
+def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir, monkeypatch):
+  real = train_lib.build_setup
+  monkeypatch.setattr(train_lib, 'build_setup',
+                      lambda config, special: _poisoned_setup(config, [3], real))
+  overrides = {'data.records': records_dir, 'train_steps': 6, 'save_every': 2, 'log_every': 2}
+  workdir = str(tmp_path / 'stop')
+  with pytest.raises(UserError, match=r'^step 3: the loss or gradient norm is not finite .* the '
+                     r'last good checkpoint .*/checkpoints/(2|4) is intact'):
+    train_lib.train_and_evaluate(test_config(**overrides), workdir, log=_quiet)
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  last = ckpt.latest_step()
+  target = jax.jit(lambda: train_lib.init_state(real(test_config(**overrides), SPECIAL)))()
+  restored, _ = ckpt.restore(last, target)
+  ckpt.close()
+  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(restored.params))
+  lines = []
+  summary = train_lib.train_and_evaluate(test_config(**overrides, nonfinite='skip'),
+                                         str(tmp_path / 'skip'), log=lines.append)
+  assert summary['step'] == 6 and np.isfinite(summary['eval']['loss'])
+  assert any(l.startswith('warning: skipped 1 step(s)') and 'first at step 3' in l for l in lines)
