@@ -11,6 +11,8 @@ import dataclasses
 import functools
 import json
 import os
+import signal
+import threading
 from typing import Any, Callable
 
 import flax
@@ -203,6 +205,31 @@ def check_same_run(config, workdir: str):
                     'use a new --workdir, or the same config to resume')
 
 
+class _Signals:
+  """SIGTERM/SIGINT -> `received` is set, and the loop saves a checkpoint and returns (preemption).
+
+  A second signal ends the process at once. Installed only in the main thread (Python's rule).
+  """
+
+  def __init__(self, log):
+    self.received, self.log, self.previous = None, log, {}
+    if threading.current_thread() is threading.main_thread():
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        self.previous[sig] = signal.signal(sig, self._handle)
+
+  def _handle(self, signum, frame):
+    del frame
+    if self.received:  # the second one: no checkpoint, out now
+      os._exit(128 + signum)  # pylint: disable=protected-access
+    self.received = signal.Signals(signum).name
+    self.log(f'{self.received} received: saving a checkpoint after this step (again to quit now)')
+
+  def restore(self):
+    for sig, handler in self.previous.items():
+      signal.signal(sig, handler)
+    self.previous = {}
+
+
 # ================================================================================================
 # Data
 # ================================================================================================
@@ -344,27 +371,42 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     return values
 
   sums, pending, values = None, None, {}
-  for step in range(start + 1, total_steps + 1):
-    state, step_sums = train_fn(state, next(batches))
-    sums = step_sums if sums is None else _accumulate(sums, step_sums)
-    if pending is not None:  # read the previous interval's sums now that this step is queued
-      report(*pending)
-      pending = None
-    if step % config.log_every == 0 or step == total_steps:
-      pending, sums = (step, sums), None
-    if config.save_every and step % config.save_every == 0 and step != total_steps:
+  def save(step):
+    if ckpt.latest_step() != step:
       ckpt.save(step, state, {'step': step, 'data_position': step * local_batch})
-    if config.eval_every and step % config.eval_every == 0 and step != total_steps:
-      if pending is not None:
+
+  signals = _Signals(log)
+  try:
+    for step in range(start + 1, total_steps + 1):
+      if signals.received:
+        step -= 1  # the steps done so far
+        if pending is not None:
+          report(*pending)
+        save(step)
+        ckpt.close()
+        log(f'stopped by {signals.received} at step {step}: checkpoint {ckpt.directory}/{step} '
+            'saved; run the same command to resume')
+        return {'step': step, 'preempted': signals.received}
+      state, step_sums = train_fn(state, next(batches))
+      sums = step_sums if sums is None else _accumulate(sums, step_sums)
+      if pending is not None:  # read the previous interval's sums now that this step is queued
         report(*pending)
         pending = None
-      run_eval(step)
-  if pending is not None:
-    report(*pending)
-  if start < total_steps or ckpt.latest_step() != total_steps:
-    ckpt.save(total_steps, state, {'step': total_steps,
-                                     'data_position': total_steps * local_batch})
-  ckpt.close()
+      if step % config.log_every == 0 or step == total_steps:
+        pending, sums = (step, sums), None
+      if config.save_every and step % config.save_every == 0 and step != total_steps:
+        save(step)
+      if config.eval_every and step % config.eval_every == 0 and step != total_steps:
+        if pending is not None:
+          report(*pending)
+          pending = None
+        run_eval(step)
+    if pending is not None:
+      report(*pending)
+    save(total_steps)
+    ckpt.close()
+  finally:
+    signals.restore()
 
   values = run_eval(total_steps)
   summary = {'step': total_steps, 'eval': values, 'unigram_baseline': baseline,

@@ -282,3 +282,39 @@ def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir
                                          str(tmp_path / 'skip'), log=lines.append)
   assert summary['step'] == 6 and np.isfinite(summary['eval']['loss'])
   assert any(l.startswith('warning: skipped 1 step(s)') and 'first at step 3' in l for l in lines)
+
+
+def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_zero(tmp_path, records_dir):
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  config_file = tmp_path / 'long.py'
+  config_file.write_text(
+      'from electra_jax.config import default_config\n'
+      'def get_config():\n'
+      '  c = default_config()\n'
+      '  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=2,\n'
+      '                 max_position_embeddings=32, num_heads=2)\n'
+      '  c.data.update(max_seq_length=32, batch_size=16, shuffle_buffer=100)\n'
+      f'  c.data.records = {records_dir!r}\n'
+      '  c.update(train_steps=1_000_000, log_every=1, eval_batches=1)\n'
+      '  return c\n')
+  workdir = tmp_path / 'w'
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(ROOT, 'launch', 'train.py'), f'--config={config_file}',
+       f'--workdir={workdir}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+      env={**os.environ, 'XLA_FLAGS': '', 'JAX_PLATFORMS': 'cpu'})
+  lines = []
+  for line in proc.stdout:  # wait until it trains
+    lines.append(line)
+    if line.startswith('step 3/'):
+      break
+  assert lines and lines[-1].startswith('step 3/'), ''.join(lines[-20:])
+  sent = time.time()
+  proc.send_signal(signal.SIGTERM)
+  rest, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 0, rest[-3000:]
+  assert time.time() - sent < 30
+  stopped = [l for l in rest.splitlines() if l.startswith('stopped by SIGTERM at step ')]
+  assert len(stopped) == 1, rest[-3000:]
+  step = int(stopped[0].split('at step ')[1].split(':')[0])
+  assert step >= 3 and os.path.isdir(workdir / 'checkpoints' / str(step))
