@@ -33,6 +33,28 @@ class Checkpointer:
         state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     return out['state'], out['meta']
 
+  def restore_latest(self, target_state, log=print):
+    """(step, state, meta) of the newest checkpoint that reads back whole; (0, target, {}) if none.
+
+    Raises ValueError when checkpoints exist but none can be read.
+
+    A damaged checkpoint (a truncated or missing file) is reported and the one before it is used;
+    it is left on disk for inspection and leaves the rotation with the next saves.
+    """
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      try:
+        state, meta = self.restore(step, target_state)
+        return step, state, meta
+      except Exception as e:  # pylint: disable=broad-except
+        reason = ' '.join(str(e).split())[:200]
+        log(f'warning: checkpoint {self.directory}/{step} cannot be read ({type(e).__name__}: '
+            f'{reason}); trying the one before it')
+    if self.manager.all_steps():
+      raise ValueError(f'no checkpoint in {self.directory} can be read (see the warnings above); '
+                       'if the config changed, use the one of the run, else move the folder away '
+                       'to start afresh')
+    return 0, target_state, {}
+
   def close(self):
     self.manager.wait_until_finished()
     self.manager.close()

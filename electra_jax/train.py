@@ -316,9 +316,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   state = init_fn()
   d = config.data
   local_batch = input_pipeline.local_batch_size(d.batch_size)
-  start, position = ckpt.latest_step() or 0, 0
+  try:
+    start, state, ckpt_meta = ckpt.restore_latest(state, log)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  position = 0
   if start:
-    state, ckpt_meta = ckpt.restore(start, state)
     position = ckpt_meta.get('data_position', start * local_batch)
     log(f'resumed from {ckpt.directory}/{start} (input stream at example {position:,} of this '
         'process)')

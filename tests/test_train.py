@@ -318,3 +318,25 @@ def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_zero(tmp_path,
   assert len(stopped) == 1, rest[-3000:]
   step = int(stopped[0].split('at step ')[1].split(':')[0])
   assert step >= 3 and os.path.isdir(workdir / 'checkpoints' / str(step))
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, records_dir):
+  overrides = {'data.records': records_dir, 'save_every': 2}
+  workdir = tmp_path / 'w'
+  train_lib.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)  # saves 2, 4
+  for p in (workdir / 'checkpoints' / '4' / 'state').rglob('*'):  # as a full disk would leave them
+    if p.is_file() and p.stat().st_size > 1024:
+      p.write_bytes(p.read_bytes()[:p.stat().st_size // 2])
+  lines = []
+  summary = train_lib.train_and_evaluate(test_config(**overrides, train_steps=6), str(workdir),
+                                         log=lines.append)
+  warnings = [l for l in lines if l.startswith('warning: checkpoint')]
+  assert len(warnings) == 1 and '/checkpoints/4 cannot be read' in warnings[0], lines
+  assert any(l.startswith('resumed from') and '/checkpoints/2 ' in l for l in lines)
+  assert summary['step'] == 6
+  for step in (2, 6):  # nothing readable left: refused, nothing restarted from scratch
+    for p in (workdir / 'checkpoints' / str(step) / 'state').rglob('*'):
+      if p.is_file() and p.stat().st_size > 1024:
+        p.write_bytes(b'')
+  with pytest.raises(UserError, match='no checkpoint in .* can be read'):
+    train_lib.train_and_evaluate(test_config(**overrides, train_steps=8), str(workdir), log=_quiet)
