@@ -87,6 +87,32 @@ class JsonlWriter:
       f.write(json.dumps(record) + '\n')
 
 
+class TensorBoardWriter:
+  """Scalars as TensorBoard event files (`tensorboard --logdir <workdir>/tensorboard`)."""
+
+  def __init__(self, logdir: str):
+    from electra_jax import records  # pylint: disable=import-outside-toplevel
+    from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
+    self.tf = records.tensorflow()
+    self.writer = self.tf.summary.create_file_writer(logdir)
+    # TensorFlow's own summary op with the scalars plugin's tag: TensorBoard shows these as
+    # scalars, and writing them needs no TensorBoard install.
+    self.metadata = summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name='scalars'),
+        data_class=summary_pb2.DATA_CLASS_SCALAR)
+
+  def write(self, step: int, values: dict, prefix: str):
+    with self.writer.as_default(step=step):
+      for name, value in values.items():
+        if isinstance(value, (int, float)) and math.isfinite(value):
+          self.tf.summary.write(f'{prefix}/{name}', self.tf.constant(value, self.tf.float32),
+                                metadata=self.metadata)
+    self.writer.flush()
+
+  def close(self):
+    self.writer.close()
+
+
 def read_jsonl(path: str) -> list[dict]:
   if not os.path.exists(path):
     return []

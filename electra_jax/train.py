@@ -323,6 +323,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   position = 0
   if start:
     position = ckpt_meta.get('data_position', start * local_batch)
+    if ckpt_meta.get('vocab_fingerprint', meta['vocab_fingerprint']) != meta['vocab_fingerprint']:
+      raise UserError(f'the checkpoint {ckpt.directory}/{start} was trained on records of another '
+                      f'vocabulary than {records_dir}; point data.records at the records of the '
+                      'run, or use a new --workdir')
     log(f'resumed from {ckpt.directory}/{start} (input stream at example {position:,} of this '
         'process)')
   total_steps = config.train_steps
@@ -340,6 +344,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
       f'steps {start} -> {total_steps}')
 
   writer = metrics_lib.JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
+  board = metrics_lib.TensorBoardWriter(os.path.join(workdir, 'tensorboard'))
+  peak = flops_lib.peak_flops(jax.devices()[0])  # datasheet peak of TPUs/GPUs; None on CPUs
   baseline = meta['unigram_xent']
   progress = metrics_lib.Progress(start, total_steps, tokens_per_step)
   plot_path = os.path.join(workdir, 'curves.png')
@@ -363,20 +369,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     values['model_tflops_per_s'] = speed['steps_per_s'] * step_flops / 1e12
     log(f'{metrics_lib.Progress.format(step, total_steps, speed)} | '
         f'{metrics_lib.format_line(values)}')
+    if peak:
+      values['mfu'] = values['model_tflops_per_s'] * 1e12 / (peak * mesh.devices.size)
     writer.write({'split': 'train', 'step': step, **values, **speed})
+    board.write(step, {**values, **speed}, 'train')
 
   def run_eval(step):
     values = evaluate(eval_fn, state.params, eval_ds, data_sharding, eval_batches)
     log(f'eval step {step} | {metrics_lib.format_line(values)} | unigram baseline '
         f'{baseline:.4f}')
     writer.write({'split': 'eval', 'step': step, 'unigram_baseline': baseline, **values})
+    board.write(step, {'unigram_baseline': baseline, **values}, 'eval')
     metrics_lib.plot_curves(metrics_lib.read_jsonl(writer.path), plot_path)
     return values
 
   sums, pending, values = None, None, {}
   def save(step):
     if ckpt.latest_step() != step:
-      ckpt.save(step, state, {'step': step, 'data_position': step * local_batch})
+      ckpt.save(step, state, {'step': step, 'data_position': step * local_batch,
+                              'vocab_fingerprint': meta['vocab_fingerprint'],
+                              'config': json.loads(config.to_json())})
 
   signals = _Signals(log)
   try:
@@ -387,6 +399,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
           report(*pending)
         save(step)
         ckpt.close()
+        board.close()
         log(f'stopped by {signals.received} at step {step}: checkpoint {ckpt.directory}/{step} '
             'saved; run the same command to resume')
         return {'step': step, 'preempted': signals.received}
@@ -412,6 +425,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     signals.restore()
 
   values = run_eval(total_steps)
+  board.close()
   summary = {'step': total_steps, 'eval': values, 'unigram_baseline': baseline,
              'checkpoint': os.path.join(ckpt.directory, str(total_steps))}
   with open(os.path.join(workdir, 'summary.json'), 'w') as f:

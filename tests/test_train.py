@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -121,6 +122,18 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   s = train_lib.train_and_evaluate(_small_run_config(corpus_file), w1, log=_quiet)
   for name in ('config.json', 'metrics.jsonl', 'curves.png', 'summary.json'):
     assert os.path.getsize(os.path.join(w1, name)) > 0, name
+  tf = records_lib.tensorflow()
+  board = {}
+  for path in tf.io.gfile.glob(os.path.join(w1, 'tensorboard', 'events.out.tfevents.*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for v in event.summary.value:
+        board[(v.tag, event.step)] = float(tf.make_ndarray(v.tensor))
+  jsonl = [json.loads(l) for l in open(os.path.join(w1, 'metrics.jsonl'))]
+  for record in jsonl:  # every logged value is in TensorBoard too, at its step
+    for key in ('loss', 'mlm_loss', 'disc_auc', 'learning_rate', 'grad_norm', 'tokens_per_s'):
+      if key in record:
+        assert board[(f'{record["split"]}/{key}', record['step'])] == pytest.approx(record[key])
+  assert ('eval/disc_auc', 4) in board and ('train/grad_norm', 2) in board
   assert s['step'] == 4 and 0 <= s['eval']['disc_auc'] <= 1
   assert os.path.isdir(os.path.join(w1, 'checkpoints', '4'))
   lines = []
@@ -340,3 +353,30 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, reco
         p.write_bytes(b'')
   with pytest.raises(UserError, match='no checkpoint in .* can be read'):
     train_lib.train_and_evaluate(test_config(**overrides, train_steps=8), str(workdir), log=_quiet)
+
+
+def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
+    tmp_path, records_dir, corpus_file):
+  records_copy = tmp_path / 'records'
+  shutil.copytree(records_dir, records_copy)
+  overrides = {'data.records': str(records_copy), 'train_steps': 2}
+  workdir = tmp_path / 'w'
+  train_lib.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  _, _, saved = ckpt.restore_latest(jax.jit(lambda: train_lib.init_state(
+      train_lib.build_setup(test_config(**overrides), SPECIAL)))(), log=_quiet)
+  ckpt.close()
+  assert saved['vocab_fingerprint'] == records_lib.read_metadata(records_dir)['vocab_fingerprint']
+  assert saved['config'] == json.loads(test_config(**overrides).to_json())
+  # The same path now holds records of another vocabulary of the same size.
+  other_vocab = tmp_path / 'other.model'
+  tokenizer_lib.train_sentencepiece(
+      [' '.join(WORDS[i:] + WORDS[:i]).upper() for i in range(len(WORDS))], str(other_vocab), 96,
+      lower_case=False)
+  shutil.rmtree(records_copy)
+  records_lib.prepare(records_lib.Settings(source=corpus_file, max_seq_length=32,
+                                           eval_fraction=0.2, vocab=str(other_vocab)),
+                      str(records_copy), log=_quiet)
+  with pytest.raises(UserError, match='was trained on records of another vocabulary'):
+    train_lib.train_and_evaluate(test_config(**{**overrides, 'train_steps': 4}), str(workdir),
+                                 log=_quiet)
