@@ -297,11 +297,10 @@ def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir
   assert any(l.startswith('warning: skipped 1 step(s)') and 'first at step 3' in l for l in lines)
 
 
-def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_zero(tmp_path, records_dir):
-  import signal  # pylint: disable=import-outside-toplevel
-  import time  # pylint: disable=import-outside-toplevel
-  config_file = tmp_path / 'long.py'
-  config_file.write_text(
+def _config_file(tmp_path, records_dir, **fields):
+  """A config file for launch/train.py: the test model on `records_dir`, with `fields` set."""
+  path = tmp_path / 'run_config.py'
+  path.write_text(
       'from electra_jax.config import default_config\n'
       'def get_config():\n'
       '  c = default_config()\n'
@@ -309,19 +308,47 @@ def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_zero(tmp_path,
       '                 max_position_embeddings=32, num_heads=2)\n'
       '  c.data.update(max_seq_length=32, batch_size=16, shuffle_buffer=100)\n'
       f'  c.data.records = {records_dir!r}\n'
-      '  c.update(train_steps=1_000_000, log_every=1, eval_batches=1)\n'
+      '  c.update(log_every=1, eval_batches=1)\n'
+      f'  c.update(**{fields!r})\n'
       '  return c\n')
-  workdir = tmp_path / 'w'
-  proc = subprocess.Popen(
-      [sys.executable, os.path.join(ROOT, 'launch', 'train.py'), f'--config={config_file}',
-       f'--workdir={workdir}'], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-      env={**os.environ, 'XLA_FLAGS': '', 'JAX_PLATFORMS': 'cpu'})
+  return path
+
+
+def _launch(config_file, workdir):
+  return [sys.executable, os.path.join(ROOT, 'launch', 'train.py'), f'--config={config_file}',
+          f'--workdir={workdir}']
+
+
+# Child processes share the session's compilation cache (each would otherwise compile afresh).
+_CHILD_ENV = {**os.environ, 'JAX_COMPILATION_CACHE_DIR': jax.config.jax_compilation_cache_dir,
+              'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
+
+
+def _load_config(path):
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location('run_config', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+def _wait_for_step(proc, step):
   lines = []
   for line in proc.stdout:  # wait until it trains
     lines.append(line)
-    if line.startswith('step 3/'):
-      break
-  assert lines and lines[-1].startswith('step 3/'), ''.join(lines[-20:])
+    if line.startswith(f'step {step}/'):
+      return lines
+  raise AssertionError(''.join(lines[-20:]))
+
+
+def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_zero(tmp_path, records_dir):
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000)
+  workdir = tmp_path / 'w'
+  proc = subprocess.Popen(_launch(config_file, workdir), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=_CHILD_ENV)
+  _wait_for_step(proc, 3)
   sent = time.time()
   proc.send_signal(signal.SIGTERM)
   rest, _ = proc.communicate(timeout=120)
@@ -380,3 +407,33 @@ def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
   with pytest.raises(UserError, match='was trained on records of another vocabulary'):
     train_lib.train_and_evaluate(test_config(**{**overrides, 'train_steps': 4}), str(workdir),
                                  log=_quiet)
+
+
+def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, records_dir):
+  import random  # pylint: disable=import-outside-toplevel
+  config_file = _config_file(tmp_path, records_dir, train_steps=12, save_every=2)
+  kill_at = random.randint(3, 10)
+  killed, straight = tmp_path / 'killed', tmp_path / 'straight'
+  proc = subprocess.Popen(_launch(config_file, killed), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=_CHILD_ENV)
+  _wait_for_step(proc, kill_at)
+  proc.kill()  # SIGKILL: no handler, no last save
+  proc.wait()
+  for workdir in (killed, straight):
+    run = subprocess.run(_launch(config_file, workdir), capture_output=True, text=True,
+                         check=False, env=_CHILD_ENV)
+    assert run.returncode == 0, run.stderr[-3000:]
+    if workdir == killed:
+      resumed = [l for l in run.stdout.splitlines() if l.startswith('resumed from')]
+      assert len(resumed) == 1, (kill_at, run.stdout[-3000:])
+      step = int(resumed[0].split('/checkpoints/')[1].split()[0])
+      assert kill_at - 2 * 2 <= step <= kill_at + 1, (kill_at, step)  # at most 2 intervals lost
+  states = []
+  for workdir in (killed, straight):
+    ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+    setup = train_lib.build_setup(_load_config(config_file), SPECIAL)
+    target = jax.jit(lambda: train_lib.init_state(setup))()
+    states.append(ckpt.restore(12, target)[0])
+    ckpt.close()
+  for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
+    np.testing.assert_array_equal(a, b, err_msg=f'killed at step {kill_at}')
