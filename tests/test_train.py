@@ -437,3 +437,26 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
     ckpt.close()
   for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
     np.testing.assert_array_equal(a, b, err_msg=f'killed at step {kill_at}')
+
+
+def test_a_checkpoint_saved_on_eight_devices_restores_on_one(tmp_path):
+  setup = train_lib.build_setup(test_config(), SPECIAL)
+  mesh8 = partitioning.make_mesh()
+  mesh1 = partitioning.make_mesh(jax.devices()[:1])
+  init8, train8, _ = train_lib.compile_steps(setup, mesh8)
+  batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh8))
+           for k, v in synthetic_batch(16, 32, 96).items()}
+  state, _ = train8(init8(), batch)
+  expected = jax.device_get(state)
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  ckpt.save(1, state, {'step': 1})
+  ckpt.close()
+  init1, _, _ = train_lib.compile_steps(setup, mesh1)
+  target = init1()
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  restored, _ = ckpt.restore(1, target)
+  ckpt.close()
+  assert len(mesh8.devices.flat) == 8
+  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(expected)):
+    assert a.sharding.device_set == {jax.devices()[0]}
+    np.testing.assert_array_equal(a, b)
