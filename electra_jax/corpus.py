@@ -314,6 +314,12 @@ class Source:
     if doc:
       yield doc
 
+  def require_text(self):
+    """Fails with one sentence when the source holds no document (reads up to the first one)."""
+    if next(iter(self.documents()), None) is None:
+      raise ValueError(f'the corpus {self.spec!r} holds no text; give a corpus with at least one '
+                       'non-empty line')
+
   def lines(self) -> Iterator[str]:
     """Sentences, with '' after each document."""
     for doc in self.documents():

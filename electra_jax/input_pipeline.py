@@ -24,8 +24,8 @@ import numpy as np
 from electra_jax import records
 
 
-def local_batch_size(global_batch: int) -> int:
-  n = jax.process_count()
+def local_batch_size(global_batch: int, process_count: int | None = None) -> int:
+  n = jax.process_count() if process_count is None else process_count
   if global_batch % n:
     raise ValueError(f'the batch size {global_batch} does not divide among {n} processes; '
                      f'use a multiple of {n}')
@@ -52,7 +52,7 @@ def held_out_batches(meta: dict, global_batch: int, wanted: int, count: int | No
   The same number in every process (each must run the same steps), and no example read twice.
   """
   count = jax.process_count() if count is None else count
-  local = global_batch // count
+  local = local_batch_size(global_batch, count)
   smallest = min(sum(process_files(meta, 'eval', p, count)[1]) for p in range(count))
   if smallest < local:
     raise ValueError(f'the held-out split gives a process {smallest} example(s), fewer than one '
@@ -115,9 +115,7 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
   count = jax.process_count() if process_count is None else process_count
   files, counts = process_files(meta, split, index, count)
   files = [os.path.join(records_dir, f) for f in files]
-  if global_batch % count:
-    raise ValueError(f'the batch size {global_batch} does not divide among {count} processes; '
-                     f'use a multiple of {count}')
+  local_batch = local_batch_size(global_batch, count)
   if shuffle:
     stream = Stream(files, counts, seed, index, cycle)
     width = stream.cycle
@@ -135,7 +133,7 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
     ds = groups.flat_map(group_examples)
   else:
     ds = tf.data.TFRecordDataset(files).skip(position)  # once, in file order
-  ds = ds.batch(global_batch // count, drop_remainder=True)
+  ds = ds.batch(local_batch, drop_remainder=True)
   length = meta['max_seq_length']
   spec = {k: tf.io.FixedLenFeature([length], tf.int64) for k in records.FEATURES}
 

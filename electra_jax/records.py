@@ -304,9 +304,7 @@ def _build(settings, source, out_dir, num_workers, log) -> dict:
   plan_path = os.path.join(out_dir, PLAN)
   vocab_path = os.path.join(out_dir, _vocab_file(settings))
   if not os.path.exists(plan_path):
-    if next(iter(source.documents()), None) is None:
-      raise ValueError(f'the corpus {settings.source!r} holds no text; give a corpus with at least '
-                       'one non-empty line')
+    source.require_text()
     if settings.vocab:
       tokenizer_lib.load_tokenizer(settings.vocab, lower_case=settings.lower_case)  # readable?
       shutil.copyfile(settings.vocab, vocab_path + '.tmp')

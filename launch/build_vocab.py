@@ -46,9 +46,7 @@ def main(argv):
       source = corpus.Source(f'tfds:{_TFDS.value}', _TFDS_FIELD.value)
     else:
       source = corpus.Source(_CORPUS.value, _TEXT_FIELD.value)
-    if next(iter(source.documents()), None) is None:
-      raise ValueError(f'the corpus {source.spec!r} holds no text; give a corpus with at least '
-                       'one non-empty line')
+    source.require_text()
     tok = tokenizer.train_sentencepiece(  # streams the corpus; samples --max_sentences lines
         source.lines(), output, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value, seed=_SEED.value,
         character_coverage=_COVERAGE.value, max_sentences=_MAX_SENTENCES.value)
