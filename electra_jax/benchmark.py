@@ -118,3 +118,29 @@ def benchmark_input(records_dir: str, batch_size: int, *, batches: int = 50, rep
   return {'batch_size': batch_size, 'seq_len': seq_len, 'ms_per_batch': 1e3 * batch_s,
           'ms_per_batch_runs': [1e3 * r for r in runs], 'examples_per_s': batch_size / batch_s,
           'tokens_per_s': batch_size * seq_len / batch_s}
+
+
+def benchmark_checkpoint(config, directory: str, repeats: int = 3) -> dict:
+  """Times checkpoint saves of the config's full train state: how long `save` holds the loop
+  (copying the arrays off the devices) and how long until the files are complete (background)."""
+  from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
+  mesh = partitioning.make_mesh()
+  init_fn, _, _ = train_lib.compile_steps(train_lib.build_setup(config, SPECIAL), mesh)
+  state = jax.block_until_ready(init_fn())
+  ckpt = checkpoint_lib.Checkpointer(directory, keep=1)
+  blocking, total = [], []
+  for step in range(1, repeats + 1):
+    t = time.perf_counter()
+    ckpt.save(step, state, {'step': step})
+    blocking.append(time.perf_counter() - t)
+    ckpt.manager.wait_until_finished()
+    total.append(time.perf_counter() - t)
+  t = time.perf_counter()
+  ckpt.restore(repeats, state)
+  restore_s = time.perf_counter() - t
+  ckpt.close()
+  size = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+  return {'state_mb': size / 1e6, 'save_blocking_ms': 1e3 * statistics.median(blocking),
+          'save_total_ms': 1e3 * statistics.median(total), 'restore_ms': 1e3 * restore_s,
+          'save_blocking_ms_runs': [1e3 * x for x in blocking],
+          'save_total_ms_runs': [1e3 * x for x in total]}

@@ -1,30 +1,114 @@
 """Checkpoints through Orbax: the train state plus a small JSON of facts about the run.
 
-Each step is written to a temporary directory and renamed when complete (Orbax's atomicity), so a
-crash never leaves a checkpoint that looks finished.
+Saves are asynchronous: `save` returns once the arrays are copied off the devices, and the files are
+written in a background thread while training goes on. Each step is written to a temporary directory
+and renamed when complete (Orbax's atomicity), so a crash never leaves a checkpoint that looks
+finished. The last `keep` checkpoints are kept, plus, when `best_metric` names an evaluation metric,
+the one with its best value (checkpoints saved with evaluation metrics carry them).
 """
 
+import math
 import os
 
 import jax
 import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
+
+
+class ShapeMismatch(ValueError):
+  """The checkpoint holds a model of other shapes than the one it is restored into."""
+
+
+def _flat_shapes(tree) -> dict[str, tuple]:
+  def name(key):
+    for attr in ('key', 'name', 'idx'):
+      if hasattr(key, attr):
+        return str(getattr(key, attr))
+    return str(key)
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {'/'.join(name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def describe_mismatch(saved: dict, wanted: dict, limit: int = 3) -> str:
+  """The first `limit` differences between two {name: shape} maps, in words."""
+  diffs = []
+  for key in sorted(set(saved) | set(wanted)):
+    if key not in wanted:
+      diffs.append(f'{key} only in the checkpoint')
+    elif key not in saved:
+      diffs.append(f'{key} not in the checkpoint')
+    elif saved[key] != wanted[key]:
+      diffs.append(f'{key} {saved[key]} in the checkpoint, {wanted[key]} in this config')
+  more = f' and {len(diffs) - limit} more' if len(diffs) > limit else ''
+  return '; '.join(diffs[:limit]) + more
 
 
 class Checkpointer:
   """Saves and restores {state, meta} under `<workdir>/checkpoints/<step>`."""
 
-  def __init__(self, directory: str, max_to_keep: int = 3):
+  def __init__(self, directory: str, keep: int = 3, best_metric: str = '',
+               best_mode: str = 'max'):
     self.directory = os.path.abspath(directory)
+    self.best_metric = best_metric
+    policy = policies.LatestN(n=keep)
+    best_fn = None
+    if best_metric:
+      best_fn = lambda metrics: metrics[best_metric]
+      policy = policies.AnyPreservationPolicy([policy, policies.BestN(
+          get_metric_fn=best_fn, reverse=best_mode == 'min', n=1,
+          keep_checkpoints_without_metrics=False)])
+    registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+    for name, save, restore, handler in (
+        ('state', ocp.args.StandardSave, ocp.args.StandardRestore, ocp.StandardCheckpointHandler),
+        ('meta', ocp.args.JsonSave, ocp.args.JsonRestore, ocp.JsonCheckpointHandler)):
+      handler = handler()  # one handler per item, both directions (metadata reads need it)
+      registry.add(name, save, handler)
+      registry.add(name, restore, handler)
     self.manager = ocp.CheckpointManager(
-        self.directory, item_names=('state', 'meta'),
-        options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True))
+        self.directory, handler_registry=registry,
+        options=ocp.CheckpointManagerOptions(
+            preservation_policy=policy, best_fn=best_fn, best_mode=best_mode, create=True,
+            enable_async_checkpointing=True))
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
-  def save(self, step: int, state, meta: dict):
+  def best_step(self) -> int | None:
+    """The step of the best checkpoint by `best_metric` (None without one)."""
+    if not self.best_metric:
+      return None
+    self.manager.wait_until_finished()
+    return self.manager.best_step()
+
+  def all_steps(self) -> list[int]:
+    return list(self.manager.all_steps())
+
+  def save(self, step: int, state, meta: dict, metrics: dict | None = None):
+    """Starts an asynchronous save; `metrics` (evaluation values) rank it for `best_metric`."""
+    if metrics is not None and self.best_metric:
+      metrics = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
+    if not self.best_metric or not metrics or self.best_metric not in metrics:
+      metrics = None  # not ranked: kept while among the latest only
     self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                    meta=ocp.args.JsonSave(meta)))
+                                                    meta=ocp.args.JsonSave(meta)),
+                      metrics=metrics)
+
+  def reached_preemption(self, step: int) -> bool:
+    """True at the step all processes agreed to stop at after a preemption notice (multi-host)."""
+    return self.manager.reached_preemption(step)
+
+  def check_shapes(self, step: int, target_state):
+    """Raises ShapeMismatch when checkpoint `step` holds parameters of other names or shapes."""
+    try:
+      saved = _flat_shapes(self.manager.item_metadata(step)['state'].tree['params'])
+    except Exception:  # pylint: disable=broad-except
+      return  # metadata that cannot be read: the restore reports the checkpoint as damaged
+    wanted = _flat_shapes(target_state.params)
+    if saved != wanted:
+      raise ShapeMismatch(
+          f'the checkpoint {self.directory}/{step} holds a model of other shapes than this config '
+          f'({describe_mismatch(saved, wanted)}); run with the config of that run, or use a new '
+          '--workdir')
 
   def restore(self, step: int, target_state):
     """Restores onto `target_state`'s structure, shapes, dtypes and shardings."""
@@ -36,12 +120,14 @@ class Checkpointer:
   def restore_latest(self, target_state, log=print):
     """(step, state, meta) of the newest checkpoint that reads back whole; (0, target, {}) if none.
 
-    Raises ValueError when checkpoints exist but none can be read.
+    Raises ShapeMismatch when a checkpoint holds a model of other shapes, and ValueError when
+    checkpoints exist but none can be read.
 
     A damaged checkpoint (a truncated or missing file) is reported and the one before it is used;
     it is left on disk for inspection and leaves the rotation with the next saves.
     """
     for step in sorted(self.manager.all_steps(), reverse=True):
+      self.check_shapes(step, target_state)
       try:
         state, meta = self.restore(step, target_state)
         return step, state, meta
@@ -51,8 +137,7 @@ class Checkpointer:
             f'{reason}); trying the one before it')
     if self.manager.all_steps():
       raise ValueError(f'no checkpoint in {self.directory} can be read (see the warnings above); '
-                       'if the config changed, use the one of the run, else move the folder away '
-                       'to start afresh')
+                       'move the folder away to start afresh')
     return 0, target_state, {}
 
   def close(self):

@@ -17,6 +17,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.eval_every = 0  # steps between held-out evaluations; 0: only at the end
   c.eval_batches = 20  # batches per held-out evaluation
   c.save_every = 0  # steps between checkpoints; 0: only at the end
+  c.keep_checkpoints = 3  # the latest checkpoints kept on disk
+  c.keep_best = ''  # a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it
   c.nonfinite = 'stop'  # a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps
 
   # ---- model: both networks are BERT-style post-LayerNorm encoders -------------------------------

@@ -11,6 +11,13 @@ import numpy as np
 # Order in which metrics are printed; the first block is what the progress line shows.
 SHOWN = ('loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'disc_auc', 'learning_rate')
 
+# Held-out metrics a run can keep its best checkpoint by (`keep_best`), and which way is better.
+EVAL_METRICS = {
+    'loss': 'min', 'mlm_loss': 'min', 'disc_loss': 'min',
+    'mlm_accuracy': 'max', 'sampled_mlm_accuracy': 'max', 'disc_accuracy': 'max',
+    'disc_precision': 'max', 'disc_recall': 'max', 'disc_auc': 'max',
+}
+
 
 def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
   """Area under the ROC curve from per-bin counts of positives and negatives (ties count half)."""

@@ -155,8 +155,14 @@ def check_config(config: ml_collections.ConfigDict, mesh):
                     f'{d.max_seq_length}-token sequences; raise it')
   if config.nonfinite not in ('stop', 'skip'):
     raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
-  if config.train_steps < 1 or config.log_every < 1:
-    raise UserError('train_steps and log_every must be at least 1')
+  if config.train_steps < 1 or config.log_every < 1 or config.keep_checkpoints < 1:
+    raise UserError('train_steps, log_every and keep_checkpoints must be at least 1')
+  if config.keep_best and config.keep_best not in metrics_lib.EVAL_METRICS:
+    raise UserError(f'keep_best is {config.keep_best!r}, not a held-out metric; use one of '
+                    f'{", ".join(metrics_lib.EVAL_METRICS)}, or \'\' to keep the latest only')
+  if config.keep_best and not config.eval_every:
+    raise UserError(f'keep_best={config.keep_best!r} ranks the checkpoints saved at evaluations, '
+                    'but eval_every is 0; set --config.eval_every')
   if not d.records:
     try:
       corpus_lib.Source(d.corpus, d.text_field)  # a glob that matches nothing fails here
@@ -211,9 +217,9 @@ class _Signals:
   A second signal ends the process at once. Installed only in the main thread (Python's rule).
   """
 
-  def __init__(self, log):
+  def __init__(self, log, install: bool = True):
     self.received, self.log, self.previous = None, log, {}
-    if threading.current_thread() is threading.main_thread():
+    if install and threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGTERM, signal.SIGINT):
         self.previous[sig] = signal.signal(sig, self._handle)
 
@@ -311,7 +317,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   setup = build_setup(config, SpecialIds(**meta['special_ids']))
   init_fn, train_fn, eval_fn = compile_steps(setup, mesh)
   data_sharding = partitioning.batch_sharding(mesh)
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  ckpt = checkpoint_lib.Checkpointer(
+      os.path.join(workdir, 'checkpoints'), keep=config.keep_checkpoints,
+      best_metric=config.keep_best, best_mode=metrics_lib.EVAL_METRICS.get(config.keep_best, 'max'))
 
   state = init_fn()
   d = config.data
@@ -384,25 +392,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     return values
 
   sums, pending, values = None, None, {}
-  def save(step):
+  def save(step, eval_values=None):
     if ckpt.latest_step() != step:
       ckpt.save(step, state, {'step': step, 'data_position': step * local_batch,
                               'vocab_fingerprint': meta['vocab_fingerprint'],
-                              'config': json.loads(config.to_json())})
+                              'config': json.loads(config.to_json())}, metrics=eval_values)
 
-  signals = _Signals(log)
+  # One process: SIGTERM/SIGINT are caught here. Several: JAX's preemption service gets the notice
+  # and Orbax names the step at which every process saves (`reached_preemption`).
+  signals = _Signals(log) if jax.process_count() == 1 else _Signals(log, install=False)
   try:
     for step in range(start + 1, total_steps + 1):
-      if signals.received:
+      if signals.received or ckpt.reached_preemption(step - 1):
         step -= 1  # the steps done so far
         if pending is not None:
           report(*pending)
         save(step)
         ckpt.close()
         board.close()
-        log(f'stopped by {signals.received} at step {step}: checkpoint {ckpt.directory}/{step} '
-            'saved; run the same command to resume')
-        return {'step': step, 'preempted': signals.received}
+        log(f'stopped by {signals.received or "preemption"} at step {step}: checkpoint '
+            f'{ckpt.directory}/{step} saved; run the same command to resume')
+        return {'step': step, 'preempted': signals.received or 'preemption'}
       state, step_sums = train_fn(state, next(batches))
       sums = step_sums if sums is None else _accumulate(sums, step_sums)
       if pending is not None:  # read the previous interval's sums now that this step is queued
@@ -410,24 +420,32 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
         pending = None
       if step % config.log_every == 0 or step == total_steps:
         pending, sums = (step, sums), None
-      if config.save_every and step % config.save_every == 0 and step != total_steps:
-        save(step)
-      if config.eval_every and step % config.eval_every == 0 and step != total_steps:
+      if step == total_steps:
+        break
+      eval_values = None
+      if config.eval_every and step % config.eval_every == 0:
         if pending is not None:
           report(*pending)
           pending = None
-        run_eval(step)
+        eval_values = run_eval(step)
+      if ((config.save_every and step % config.save_every == 0)
+          or (config.keep_best and eval_values is not None)):
+        save(step, eval_values)
     if pending is not None:
       report(*pending)
-    save(total_steps)
+    values = run_eval(total_steps)
+    save(total_steps, values)
+    best = ckpt.best_step()
     ckpt.close()
   finally:
     signals.restore()
 
-  values = run_eval(total_steps)
   board.close()
   summary = {'step': total_steps, 'eval': values, 'unigram_baseline': baseline,
              'checkpoint': os.path.join(ckpt.directory, str(total_steps))}
+  if config.keep_best:
+    summary['best_checkpoint'] = os.path.join(ckpt.directory, str(best))
+    log(f'best held-out {config.keep_best}: step {best} ({summary["best_checkpoint"]})')
   with open(os.path.join(workdir, 'summary.json'), 'w') as f:
     json.dump(summary, f, indent=2)
   log(f'summary (held-out, {eval_batches} batches of {d.eval_batch_size}, no dropout): '

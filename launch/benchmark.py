@@ -2,6 +2,7 @@
 
     python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16
     python launch/benchmark.py --config=configs/small.py --mode=both   # input vs step, same run
+    python launch/benchmark.py --config=configs/small.py --mode=checkpoint  # save/restore times
 
 --mode=input reads --records (default: records of the config's sequence length built from the
 built-in corpus in a temporary folder) at the config's global batch.
@@ -22,7 +23,8 @@ _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reported')
 _JSON = flags.DEFINE_string('json', None, 'also write the result to this JSON file')
-_MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both'], 'what to time')
+_MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint'],
+                          'what to time')
 _RECORDS = flags.DEFINE_string('records', '', 'records folder for --mode=input/both; empty: build '
                                'one from the built-in corpus in a temporary folder')
 _BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run')
@@ -84,6 +86,23 @@ def _time_input(config) -> dict:
   return r
 
 
+def _time_checkpoint(config) -> dict:
+  import shutil  # pylint: disable=import-outside-toplevel
+  import tempfile  # pylint: disable=import-outside-toplevel
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  directory = tempfile.mkdtemp(prefix='electra_ckpt_bench_')
+  try:
+    r = benchmark.benchmark_checkpoint(config, os.path.join(directory, 'c'), _REPEATS.value)
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
+  print(f'checkpoint of the train state ({r["state_mb"]:.0f} MB): save holds the loop '
+        f'{r["save_blocking_ms"]:.0f} ms, files complete after {r["save_total_ms"]:.0f} ms '
+        f'(medians of {len(r["save_total_ms_runs"])}: '
+        f'{", ".join(f"{a:.0f}/{b:.0f}" for a, b in zip(r["save_blocking_ms_runs"], r["save_total_ms_runs"]))}'
+        f'); restore {r["restore_ms"]:.0f} ms')
+  return r
+
+
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
@@ -94,6 +113,8 @@ def main(argv):
       result['input'] = _time_input(config)
     if _MODE.value in ('step', 'both'):
       result['step'] = _time_step(config)
+    if _MODE.value == 'checkpoint':
+      result['checkpoint'] = _time_checkpoint(config)
   except (ValueError, FileNotFoundError) as e:
     raise cli.UserError(str(e)) from None
   if _MODE.value == 'both':

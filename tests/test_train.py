@@ -18,6 +18,7 @@ from ml_collections import config_flags
 from conftest import ROOT, WORDS, test_config, write_corpus
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import metrics as metrics_lib
 from electra_jax import partitioning
 from electra_jax import records as records_lib
 from electra_jax import tokenizer as tokenizer_lib
@@ -153,6 +154,30 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
     np.testing.assert_array_equal(a, b)
 
 
+def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refused(
+    tmp_path, records_dir):
+  config = _small_run_config('', **{'data.records': records_dir, 'train_steps': 8,
+                                    'save_every': 0, 'keep_checkpoints': 1,
+                                    'keep_best': 'mlm_loss', 'optimizer.learning_rate': 3e-2,
+                                    'optimizer.decay_steps': 10})
+  workdir = str(tmp_path / 'w')
+  summary = train_lib.train_and_evaluate(config, workdir, log=_quiet)
+  evals = {r['step']: r['mlm_loss'] for r in metrics_lib.read_jsonl(
+      os.path.join(workdir, 'metrics.jsonl')) if r['split'] == 'eval'}
+  assert sorted(evals) == [2, 4, 6, 8] and len(set(evals.values())) == 4, evals
+  best = min(evals, key=evals.get)
+  assert summary['best_checkpoint'] == os.path.join(workdir, 'checkpoints', str(best))
+  assert sorted(int(p) for p in os.listdir(os.path.join(workdir, 'checkpoints'))) == sorted(
+      {best, 8})
+  # Without config.json to compare with, a model of another width is refused by the checkpoint.
+  os.remove(os.path.join(workdir, 'config.json'))
+  wider = _small_run_config('', **{'data.records': records_dir, 'train_steps': 10,
+                                   'model.hidden_size': 64})
+  with pytest.raises(UserError, match=r'checkpoints/8 holds a model of other shapes than this '
+                     r'config \(discriminator/.* \(32,\) in the checkpoint, \(64,\) in this config'):
+    train_lib.train_and_evaluate(wider, workdir, log=_quiet)
+
+
 @pytest.mark.parametrize('overrides, message', [
     ({'data.batch_size': 12}, 'does not divide among 8 devices'),
     ({'model.vocab_size': 100, 'data.records': 'RECORDS'}, 'set --config.model.vocab_size=96'),
@@ -163,6 +188,8 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
     ({'data.corpus': 'EMPTY'}, 'holds no text'),
     ({'data.corpus': 'TINY', 'model.vocab_size': 5000}, 'too small for a vocabulary of 5000'),
     ({'model.generator': 'big'}, "model.generator is 'big'"),
+    ({'keep_best': 'auc'}, "keep_best is 'auc', not a held-out metric; use one of loss, "),
+    ({'keep_best': 'disc_auc'}, 'but eval_every is 0; set --config.eval_every'),
 ])
 def test_bad_input_is_refused_and_leaves_nothing(tmp_path, records_dir, overrides, message):
   empty = tmp_path / 'empty.txt'

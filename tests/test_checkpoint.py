@@ -1,0 +1,72 @@
+"""Checkpoint rotation (the latest K plus the best by a metric) and refusals of other shapes."""
+
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from electra_jax import checkpoint as checkpoint_lib
+from electra_jax.train import TrainState
+
+
+def _state(step, width=4):
+  zero = jnp.zeros((), jnp.int32)
+  params = {'encoder': {'kernel': jnp.full((3, width), float(step)), 'bias': jnp.zeros(width)}}
+  return TrainState(jnp.asarray(step, jnp.int32), params, {'mu': params}, zero, zero - 1)
+
+
+@pytest.mark.parametrize('metric, mode, values, best', [
+    ('disc_auc', 'max', [0.60, 0.90, 0.70, 0.65, 0.80, 0.75], 20),
+    ('mlm_loss', 'min', [3.0, 2.0, 1.5, 2.5, 1.8, 1.9], 30),
+])
+def test_keeps_the_latest_k_plus_the_best_and_still_does_after_reopening(
+    tmp_path, metric, mode, values, best):
+  directory = str(tmp_path / 'c')
+  ckpt = checkpoint_lib.Checkpointer(directory, keep=2, best_metric=metric, best_mode=mode)
+  for i, value in enumerate(values[:3], start=1):
+    ckpt.save(10 * i, _state(i), {'step': 10 * i}, metrics={metric: value, 'other': float('nan')})
+    ckpt.save(10 * i + 5, _state(i), {'step': 10 * i + 5})  # no metrics: never the best
+  ckpt.close()
+  ckpt = checkpoint_lib.Checkpointer(directory, keep=2, best_metric=metric, best_mode=mode)
+  for i, value in enumerate(values[3:], start=4):  # a resumed run goes on rotating
+    ckpt.save(10 * i, _state(i), {'step': 10 * i}, metrics={metric: value})
+  assert ckpt.best_step() == best
+  assert sorted(ckpt.all_steps()) == sorted({best, 50, 60})
+  step, state, meta = ckpt.restore_latest(_state(0))
+  ckpt.close()
+  assert step == 60 and meta == {'step': 60}
+  np.testing.assert_array_equal(state.params['encoder']['kernel'], np.full((3, 4), 6.0))
+
+
+def test_without_a_best_metric_only_the_latest_k_stay(tmp_path):
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'), keep=3)
+  for step in range(1, 7):
+    ckpt.save(step, _state(step), {}, metrics={'disc_auc': 1.0 / step})
+  assert ckpt.best_step() is None
+  ckpt.close()
+  assert sorted(int(p) for p in os.listdir(tmp_path / 'c')) == [4, 5, 6]
+
+
+def test_a_model_of_other_shapes_is_refused_naming_the_parameters(tmp_path):
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  ckpt.save(1, _state(1, width=4), {})
+  ckpt.save(2, _state(2, width=4), {})
+  ckpt.close()
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  with pytest.raises(checkpoint_lib.ShapeMismatch) as e:
+    ckpt.restore_latest(_state(0, width=8), log=pytest.fail)  # no "damaged" fallback
+  ckpt.close()
+  assert str(e.value).startswith(f'the checkpoint {tmp_path}/c/2 holds a model of other shapes')
+  assert 'encoder/bias (4,) in the checkpoint, (8,) in this config; encoder/kernel (3, 4)' in str(
+      e.value)
+
+
+def test_describe_mismatch_names_missing_extra_and_counts_the_rest():
+  saved = {'a': (1,), 'b': (2,), 'c': (3,), 'd': (4,), 'e': (5,)}
+  wanted = {'a': (1,), 'b': (3,), 'c': (4,), 'd': (5,), 'x': (1,)}
+  assert checkpoint_lib.describe_mismatch(saved, wanted) == (
+      'b (2,) in the checkpoint, (3,) in this config; c (3,) in the checkpoint, (4,) in this '
+      'config; d (4,) in the checkpoint, (5,) in this config and 2 more')
+  assert checkpoint_lib.describe_mismatch({'a': (1,)}, {'b': (1,)}) == (
+      'a only in the checkpoint; b not in the checkpoint')
