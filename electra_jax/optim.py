@@ -9,6 +9,9 @@ Original behaviour (the defaults):
   decay, so the top is peak * (1 - W / T), reached at t = W.
 Switches: `bias_correction` (standard Adam), `schedule='warmup_then_decay'` (up to the peak over W,
 then decay to 0 over the remaining T - W steps).
+
+Fine-tuning adds layer-wise learning-rate decay (`layerwise_multipliers`): the head learns at the
+full rate, each layer below at `decay` times the one above, the embeddings below the bottom layer.
 """
 
 import re
@@ -74,8 +77,48 @@ def weight_decay_mask(params):
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
-def make_optimizer(opt_cfg) -> tuple[optax.GradientTransformation, callable]:
-  """(optax transformation, learning-rate schedule) from `config.optimizer`."""
+_LAYER = re.compile(r'(?:^|/)layer_(\d+)/')
+
+
+def layer_depth(path: str, num_layers: int) -> int:
+  """0 for the embeddings (and their projection), i + 1 for layer i, L + 1 for the head."""
+  if path.startswith('embeddings/') or '/embeddings_project/' in f'/{path}':
+    return 0
+  if (m := _LAYER.search(path)) and path.startswith('discriminator/'):
+    return int(m.group(1)) + 1
+  return num_layers + 1
+
+
+def layerwise_multipliers(params, num_layers: int, decay: float, rule: str = 'intended'):
+  """Per-parameter learning-rate factors of layer-wise decay over an L-layer encoder.
+
+  'intended': head x1, layer i (0 = bottom) x decay^(L - i), embeddings x decay^(L + 1).
+  'original': the original code's off-by-one, which its published results used: head x1, layer i
+  x decay^(L + 1 - i) (the top layer decay^2), embeddings x decay^(L + 2).
+  """
+  if rule not in ('intended', 'original'):
+    raise ValueError(f"layerwise_decay_rule is {rule!r}; use 'intended' or 'original'")
+  extra = 1 if rule == 'original' else 0
+  def factor(path, _):
+    depth = layer_depth('/'.join(str(getattr(k, 'key', k)) for k in path), num_layers)
+    return 1.0 if depth == num_layers + 1 else decay ** (num_layers + 1 + extra - depth)
+  return jax.tree_util.tree_map_with_path(factor, params)
+
+
+def scale_by_tree(factors) -> optax.GradientTransformation:
+  """Multiplies each update by its own constant factor (a tree shaped like the parameters)."""
+  def update(updates, state, params=None):
+    del params
+    return jax.tree.map(lambda u, f: u * jnp.asarray(f, u.dtype), updates, factors), state
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
+
+
+def make_optimizer(opt_cfg, lr_factors=None) -> tuple[optax.GradientTransformation, callable]:
+  """(optax transformation, learning-rate schedule) from `config.optimizer`.
+
+  `lr_factors` (a tree like the parameters, e.g. `layerwise_multipliers`) scales each parameter's
+  learning rate, weight decay included (as the original does).
+  """
   schedule = learning_rate_schedule(opt_cfg.learning_rate, opt_cfg.warmup_steps,
                                     opt_cfg.decay_steps, opt_cfg.decay_power, opt_cfg.schedule)
   if opt_cfg.bias_correction:
@@ -86,4 +129,6 @@ def make_optimizer(opt_cfg) -> tuple[optax.GradientTransformation, callable]:
   parts += [adam,
             optax.add_decayed_weights(opt_cfg.weight_decay, mask=weight_decay_mask),
             optax.scale_by_learning_rate(schedule)]
+  if lr_factors is not None:
+    parts.append(scale_by_tree(lr_factors))
   return optax.chain(*parts), schedule

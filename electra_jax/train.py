@@ -51,15 +51,19 @@ class TrainState:
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-  """Everything static a run needs, built once from the config and the vocabulary's ids."""
+  """Everything static a run needs, built once from the config and the vocabulary's ids.
+
+  Pre-training and fine-tuning differ only here: their models, losses and initial parameters.
+  """
   model_cfg: model_lib.ModelConfig
-  objective_cfg: objectives.ObjectiveConfig
+  objective_cfg: objectives.ObjectiveConfig | None
   special: SpecialIds
-  model: model_lib.Electra
+  model: Any
   tx: optax.GradientTransformation
   schedule: Callable
   loss_fn: Callable  # (params, batch, rng, deterministic) -> (loss, metric sums)
   seed: int
+  init_params: Callable  # key -> parameters
 
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup:
@@ -73,7 +77,8 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup
     return objective(params, batch, rng, model=model, cfg=objective_cfg, special=special,
                      deterministic=deterministic)
 
-  return Setup(model_cfg, objective_cfg, special, model, tx, schedule, loss_fn, config.seed)
+  return Setup(model_cfg, objective_cfg, special, model, tx, schedule, loss_fn, config.seed,
+               functools.partial(model_lib.init_params, model_cfg))
 
 
 def _keys(seed: int):
@@ -82,7 +87,7 @@ def _keys(seed: int):
 
 
 def init_state(setup: Setup) -> TrainState:
-  params = model_lib.init_params(setup.model_cfg, _keys(setup.seed)[0])
+  params = setup.init_params(_keys(setup.seed)[0])
   zero = jnp.zeros((), jnp.int32)
   return TrainState(zero, params, setup.tx.init(params), zero, zero - 1)
 

@@ -1,0 +1,53 @@
+"""The one fine-tuning config: every field, its default and what it means.
+
+The model (sizes, vocabulary) comes from the pre-training run named by `init`; what is set here is
+the task and the recipe. Zeros mean "the paper's value for this model size / task".
+"""
+
+import ml_collections
+
+
+def default_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.init = ''  # a pre-training workdir: its final checkpoint, vocabulary and model config
+  c.from_scratch = False  # True: that model and vocabulary with random weights (a baseline)
+  c.seed = 0  # seed of the first fine-tuning; run k uses seed + k
+  c.num_seeds = 1  # fine-tunings from the same checkpoint; the median is reported (paper: 10)
+  c.epochs = 0.0  # 0: the paper's for the task (3; 10 for RTE and STS-B; 3 for your own data)
+  c.batch_size = 32  # global batch (a multiple of the number of devices)
+  c.eval_batch_size = 32  # global batch of evaluation and prediction
+  c.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included
+  c.dropout_rate = 0.1  # dropout in the encoder and on the head's input
+  c.log_every = 50  # steps between progress lines
+
+  t = c.task = ml_collections.ConfigDict()
+  t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli) or 'own'
+  t.tfds_data_dir = ''  # TFDS data_dir for GLUE ('' = TFDS's default)
+  t.train = ''  # your own data: a .csv/.tsv (header row) or .jsonl file ...
+  t.dev = ''  # ... evaluated after training (optional)
+  t.test = ''  # ... predicted (optional, no labels needed)
+  t.text_a = 'text'  # the column holding the text
+  t.text_b = ''  # a second text column for pair tasks ('' = single text)
+  t.label = 'label'  # the label column
+  t.kind = 'classification'  # 'classification' (labels are names) or 'regression' (numbers)
+
+  o = c.optimizer = ml_collections.ConfigDict()
+  o.learning_rate = 0.0  # 0: the paper's for the size (3e-4 Small, 1e-4 Base, 5e-5 Large)
+  o.layerwise_decay = 0.0  # 0: the paper's (0.8 Small/Base, 0.9 Large); 1 disables
+  o.layerwise_decay_rule = 'intended'  # 'intended' or 'original' (the release's off-by-one)
+  o.warmup_fraction = 0.1  # share of the steps spent warming up
+  o.weight_decay = 0.0  # the paper's 0 (the original code used 0.01)
+  o.b1 = 0.9
+  o.b2 = 0.999
+  o.eps = 1e-6
+  o.bias_correction = False  # the original Adam has no bias correction
+  o.grad_clip_norm = 1.0
+  return c
+
+
+def paper_learning_rate(hidden_size: int) -> float:
+  return 3e-4 if hidden_size <= 256 else 1e-4 if hidden_size <= 768 else 5e-5
+
+
+def paper_layerwise_decay(num_layers: int) -> float:
+  return 0.9 if num_layers >= 24 else 0.8

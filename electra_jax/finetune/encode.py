@@ -1,0 +1,74 @@
+"""Examples -> fixed-length id arrays: [CLS] a [SEP] (b [SEP]), padded, with labels.
+
+Truncation (the original's rule): while a pair is too long, drop the last token of the longer text;
+a single text keeps its first max_len - 2 tokens. Truncated examples are counted and reported.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from electra_jax.finetune.tasks import Example, Task
+
+
+@dataclasses.dataclass
+class Encoded:
+  input_ids: np.ndarray  # [N, L] int32
+  segment_ids: np.ndarray
+  input_mask: np.ndarray
+  labels: np.ndarray  # [N] int32 class index, or float32 target (regression); -1 / nan if none
+  truncated: int  # examples cut to fit
+
+  def __len__(self):
+    return len(self.labels)
+
+  def arrays(self) -> dict[str, np.ndarray]:
+    return {'input_ids': self.input_ids, 'segment_ids': self.segment_ids,
+            'input_mask': self.input_mask, 'labels': self.labels}
+
+
+def truncate_pair(a: list, b: list | None, budget: int) -> tuple[list, list | None, bool]:
+  """Cuts a (and b) to `budget` tokens in all, always from the end of the longer one."""
+  a = list(a)
+  b = None if b is None else list(b)
+  cut = False
+  while len(a) + (len(b) if b is not None else 0) > budget:
+    cut = True
+    if b is not None and len(b) > len(a):
+      b.pop()
+    else:
+      a.pop()
+  return a, b, cut
+
+
+def encode(examples: list[Example], task: Task, tokenizer, max_len: int, *,
+           swap_pairs: bool = False) -> Encoded:
+  special = tokenizer.special
+  if swap_pairs:  # MRPC and STS-B: both orders of each pair are trained on
+    examples = list(examples) + [Example(e.text_b, e.text_a, e.label) for e in examples
+                                 if e.text_b is not None]
+  ids_a = tokenizer.encode_batch([e.text_a for e in examples])
+  pairs = [i for i, e in enumerate(examples) if e.text_b is not None]
+  ids_b = dict(zip(pairs, tokenizer.encode_batch([examples[i].text_b for i in pairs])))
+  n = len(examples)
+  out = Encoded(np.full((n, max_len), special.pad, np.int32), np.zeros((n, max_len), np.int32),
+                np.zeros((n, max_len), np.int32),
+                np.full(n, -1, np.int32) if task.kind == 'classification'
+                else np.full(n, np.nan, np.float32), 0)
+  index = {name: i for i, name in enumerate(task.labels)}
+  for i, e in enumerate(examples):
+    b = ids_b.get(i)
+    a, b, cut = truncate_pair(ids_a[i], b, max_len - (3 if b is not None else 2))
+    out.truncated += cut
+    tokens = [special.cls] + a + [special.sep]
+    segments = [0] * len(tokens)
+    if b is not None:
+      tokens += b + [special.sep]
+      segments += [1] * (len(b) + 1)
+    out.input_ids[i, :len(tokens)] = tokens
+    out.segment_ids[i, :len(tokens)] = segments
+    out.input_mask[i, :len(tokens)] = 1
+    if e.label is not None:
+      out.labels[i] = (index[str(e.label)] if task.kind == 'classification'
+                       else float(e.label) / task.label_scale)
+  return out

@@ -1,0 +1,287 @@
+"""Fine-tuning: the pre-training `train_step` and mesh with a task head, K seeds, a results table.
+
+    pre-training workdir -> discriminator parameters, vocabulary, model config
+    task -> examples -> encoded arrays -> shuffled global batches (seed, epoch)
+    -> train.train_step (the same compiled step: loss, clip, AdamW with layer-wise decay, NaN guard)
+    -> dev predictions -> scores per seed -> median -> results.md / results.json
+"""
+
+import dataclasses
+import functools
+import json
+import os
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+
+from electra_jax import UserError
+from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import metrics as metrics_lib
+from electra_jax import model as model_lib
+from electra_jax import objectives
+from electra_jax import optim
+from electra_jax import partitioning
+from electra_jax import records as records_lib
+from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import train as train_lib
+from electra_jax.finetune import config as config_lib
+from electra_jax.finetune import encode as encode_lib
+from electra_jax.finetune import heads
+from electra_jax.finetune import scores
+from electra_jax.finetune import tasks as tasks_lib
+
+
+# ================================================================================================
+# The pre-trained model
+# ================================================================================================
+
+@dataclasses.dataclass
+class Pretrained:
+  model_cfg: model_lib.ModelConfig
+  params: dict | None  # {'embeddings': ..., 'discriminator': ...}; None from scratch
+  vocab: str
+  lower_case: bool
+  checkpoint: str
+
+
+def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrained:
+  """The discriminator, vocabulary and model config of the pre-training run in workdir `init`."""
+  if not init:
+    raise UserError('init is empty; set --init to a pre-training workdir (the --workdir of '
+                    'launch/train.py)')
+  path = os.path.join(init, 'config.json')
+  if not os.path.isfile(path):
+    raise UserError(f'{init} is not a pre-training workdir (it has no config.json); set --init to '
+                    'the --workdir of a launch/train.py run')
+  with open(path) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  records_dir = config.data.records or os.path.join(init, 'data')
+  try:
+    meta = records_lib.read_metadata(records_dir)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  vocab = next((os.path.join(records_dir, n) for n in ('vocab.model', 'vocab.txt')
+                if os.path.isfile(os.path.join(records_dir, n))), None)
+  if vocab is None:
+    raise UserError(f'the records folder {records_dir} of {init} holds no vocabulary file')
+  setup = train_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
+  params, where = None, 'random initial weights (from_scratch)'
+  if not from_scratch:
+    ckpt = checkpoint_lib.Checkpointer(os.path.join(init, 'checkpoints'))
+    if ckpt.latest_step() is None:
+      raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves at '
+                      'the end, at save_every steps and when stopped)')
+    try:
+      step, state, _ = ckpt.restore_latest(jax.jit(functools.partial(
+          train_lib.init_state, setup))(), log)
+    except ValueError as e:
+      raise UserError(str(e)) from None
+    finally:
+      ckpt.close()
+    params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
+    where = os.path.join(ckpt.directory, str(step))
+  return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where)
+
+
+# ================================================================================================
+# One fine-tuning
+# ================================================================================================
+
+def classification_loss(params, batch, rng, deterministic=False, *, model, task):
+  logits = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                       batch['input_mask'], deterministic, rngs={'dropout': rng})
+  if task.kind == 'regression':
+    per_example = jnp.square(logits[:, 0] - batch['labels'])
+    metrics = {}
+  else:
+    per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch['labels'])
+    correct = (jnp.argmax(logits, -1) == batch['labels']).astype(jnp.float32)
+    metrics = {'accuracy': objectives.ratio(correct.sum(), correct.size)}
+  loss = per_example.mean()
+  return loss, {'loss': objectives.ratio(loss, 1.0), **metrics}
+
+
+def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -> train_lib.Setup:
+  model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=cfg.dropout_rate,
+                                  attention_dropout_rate=cfg.dropout_rate)
+  model = heads.Classifier(model_cfg, 1 if task.kind == 'regression' else len(task.labels),
+                           cfg.dropout_rate)
+  init = functools.partial(heads.init_params, model, pretrained=pretrained.params)
+  o = cfg.optimizer
+  decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
+  factors = optim.layerwise_multipliers(jax.eval_shape(init, jax.random.key(0)),
+                                        model_cfg.num_layers, decay, o.layerwise_decay_rule)
+  opt_cfg = ml_collections.ConfigDict(dict(
+      learning_rate=o.learning_rate or config_lib.paper_learning_rate(model_cfg.hidden_size),
+      warmup_steps=int(o.warmup_fraction * total_steps), decay_steps=total_steps, decay_power=1.0,
+      schedule='original', b1=o.b1, b2=o.b2, eps=o.eps, bias_correction=o.bias_correction,
+      weight_decay=o.weight_decay, grad_clip_norm=o.grad_clip_norm))
+  tx, schedule = optim.make_optimizer(opt_cfg, lr_factors=factors)
+  loss_fn = functools.partial(classification_loss, model=model, task=task)
+  return train_lib.Setup(model_cfg, None, None, model, tx, schedule, loss_fn, seed, init)
+
+
+def _global_batch(arrays: dict, rows: np.ndarray, sharding) -> dict:
+  """This process's share of the global batch `rows`, assembled into global jax.Arrays."""
+  p, n = jax.process_index(), jax.process_count()
+  local = rows.reshape(n, -1)[p]
+  return {k: jax.make_array_from_process_local_data(sharding, v[local]) for k, v in arrays.items()}
+
+
+def predict(model, params, data: encode_lib.Encoded, batch_size: int, mesh) -> np.ndarray:
+  """Logits for every example ([N, C]; [N, 1] for regression), in order, without dropout."""
+  sharding = partitioning.batch_sharding(mesh)
+  fn = jax.jit(lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
+                                        b['input_mask'], True),
+               out_shardings=partitioning.replicated(mesh))
+  n = len(data)
+  padded = -(-n // batch_size) * batch_size
+  arrays = {k: v for k, v in data.arrays().items() if k != 'labels'}
+  arrays = {k: np.concatenate([v, np.zeros((padded - n,) + v.shape[1:], v.dtype)])
+            for k, v in arrays.items()}
+  arrays['input_mask'][n:, 0] = 1  # padding rows attend to one token (their logits are dropped)
+  out = [np.asarray(fn(params, _global_batch(arrays, np.arange(s, s + batch_size), sharding)))
+         for s in range(0, padded, batch_size)]
+  return np.concatenate(out)[:n]
+
+
+def evaluate(task, logits: np.ndarray, data: encode_lib.Encoded) -> dict:
+  if task.kind == 'regression':
+    predictions = logits[:, 0] * task.label_scale
+    labels = data.labels * task.label_scale
+  else:
+    predictions, labels = logits.argmax(-1), data.labels
+  return scores.compute(task.metrics, labels, predictions)
+
+
+def finetune_one(cfg, pretrained, task, data: dict, seed: int, workdir: str, log) -> dict:
+  mesh = partitioning.make_mesh()
+  train = data['train']
+  steps_per_epoch = len(train) // cfg.batch_size
+  epochs = cfg.epochs or task.epochs
+  total = max(1, int(round(epochs * steps_per_epoch)))
+  setup = make_setup(cfg, pretrained, task, total, seed)
+  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+  state = init_fn()
+  sharding = partitioning.batch_sharding(mesh)
+  arrays = train.arrays()
+  os.makedirs(workdir, exist_ok=True)
+  writer = metrics_lib.JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
+  progress = metrics_lib.Progress(0, total, cfg.batch_size * cfg.max_seq_length)
+  sums, pending = None, None
+
+  def report(step, sums):
+    values = metrics_lib.summarize(sums)
+    speed = progress.update(step)
+    log(f'  seed {seed} | {metrics_lib.Progress.format(step, total, speed)} | '
+        f'{metrics_lib.format_line(values, ("loss", "accuracy", "learning_rate"))}')
+    writer.write({'split': 'train', 'seed': seed, 'step': step, **values, **speed})
+
+  order = np.empty(0, np.int64)
+  for step in range(1, total + 1):
+    epoch, index = divmod(step - 1, steps_per_epoch)
+    if index == 0:  # a new epoch: a new order of the examples, a function of (seed, epoch)
+      order = np.random.default_rng([seed, epoch]).permutation(len(train))
+    rows = order[index * cfg.batch_size:(index + 1) * cfg.batch_size]
+    state, step_sums = train_fn(state, _global_batch(arrays, rows, sharding))
+    sums = step_sums if sums is None else train_lib._accumulate(sums, step_sums)  # pylint: disable=protected-access
+    if pending is not None:
+      report(*pending)
+      pending = None
+    if step % cfg.log_every == 0 or step == total:
+      pending, sums = (step, sums), None
+  report(*pending)
+  if int(jax.device_get(state.nonfinite_steps)):
+    log(f'  warning: seed {seed}: {int(state.nonfinite_steps)} step(s) had a non-finite loss and '
+        'were skipped; lower optimizer.learning_rate')
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=1)
+  ckpt.save(total, state, {'step': total, 'task': task.name, 'labels': list(task.labels)})
+  ckpt.close()
+  result = {'seed': seed, 'steps': total, 'epochs': epochs}
+  for split in task.dev_splits:
+    if split in data:
+      result[split] = evaluate(task, predict(setup.model, state.params, data[split],
+                                             cfg.eval_batch_size, mesh), data[split])
+  return result
+
+
+# ================================================================================================
+# The command
+# ================================================================================================
+
+def _check(cfg, mesh):
+  for what, value in (('batch_size', cfg.batch_size), ('eval_batch_size', cfg.eval_batch_size)):
+    try:
+      partitioning.check_batch_size(value, mesh, what)
+    except ValueError as e:
+      raise UserError(str(e)) from None
+  if cfg.num_seeds < 1 or cfg.log_every < 1:
+    raise UserError('num_seeds and log_every must be at least 1')
+
+
+def _table(task, results: list[dict]) -> tuple[str, dict]:
+  splits = [s for s in task.dev_splits if all(s in r for r in results)]
+  columns = [(s, m) for s in splits for m in task.metrics]
+  median = {f'{s}/{m}': statistics.median(r[s][m] for r in results) for s, m in columns}
+  head = '| seed | ' + ' | '.join(f'{s} {m}' for s, m in columns) + ' |'
+  lines = [head, '|' + '---|' * (len(columns) + 1)]
+  for r in results:
+    lines.append(f'| {r["seed"]} | ' + ' | '.join(f'{100 * r[s][m]:.2f}' for s, m in columns)
+                 + ' |')
+  lines.append('| **median** | ' + ' | '.join(f'**{100 * median[f"{s}/{m}"]:.2f}**'
+                                                for s, m in columns) + ' |')
+  return '\n'.join(lines) + '\n', median
+
+
+def finetune(cfg, workdir: str, log=print) -> dict:
+  """Fine-tunes per `cfg` in `workdir`, `num_seeds` times; returns the results (also written)."""
+  mesh = partitioning.make_mesh()
+  _check(cfg, mesh)
+  pretrained = load_pretrained(cfg.init, cfg.from_scratch, log)
+  try:
+    task, splits = tasks_lib.load(cfg.task)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  if len(splits.get('train', ())) < cfg.batch_size:
+    raise UserError(f'the train data has {len(splits.get("train", ()))} examples, fewer than one '
+                    f'batch of {cfg.batch_size}; add data or lower --config.batch_size')
+  tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
+  if cfg.max_seq_length > pretrained.model_cfg.max_position_embeddings:
+    raise UserError(f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
+                    f'{pretrained.model_cfg.max_position_embeddings} positions; lower it')
+  data = {}
+  for split, examples in splits.items():
+    data[split] = encode_lib.encode(examples, task, tokenizer, cfg.max_seq_length,
+                                    swap_pairs=split == 'train' and task.swap_pairs)
+    if data[split].truncated:
+      log(f'{split}: {data[split].truncated} of {len(data[split])} examples cut to '
+          f'{cfg.max_seq_length} tokens (the longer text loses its last tokens first)')
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, 'config.json'), 'w') as f:
+    f.write(cfg.to_json(indent=2))
+  log(f'{task.name}: {task.kind}, {len(task.labels) or "one"} output(s), scored by '
+      f'{", ".join(task.metrics)} | ' + ', '.join(f'{s} {len(d):,}' for s, d in data.items()) +
+      f' examples | from {pretrained.checkpoint}')
+  results = []
+  for k in range(cfg.num_seeds):
+    seed = cfg.seed + k
+    t = time.time()
+    result = finetune_one(cfg, pretrained, task, data, seed, os.path.join(workdir, f'seed_{seed}'),
+                          log)
+    result['seconds'] = time.time() - t
+    results.append(result)
+    log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in task.dev_splits
+                                      if s in result for m, v in result[s].items()))
+  table, median = _table(task, results)
+  summary = {'task': task.name, 'init': pretrained.checkpoint, 'seeds': results, 'median': median}
+  with open(os.path.join(workdir, 'results.json'), 'w') as f:
+    json.dump(summary, f, indent=2)
+  with open(os.path.join(workdir, 'results.md'), 'w') as f:
+    f.write(f'# {task.name}, {len(results)} seed(s), from {pretrained.checkpoint}\n\n{table}')
+  log(table)
+  return summary

@@ -1,0 +1,172 @@
+"""Labelled text for fine-tuning: GLUE (from TFDS) and the user's own CSV/TSV/JSONL files.
+
+Every source becomes lists of `Example(text_a, text_b, label)` per split; a `Task` says what the
+labels are and how the task is scored.
+"""
+
+import csv
+import dataclasses
+import json
+import os
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  text_a: str
+  text_b: str | None
+  label: Any  # a class name (str) or a number (regression); None where the split has no labels
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  name: str
+  kind: str  # 'classification' | 'regression'
+  labels: tuple  # class names in output order (classification)
+  metrics: tuple  # scores.SCORES names; the first is the task's headline score
+  dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched)
+  swap_pairs: bool = False  # train on (a, b) and (b, a) (MRPC, STS-B)
+  label_scale: float = 1.0  # regression targets are divided by this (STS-B: 5, to [0, 1])
+  epochs: float = 3.0  # the paper's epochs for this task
+
+
+@dataclasses.dataclass(frozen=True)
+class _Glue:
+  fields: tuple  # the TFDS features holding text a (and b)
+  labels: tuple  # class names in TFDS label order; () for regression
+  metrics: tuple
+  splits: dict  # our split -> TFDS split
+  swap_pairs: bool = False
+  epochs: float = 3.0
+
+
+_BINARY = ('0', '1')
+_ENTAIL = ('entailment', 'not_entailment')
+_SPLITS = {'train': 'train', 'dev': 'validation', 'test': 'test'}
+GLUE = {
+    'cola': _Glue(('sentence',), _BINARY, ('mcc',), _SPLITS),
+    'sst2': _Glue(('sentence',), _BINARY, ('accuracy',), _SPLITS),
+    'mrpc': _Glue(('sentence1', 'sentence2'), _BINARY, ('f1', 'accuracy'), _SPLITS, True),
+    'qqp': _Glue(('question1', 'question2'), _BINARY, ('f1', 'accuracy'), _SPLITS),
+    'stsb': _Glue(('sentence1', 'sentence2'), (), ('spearman', 'pearson'), _SPLITS, True, 10.0),
+    'mnli': _Glue(('premise', 'hypothesis'), ('entailment', 'neutral', 'contradiction'),
+                  ('accuracy',), {'train': 'train', 'dev_matched': 'validation_matched',
+                                  'dev_mismatched': 'validation_mismatched',
+                                  'test_matched': 'test_matched',
+                                  'test_mismatched': 'test_mismatched'}),
+    'qnli': _Glue(('question', 'sentence'), _ENTAIL, ('accuracy',), _SPLITS),
+    'rte': _Glue(('sentence1', 'sentence2'), _ENTAIL, ('accuracy',), _SPLITS, False, 10.0),
+    'wnli': _Glue(('sentence1', 'sentence2'), _BINARY, ('accuracy',), _SPLITS),
+}
+
+
+def glue_task(name: str) -> Task:
+  g = GLUE[name]
+  dev = tuple(s for s in g.splits if s.startswith('dev'))
+  return Task(name, 'regression' if not g.labels else 'classification', g.labels, g.metrics, dev,
+              g.swap_pairs, 5.0 if name == 'stsb' else 1.0, g.epochs)
+
+
+def load_glue(name: str, data_dir: str | None = None) -> dict[str, list[Example]]:
+  """The splits of GLUE task `name` from TFDS (`glue/<name>`); test labels are None."""
+  from electra_jax import records  # pylint: disable=import-outside-toplevel
+  records.tensorflow()  # TF quiet and off the accelerators before TFDS loads it
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  g = GLUE[name]
+  out = {}
+  for ours, theirs in g.splits.items():
+    examples = []
+    for row in tfds.as_numpy(tfds.load(f'glue/{name}', split=theirs, data_dir=data_dir)):
+      texts = [row[f].decode('utf-8') for f in g.fields]
+      label = row['label']
+      if ours.startswith('test') or (g.labels and int(label) < 0):
+        label = None
+      elif g.labels:
+        label = g.labels[int(label)]
+      else:
+        label = float(label)
+      examples.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label))
+    out[ours] = examples
+  return out
+
+
+def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool = True
+               ) -> list[Example]:
+  """Rows of a .csv, .tsv (a header row names the columns) or .jsonl file (one object per line)."""
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'the data file {path} does not exist; give the path of a .csv, .tsv '
+                            'or .jsonl file')
+  ext = os.path.splitext(path)[1].lower()
+  if ext not in ('.csv', '.tsv', '.jsonl'):
+    raise ValueError(f'the data file {path} is not .csv, .tsv or .jsonl; convert it to one of them')
+  with open(path, encoding='utf-8', newline='') as f:
+    if ext == '.jsonl':
+      rows = []
+      for n, line in enumerate(f, start=1):
+        if line.strip():
+          try:
+            rows.append(json.loads(line))
+          except json.JSONDecodeError as e:
+            raise ValueError(f'line {n} of {path} is not JSON ({e.msg}); each line must be one '
+                             'object') from None
+      columns = sorted(set().union(*(r.keys() for r in rows))) if rows else []
+    else:
+      reader = csv.DictReader(f, delimiter='\t' if ext == '.tsv' else ',')
+      rows, columns = list(reader), list(reader.fieldnames or [])
+  if not rows:
+    raise ValueError(f'the data file {path} holds no rows; give a file with a header row and data')
+  wanted = [c for c in (text_a, text_b, label if labelled else '') if c]
+  for column in wanted:
+    missing = sum(1 for r in rows if r.get(column) is None)
+    if missing:
+      raise ValueError(f'the data file {path} has no column {column!r} in {missing} of {len(rows)} '
+                       f'rows (its columns: {", ".join(columns)}); set the task.text_a, '
+                       'task.text_b and task.label columns')
+  return [Example(str(r[text_a]), str(r[text_b]) if text_b else None,
+                  r[label] if labelled and label else None) for r in rows]
+
+
+def own_task(cfg, splits: dict[str, list[Example]]) -> Task:
+  """A classification task over the train split's labels, or a regression task."""
+  name = cfg.name if cfg.name != 'own' else os.path.splitext(os.path.basename(cfg.train))[0]
+  if cfg.kind == 'regression':
+    for split, examples in splits.items():
+      for i, e in enumerate(examples):
+        if e.label is None:
+          continue
+        try:
+          float(e.label)
+        except (TypeError, ValueError):
+          raise ValueError(f'row {i + 1} of the {split} data has the label {e.label!r}, not a '
+                           'number; a regression task needs numeric labels') from None
+    return Task(name, 'regression', (), ('spearman', 'pearson'), ('dev',) if 'dev' in splits else ())
+  if cfg.kind != 'classification':
+    raise ValueError(f"task.kind is {cfg.kind!r}; use 'classification' or 'regression'")
+  labels = tuple(sorted({str(e.label) for e in splits['train']}))
+  if len(labels) < 2:
+    raise ValueError(f'the train data has {len(labels)} distinct label(s); a classification task '
+                     'needs at least 2')
+  for split, examples in splits.items():
+    unseen = sorted({str(e.label) for e in examples if e.label is not None} - set(labels))
+    if unseen:
+      raise ValueError(f'the {split} data has label(s) {unseen[:5]} never seen in the train data '
+                       f'(whose labels are {list(labels)[:10]}); fix the labels or add training '
+                       'examples of them')
+  metrics = ('accuracy', 'f1') if len(labels) == 2 else ('accuracy',)
+  return Task(name, 'classification', labels, metrics, ('dev',) if 'dev' in splits else ())
+
+
+def load(cfg) -> tuple[Task, dict[str, list[Example]]]:
+  """(task, {split: examples}) from `config.task`."""
+  if cfg.name in GLUE and not cfg.train:
+    return glue_task(cfg.name), load_glue(cfg.name, cfg.tfds_data_dir or None)
+  if not cfg.train:
+    raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(GLUE)}); for your '
+                     'own data set task.train (and task.dev, task.test) to .csv/.tsv/.jsonl files')
+  splits = {}
+  for split in ('train', 'dev', 'test'):
+    path = cfg[split]
+    if path:
+      splits[split] = read_table(path, cfg.text_a, cfg.text_b, cfg.label,
+                                 labelled=split != 'test')
+  return own_task(cfg, splits), splits

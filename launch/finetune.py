@@ -1,0 +1,45 @@
+"""Fine-tune a pre-trained discriminator on a task.
+
+    python launch/finetune.py --config=configs/finetune/glue.py:sst2 --init=/tmp/electra_demo \
+        --workdir=/tmp/electra_sst2
+    python launch/finetune.py --config=configs/finetune/own.py --init=/tmp/electra_demo \
+        --workdir=/tmp/electra_mine --config.task.train=train.csv --config.task.dev=dev.csv \
+        --config.task.text_a=review --config.task.label=stars
+
+--init is the --workdir of a pre-training run (launch/train.py): its latest checkpoint, its
+vocabulary and its model config are used. Results (each seed and the median) are written to
+<workdir>/results.md and results.json.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # pylint: disable=wrong-import-position
+from ml_collections import config_flags  # pylint: disable=wrong-import-position
+
+from electra_jax import cli  # pylint: disable=wrong-import-position
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/finetune/*.py file[:task]')
+_INIT = flags.DEFINE_string('init', None, 'the --workdir of a pre-training run')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'folder for checkpoints, logs and results')
+_SEEDS = flags.DEFINE_integer('num_seeds', None, 'fine-tunings from the same checkpoint '
+                              '(overrides --config.num_seeds)')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
+  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
+  config = _CONFIG.value
+  if _INIT.value is not None:
+    config.init = _INIT.value
+  if _SEEDS.value is not None:
+    config.num_seeds = _SEEDS.value
+  run.finetune(config, _WORKDIR.value, log=lambda line: print(line, flush=True))
+
+
+if __name__ == '__main__':
+  cli.run(main)
