@@ -19,6 +19,10 @@ def _explain(error: Exception) -> str:
   match = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
   if match:
     return f'unknown config field {match.group(2)!r}; did you mean {match.group(1)!r}?'
+  match = re.search(r'Error whilst parsing config file.*\n(?:[A-Za-z]+Error): (.+?)\s*$', text,
+                    re.S)
+  if match:  # the config file's get_config raised: its own message is the sentence
+    return ' '.join(match.group(1).split())
   match = re.match(r"^'?([A-Za-z_0-9]+)'?$", text)
   if isinstance(error, (AttributeError, KeyError)) and match:
     return f'unknown config field {match.group(1)!r}; see electra_jax/config.py for the fields'

@@ -21,7 +21,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.log_every = 50  # steps between progress lines
 
   t = c.task = ml_collections.ConfigDict()
-  t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli) or 'own'
+  t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), 'builtin' or 'own'
+  t.max_train_examples = 0  # 'builtin': train pairs drawn (0: 4,000)
   t.tfds_data_dir = ''  # TFDS data_dir for GLUE ('' = TFDS's default)
   t.train = ''  # your own data: a .csv/.tsv (header row) or .jsonl file ...
   t.dev = ''  # ... evaluated after training (optional)

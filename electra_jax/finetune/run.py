@@ -47,6 +47,7 @@ class Pretrained:
   vocab: str
   lower_case: bool
   checkpoint: str
+  config: ml_collections.ConfigDict  # of the pre-training run
 
 
 def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrained:
@@ -85,7 +86,7 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
       ckpt.close()
     params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
     where = os.path.join(ckpt.directory, str(step))
-  return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where)
+  return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where, config)
 
 
 # ================================================================================================
@@ -244,7 +245,7 @@ def finetune(cfg, workdir: str, log=print) -> dict:
   _check(cfg, mesh)
   pretrained = load_pretrained(cfg.init, cfg.from_scratch, log)
   try:
-    task, splits = tasks_lib.load(cfg.task)
+    task, splits = tasks_lib.load(cfg.task, pretrained.config)
   except (ValueError, FileNotFoundError) as e:
     raise UserError(str(e)) from None
   if len(splits.get('train', ())) < cfg.batch_size:

@@ -1,4 +1,5 @@
-"""Labelled text for fine-tuning: GLUE (from TFDS) and the user's own CSV/TSV/JSONL files.
+"""Labelled text for fine-tuning: GLUE (from TFDS), the user's own CSV/TSV/JSONL files, and a
+built-in task that needs no download.
 
 Every source becomes lists of `Example(text_a, text_b, label)` per split; a `Task` says what the
 labels are and how the task is scored.
@@ -9,6 +10,8 @@ import dataclasses
 import json
 import os
 from typing import Any
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,8 +159,51 @@ def own_task(cfg, splits: dict[str, list[Example]]) -> Task:
   return Task(name, 'classification', labels, metrics, ('dev',) if 'dev' in splits else ())
 
 
-def load(cfg) -> tuple[Task, dict[str, list[Example]]]:
-  """(task, {split: examples}) from `config.task`."""
+BUILTIN = Task('builtin', 'classification', ('random', 'next'), ('accuracy',), ('dev',))
+
+
+def load_builtin(seed: int, eval_fraction: float, max_train: int = 4000
+                 ) -> dict[str, list[Example]]:
+  """Sentence coherence on the built-in corpus: does sentence b follow sentence a in its document
+  ('next'), or is it a sentence of another document ('random')? Half of each.
+
+  Dev and test pairs come only from the documents the pre-training on the built-in corpus held out
+  (the same hash of (seed, document index) as the records), split between them by a second hash;
+  train pairs come from the other documents. Everything is a function of `seed`.
+  """
+  from electra_jax import corpus, records  # pylint: disable=import-outside-toplevel
+  docs = [d for d in corpus.builtin_documents()]
+  pools = {'train': [], 'dev': [], 'test': []}
+  for k, doc in enumerate(docs):
+    if records.held_out(seed, k, eval_fraction):
+      pools['dev' if records.held_out(seed + 1, k, 0.5) else 'test'].append(doc)
+    else:
+      pools['train'].append(doc)
+  out = {}
+  for i, (split, pool) in enumerate(pools.items()):
+    rng = np.random.default_rng([seed, i])
+    sentences = [(d, s) for d, doc in enumerate(pool) for s in doc]
+    pairs = []
+    for d, doc in enumerate(pool):
+      for j in range(len(doc) - 1):
+        if rng.random() < 0.5:
+          pairs.append(Example(doc[j], doc[j + 1], 'next'))
+        else:
+          other, sentence = sentences[rng.integers(len(sentences))]
+          while other == d:
+            other, sentence = sentences[rng.integers(len(sentences))]
+          pairs.append(Example(doc[j], sentence, 'random'))
+    order = rng.permutation(len(pairs))
+    out[split] = [pairs[j] for j in order[:max_train if split == 'train' else None]]
+  return out
+
+
+def load(cfg, pretraining=None) -> tuple[Task, dict[str, list[Example]]]:
+  """(task, {split: examples}) from `config.task`; `pretraining` is the init run's config."""
+  if cfg.name == 'builtin':
+    seed = pretraining.seed if pretraining is not None else 0
+    fraction = pretraining.data.eval_fraction if pretraining is not None else 0.05
+    return BUILTIN, load_builtin(seed, fraction, cfg.max_train_examples or 4000)
   if cfg.name in GLUE and not cfg.train:
     return glue_task(cfg.name), load_glue(cfg.name, cfg.tfds_data_dir or None)
   if not cfg.train:

@@ -1,0 +1,280 @@
+"""Fine-tuning: scores, layer-wise decay, encoding, data files, GLUE loading, learning end to end."""
+
+import csv
+import json
+import os
+import random
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import WORDS, test_config
+from electra_jax import UserError
+from electra_jax import model as model_lib
+from electra_jax import optim
+from electra_jax import train as train_lib
+from electra_jax.finetune import config as config_lib
+from electra_jax.finetune import encode as encode_lib
+from electra_jax.finetune import heads
+from electra_jax.finetune import run
+from electra_jax.finetune import scores
+from electra_jax.finetune import tasks as tasks_lib
+
+
+# ---- scores ---------------------------------------------------------------------------------------
+
+def test_scores_by_hand():
+  y = [1, 1, 1, 0, 0, 0, 0, 1]
+  p = [1, 1, 0, 0, 0, 1, 0, 1]  # tp 3, fn 1, fp 1, tn 3
+  assert scores.accuracy(y, p) == 6 / 8
+  assert scores.f1(y, p) == pytest.approx(2 * 3 / (2 * 3 + 1 + 1))
+  assert scores.mcc(y, p) == pytest.approx((3 * 3 - 1 * 1) / np.sqrt(4 * 4 * 4 * 4))
+  assert scores.mcc(y, [1] * 8) == 0.0  # a constant prediction: CoLA's convention
+  assert scores.f1([0, 0], [0, 0]) == 0.0
+  assert scores.spearman([1, 2, 3, 4], [10, 20, 30, 1000]) == pytest.approx(1.0)
+  assert scores.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_scores_match_scikit_learn_and_scipy():
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  from sklearn import metrics  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  y = rng.integers(0, 2, 500)
+  p = np.where(rng.random(500) < 0.7, y, 1 - y)
+  assert scores.accuracy(y, p) == pytest.approx(metrics.accuracy_score(y, p))
+  assert scores.f1(y, p) == pytest.approx(metrics.f1_score(y, p))
+  assert scores.mcc(y, p) == pytest.approx(metrics.matthews_corrcoef(y, p))
+  a = rng.integers(0, 6, 300).astype(float)  # many ties, as STS-B's 0-5 ratings have
+  b = a + rng.normal(0, 1.5, 300).round(1)
+  assert scores.pearson(a, b) == pytest.approx(stats.pearsonr(a, b)[0])
+  assert scores.spearman(a, b) == pytest.approx(stats.spearmanr(a, b)[0])
+
+
+# ---- layer-wise learning-rate decay ----------------------------------------------------------------
+
+def test_layerwise_multipliers_of_a_12_layer_model_both_rules():
+  cfg = model_lib.ModelConfig.from_config(test_config(**{'model.num_layers': 12}).model)
+  model = heads.Classifier(cfg, 3)
+  shapes = jax.eval_shape(lambda k: heads.init_params(model, k), jax.random.key(0))
+  assert 'embeddings_project' in shapes['discriminator']  # embedding width 16 != hidden 32
+  d = 0.8
+  for rule, extra in (('intended', 0), ('original', 1)):
+    f = optim.layerwise_multipliers(shapes, 12, d, rule)
+    assert f['classifier']['kernel'] == f['classifier']['bias'] == 1.0
+    for i in range(12):
+      layer = f['discriminator'][f'layer_{i}']
+      np.testing.assert_allclose(jax.tree.leaves(layer), d ** (12 - i + extra), err_msg=str(i))
+    embeddings = jax.tree.leaves(f['embeddings']) + jax.tree.leaves(
+        f['discriminator']['embeddings_project'])
+    np.testing.assert_allclose(embeddings, d ** (13 + extra))
+  top = optim.layerwise_multipliers(shapes, 12, d, 'original')['discriminator']['layer_11']
+  assert jax.tree.leaves(top)[0] == pytest.approx(d ** 2)  # the release's top layer: decay^2
+  with pytest.raises(ValueError, match="use 'intended' or 'original'"):
+    optim.layerwise_multipliers(shapes, 12, d, 'paper')
+
+
+def test_layerwise_factors_scale_each_parameters_update():
+  params = {'embeddings': {'w': np.ones(2, np.float32)},
+            'discriminator': {'layer_0': {'w': np.ones(2, np.float32)}},
+            'classifier': {'w': np.ones(2, np.float32)}}
+  factors = optim.layerwise_multipliers(params, 1, 0.5)
+  opt = config_lib.default_config().optimizer
+  opt_cfg = dict(learning_rate=0.1, warmup_steps=0, decay_steps=10, decay_power=1.0,
+                 schedule='original', b1=opt.b1, b2=opt.b2, eps=opt.eps, bias_correction=False,
+                 weight_decay=0.0, grad_clip_norm=0.0)
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  tx, _ = optim.make_optimizer(ml_collections.ConfigDict(opt_cfg), lr_factors=factors)
+  grads = jax.tree.map(np.ones_like, params)
+  updates, _ = tx.update(grads, tx.init(params), params)
+  step = {k: float(jax.tree.leaves(v)[0][0]) for k, v in updates.items()}
+  base = step['classifier']
+  assert step['discriminator'] == pytest.approx(base * 0.5)
+  assert step['embeddings'] == pytest.approx(base * 0.25)
+
+
+# ---- encoding and data files -----------------------------------------------------------------------
+
+def test_truncation_drops_from_the_longer_text_and_is_counted():
+  a, b, cut = encode_lib.truncate_pair(list(range(10)), list(range(100, 104)), 8)
+  assert (a, b, cut) == ([0, 1, 2, 3], [100, 101, 102, 103], True)
+  a, b, cut = encode_lib.truncate_pair([1, 2], [3], 8)
+  assert (a, b, cut) == ([1, 2], [3], False)
+  assert encode_lib.truncate_pair(list(range(9)), None, 5)[0] == [0, 1, 2, 3, 4]
+
+
+class _Tokenizer:
+  special = model_lib.ModelConfig  # replaced below
+  def encode_batch(self, texts):
+    return [[10 + len(w) for w in t.split()] for t in texts]
+
+
+def test_encode_lays_out_cls_a_sep_b_sep_and_doubles_swapped_pairs():
+  from electra_jax.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  tok = _Tokenizer()
+  tok.special = SPECIAL
+  task = tasks_lib.Task('t', 'classification', ('no', 'yes'), ('accuracy',))
+  examples = [tasks_lib.Example('a bb', 'ccc', 'yes'), tasks_lib.Example('dddd ' * 9, None, 'no')]
+  out = encode_lib.encode(examples, task, tok, 8, swap_pairs=True)
+  assert len(out) == 3 and out.truncated == 1
+  np.testing.assert_array_equal(out.input_ids[0], [2, 11, 12, 3, 13, 3, 0, 0])
+  np.testing.assert_array_equal(out.segment_ids[0], [0, 0, 0, 0, 1, 1, 0, 0])
+  np.testing.assert_array_equal(out.input_mask[0], [1, 1, 1, 1, 1, 1, 0, 0])
+  np.testing.assert_array_equal(out.input_ids[1], [2, 14, 14, 14, 14, 14, 14, 3])
+  np.testing.assert_array_equal(out.input_ids[2], [2, 13, 3, 11, 12, 3, 0, 0])  # swapped
+  np.testing.assert_array_equal(out.labels, [1, 0, 1])
+
+
+def _write(path, rows, columns):
+  if str(path).endswith('.jsonl'):
+    with open(path, 'w') as f:
+      for r in rows:
+        f.write(json.dumps(dict(zip(columns, r))) + '\n')
+  else:
+    with open(path, 'w', newline='') as f:
+      w = csv.writer(f, delimiter='\t' if str(path).endswith('.tsv') else ',')
+      w.writerow(columns)
+      w.writerows(rows)
+  return str(path)
+
+
+@pytest.mark.parametrize('ext', ['csv', 'tsv', 'jsonl'])
+def test_own_files_become_a_task(tmp_path, ext):
+  train = _write(tmp_path / f'train.{ext}', [('good film', 'x', 'pos'), ('bad', 'y', 'neg')],
+                 ['review', 'other', 'stars'])
+  cfg = config_lib.default_config().task
+  cfg.update(name='own', train=train, text_a='review', label='stars')
+  task, splits = tasks_lib.load(cfg)
+  assert task.labels == ('neg', 'pos') and task.metrics == ('accuracy', 'f1')
+  assert splits['train'][0] == tasks_lib.Example('good film', None, 'pos')
+
+
+@pytest.mark.parametrize('case, message', [
+    ('missing_column', r"has no column 'review' in 2 of 2 rows \(its columns: text, label\)"),
+    ('empty', 'holds no rows'),
+    ('unseen', r"the dev data has label\(s\) \['maybe'\] never seen in the train data"),
+    ('one_label', 'has 1 distinct label'),
+    ('not_numeric', "has the label 'pos', not a number"),
+    ('bad_json', 'line 2 of .* is not JSON'),
+    ('extension', 'is not .csv, .tsv or .jsonl'),
+    ('missing_file', 'does not exist'),
+])
+def test_bad_task_data_is_one_sentence(tmp_path, case, message):
+  rows, cols = [('a', 'pos'), ('b', 'neg')], ['text', 'label']
+  cfg = config_lib.default_config().task
+  cfg.update(name='own', train=_write(tmp_path / 'train.csv', rows, cols))
+  if case == 'missing_column':
+    cfg.text_a = 'review'
+  elif case == 'empty':
+    cfg.train = _write(tmp_path / 'empty.csv', [], cols)
+  elif case == 'unseen':
+    cfg.dev = _write(tmp_path / 'dev.csv', [('c', 'maybe')], cols)
+  elif case == 'one_label':
+    cfg.train = _write(tmp_path / 'one.csv', [('a', 'pos')] * 3, cols)
+  elif case == 'not_numeric':
+    cfg.kind = 'regression'
+  elif case == 'bad_json':
+    (tmp_path / 'bad.jsonl').write_text('{"text": "a", "label": 1}\n{"text": \n')
+    cfg.train = str(tmp_path / 'bad.jsonl')
+  elif case == 'extension':
+    cfg.train = _write(tmp_path / 'train.xlsx', rows, cols)
+  elif case == 'missing_file':
+    cfg.train = str(tmp_path / 'nope.csv')
+  with pytest.raises((ValueError, FileNotFoundError), match=message):
+    tasks_lib.load(cfg)
+
+
+def test_glue_loads_through_tfds_with_labels_names_and_unlabelled_test():
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
+    mnli = tasks_lib.load_glue('mnli')
+    stsb = tasks_lib.load_glue('stsb')
+  assert sorted(mnli) == ['dev_matched', 'dev_mismatched', 'test_matched', 'test_mismatched',
+                          'train']
+  assert all(e.label in tasks_lib.GLUE['mnli'].labels for e in mnli['train'])
+  assert all(e.label is None for e in mnli['test_matched'])
+  assert all(isinstance(e.text_a, str) and isinstance(e.text_b, str) for e in mnli['train'])
+  assert all(isinstance(e.label, float) for e in stsb['dev'])
+  task = tasks_lib.glue_task('stsb')
+  assert (task.kind, task.label_scale, task.epochs, task.swap_pairs) == ('regression', 5.0, 10.0,
+                                                                         True)
+  assert tasks_lib.glue_task('mnli').dev_splits == ('dev_matched', 'dev_mismatched')
+
+
+# ---- end to end -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def pretrained(tmp_path_factory, records_dir):
+  workdir = str(tmp_path_factory.mktemp('pretrained') / 'w')
+  train_lib.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
+                               log=lambda *_: None)
+  return workdir
+
+
+def _synthetic(path, n, kind, seed):
+  """Texts of corpus words; the label says how often the word 'cat' occurs (0-2): 'yes' for 1-2
+  (two thirds of the rows, the majority baseline), 'no' for 0; or the count (regression)."""
+  rng = random.Random(seed)
+  others = [w for w in WORDS if w != 'cat']
+  rows = []
+  for _ in range(n):
+    count = rng.randint(0, 2)
+    words = [rng.choice(others) for _ in range(rng.randint(4, 10))] + ['cat'] * count
+    rng.shuffle(words)
+    label = str(count) if kind == 'regression' else ('yes' if count else 'no')
+    rows.append((' '.join(words), label))
+  return _write(path, rows, ['text', 'label'])
+
+
+@pytest.mark.parametrize('kind, metric, floor', [('classification', 'accuracy', 0.85),
+                                                 ('regression', 'spearman', 0.7)])
+def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretrained, kind, metric,
+                                                             floor):
+  assert 'cat' in WORDS
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=6.0,
+             log_every=20, num_seeds=2, dropout_rate=0.0)
+  cfg.task.update(name='own', kind=kind, train=_synthetic(tmp_path / 'train.csv', 480, kind, 0),
+                  dev=_synthetic(tmp_path / 'dev.csv', 160, kind, 1))
+  cfg.optimizer.learning_rate = 2e-3
+  lines = []
+  summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
+  assert [s['seed'] for s in summary['seeds']] == [0, 1]
+  values = [s['dev'][metric] for s in summary['seeds']]
+  assert summary['median'][f'dev/{metric}'] == pytest.approx(float(np.median(values)))
+  assert min(values) > floor, (values, lines[-10:])
+  assert os.path.isfile(tmp_path / 'ft' / 'results.md')
+  assert any(l.startswith('  seed 1 | step 180/180') for l in lines), lines
+
+
+def test_finetuning_bad_init_and_too_little_data_are_refused(tmp_path, pretrained):
+  cfg = config_lib.default_config()
+  cfg.task.update(name='own', train=_synthetic(tmp_path / 'train.csv', 8, 'classification', 0))
+  cfg.init = str(tmp_path)
+  with pytest.raises(UserError, match='is not a pre-training workdir'):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  cfg.init = pretrained
+  with pytest.raises(UserError, match='fewer than one batch of 32'):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  cfg.update(batch_size=12)
+  with pytest.raises(UserError, match='batch_size=12 does not divide among 8 devices'):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  assert not os.path.exists(tmp_path / 'ft')
+
+
+def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
+  from electra_jax import corpus, records  # pylint: disable=import-outside-toplevel
+  splits = tasks_lib.load_builtin(seed=0, eval_fraction=0.05, max_train=1000)
+  docs = corpus.builtin_documents()
+  held = [d for k, d in enumerate(docs) if records.held_out(0, k, 0.05)]
+  held_sentences = {s for d in held for s in d}
+  followers = {(d[j], d[j + 1]) for d in docs for j in range(len(d) - 1)}
+  assert len(splits['train']) == 1000 and min(len(splits['dev']), len(splits['test'])) > 200
+  for split in ('dev', 'test'):
+    assert all(e.text_a in held_sentences and e.text_b in held_sentences for e in splits[split])
+  for split, examples in splits.items():
+    nexts = [e for e in examples if e.label == 'next']
+    assert 0.4 < len(nexts) / len(examples) < 0.6, split
+    assert all((e.text_a, e.text_b) in followers for e in nexts)
+  again = tasks_lib.load_builtin(seed=0, eval_fraction=0.05, max_train=1000)
+  assert again == splits
