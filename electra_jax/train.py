@@ -121,7 +121,7 @@ def eval_step(setup: Setup, params, batch: dict, index: jax.Array) -> dict:
 
 
 @jax.jit
-def _accumulate(total, new):
+def accumulate(total, new):
   return jax.tree.map(jnp.add, total, new)
 
 
@@ -293,7 +293,7 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int) -> dict:
   total = None
   for i, batch in enumerate(input_pipeline.global_batches(dataset.take(num_batches), sharding)):
     sums = evaluate_fn(params, batch, jnp.asarray(i, jnp.int32))
-    total = sums if total is None else _accumulate(total, sums)
+    total = sums if total is None else accumulate(total, sums)
   return metrics_lib.summarize(total)
 
 
@@ -419,7 +419,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
             f'{ckpt.directory}/{step} saved; run the same command to resume')
         return {'step': step, 'preempted': signals.received or 'preemption'}
       state, step_sums = train_fn(state, next(batches))
-      sums = step_sums if sums is None else _accumulate(sums, step_sums)
+      sums = step_sums if sums is None else accumulate(sums, step_sums)
       if pending is not None:  # read the previous interval's sums now that this step is queued
         report(*pending)
         pending = None

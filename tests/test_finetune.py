@@ -14,6 +14,7 @@ from electra_jax import UserError
 from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax import train as train_lib
+from electra_jax.benchmark import SPECIAL
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import heads
@@ -104,15 +105,15 @@ def test_truncation_drops_from_the_longer_text_and_is_counted():
 
 
 class _Tokenizer:
-  special = model_lib.ModelConfig  # replaced below
+  """One id per word: 10 + its length."""
+  special = SPECIAL
+
   def encode_batch(self, texts):
     return [[10 + len(w) for w in t.split()] for t in texts]
 
 
 def test_encode_lays_out_cls_a_sep_b_sep_and_doubles_swapped_pairs():
-  from electra_jax.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
   tok = _Tokenizer()
-  tok.special = SPECIAL
   task = tasks_lib.Task('t', 'classification', ('no', 'yes'), ('accuracy',))
   examples = [tasks_lib.Example('a bb', 'ccc', 'yes'), tasks_lib.Example('dddd ' * 9, None, 'no')]
   out = encode_lib.encode(examples, task, tok, 8, swap_pairs=True)

@@ -190,7 +190,7 @@ def finetune_one(cfg, pretrained, task, data: dict, seed: int, workdir: str, log
       order = np.random.default_rng([seed, epoch]).permutation(len(train))
     rows = order[index * cfg.batch_size:(index + 1) * cfg.batch_size]
     state, step_sums = train_fn(state, _global_batch(arrays, rows, sharding))
-    sums = step_sums if sums is None else train_lib._accumulate(sums, step_sums)  # pylint: disable=protected-access
+    sums = step_sums if sums is None else train_lib.accumulate(sums, step_sums)
     if pending is not None:
       report(*pending)
       pending = None
