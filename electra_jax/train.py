@@ -405,7 +405,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
 
   # One process: SIGTERM/SIGINT are caught here. Several: JAX's preemption service gets the notice
   # and Orbax names the step at which every process saves (`reached_preemption`).
-  signals = _Signals(log) if jax.process_count() == 1 else _Signals(log, install=False)
+  signals = _Signals(log, install=jax.process_count() == 1)
   try:
     for step in range(start + 1, total_steps + 1):
       if signals.received or ckpt.reached_preemption(step - 1):
