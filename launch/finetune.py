@@ -6,9 +6,15 @@
         --workdir=/tmp/electra_mine --config.task.train=train.csv --config.task.dev=dev.csv \
         --config.task.text_a=review --config.task.label=stars
 
+    python launch/finetune.py --workdir=/tmp/electra_sst2 --mode=eval      # dev scores again
+    python launch/finetune.py --workdir=/tmp/electra_sst2 --mode=predict   # test predictions
+
 --init is the --workdir of a pre-training run (launch/train.py): its latest checkpoint, its
 vocabulary and its model config are used. Results (each seed and the median) are written to
-<workdir>/results.md and results.json.
+<workdir>/results.md and results.json. --mode=eval and --mode=predict use the fine-tunings saved
+in --workdir, with the config they were trained with unless --config is given (e.g. to name
+another test file); predictions go to <workdir>/seed_<k>/predictions/ (GLUE's test splits as the
+leaderboard's <Task>.tsv files).
 """
 
 import os
@@ -24,9 +30,12 @@ from electra_jax import cli  # pylint: disable=wrong-import-position
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/finetune/*.py file[:task]')
 _INIT = flags.DEFINE_string('init', None, 'the --workdir of a pre-training run')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for checkpoints, logs and results')
+_MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'predict'],
+                          'train (and score on dev); eval: score the saved fine-tunings on dev '
+                          'again; predict: write their test-set predictions')
 _SEEDS = flags.DEFINE_integer('num_seeds', None, 'fine-tunings from the same checkpoint '
                               '(overrides --config.num_seeds)')
-flags.mark_flags_as_required(['config', 'workdir'])
+flags.mark_flags_as_required(['workdir'])
 
 
 def main(argv):
@@ -34,11 +43,13 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
+  if config is None:  # eval / predict: the config the workdir was fine-tuned with
+    config = run.saved_config(_WORKDIR.value, _MODE.value)
   if _INIT.value is not None:
     config.init = _INIT.value
   if _SEEDS.value is not None:
     config.num_seeds = _SEEDS.value
-  run.finetune(config, _WORKDIR.value, log=lambda line: print(line, flush=True))
+  run.finetune(config, _WORKDIR.value, log=lambda line: print(line, flush=True), mode=_MODE.value)
 
 
 if __name__ == '__main__':

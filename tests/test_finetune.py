@@ -236,7 +236,8 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=6.0,
              log_every=20, num_seeds=2, dropout_rate=0.0)
   cfg.task.update(name='own', kind=kind, train=_synthetic(tmp_path / 'train.csv', 480, kind, 0),
-                  dev=_synthetic(tmp_path / 'dev.csv', 160, kind, 1))
+                  dev=_synthetic(tmp_path / 'dev.csv', 160, kind, 1),
+                  test=_synthetic(tmp_path / 'test.csv', 40, kind, 2))
   cfg.optimizer.learning_rate = 2e-3
   lines = []
   summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
@@ -246,6 +247,65 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   assert min(values) > floor, (values, lines[-10:])
   assert os.path.isfile(tmp_path / 'ft' / 'results.md')
   assert any(l.startswith('  seed 1 | step 180/180') for l in lines), lines
+  # The saved fine-tunings score the same again, and predict the test file.
+  workdir = str(tmp_path / 'ft')
+  again = run.finetune(run.saved_config(workdir, 'eval'), workdir, log=_quiet, mode='eval')
+  for before, after in zip(summary['seeds'], again['seeds']):
+    assert after['dev'] == pytest.approx(before['dev'])
+  out = run.finetune(run.saved_config(workdir, 'predict'), workdir, log=_quiet, mode='predict')
+  assert len(out['predictions']) == 2
+  with open(out['predictions'][0]) as f:
+    rows = list(csv.reader(f, delimiter='\t'))
+  assert rows[0] == ['index', 'prediction', 'text_a', 'text_b'] and len(rows) == 41
+  if kind == 'classification':
+    assert {r[1] for r in rows[1:]} <= {'no', 'yes'}
+  else:
+    assert all(-1 < float(r[1]) < 4 for r in rows[1:])
+
+
+def _quiet(*_):
+  pass
+
+
+def test_glue_tsv_folders_are_read_with_their_quirks(tmp_path):
+  cola = tmp_path / 'CoLA'
+  cola.mkdir()
+  (cola / 'train.tsv').write_text('gj04\t1\t\tThe cat sat.\ngj04\t0\t*\tCat the sat "on.\n')
+  (cola / 'dev.tsv').write_text('gj04\t1\t\tA dog ran.\n')
+  (cola / 'test.tsv').write_text('index\tsentence\n7\tBirds sang.\n')
+  splits = tasks_lib.load_glue_tsv(str(tmp_path), 'cola', log=_quiet)
+  assert splits['train'] == [tasks_lib.Example('The cat sat.', None, '1', 0),
+                             tasks_lib.Example('Cat the sat "on.', None, '0', 1)]
+  assert splits['test'] == [tasks_lib.Example('Birds sang.', None, None, 7)]
+  mnli = tmp_path / 'MNLI'
+  mnli.mkdir()
+  head = 'index\tpromptID\tsentence1\tsentence2\tgold_label\n'
+  for name in ('train', 'dev_matched', 'dev_mismatched'):
+    (mnli / f'{name}.tsv').write_text(head + '0\t5\tA man.\tA person.\tentailment\n1\t6\tshort\n')
+  (mnli / 'test_matched.tsv').write_text('index\tpromptID\tsentence1\tsentence2\n3\t9\tX.\tY.\n')
+  lines = []
+  splits = tasks_lib.load_glue_tsv(str(tmp_path), 'mnli', log=lines.append)
+  assert sorted(splits) == ['dev_matched', 'dev_mismatched', 'test_matched', 'train']
+  assert splits['dev_matched'] == [tasks_lib.Example('A man.', 'A person.', 'entailment', 0)]
+  assert splits['test_matched'] == [tasks_lib.Example('X.', 'Y.', None, 3)]
+  assert len(lines) == 3 and '1 row(s) with too few columns skipped' in lines[0]
+  (mnli / 'train.tsv').write_text(head + '0\t5\tA.\tB.\tmaybe\n')
+  with pytest.raises(ValueError, match="has the label 'maybe', not one of"):
+    tasks_lib.load_glue_tsv(str(tmp_path), 'mnli', log=_quiet)
+  with pytest.raises(FileNotFoundError, match='RTE/train.tsv does not exist'):
+    tasks_lib.load_glue_tsv(str(tmp_path), 'rte', log=_quiet)
+
+
+def test_glue_test_predictions_are_leaderboard_files(tmp_path):
+  task = tasks_lib.glue_task('mnli')
+  examples = [tasks_lib.Example('a', 'b', None, 12), tasks_lib.Example('c', 'd', None, 13)]
+  logits = np.array([[0.0, 0.0, 5.0], [9.0, 0.0, 0.0]])
+  path = run.write_predictions(task, 'test_mismatched', logits, examples, str(tmp_path))
+  assert os.path.basename(path) == 'MNLI-mm.tsv'
+  assert open(path).read() == 'index\tprediction\n12\tcontradiction\n13\tentailment\n'
+  path = run.write_predictions(tasks_lib.glue_task('stsb'), 'test', np.array([[0.5]]),
+                               examples[:1], str(tmp_path))
+  assert open(path).read() == 'index\tprediction\n12\t2.500\n'
 
 
 def test_finetuning_bad_init_and_too_little_data_are_refused(tmp_path, pretrained):
@@ -261,6 +321,9 @@ def test_finetuning_bad_init_and_too_little_data_are_refused(tmp_path, pretraine
   with pytest.raises(UserError, match='batch_size=12 does not divide among 8 devices'):
     run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
   assert not os.path.exists(tmp_path / 'ft')
+  cfg.update(batch_size=16)
+  with pytest.raises(UserError, match='holds no fine-tuning'):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=_quiet, mode='eval')
 
 
 def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():

@@ -24,6 +24,7 @@ def default_config() -> ml_collections.ConfigDict:
   t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), 'builtin' or 'own'
   t.max_train_examples = 0  # 'builtin': train pairs drawn (0: 4,000)
   t.tfds_data_dir = ''  # TFDS data_dir for GLUE ('' = TFDS's default)
+  t.glue_dir = ''  # GLUE from the original download's TSV folders (<glue_dir>/MNLI/train.tsv ...)
   t.train = ''  # your own data: a .csv/.tsv (header row) or .jsonl file ...
   t.dev = ''  # ... evaluated after training (optional)
   t.test = ''  # ... predicted (optional, no labels needed)

@@ -45,7 +45,7 @@ def encode(examples: list[Example], task: Task, tokenizer, max_len: int, *,
            swap_pairs: bool = False) -> Encoded:
   special = tokenizer.special
   if swap_pairs:  # MRPC and STS-B: both orders of each pair are trained on
-    examples = list(examples) + [Example(e.text_b, e.text_a, e.label) for e in examples
+    examples = list(examples) + [Example(e.text_b, e.text_a, e.label, e.idx) for e in examples
                                  if e.text_b is not None]
   ids_a = tokenizer.encode_batch([e.text_a for e in examples])
   pairs = [i for i, e in enumerate(examples) if e.text_b is not None]

@@ -203,12 +203,61 @@ def finetune_one(cfg, pretrained, task, data: dict, seed: int, workdir: str, log
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=1)
   ckpt.save(total, state, {'step': total, 'task': task.name, 'labels': list(task.labels)})
   ckpt.close()
-  result = {'seed': seed, 'steps': total, 'epochs': epochs}
-  for split in task.dev_splits:
-    if split in data:
-      result[split] = evaluate(task, predict(setup.model, state.params, data[split],
-                                             cfg.eval_batch_size, mesh), data[split])
-  return result
+  return {'seed': seed, 'steps': total, 'epochs': epochs,
+          **dev_scores(cfg, task, setup.model, state.params, data, mesh)}
+
+
+def dev_scores(cfg, task, model, params, data: dict, mesh) -> dict:
+  return {split: evaluate(task, predict(model, params, data[split], cfg.eval_batch_size, mesh),
+                          data[split]) for split in task.dev_splits if split in data}
+
+
+def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
+  """(setup, state) of the fine-tuning saved in `seed_dir`."""
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(seed_dir, 'checkpoints'))
+  step = ckpt.latest_step()
+  if step is None:
+    ckpt.close()
+    raise UserError(f'{seed_dir} holds no fine-tuned checkpoint; run --mode=train first')
+  setup = make_setup(cfg, pretrained, task, step, seed)
+  init_fn, _, _ = train_lib.compile_steps(setup, partitioning.make_mesh())
+  try:
+    _, state, meta = ckpt.restore_latest(init_fn())
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  finally:
+    ckpt.close()
+  if meta.get('labels', list(task.labels)) != list(task.labels):
+    raise UserError(f'{seed_dir} was fine-tuned with the labels {meta["labels"]}, not '
+                    f'{list(task.labels)}; use the data it was trained on')
+  return setup, state
+
+
+# Leaderboard file names of GLUE's test splits.
+LEADERBOARD = {'cola': 'CoLA', 'sst2': 'SST-2', 'mrpc': 'MRPC', 'qqp': 'QQP', 'stsb': 'STS-B',
+               'qnli': 'QNLI', 'rte': 'RTE', 'wnli': 'WNLI', 'mnli/test_matched': 'MNLI-m',
+               'mnli/test_mismatched': 'MNLI-mm'}
+
+
+def write_predictions(task, split: str, logits: np.ndarray, examples: list, folder: str) -> str:
+  """GLUE test splits: the leaderboard's `<Task>.tsv` (index, prediction); other data: a TSV of
+  index, prediction and the text(s)."""
+  if task.kind == 'regression':
+    values = [f'{v:.3f}' for v in logits[:, 0] * task.label_scale]
+  else:
+    values = [task.labels[i] for i in logits.argmax(-1)]
+  name = LEADERBOARD.get(f'{task.name}/{split}', LEADERBOARD.get(task.name))
+  glue = name is not None and split.startswith('test') and task.name in tasks_lib.GLUE
+  os.makedirs(folder, exist_ok=True)
+  path = os.path.join(folder, f'{name}.tsv' if glue else f'{split}_predictions.tsv')
+  with open(path + '.tmp', 'w', encoding='utf-8') as f:
+    f.write('index\tprediction\n' if glue else 'index\tprediction\ttext_a\ttext_b\n')
+    for i, (e, v) in enumerate(zip(examples, values)):
+      index = e.idx if e.idx is not None else i
+      clean = lambda t: (t or '').replace('\t', ' ').replace('\n', ' ')
+      f.write(f'{index}\t{v}\n' if glue else f'{index}\t{v}\t{clean(e.text_a)}\t{clean(e.text_b)}\n')
+  os.replace(path + '.tmp', path)
+  return path
 
 
 # ================================================================================================
@@ -239,15 +288,33 @@ def _table(task, results: list[dict]) -> tuple[str, dict]:
   return '\n'.join(lines) + '\n', median
 
 
-def finetune(cfg, workdir: str, log=print) -> dict:
-  """Fine-tunes per `cfg` in `workdir`, `num_seeds` times; returns the results (also written)."""
+MODES = ('train', 'eval', 'predict')
+
+
+def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
+  """Fine-tunes per `cfg` in `workdir`, `num_seeds` times; returns the results (also written).
+
+  mode 'eval' scores the fine-tunings saved in `workdir` on the dev split(s) again; 'predict'
+  writes their predictions for the test split(s) under <workdir>/seed_<k>/predictions/.
+  """
+  if mode not in MODES:
+    raise UserError(f'--mode is {mode!r}; use one of {", ".join(MODES)}')
   mesh = partitioning.make_mesh()
   _check(cfg, mesh)
-  pretrained = load_pretrained(cfg.init, cfg.from_scratch, log)
+  saved = []
+  if mode != 'train':
+    saved = sorted((int(n.split('_')[1]), os.path.join(workdir, n)) for n in (
+        os.listdir(workdir) if os.path.isdir(workdir) else ()) if n.startswith('seed_'))
+    if not saved:
+      raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run --mode=train '
+                      'first, with this --workdir')
+  pretrained = load_pretrained(cfg.init, cfg.from_scratch or mode != 'train', log)
   try:
-    task, splits = tasks_lib.load(cfg.task, pretrained.config)
+    task, splits = tasks_lib.load(cfg.task, pretrained.config, log)
   except (ValueError, FileNotFoundError) as e:
     raise UserError(str(e)) from None
+  if mode != 'train':
+    return _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log)
   if len(splits.get('train', ())) < cfg.batch_size:
     raise UserError(f'the train data has {len(splits.get("train", ()))} examples, fewer than one '
                     f'batch of {cfg.batch_size}; add data or lower --config.batch_size')
@@ -278,11 +345,52 @@ def finetune(cfg, workdir: str, log=print) -> dict:
     results.append(result)
     log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in task.dev_splits
                                       if s in result for m, v in result[s].items()))
+  return _write_results(task, results, pretrained.checkpoint, workdir, log)
+
+
+def _write_results(task, results, init: str, workdir: str, log) -> dict:
   table, median = _table(task, results)
-  summary = {'task': task.name, 'init': pretrained.checkpoint, 'seeds': results, 'median': median}
+  summary = {'task': task.name, 'init': init, 'seeds': results, 'median': median}
   with open(os.path.join(workdir, 'results.json'), 'w') as f:
     json.dump(summary, f, indent=2)
   with open(os.path.join(workdir, 'results.md'), 'w') as f:
-    f.write(f'# {task.name}, {len(results)} seed(s), from {pretrained.checkpoint}\n\n{table}')
+    f.write(f'# {task.name}, {len(results)} seed(s), from {init}\n\n{table}')
   log(table)
   return summary
+
+
+def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -> dict:
+  encoded = lambda split: encode_lib.encode(splits[split], task, tokenizer_lib.load_tokenizer(
+      pretrained.vocab, lower_case=pretrained.lower_case), cfg.max_seq_length)
+  wanted = [s for s in (task.dev_splits if mode == 'eval' else splits) if s in splits and (
+      mode == 'eval' or s.startswith('test'))]
+  if not wanted:
+    split = 'dev' if mode == 'eval' else 'test'
+    raise UserError(f'the task has no {split} split to {mode}; name its file with '
+                    f'--config.task.{split}=FILE (plus --config and the flags of the fine-tuning)')
+  data = {s: encoded(s) for s in wanted}
+  results, written = [], []
+  for seed, seed_dir in saved:
+    setup, state = restore_seed(cfg, pretrained, task, seed_dir, seed)
+    if mode == 'eval':
+      results.append({'seed': seed, **dev_scores(cfg, task, setup.model, state.params, data, mesh)})
+      continue
+    for split in wanted:
+      logits = predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh)
+      written.append(write_predictions(task, split, logits, splits[split],
+                                       os.path.join(seed_dir, 'predictions')))
+      log(f'seed {seed}: {split} predictions ({len(logits):,}) -> {written[-1]}')
+  if mode == 'eval':
+    return _write_results(task, results, f'the fine-tunings in {workdir}', workdir, log)
+  return {'task': task.name, 'predictions': written}
+
+
+def saved_config(workdir: str, mode: str) -> ml_collections.ConfigDict:
+  """The config a fine-tuning workdir was trained with (for --mode=eval/predict without --config)."""
+  path = os.path.join(workdir, 'config.json')
+  if mode == 'train' or not os.path.isfile(path):
+    raise UserError(f'--config is required ({path} does not exist); give the fine-tuning config' if
+                    mode != 'train' else '--config is required for --mode=train; give a '
+                    'configs/finetune/*.py file')
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f))

@@ -19,6 +19,7 @@ class Example:
   text_a: str
   text_b: str | None
   label: Any  # a class name (str) or a number (regression); None where the split has no labels
+  idx: int | None = None  # the row's id in its source (GLUE's test index, for leaderboard files)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +89,85 @@ def load_glue(name: str, data_dir: str | None = None) -> dict[str, list[Example]
         label = g.labels[int(label)]
       else:
         label = float(label)
-      examples.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label))
+      examples.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label,
+                              int(row['idx'])))
     out[ours] = examples
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _GlueTsv:
+  folder: str  # the task's folder in GLUE's download layout
+  text: tuple  # header names of text a (and b)
+  label: str  # header name of the label
+  index: str | None = None  # header name of the row id of test.tsv
+  files: tuple = (('train', 'train.tsv'), ('dev', 'dev.tsv'), ('test', 'test.tsv'))
+
+
+_MNLI_FILES = (('train', 'train.tsv'), ('dev_matched', 'dev_matched.tsv'),
+               ('dev_mismatched', 'dev_mismatched.tsv'), ('test_matched', 'test_matched.tsv'),
+               ('test_mismatched', 'test_mismatched.tsv'))
+GLUE_TSV = {
+    'cola': _GlueTsv('CoLA', ('sentence',), 'label', 'index'),  # train/dev: no header (see below)
+    'sst2': _GlueTsv('SST-2', ('sentence',), 'label', 'index'),
+    'mrpc': _GlueTsv('MRPC', ('#1 String', '#2 String'), 'Quality', 'index'),
+    'qqp': _GlueTsv('QQP', ('question1', 'question2'), 'is_duplicate', 'id'),
+    'stsb': _GlueTsv('STS-B', ('sentence1', 'sentence2'), 'score', 'index'),
+    'mnli': _GlueTsv('MNLI', ('sentence1', 'sentence2'), 'gold_label', 'index', _MNLI_FILES),
+    'qnli': _GlueTsv('QNLI', ('question', 'sentence'), 'label', 'index'),
+    'rte': _GlueTsv('RTE', ('sentence1', 'sentence2'), 'label', 'index'),
+    'wnli': _GlueTsv('WNLI', ('sentence1', 'sentence2'), 'label', 'index'),
+}
+
+
+def load_glue_tsv(root: str, name: str, log=print) -> dict[str, list[Example]]:
+  """GLUE task `name` from the original download's folders (<root>/<Task>/train.tsv, ...).
+
+  Rows with too few columns (QQP has some) are skipped and counted; test.tsv is optional.
+  """
+  spec, g = GLUE_TSV[name], GLUE[name]
+  folder = os.path.join(root, spec.folder)
+  if not os.path.isdir(folder) and os.path.isfile(os.path.join(root, 'train.tsv')):
+    folder = root  # the task's own folder was given
+  out = {}
+  for split, file in spec.files:
+    path = os.path.join(folder, file)
+    if not os.path.isfile(path):
+      if split.startswith('test'):
+        continue
+      raise FileNotFoundError(f'{path} does not exist; task.glue_dir must hold GLUE\'s download '
+                              f'layout ({spec.folder}/{file}, ...)')
+    with open(path, encoding='utf-8', newline='') as f:
+      rows = list(csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE))
+    test = split.startswith('test')
+    if name == 'cola' and not test:  # CoLA's train/dev have no header: source, label, _, sentence
+      header, rows = ['source', 'label', 'original', 'sentence'], rows
+    else:
+      header, rows = rows[0], rows[1:]
+    wanted = list(spec.text) + ([spec.index] if test else [spec.label])
+    missing = [c for c in wanted if c not in header]
+    if missing:
+      raise ValueError(f'{path} has no column(s) {missing} (its header: {header}); is it GLUE\'s '
+                       f'{spec.folder} file?')
+    col = {c: header.index(c) for c in wanted}
+    examples, skipped = [], 0
+    for n, row in enumerate(rows):
+      if len(row) <= max(col.values()):
+        skipped += 1
+        continue
+      texts = [row[col[c]] for c in spec.text]
+      label = None
+      if not test:
+        label = row[col[spec.label]]
+        if g.labels and label not in g.labels:
+          raise ValueError(f'row {n + 1} of {path} has the label {label!r}, not one of '
+                           f'{list(g.labels)}')
+        label = float(label) if not g.labels else label
+      examples.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label,
+                              int(row[col[spec.index]]) if test else n))
+    if skipped:
+      log(f'warning: {path}: {skipped} row(s) with too few columns skipped')
+    out[split] = examples
   return out
 
 
@@ -198,12 +276,14 @@ def load_builtin(seed: int, eval_fraction: float, max_train: int = 4000
   return out
 
 
-def load(cfg, pretraining=None) -> tuple[Task, dict[str, list[Example]]]:
+def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example]]]:
   """(task, {split: examples}) from `config.task`; `pretraining` is the init run's config."""
   if cfg.name == 'builtin':
     seed = pretraining.seed if pretraining is not None else 0
     fraction = pretraining.data.eval_fraction if pretraining is not None else 0.05
     return BUILTIN, load_builtin(seed, fraction, cfg.max_train_examples or 4000)
+  if cfg.name in GLUE and cfg.glue_dir:
+    return glue_task(cfg.name), load_glue_tsv(cfg.glue_dir, cfg.name, log)
   if cfg.name in GLUE and not cfg.train:
     return glue_task(cfg.name), load_glue(cfg.name, cfg.tfds_data_dir or None)
   if not cfg.train:
