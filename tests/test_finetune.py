@@ -342,3 +342,109 @@ def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
     assert all((e.text_a, e.text_b) in followers for e in nexts)
   again = tasks_lib.load_builtin(seed=0, eval_fraction=0.05, max_train=1000)
   assert again == splits
+
+
+# ---- tagging --------------------------------------------------------------------------------------
+
+def test_chunks_are_read_as_conlleval_reads_them_and_written_as_bioes():
+  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
+  iob1 = ['I-PER', 'I-PER', 'O', 'I-LOC', 'B-LOC', 'I-ORG', 'O', 'B-MISC']
+  assert tagging.chunks(iob1) == [(0, 1, 'PER'), (3, 3, 'LOC'), (4, 4, 'LOC'), (5, 5, 'ORG'),
+                                  (7, 7, 'MISC')]
+  assert tagging.to_bioes(iob1) == ('B-PER', 'E-PER', 'O', 'S-LOC', 'S-LOC', 'S-ORG', 'O',
+                                    'S-MISC')
+  iob2 = ['B-NP', 'I-NP', 'I-NP', 'B-VP', 'B-NP', 'O']
+  assert tagging.to_bioes(iob2) == ('B-NP', 'I-NP', 'E-NP', 'S-VP', 'S-NP', 'O')
+  bioes = tagging.to_bioes(iob2)
+  assert tagging.to_bioes(bioes) == bioes and tagging.chunks(bioes) == tagging.chunks(iob2)
+  gold = [('B-PER', 'E-PER', 'O', 'S-LOC'), ('S-ORG', 'O')]
+  pred = [('B-PER', 'E-PER', 'O', 'S-ORG'), ('S-ORG', 'S-LOC')]  # 2 right of 4 found, 3 wanted
+  s = tagging.entity_scores(gold, pred)
+  assert (s['precision'], s['recall']) == (0.5, pytest.approx(2 / 3))
+  assert s['f1'] == pytest.approx(2 * 0.5 * (2 / 3) / (0.5 + 2 / 3))
+  assert tagging.entity_scores(gold, [('O',) * 4, ('O', 'O')])['f1'] == 0.0
+
+
+def _write_conll(path, sentences):
+  with open(path, 'w') as f:
+    f.write('-DOCSTART- -X- O O\n\n')
+    for words, tags in sentences:
+      f.write(''.join(f'{w} XX {t}\n' for w, t in zip(words, tags)) + '\n')
+  return str(path)
+
+
+def _tagged(n, seed):
+  """Sentences of corpus words where 'cat', 'dogs' and 'birds' are ANIMAL chunks and 'old stone
+  walls' a PLACE chunk, tagged in IOB2."""
+  rng = random.Random(seed)
+  plain = [w for w in WORDS if w not in ('cat', 'dogs', 'birds', 'old', 'stone', 'walls')]
+  out = []
+  for _ in range(n):
+    words, tags = [], []
+    for _ in range(rng.randint(3, 8)):
+      r = rng.random()
+      if r < 0.2:
+        words.append(rng.choice(['cat', 'dogs', 'birds']))
+        tags.append('B-ANIMAL')
+      elif r < 0.3:
+        words += ['old', 'stone', 'walls']
+        tags += ['B-PLACE', 'I-PLACE', 'I-PLACE']
+      else:
+        words.append(rng.choice(plain))
+        tags.append('O')
+    out.append((words, tags))
+  return out
+
+
+def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
+  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
+  path = _write_conll(tmp_path / 'train.txt', [(['old', 'stone', 'walls', 'sat'],
+                                                ['B-PLACE', 'I-PLACE', 'I-PLACE', 'O'])])
+  assert tagging.read_conll(path) == [(('old', 'stone', 'walls', 'sat'),
+                                       ('B-PLACE', 'I-PLACE', 'I-PLACE', 'O'))]
+  assert tagging.read_conll(path, column=1)[0][1] == ('XX',) * 4
+  cfg = config_lib.default_config().task
+  cfg.update(name='own', kind='tagging', train=path)
+  task, splits = tasks_lib.load(cfg)
+  assert task.labels == ('O', 'B-PLACE', 'E-PLACE', 'I-PLACE') and task.kind == 'tagging'
+  assert splits['train'][0].label == ('B-PLACE', 'I-PLACE', 'E-PLACE', 'O')
+  (tmp_path / 'bad.txt').write_text('word\n')
+  with pytest.raises(ValueError, match='line 1 of .* has no tag column'):
+    tagging.read_conll(str(tmp_path / 'bad.txt'))
+  cfg.dev = _write_conll(tmp_path / 'dev.txt', [(['cat'], ['B-ANIMAL'])])
+  with pytest.raises(ValueError, match=r"the dev data has tag\(s\) \['S-ANIMAL'\] never seen"):
+    tasks_lib.load(cfg)
+
+
+def test_encode_tagged_puts_each_tag_on_the_first_sub_token_and_cuts_long_sentences():
+  tok = _Tokenizer()
+  tok.encode_batch = lambda words: [[10 + i for i in range(len(w) // 3)] for w in words]
+  task = tasks_lib.Task('t', 'tagging', ('O', 'S-X'), ('f1',))
+  examples = [tasks_lib.Example(('abcdef', 'ab', 'abc'), None, ('S-X', 'O', 'S-X')),
+              tasks_lib.Example(('abcdefghi',) * 3, None, ('O', 'S-X', 'O'))]
+  out = encode_lib.encode_tagged(examples, task, tok, 8)
+  # 'abcdef' -> 2 pieces, 'ab' -> none ([UNK]), 'abc' -> 1
+  np.testing.assert_array_equal(out.input_ids[0], [2, 10, 11, 1, 10, 3, 0, 0])
+  np.testing.assert_array_equal(out.labels[0], [-1, 1, -1, 0, 1, -1, -1, -1])
+  np.testing.assert_array_equal(out.word_positions[0], [1, 3, 4])
+  assert out.truncated == 1 and list(out.word_positions[1]) == [1, 4]  # the third word is cut
+  logits = np.zeros((2, 8, 2))
+  logits[1, 4, 1] = 1.0
+  assert run.word_tags(task, logits, out, examples)[1] == ('O', 'S-X', 'O')
+
+
+def test_finetuning_learns_a_synthetic_tagging_task(tmp_path, pretrained):
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=6.0,
+             log_every=50, dropout_rate=0.0)
+  cfg.task.update(name='own', kind='tagging',
+                  train=_write_conll(tmp_path / 'train.txt', _tagged(320, 0)),
+                  dev=_write_conll(tmp_path / 'dev.txt', _tagged(96, 1)),
+                  test=_write_conll(tmp_path / 'test.txt', _tagged(8, 2)))
+  cfg.optimizer.learning_rate = 2e-3
+  summary = run.finetune(cfg, str(tmp_path / 'ft'), log=_quiet)
+  assert summary['seeds'][0]['dev']['f1'] > 0.7, summary['seeds']  # tagging all O scores 0
+  out = run.finetune(run.saved_config(str(tmp_path / 'ft'), 'predict'), str(tmp_path / 'ft'),
+                     log=_quiet, mode='predict')
+  lines = open(out['predictions'][0]).read().split('\n\n')
+  assert len([l for l in lines if l.strip()]) == 8

@@ -31,7 +31,8 @@ def default_config() -> ml_collections.ConfigDict:
   t.text_a = 'text'  # the column holding the text
   t.text_b = ''  # a second text column for pair tasks ('' = single text)
   t.label = 'label'  # the label column
-  t.kind = 'classification'  # 'classification' (labels are names) or 'regression' (numbers)
+  t.kind = 'classification'  # 'classification' (names), 'regression' (numbers), 'tagging' (CoNLL)
+  t.tag_column = -1  # tagging: the column of a CoNLL line that holds the tag (-1: the last)
 
   o = c.optimizer = ml_collections.ConfigDict()
   o.learning_rate = 0.0  # 0: the paper's for the size (3e-4 Small, 1e-4 Base, 5e-5 Large)

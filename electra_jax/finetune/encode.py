@@ -17,7 +17,9 @@ class Encoded:
   segment_ids: np.ndarray
   input_mask: np.ndarray
   labels: np.ndarray  # [N] int32 class index, or float32 target (regression); -1 / nan if none
+  #                     tagging: [N, L] int32 tag index at each word's first token, -1 elsewhere
   truncated: int  # examples cut to fit
+  word_positions: list | None = None  # tagging: the first token's position of each kept word
 
   def __len__(self):
     return len(self.labels)
@@ -71,4 +73,34 @@ def encode(examples: list[Example], task: Task, tokenizer, max_len: int, *,
     if e.label is not None:
       out.labels[i] = (index[str(e.label)] if task.kind == 'classification'
                        else float(e.label) / task.label_scale)
+  return out
+
+
+def encode_tagged(examples: list[Example], task: Task, tokenizer, max_len: int) -> Encoded:
+  """Sentences of words -> [CLS] tokens [SEP]; each word's tag sits on its first sub-token (the
+  others are not scored). Words past max_len - 2 tokens are cut (and count as 'O' predictions)."""
+  special = tokenizer.special
+  words = [w for e in examples for w in e.text_a]
+  pieces = tokenizer.encode_batch(words)
+  n = len(examples)
+  out = Encoded(np.full((n, max_len), special.pad, np.int32), np.zeros((n, max_len), np.int32),
+                np.zeros((n, max_len), np.int32), np.full((n, max_len), -1, np.int32), 0, [])
+  index = {name: i for i, name in enumerate(task.labels)}
+  k = 0
+  for i, e in enumerate(examples):
+    tokens, positions = [special.cls], []
+    for j in range(len(e.text_a)):
+      word = pieces[k + j] or [special.unk]
+      if len(tokens) + len(word) > max_len - 1:
+        out.truncated += 1
+        break
+      positions.append(len(tokens))
+      if e.label is not None:
+        out.labels[i, len(tokens)] = index[e.label[j]]
+      tokens += word
+    k += len(e.text_a)
+    tokens.append(special.sep)
+    out.input_ids[i, :len(tokens)] = tokens
+    out.input_mask[i, :len(tokens)] = 1
+    out.word_positions.append(np.asarray(positions, np.int32))
   return out

@@ -14,11 +14,13 @@ from electra_jax import model as model_lib
 class Classifier(nn.Module):
   """[CLS] hidden state -> dropout -> dense (glorot-uniform): `num_outputs` float32 logits.
 
-  One output with a squared-error loss is the regression head (STS-B).
+  One output with a squared-error loss is the regression head (STS-B). `per_token`: the same head
+  on every token's hidden state ([B, L, num_outputs], tagging).
   """
   cfg: model_lib.ModelConfig
   num_outputs: int
   head_dropout_rate: float = 0.1
+  per_token: bool = False
 
   def setup(self):
     cfg = self.cfg
@@ -32,8 +34,8 @@ class Classifier(nn.Module):
   def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True):
     hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic), input_mask,
                                 deterministic)
-    first = hidden[:, 0].astype(jnp.float32)
-    return self.classifier(self.dropout(first, deterministic=deterministic))
+    chosen = hidden if self.per_token else hidden[:, 0]
+    return self.classifier(self.dropout(chosen.astype(jnp.float32), deterministic=deterministic))
 
 
 def init_params(model: Classifier, key, pretrained=None):

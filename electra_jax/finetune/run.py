@@ -33,6 +33,7 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import heads
 from electra_jax.finetune import scores
+from electra_jax.finetune import tagging
 from electra_jax.finetune import tasks as tasks_lib
 
 
@@ -93,25 +94,28 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
 # One fine-tuning
 # ================================================================================================
 
-def classification_loss(params, batch, rng, deterministic=False, *, model, task):
+def task_loss(params, batch, rng, deterministic=False, *, model, task):
+  """Mean cross-entropy over examples (classification) or scored tokens (tagging: each word's
+  first token), or mean squared error (regression)."""
   logits = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                        batch['input_mask'], deterministic, rngs={'dropout': rng})
+  labels = batch['labels']
   if task.kind == 'regression':
-    per_example = jnp.square(logits[:, 0] - batch['labels'])
-    metrics = {}
-  else:
-    per_example = optax.softmax_cross_entropy_with_integer_labels(logits, batch['labels'])
-    correct = (jnp.argmax(logits, -1) == batch['labels']).astype(jnp.float32)
-    metrics = {'accuracy': objectives.ratio(correct.sum(), correct.size)}
-  loss = per_example.mean()
-  return loss, {'loss': objectives.ratio(loss, 1.0), **metrics}
+    loss = jnp.mean(jnp.square(logits[:, 0] - labels))
+    return loss, {'loss': objectives.ratio(loss, 1.0)}
+  weights = (labels >= 0).astype(jnp.float32)
+  labels = jnp.maximum(labels, 0)
+  per_item = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  loss = jnp.sum(per_item * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+  correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32) * weights
+  return loss, {'loss': objectives.ratio(loss, 1.0), 'accuracy': objectives.ratio(correct, weights)}
 
 
 def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -> train_lib.Setup:
   model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=cfg.dropout_rate,
                                   attention_dropout_rate=cfg.dropout_rate)
   model = heads.Classifier(model_cfg, 1 if task.kind == 'regression' else len(task.labels),
-                           cfg.dropout_rate)
+                           cfg.dropout_rate, per_token=task.kind == 'tagging')
   init = functools.partial(heads.init_params, model, pretrained=pretrained.params)
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
@@ -123,7 +127,7 @@ def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -
       schedule='original', b1=o.b1, b2=o.b2, eps=o.eps, bias_correction=o.bias_correction,
       weight_decay=o.weight_decay, grad_clip_norm=o.grad_clip_norm))
   tx, schedule = optim.make_optimizer(opt_cfg, lr_factors=factors)
-  loss_fn = functools.partial(classification_loss, model=model, task=task)
+  loss_fn = functools.partial(task_loss, model=model, task=task)
   return train_lib.Setup(model_cfg, None, None, model, tx, schedule, loss_fn, seed, init)
 
 
@@ -151,7 +155,20 @@ def predict(model, params, data: encode_lib.Encoded, batch_size: int, mesh) -> n
   return np.concatenate(out)[:n]
 
 
-def evaluate(task, logits: np.ndarray, data: encode_lib.Encoded) -> dict:
+def word_tags(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list) -> list[tuple]:
+  """Tagging: each word's predicted tag (at its first token); 'O' for words cut by truncation."""
+  ids = logits.argmax(-1)
+  out = []
+  for i, e in enumerate(examples):
+    tags = [task.labels[t] for t in ids[i, data.word_positions[i]]]
+    out.append(tuple(tags + ['O'] * (len(e.text_a) - len(tags))))
+  return out
+
+
+def evaluate(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list) -> dict:
+  if task.kind == 'tagging':
+    return tagging.entity_scores([e.label for e in examples],
+                                 word_tags(task, logits, data, examples))
   if task.kind == 'regression':
     predictions = logits[:, 0] * task.label_scale
     labels = data.labels * task.label_scale
@@ -160,7 +177,8 @@ def evaluate(task, logits: np.ndarray, data: encode_lib.Encoded) -> dict:
   return scores.compute(task.metrics, labels, predictions)
 
 
-def finetune_one(cfg, pretrained, task, data: dict, seed: int, workdir: str, log) -> dict:
+def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, workdir: str,
+                 log) -> dict:
   mesh = partitioning.make_mesh()
   train = data['train']
   steps_per_epoch = len(train) // cfg.batch_size
@@ -204,12 +222,20 @@ def finetune_one(cfg, pretrained, task, data: dict, seed: int, workdir: str, log
   ckpt.save(total, state, {'step': total, 'task': task.name, 'labels': list(task.labels)})
   ckpt.close()
   return {'seed': seed, 'steps': total, 'epochs': epochs,
-          **dev_scores(cfg, task, setup.model, state.params, data, mesh)}
+          **dev_scores(cfg, task, setup.model, state.params, data, splits, mesh)}
 
 
-def dev_scores(cfg, task, model, params, data: dict, mesh) -> dict:
+def dev_scores(cfg, task, model, params, data: dict, splits: dict, mesh) -> dict:
   return {split: evaluate(task, predict(model, params, data[split], cfg.eval_batch_size, mesh),
-                          data[split]) for split in task.dev_splits if split in data}
+                          data[split], splits[split])
+          for split in task.dev_splits if split in data}
+
+
+def encode(task, examples: list, tokenizer, max_len: int, train: bool) -> encode_lib.Encoded:
+  if task.kind == 'tagging':
+    return encode_lib.encode_tagged(examples, task, tokenizer, max_len)
+  return encode_lib.encode(examples, task, tokenizer, max_len,
+                           swap_pairs=train and task.swap_pairs)
 
 
 def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
@@ -239,16 +265,24 @@ LEADERBOARD = {'cola': 'CoLA', 'sst2': 'SST-2', 'mrpc': 'MRPC', 'qqp': 'QQP', 's
                'mnli/test_mismatched': 'MNLI-mm'}
 
 
-def write_predictions(task, split: str, logits: np.ndarray, examples: list, folder: str) -> str:
-  """GLUE test splits: the leaderboard's `<Task>.tsv` (index, prediction); other data: a TSV of
-  index, prediction and the text(s)."""
+def write_predictions(task, split: str, logits: np.ndarray, examples: list, folder: str,
+                      data: encode_lib.Encoded | None = None) -> str:
+  """GLUE test splits: the leaderboard's `<Task>.tsv` (index, prediction); tagging: CoNLL lines
+  (word, predicted tag); other data: a TSV of index, prediction and the text(s)."""
+  os.makedirs(folder, exist_ok=True)
+  if task.kind == 'tagging':
+    path = os.path.join(folder, f'{split}_predictions.txt')
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      for e, tags in zip(examples, word_tags(task, logits, data, examples)):
+        f.write(''.join(f'{w} {t}\n' for w, t in zip(e.text_a, tags)) + '\n')
+    os.replace(path + '.tmp', path)
+    return path
   if task.kind == 'regression':
     values = [f'{v:.3f}' for v in logits[:, 0] * task.label_scale]
   else:
     values = [task.labels[i] for i in logits.argmax(-1)]
   name = LEADERBOARD.get(f'{task.name}/{split}', LEADERBOARD.get(task.name))
   glue = name is not None and split.startswith('test') and task.name in tasks_lib.GLUE
-  os.makedirs(folder, exist_ok=True)
   path = os.path.join(folder, f'{name}.tsv' if glue else f'{split}_predictions.tsv')
   with open(path + '.tmp', 'w', encoding='utf-8') as f:
     f.write('index\tprediction\n' if glue else 'index\tprediction\ttext_a\ttext_b\n')
@@ -324,8 +358,7 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
                     f'{pretrained.model_cfg.max_position_embeddings} positions; lower it')
   data = {}
   for split, examples in splits.items():
-    data[split] = encode_lib.encode(examples, task, tokenizer, cfg.max_seq_length,
-                                    swap_pairs=split == 'train' and task.swap_pairs)
+    data[split] = encode(task, examples, tokenizer, cfg.max_seq_length, split == 'train')
     if data[split].truncated:
       log(f'{split}: {data[split].truncated} of {len(data[split])} examples cut to '
           f'{cfg.max_seq_length} tokens (the longer text loses its last tokens first)')
@@ -339,8 +372,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   for k in range(cfg.num_seeds):
     seed = cfg.seed + k
     t = time.time()
-    result = finetune_one(cfg, pretrained, task, data, seed, os.path.join(workdir, f'seed_{seed}'),
-                          log)
+    result = finetune_one(cfg, pretrained, task, data, splits, seed,
+                          os.path.join(workdir, f'seed_{seed}'), log)
     result['seconds'] = time.time() - t
     results.append(result)
     log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in task.dev_splits
@@ -360,8 +393,8 @@ def _write_results(task, results, init: str, workdir: str, log) -> dict:
 
 
 def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -> dict:
-  encoded = lambda split: encode_lib.encode(splits[split], task, tokenizer_lib.load_tokenizer(
-      pretrained.vocab, lower_case=pretrained.lower_case), cfg.max_seq_length)
+  tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
+  encoded = lambda split: encode(task, splits[split], tokenizer, cfg.max_seq_length, False)
   wanted = [s for s in (task.dev_splits if mode == 'eval' else splits) if s in splits and (
       mode == 'eval' or s.startswith('test'))]
   if not wanted:
@@ -373,12 +406,13 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
   for seed, seed_dir in saved:
     setup, state = restore_seed(cfg, pretrained, task, seed_dir, seed)
     if mode == 'eval':
-      results.append({'seed': seed, **dev_scores(cfg, task, setup.model, state.params, data, mesh)})
+      results.append({'seed': seed, **dev_scores(cfg, task, setup.model, state.params, data,
+                                                 splits, mesh)})
       continue
     for split in wanted:
       logits = predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh)
       written.append(write_predictions(task, split, logits, splits[split],
-                                       os.path.join(seed_dir, 'predictions')))
+                                       os.path.join(seed_dir, 'predictions'), data[split]))
       log(f'seed {seed}: {split} predictions ({len(logits):,}) -> {written[-1]}')
   if mode == 'eval':
     return _write_results(task, results, f'the fine-tunings in {workdir}', workdir, log)

@@ -16,16 +16,16 @@ import numpy as np
 
 @dataclasses.dataclass(frozen=True)
 class Example:
-  text_a: str
+  text_a: Any  # the text; tagging: the sentence's words (a tuple)
   text_b: str | None
-  label: Any  # a class name (str) or a number (regression); None where the split has no labels
+  label: Any  # a class name, a number (regression) or the words' BIOES tags; None if unlabelled
   idx: int | None = None  # the row's id in its source (GLUE's test index, for leaderboard files)
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
   name: str
-  kind: str  # 'classification' | 'regression'
+  kind: str  # 'classification' | 'regression' | 'tagging'
   labels: tuple  # class names in output order (classification)
   metrics: tuple  # scores.SCORES names; the first is the task's headline score
   dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched)
@@ -222,7 +222,8 @@ def own_task(cfg, splits: dict[str, list[Example]]) -> Task:
                            'number; a regression task needs numeric labels') from None
     return Task(name, 'regression', (), ('spearman', 'pearson'), ('dev',) if 'dev' in splits else ())
   if cfg.kind != 'classification':
-    raise ValueError(f"task.kind is {cfg.kind!r}; use 'classification' or 'regression'")
+    raise ValueError(f"task.kind is {cfg.kind!r}; use 'classification', 'regression' or "
+                     "'tagging'")
   labels = tuple(sorted({str(e.label) for e in splits['train']}))
   if len(labels) < 2:
     raise ValueError(f'the train data has {len(labels)} distinct label(s); a classification task '
@@ -276,6 +277,29 @@ def load_builtin(seed: int, eval_fraction: float, max_train: int = 4000
   return out
 
 
+def load_tagging(cfg) -> tuple[Task, dict[str, list[Example]]]:
+  """CoNLL files (CoNLL-2000 chunking, CoNLL-2003 NER, ...) as a BIOES tagging task."""
+  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
+  splits = {}
+  for split in ('train', 'dev', 'test'):
+    if cfg[split]:
+      splits[split] = [Example(words, None, None if split == 'test' else tagging.to_bioes(tags))
+                       for words, tags in tagging.read_conll(cfg[split], cfg.tag_column)]
+  tags = {t for e in splits['train'] for t in e.label} - {'O'}
+  if not tags:
+    raise ValueError(f'the train data {cfg.train} tags no chunk (every tag is O); check '
+                     'task.tag_column')
+  labels = ('O',) + tuple(sorted(tags))
+  for split, examples in splits.items():
+    unseen = sorted({t for e in examples if e.label for t in e.label} - set(labels))
+    if unseen:
+      raise ValueError(f'the {split} data has tag(s) {unseen[:5]} never seen in the train data; '
+                       'fix the tags or add training sentences with them')
+  name = cfg.name if cfg.name != 'own' else os.path.splitext(os.path.basename(cfg.train))[0]
+  return Task(name, 'tagging', labels, ('f1', 'precision', 'recall'),
+              ('dev',) if 'dev' in splits else ()), splits
+
+
 def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example]]]:
   """(task, {split: examples}) from `config.task`; `pretraining` is the init run's config."""
   if cfg.name == 'builtin':
@@ -286,6 +310,8 @@ def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example
     return glue_task(cfg.name), load_glue_tsv(cfg.glue_dir, cfg.name, log)
   if cfg.name in GLUE and not cfg.train:
     return glue_task(cfg.name), load_glue(cfg.name, cfg.tfds_data_dir or None)
+  if cfg.kind == 'tagging' and cfg.train:
+    return load_tagging(cfg)
   if not cfg.train:
     raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(GLUE)}); for your '
                      'own data set task.train (and task.dev, task.test) to .csv/.tsv/.jsonl files')
