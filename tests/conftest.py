@@ -86,3 +86,13 @@ def records_dir(tmp_path_factory, corpus_file):
                                    eval_fraction=c.data.eval_fraction, num_shards=4,
                                    vocab_size=c.model.vocab_size), out, log=lambda *_: None)
   return out
+
+
+@pytest.fixture(scope='session')
+def pretrained(tmp_path_factory, records_dir):
+  """A pre-training workdir of the test model (4 steps), what fine-tuning tests start from."""
+  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path_factory.mktemp('pretrained') / 'w')
+  train.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
+                           log=lambda *_: None)
+  return workdir

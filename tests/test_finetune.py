@@ -204,14 +204,6 @@ def test_glue_loads_through_tfds_with_labels_names_and_unlabelled_test():
 
 # ---- end to end -----------------------------------------------------------------------------------
 
-@pytest.fixture(scope='module')
-def pretrained(tmp_path_factory, records_dir):
-  workdir = str(tmp_path_factory.mktemp('pretrained') / 'w')
-  train_lib.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
-                               log=lambda *_: None)
-  return workdir
-
-
 def _synthetic(path, n, kind, seed):
   """Texts of corpus words; the label says how often the word 'cat' occurs (0-2): 'yes' for 1-2
   (two thirds of the rows, the majority baseline), 'no' for 0; or the count (regression)."""
@@ -314,7 +306,7 @@ def test_finetuning_bad_init_and_too_little_data_are_refused(tmp_path, pretraine
   cfg.init = str(tmp_path)
   with pytest.raises(UserError, match='is not a pre-training workdir'):
     run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
-  cfg.init = pretrained
+  cfg.update(init=pretrained, max_seq_length=32)
   with pytest.raises(UserError, match='fewer than one batch of 32'):
     run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
   cfg.update(batch_size=12)

@@ -21,7 +21,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.log_every = 50  # steps between progress lines
 
   t = c.task = ml_collections.ConfigDict()
-  t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), 'builtin' or 'own'
+  t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), squad1, squad2,
+  #                   'builtin' or 'own'
   t.max_train_examples = 0  # 'builtin': train pairs drawn (0: 4,000)
   t.tfds_data_dir = ''  # TFDS data_dir for GLUE ('' = TFDS's default)
   t.glue_dir = ''  # GLUE from the original download's TSV folders (<glue_dir>/MNLI/train.tsv ...)
@@ -33,6 +34,14 @@ def default_config() -> ml_collections.ConfigDict:
   t.label = 'label'  # the label column
   t.kind = 'classification'  # 'classification' (names), 'regression' (numbers), 'tagging' (CoNLL)
   t.tag_column = -1  # tagging: the column of a CoNLL line that holds the tag (-1: the last)
+
+  q = c.qa = ml_collections.ConfigDict()  # SQuAD (task.name squad1 / squad2)
+  q.doc_stride = 128  # tokens between the starts of a context's windows
+  q.max_query_length = 64  # question tokens kept
+  q.n_best = 20  # spans considered per question
+  q.max_answer_length = 30  # tokens of an answer at most
+  q.start_top = 5  # best starts whose end logits are computed at prediction time
+  q.null_threshold = -2.75  # SQuAD 2.0: no answer where the null log-odds exceed this
 
   o = c.optimizer = ml_collections.ConfigDict()
   o.learning_rate = 0.0  # 0: the paper's for the size (3e-4 Small, 1e-4 Base, 5e-5 Large)

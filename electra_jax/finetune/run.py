@@ -33,6 +33,7 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import heads
 from electra_jax.finetune import scores
+from electra_jax.finetune import squad
 from electra_jax.finetune import tagging
 from electra_jax.finetune import tasks as tasks_lib
 
@@ -94,6 +95,26 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
 # One fine-tuning
 # ================================================================================================
 
+def qa_loss(params, batch, rng, deterministic=False, *, model, task):
+  """Mean of the start and end cross-entropies (end given the gold start), plus half the
+  answerability log-loss for SQuAD 2.0 (the original's weighting)."""
+  out = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                    batch['input_mask'], deterministic, batch['start_positions'],
+                    rngs={'dropout': rng})
+  start = optax.softmax_cross_entropy_with_integer_labels(out['start_logits'],
+                                                          batch['start_positions'])
+  end = optax.softmax_cross_entropy_with_integer_labels(out['end_logits'][:, 0],
+                                                        batch['end_positions'])
+  loss = jnp.mean(start + end) / 2
+  metrics = {}
+  if 'null_logit' in out:
+    null = optax.sigmoid_binary_cross_entropy(out['null_logit'], batch['impossible'])
+    loss = loss + 0.5 * jnp.mean(null)
+    metrics['null_loss'] = objectives.ratio(jnp.mean(null), 1.0)
+  del task
+  return loss, {'loss': objectives.ratio(loss, 1.0), **metrics}
+
+
 def task_loss(params, batch, rng, deterministic=False, *, model, task):
   """Mean cross-entropy over examples (classification) or scored tokens (tagging: each word's
   first token), or mean squared error (regression)."""
@@ -114,8 +135,12 @@ def task_loss(params, batch, rng, deterministic=False, *, model, task):
 def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -> train_lib.Setup:
   model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=cfg.dropout_rate,
                                   attention_dropout_rate=cfg.dropout_rate)
-  model = heads.Classifier(model_cfg, 1 if task.kind == 'regression' else len(task.labels),
-                           cfg.dropout_rate, per_token=task.kind == 'tagging')
+  if task.kind == 'qa':
+    model = heads.QuestionAnswering(model_cfg, answerable=task.name == 'squad2',
+                                    start_top=cfg.qa.start_top)
+  else:
+    model = heads.Classifier(model_cfg, 1 if task.kind == 'regression' else len(task.labels),
+                             cfg.dropout_rate, per_token=task.kind == 'tagging')
   init = functools.partial(heads.init_params, model, pretrained=pretrained.params)
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
@@ -127,7 +152,7 @@ def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -
       schedule='original', b1=o.b1, b2=o.b2, eps=o.eps, bias_correction=o.bias_correction,
       weight_decay=o.weight_decay, grad_clip_norm=o.grad_clip_norm))
   tx, schedule = optim.make_optimizer(opt_cfg, lr_factors=factors)
-  loss_fn = functools.partial(task_loss, model=model, task=task)
+  loss_fn = functools.partial(qa_loss if task.kind == 'qa' else task_loss, model=model, task=task)
   return train_lib.Setup(model_cfg, None, None, model, tx, schedule, loss_fn, seed, init)
 
 
@@ -138,21 +163,25 @@ def _global_batch(arrays: dict, rows: np.ndarray, sharding) -> dict:
   return {k: jax.make_array_from_process_local_data(sharding, v[local]) for k, v in arrays.items()}
 
 
-def predict(model, params, data: encode_lib.Encoded, batch_size: int, mesh) -> np.ndarray:
-  """Logits for every example ([N, C]; [N, 1] for regression), in order, without dropout."""
+_INPUTS = ('input_ids', 'segment_ids', 'input_mask')
+
+
+def predict(model, params, data, batch_size: int, mesh):
+  """The head's outputs for every example, in order, without dropout: logits [N, C] ([N, 1] for
+  regression, [N, L, C] for tagging), or SQuAD's dict of arrays."""
   sharding = partitioning.batch_sharding(mesh)
   fn = jax.jit(lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
                                         b['input_mask'], True),
                out_shardings=partitioning.replicated(mesh))
   n = len(data)
   padded = -(-n // batch_size) * batch_size
-  arrays = {k: v for k, v in data.arrays().items() if k != 'labels'}
+  arrays = {k: v for k, v in data.arrays().items() if k in _INPUTS}
   arrays = {k: np.concatenate([v, np.zeros((padded - n,) + v.shape[1:], v.dtype)])
             for k, v in arrays.items()}
   arrays['input_mask'][n:, 0] = 1  # padding rows attend to one token (their logits are dropped)
-  out = [np.asarray(fn(params, _global_batch(arrays, np.arange(s, s + batch_size), sharding)))
+  out = [jax.device_get(fn(params, _global_batch(arrays, np.arange(s, s + batch_size), sharding)))
          for s in range(0, padded, batch_size)]
-  return np.concatenate(out)[:n]
+  return jax.tree.map(lambda *parts: np.concatenate(parts)[:n], *out)
 
 
 def word_tags(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list) -> list[tuple]:
@@ -165,7 +194,16 @@ def word_tags(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list
   return out
 
 
-def evaluate(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list) -> dict:
+def qa_answers(cfg, task, out: dict, feats, questions: list) -> dict[str, str]:
+  return squad.decode(questions, feats, out['start_logits'], out['start_top'], out['end_logits'],
+                      out.get('null_logit'), n_best=cfg.qa.n_best,
+                      max_answer_tokens=cfg.qa.max_answer_length,
+                      null_threshold=cfg.qa.null_threshold)
+
+
+def evaluate(task, logits, data, examples: list, cfg=None) -> dict:
+  if task.kind == 'qa':
+    return squad.scores(examples, qa_answers(cfg, task, logits, data, examples))
   if task.kind == 'tagging':
     return tagging.entity_scores([e.label for e in examples],
                                  word_tags(task, logits, data, examples))
@@ -227,11 +265,14 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
 
 def dev_scores(cfg, task, model, params, data: dict, splits: dict, mesh) -> dict:
   return {split: evaluate(task, predict(model, params, data[split], cfg.eval_batch_size, mesh),
-                          data[split], splits[split])
+                          data[split], splits[split], cfg)
           for split in task.dev_splits if split in data}
 
 
-def encode(task, examples: list, tokenizer, max_len: int, train: bool) -> encode_lib.Encoded:
+def encode(task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
+  if task.kind == 'qa':
+    return squad.make_features(examples, tokenizer, max_len, cfg.qa.doc_stride,
+                               cfg.qa.max_query_length, train)
   if task.kind == 'tagging':
     return encode_lib.encode_tagged(examples, task, tokenizer, max_len)
   return encode_lib.encode(examples, task, tokenizer, max_len,
@@ -265,11 +306,17 @@ LEADERBOARD = {'cola': 'CoLA', 'sst2': 'SST-2', 'mrpc': 'MRPC', 'qqp': 'QQP', 's
                'mnli/test_mismatched': 'MNLI-mm'}
 
 
-def write_predictions(task, split: str, logits: np.ndarray, examples: list, folder: str,
-                      data: encode_lib.Encoded | None = None) -> str:
+def write_predictions(task, split: str, logits, examples: list, folder: str, data=None,
+                      cfg=None) -> str:
   """GLUE test splits: the leaderboard's `<Task>.tsv` (index, prediction); tagging: CoNLL lines
   (word, predicted tag); other data: a TSV of index, prediction and the text(s)."""
   os.makedirs(folder, exist_ok=True)
+  if task.kind == 'qa':  # the official format: {question id: answer text}
+    path = os.path.join(folder, f'{split}_predictions.json')
+    with open(path + '.tmp', 'w', encoding='utf-8') as f:
+      json.dump(qa_answers(cfg, task, logits, data, examples), f, indent=1, ensure_ascii=False)
+    os.replace(path + '.tmp', path)
+    return path
   if task.kind == 'tagging':
     path = os.path.join(folder, f'{split}_predictions.txt')
     with open(path + '.tmp', 'w', encoding='utf-8') as f:
@@ -349,19 +396,24 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
     raise UserError(str(e)) from None
   if mode != 'train':
     return _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log)
-  if len(splits.get('train', ())) < cfg.batch_size:
-    raise UserError(f'the train data has {len(splits.get("train", ()))} examples, fewer than one '
-                    f'batch of {cfg.batch_size}; add data or lower --config.batch_size')
+  if 'train' not in splits:
+    raise UserError('the task has no train split; set --config.task.train')
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
   if cfg.max_seq_length > pretrained.model_cfg.max_position_embeddings:
     raise UserError(f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
                     f'{pretrained.model_cfg.max_position_embeddings} positions; lower it')
   data = {}
   for split, examples in splits.items():
-    data[split] = encode(task, examples, tokenizer, cfg.max_seq_length, split == 'train')
-    if data[split].truncated:
+    data[split] = encode(task, examples, tokenizer, cfg.max_seq_length, split == 'train', cfg)
+    if getattr(data[split], 'truncated', 0):
       log(f'{split}: {data[split].truncated} of {len(data[split])} examples cut to '
           f'{cfg.max_seq_length} tokens (the longer text loses its last tokens first)')
+    if getattr(data[split], 'skipped', 0):
+      log(f'warning: {split}: {data[split].skipped} of {len(examples)} questions skipped: their '
+          'answer text is not at its offset in the context')
+  if len(data['train']) < cfg.batch_size:
+    raise UserError(f'the train data has {len(data["train"])} examples, fewer than one batch of '
+                    f'{cfg.batch_size}; add data or lower --config.batch_size')
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
     f.write(cfg.to_json(indent=2))
@@ -394,9 +446,9 @@ def _write_results(task, results, init: str, workdir: str, log) -> dict:
 
 def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -> dict:
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
-  encoded = lambda split: encode(task, splits[split], tokenizer, cfg.max_seq_length, False)
+  encoded = lambda split: encode(task, splits[split], tokenizer, cfg.max_seq_length, False, cfg)
   wanted = [s for s in (task.dev_splits if mode == 'eval' else splits) if s in splits and (
-      mode == 'eval' or s.startswith('test'))]
+      mode == 'eval' or s.startswith('test') or (task.kind == 'qa' and s == 'dev'))]
   if not wanted:
     split = 'dev' if mode == 'eval' else 'test'
     raise UserError(f'the task has no {split} split to {mode}; name its file with '
@@ -412,8 +464,8 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
     for split in wanted:
       logits = predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh)
       written.append(write_predictions(task, split, logits, splits[split],
-                                       os.path.join(seed_dir, 'predictions'), data[split]))
-      log(f'seed {seed}: {split} predictions ({len(logits):,}) -> {written[-1]}')
+                                       os.path.join(seed_dir, 'predictions'), data[split], cfg))
+      log(f'seed {seed}: {split} predictions ({len(splits[split]):,}) -> {written[-1]}')
   if mode == 'eval':
     return _write_results(task, results, f'the fine-tunings in {workdir}', workdir, log)
   return {'task': task.name, 'predictions': written}

@@ -25,7 +25,7 @@ class Example:
 @dataclasses.dataclass(frozen=True)
 class Task:
   name: str
-  kind: str  # 'classification' | 'regression' | 'tagging'
+  kind: str  # 'classification' | 'regression' | 'tagging' | 'qa'
   labels: tuple  # class names in output order (classification)
   metrics: tuple  # scores.SCORES names; the first is the task's headline score
   dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched)
@@ -300,8 +300,24 @@ def load_tagging(cfg) -> tuple[Task, dict[str, list[Example]]]:
               ('dev',) if 'dev' in splits else ()), splits
 
 
+SQUAD = {'squad1': 'v1.1', 'squad2': 'v2.0'}
+
+
+def load_squad(cfg) -> tuple[Task, dict[str, list]]:
+  """SQuAD questions from the official JSON files (task.train / task.dev) or TFDS."""
+  from electra_jax.finetune import squad  # pylint: disable=import-outside-toplevel
+  task = Task(cfg.name, 'qa', (), ('f1', 'exact'), ('dev',), epochs=2.0)
+  if cfg.train:
+    return task, {s: squad.read_json(cfg[s]) for s in ('train', 'dev') if cfg[s]}
+  version = SQUAD[cfg.name]
+  return task, {'train': squad.load_tfds(version, 'train', cfg.tfds_data_dir or None),
+                'dev': squad.load_tfds(version, 'validation', cfg.tfds_data_dir or None)}
+
+
 def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example]]]:
   """(task, {split: examples}) from `config.task`; `pretraining` is the init run's config."""
+  if cfg.name in SQUAD:
+    return load_squad(cfg)
   if cfg.name == 'builtin':
     seed = pretraining.seed if pretraining is not None else 0
     fraction = pretraining.data.eval_fraction if pretraining is not None else 0.05
@@ -313,8 +329,9 @@ def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example
   if cfg.kind == 'tagging' and cfg.train:
     return load_tagging(cfg)
   if not cfg.train:
-    raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(GLUE)}); for your '
-                     'own data set task.train (and task.dev, task.test) to .csv/.tsv/.jsonl files')
+    raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(GLUE)}), squad1, '
+                     'squad2 or builtin; for your own data set task.train (and task.dev, '
+                     'task.test) to .csv/.tsv/.jsonl (or CoNLL) files')
   splits = {}
   for split in ('train', 'dev', 'test'):
     path = cfg[split]

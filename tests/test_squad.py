@@ -1,0 +1,158 @@
+"""SQuAD: the official scoring, sliding windows, span decoding, loading, learning end to end."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from conftest import WORDS
+from electra_jax.benchmark import SPECIAL
+from electra_jax.finetune import config as config_lib
+from electra_jax.finetune import run
+from electra_jax.finetune import squad
+
+
+def test_official_normalization_and_scores():
+  assert squad.normalize_answer('The  Eiffel Tower!') == 'eiffel tower'
+  assert squad.exact('the Eiffel tower.', 'Eiffel Tower') == 1.0
+  assert squad.f1('Eiffel Tower in Paris', 'the Eiffel Tower') == pytest.approx(2 * 0.5 / 1.5)
+  assert squad.f1('', '') == 1.0 and squad.f1('Paris', '') == 0.0 and squad.f1('a', 'b') == 0.0
+  questions = [squad.Question('q1', '?', 'c', ('Paris', 'the city of Paris'), (0, 0)),
+               squad.Question('q2', '?', 'c', (), ())]
+  s = squad.scores(questions, {'q1': 'city of Paris', 'q2': ''})
+  assert s['exact'] == 1.0 and s['f1'] == 1.0
+  s = squad.scores(questions, {'q1': 'Paris France', 'q2': 'Paris'})
+  assert s['exact'] == 0.0 and s['f1'] == pytest.approx((2 * 0.5 / 1.5 + 0) / 2)
+  assert s['has_answer_f1'] == pytest.approx(2 / 3) and s['no_answer_exact'] == 0.0
+
+
+class _Tokenizer:
+  """Words of the test corpus are one token each (id = 5 + index), others two."""
+  special = SPECIAL
+  vocab = {w: 5 + i for i, w in enumerate(dict.fromkeys(WORDS))}
+
+  def encode_batch(self, texts):
+    out = []
+    for t in texts:
+      ids = []
+      for w in t.lower().strip('.,?').split():
+        ids += [self.vocab[w]] if w in self.vocab else [90, 91]
+      out.append(ids)
+    return out
+
+
+def _question(n_words, answer_at, seed=0, qid='q'):
+  rng = random.Random(seed)
+  words = [rng.choice(WORDS) for _ in range(n_words)]
+  words[answer_at:answer_at + 2] = ['Zanzibar,', 'island']  # Zanzibar: two tokens
+  context = ' '.join(words)
+  start = context.index('Zanzibar')
+  return squad.Question(qid, 'where is the cat?', context, ('Zanzibar, island',), (start,))
+
+
+def test_windows_cover_the_context_and_label_the_answer_in_each_window_that_holds_it():
+  q = _question(60, 40)
+  f = squad.make_features([q], _Tokenizer(), max_len=32, stride=8, max_query=4)
+  offset = 4 + 2  # [CLS] + 4 question tokens + [SEP]
+  budget = 32 - 4 - 3
+  words, _ = squad.words_of(q.context)
+  assert len(f) == 6 and (f.input_ids[:, 1:5] == f.input_ids[0, 1:5]).all()  # 5 + the last
+  seen = set()
+  for i in range(len(f)):
+    covered = f.token_word[i][f.token_word[i] >= 0]
+    seen |= set(covered.tolist())
+    if f.impossible[i] == 0:
+      s, e = f.start_positions[i], f.end_positions[i]
+      assert (words[f.token_word[i, s]], words[f.token_word[i, e]]) == ('Zanzibar,', 'island')
+      assert f.token_word[i, s - 1] != f.token_word[i, s]  # the answer's first token
+    else:
+      assert f.start_positions[i] == f.end_positions[i] == 0
+    assert (f.segment_ids[i, offset:offset + budget] == 1).all()
+  assert seen == set(range(len(words)))
+  # Every context token is "max context" in exactly one window.
+  doc_tokens = sum(len(p) or 1 for p in _Tokenizer().encode_batch(words))
+  assert f.max_context.sum() == doc_tokens
+  assert f.impossible.min() == 0  # at least one window holds the answer
+
+
+def test_a_mismatched_answer_is_skipped_in_training_and_counted():
+  q = _question(20, 5)
+  bad = squad.Question('b', q.question, q.context, ('nowhere',), (3,))
+  f = squad.make_features([q, bad], _Tokenizer(), max_len=64, train=True)
+  assert f.skipped == 1 and set(f.question_index.tolist()) == {0}
+  f = squad.make_features([q, bad], _Tokenizer(), max_len=64, train=False)
+  assert f.skipped == 0 and f.impossible[f.question_index == 1].all()
+
+
+def test_decode_maps_the_best_span_back_to_the_contexts_own_characters():
+  questions = [_question(20, 7, qid='a'), _question(20, 3, seed=1, qid='b')]
+  f = squad.make_features(questions, _Tokenizer(), max_len=40)
+  n, length = len(f), f.input_ids.shape[1]
+  start = np.full((n, length), -5.0)
+  end = np.full((n, 1, length), -5.0)
+  for i in range(n):
+    s, e = f.start_positions[i], f.end_positions[i]
+    start[i, s], end[i, 0, e] = 3.0, 3.0
+  top = f.start_positions[:, None]
+  answers = squad.decode(questions, f, start, top, end)
+  assert answers == {'a': 'Zanzibar, island', 'b': 'Zanzibar, island'}
+  null = np.array([-5.0, 0.0])  # question b's window is confident there is no answer
+  answers = squad.decode(questions, f, start, top, end, null)
+  assert answers == {'a': 'Zanzibar, island', 'b': ''}
+
+
+def test_squad_loads_from_json_and_from_tfds(tmp_path):
+  data = {'data': [{'title': 't', 'paragraphs': [{'context': 'The cat sat.', 'qas': [
+      {'id': '1', 'question': 'Who sat?', 'answers': [{'text': 'cat', 'answer_start': 4}]},
+      {'id': '2', 'question': 'Who ran?', 'answers': [], 'is_impossible': True}]}]}]}
+  path = tmp_path / 'dev.json'
+  path.write_text(json.dumps(data))
+  assert squad.read_json(str(path)) == [
+      squad.Question('1', 'Who sat?', 'The cat sat.', ('cat',), (4,)),
+      squad.Question('2', 'Who ran?', 'The cat sat.', (), ())]
+  (tmp_path / 'bad.json').write_text('[1, 2]')
+  with pytest.raises(ValueError, match='is not a SQuAD JSON file'):
+    squad.read_json(str(tmp_path / 'bad.json'))
+  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  with tfds.testing.mock_data(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE):
+    questions = squad.load_tfds('v2.0', 'validation')
+  assert len(questions) == 4 and all(isinstance(q.context, str) for q in questions)
+  # mock answers are random text: training skips (and counts) those not found at their offset
+  f = squad.make_features(questions, _Tokenizer(), max_len=64, train=True)
+  assert f.skipped == sum(1 for q in questions if q.answers)
+
+
+def _synthetic_squad(path, n, seed):
+  """Contexts of 4 corpus words and one animal at a random place: the animal is the answer."""
+  rng = random.Random(seed)
+  animals = ('cat', 'dogs', 'birds')
+  vocab = sorted(set(WORDS) - set(animals))
+  data = []
+  for i in range(n):
+    words = rng.sample(vocab, 4)  # short enough for one 32-token window
+    animal = rng.choice(animals)
+    words.insert(rng.randrange(5), animal)
+    context = ' '.join(words)
+    start = len(' '.join(words[:words.index(animal)] + ['']))
+    data.append({'context': context, 'qas': [{'id': str(i), 'question': 'which animal?',
+                                              'answers': [{'text': animal,
+                                                           'answer_start': start}]}]})
+  path.write_text(json.dumps({'data': [{'title': 't', 'paragraphs': data}]}))
+  return str(path)
+
+
+def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained):
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=6.0,
+             log_every=50, dropout_rate=0.0)
+  cfg.task.update(name='squad1', train=_synthetic_squad(tmp_path / 'train.json', 320, 0),
+                  dev=_synthetic_squad(tmp_path / 'dev.json', 64, 1))
+  cfg.optimizer.learning_rate = 2e-3
+  summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  dev = summary['seeds'][0]['dev']
+  assert dev['exact'] > 0.6, dev  # a uniform guess among the 5 words scores 0.2
+  out = run.finetune(run.saved_config(str(tmp_path / 'ft'), 'predict'), str(tmp_path / 'ft'),
+                     log=lambda *_: None, mode='predict')
+  answers = json.load(open(out['predictions'][0]))
+  assert len(answers) == 64
