@@ -123,35 +123,43 @@ def test_squad_loads_from_json_and_from_tfds(tmp_path):
   assert f.skipped == sum(1 for q in questions if q.answers)
 
 
-def _synthetic_squad(path, n, seed):
-  """Contexts of 4 corpus words and one animal at a random place: the animal is the answer."""
+def _synthetic_squad(path, n, seed, unanswerable=0.0):
+  """Contexts of 4 corpus words and one animal at a random place: the animal is the answer. A
+  share `unanswerable` of the contexts has no animal (SQuAD 2.0's questions without an answer)."""
   rng = random.Random(seed)
   animals = ('cat', 'dogs', 'birds')
   vocab = sorted(set(WORDS) - set(animals))
   data = []
   for i in range(n):
     words = rng.sample(vocab, 4)  # short enough for one 32-token window
-    animal = rng.choice(animals)
-    words.insert(rng.randrange(5), animal)
-    context = ' '.join(words)
-    start = len(' '.join(words[:words.index(animal)] + ['']))
-    data.append({'context': context, 'qas': [{'id': str(i), 'question': 'which animal?',
-                                              'answers': [{'text': animal,
-                                                           'answer_start': start}]}]})
+    if rng.random() < unanswerable:
+      qa = {'id': str(i), 'question': 'which animal?', 'answers': [], 'is_impossible': True}
+    else:
+      animal = rng.choice(animals)
+      words.insert(rng.randrange(5), animal)
+      start = len(' '.join(words[:words.index(animal)] + ['']))
+      qa = {'id': str(i), 'question': 'which animal?',
+            'answers': [{'text': animal, 'answer_start': start}]}
+    data.append({'context': ' '.join(words), 'qas': [qa]})
   path.write_text(json.dumps({'data': [{'title': 't', 'paragraphs': data}]}))
   return str(path)
 
 
-def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained):
+@pytest.mark.parametrize('name, unanswerable', [('squad1', 0.0), ('squad2', 0.4)])
+def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswerable):
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=6.0,
              log_every=50, dropout_rate=0.0)
-  cfg.task.update(name='squad1', train=_synthetic_squad(tmp_path / 'train.json', 320, 0),
-                  dev=_synthetic_squad(tmp_path / 'dev.json', 64, 1))
+  cfg.task.update(name=name,
+                  train=_synthetic_squad(tmp_path / 'train.json', 320, 0, unanswerable),
+                  dev=_synthetic_squad(tmp_path / 'dev.json', 64, 1, unanswerable))
   cfg.optimizer.learning_rate = 2e-3
+  cfg.qa.null_threshold = 0.0  # even odds: -2.75 suits converged models (it predicts '' here)
   summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
   dev = summary['seeds'][0]['dev']
   assert dev['exact'] > 0.6, dev  # a uniform guess among the 5 words scores 0.2
+  if unanswerable:
+    assert dev['no_answer_exact'] > 0.6 and dev['has_answer_f1'] > 0.6, dev
   out = run.finetune(run.saved_config(str(tmp_path / 'ft'), 'predict'), str(tmp_path / 'ft'),
                      log=lambda *_: None, mode='predict')
   answers = json.load(open(out['predictions'][0]))
