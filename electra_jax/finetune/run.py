@@ -98,6 +98,7 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
 def qa_loss(params, batch, rng, deterministic=False, *, model, task):
   """Mean of the start and end cross-entropies (end given the gold start), plus half the
   answerability log-loss for SQuAD 2.0 (the original's weighting)."""
+  del task  # the head knows whether it is SQuAD 2.0
   out = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                     batch['input_mask'], deterministic, batch['start_positions'],
                     rngs={'dropout': rng})
@@ -111,7 +112,6 @@ def qa_loss(params, batch, rng, deterministic=False, *, model, task):
     null = optax.sigmoid_binary_cross_entropy(out['null_logit'], batch['impossible'])
     loss = loss + 0.5 * jnp.mean(null)
     metrics['null_loss'] = objectives.ratio(jnp.mean(null), 1.0)
-  del task
   return loss, {'loss': objectives.ratio(loss, 1.0), **metrics}
 
 
