@@ -1,0 +1,1 @@
+"""Conversions between our parameters and other layouts (HF transformers' ELECTRA)."""
