@@ -46,7 +46,7 @@ def _hf_model(cfg, params, network):
   cls = (transformers.ElectraForPreTraining if network == 'discriminator'
          else transformers.ElectraForMaskedLM)
   model = cls(config).eval()
-  state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in
+  state = {k: torch.from_numpy(np.array(v)) for k, v in
            hf.to_hf(params, cfg, network).items()}
   missing, unexpected = model.load_state_dict(state, strict=False)
   assert not unexpected, unexpected
