@@ -166,13 +166,19 @@ def _global_batch(arrays: dict, rows: np.ndarray, sharding) -> dict:
 _INPUTS = ('input_ids', 'segment_ids', 'input_mask')
 
 
+@functools.lru_cache(maxsize=8)
+def _predict_fn(model, mesh):
+  """One compiled forward pass per (head, mesh): every split, seed and mode reuses it."""
+  return jax.jit(lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
+                                          b['input_mask'], True),
+                 out_shardings=partitioning.replicated(mesh))
+
+
 def predict(model, params, data, batch_size: int, mesh):
   """The head's outputs for every example, in order, without dropout: logits [N, C] ([N, 1] for
   regression, [N, L, C] for tagging), or SQuAD's dict of arrays."""
   sharding = partitioning.batch_sharding(mesh)
-  fn = jax.jit(lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
-                                        b['input_mask'], True),
-               out_shardings=partitioning.replicated(mesh))
+  fn = _predict_fn(model, mesh)
   n = len(data)
   padded = -(-n // batch_size) * batch_size
   arrays = {k: v for k, v in data.arrays().items() if k in _INPUTS}

@@ -251,7 +251,7 @@ def load_builtin(seed: int, eval_fraction: float, max_train: int = 4000
   train pairs come from the other documents. Everything is a function of `seed`.
   """
   from electra_jax import corpus, records  # pylint: disable=import-outside-toplevel
-  docs = [d for d in corpus.builtin_documents()]
+  docs = corpus.builtin_documents()
   pools = {'train': [], 'dev': [], 'test': []}
   for k, doc in enumerate(docs):
     if records.held_out(seed, k, eval_fraction):
