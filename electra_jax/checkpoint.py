@@ -117,6 +117,16 @@ class Checkpointer:
         state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     return out['state'], out['meta']
 
+  def restore_arrays(self, step: int):
+    """(state as nested dicts of arrays on one device, meta) of checkpoint `step`, read by its own
+    metadata: no model or optimizer needs to be built (exports, inspection)."""
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                            self.manager.item_metadata(step)['state'].tree)
+    out = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    return out['state'], out['meta']
+
   def restore_latest(self, target_state, log=print):
     """(step, state, meta) of the newest checkpoint that reads back whole; (0, target, {}) if none.
 

@@ -20,6 +20,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.keep_checkpoints = 3  # the latest checkpoints kept on disk
   c.keep_best = ''  # a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it
   c.nonfinite = 'stop'  # a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps
+  c.init_from = ''  # start from other weights: an HF folder, launch/export.py's, an original ckpt
+  c.init_generator = ''  # with an HF discriminator folder: its generator's folder ('' : fresh)
 
   # ---- model: both networks are BERT-style post-LayerNorm encoders -------------------------------
   m = c.model = ml_collections.ConfigDict()

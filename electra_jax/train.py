@@ -19,6 +19,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from electra_jax import UserError
@@ -175,6 +176,53 @@ def check_config(config: ml_collections.ConfigDict, mesh):
       raise UserError(str(e)) from None
 
 
+# Sizes a run starting from other weights must share with them, and what it takes from them.
+_MUST_MATCH = ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
+               'max_position_embeddings', 'type_vocab_size')
+_ADOPTED = ('vocab_size', 'generator', 'generator_hidden_fraction', 'generator_layers_fraction',
+            'untied_generator_embeddings', 'layer_norm_eps')
+
+
+def adopt_init_from(config: ml_collections.ConfigDict, log=print):
+  """The source of `config.init_from` (None without one), after fitting `config` to it.
+
+  The model's main sizes must be the config's (another size is refused, naming it); the vocabulary
+  size, the generator's shape (read from the weights: Small++ has a full-width generator) and the
+  vocabulary file (unless data.vocab names one) are taken from the source and logged.
+  """
+  if not config.init_from:
+    if config.init_generator:
+      raise UserError('init_generator is set but init_from is empty; set --config.init_from to '
+                      'the discriminator\'s folder')
+    return None
+  from electra_jax.convert import sources  # pylint: disable=import-outside-toplevel
+  try:
+    source = sources.open_source(config.init_from, config.init_generator, config.data.vocab)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  fields, m = source.fields, config.model
+  diffs = [f'{k} {fields[k]} (config: {m[k]})' for k in _MUST_MATCH
+           if k in fields and fields[k] != m[k]]
+  if diffs:
+    raise UserError(f'{config.init_from} holds a model with other sizes than the config: '
+                    f'{", ".join(diffs)}; use the config of its size (configs/small.py, base.py, '
+                    'large.py) or set these fields')
+  for key in _ADOPTED:
+    if key in fields and fields[key] != m[key]:
+      log(f'init_from: model.{key} {m[key]!r} -> {fields[key]!r} (from the weights)')
+      m[key] = fields[key]
+  if not config.data.vocab:
+    if source.vocab is None:
+      raise UserError(f'{config.init_from} has no vocabulary file (vocab.txt or a SentencePiece '
+                      '.model) beside its weights; give the one it was trained with as '
+                      '--config.data.vocab')
+    config.data.vocab, config.data.lower_case = source.vocab, source.lower_case
+    log(f'init_from: data.vocab {source.vocab} (lower_case={source.lower_case})')
+  for note in source.notes:
+    log(f'init_from: {note}')
+  return source
+
+
 def make_workdir(workdir: str):
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise UserError(f'--workdir {workdir} is a file; give a folder')
@@ -284,9 +332,37 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
   return records_dir, meta
 
 
+def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
+  """(records folder, its metadata, vocabulary file) of the pre-training run in `workdir`."""
+  records_dir = config.data.records or os.path.join(workdir, 'data')
+  try:
+    meta = records_lib.read_metadata(records_dir)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  vocab = next((os.path.join(records_dir, n) for n in ('vocab.model', 'vocab.txt')
+                if os.path.isfile(os.path.join(records_dir, n))), None)
+  if vocab is None:
+    raise UserError(f'the records folder {records_dir} of {workdir} holds no vocabulary file')
+  return records_dir, meta, vocab
+
+
 # ================================================================================================
 # The loop
 # ================================================================================================
+
+def start_from(setup: Setup, state: TrainState, source, mesh) -> TrainState:
+  """`state` with the source's parameters (what it lacks stays as initialized) and a fresh
+  optimizer state for them."""
+  fresh = jax.device_get(state.params)
+  try:
+    params = source.params(setup.model_cfg, fill=fresh)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  repl = partitioning.replicated(mesh)
+  params = jax.device_put(jax.tree.map(lambda p, f: np.asarray(p, f.dtype), params, fresh), repl)
+  opt_state = jax.jit(setup.tx.init, out_shardings=repl)(params)
+  return state.replace(params=params, opt_state=opt_state)
+
 
 def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int) -> dict:
   from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
@@ -301,6 +377,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the summary."""
   from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
   mesh = partitioning.make_mesh()
+  source = adopt_init_from(config, log)
   check_config(config, mesh)
   existed = os.path.isdir(workdir)
   make_workdir(workdir)
@@ -342,6 +419,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
                       'run, or use a new --workdir')
     log(f'resumed from {ckpt.directory}/{start} (input stream at example {position:,} of this '
         'process)')
+  elif source is not None:
+    state = start_from(setup, state, source, mesh)
+    log(f'initial weights: {source.describe()}')
   total_steps = config.train_steps
   train_ds = input_pipeline.make_dataset(records_dir, 'train', d.batch_size, seed=config.seed,
                                          shuffle_buffer=d.shuffle_buffer, position=position)

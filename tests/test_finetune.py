@@ -13,8 +13,10 @@ from conftest import WORDS, test_config
 from electra_jax import UserError
 from electra_jax import model as model_lib
 from electra_jax import optim
+from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import train as train_lib
 from electra_jax.benchmark import SPECIAL
+from electra_jax.convert import export as export_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import heads
@@ -253,6 +255,45 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
     assert {r[1] for r in rows[1:]} <= {'no', 'yes'}
   else:
     assert all(-1 < float(r[1]) < 4 for r in rows[1:])
+  _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind)
+
+
+def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
+  """The best seed exports as HF's task model, whose logits are ours (< 1e-4)."""
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+    import transformers  # pylint: disable=import-outside-toplevel
+  except ImportError:  # the test extra is not installed: the fine-tuning was checked above
+    return
+  out = str(tmp_path / 'hf')
+  export_lib.export(workdir, out, log=_quiet)
+  seeds = json.load(open(os.path.join(workdir, 'results.json')))['seeds']
+  best = max(seeds, key=lambda s: next(iter(s['dev'].values())))['seed']
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, f'seed_{best}', 'checkpoints'))
+  state, meta = ckpt.restore_arrays(ckpt.latest_step())
+  ckpt.close()
+  params, labels = state['params'], meta['labels']
+  assert meta['kind'] == kind and (labels == ['no', 'yes'] or kind != 'classification')
+  cfg = run.load_pretrained(pretrained, from_scratch=True, log=_quiet).model_cfg
+  outputs = 1 if kind == 'regression' else len(labels)
+  model = heads.Classifier(cfg, outputs, per_token=kind == 'tagging')
+  tok = transformers.AutoTokenizer.from_pretrained(out)
+  texts = [' '.join(WORDS[i:i + 3 + 2 * i]) for i in range(4)]
+  batch = tok(texts, padding=True, truncation=True, max_length=32, return_tensors='np')
+  ours = np.asarray(model.apply({'params': params}, batch['input_ids'], batch['token_type_ids'],
+                                batch['attention_mask']))
+  cls = (transformers.ElectraForTokenClassification if kind == 'tagging'
+         else transformers.ElectraForSequenceClassification)
+  hf_model = cls.from_pretrained(out).eval()
+  with torch.no_grad():
+    theirs = hf_model(**{k: torch.from_numpy(v).long() for k, v in batch.items()}).logits.numpy()
+  real = batch['attention_mask'] > 0 if kind == 'tagging' else slice(None)
+  np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4)
+  assert np.abs(ours).max() > 0.1
+  if kind == 'regression':
+    assert hf_model.config.problem_type == 'regression' and hf_model.config.num_labels == 1
+  else:
+    assert [hf_model.config.id2label[i] for i in range(len(labels))] == labels
 
 
 def _quiet(*_):
@@ -304,7 +345,7 @@ def test_finetuning_bad_init_and_too_little_data_are_refused(tmp_path, pretraine
   cfg = config_lib.default_config()
   cfg.task.update(name='own', train=_synthetic(tmp_path / 'train.csv', 8, 'classification', 0))
   cfg.init = str(tmp_path)
-  with pytest.raises(UserError, match='is not a pre-training workdir'):
+  with pytest.raises(UserError, match='holds no model: it is neither an HF transformers folder'):
     run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
   cfg.update(init=pretrained, max_seq_length=32)
   with pytest.raises(UserError, match='fewer than one batch of 32'):

@@ -1,6 +1,9 @@
 """Parity with HF transformers (PyTorch) on the same weights, and exact round trips."""
 
 import dataclasses
+import json
+import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +12,7 @@ import pytest
 
 from conftest import test_config
 from electra_jax import model as model_lib
+from electra_jax import partitioning
 from electra_jax.benchmark import synthetic_batch
 from electra_jax.convert import hf
 
@@ -96,3 +100,252 @@ def test_hf_weights_of_another_size_or_missing_are_named():
     hf.from_hf(states, cfg)
   with pytest.raises(ValueError, match='not converted, e.g. generator'):
     hf.from_hf({'discriminator': states['discriminator']}, cfg)
+
+
+# ================================================================================================
+# Folders: export, tokenizers, import (HF and the original release)
+# ================================================================================================
+
+from electra_jax import UserError  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import checkpoint as checkpoint_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import train  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.convert import export as export_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.convert import original  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.convert import sources  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.convert import vocab as vocab_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.finetune import run as finetune_run  # noqa: E402  pylint: disable=wrong-import-position
+
+TEXTS = ['The cat sat on a mat, while dogs ran past green trees.',
+         '  Kings   build castles;\tmerchants sell silk!\n',
+         'Café Ünïcödé naïve façade — “quotes” and ½ ﬁve ① ＡＢＣ 日本語 😀',
+         'UPPER lower MiXeD 12345 1,111 3.14159 e-mail@example.com (brackets) [x] {y}', '', ' ']
+
+
+@pytest.fixture(scope='module')
+def exported(pretrained, tmp_path_factory):
+  out = str(tmp_path_factory.mktemp('export') / 'hf')
+  export_lib.export(pretrained, out, log=lambda *_: None)
+  return out
+
+
+def _workdir_model(workdir):
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  with open(os.path.join(workdir, 'config.json')) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  state, _ = ckpt.restore_arrays(ckpt.latest_step())
+  ckpt.close()
+  _, _, vocab = train.workdir_vocab(workdir, config)
+  return config, model_lib.ModelConfig.from_config(config.model), state['params'], vocab
+
+
+def _same_ids_or_a_tie(ours, theirs: list[int], text: str):
+  """Equal ids, or (SentencePiece) another order of the same pieces: a tie in the unigram lattice
+  (e.g. '111' as 11+1 or 1+11), which the two libraries break differently."""
+  mine = ours.encode(text)
+  if mine != theirs:
+    assert sorted(mine) == sorted(theirs), (text, mine, theirs)
+
+
+def test_export_loads_in_hf_transformers_with_our_ids_and_logits(pretrained, exported):
+  config, cfg, params, vocab = _workdir_model(pretrained)
+  ours = tokenizer_lib.load_tokenizer(vocab, config.data.lower_case)
+  assert sorted(os.listdir(exported)) == ['discriminator', 'generator']
+  tok = transformers.AutoTokenizer.from_pretrained(os.path.join(exported, 'discriminator'))
+  for text in TEXTS:
+    _same_ids_or_a_tie(ours, tok(text, add_special_tokens=False)['input_ids'], text)
+  pair = tok(TEXTS[0], TEXTS[1])
+  s = ours.special
+  assert pair['input_ids'] == [s.cls] + ours.encode(TEXTS[0]) + [s.sep] + ours.encode(
+      TEXTS[1]) + [s.sep]
+  assert pair['token_type_ids'] == [0] * (len(ours.encode(TEXTS[0])) + 2) + [1] * (
+      len(ours.encode(TEXTS[1])) + 1)
+  assert tok.mask_token_id == s.mask and tok.pad_token_id == s.pad
+
+  batch = tok(TEXTS[:4], TEXTS[1:5], padding=True, truncation=True, max_length=32,
+              return_tensors='np')
+  ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
+  gen, disc = model_lib.Electra(cfg).apply(
+      {'params': params}, ids, segments, mask, np.broadcast_to(np.arange(ids.shape[1]), ids.shape))
+  real = mask > 0
+  inputs = {k: torch.from_numpy(v).long() for k, v in batch.items()}
+  with torch.no_grad():
+    theirs_disc = transformers.ElectraForPreTraining.from_pretrained(
+        os.path.join(exported, 'discriminator')).eval()(**inputs).logits.numpy()
+    theirs_gen = transformers.ElectraForMaskedLM.from_pretrained(
+        os.path.join(exported, 'generator')).eval()(**inputs).logits.numpy()
+  np.testing.assert_allclose(np.asarray(disc)[real], theirs_disc[real], atol=1e-4)
+  np.testing.assert_allclose(np.asarray(gen)[real], theirs_gen[real], atol=1e-4)
+
+
+def test_wordpiece_vocabulary_exports_with_the_same_ids(tmp_path):
+  words = sorted({w.strip('.,;!') for t in TEXTS for w in t.lower().split()} - {''})
+  lines = (['[PAD]', '[unused0]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + list('abcdefghijklmnop')
+           + ['##' + c for c in 'abcdefghijklmnopqrstuvwxyz'] + list('.,;!?()[]{}-12345') + words)
+  path = tmp_path / 'vocab.txt'
+  path.write_text('\n'.join(dict.fromkeys(lines)) + '\n')
+  for lower_case in (True, False):
+    ours = tokenizer_lib.load_tokenizer(str(path), lower_case)
+    folder = tmp_path / f'hf_{lower_case}'
+    folder.mkdir()
+    vocab_lib.write(ours, str(folder), lower_case, 512)
+    tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+    for text in TEXTS:
+      assert tok(text, add_special_tokens=False)['input_ids'] == ours.encode(text), text
+    assert tok('a b')['input_ids'] == [3] + ours.encode('a b') + [4]
+    assert ours.encode('Kings') != ours.encode('kings') or lower_case
+
+
+def test_sentencepiece_export_matches_on_random_text(exported, pretrained):
+  _, _, _, vocab = _workdir_model(pretrained)
+  ours = tokenizer_lib.load_tokenizer(vocab)
+  tok = vocab_lib.hf_tokenizer(ours)
+  rng = np.random.default_rng(0)
+  alphabet = list('abcdefghij XYZ  \t\n.,;:!?\'"-()éüßñ日本ﬁ½\u00a0\u3000') + ['the ', 'cat ', '11']
+  for _ in range(300):
+    text = ''.join(rng.choice(alphabet, rng.integers(1, 30)))
+    _same_ids_or_a_tie(ours, tok.encode(text, add_special_tokens=False).ids, text)
+
+
+def test_import_of_an_export_is_exact_and_reads_the_sizes(pretrained, exported):
+  config, cfg, params, vocab = _workdir_model(pretrained)
+  source = sources.open_source(exported)
+  assert source.has_generator and source.has_head and not source.notes
+  for key, value in source.fields.items():
+    assert getattr(cfg, key) == value, key
+  assert tokenizer_lib.file_fingerprint(source.vocab) == tokenizer_lib.file_fingerprint(vocab)
+  back = source.params(cfg)
+  assert jax.tree.structure(back) == jax.tree.structure(params)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back)):
+    np.testing.assert_array_equal(np.asarray(a), b)
+  # Fine-tuning from the export starts from the same discriminator as from the workdir.
+  from_export = finetune_run.load_pretrained(exported, log=lambda *_: None)
+  for name in ('embeddings', 'discriminator'):
+    for a, b in zip(jax.tree.leaves(params[name]), jax.tree.leaves(from_export.params[name])):
+      np.testing.assert_array_equal(np.asarray(a), b)
+  assert from_export.model_cfg.hidden_size == cfg.hidden_size
+  # Another run's workdir is a source too (its latest checkpoint), with the same weights.
+  from_workdir = sources.open_source(pretrained)
+  assert from_workdir.fields['generator_hidden_fraction'] == cfg.generator_hidden_fraction
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(from_workdir.params(cfg))):
+    np.testing.assert_array_equal(np.asarray(a), b)
+
+
+def test_hf_electra_model_without_heads_or_generator_imports_its_encoder(pretrained, tmp_path):
+  _, cfg, params, _ = _workdir_model(pretrained)
+  config = transformers.ElectraConfig(**{k: v for k, v in hf.hf_config(cfg, 'discriminator').items()
+                                         if k not in ('model_type', 'architectures')})
+  model = transformers.ElectraModel(config)
+  state = {k[len('electra.'):]: torch.from_numpy(np.array(v)) for k, v in
+           hf.encoder_to_hf(params, cfg).items()}
+  model.load_state_dict(state, strict=False)
+  model.save_pretrained(str(tmp_path / 'encoder'))  # names without 'electra.', no heads
+  source = sources.open_source(str(tmp_path / 'encoder'),
+                               vocab=_workdir_model(pretrained)[3])
+  assert not source.has_generator and not source.has_head
+  assert 'generator: fresh weights' in source.describe()
+  fresh = model_lib.init_params(cfg, jax.random.key(7))
+  got = source.params(cfg, fill=fresh)
+  for name in ('embeddings', 'discriminator'):
+    for a, b in zip(jax.tree.leaves(params[name]), jax.tree.leaves(got[name])):
+      np.testing.assert_array_equal(np.asarray(a), b)
+  for name in ('generator', 'discriminator_predictions'):
+    for a, b in zip(jax.tree.leaves(fresh[name]), jax.tree.leaves(got[name])):
+      np.testing.assert_array_equal(np.asarray(a), b)
+  with pytest.raises(ValueError, match='has no parameter discriminator_predictions.dense.weight'):
+    source.params(cfg)  # without fresh weights to fill in, the missing head is named
+
+
+def _write_original(folder, params, cfg, pad_rows=0):
+  """An original-release checkpoint of `params` (TF1 names, Adam slots, global_step) + vocab."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  names, values = [], []
+  for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
+    ours = tuple(k.key for k in path)
+    value = np.asarray(leaf, np.float32)
+    if ours[-1] in ('word_embeddings', 'output_bias') and pad_rows:
+      value = np.concatenate([value, np.full((pad_rows,) + value.shape[1:], 9.0, np.float32)])
+    name = original.variable_name(ours)
+    names += [name, f'{name}/adam_m', f'{name}/adam_v']
+    values += [value, np.zeros_like(value), np.zeros_like(value)]
+  assert len(set(names)) == len(names)
+  os.makedirs(folder)
+  tf.raw_ops.SaveV2(prefix=os.path.join(folder, 'model.ckpt-7'), tensor_names=names + ['global_step'],
+                    shape_and_slices=[''] * (len(names) + 1), tensors=values + [np.int64(7)])
+  with open(os.path.join(folder, 'checkpoint'), 'w') as f:
+    f.write('model_checkpoint_path: "model.ckpt-7"\n')
+  return folder
+
+
+def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabulary(
+    pretrained, records_dir, tmp_path):
+  config, cfg, _, vocab = _workdir_model(pretrained)
+  # A full-width generator (as ELECTRA-Small++), where the preset has a half-width one.
+  full = dataclasses.replace(cfg, generator_hidden_fraction=1.0)
+  params = model_lib.init_params(full, jax.random.key(3))
+  folder = _write_original(str(tmp_path / 'electra_test'), params, full, pad_rows=32)
+  shutil.copyfile(vocab, os.path.join(folder, 'vocab.model'))
+  source = sources.open_source(folder)
+  assert source.table_rows == cfg.vocab_size + 32 and source.fields['vocab_size'] == cfg.vocab_size
+  assert source.fields['generator_hidden_fraction'] == 1.0 and 'num_heads' not in source.fields
+  assert any('32 padding rows are dropped' in n for n in source.notes)
+  got = source.params(full)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), b)
+
+  # Pre-training from it: the config's generator width is replaced by the checkpoint's, and the
+  # run's first state holds the checkpoint's weights.
+  lines = []
+  run_config = test_config(**{'data.records': records_dir, 'init_from': folder})
+  source = train.adopt_init_from(run_config, lines.append)
+  assert run_config.model.generator_hidden_fraction == 1.0
+  assert any('generator_hidden_fraction 0.5 -> 1.0' in l for l in lines), lines
+  assert run_config.data.vocab == os.path.join(folder, 'vocab.model')
+  setup = train.build_setup(run_config, tokenizer_lib.load_tokenizer(vocab).special)
+  mesh = partitioning.make_mesh()
+  init_fn, train_fn, _ = train.compile_steps(setup, mesh)
+  state = train.start_from(setup, init_fn(), source, mesh)
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(state.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  moments = [x for x in jax.tree.leaves(state.opt_state) if x.size]
+  assert int(state.step) == 0 and moments and all(float(jnp.abs(x).max()) == 0 for x in moments)
+
+  # End to end: a short run from it, then fine-tuning's loader reads it too.
+  summary = train.train_and_evaluate(test_config(**{'data.records': records_dir,
+                                                    'init_from': folder, 'train_steps': 2}),
+                                     str(tmp_path / 'continued'), log=lines.append)
+  assert summary['step'] == 2 and any(l.startswith('initial weights: original TensorFlow') for l in
+                                      lines), lines
+  loaded = finetune_run.load_pretrained(folder, log=lambda *_: None)
+  np.testing.assert_array_equal(loaded.params['embeddings']['word_embeddings'],
+                                params['embeddings']['word_embeddings'][:cfg.vocab_size])
+
+
+def test_bad_sources_are_one_sentence(pretrained, exported, tmp_path):
+  _, cfg, _, vocab = _workdir_model(pretrained)
+  with pytest.raises(FileNotFoundError, match='does not exist; give an HF transformers folder'):
+    sources.open_source(str(tmp_path / 'nowhere'))
+  with pytest.raises(ValueError, match='holds no model'):
+    sources.open_source(str(tmp_path))
+  bert = tmp_path / 'bert'
+  bert.mkdir()
+  (bert / 'config.json').write_text(json.dumps({'model_type': 'bert',
+                                                'architectures': ['BertForMaskedLM']}))
+  with pytest.raises(ValueError, match="holds a 'bert' model \\(BertForMaskedLM\\), not ELECTRA"):
+    sources.open_source(str(bert))
+  with pytest.raises(ValueError, match='holds an ELECTRA generator'):
+    sources.open_source(os.path.join(exported, 'generator'))
+  big = tmp_path / 'big.txt'  # a vocabulary larger than the embedding table
+  big.write_text('\n'.join(list(tokenizer_lib.SPECIAL_TOKENS) + [f'w{i}' for i in range(200)]))
+  with pytest.raises(ValueError, match=f'has 205 entries but the embedding table of .* has '
+                     f'{cfg.vocab_size} rows'):
+    sources.open_source(exported, vocab=str(big))
+  wider = test_config(**{'init_from': exported, 'model.hidden_size': 64})
+  with pytest.raises(UserError, match=r'other sizes than the config: hidden_size 32 \(config: 64\)'):
+    train.adopt_init_from(wider, lambda *_: None)
+  with pytest.raises(UserError, match='exists and is not empty'):
+    export_lib.export(pretrained, exported)
+  with pytest.raises(UserError, match='not a workdir of launch/train.py'):
+    export_lib.export(str(tmp_path), str(tmp_path / 'out'))
+  assert not os.path.exists(tmp_path / 'out') and not os.path.exists(tmp_path / 'out.partial')

@@ -6,6 +6,8 @@ The generator shares the embedding table (and the decoder is that table, as in H
 `generator_lm_head`); with `generator='tied'` its encoder is the discriminator's.
 """
 
+import os
+
 import numpy as np
 
 from electra_jax import model as model_lib
@@ -76,11 +78,18 @@ def to_hf(params, cfg: model_lib.ModelConfig, network: str) -> dict[str, np.ndar
   return out
 
 
-def from_hf(states: dict[str, dict], cfg: model_lib.ModelConfig) -> dict:
+# What an import may take from fresh initial weights when the source lacks it (a discriminator
+# without its generator, an encoder without the detection head); the encoder itself never.
+FILLABLE = ('generator', 'generator_embeddings', 'generator_predictions',
+            'discriminator_predictions')
+
+
+def from_hf(states: dict[str, dict], cfg: model_lib.ModelConfig, fill=None) -> dict:
   """Our parameter tree from HF state dicts {'discriminator': ..., 'generator': ...}.
 
-  Every parameter of `cfg`'s model must come from one of them; a missing name or another shape is
-  an error naming it.
+  Every parameter of `cfg`'s model comes from one of them; with `fill` (e.g. fresh initial
+  parameters), the heads and the generator may come from it instead (FILLABLE). A parameter left
+  over, a missing name or another shape is an error naming it.
   """
   import jax  # pylint: disable=import-outside-toplevel
   shapes = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
@@ -88,7 +97,13 @@ def from_hf(states: dict[str, dict], cfg: model_lib.ModelConfig) -> dict:
   filled = set()
   for network, state in states.items():
     for ours, hf, transposed in table(cfg, network):
+      if ours in filled:  # the shared embeddings: the discriminator's copy is the one taken
+        continue
       if hf not in state:
+        if hf == 'generator_lm_head.weight':  # tied to the word embeddings; often not stored
+          continue
+        if fill is not None and ours[0] in FILLABLE:  # e.g. ElectraModel: no detection head
+          continue
         raise ValueError(f'the HF {network} has no parameter {hf}; is it an ELECTRA model of '
                          'this size?')
       value = np.asarray(state[hf], np.float32)
@@ -100,9 +115,12 @@ def from_hf(states: dict[str, dict], cfg: model_lib.ModelConfig) -> dict:
       _get(params, ours[:-1])[ours[-1]] = value.T if transposed else value
       filled.add(ours)
   missing = [p for p in _paths(shapes) if p not in filled]
-  if missing:
-    raise ValueError(f'{len(missing)} parameter(s) were not converted, e.g. '
-                     f'{"/".join(missing[0])}; give both the discriminator and the generator')
+  required = [p for p in missing if fill is None or p[0] not in FILLABLE]
+  if required:
+    raise ValueError(f'{len(required)} parameter(s) were not converted, e.g. '
+                     f'{"/".join(required[0])}; give both the discriminator and the generator')
+  for path in missing:
+    _get(params, path[:-1])[path[-1]] = np.asarray(_get(fill, path), np.float32)
   return params
 
 
@@ -138,3 +156,126 @@ def hf_config(cfg: model_lib.ModelConfig, network: str) -> dict:
       'initializer_range': cfg.initializer_range,
       'layer_norm_eps': cfg.layer_norm_eps,
   }
+
+
+# ================================================================================================
+# Folders: config.json + model.safetensors, as `from_pretrained` reads them
+# ================================================================================================
+
+def save_folder(folder: str, state: dict[str, np.ndarray], config: dict):
+  """Writes `config.json` and `model.safetensors` (float32) into `folder`."""
+  import json  # pylint: disable=import-outside-toplevel
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  state = {k: np.ascontiguousarray(v, np.float32) for k, v in state.items()
+           if k != 'generator_lm_head.weight'}  # tied to the word embeddings, as HF saves it
+  path = os.path.join(folder, 'model.safetensors')
+  save_file(state, path, metadata={'format': 'pt'})
+  os.chmod(path, 0o644)  # readable like the other files of the folder
+  with open(os.path.join(folder, 'config.json'), 'w') as f:
+    json.dump({**config, 'torch_dtype': 'float32'}, f, indent=2)
+
+
+def read_folder(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
+  """(config.json, state dict) of an HF ELECTRA folder (safetensors, or a PyTorch .bin)."""
+  import json  # pylint: disable=import-outside-toplevel
+  path = os.path.join(folder, 'config.json')
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{folder} has no config.json; give a folder written by '
+                            'save_pretrained (or by launch/export.py)')
+  with open(path) as f:
+    config = json.load(f)
+  if config.get('model_type') != 'electra':
+    raise ValueError(f'{folder} holds a {config.get("model_type")!r} model '
+                     f'({", ".join(config.get("architectures") or ["no architecture named"])}), '
+                     'not ELECTRA; give an ELECTRA discriminator or generator folder')
+  weights = os.path.join(folder, 'model.safetensors')
+  if os.path.isfile(weights):
+    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+    state = load_file(weights)
+  elif os.path.isfile(os.path.join(folder, 'pytorch_model.bin')):
+    try:
+      import torch  # pylint: disable=import-outside-toplevel
+    except ImportError:
+      raise ValueError(f'{folder} holds PyTorch weights (pytorch_model.bin), which need torch to '
+                       'read; install torch or save the model with safetensors') from None
+    state = {k: v.float().numpy() for k, v in torch.load(
+        os.path.join(folder, 'pytorch_model.bin'), map_location='cpu', weights_only=True).items()}
+  else:
+    raise FileNotFoundError(f'{folder} has no model.safetensors (nor pytorch_model.bin); give a '
+                            'folder written by save_pretrained (or by launch/export.py)')
+  # Task models (ElectraForSequenceClassification, ...) hold the encoder under the same names.
+  return config, state
+
+
+def model_fields(config: dict, generator: dict | None = None) -> dict:
+  """Our ModelConfig fields from an HF discriminator's (and its generator's) config.json."""
+  fields = {'vocab_size': config['vocab_size'], 'embedding_size': config['embedding_size'],
+            'hidden_size': config['hidden_size'], 'num_layers': config['num_hidden_layers'],
+            'num_heads': config['num_attention_heads'],
+            'intermediate_size': config['intermediate_size'],
+            'max_position_embeddings': config['max_position_embeddings'],
+            'type_vocab_size': config['type_vocab_size'],
+            'layer_norm_eps': config.get('layer_norm_eps', 1e-12)}
+  if config.get('hidden_act', 'gelu') != 'gelu':
+    raise ValueError(f'the HF model uses hidden_act={config["hidden_act"]!r}; electra_jax models '
+                     "use the exact 'gelu'")
+  if generator is not None:
+    hidden = generator['hidden_size']
+    fields.update(generator='separate', generator_hidden_fraction=hidden / config['hidden_size'],
+                  generator_layers_fraction=(generator['num_hidden_layers'] /
+                                             config['num_hidden_layers']),
+                  untied_generator_embeddings=(
+                      generator['embedding_size'] != config['embedding_size']))
+    heads = max(1, hidden // 64)
+    if generator['num_attention_heads'] != heads:
+      raise ValueError(f'the HF generator has {generator["num_attention_heads"]} attention heads; '
+                       f'a generator of width {hidden} has {heads} here (width / 64, as the '
+                       'original)')
+  return fields
+
+
+# ================================================================================================
+# Fine-tuned heads
+# ================================================================================================
+
+# HF's ElectraClassificationHead is dropout -> dense(H, H) -> GELU -> dropout -> out_proj, where
+# ours (and the original's) is dropout -> dense(H, labels). The export makes HF's extra dense the
+# identity plus SHIFT, where GELU is the identity to float32 precision (GELU(z) = z for z > 5.5),
+# and takes SHIFT back out in out_proj's bias: HF's logits are ours for [CLS] values above
+# 5.5 - SHIFT (LayerNorm outputs are far inside).
+SHIFT = 100.0
+
+
+def encoder_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
+  """HF names of the discriminator's embeddings and encoder (what every ELECTRA task model has)."""
+  out = {}
+  for ours, name, transposed in table(cfg, 'discriminator'):
+    if ours[0] == 'discriminator_predictions':
+      continue
+    value = np.asarray(_get(params, ours), np.float32)
+    out[name] = value.T if transposed else value
+  return out
+
+
+def head_to_hf(params, cfg: model_lib.ModelConfig, kind: str,
+               labels: list[str]) -> tuple[dict[str, np.ndarray], dict]:
+  """(state dict, config fields) of a fine-tuned Classifier as ElectraForSequenceClassification
+  ('classification', 'regression') or ElectraForTokenClassification ('tagging')."""
+  kernel = np.asarray(params['classifier']['kernel'], np.float32)  # [H, outputs]
+  bias = np.asarray(params['classifier']['bias'], np.float32)
+  state = encoder_to_hf(params, cfg)
+  names = labels if kind != 'regression' else ['score']
+  fields = {'num_labels': len(names), 'id2label': dict(enumerate(names)),
+            'label2id': {n: i for i, n in enumerate(names)}}
+  if kind == 'tagging':
+    state.update({'classifier.weight': kernel.T, 'classifier.bias': bias})
+    return state, {**fields, 'architectures': ['ElectraForTokenClassification']}
+  h = cfg.hidden_size
+  state.update({'classifier.dense.weight': np.eye(h, dtype=np.float32),
+                'classifier.dense.bias': np.full(h, SHIFT, np.float32),
+                'classifier.out_proj.weight': kernel.T,
+                'classifier.out_proj.bias': (bias.astype(np.float64) - SHIFT * kernel.astype(
+                    np.float64).sum(0)).astype(np.float32)})
+  problem = 'regression' if kind == 'regression' else 'single_label_classification'
+  return state, {**fields, 'architectures': ['ElectraForSequenceClassification'],
+                 'problem_type': problem}

@@ -21,12 +21,12 @@ import optax
 
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import config as config_defaults
 from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
 from electra_jax import objectives
 from electra_jax import optim
 from electra_jax import partitioning
-from electra_jax import records as records_lib
 from electra_jax import tokenizer as tokenizer_lib
 from electra_jax import train as train_lib
 from electra_jax.finetune import config as config_lib
@@ -53,25 +53,21 @@ class Pretrained:
 
 
 def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrained:
-  """The discriminator, vocabulary and model config of the pre-training run in workdir `init`."""
+  """The discriminator, vocabulary and model config of `init`: the workdir of a pre-training run
+  (its latest checkpoint), or weights made elsewhere (an HF transformers folder, a folder of
+  launch/export.py, an original TensorFlow checkpoint; see electra_jax/convert/sources.py)."""
   if not init:
     raise UserError('init is empty; set --init to a pre-training workdir (the --workdir of '
-                    'launch/train.py)')
+                    'launch/train.py), an HF transformers folder or an original checkpoint')
   path = os.path.join(init, 'config.json')
-  if not os.path.isfile(path):
-    raise UserError(f'{init} is not a pre-training workdir (it has no config.json); set --init to '
-                    'the --workdir of a launch/train.py run')
-  with open(path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
-  records_dir = config.data.records or os.path.join(init, 'data')
-  try:
-    meta = records_lib.read_metadata(records_dir)
-  except (ValueError, FileNotFoundError) as e:
-    raise UserError(str(e)) from None
-  vocab = next((os.path.join(records_dir, n) for n in ('vocab.model', 'vocab.txt')
-                if os.path.isfile(os.path.join(records_dir, n))), None)
-  if vocab is None:
-    raise UserError(f'the records folder {records_dir} of {init} holds no vocabulary file')
+  config = None
+  if os.path.isfile(path):
+    with open(path) as f:
+      config = json.load(f)
+  if not (isinstance(config, dict) and 'objective' in config):
+    return _load_source(init, from_scratch, log)
+  config = ml_collections.ConfigDict(config)
+  _, meta, vocab = train_lib.workdir_vocab(init, config)
   setup = train_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
@@ -89,6 +85,32 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
     params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
     where = os.path.join(ckpt.directory, str(step))
   return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where, config)
+
+
+def _load_source(init: str, from_scratch: bool, log) -> Pretrained:
+  from electra_jax.convert import sources  # pylint: disable=import-outside-toplevel
+  try:
+    source = sources.open_source(init)
+    if source.vocab is None:
+      raise ValueError(f'{init} has no vocabulary file (vocab.txt or a SentencePiece .model) '
+                       'beside its weights; copy the one it was trained with there')
+    config = config_defaults.default_config()
+    # An original checkpoint does not record its heads: width / 64, as every released model.
+    config.model.update({'num_heads': max(1, source.fields['hidden_size'] // 64), **source.fields})
+    config.data.vocab, config.data.lower_case = source.vocab, source.lower_case
+    model_cfg = model_lib.ModelConfig.from_config(config.model)
+    params, where = None, 'random initial weights (from_scratch)'
+    if not from_scratch:
+      shapes = jax.eval_shape(lambda k: model_lib.init_params(model_cfg, k), jax.random.key(0))
+      params = source.params(model_cfg, fill=jax.tree.map(
+          lambda x: np.zeros(x.shape, np.float32), shapes))
+      params = {k: params[k] for k in ('embeddings', 'discriminator')}
+      where = source.describe().split(' (')[0]
+      for note in source.notes:
+        log(note)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  return Pretrained(model_cfg, params, source.vocab, source.lower_case, where, config)
 
 
 # ================================================================================================
@@ -263,7 +285,8 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
     log(f'  warning: seed {seed}: {int(state.nonfinite_steps)} step(s) had a non-finite loss and '
         'were skipped; lower optimizer.learning_rate')
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=1)
-  ckpt.save(total, state, {'step': total, 'task': task.name, 'labels': list(task.labels)})
+  ckpt.save(total, state, {'step': total, 'task': task.name, 'kind': task.kind,
+                           'labels': list(task.labels)})
   ckpt.close()
   return {'seed': seed, 'steps': total, 'epochs': epochs,
           **dev_scores(cfg, task, setup.model, state.params, data, splits, mesh)}

@@ -1,0 +1,45 @@
+"""Export a run for HF transformers (PyTorch): folders that `from_pretrained` and `AutoTokenizer`
+load.
+
+    python launch/export.py --workdir=/tmp/electra_demo --out=/tmp/electra_demo_hf
+        -> /tmp/electra_demo_hf/discriminator (ElectraForPreTraining)
+           /tmp/electra_demo_hf/generator     (ElectraForMaskedLM)
+    python launch/export.py --workdir=/tmp/electra_sst2 --out=/tmp/electra_sst2_hf [--seed=1]
+        -> ElectraForSequenceClassification (ElectraForTokenClassification for tagging)
+
+--workdir is a pre-training run (launch/train.py) or a fine-tuning (launch/finetune.py; the seed
+with the best dev score unless --seed). The latest checkpoint is exported unless --step.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # pylint: disable=wrong-import-position
+
+from electra_jax import cli  # pylint: disable=wrong-import-position
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py or finetune.py')
+_OUT = flags.DEFINE_string('out', None, 'a new folder for the HF transformers model(s)')
+_STEP = flags.DEFINE_integer('step', None, 'the checkpoint step (default: the latest)')
+_SEED = flags.DEFINE_integer('seed', None, 'a fine-tuning\'s seed (default: best on dev)')
+flags.mark_flags_as_required(['workdir', 'out'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}')
+  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  log = lambda line: print(line, flush=True)
+  for folder in export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log):
+    folder = os.path.normpath(folder)
+    with open(os.path.join(folder, 'config.json')) as f:
+      arch = json.load(f)['architectures'][0]
+    log(f'{folder}: transformers.{arch}.from_pretrained({folder!r}), '
+        f'transformers.AutoTokenizer.from_pretrained({folder!r})')
+
+
+if __name__ == '__main__':
+  cli.run(main)
