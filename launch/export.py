@@ -7,8 +7,9 @@ load.
     python launch/export.py --workdir=/tmp/electra_sst2 --out=/tmp/electra_sst2_hf [--seed=1]
         -> ElectraForSequenceClassification (ElectraForTokenClassification for tagging)
 
---workdir is a pre-training run (launch/train.py) or a fine-tuning (launch/finetune.py; the seed
-with the best dev score unless --seed). The latest checkpoint is exported unless --step.
+--workdir is a pre-training run (launch/train.py), a fine-tuning (launch/finetune.py; the seed
+with the best dev score unless --seed), or a checkpoint of the original TensorFlow release (its
+folder, with vocab.txt). The latest checkpoint is exported unless --step.
 """
 
 import json
@@ -21,10 +22,13 @@ from absl import flags  # pylint: disable=wrong-import-position
 
 from electra_jax import cli  # pylint: disable=wrong-import-position
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py or finetune.py')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py or finetune.py, '
+                                'or an original TF checkpoint')
 _OUT = flags.DEFINE_string('out', None, 'a new folder for the HF transformers model(s)')
 _STEP = flags.DEFINE_integer('step', None, 'the checkpoint step (default: the latest)')
 _SEED = flags.DEFINE_integer('seed', None, 'a fine-tuning\'s seed (default: best on dev)')
+_CHECK = flags.DEFINE_bool('check', False, 'load the export in HF transformers and compare its '
+                           'token ids and logits with ours (needs torch and transformers)')
 flags.mark_flags_as_required(['workdir', 'out'])
 
 
@@ -33,12 +37,14 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
   from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
   log = lambda line: print(line, flush=True)
-  for folder in export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log):
-    folder = os.path.normpath(folder)
+  done = export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log)
+  for folder in done.folders:
     with open(os.path.join(folder, 'config.json')) as f:
       arch = json.load(f)['architectures'][0]
     log(f'{folder}: transformers.{arch}.from_pretrained({folder!r}), '
         f'transformers.AutoTokenizer.from_pretrained({folder!r})')
+  if _CHECK.value:
+    export.verify(done, log)
 
 
 if __name__ == '__main__':

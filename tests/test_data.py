@@ -1,7 +1,6 @@
 """Corpus -> tokenizer -> examples -> records -> tf.data -> global batches."""
 
 import dataclasses
-import json
 import os
 import random
 

@@ -123,10 +123,23 @@ TEXTS = ['The cat sat on a mat, while dogs ran past green trees.',
 
 
 @pytest.fixture(scope='module')
-def exported(pretrained, tmp_path_factory):
+def export_result(pretrained, tmp_path_factory):
   out = str(tmp_path_factory.mktemp('export') / 'hf')
-  export_lib.export(pretrained, out, log=lambda *_: None)
-  return out
+  return export_lib.export(pretrained, out, log=lambda *_: None)
+
+
+@pytest.fixture(scope='module')
+def exported(export_result):
+  return os.path.dirname(export_result.folders[0])
+
+
+def test_export_check_reports_agreement_with_hf(export_result):
+  lines = []
+  result = export_lib.verify(export_result, lines.append, num_texts=8)
+  assert sorted(result) == ['discriminator', 'generator'] and len(lines) == 2
+  for values in result.values():
+    assert values['max_abs_diff'] < 1e-4 and values['max_abs_logit'] > 0.01
+    assert values['same_ids'] >= 0.99 * values['texts'] and values['texts'] == 2000
 
 
 def _workdir_model(workdir):
@@ -255,6 +268,13 @@ def test_hf_electra_model_without_heads_or_generator_imports_its_encoder(pretrai
       np.testing.assert_array_equal(np.asarray(a), b)
   with pytest.raises(ValueError, match='has no parameter discriminator_predictions.dense.weight'):
     source.params(cfg)  # without fresh weights to fill in, the missing head is named
+  # The same weights as an older PyTorch pickle (pytorch_model.bin) read the same.
+  shutil.copytree(tmp_path / 'encoder', tmp_path / 'bin')
+  os.remove(tmp_path / 'bin' / 'model.safetensors')
+  torch.save(model.state_dict(), tmp_path / 'bin' / 'pytorch_model.bin')
+  from_bin = sources.open_source(str(tmp_path / 'bin'), vocab=source.vocab).params(cfg, fill=fresh)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(from_bin)):
+    np.testing.assert_array_equal(a, b)
 
 
 def _write_original(folder, params, cfg, pad_rows=0):
@@ -292,6 +312,12 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
   assert any('32 padding rows are dropped' in n for n in source.notes)
   got = source.params(full)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(got)):
+    np.testing.assert_array_equal(np.asarray(a), b)
+  # The same checkpoint exported for HF transformers, and read back: the same weights again.
+  export_lib.export(folder, str(tmp_path / 'hf'), log=lambda *_: None)
+  again = sources.open_source(str(tmp_path / 'hf'))
+  assert again.fields['generator_hidden_fraction'] == 1.0 and again.table_rows == cfg.vocab_size
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again.params(full))):
     np.testing.assert_array_equal(np.asarray(a), b)
 
   # Pre-training from it: the config's generator width is replaced by the checkpoint's, and the

@@ -1,7 +1,8 @@
 """A workdir -> folders that HF transformers' `from_pretrained` and `AutoTokenizer` load.
 
     pre-training workdir -> OUT/discriminator (ElectraForPreTraining)
-                            OUT/generator     (ElectraForMaskedLM)
+     (or an original         OUT/generator     (ElectraForMaskedLM)
+     TF checkpoint)
     fine-tuning workdir  -> OUT (ElectraForSequenceClassification, or ElectraForTokenClassification
                             for tagging) of one seed
 
@@ -10,9 +11,11 @@ vocab.py). The output is written to OUT.partial and renamed when complete: an in
 leaves no folder that looks finished.
 """
 
+import dataclasses
 import json
 import os
 import shutil
+from typing import Any
 
 import jax
 import ml_collections
@@ -23,7 +26,17 @@ from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import model as model_lib
 from electra_jax import tokenizer as tokenizer_lib
 from electra_jax.convert import hf
+from electra_jax.convert import original
 from electra_jax.convert import vocab as vocab_lib
+
+
+@dataclasses.dataclass
+class Exported:
+  folders: list[str]
+  cfg: model_lib.ModelConfig
+  params: Any  # our parameters that were exported (Electra's, or a fine-tuned Classifier's)
+  tokenizer: Any
+  kind: str  # 'pretraining' | 'classification' | 'regression' | 'tagging'
 
 
 def _read_config(workdir: str) -> dict:
@@ -57,20 +70,22 @@ def _write_model(folder: str, state: dict, config: dict, tokenizer, lower_case: 
 
 
 def export(workdir: str, out: str, step: int | None = None, seed: int | None = None,
-           log=print) -> list[str]:
+           log=print) -> Exported:
   """Writes the HF folders of `workdir`'s checkpoint (latest, or `step`) under `out`."""
   if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
     raise UserError(f'--out {out} exists and is not empty; give a new folder (nothing was '
                     'written)')
-  config = _read_config(workdir)
+  config = _read_config(workdir) if not _original(workdir) else {}
   partial = out.rstrip('/') + '.partial'
   shutil.rmtree(partial, ignore_errors=True)
   os.makedirs(partial)
   try:
-    if 'objective' in config:
-      written = _pretraining(ml_collections.ConfigDict(config), workdir, partial, step, log)
+    if not config:
+      done = _original_checkpoint(workdir, partial, log)
+    elif 'objective' in config:
+      done = _pretraining(ml_collections.ConfigDict(config), workdir, partial, step, log)
     elif 'task' in config and 'init' in config:
-      written = _finetuning(ml_collections.ConfigDict(config), workdir, partial, step, seed, log)
+      done = _finetuning(ml_collections.ConfigDict(config), workdir, partial, step, seed, log)
     else:
       raise UserError(f'{workdir}/config.json is not the config of an electra_jax run; give the '
                       '--workdir of launch/train.py or launch/finetune.py')
@@ -80,10 +95,12 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
   except BaseException:
     shutil.rmtree(partial, ignore_errors=True)
     raise
-  return [os.path.join(out, os.path.relpath(w, partial)) for w in written]
+  done.folders = [os.path.normpath(os.path.join(out, os.path.relpath(w, partial)))
+                  for w in done.folders]
+  return done
 
 
-def _pretraining(config, workdir: str, out: str, step, log) -> list[str]:
+def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
   from electra_jax import train  # pylint: disable=import-outside-toplevel
   _, _, vocab = train.workdir_vocab(workdir, config)
   tokenizer = tokenizer_lib.load_tokenizer(vocab, config.data.lower_case)
@@ -99,10 +116,45 @@ def _pretraining(config, workdir: str, out: str, step, log) -> list[str]:
                  tokenizer, config.data.lower_case, cfg)
     written.append(folder)
   log(f'exported step {step} of {workdir}')
-  return written
+  return Exported(written, cfg, state['params'], tokenizer, 'pretraining')
 
 
-def _finetuning(config, workdir: str, out: str, step, seed, log) -> list[str]:
+def _original(path: str) -> bool:
+  return (not os.path.isfile(os.path.join(path, 'config.json'))
+          and original.checkpoint_prefix(path) is not None)
+
+
+def _original_checkpoint(path: str, out: str, log) -> Exported:
+  """An original TensorFlow checkpoint, converted as a pre-training workdir is."""
+  from electra_jax.convert import sources  # pylint: disable=import-outside-toplevel
+  try:
+    source = sources.open_source(path)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  if source.vocab is None:
+    raise UserError(f'{path} has no vocab.txt beside the checkpoint; copy the vocabulary it was '
+                    'trained with there')
+  for note in source.notes:
+    log(note)
+  fields = {'num_heads': max(1, source.fields['hidden_size'] // 64),
+            'generator': 'uniform', **source.fields}  # 'uniform': no generator in the checkpoint
+  cfg = model_lib.ModelConfig.from_config(fields)
+  tokenizer = tokenizer_lib.load_tokenizer(source.vocab, source.lower_case)
+  try:
+    params = source.params(cfg)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  written = []
+  for network in ('discriminator', 'generator')[:2 if source.has_generator else 1]:
+    folder = os.path.join(out, network)
+    _write_model(folder, hf.to_hf(params, cfg, network), hf.hf_config(cfg, network), tokenizer,
+                 source.lower_case, cfg)
+    written.append(folder)
+  log(f'exported {source.path}')
+  return Exported(written, cfg, params, tokenizer, 'pretraining')
+
+
+def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   seeds = sorted(int(n.split('_')[1]) for n in os.listdir(workdir) if n.startswith('seed_'))
   if not seeds:
@@ -125,13 +177,14 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> list[str]:
     raise UserError(f'{workdir}/seed_{seed} was saved without its task kind; fine-tune again to '
                     'export it')
   cfg = pretrained.model_cfg
-  state, fields = hf.head_to_hf(state['params'], cfg, kind, [str(x) for x in meta['labels']])
+  params = state['params']
+  state, fields = hf.head_to_hf(params, cfg, kind, [str(x) for x in meta['labels']])
   _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields,
                             'classifier_dropout': config.dropout_rate}, tokenizer,
                pretrained.lower_case, cfg)
   log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}, '
       f'{fields["num_labels"]} output(s)')
-  return [out]
+  return Exported([out], cfg, params, tokenizer, kind)
 
 
 def _best_seed(workdir: str, seeds: list[int]) -> int:
@@ -146,3 +199,53 @@ def _best_seed(workdir: str, seeds: list[int]) -> int:
     return next(iter(split.values()), float('-inf'))
   ranked = [r for r in results.get('seeds', []) if r.get('seed') in seeds]
   return max(ranked, key=score)['seed'] if ranked else seeds[0]
+
+
+# ================================================================================================
+# Checking an export against our own model
+# ================================================================================================
+
+def verify(done: Exported, log=print, num_texts: int = 64) -> dict:
+  """Loads the exported folders in HF transformers and compares with our model on pairs of
+  sentences of the built-in corpus: token ids, and logits (max |difference|) on the same batch."""
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+    import transformers  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise UserError('--check loads the export in HF transformers, which is not installed; '
+                    'pip install -e ".[test]" (torch==2.13.0 and transformers)') from None
+  from electra_jax import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import heads  # pylint: disable=import-outside-toplevel
+  sentences = [s for doc in corpus.builtin_documents()[:1000] for s in doc][:2000]
+  firsts, seconds = sentences[0:2 * num_texts:2], sentences[1:2 * num_texts:2]
+  length = min(128, done.cfg.max_position_embeddings)
+  result = {}
+  for folder in done.folders:
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    same = sum(tok(t, add_special_tokens=False)['input_ids'] == done.tokenizer.encode(t)
+               for t in sentences)
+    batch = tok(firsts, seconds, padding=True, truncation=True, max_length=length,
+                return_tensors='np')
+    ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
+    config = transformers.AutoConfig.from_pretrained(folder)
+    arch = config.architectures[0]
+    with torch.no_grad():
+      theirs = getattr(transformers, arch).from_pretrained(folder).eval()(
+          **{k: torch.from_numpy(v).long() for k, v in batch.items()}).logits.numpy()
+    if done.kind == 'pretraining':
+      positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+      gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
+                                                    positions)
+      ours = np.asarray(gen if arch == 'ElectraForMaskedLM' else disc)
+    else:
+      model = heads.Classifier(done.cfg, theirs.shape[-1], per_token=done.kind == 'tagging')
+      ours = np.asarray(model.apply({'params': done.params}, ids, segments, mask))
+    real = mask > 0 if done.kind in ('pretraining', 'tagging') else slice(None)  # real tokens
+    diff = float(np.max(np.abs(ours[real] - theirs[real])))
+    result[os.path.basename(folder)] = {'same_ids': same, 'texts': len(sentences),
+                                        'max_abs_diff': diff, 'max_abs_logit':
+                                        float(np.max(np.abs(theirs[real])))}
+    log(f'{folder}: {arch}: tokenizer ids equal ours on {same} of {len(sentences)} sentences; '
+        f'logits on {len(firsts)} pairs ({ids.shape[1]} tokens, padded): max |ours - HF| '
+        f'{diff:.2e} (largest |logit| {result[os.path.basename(folder)]["max_abs_logit"]:.1f})')
+  return result

@@ -240,10 +240,18 @@ def model_fields(config: dict, generator: dict | None = None) -> dict:
 
 # HF's ElectraClassificationHead is dropout -> dense(H, H) -> GELU -> dropout -> out_proj, where
 # ours (and the original's) is dropout -> dense(H, labels). The export makes HF's extra dense the
-# identity plus SHIFT, where GELU is the identity to float32 precision (GELU(z) = z for z > 5.5),
-# and takes SHIFT back out in out_proj's bias: HF's logits are ours for [CLS] values above
-# 5.5 - SHIFT (LayerNorm outputs are far inside).
-SHIFT = 100.0
+# identity plus a shift per feature, larger than any value the encoder's last LayerNorm can output
+# (|x_i| <= |gamma_i| sqrt(H - 1) + |beta_i|, as a normalized vector has norm sqrt(H)) by 6, where
+# GELU is the identity in float32 (GELU(z) = z * Phi(z), Phi(6) = 1 - 1e-9); out_proj's bias takes
+# the shift back out. HF's logits are then ours for every input, to float32 rounding.
+_GELU_IS_IDENTITY_ABOVE = 6.0
+
+
+def _shift(params, cfg: model_lib.ModelConfig) -> np.ndarray:
+  norm = params['discriminator'][f'layer_{cfg.num_layers - 1}']['output_LayerNorm']
+  bound = (np.abs(np.asarray(norm['scale'], np.float64)) * np.sqrt(cfg.hidden_size - 1)
+           + np.abs(np.asarray(norm['bias'], np.float64)))
+  return bound + _GELU_IS_IDENTITY_ABOVE
 
 
 def encoder_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
@@ -270,12 +278,12 @@ def head_to_hf(params, cfg: model_lib.ModelConfig, kind: str,
   if kind == 'tagging':
     state.update({'classifier.weight': kernel.T, 'classifier.bias': bias})
     return state, {**fields, 'architectures': ['ElectraForTokenClassification']}
-  h = cfg.hidden_size
-  state.update({'classifier.dense.weight': np.eye(h, dtype=np.float32),
-                'classifier.dense.bias': np.full(h, SHIFT, np.float32),
+  shift = _shift(params, cfg).astype(np.float32)  # the stored value is the one subtracted
+  state.update({'classifier.dense.weight': np.eye(cfg.hidden_size, dtype=np.float32),
+                'classifier.dense.bias': shift,
                 'classifier.out_proj.weight': kernel.T,
-                'classifier.out_proj.bias': (bias.astype(np.float64) - SHIFT * kernel.astype(
-                    np.float64).sum(0)).astype(np.float32)})
+                'classifier.out_proj.bias': (bias.astype(np.float64) - shift.astype(np.float64)
+                                             @ kernel.astype(np.float64)).astype(np.float32)})
   problem = 'regression' if kind == 'regression' else 'single_label_classification'
   return state, {**fields, 'architectures': ['ElectraForSequenceClassification'],
                  'problem_type': problem}

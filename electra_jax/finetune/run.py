@@ -49,7 +49,7 @@ class Pretrained:
   vocab: str
   lower_case: bool
   checkpoint: str
-  config: ml_collections.ConfigDict  # of the pre-training run
+  config: ml_collections.ConfigDict | None  # of the pre-training run, when known
 
 
 def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrained:
@@ -110,7 +110,8 @@ def _load_source(init: str, from_scratch: bool, log) -> Pretrained:
         log(note)
   except (ValueError, FileNotFoundError) as e:
     raise UserError(str(e)) from None
-  return Pretrained(model_cfg, params, source.vocab, source.lower_case, where, config)
+  # The pre-training config is unknown: the builtin task uses its default held-out split.
+  return Pretrained(model_cfg, params, source.vocab, source.lower_case, where, None)
 
 
 # ================================================================================================
