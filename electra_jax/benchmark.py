@@ -77,7 +77,8 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3) -> dic
     runs.append((time.perf_counter() - t) / steps)
   step_s = statistics.median(runs)
   model_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
-                                            setup.objective_cfg.max_predictions)
+                                            setup.objective_cfg.max_predictions,
+                                            config.objective.name)
   paper_flops = flops_lib.paper_train_flops(setup.model_cfg, d.max_seq_length, d.batch_size, 1)
   tokens = d.batch_size * d.max_seq_length
   return {'devices': mesh.devices.size, 'device_kind': jax.devices()[0].device_kind,

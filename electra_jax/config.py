@@ -43,12 +43,14 @@ def default_config() -> ml_collections.ConfigDict:
   m.generator_hidden_fraction = 0.25  # generator width as a fraction of hidden (also FFN, heads)
   m.generator_layers_fraction = 1.0  # generator depth as a fraction of num_layers
   m.untied_generator_embeddings = False  # True: the generator gets its own embedding module
+  m.discriminator_mlm = False  # an MLM head on the discriminator (set by the objectives needing it)
 
   # ---- objective: replaced token detection ---------------------------------------------------------
   o = c.objective = ml_collections.ConfigDict()
-  o.name = 'electra'  # the pre-training objective
+  o.name = 'electra'  # electra | electra_15 | mlm | replace_mlm | all_tokens_mlm (objectives.py)
   o.mask_prob = 0.15  # fraction of real tokens selected per example
   o.mask_token_prob = 0.85  # a selected slot shows [MASK] with this probability, else its token
+  o.random_token_prob = 0.0  # ... or a random token with this one (BERT: 0.8 / 0.1 = 80/10/10)
   o.sample_without_replacement = False  # False: positions drawn with replacement (the original)
   o.gen_weight = 1.0  # weight of the generator's MLM loss
   o.disc_weight = 50.0  # weight of the discriminator's replaced-token loss

@@ -80,10 +80,19 @@ def _encoder_matmuls(h, layers, inter, e, s):
 
 
 def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
-                      num_predictions: int) -> float:
-  """Matmul FLOPs of one RTD train step (forward + backward = 3 x forward)."""
+                      num_predictions: int, objective: str = 'electra') -> float:
+  """Matmul FLOPs of one train step (forward + backward = 3 x forward) of `objective`."""
   h, e, v, s, n = cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, seq_len, num_predictions
-  fwd = _encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s) + (2 * h * h + 2 * h) * s
+  encoder = _encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s)
+  if objective == 'mlm':  # BERT: one pass of the full-size network, the MLM head at N positions
+    return 3.0 * batch_size * (encoder + n * (2 * h * e + 2 * e * v))
+  fwd = encoder
+  if objective == 'replace_mlm':  # the discriminator's MLM head at the N positions
+    fwd += n * (2 * h * e + 2 * e * v)
+  elif objective == 'all_tokens_mlm':  # its MLM head at every position, the copy gate too
+    fwd += s * (2 * h * e + 2 * e * v) + (2 * h * h + 2 * h) * s
+  else:  # the detection head at every position
+    fwd += (2 * h * h + 2 * h) * s
   if cfg.generator != 'uniform':
     hg = cfg.generator_hidden_size
     eg = hg if cfg.untied_generator_embeddings else e

@@ -7,7 +7,9 @@ Faithful to the original `pretrain_helpers.py`:
   excluded) WITH replacement, so a position can be drawn twice (drawing without replacement is a
   switch);
 - a selected position shows [MASK] when any slot that drew it chose [MASK] (probability
-  `mask_token_prob` per slot) and otherwise keeps its token; there are no random-token replacements;
+  `mask_token_prob` per slot) and otherwise keeps its token; the original has no random-token
+  replacements (`random_token_prob` > 0 adds BERT's: such a slot shows a token drawn uniformly from
+  the vocabulary, so 0.8 / 0.1 is BERT's 80/10/10);
 - replacement writes the generator's samples into the ORIGINAL sequence; where two slots drew the
   same position the original wrote the integer mean of their samples (its scatter divides the sum by
   the count), which is reproduced here; a position is labelled replaced only if its token changed.
@@ -34,7 +36,8 @@ def _scatter_add(length: int, positions: jax.Array, values: jax.Array) -> jax.Ar
 def mask_tokens(rng: jax.Array, input_ids: jax.Array, input_mask: jax.Array, *,
                 mask_prob: float, max_predictions: int, mask_id: int,
                 special_ids: Sequence[int], mask_token_prob: float = 0.85,
-                with_replacement: bool = True) -> Masked:
+                with_replacement: bool = True, random_token_prob: float = 0.0,
+                vocab_size: int = 0) -> Masked:
   """Selects positions to predict and hides most of them behind [MASK]."""
   batch, length = input_ids.shape
   n = max_predictions
@@ -57,9 +60,16 @@ def mask_tokens(rng: jax.Array, input_ids: jax.Array, input_mask: jax.Array, *,
   positions = jnp.where(weights, positions, 0).astype(jnp.int32)
   target_ids = jnp.where(weights, jnp.take_along_axis(input_ids, positions, axis=1), 0)
 
-  show_mask = weights & (jax.random.uniform(mask_rng, (batch, n)) < mask_token_prob)
+  draw = jax.random.uniform(mask_rng, (batch, n))
+  show_mask = weights & (draw < mask_token_prob)
   hidden = _scatter_add(length, positions, show_mask.astype(jnp.int32)) > 0
   masked_ids = jnp.where(hidden, mask_id, input_ids)
+  if random_token_prob > 0:
+    show_random = weights & (draw >= mask_token_prob) & (draw < mask_token_prob + random_token_prob)
+    randomized = (_scatter_add(length, positions, show_random.astype(jnp.int32)) > 0) & ~hidden
+    random_ids = jax.random.randint(jax.random.fold_in(rng, 1), (batch, length), 0, vocab_size,
+                                    jnp.int32)
+    masked_ids = jnp.where(randomized, random_ids, masked_ids)
   return Masked(masked_ids, positions, target_ids.astype(jnp.int32), weights.astype(jnp.float32))
 
 
@@ -89,3 +99,8 @@ def replace_tokens(input_ids: jax.Array, positions: jax.Array, weights: jax.Arra
   written = count > 0
   new_ids = jnp.where(written, total // jnp.maximum(count, 1), input_ids)
   return new_ids, (written & (new_ids != input_ids))
+
+
+def selected(masked: Masked, length: int) -> jax.Array:
+  """[B, L] float32: 1 at every position some used slot selected."""
+  return (_scatter_add(length, masked.positions, masked.weights) > 0).astype(jnp.float32)

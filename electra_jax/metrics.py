@@ -9,13 +9,15 @@ import jax
 import numpy as np
 
 # Order in which metrics are printed; the first block is what the progress line shows.
-SHOWN = ('loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'disc_auc', 'learning_rate')
+SHOWN = ('loss', 'mlm_loss', 'disc_loss', 'main_mlm_loss', 'all_tokens_loss', 'mlm_accuracy',
+         'disc_auc', 'learning_rate')
 
 # Held-out metrics a run can keep its best checkpoint by (`keep_best`), and which way is better.
 EVAL_METRICS = {
     'loss': 'min', 'mlm_loss': 'min', 'disc_loss': 'min',
     'mlm_accuracy': 'max', 'sampled_mlm_accuracy': 'max', 'disc_accuracy': 'max',
     'disc_precision': 'max', 'disc_recall': 'max', 'disc_auc': 'max',
+    'main_mlm_loss': 'min', 'main_mlm_accuracy': 'max', 'all_tokens_loss': 'min',
 }
 
 
@@ -132,9 +134,14 @@ def plot_curves(records: list[dict], path: str):
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  panels = [('loss', 'total loss'), ('mlm_loss', 'generator MLM loss (nats)'),
-            ('disc_loss', 'discriminator loss'), ('disc_auc', 'discriminator AUC'),
-            ('mlm_accuracy', 'generator accuracy'), ('replaced_fraction', 'replaced tokens')]
+  candidates = [('loss', 'total loss'), ('mlm_loss', 'generator MLM loss (nats)'),
+                ('disc_loss', 'discriminator loss'), ('disc_auc', 'discriminator AUC'),
+                ('main_mlm_loss', 'main MLM loss (nats)'),
+                ('all_tokens_loss', 'all-tokens MLM loss (nats)'),
+                ('mlm_accuracy', 'generator accuracy'), ('main_mlm_accuracy', 'main MLM accuracy'),
+                ('copy_probability', 'copy probability'), ('replaced_fraction', 'replaced tokens')]
+  present = {k for r in records for k in r}
+  panels = [p for p in candidates if p[0] in present][:6]  # what this objective reports
   fig, axes = plt.subplots(2, 3, figsize=(13, 7))
   for ax, (key, title) in zip(axes.flat, panels):
     for split, style in (('train', '-'), ('eval', 'o-')):
@@ -145,7 +152,7 @@ def plot_curves(records: list[dict], path: str):
     ax.set_title(title)
     ax.set_xlabel('step')
     ax.grid(alpha=0.3)
-    if key == 'mlm_loss':
+    if key.endswith('mlm_loss') or key == 'all_tokens_loss':
       base = [r['unigram_baseline'] for r in records if 'unigram_baseline' in r]
       if base:
         ax.axhline(base[-1], color='gray', linestyle='--', label='unigram baseline')

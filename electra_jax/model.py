@@ -8,6 +8,7 @@ Parameter tree of `Electra` (names chosen to map one-to-one onto the original an
     generator/{embeddings_project?, layer_0 ..}          ('separate' generator only)
     generator_embeddings/...                             (untied generator embeddings only)
     generator_predictions/{dense, LayerNorm, output_bias}
+    discriminator_mlm/{dense, LayerNorm, output_bias}    (Replace / All-Tokens MLM objectives only)
 
 A layer is post-LayerNorm BERT: {query, key, value, attention_output, attention_LayerNorm,
 intermediate, output, output_LayerNorm}. Matmuls run in `dtype`; attention softmax, the generator's
@@ -52,6 +53,7 @@ class ModelConfig:
   generator_hidden_fraction: float = 0.25
   generator_layers_fraction: float = 1.0
   untied_generator_embeddings: bool = False
+  discriminator_mlm: bool = False  # an MLM head on the discriminator (Replace / All-Tokens MLM)
 
   @classmethod
   def from_config(cls, model_cfg) -> 'ModelConfig':
@@ -266,6 +268,8 @@ class Electra(nn.Module):
     self.discriminator = Encoder(cfg, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
                                  cfg.intermediate_size)
     self.discriminator_predictions = DiscriminatorHead(cfg)
+    if cfg.discriminator_mlm:
+      self.discriminator_mlm = GeneratorHead(cfg)
     if cfg.generator == 'uniform':
       return
     if cfg.untied_generator_embeddings:
@@ -285,6 +289,15 @@ class Electra(nn.Module):
     hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic)
     return self.discriminator_predictions(hidden)
 
+  def discriminator_mlm_logits(self, input_ids, segment_ids, input_mask, positions,
+                               deterministic=True):
+    """(vocabulary logits [B, N, V] of the discriminator's MLM head at `positions`, per-token
+    detection logits [B, L]), from one pass of the discriminator (`discriminator_mlm` only)."""
+    hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic)
+    chosen = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    return (self.discriminator_mlm(chosen, self.embeddings.table()),
+            self.discriminator_predictions(hidden))
+
   def generator_logits(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
     """Vocabulary logits [B, N, V] (float32) at the N `positions` of each sequence only."""
     cfg = self.cfg
@@ -298,6 +311,8 @@ class Electra(nn.Module):
 
   def __call__(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
     """Runs both networks (used to create every parameter)."""
+    if self.cfg.discriminator_mlm:
+      self.discriminator_mlm_logits(input_ids, segment_ids, input_mask, positions, deterministic)
     return (self.generator_logits(input_ids, segment_ids, input_mask, positions, deterministic),
             self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic))
 

@@ -24,6 +24,7 @@ class ObjectiveConfig:
   mask_prob: float = 0.15
   max_predictions: int = 19
   mask_token_prob: float = 0.85
+  random_token_prob: float = 0.0
   sample_without_replacement: bool = False
   gen_weight: float = 1.0
   disc_weight: float = 50.0
@@ -50,65 +51,178 @@ def logit_histograms(logits, labels, weights):
   return jnp.stack([pos, neg])
 
 
-def electra_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
-                 special: SpecialIds, deterministic: bool = False):
-  """Replaced token detection: mask -> generator -> sample -> replace -> discriminator."""
-  mask_rng, sample_rng, gen_rng, disc_rng = jax.random.split(rng, 4)
-  ids, segments, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
-  masked = masking.mask_tokens(
-      mask_rng, ids, input_mask, mask_prob=cfg.mask_prob, max_predictions=cfg.max_predictions,
-      mask_id=special.mask, special_ids=(special.pad, special.cls, special.sep),
-      mask_token_prob=cfg.mask_token_prob, with_replacement=not cfg.sample_without_replacement)
-  apply = lambda method, r, *args: model.apply({'params': params}, *args, deterministic,
-                                               method=method, rngs={'dropout': r})
+def _mask(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int):
+  return masking.mask_tokens(
+      rng, batch['input_ids'], batch['input_mask'], mask_prob=cfg.mask_prob,
+      max_predictions=cfg.max_predictions, mask_id=special.mask,
+      special_ids=(special.pad, special.cls, special.sep), mask_token_prob=cfg.mask_token_prob,
+      with_replacement=not cfg.sample_without_replacement,
+      random_token_prob=cfg.random_token_prob, vocab_size=vocab_size)
 
-  # Generator: MLM at the masked positions only.
-  gen_logits = apply(model_lib.Electra.generator_logits, gen_rng, masked.input_ids, segments,
-                     input_mask, masked.positions)
-  nll = optax.softmax_cross_entropy_with_integer_labels(gen_logits, masked.target_ids)
-  w = masked.weights
-  mlm_loss = jnp.sum(nll * w) / (jnp.sum(w) + 1e-6)
 
+def _apply(model, params, deterministic):
+  return lambda method, r, *args: model.apply({'params': params}, *args, deterministic,
+                                              method=method, rngs={'dropout': r})
+
+
+def _mlm_terms(logits, targets, weights, prefix='mlm'):
+  """Cross-entropy and argmax accuracy at the prediction slots, as metric sums."""
+  nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
+  loss = jnp.sum(nll * weights) / (jnp.sum(weights) + 1e-6)
+  # argmax accuracy without a (slow) argmax over the vocabulary: the target is strictly the top
+  is_target = jnp.arange(logits.shape[-1]) == targets[..., None]
+  target_logit = jnp.sum(jnp.where(is_target, logits, 0.0), -1)
+  correct = (target_logit > jnp.where(is_target, -jnp.inf, logits).max(-1)).astype(jnp.float32)
+  return loss, {f'{prefix}_loss': ratio(nll * weights, weights),
+                f'{prefix}_accuracy': ratio(correct * weights, weights)}
+
+
+def _generate(apply, rngs, batch, masked, cfg: ObjectiveConfig):
+  """The generator's MLM at the masked positions, and its samples written into the original."""
+  gen_rng, sample_rng = rngs
+  gen_logits = apply(model_lib.Electra.generator_logits, gen_rng, masked.input_ids,
+                     batch['segment_ids'], batch['input_mask'], masked.positions)
+  mlm_loss, metrics = _mlm_terms(gen_logits, masked.target_ids, masked.weights)
   # Sample replacements (no gradient flows through the sample) and write them into the original.
   sampled = masking.gumbel_sample(
       sample_rng, gen_logits, temperature=cfg.temperature,
       disallow=masked.target_ids if cfg.disallow_correct else None)
-  disc_ids, is_replaced = masking.replace_tokens(ids, masked.positions, w, sampled)
+  metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
+                                          masked.weights)
+  disc_ids, is_replaced = masking.replace_tokens(batch['input_ids'], masked.positions,
+                                                 masked.weights, sampled)
+  return mlm_loss, metrics, disc_ids, is_replaced
 
-  # Discriminator: is each real token original or replaced?
-  disc_logits = apply(model_lib.Electra.discriminator_logits, disc_rng, disc_ids, segments,
-                      input_mask)
+
+def _detection(disc_logits, is_replaced, tokens):
+  """Replaced-token-detection loss over the positions weighted by `tokens`, and its metrics."""
   labels = is_replaced.astype(jnp.float32)
-  tokens = input_mask.astype(jnp.float32)
-  disc_losses = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
-  disc_loss = jnp.sum(disc_losses * tokens) / (jnp.sum(tokens) + 1e-6)
-
-  loss = cfg.gen_weight * mlm_loss + cfg.disc_weight * disc_loss
-
-  # argmax accuracy without a (slow) argmax over the vocabulary: the target is strictly the top
-  is_target = jnp.arange(gen_logits.shape[-1]) == masked.target_ids[..., None]
-  target_logit = jnp.sum(jnp.where(is_target, gen_logits, 0.0), -1)
-  mlm_correct = (target_logit > jnp.where(is_target, -jnp.inf, gen_logits).max(-1))
-  mlm_correct = mlm_correct.astype(jnp.float32)
+  losses = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
+  loss = jnp.sum(losses * tokens) / (jnp.sum(tokens) + 1e-6)
   preds = (disc_logits > 0).astype(jnp.float32)
   correct = (preds == labels).astype(jnp.float32)
-  metrics = {
-      'loss': ratio(loss, 1.0),
-      'mlm_loss': ratio(nll * w, w),
-      'mlm_accuracy': ratio(mlm_correct * w, w),
-      'sampled_mlm_accuracy': ratio((sampled == masked.target_ids) * w, w),
-      'disc_loss': ratio(disc_losses * tokens, tokens),
+  return loss, {
+      'disc_loss': ratio(losses * tokens, tokens),
       'disc_accuracy': ratio(correct * tokens, tokens),
       'disc_precision': ratio(correct * preds * tokens, preds * tokens),
       'disc_recall': ratio(correct * labels * tokens, labels * tokens),
       'replaced_fraction': ratio(labels * tokens, tokens),
       'auc_histogram': logit_histograms(disc_logits, labels, tokens),
   }
-  return loss, metrics
+
+
+def electra_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
+                 special: SpecialIds, deterministic: bool = False, only_masked: bool = False):
+  """Replaced token detection: mask -> generator -> sample -> replace -> discriminator.
+
+  `only_masked` (ELECTRA 15%, the paper's Table 5): the discriminator's loss counts only the
+  positions that were masked, not every token.
+  """
+  mask_rng, sample_rng, gen_rng, disc_rng = jax.random.split(rng, 4)
+  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  apply = _apply(model, params, deterministic)
+  mlm_loss, metrics, disc_ids, is_replaced = _generate(apply, (gen_rng, sample_rng), batch,
+                                                       masked, cfg)
+  disc_logits = apply(model_lib.Electra.discriminator_logits, disc_rng, disc_ids,
+                      batch['segment_ids'], batch['input_mask'])
+  tokens = batch['input_mask'].astype(jnp.float32)
+  if only_masked:
+    tokens = tokens * masking.selected(masked, tokens.shape[1])
+  disc_loss, disc_metrics = _detection(disc_logits, is_replaced, tokens)
+  loss = cfg.gen_weight * mlm_loss + cfg.disc_weight * disc_loss
+  return loss, {'loss': ratio(loss, 1.0), **metrics, **disc_metrics}
+
+
+def electra_15_loss(params, batch, rng, **kwargs):
+  return electra_loss(params, batch, rng, only_masked=True, **kwargs)
+
+
+def mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
+             special: SpecialIds, deterministic: bool = False):
+  """BERT's masked language modelling: the discriminator-size network (model.generator='tied')
+  with the MLM head predicts the masked tokens. No generator, no detection."""
+  mask_rng, net_rng = jax.random.split(rng)
+  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  logits = _apply(model, params, deterministic)(
+      model_lib.Electra.generator_logits, net_rng, masked.input_ids, batch['segment_ids'],
+      batch['input_mask'], masked.positions)
+  loss, metrics = _mlm_terms(logits, masked.target_ids, masked.weights)
+  return loss, {'loss': ratio(loss, 1.0), **metrics}
+
+
+def replace_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
+                     special: SpecialIds, deterministic: bool = False):
+  """Replace MLM (Table 5): masked positions show the generator's samples instead of [MASK], and
+  the discriminator-size network predicts the original tokens there with its own MLM head."""
+  mask_rng, sample_rng, gen_rng, main_rng = jax.random.split(rng, 4)
+  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  apply = _apply(model, params, deterministic)
+  gen_loss, metrics, main_ids, _ = _generate(apply, (gen_rng, sample_rng), batch, masked, cfg)
+  logits, _ = apply(model_lib.Electra.discriminator_mlm_logits, main_rng, main_ids,
+                    batch['segment_ids'], batch['input_mask'], masked.positions)
+  main_loss, main_metrics = _mlm_terms(logits, masked.target_ids, masked.weights, 'main_mlm')
+  loss = cfg.gen_weight * gen_loss + main_loss
+  return loss, {'loss': ratio(loss, 1.0), **metrics, **main_metrics}
+
+
+def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
+                        special: SpecialIds, deterministic: bool = False):
+  """All-Tokens MLM (Table 5): Replace MLM predicting every token, with the copy mechanism
+
+      p(x_t) = D_t [x_t == input_t] + (1 - D_t) softmax(h_t)[x_t],   D_t = sigmoid(-detection logit)
+
+  where D_t, the probability of copying the input token, comes from the detection head."""
+  mask_rng, sample_rng, gen_rng, main_rng = jax.random.split(rng, 4)
+  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  apply = _apply(model, params, deterministic)
+  gen_loss, metrics, main_ids, is_replaced = _generate(apply, (gen_rng, sample_rng), batch,
+                                                       masked, cfg)
+  ids = batch['input_ids']
+  every = jnp.broadcast_to(jnp.arange(ids.shape[1], dtype=jnp.int32), ids.shape)
+  logits, detect = apply(model_lib.Electra.discriminator_mlm_logits, main_rng, main_ids,
+                         batch['segment_ids'], batch['input_mask'], every)
+  log_softmax = jax.nn.log_softmax(logits)
+  log_p_target = jnp.take_along_axis(log_softmax, ids[..., None], -1)[..., 0]
+  copy = main_ids == ids  # the input shows the right token: copying it is correct
+  log_copy = jax.nn.log_sigmoid(-detect)  # log D
+  log_generate = jax.nn.log_sigmoid(detect)  # log (1 - D)
+  log_p = jnp.where(copy, jnp.logaddexp(log_copy, log_generate + log_p_target),
+                    log_generate + log_p_target)
+  tokens = batch['input_mask'].astype(jnp.float32)
+  main_loss = -jnp.sum(log_p * tokens) / (jnp.sum(tokens) + 1e-6)
+  replaced = is_replaced.astype(jnp.float32) * tokens
+  loss = cfg.gen_weight * gen_loss + main_loss
+  return loss, {'loss': ratio(loss, 1.0), **metrics,
+                'all_tokens_loss': ratio(-log_p * tokens, tokens),
+                'all_tokens_replaced_loss': ratio(-log_p * replaced, replaced),
+                'copy_probability': ratio(jnp.exp(log_copy) * tokens, tokens)}
+
+
+# Objectives and the model they need: BERT MLM is the discriminator-size network with the MLM head
+# (the generator *is* the discriminator); Replace / All-Tokens MLM add an MLM head to it.
+OBJECTIVES = {
+    'electra': (electra_loss, {}),
+    'electra_15': (electra_15_loss, {}),
+    'mlm': (mlm_loss, {'generator': 'tied', 'untied_generator_embeddings': False}),
+    'replace_mlm': (replace_mlm_loss, {'discriminator_mlm': True}),
+    'all_tokens_mlm': (all_tokens_mlm_loss, {'discriminator_mlm': True}),
+}
+
+
+def fit_model_config(config, log=print):
+  """Sets the model fields `config.objective.name` needs (logged when they change)."""
+  get_objective(config.objective.name)
+  for key, value in OBJECTIVES[config.objective.name][1].items():
+    if config.model[key] != value:
+      log(f'objective {config.objective.name}: model.{key} {config.model[key]!r} -> {value!r}')
+      config.model[key] = value
+  needs_head = OBJECTIVES[config.objective.name][1].get('discriminator_mlm', False)
+  if config.model.discriminator_mlm and not needs_head:
+    log(f'objective {config.objective.name}: model.discriminator_mlm True -> False (unused)')
+    config.model.discriminator_mlm = False
 
 
 def get_objective(name: str) -> Callable:
-  objectives = {'electra': electra_loss}
-  if name not in objectives:
-    raise ValueError(f'objective.name is {name!r}; available: {", ".join(sorted(objectives))}')
-  return objectives[name]
+  if name not in OBJECTIVES:
+    raise ValueError(f'objective.name is {name!r}; available: {", ".join(OBJECTIVES)}')
+  return OBJECTIVES[name][0]

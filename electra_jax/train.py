@@ -24,6 +24,7 @@ import optax
 
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import config as config_lib
 from electra_jax import corpus as corpus_lib
 from electra_jax import flops as flops_lib
 from electra_jax import metrics as metrics_lib
@@ -256,7 +257,13 @@ def check_same_run(config, workdir: str):
     else:
       before = {f'{section}.{k}': v for k, v in before.items()}
       after = {f'{section}.{k}': v for k, v in after.items()}
+    defaults = json.loads(config_lib.default_config().to_json())
     for key in sorted(set(before) | set(after)):
+      section_default = defaults.get(section)
+      default = (section_default.get(key.split('.', 1)[-1]) if isinstance(section_default, dict)
+                 else section_default)
+      if key not in before and after.get(key) == default:
+        continue  # a field added since that run, at its default
       if before.get(key) != after.get(key):
         diffs.append(f'{key} {before.get(key)!r} -> {after.get(key)!r}')
   if diffs:
@@ -378,6 +385,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
   mesh = partitioning.make_mesh()
   source = adopt_init_from(config, log)
+  try:
+    objectives.fit_model_config(config, log)
+  except ValueError as e:
+    raise UserError(str(e)) from None
   check_config(config, mesh)
   existed = os.path.isdir(workdir)
   make_workdir(workdir)
@@ -431,7 +442,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   tokens_per_step = d.batch_size * d.max_seq_length
   step_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
-                                           setup.objective_cfg.max_predictions)
+                                           setup.objective_cfg.max_predictions,
+                                           config.objective.name)
   log(f'{n_params:,} parameters | {mesh.devices.size} x {jax.devices()[0].device_kind} | batch '
       f'{d.batch_size} x {d.max_seq_length} | {step_flops / 1e9:.1f} GFLOP/step | '
       f'steps {start} -> {total_steps}')
@@ -533,10 +545,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     log(f'best held-out {config.keep_best}: step {best} ({summary["best_checkpoint"]})')
   with open(os.path.join(workdir, 'summary.json'), 'w') as f:
     json.dump(summary, f, indent=2)
+  parts = []
+  if 'disc_auc' in values:
+    parts.append(f'discriminator AUC {values["disc_auc"]:.3f} (chance 0.5), accuracy '
+                 f'{values["disc_accuracy"]:.3f}')
+  for key, name in (('mlm', 'generator MLM' if setup.model_cfg.generator != 'tied' else 'MLM'),
+                    ('main_mlm', 'main MLM'), ('all_tokens', 'all-tokens MLM')):
+    if f'{key}_loss' in values:
+      accuracy = (f', accuracy {values[key + "_accuracy"]:.3f}'
+                  if f'{key}_accuracy' in values else '')
+      versus = f' vs unigram baseline {baseline:.3f}' if key != 'all_tokens' else ''
+      parts.append(f'{name} loss {values[key + "_loss"]:.3f} nats{versus}{accuracy}')
   log(f'summary (held-out, {eval_batches} batches of {d.eval_batch_size}, no dropout): '
-      f'discriminator AUC '
-      f'{values["disc_auc"]:.3f} (chance 0.5), accuracy {values["disc_accuracy"]:.3f}; generator '
-      f'MLM loss {values["mlm_loss"]:.3f} nats vs unigram baseline {baseline:.3f}, accuracy '
-      f'{values["mlm_accuracy"]:.3f}')
+      + '; '.join(parts))
   log(f'final parameters: {summary["checkpoint"]} | curves: {plot_path}')
   return summary

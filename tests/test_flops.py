@@ -30,5 +30,12 @@ def test_step_matmul_flops_scale_with_the_model():
   assert 6 * dense * 128 * 128 < f < 2.5 * 6 * dense * 128 * 128
   c.model.generator = 'uniform'
   assert flops.step_matmul_flops(model_lib.ModelConfig.from_config(c.model), 128, 128, 19) < f
+  # BERT MLM: one pass of the discriminator-size network plus its MLM head at the 19 slots
+  mlm = flops.step_matmul_flops(model_lib.ModelConfig.from_config(c.model), 128, 128, 19, 'mlm')
+  encoder = 12 * (8 * 256 * 256 + 4 * 256 * 1024 + 4 * 256 * 128) * 128 + 2 * 128 * 256 * 128
+  assert mlm == 3 * 128 * (encoder + 19 * (2 * 256 * 128 + 2 * 128 * 30522))
+  # All-Tokens MLM projects every position onto the vocabulary: more than Replace MLM
+  assert (flops.step_matmul_flops(cfg, 128, 128, 19, 'all_tokens_mlm')
+          > flops.step_matmul_flops(cfg, 128, 128, 19, 'replace_mlm') > mlm)
   assert flops.peak_flops(type('D', (), {'device_kind': 'TPU v4'})()) == 275e12
   assert flops.peak_flops(type('D', (), {'device_kind': 'cpu'})()) is None

@@ -154,3 +154,28 @@ def test_duplicate_positions_take_the_integer_mean_as_the_original():
   new, labels = masking.replace_tokens(ids, positions, weights, jnp.array([[20, 25, 11]]))
   assert new.tolist() == [[CLS, 22, 11, SEP]]  # (20 + 25) // 2
   assert labels.tolist() == [[False, True, False, False]]
+
+
+def test_bert_80_10_10_switch_shows_mask_random_or_the_token():
+  b = _batch()
+  fn = jax.jit(jax.vmap(lambda k: _mask(k, b, mask_token_prob=0.8, random_token_prob=0.1,
+                                        vocab_size=1000, with_replacement=False)))
+  m = jax.device_get(fn(jax.random.split(jax.random.key(1), 200)))
+  ids = np.asarray(b['input_ids'])
+  d, r = np.nonzero(m.weights > 0)[:2]
+  pos = m.positions[m.weights > 0]
+  shown, original = m.input_ids[d, r, pos], ids[r, pos]
+  n = len(shown)
+  mask_share = (shown == MASK).mean()
+  random_share = ((shown != MASK) & (shown != original)).mean()
+  kept_share = (shown == original).mean()
+  # a random token equals the original with probability 1/1000
+  for share, p in ((mask_share, 0.8), (random_share, 0.1 * 0.999), (kept_share, 0.1 + 0.0001)):
+    assert abs(share - p) < 4 * np.sqrt(p * (1 - p) / n), (share, p)
+  random_ids = shown[(shown != MASK) & (shown != original)]
+  assert stats.chisquare(np.bincount(random_ids // 100, minlength=10)).pvalue > 1e-3  # uniform
+  # unselected positions never change
+  changed = m.input_ids != ids[None]
+  sel = np.zeros_like(changed)
+  sel[np.nonzero(m.weights > 0)[0], r, pos] = True
+  assert not (changed & ~sel).any()

@@ -1,4 +1,5 @@
-"""Where gradients flow in replaced token detection, and what the loss is made of."""
+"""Where gradients flow in replaced token detection and the other objectives, and what each loss is
+made of."""
 
 import jax
 import jax.numpy as jnp
@@ -111,3 +112,157 @@ def test_disallow_correct_makes_every_used_slot_a_replacement():
   slots = float(m['mlm_loss'][1])
   assert replaced == slots  # no duplicates, no correct samples: each slot replaces one token
   assert float(m['sampled_mlm_accuracy'][0]) == 0
+
+
+# ================================================================================================
+# The other objectives (the paper's Table 5 and BERT): loss at initialization, where gradients go,
+# learning, and the 8-device mesh
+# ================================================================================================
+
+from electra_jax import masking  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import partitioning  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import train  # noqa: E402  pylint: disable=wrong-import-position
+
+_OBJ = {}
+
+
+def _objective(name, **overrides):
+  """(config, model, params, batch, loss_fn) of objective `name` on the test model."""
+  key = (name,) + tuple(sorted(overrides.items()))
+  if key not in _OBJ:
+    c = test_config(**{'objective.name': name, **overrides})
+    objectives.fit_model_config(c, lambda *_: None)
+    cfg = model_lib.ModelConfig.from_config(c.model)
+    model = model_lib.Electra(cfg)
+    params = model_lib.init_params(cfg, jax.random.key(0))
+    batch = {k: jnp.asarray(v) for k, v in synthetic_batch(16, 32, cfg.vocab_size).items()}
+    ocfg = objectives.ObjectiveConfig.from_config(c.objective)
+    fn = objectives.get_objective(name)
+    loss_fn = lambda p, rng=jax.random.key(1): fn(p, batch, rng, model=model, cfg=ocfg,
+                                                  special=SPECIAL)
+    _OBJ[key] = (c, model, params, batch, loss_fn)
+  return _OBJ[key]
+
+
+def _ratios(metrics):
+  return {k: float(v[0] / v[1]) for k, v in metrics.items() if k != 'auc_histogram'}
+
+
+def test_each_objective_starts_at_its_chance_loss():
+  ln_v = np.log(96)
+  r = _ratios(jax.jit(_objective('mlm')[4])(_objective('mlm')[2])[1])
+  assert abs(r['mlm_loss'] - ln_v) < 0.05 and r['loss'] == pytest.approx(r['mlm_loss'], rel=1e-5)
+  r = _ratios(jax.jit(_objective('electra_15')[4])(_objective('electra_15')[2])[1])
+  assert abs(r['disc_loss'] - np.log(2)) < 0.01 and abs(r['mlm_loss'] - ln_v) < 0.05
+  r = _ratios(jax.jit(_objective('replace_mlm')[4])(_objective('replace_mlm')[2])[1])
+  assert abs(r['main_mlm_loss'] - ln_v) < 0.05 and abs(r['mlm_loss'] - ln_v) < 0.05
+  assert r['loss'] == pytest.approx(r['mlm_loss'] + r['main_mlm_loss'], rel=1e-4)
+  r = _ratios(jax.jit(_objective('all_tokens_mlm')[4])(_objective('all_tokens_mlm')[2])[1])
+  # copy gate at 1/2: a token shown right costs -ln(1/2 + 1/2V), a replaced one ln(2V)
+  assert abs(r['copy_probability'] - 0.5) < 0.01
+  assert abs(r['all_tokens_replaced_loss'] - np.log(2 * 96)) < 0.05
+  assert np.log(2) - 0.02 < r['all_tokens_loss'] < np.log(2 * 96)
+
+
+def test_electra_15_counts_the_masked_positions_only():
+  c, model, params, batch, loss_fn = _objective('electra_15')
+  _, m = jax.jit(loss_fn)(params)
+  mask_rng = jax.random.split(jax.random.key(1), 4)[0]  # the objective's own masking key
+  masked = objectives._mask(mask_rng, batch, objectives.ObjectiveConfig.from_config(c.objective),
+                            SPECIAL, 96)  # pylint: disable=protected-access
+  selected = float(masking.selected(masked, 32).sum())
+  assert float(m['disc_loss'][1]) == selected < 0.25 * float(batch['input_mask'].sum())
+  assert float(np.asarray(m['auc_histogram']).sum()) == selected
+  _, full = jax.jit(_objective('electra')[4])(params)
+  assert float(full['disc_loss'][1]) == float(batch['input_mask'].sum())
+
+
+def _jacobian(name, terms):
+  _, _, params, _, loss_fn = _objective(name)
+  def losses(p):
+    m = loss_fn(p)[1]
+    return jnp.stack([m[t][0] / m[t][1] for t in terms])
+  jac = jax.jit(jax.jacrev(losses))(params)
+  return [jax.tree.map(lambda x, i=i: x[i], jac) for i in range(len(terms))]
+
+
+def test_bert_mlm_trains_the_full_size_network_and_its_mlm_head_only():
+  (g,) = _jacobian('mlm', ['mlm_loss'])
+  assert 'generator' not in g  # the MLM network is the discriminator-size encoder
+  assert _norm(g['discriminator']) > 0 and _norm(g['generator_predictions']) > 0
+  assert _norm(g['embeddings']) > 0 and _norm(g['discriminator_predictions']) == 0
+
+
+def test_replace_mlm_losses_reach_their_own_networks_only():
+  gen, main = _jacobian('replace_mlm', ['mlm_loss', 'main_mlm_loss'])
+  for name in ('generator', 'generator_predictions'):
+    assert _norm(main[name]) == 0 and _norm(gen[name]) > 0, name  # samples carry no gradient
+  for name in ('discriminator', 'discriminator_mlm'):
+    assert _norm(gen[name]) == 0 and _norm(main[name]) > 0, name
+  assert _norm(main['discriminator_predictions']) == 0
+  assert _norm(gen['embeddings']) > 0 and _norm(main['embeddings']) > 0
+
+
+def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
+  gen, main = _jacobian('all_tokens_mlm', ['mlm_loss', 'all_tokens_loss'])
+  for name in ('generator', 'generator_predictions'):
+    assert _norm(main[name]) == 0 and _norm(gen[name]) > 0, name
+  for name in ('discriminator', 'discriminator_mlm', 'discriminator_predictions'):
+    assert _norm(main[name]) > 0 and _norm(gen[name]) == 0, name
+
+
+@pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm'])
+def test_objective_learns_on_the_8_device_mesh(name):
+  c = test_config(**{'objective.name': name, 'optimizer.warmup_steps': 0,
+                     'optimizer.learning_rate': 2e-3, 'train_steps': 1000})
+  objectives.fit_model_config(c, lambda *_: None)
+  setup = train.build_setup(c, SPECIAL)
+  mesh = partitioning.make_mesh()
+  assert mesh.devices.size == 8
+  init_fn, train_fn, _ = train.compile_steps(setup, mesh)
+  batch = jax.device_put({k: jnp.asarray(v) for k, v in synthetic_batch(16, 32, 96).items()},
+                         partitioning.batch_sharding(mesh))
+  state, losses = init_fn(), []
+  for _ in range(30):
+    state, m = train_fn(state, batch)
+    losses.append(float(m['loss'][0] / m['loss'][1]))
+  assert np.mean(losses[-5:]) < 0.95 * np.mean(losses[:5]), losses
+
+
+def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
+  import json  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  from electra_jax.convert import export as export_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  lines = []
+  workdir = str(tmp_path / 'mlm')
+  summary = train.train_and_evaluate(test_config(**{'data.records': records_dir,
+                                                    'objective.name': 'mlm'}), workdir,
+                                     log=lines.append)
+  assert "objective mlm: model.generator 'separate' -> 'tied'" in lines
+  assert set(summary['eval']) >= {'mlm_loss', 'mlm_accuracy'} and 'disc_auc' not in summary['eval']
+  assert any(l.startswith('summary (held-out') and 'MLM loss' in l for l in lines), lines
+  assert os.path.isfile(os.path.join(workdir, 'curves.png'))
+  # What a BERT run made fine-tunes and exports like any other (its MLM network is full size).
+  assert finetune_run.load_pretrained(workdir, log=lambda *_: None).params is not None
+  done = export_lib.export(workdir, str(tmp_path / 'hf'), log=lambda *_: None)
+  with open(os.path.join(done.folders[1], 'config.json')) as f:
+    assert json.load(f)['hidden_size'] == 32  # the generator folder holds the full-size MLM
+  # A workdir written before a config field existed resumes when the field is at its default.
+  path = os.path.join(workdir, 'config.json')
+  with open(path) as f:
+    saved = json.load(f)
+  del saved['model']['discriminator_mlm'], saved['objective']['random_token_prob']
+  with open(path, 'w') as f:
+    json.dump(saved, f)
+  again = train.train_and_evaluate(test_config(**{'data.records': records_dir,
+                                                  'objective.name': 'mlm', 'train_steps': 6}),
+                                   workdir, log=lines.append)
+  assert again['step'] == 6 and any(l.startswith('resumed from') for l in lines)
+
+  lines = []
+  summary = train.train_and_evaluate(test_config(**{'data.records': records_dir,
+                                                    'objective.name': 'all_tokens_mlm'}),
+                                     str(tmp_path / 'all'), log=lines.append)
+  assert {'all_tokens_loss', 'mlm_loss', 'copy_probability'} <= set(summary['eval'])
+  assert any('all-tokens MLM loss' in l for l in lines), lines
