@@ -44,6 +44,10 @@ def default_config() -> ml_collections.ConfigDict:
   m.generator_layers_fraction = 1.0  # generator depth as a fraction of num_layers
   m.untied_generator_embeddings = False  # True: the generator gets its own embedding module
   m.discriminator_mlm = False  # an MLM head on the discriminator (set by the objectives needing it)
+  m.gdes = False  # DeBERTa-v3's gradient-disentangled embedding sharing: the discriminator reads
+  #   stop_gradient(word table) + its own zero-initialized residual table; the generator owns the
+  #   table. Embedding sharing (False, the original) and no sharing (untied_generator_embeddings)
+  #   are the alternatives.
 
   # ---- objective: replaced token detection ---------------------------------------------------------
   o = c.objective = ml_collections.ConfigDict()

@@ -9,6 +9,8 @@ Parameter tree of `Electra` (names chosen to map one-to-one onto the original an
     generator_embeddings/...                             (untied generator embeddings only)
     generator_predictions/{dense, LayerNorm, output_bias}
     discriminator_mlm/{dense, LayerNorm, output_bias}    (Replace / All-Tokens MLM objectives only)
+    embeddings_residual                                  (GDES only: the discriminator's word table
+                                                          is stop_gradient(word_embeddings) + it)
 
 A layer is post-LayerNorm BERT: {query, key, value, attention_output, attention_LayerNorm,
 intermediate, output, output_LayerNorm}. Matmuls run in `dtype`; attention softmax, the generator's
@@ -54,6 +56,7 @@ class ModelConfig:
   generator_layers_fraction: float = 1.0
   untied_generator_embeddings: bool = False
   discriminator_mlm: bool = False  # an MLM head on the discriminator (Replace / All-Tokens MLM)
+  gdes: bool = False  # gradient-disentangled embedding sharing (DeBERTa-v3)
 
   @classmethod
   def from_config(cls, model_cfg) -> 'ModelConfig':
@@ -76,6 +79,10 @@ class ModelConfig:
       raise ValueError(f'the generator width {self.generator_hidden_size} is not a multiple of its '
                        f'{self.generator_num_heads} heads of 64; change '
                        'model.generator_hidden_fraction')
+    if self.gdes and (self.untied_generator_embeddings or self.generator != 'separate'):
+      raise ValueError('model.gdes re-parameterizes the discriminator\'s share of embeddings the '
+                       'generator owns: it needs model.generator=separate and shared embeddings '
+                       '(untied_generator_embeddings=False)')
     if self.generator == 'tied' and self.untied_generator_embeddings:
       raise ValueError('a tied generator (model.generator=tied) shares the embeddings too; set '
                        'model.untied_generator_embeddings=False')
@@ -164,9 +171,13 @@ class Embeddings(nn.Module):
     self.LayerNorm = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=dt)
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
-  def __call__(self, input_ids, segment_ids, deterministic: bool):
+  def __call__(self, input_ids, segment_ids, deterministic: bool, residual=None):
+    """With `residual` (GDES), the word table is stop_gradient(table) + residual."""
     length = input_ids.shape[-1]
-    x = jnp.take(self.word_embeddings, input_ids, axis=0)
+    table = self.word_embeddings
+    if residual is not None:
+      table = jax.lax.stop_gradient(table) + residual
+    x = jnp.take(table, input_ids, axis=0)
     x = x + jnp.take(self.token_type_embeddings, segment_ids, axis=0)
     x = x + self.position_embeddings[None, :length]
     return self.dropout(self.LayerNorm(x), deterministic=deterministic)
@@ -268,6 +279,10 @@ class Electra(nn.Module):
     self.discriminator = Encoder(cfg, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
                                  cfg.intermediate_size)
     self.discriminator_predictions = DiscriminatorHead(cfg)
+    if cfg.gdes:  # the discriminator's own part of the word table, zero at the start
+      self.embeddings_residual = self.param('embeddings_residual', nn.initializers.zeros,
+                                            (cfg.vocab_size, cfg.embedding_size),
+                                            jnp.dtype(cfg.param_dtype))
     if cfg.discriminator_mlm:
       self.discriminator_mlm = GeneratorHead(cfg)
     if cfg.generator == 'uniform':
@@ -281,7 +296,8 @@ class Electra(nn.Module):
 
   def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
     """The discriminator's final hidden states [B, L, H] (what fine-tuning builds on)."""
-    x = self.embeddings(input_ids, segment_ids, deterministic)
+    residual = self.embeddings_residual if self.cfg.gdes else None
+    x = self.embeddings(input_ids, segment_ids, deterministic, residual)
     return self.discriminator(x, input_mask, deterministic)
 
   def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):

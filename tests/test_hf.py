@@ -375,3 +375,25 @@ def test_bad_sources_are_one_sentence(pretrained, exported, tmp_path):
   with pytest.raises(UserError, match='not a workdir of launch/train.py'):
     export_lib.export(str(tmp_path), str(tmp_path / 'out'))
   assert not os.path.exists(tmp_path / 'out') and not os.path.exists(tmp_path / 'out.partial')
+
+
+def test_gdes_exports_the_discriminators_own_word_table(tmp_path):
+  cfg, params = _model('small')
+  cfg = dataclasses.replace(cfg, gdes=True)
+  params = {**params, 'embeddings_residual': 0.01 * np.asarray(jax.random.normal(
+      jax.random.key(5), params['embeddings']['word_embeddings'].shape))}
+  b = _batch()
+  inputs = {'input_ids': torch.from_numpy(b['input_ids']).long(),
+            'attention_mask': torch.from_numpy(b['input_mask']).long(),
+            'token_type_ids': torch.from_numpy(b['segment_ids']).long()}
+  ours = model_lib.Electra(cfg).apply({'params': params}, b['input_ids'], b['segment_ids'],
+                                      b['input_mask'], method=model_lib.Electra.discriminator_logits)
+  with torch.no_grad():
+    theirs = _hf_model(cfg, params, 'discriminator')(**inputs).logits.numpy()
+  real = b['input_mask'] > 0
+  np.testing.assert_allclose(np.asarray(ours)[real], theirs[real], atol=1e-4)
+  states = {n: hf.to_hf(params, cfg, n) for n in ('discriminator', 'generator')}
+  back = hf.from_hf(states, cfg)
+  np.testing.assert_array_equal(back['embeddings']['word_embeddings'],
+                                params['embeddings']['word_embeddings'])
+  np.testing.assert_allclose(back['embeddings_residual'], params['embeddings_residual'], atol=1e-7)

@@ -266,3 +266,45 @@ def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
                                      str(tmp_path / 'all'), log=lines.append)
   assert {'all_tokens_loss', 'mlm_loss', 'copy_probability'} <= set(summary['eval'])
   assert any('all-tokens MLM loss' in l for l in lines), lines
+
+
+def test_gdes_disentangles_the_embedding_gradients():
+  from_gen, from_disc = _split_grads(**{'model.gdes': True})
+  # The generator owns the word table; the discriminator updates only its residual.
+  assert _norm(from_disc['embeddings']['word_embeddings']) == 0
+  assert _norm(from_disc['embeddings_residual']) > 0
+  assert _norm(from_gen['embeddings_residual']) == 0
+  assert _norm(from_gen['embeddings']['word_embeddings']) > 0
+  # positions, token types and the embedding LayerNorm stay shared by both losses
+  assert _norm(from_disc['embeddings']['position_embeddings']) > 0
+  assert _norm(from_gen['embeddings']['position_embeddings']) > 0
+  # The residual starts at zero: the discriminator starts from the shared table exactly.
+  c, model, params, batch = _setup(**{'model.gdes': True})
+  assert not np.asarray(params['embeddings_residual']).any()
+  plain = model_lib.Electra(model_lib.ModelConfig.from_config(test_config().model))
+  args = (batch['input_ids'], batch['segment_ids'], batch['input_mask'])
+  shared = {k: v for k, v in params.items() if k != 'embeddings_residual'}
+  np.testing.assert_array_equal(
+      model.apply({'params': params}, *args, method=model_lib.Electra.discriminator_logits),
+      plain.apply({'params': shared}, *args, method=model_lib.Electra.discriminator_logits))
+  with pytest.raises(ValueError, match='model.gdes .* needs model.generator=separate'):
+    model_lib.ModelConfig.from_config(test_config(**{'model.gdes': True,
+                                                     'model.untied_generator_embeddings': True}).model)
+
+
+def test_gdes_run_fine_tunes_from_the_discriminators_table(tmp_path, records_dir):
+  import os  # pylint: disable=import-outside-toplevel
+  from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / 'gdes')
+  train.train_and_evaluate(test_config(**{'data.records': records_dir, 'model.gdes': True}),
+                           workdir, log=lambda *_: None)
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  params = ckpt.restore_arrays(ckpt.latest_step())[0]['params']
+  ckpt.close()
+  assert np.abs(np.asarray(params['embeddings_residual'])).max() > 0  # trained by detection
+  loaded = finetune_run.load_pretrained(workdir, log=lambda *_: None).params
+  np.testing.assert_allclose(
+      loaded['embeddings']['word_embeddings'],
+      np.asarray(params['embeddings']['word_embeddings']) + params['embeddings_residual'],
+      rtol=0, atol=1e-7)

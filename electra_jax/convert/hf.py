@@ -75,6 +75,10 @@ def to_hf(params, cfg: model_lib.ModelConfig, network: str) -> dict[str, np.ndar
   for ours, hf, transposed in table(cfg, network):
     value = np.asarray(_get(params, ours), np.float32)
     out[hf] = value.T if transposed else value
+  if cfg.gdes and network == 'discriminator':  # what the discriminator reads: table + residual
+    out['electra.embeddings.word_embeddings.weight'] = (
+        out['electra.embeddings.word_embeddings.weight']
+        + np.asarray(params['embeddings_residual'], np.float32))
   return out
 
 
@@ -114,6 +118,12 @@ def from_hf(states: dict[str, dict], cfg: model_lib.ModelConfig, fill=None) -> d
                          f'wants {want}; set the model config to the checkpoint\'s sizes')
       _get(params, ours[:-1])[ours[-1]] = value.T if transposed else value
       filled.add(ours)
+  if cfg.gdes:  # the generator's table is the shared one; the discriminator's adds the residual
+    word = 'electra.embeddings.word_embeddings.weight'
+    disc = np.asarray(states['discriminator'][word], np.float32)
+    gen = np.asarray(states['generator'][word], np.float32) if 'generator' in states else disc
+    params['embeddings']['word_embeddings'], params['embeddings_residual'] = gen, disc - gen
+    filled.add(('embeddings_residual',))
   missing = [p for p in _paths(shapes) if p not in filled]
   required = [p for p in missing if fill is None or p[0] not in FILLABLE]
   if required:

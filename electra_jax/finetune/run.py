@@ -83,6 +83,9 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
     finally:
       ckpt.close()
     params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
+    if 'embeddings_residual' in state.params:  # GDES: the discriminator's own word table
+      params['embeddings'] = {**params['embeddings'], 'word_embeddings': (
+          params['embeddings']['word_embeddings'] + state.params['embeddings_residual'])}
     where = os.path.join(ckpt.directory, str(step))
   return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where, config)
 
