@@ -40,6 +40,7 @@ def default_config() -> ml_collections.ConfigDict:
   m.dtype = 'float32'  # activations / matmul inputs: 'float32' or 'bfloat16' (losses stay float32)
   m.param_dtype = 'float32'  # stored parameters and optimizer state
   m.generator = 'separate'  # 'separate' | 'tied' (generator == discriminator) | 'uniform' (no net)
+  #   | 'two_tower' (ELECTRIC's cloze model: a left-to-right and a right-to-left tower)
   m.generator_hidden_fraction = 0.25  # generator width as a fraction of hidden (also FFN, heads)
   m.generator_layers_fraction = 1.0  # generator depth as a fraction of num_layers
   m.untied_generator_embeddings = False  # True: the generator gets its own embedding module
@@ -51,7 +52,7 @@ def default_config() -> ml_collections.ConfigDict:
 
   # ---- objective: replaced token detection ---------------------------------------------------------
   o = c.objective = ml_collections.ConfigDict()
-  o.name = 'electra'  # electra | electra_15 | mlm | replace_mlm | all_tokens_mlm (objectives.py)
+  o.name = 'electra'  # electra | electra_15 | mlm | replace_mlm | all_tokens_mlm | electric
   o.mask_prob = 0.15  # fraction of real tokens selected per example
   o.mask_token_prob = 0.85  # a selected slot shows [MASK] with this probability, else its token
   o.random_token_prob = 0.0  # ... or a random token with this one (BERT: 0.8 / 0.1 = 80/10/10)

@@ -93,7 +93,11 @@ def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
     fwd += s * (2 * h * e + 2 * e * v) + (2 * h * h + 2 * h) * s
   else:  # the detection head at every position
     fwd += (2 * h * h + 2 * h) * s
-  if cfg.generator != 'uniform':
+  if cfg.generator == 'two_tower':  # ELECTRIC: two towers, the cloze head at every position
+    hg = cfg.generator_hidden_size
+    fwd += 2 * _encoder_matmuls(hg, cfg.generator_num_layers, 4 * hg, e, s)
+    fwd += s * (2 * 2 * hg * e + 2 * e * v)
+  elif cfg.generator != 'uniform':
     hg = cfg.generator_hidden_size
     eg = hg if cfg.untied_generator_embeddings else e
     inter = cfg.intermediate_size if cfg.generator == 'tied' else 4 * hg

@@ -6,6 +6,7 @@ Parameter tree of `Electra` (names chosen to map one-to-one onto the original an
     discriminator/{embeddings_project?, layer_0 .. layer_{L-1}}
     discriminator_predictions/{dense, dense_prediction}
     generator/{embeddings_project?, layer_0 ..}          ('separate' generator only)
+    cloze_ltr/..., cloze_rtl/...                         ('two_tower' generator: ELECTRIC)
     generator_embeddings/...                             (untied generator embeddings only)
     generator_predictions/{dense, LayerNorm, output_bias}
     discriminator_mlm/{dense, LayerNorm, output_bias}    (Replace / All-Tokens MLM objectives only)
@@ -66,16 +67,17 @@ class ModelConfig:
     return cfg
 
   def validate(self):
-    if self.generator not in ('separate', 'tied', 'uniform'):
-      raise ValueError(f"model.generator is {self.generator!r}; use 'separate', 'tied' or "
-                       "'uniform'")
+    if self.generator not in ('separate', 'tied', 'uniform', 'two_tower'):
+      raise ValueError(f"model.generator is {self.generator!r}; use 'separate', 'tied', "
+                       "'uniform' or 'two_tower'")
     if self.hidden_size % self.num_heads:
       raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
                        f'model.num_heads {self.num_heads}')
     for name in ('dtype', 'param_dtype'):
       if getattr(self, name) not in ('float32', 'bfloat16', 'float16'):
         raise ValueError(f"model.{name} is {getattr(self, name)!r}; use 'float32' or 'bfloat16'")
-    if self.generator == 'separate' and self.generator_hidden_size % self.generator_num_heads:
+    if (self.generator in ('separate', 'two_tower')
+        and self.generator_hidden_size % self.generator_num_heads):
       raise ValueError(f'the generator width {self.generator_hidden_size} is not a multiple of its '
                        f'{self.generator_num_heads} heads of 64; change '
                        'model.generator_hidden_fraction')
@@ -219,12 +221,16 @@ class TransformerLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-  """One network: `embeddings_project` (when widths differ) and a stack of layers."""
+  """One network: `embeddings_project` (when widths differ) and a stack of layers.
+
+  `direction` 'ltr' / 'rtl' lets each position attend only to itself and the positions to its
+  left / right (the towers of ELECTRIC's cloze model); '' attends everywhere."""
   cfg: ModelConfig
   hidden_size: int
   num_layers: int
   num_heads: int
   intermediate_size: int
+  direction: str = ''
 
   @nn.compact
   def __call__(self, embedded, input_mask, deterministic: bool):
@@ -232,7 +238,11 @@ class Encoder(nn.Module):
     x = embedded
     if x.shape[-1] != self.hidden_size:
       x = Dense(self.hidden_size, cfg, name='embeddings_project')(x)
-    bias = jnp.where(input_mask[:, None, None, :] > 0, 0.0, _MASK_VALUE).astype(jnp.float32)
+    allowed = input_mask[:, None, None, :] > 0
+    if self.direction:
+      q, k = jnp.arange(x.shape[1])[:, None], jnp.arange(x.shape[1])[None, :]
+      allowed = allowed & ((k <= q) if self.direction == 'ltr' else (k >= q))
+    bias = jnp.where(allowed, 0.0, _MASK_VALUE).astype(jnp.float32)
     for i in range(self.num_layers):
       x = TransformerLayer(cfg, self.hidden_size, self.num_heads, self.intermediate_size,
                            name=f'layer_{i}')(x, bias, deterministic)
@@ -289,9 +299,13 @@ class Electra(nn.Module):
       return
     if cfg.untied_generator_embeddings:
       self.generator_embeddings = Embeddings(cfg, cfg.generator_hidden_size)
+    tower = lambda direction='': Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_layers,
+                                         cfg.generator_num_heads, 4 * cfg.generator_hidden_size,
+                                         direction)
     if cfg.generator == 'separate':
-      self.generator = Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_layers,
-                               cfg.generator_num_heads, 4 * cfg.generator_hidden_size)
+      self.generator = tower()
+    if cfg.generator == 'two_tower':  # ELECTRIC's cloze model: each position sees all the others
+      self.cloze_ltr, self.cloze_rtl = tower('ltr'), tower('rtl')
     self.generator_predictions = GeneratorHead(cfg)
 
   def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
@@ -320,8 +334,16 @@ class Electra(nn.Module):
     if cfg.generator == 'uniform':
       return jnp.zeros(positions.shape + (cfg.vocab_size,), jnp.float32)
     embeddings = self.generator_embeddings if cfg.untied_generator_embeddings else self.embeddings
-    network = self.generator if cfg.generator == 'separate' else self.discriminator
-    hidden = network(embeddings(input_ids, segment_ids, deterministic), input_mask, deterministic)
+    embedded = embeddings(input_ids, segment_ids, deterministic)
+    if cfg.generator == 'two_tower':  # position t: the left tower at t - 1, the right at t + 1
+      left = self.cloze_ltr(embedded, input_mask, deterministic)
+      right = self.cloze_rtl(embedded, input_mask, deterministic)
+      left = jnp.pad(left[:, :-1], ((0, 0), (1, 0), (0, 0)))
+      right = jnp.pad(right[:, 1:], ((0, 0), (0, 1), (0, 0)))
+      hidden = jnp.concatenate([left, right], -1)
+    else:
+      network = self.generator if cfg.generator == 'separate' else self.discriminator
+      hidden = network(embedded, input_mask, deterministic)
     hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     return self.generator_predictions(hidden, embeddings.table())
 

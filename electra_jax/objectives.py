@@ -198,14 +198,57 @@ def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Ob
                 'copy_probability': ratio(jnp.exp(log_copy) * tokens, tokens)}
 
 
+def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
+                  special: SpecialIds, deterministic: bool = False):
+  """ELECTRIC (Clark et al. 2020, "Pre-Training Transformers as Energy-Based Cloze Models").
+
+  The generator is a two-tower cloze model q(x_t | x_not_t) run on the unmasked input and trained
+  on every candidate position; the selected positions are filled with its samples; the
+  discriminator's logit at every token is corrected by the noise term, as in noise-contrastive
+  estimation: s_t + stop_gradient(log q(input_t)) + log(p / (1 - p)), p = mask_prob; and every
+  sampled position counts as fake (also where the sample equals the original).
+
+  Metrics: `mlm_loss` / `mlm_accuracy` are the cloze model's, over every candidate position.
+  """
+  mask_rng, sample_rng, gen_rng, disc_rng = jax.random.split(rng, 4)
+  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  apply = _apply(model, params, deterministic)
+  ids, segments, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
+  length = ids.shape[1]
+  every = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), ids.shape)
+  logits = apply(model_lib.Electra.generator_logits, gen_rng, ids, segments, input_mask, every)
+  candidates = input_mask > 0
+  for i in (special.pad, special.cls, special.sep):
+    candidates &= ids != i
+  cloze_loss, metrics = _mlm_terms(logits, ids, candidates.astype(jnp.float32))
+
+  chosen = jnp.take_along_axis(logits, masked.positions[..., None], axis=1)
+  sampled = masking.gumbel_sample(sample_rng, chosen, temperature=cfg.temperature,
+                                  disallow=masked.target_ids if cfg.disallow_correct else None)
+  metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
+                                          masked.weights)
+  disc_ids, _ = masking.replace_tokens(ids, masked.positions, masked.weights, sampled)
+  is_fake = masking.selected(masked, length)  # every sampled position, changed or not
+
+  scores = apply(model_lib.Electra.discriminator_logits, disc_rng, disc_ids, segments, input_mask)
+  log_q = jnp.take_along_axis(jax.nn.log_softmax(jax.lax.stop_gradient(logits)),
+                              disc_ids[..., None], -1)[..., 0]
+  corrected = scores + log_q + jnp.log(cfg.mask_prob / (1 - cfg.mask_prob))
+  disc_loss, disc_metrics = _detection(corrected, is_fake, input_mask.astype(jnp.float32))
+  loss = cfg.gen_weight * cloze_loss + cfg.disc_weight * disc_loss
+  return loss, {'loss': ratio(loss, 1.0), **metrics, **disc_metrics}
+
+
 # Objectives and the model they need: BERT MLM is the discriminator-size network with the MLM head
-# (the generator *is* the discriminator); Replace / All-Tokens MLM add an MLM head to it.
+# (the generator *is* the discriminator); Replace / All-Tokens MLM add an MLM head to it; ELECTRIC
+# samples from a two-tower cloze generator.
 OBJECTIVES = {
     'electra': (electra_loss, {}),
     'electra_15': (electra_15_loss, {}),
     'mlm': (mlm_loss, {'generator': 'tied', 'untied_generator_embeddings': False}),
     'replace_mlm': (replace_mlm_loss, {'discriminator_mlm': True}),
     'all_tokens_mlm': (all_tokens_mlm_loss, {'discriminator_mlm': True}),
+    'electric': (electric_loss, {'generator': 'two_tower', 'untied_generator_embeddings': False}),
 }
 
 

@@ -549,7 +549,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   if 'disc_auc' in values:
     parts.append(f'discriminator AUC {values["disc_auc"]:.3f} (chance 0.5), accuracy '
                  f'{values["disc_accuracy"]:.3f}')
-  for key, name in (('mlm', 'generator MLM' if setup.model_cfg.generator != 'tied' else 'MLM'),
+  gen_name = {'tied': 'MLM', 'two_tower': 'cloze model'}.get(setup.model_cfg.generator,
+                                                             'generator MLM')
+  for key, name in (('mlm', gen_name),
                     ('main_mlm', 'main MLM'), ('all_tokens', 'all-tokens MLM')):
     if f'{key}_loss' in values:
       accuracy = (f', accuracy {values[key + "_accuracy"]:.3f}'

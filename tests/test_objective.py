@@ -211,7 +211,8 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
     assert _norm(main[name]) > 0 and _norm(gen[name]) == 0, name
 
 
-@pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm'])
+@pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
+                                  'electric'])
 def test_objective_learns_on_the_8_device_mesh(name):
   c = test_config(**{'objective.name': name, 'optimizer.warmup_steps': 0,
                      'optimizer.learning_rate': 2e-3, 'train_steps': 1000})
@@ -308,3 +309,38 @@ def test_gdes_run_fine_tunes_from_the_discriminators_table(tmp_path, records_dir
       loaded['embeddings']['word_embeddings'],
       np.asarray(params['embeddings']['word_embeddings']) + params['embeddings_residual'],
       rtol=0, atol=1e-7)
+
+
+def test_electric_cloze_model_never_sees_the_token_it_predicts():
+  c, model, params, batch, _ = _objective('electric')
+  assert 'cloze_ltr' in params and 'cloze_rtl' in params and 'generator' not in params
+  ids = batch['input_ids']
+  every = jnp.broadcast_to(jnp.arange(32), ids.shape)
+  logits = jax.jit(lambda i: model.apply({'params': params}, i, batch['segment_ids'],
+                                         batch['input_mask'], every,
+                                         method=model_lib.Electra.generator_logits))
+  before, after = logits(ids), logits(ids.at[:, 10].set((ids[:, 10] + 7) % 96))
+  np.testing.assert_allclose(before[:, 10], after[:, 10], atol=1e-6)  # blind to its own token
+  assert float(jnp.abs(before[:, 9] - after[:, 9]).max()) > 1e-4  # its neighbours see it
+  assert float(jnp.abs(before[:, 11] - after[:, 11]).max()) > 1e-4
+
+
+def test_electric_noise_correction_and_labels():
+  c, model, params, batch, loss_fn = _objective('electric')
+  _, m = jax.jit(loss_fn)(params)
+  r = _ratios(m)
+  mask_rng = jax.random.split(jax.random.key(1), 4)[0]
+  masked = objectives._mask(mask_rng, batch, objectives.ObjectiveConfig.from_config(c.objective),
+                            SPECIAL, 96)  # pylint: disable=protected-access
+  # every sampled position is labelled fake, also where the sample equals the original
+  assert float(m['replaced_fraction'][0]) == float(masking.selected(masked, 32).sum())
+  # at initialization s ~ 0 and q ~ 1/V: the corrected logit is about -ln V + ln(p / (1 - p))
+  shift = -np.log(96) + np.log(0.15 / 0.85)
+  f = r['replaced_fraction']
+  softplus = lambda x: np.log1p(np.exp(x))
+  assert abs(r['disc_loss'] - (f * softplus(-shift) + (1 - f) * softplus(shift))) < 0.05
+  assert abs(r['mlm_loss'] - np.log(96)) < 0.05
+  cloze, detect = _jacobian('electric', ['mlm_loss', 'disc_loss'])
+  for name in ('cloze_ltr', 'cloze_rtl', 'generator_predictions'):
+    assert _norm(detect[name]) == 0 and _norm(cloze[name]) > 0, name  # log q: no gradient
+  assert _norm(cloze['discriminator']) == 0 and _norm(detect['discriminator']) > 0

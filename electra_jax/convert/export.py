@@ -108,8 +108,9 @@ def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
   step, state, _ = _restore(os.path.join(workdir, 'checkpoints'), step, 'pre-training')
   written = []
   for network in ('discriminator', 'generator'):
-    if network == 'generator' and cfg.generator == 'uniform':
-      log('model.generator is uniform: no generator network to export')
+    if network == 'generator' and cfg.generator in ('uniform', 'two_tower'):
+      log(f'model.generator is {cfg.generator}: no HF transformers class holds it; the '
+          'discriminator alone is exported')
       continue
     folder = os.path.join(out, network)
     _write_model(folder, hf.to_hf(state['params'], cfg, network), hf.hf_config(cfg, network),

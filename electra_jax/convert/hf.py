@@ -48,8 +48,8 @@ def table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
     rows += _module(('discriminator_predictions', 'dense_prediction'),
                     'discriminator_predictions.dense_prediction')
     return rows
-  if cfg.generator == 'uniform':
-    raise ValueError("model.generator is 'uniform': there is no generator network to convert")
+  if cfg.generator in ('uniform', 'two_tower'):
+    raise ValueError(f"model.generator is {cfg.generator!r}: no HF transformers class holds it")
   embeddings = 'generator_embeddings' if cfg.untied_generator_embeddings else 'embeddings'
   width = cfg.generator_hidden_size if cfg.untied_generator_embeddings else cfg.embedding_size
   encoder = 'generator' if cfg.generator == 'separate' else 'discriminator'
