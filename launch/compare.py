@@ -1,0 +1,51 @@
+"""Pre-train several objectives at the same compute, fine-tune each the same way, print one table.
+
+    python launch/compare.py --workdir=/tmp/electra_compare
+    python launch/compare.py --workdir=/tmp/cmp --runs=electra,mlm,electra_gdes --electra_steps=3500 \
+        --config=configs/tiny.py --finetune_config=configs/finetune/builtin.py --num_seeds=3
+
+The budget is the FLOPs of --electra_steps steps of ELECTRA under --config; every run gets the
+steps that cost the same (BERT MLM, without a generator, gets more). Runs: electra, electra_15, mlm,
+replace_mlm, all_tokens_mlm, electric, electra_gdes, electra_nes. Each is fine-tuned per
+--finetune_config with the same seeds, and so is the same model from random weights. The table goes
+to <workdir>/comparison.md and comparison.json; re-running the command resumes.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # pylint: disable=wrong-import-position
+from ml_collections import config_flags  # pylint: disable=wrong-import-position
+
+from electra_jax import cli  # pylint: disable=wrong-import-position
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', os.path.join(_ROOT, 'configs', 'tiny.py'), 'the pre-training config of every run')
+_FT_CONFIG = config_flags.DEFINE_config_file(
+    'finetune_config', os.path.join(_ROOT, 'configs', 'finetune', 'builtin.py'),
+    'the fine-tuning config of every run')
+_WORKDIR = flags.DEFINE_string('workdir', None, 'folder for all runs and the table')
+_RUNS = flags.DEFINE_list('runs', 'electra,electra_15,mlm,replace_mlm,all_tokens_mlm,electric',
+                          'runs to compare')
+_STEPS = flags.DEFINE_integer('electra_steps', 2000, 'the budget: FLOPs of this many ELECTRA steps')
+_SEEDS = flags.DEFINE_integer('num_seeds', 3, 'fine-tunings per run (the same seeds for all)')
+flags.mark_flags_as_required(['workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}')
+  if _STEPS.value < 1 or _SEEDS.value < 1:
+    raise cli.UserError('--electra_steps and --num_seeds must be at least 1')
+  from electra_jax import compare  # pylint: disable=import-outside-toplevel
+  ft = _FT_CONFIG.value
+  ft.num_seeds = _SEEDS.value
+  compare.compare(_CONFIG.value, ft, _WORKDIR.value, _RUNS.value, _STEPS.value,
+                  log=lambda line: print(line, flush=True))
+
+
+if __name__ == '__main__':
+  cli.run(main)
