@@ -4,6 +4,8 @@ Synthetic batches hold random ids with a realistic padding pattern; the step is 
 (masking, generator, sampling, discriminator, optimizer), compiled once over all devices.
 """
 
+import json
+import os
 import statistics
 import time
 
@@ -47,16 +49,65 @@ def measure_matmul_peak(dtype=jnp.float32, n: int = 2048, repeats: int = 10) -> 
   return 2 * n ** 3 / min(times)
 
 
-def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3) -> dict:
-  """Compiles the step, then times `repeats` runs of `steps` steps; reports medians."""
+def _peer_spec(setup, config, batch_file: str) -> dict:
+  m, o = setup.model_cfg, setup.objective_cfg
+  spec = {k: getattr(m, k) for k in (
+      'vocab_size', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads',
+      'intermediate_size', 'max_position_embeddings', 'type_vocab_size', 'dropout_rate',
+      'attention_dropout_rate', 'layer_norm_eps', 'generator_hidden_size', 'generator_num_layers',
+      'generator_num_heads')}
+  spec.update(max_predictions=o.max_predictions, mask_prob=o.mask_prob, mask_id=SPECIAL.mask,
+              special_ids=[SPECIAL.pad, SPECIAL.cls, SPECIAL.sep], dtype=config.model.dtype,
+              batch=batch_file)
+  return spec
+
+
+class Peer:
+  """The PyTorch peer (electra_jax/peer_hf.py) in a child process, timed on request."""
+
+  def __init__(self, spec: dict):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+    import importlib.util  # pylint: disable=import-outside-toplevel
+    for name in ('torch', 'transformers'):
+      if importlib.util.find_spec(name) is None:
+        raise ValueError(f'--peer=hf needs torch and transformers ({name} is missing); install '
+                         'the test extra: pip install -e ".[test]"')
+    self.proc = subprocess.Popen([sys.executable, '-m', 'electra_jax.peer_hf', json.dumps(spec)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    self.info = self._read()
+
+  def _read(self) -> dict:
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f'the PyTorch peer exited with code {self.proc.wait()}')
+    return json.loads(line)
+
+  def run(self, steps: int) -> float:
+    self.proc.stdin.write(f'run {steps}\n')
+    self.proc.stdin.flush()
+    return self._read()['step_s']
+
+  def close(self):
+    self.proc.stdin.close()
+    self.proc.wait()
+
+
+def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
+              peer: str = '') -> dict:
+  """Compiles the step, then times `repeats` runs of `steps` steps; reports medians.
+
+  With `peer='hf'` the same step written with HF transformers in PyTorch runs in a child process,
+  its runs alternating with ours (ours, peer, ours, ...), so both see the same machine load.
+  """
   mesh = partitioning.make_mesh()
   train_lib.check_config(config, mesh)
   d = config.data
   setup = train_lib.build_setup(config, SPECIAL)
   init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
   sharding = partitioning.batch_sharding(mesh)
-  batch = {k: jax.device_put(v, sharding) for k, v in
-           synthetic_batch(d.batch_size, d.max_seq_length, config.model.vocab_size).items()}
+  host_batch = synthetic_batch(d.batch_size, d.max_seq_length, config.model.vocab_size)
+  batch = {k: jax.device_put(v, sharding) for k, v in host_batch.items()}
   state = init_fn()
   t = time.perf_counter()
   lowered = train_fn.lower(state, batch)
@@ -68,26 +119,47 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3) -> dic
   for _ in range(warmup):
     state, m = train_fn(state, batch)
   jax.block_until_ready(m)
-  runs = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    for _ in range(steps):
-      state, m = train_fn(state, batch)
-    jax.block_until_ready(m)
-    runs.append((time.perf_counter() - t) / steps)
+  peer_runner = None
+  if peer:
+    import tempfile  # pylint: disable=import-outside-toplevel
+    batch_file = os.path.join(tempfile.mkdtemp(prefix='electra_peer_'), 'batch.npz')
+    np.savez(batch_file, **host_batch)
+    peer_runner = Peer(_peer_spec(setup, config, batch_file))
+  runs, peer_runs = [], []
+  try:
+    for _ in range(repeats):
+      t = time.perf_counter()
+      for _ in range(steps):
+        state, m = train_fn(state, batch)
+      jax.block_until_ready(m)
+      runs.append((time.perf_counter() - t) / steps)
+      if peer_runner:
+        peer_runs.append(peer_runner.run(steps))
+  finally:
+    if peer_runner:
+      peer_runner.close()
   step_s = statistics.median(runs)
   model_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                             setup.objective_cfg.max_predictions,
                                             config.objective.name)
   paper_flops = flops_lib.paper_train_flops(setup.model_cfg, d.max_seq_length, d.batch_size, 1)
   tokens = d.batch_size * d.max_seq_length
-  return {'devices': mesh.devices.size, 'device_kind': jax.devices()[0].device_kind,
-          'batch_size': d.batch_size, 'seq_len': d.max_seq_length, 'dtype': config.model.dtype,
-          'compile_s': compile_s, 'ms_per_step': 1e3 * step_s, 'ms_per_step_runs':
-          [1e3 * r for r in runs], 'tokens_per_s': tokens / step_s,
-          'model_flops_per_step': model_flops, 'paper_flops_per_step': paper_flops,
-          'xla_flops_per_step': xla_flops,
-          'model_flops_per_s': model_flops / step_s, 'xla_flops_per_s': xla_flops / step_s}
+  result = {'devices': mesh.devices.size, 'device_kind': jax.devices()[0].device_kind,
+            'batch_size': d.batch_size, 'seq_len': d.max_seq_length, 'dtype': config.model.dtype,
+            'compile_s': compile_s, 'ms_per_step': 1e3 * step_s, 'ms_per_step_runs':
+            [1e3 * r for r in runs], 'tokens_per_s': tokens / step_s,
+            'model_flops_per_step': model_flops, 'paper_flops_per_step': paper_flops,
+            'xla_flops_per_step': xla_flops,
+            'model_flops_per_s': model_flops / step_s, 'xla_flops_per_s': xla_flops / step_s}
+  if peer_runner:
+    peer_s = statistics.median(peer_runs)
+    result['peer'] = {'name': peer, 'versions': {k: peer_runner.info[k] for k in
+                                                 ('torch', 'transformers')},
+                      'ms_per_step': 1e3 * peer_s, 'ms_per_step_runs': [1e3 * r for r in peer_runs],
+                      'tokens_per_s': tokens / peer_s, 'first_loss': peer_runner.info['first_loss'],
+                      'ratios': [p / o for o, p in zip(runs, peer_runs)]}
+    result['speedup_over_peer'] = peer_s / step_s
+  return result
 
 
 def benchmark_input(records_dir: str, batch_size: int, *, batches: int = 50, repeats: int = 3,

@@ -39,6 +39,9 @@ def default_config() -> ml_collections.ConfigDict:
   m.initializer_range = 0.02  # stddev of the truncated normal init (cut at 2 stddev, as TF1)
   m.dtype = 'float32'  # activations / matmul inputs: 'float32' or 'bfloat16' (losses stay float32)
   m.param_dtype = 'float32'  # stored parameters and optimizer state
+  m.attention = 'auto'  # 'fused': jax.nn.dot_product_attention (cuDNN flash attention on GPU),
+  #   used where no attention dropout is active; 'explicit': einsum + softmax; 'auto': fused on
+  #   GPU/TPU with 16-bit activations, explicit on CPU (where XLA's fused form is slower)
   m.generator = 'separate'  # 'separate' | 'tied' (generator == discriminator) | 'uniform' (no net)
   #   | 'two_tower' (ELECTRIC's cloze model: a left-to-right and a right-to-left tower)
   m.generator_hidden_fraction = 0.25  # generator width as a fraction of hidden (also FFN, heads)

@@ -99,14 +99,18 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   rng = jax.random.fold_in(_keys(setup.seed)[1], state.step)
   grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
   (loss, metrics), grads = grad_fn(state.params, batch, rng)
-  updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
-  params = optax.apply_updates(state.params, updates)
   grad_norm = optax.global_norm(grads)
   # NaN/Inf guard, without a host sync: a non-finite step leaves parameters, optimizer state and
-  # metric sums as they were, and is counted; the loop reads the count at log time.
+  # metric sums as they were, and is counted; the loop reads the count at log time. A conditional
+  # (not a select between old and new values) lets XLA update the donated state in place.
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-  params, opt_state = keep(params, state.params), keep(opt_state, state.opt_state)
+
+  def apply(params, opt_state):
+    updates, opt_state = setup.tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  params, opt_state = jax.lax.cond(finite, apply, lambda p, o: (p, o), state.params,
+                                   state.opt_state)
   metrics = jax.tree.map(lambda m: jnp.where(finite, m, jnp.zeros_like(m)), metrics)
   metrics['grad_norm'] = objectives.ratio(jnp.where(finite, grad_norm, 0.0), finite)
   metrics['learning_rate'] = objectives.ratio(setup.schedule(state.step), 1.0)

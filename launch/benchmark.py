@@ -1,6 +1,7 @@
 """Time a config's train step (tokens/s, ms/step, FLOPs, MFU) and/or its input pipeline.
 
     python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16
+    python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16 --peer=hf
     python launch/benchmark.py --config=configs/small.py --mode=both   # input vs step, same run
     python launch/benchmark.py --config=configs/small.py --mode=checkpoint  # save/restore times
 
@@ -27,6 +28,8 @@ _MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint'
                           'what to time')
 _RECORDS = flags.DEFINE_string('records', '', 'records folder for --mode=input/both; empty: build '
                                'one from the built-in corpus in a temporary folder')
+_PEER = flags.DEFINE_enum('peer', '', ['', 'hf'], "also time the same step written with HF "
+                          "transformers in PyTorch ('hf'), alternating runs with ours")
 _BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run')
 flags.mark_flags_as_required(['config'])
 
@@ -46,7 +49,8 @@ def _records(config, log) -> str:
 def _time_step(config) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from electra_jax import benchmark, flops  # pylint: disable=import-outside-toplevel
-  result = benchmark.benchmark(config, steps=_STEPS.value, repeats=_REPEATS.value)
+  result = benchmark.benchmark(config, steps=_STEPS.value, repeats=_REPEATS.value,
+                               peer=_PEER.value)
   device = jax.devices()[0]
   peak = flops.peak_flops(device)
   if peak is None and device.platform == 'cpu':
@@ -70,6 +74,13 @@ def _time_step(config) -> dict:
         f'{r["xla_flops_per_s"] / 1e9:.1f} GFLOP/s (XLA)' +
         (f' | peak {peak / 1e9:.0f} GFLOP/s ({r["peak_source"]}) | MFU {100 * r["mfu"]:.1f}%'
          if peak else ''))
+  if 'peer' in r:
+    p = r['peer']
+    print(f'peer (HF transformers {p["versions"]["transformers"]}, torch {p["versions"]["torch"]}): '
+          f'{p["tokens_per_s"]:,.0f} tokens/s | {p["ms_per_step"]:.1f} ms/step (median of '
+          f'{len(p["ms_per_step_runs"])} runs: {", ".join(f"{x:.1f}" for x in p["ms_per_step_runs"])})')
+    print(f'ours / peer: {r["speedup_over_peer"]:.2f}x (per alternating pair: '
+          f'{", ".join(f"{x:.2f}" for x in p["ratios"])})')
   return result
 
 

@@ -397,3 +397,18 @@ def test_gdes_exports_the_discriminators_own_word_table(tmp_path):
   np.testing.assert_array_equal(back['embeddings']['word_embeddings'],
                                 params['embeddings']['word_embeddings'])
   np.testing.assert_allclose(back['embeddings_residual'], params['embeddings_residual'], atol=1e-7)
+
+
+def test_benchmark_peer_runs_the_same_step():
+  """`launch/benchmark.py --peer=hf`: the PyTorch step starts from the loss ours starts from (MLM
+  near ln V plus 50 x detection near ln 2, with its own random weights) and is timed."""
+  from electra_jax import benchmark, train  # pylint: disable=import-outside-toplevel
+  config = test_config()
+  result = benchmark.benchmark(config, steps=1, warmup=1, repeats=2, peer='hf')
+  peer = result['peer']
+  assert len(peer['ms_per_step_runs']) == 2 and min(peer['ms_per_step_runs']) > 0
+  assert result['speedup_over_peer'] > 0
+  setup = train.build_setup(config, benchmark.SPECIAL)
+  batch = synthetic_batch(16, 32, config.model.vocab_size)
+  ours = float(setup.loss_fn(setup.init_params(jax.random.key(0)), batch, jax.random.key(1))[0])
+  assert abs(peer['first_loss'] - ours) < 0.15 * ours, (peer['first_loss'], ours)

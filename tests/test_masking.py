@@ -115,11 +115,11 @@ def test_row_without_candidates_gets_no_prediction():
 
 
 @pytest.mark.parametrize('temperature', [1.0, 2.0])
-def test_gumbel_sampler_matches_softmax(temperature):
+def test_sampler_matches_softmax(temperature):
   logits = jnp.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
   n = 40_000
-  samples = masking.gumbel_sample(jax.random.key(1), jnp.broadcast_to(logits, (n, 6)),
-                                  temperature=temperature)
+  samples = masking.sample(jax.random.key(1), jnp.broadcast_to(logits, (n, 6)),
+                           temperature=temperature)
   freq = np.bincount(np.asarray(samples), minlength=6)
   probs = lambda t: np.asarray(jax.nn.softmax(logits / t), np.float64)
   expected = probs(temperature) / probs(temperature).sum() * n
@@ -129,10 +129,36 @@ def test_gumbel_sampler_matches_softmax(temperature):
   assert stats.chisquare(freq, wrong).pvalue < 1e-6
 
 
+def test_two_level_sampler_matches_softmax_across_blocks():
+  """300 entries in blocks of 32 (the last one padded): frequencies follow the softmax."""
+  logits = jax.random.normal(jax.random.key(3), (300,))
+  n = 90_000
+  samples = masking.sample(jax.random.key(4), jnp.broadcast_to(logits, (n, 300)), block=32)
+  freq = np.bincount(np.asarray(samples), minlength=300)
+  assert freq.shape == (300,)
+  probs = np.asarray(jax.nn.softmax(logits), np.float64)
+  assert stats.chisquare(freq, probs / probs.sum() * n).pvalue > 1e-3
+  shifted = np.roll(probs, 1)  # the same probabilities one entry off: rejected
+  assert stats.chisquare(freq, shifted / shifted.sum() * n).pvalue < 1e-6
+
+
+def test_sampler_never_draws_an_impossible_entry():
+  rng = np.random.default_rng(0)
+  logits = np.where(rng.random((4000, 70)) < 0.9, -np.inf, rng.normal(0, 8, (4000, 70)))
+  logits[:, 69] = np.where(np.isinf(logits).all(-1), 0.0, logits[:, 69])
+  logits[:5] = -np.inf
+  logits[0, 0] = logits[1, 69] = logits[2, 64] = logits[3, 63] = 0.0  # one possible entry
+  logits[4, [3, 66]] = [50.0, -50.0]  # one entry of negligible but positive probability
+  samples = np.asarray(masking.sample(jax.random.key(5), jnp.asarray(logits, jnp.float32),
+                                      block=8))
+  assert np.isfinite(logits[np.arange(4000), samples]).all()
+  assert samples[:5].tolist() == [0, 69, 64, 63, 3]
+
+
 def test_disallow_correct_never_returns_the_original():
   logits = jnp.zeros((2000, 5)).at[:, 2].set(20.0)  # the original token dominates
   targets = jnp.full((2000,), 2)
-  s = masking.gumbel_sample(jax.random.key(2), logits, disallow=targets)
+  s = masking.sample(jax.random.key(2), logits, disallow=targets)
   assert not (np.asarray(s) == 2).any()
   assert set(np.unique(np.asarray(s))) == {0, 1, 3, 4}
 

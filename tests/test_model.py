@@ -164,3 +164,45 @@ def test_padding_does_not_change_real_token_outputs():
   f = lambda x: model_lib.Electra(cfg).apply({'params': params}, x, jnp.zeros_like(x), mask,
                                              method=model_lib.Electra.discriminator_logits)
   np.testing.assert_allclose(f(ids)[0, :5], f(other)[0, :5], atol=1e-5)
+
+
+def test_dropout_rate_scale_and_independence():
+  x = jnp.ones((64, 128, 256))
+  drop = model_lib.Dropout(0.1)
+  y = np.asarray(drop.apply({}, x, False, rngs={'dropout': jax.random.key(0)}))
+  kept = y > 0
+  assert abs(kept.mean() - 0.9) < 4 * np.sqrt(0.09 / kept.size)
+  assert np.allclose(y[kept], 1 / 0.9)
+  # neighbours (along every axis) and another key's mask are independent of this one
+  k = kept.astype(np.float64)
+  for a, b in [(k[:, :, 1:], k[:, :, :-1]), (k[:, 1:], k[:, :-1]), (k[1:], k[:-1])]:
+    assert abs(np.corrcoef(a.ravel(), b.ravel())[0, 1]) < 0.005
+  other = np.asarray(drop.apply({}, x, False, rngs={'dropout': jax.random.key(1)})) > 0
+  assert abs(np.corrcoef(k.ravel(), other.ravel().astype(np.float64))[0, 1]) < 0.005
+  assert not (other == kept).all()
+  # deterministic: the identity
+  assert (np.asarray(drop.apply({}, x, True)) == 1).all()
+
+
+@pytest.mark.parametrize('generator', ['separate', 'two_tower'])
+def test_fused_attention_equals_the_explicit_softmax(generator):
+  """jax.nn.dot_product_attention (GPU: cuDNN) computes what the explicit path does, padding and
+  ELECTRIC's one-directional masks included; training with attention dropout never takes it."""
+  base = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_layers=2, num_heads=2,
+              intermediate_size=64, max_position_embeddings=32, generator=generator,
+              generator_hidden_fraction=2.0)
+  batch = synthetic_batch(4, 24, 64, seed=3)
+  batch['input_mask'][1, 10:] = 0
+  args = (batch['input_ids'], batch['segment_ids'], batch['input_mask'],
+          np.tile(np.arange(5)[None] * 3, (4, 1)))
+  params = model_lib.init_params(model_lib.ModelConfig(**base), jax.random.key(0))
+  out = {a: model_lib.Electra(model_lib.ModelConfig(**base, attention=a)).apply(
+      {'params': params}, *args) for a in ('explicit', 'fused')}
+  for explicit, fused in zip(out['explicit'], out['fused']):
+    np.testing.assert_allclose(np.asarray(fused), np.asarray(explicit), atol=2e-5)
+  assert not model_lib._fused_attention(model_lib.ModelConfig(**base, attention='fused'),
+                                        jnp.bfloat16, deterministic=False)
+  assert model_lib._fused_attention(model_lib.ModelConfig(**base, attention='fused',
+                                                          attention_dropout_rate=0.0),
+                                    jnp.float32, deterministic=False)
+  assert not model_lib._fused_attention(model_lib.ModelConfig(**base), jnp.bfloat16, True)  # CPU

@@ -487,3 +487,21 @@ def test_a_checkpoint_saved_on_eight_devices_restores_on_one(tmp_path):
   for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(expected)):
     assert a.sharding.device_set == {jax.devices()[0]}
     np.testing.assert_array_equal(a, b)
+
+
+def test_no_recompilation_after_the_first_step(tmp_path, records_dir):
+  """Running twice as many steps traces and compiles nothing more: every step, log and
+  evaluation reuses what the first one compiled."""
+  events = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda name, *_, **__: events.append(name) if name.startswith('/jax/core/compile/') else None)
+  counts = {}
+  for steps in (4, 12):
+    jax.clear_caches()
+    events.clear()
+    config = test_config(**{'data.records': records_dir, 'train_steps': steps, 'log_every': 2,
+                            'eval_every': 4})
+    train_lib.train_and_evaluate(config, str(tmp_path / f'w{steps}'), log=_quiet)
+    counts[steps] = sorted(e for e in events if 'trace' in e)
+  assert counts[4], 'no compilation was observed: the listener is not working'
+  assert counts[12] == counts[4]
