@@ -148,7 +148,7 @@ def _synthetic_squad(path, n, seed, unanswerable=0.0):
 @pytest.mark.parametrize('name, unanswerable', [('squad1', 0.0), ('squad2', 0.4)])
 def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswerable):
   cfg = config_lib.default_config()
-  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=6.0,
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=10.0,
              log_every=50, dropout_rate=0.0)
   cfg.task.update(name=name,
                   train=_synthetic_squad(tmp_path / 'train.json', 320, 0, unanswerable),
