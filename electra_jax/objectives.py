@@ -84,9 +84,8 @@ def _generate(apply, rngs, batch, masked, cfg: ObjectiveConfig):
                      batch['segment_ids'], batch['input_mask'], masked.positions)
   mlm_loss, metrics = _mlm_terms(gen_logits, masked.target_ids, masked.weights)
   # Sample replacements (no gradient flows through the sample) and write them into the original.
-  sampled = masking.sample(
-      sample_rng, gen_logits, temperature=cfg.temperature,
-      disallow=masked.target_ids if cfg.disallow_correct else None)
+  sampled = masking.sample(sample_rng, gen_logits, temperature=cfg.temperature,
+                           disallow=masked.target_ids if cfg.disallow_correct else None)
   metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
                                           masked.weights)
   disc_ids, is_replaced = masking.replace_tokens(batch['input_ids'], masked.positions,
@@ -224,7 +223,7 @@ def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objectiv
 
   chosen = jnp.take_along_axis(logits, masked.positions[..., None], axis=1)
   sampled = masking.sample(sample_rng, chosen, temperature=cfg.temperature,
-                                  disallow=masked.target_ids if cfg.disallow_correct else None)
+                           disallow=masked.target_ids if cfg.disallow_correct else None)
   metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
                                           masked.weights)
   disc_ids, _ = masking.replace_tokens(ids, masked.positions, masked.weights, sampled)
