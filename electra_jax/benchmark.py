@@ -10,7 +10,6 @@ import statistics
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from electra_jax import flops as flops_lib
@@ -34,19 +33,6 @@ def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 
   ids[np.arange(batch_size), lengths - 1] = SPECIAL.sep
   ids = np.where(mask > 0, ids, SPECIAL.pad)
   return {'input_ids': ids, 'input_mask': mask, 'segment_ids': segments}
-
-
-def measure_matmul_peak(dtype=jnp.float32, n: int = 2048, repeats: int = 10) -> float:
-  """Best FLOP/s of a large square matmul in `dtype`, float32 accumulation (the CPU peak for MFU)."""
-  a = jnp.ones((n, n), dtype)
-  f = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
-  f(a).block_until_ready()
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    f(a).block_until_ready()
-    times.append(time.perf_counter() - t)
-  return 2 * n ** 3 / min(times)
 
 
 def _peer_spec(setup, config, batch_file: str) -> dict:
@@ -93,6 +79,24 @@ class Peer:
     self.proc.wait()
 
 
+def _step_memory(compiled) -> dict:
+  """Per-device memory of the compiled step from XLA's buffer assignment, in MB: the arguments
+  (state and batch), outputs not written in place of a donated argument, and temporaries (the
+  activations kept for the backward pass, gradients, workspace). Their sum bounds the step's peak."""
+  try:
+    a = compiled.memory_analysis()
+  except Exception:  # pylint: disable=broad-except
+    a = None  # a backend without buffer statistics
+  if a is None:
+    return {}
+  mb = lambda n: n / 1e6
+  out = {'arguments_mb': mb(a.argument_size_in_bytes),
+         'outputs_mb': mb(a.output_size_in_bytes - a.alias_size_in_bytes),
+         'temporaries_mb': mb(a.temp_size_in_bytes)}
+  out['peak_estimate_mb'] = sum(out.values())
+  return out
+
+
 def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
               peer: str = '') -> dict:
   """Compiles the step, then times `repeats` runs of `steps` steps; reports medians.
@@ -116,6 +120,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   xla_flops = float(cost.get('flops', float('nan'))) if cost else float('nan')
+  memory = _step_memory(compiled)
   for _ in range(warmup):
     state, m = train_fn(state, batch)
   jax.block_until_ready(m)
@@ -144,8 +149,12 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
                                             config.objective.name)
   paper_flops = flops_lib.paper_train_flops(setup.model_cfg, d.max_seq_length, d.batch_size, 1)
   tokens = d.batch_size * d.max_seq_length
+  stats = jax.devices()[0].memory_stats() or {}  # GPU/TPU: the allocator's high-water mark
+  if 'peak_bytes_in_use' in stats:
+    memory['device_peak_mb'] = stats['peak_bytes_in_use'] / 1e6
   result = {'devices': mesh.devices.size, 'device_kind': jax.devices()[0].device_kind,
             'batch_size': d.batch_size, 'seq_len': d.max_seq_length, 'dtype': config.model.dtype,
+            'microbatches': setup.microbatches, 'memory': memory,
             'compile_s': compile_s, 'ms_per_step': 1e3 * step_s, 'ms_per_step_runs':
             [1e3 * r for r in runs], 'tokens_per_s': tokens / step_s,
             'model_flops_per_step': model_flops, 'paper_flops_per_step': paper_flops,

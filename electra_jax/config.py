@@ -19,6 +19,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.save_every = 0  # steps between checkpoints; 0: only at the end
   c.keep_checkpoints = 3  # the latest checkpoints kept on disk
   c.keep_best = ''  # a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it
+  c.microbatches = 1  # gradient accumulation: each step runs its global batch in this many
+  #   sequential parts (the same loss and gradient, activations of batch / microbatches rows)
   c.nonfinite = 'stop'  # a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps
   c.init_from = ''  # start from other weights: an HF folder, launch/export.py's, an original ckpt
   c.init_generator = ''  # with an HF discriminator folder: its generator's folder ('' : fresh)

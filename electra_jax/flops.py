@@ -9,6 +9,12 @@ matmuls, and the generator's output softmax is charged for a fixed 15.625% of th
 N prediction slots, lookups free) with the usual backward = 2 x forward: the model FLOPs behind MFU.
 """
 
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+
 from electra_jax.model import ModelConfig
 
 _SOFTMAX, _LAYER_NORM, _GELU, _DROPOUT = 5, 5, 8, 4
@@ -28,6 +34,36 @@ def peak_flops(device) -> float | None:
     if kind.startswith(name) or name in kind:
       return peak
   return None
+
+
+@functools.cache
+def measure_matmul_peak(dtype: str = 'float32', n: int = 2048, repeats: int = 8) -> float:
+  """Best FLOP/s of a square matmul in `dtype` with float32 accumulation on the default device
+  (the peak of a CPU, for MFU); about a second, measured once per process and dtype."""
+  a = jnp.ones((n, n), dtype)
+  f = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
+  f(a).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(a).block_until_ready()
+    times.append(time.perf_counter() - t)
+  return 2 * n ** 3 / min(times)
+
+
+def mesh_peak(devices, dtype: str) -> tuple[float, str]:
+  """(peak FLOP/s of the whole mesh, where it comes from) for MFU.
+
+  TPUs and GPUs: the datasheet's bf16 peak per chip times the chips. CPUs: a matmul measured in the
+  run's dtype, times the processes (a host's CPU devices share its cores: one matmul uses them all).
+  """
+  devices = list(devices)
+  peak = peak_flops(devices[0])
+  if peak is not None:
+    return peak * len(devices), f'bf16 datasheet peak x {len(devices)} devices'
+  hosts = len({d.process_index for d in devices})
+  return (measure_matmul_peak(str(jnp.dtype(dtype))) * hosts,
+          f'measured {jnp.dtype(dtype)} 2048^3 matmul' + (f' x {hosts} hosts' if hosts > 1 else ''))
 
 
 def _paper_block(h, s, inter, heads):

@@ -84,7 +84,15 @@ def _first_above(cumulative: jax.Array, value: jax.Array, mass: jax.Array) -> ja
 
 def sample(rng: jax.Array, logits: jax.Array, *, temperature: float = 1.0,
            disallow: jax.Array | None = None, block: int = 128) -> jax.Array:
-  """One draw from softmax(logits / T) per row, by inverting its cumulative distribution.
+  """One draw from softmax(logits / T) per row (see `sample_with`)."""
+  return sample_with(jax.random.uniform(rng, logits.shape[:-1], jnp.float32), logits,
+                     temperature=temperature, disallow=disallow, block=block)
+
+
+def sample_with(uniform: jax.Array, logits: jax.Array, *, temperature: float = 1.0,
+                disallow: jax.Array | None = None, block: int = 128) -> jax.Array:
+  """One draw from softmax(logits / T) per row, by inverting its cumulative distribution at
+  `uniform` ([..] numbers in [0, 1), one per row).
 
   The original draws with the Gumbel-max trick, which needs a uniform number per vocabulary entry
   (31K per slot): on the CPU backend generating them cost more than the generator's forward pass.
@@ -103,7 +111,7 @@ def sample(rng: jax.Array, logits: jax.Array, *, temperature: float = 1.0,
   blocks = weights.reshape(weights.shape[:-1] + (padded // block, block))
   block_mass = jnp.sum(blocks, -1)
   block_cdf = jnp.cumsum(block_mass, -1)
-  u = jax.random.uniform(rng, logits.shape[:-1], jnp.float32) * block_cdf[..., -1]
+  u = uniform * block_cdf[..., -1]
   b = _first_above(block_cdf, u, block_mass)
   before = jnp.where(b > 0, jnp.take_along_axis(block_cdf, jnp.maximum(b - 1, 0)[..., None],
                                                 -1)[..., 0], 0.0)

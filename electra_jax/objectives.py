@@ -5,7 +5,7 @@ add up across steps and devices and become ratios only when they are read (`metr
 """
 
 import dataclasses
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -51,13 +51,44 @@ def logit_histograms(logits, labels, weights):
   return jnp.stack([pos, neg])
 
 
-def _mask(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int):
-  return masking.mask_tokens(
-      rng, batch['input_ids'], batch['input_mask'], mask_prob=cfg.mask_prob,
+class Draws(NamedTuple):
+  """A step's random choices that do not depend on the parameters, and the loss normalizers.
+
+  Drawn once for the whole global batch, so that a step split into microbatches (gradient
+  accumulation) masks, samples and normalizes exactly as the whole batch would."""
+  masked: masking.Masked  # [B, ..] the selected slots and the generator's input
+  sample_uniform: jax.Array  # [B, N] one number in [0, 1) per slot: the generator's sample
+  counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
+
+
+def candidates(batch, special: SpecialIds) -> jax.Array:
+  """[B, L] bool: real tokens other than [PAD], [CLS], [SEP]."""
+  ids, keep = batch['input_ids'], batch['input_mask'] > 0
+  for i in (special.pad, special.cls, special.sep):
+    keep &= ids != i
+  return keep
+
+
+def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int) -> Draws:
+  """Masking (reference section 2), the sampling numbers and the loss denominators."""
+  mask_rng, sample_rng, _, _ = jax.random.split(rng, 4)
+  masked = masking.mask_tokens(
+      mask_rng, batch['input_ids'], batch['input_mask'], mask_prob=cfg.mask_prob,
       max_predictions=cfg.max_predictions, mask_id=special.mask,
       special_ids=(special.pad, special.cls, special.sep), mask_token_prob=cfg.mask_token_prob,
       with_replacement=not cfg.sample_without_replacement,
       random_token_prob=cfg.random_token_prob, vocab_size=vocab_size)
+  tokens = batch['input_mask'].astype(jnp.float32)
+  counts = {'slots': jnp.sum(masked.weights), 'tokens': jnp.sum(tokens),
+            'selected': jnp.sum(tokens * masking.selected(masked, tokens.shape[1])),
+            'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32))}
+  uniform = jax.random.uniform(sample_rng, masked.weights.shape, jnp.float32)
+  return Draws(masked, uniform, counts)
+
+
+def _network_rngs(rng):
+  """The dropout keys of the generator's and the discriminator's passes."""
+  return jax.random.split(rng, 4)[2:]
 
 
 def _apply(model, params, deterministic):
@@ -65,10 +96,11 @@ def _apply(model, params, deterministic):
                                               method=method, rngs={'dropout': r})
 
 
-def _mlm_terms(logits, targets, weights, prefix='mlm'):
-  """Cross-entropy and argmax accuracy at the prediction slots, as metric sums."""
+def _mlm_terms(logits, targets, weights, count, prefix='mlm'):
+  """Cross-entropy (its sum over the slots divided by `count`, the global number of used slots)
+  and argmax accuracy at the prediction slots, as metric sums."""
   nll = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-  loss = jnp.sum(nll * weights) / (jnp.sum(weights) + 1e-6)
+  loss = jnp.sum(nll * weights) / (count + 1e-6)
   # argmax accuracy without a (slow) argmax over the vocabulary: the target is strictly the top
   is_target = jnp.arange(logits.shape[-1]) == targets[..., None]
   target_logit = jnp.sum(jnp.where(is_target, logits, 0.0), -1)
@@ -77,15 +109,16 @@ def _mlm_terms(logits, targets, weights, prefix='mlm'):
                 f'{prefix}_accuracy': ratio(correct * weights, weights)}
 
 
-def _generate(apply, rngs, batch, masked, cfg: ObjectiveConfig):
+def _generate(apply, rng, batch, draws: Draws, cfg: ObjectiveConfig):
   """The generator's MLM at the masked positions, and its samples written into the original."""
-  gen_rng, sample_rng = rngs
-  gen_logits = apply(model_lib.Electra.generator_logits, gen_rng, masked.input_ids,
+  masked = draws.masked
+  gen_logits = apply(model_lib.Electra.generator_logits, rng, masked.input_ids,
                      batch['segment_ids'], batch['input_mask'], masked.positions)
-  mlm_loss, metrics = _mlm_terms(gen_logits, masked.target_ids, masked.weights)
+  mlm_loss, metrics = _mlm_terms(gen_logits, masked.target_ids, masked.weights,
+                                 draws.counts['slots'])
   # Sample replacements (no gradient flows through the sample) and write them into the original.
-  sampled = masking.sample(sample_rng, gen_logits, temperature=cfg.temperature,
-                           disallow=masked.target_ids if cfg.disallow_correct else None)
+  sampled = masking.sample_with(draws.sample_uniform, gen_logits, temperature=cfg.temperature,
+                                disallow=masked.target_ids if cfg.disallow_correct else None)
   metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
                                           masked.weights)
   disc_ids, is_replaced = masking.replace_tokens(batch['input_ids'], masked.positions,
@@ -93,11 +126,12 @@ def _generate(apply, rngs, batch, masked, cfg: ObjectiveConfig):
   return mlm_loss, metrics, disc_ids, is_replaced
 
 
-def _detection(disc_logits, is_replaced, tokens):
-  """Replaced-token-detection loss over the positions weighted by `tokens`, and its metrics."""
+def _detection(disc_logits, is_replaced, tokens, count):
+  """Replaced-token-detection loss over the positions weighted by `tokens` (`count` of them in
+  the global batch), and its metrics."""
   labels = is_replaced.astype(jnp.float32)
   losses = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
-  loss = jnp.sum(losses * tokens) / (jnp.sum(tokens) + 1e-6)
+  loss = jnp.sum(losses * tokens) / (count + 1e-6)
   preds = (disc_logits > 0).astype(jnp.float32)
   correct = (preds == labels).astype(jnp.float32)
   return loss, {
@@ -111,23 +145,27 @@ def _detection(disc_logits, is_replaced, tokens):
 
 
 def electra_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
-                 special: SpecialIds, deterministic: bool = False, only_masked: bool = False):
+                 special: SpecialIds, deterministic: bool = False, draws: Draws | None = None,
+                 only_masked: bool = False):
   """Replaced token detection: mask -> generator -> sample -> replace -> discriminator.
 
   `only_masked` (ELECTRA 15%, the paper's Table 5): the discriminator's loss counts only the
   positions that were masked, not every token.
+
+  Every objective takes `draws` (`draw` on the global batch, sliced to this one) when the step is
+  split into microbatches, and draws them from `rng` otherwise.
   """
-  mask_rng, sample_rng, gen_rng, disc_rng = jax.random.split(rng, 4)
-  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  draws = draws or draw(rng, batch, cfg, special, model.cfg.vocab_size)
+  gen_rng, disc_rng = _network_rngs(rng)
   apply = _apply(model, params, deterministic)
-  mlm_loss, metrics, disc_ids, is_replaced = _generate(apply, (gen_rng, sample_rng), batch,
-                                                       masked, cfg)
+  mlm_loss, metrics, disc_ids, is_replaced = _generate(apply, gen_rng, batch, draws, cfg)
   disc_logits = apply(model_lib.Electra.discriminator_logits, disc_rng, disc_ids,
                       batch['segment_ids'], batch['input_mask'])
   tokens = batch['input_mask'].astype(jnp.float32)
   if only_masked:
-    tokens = tokens * masking.selected(masked, tokens.shape[1])
-  disc_loss, disc_metrics = _detection(disc_logits, is_replaced, tokens)
+    tokens = tokens * masking.selected(draws.masked, tokens.shape[1])
+  count = draws.counts['selected' if only_masked else 'tokens']
+  disc_loss, disc_metrics = _detection(disc_logits, is_replaced, tokens, count)
   loss = cfg.gen_weight * mlm_loss + cfg.disc_weight * disc_loss
   return loss, {'loss': ratio(loss, 1.0), **metrics, **disc_metrics}
 
@@ -137,45 +175,48 @@ def electra_15_loss(params, batch, rng, **kwargs):
 
 
 def mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
-             special: SpecialIds, deterministic: bool = False):
+             special: SpecialIds, deterministic: bool = False, draws: Draws | None = None):
   """BERT's masked language modelling: the discriminator-size network (model.generator='tied')
   with the MLM head predicts the masked tokens. No generator, no detection."""
-  mask_rng, net_rng = jax.random.split(rng)
-  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  draws = draws or draw(rng, batch, cfg, special, model.cfg.vocab_size)
+  masked = draws.masked
   logits = _apply(model, params, deterministic)(
-      model_lib.Electra.generator_logits, net_rng, masked.input_ids, batch['segment_ids'],
-      batch['input_mask'], masked.positions)
-  loss, metrics = _mlm_terms(logits, masked.target_ids, masked.weights)
+      model_lib.Electra.generator_logits, _network_rngs(rng)[0], masked.input_ids,
+      batch['segment_ids'], batch['input_mask'], masked.positions)
+  loss, metrics = _mlm_terms(logits, masked.target_ids, masked.weights, draws.counts['slots'])
   return loss, {'loss': ratio(loss, 1.0), **metrics}
 
 
 def replace_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
-                     special: SpecialIds, deterministic: bool = False):
+                     special: SpecialIds, deterministic: bool = False,
+                     draws: Draws | None = None):
   """Replace MLM (Table 5): masked positions show the generator's samples instead of [MASK], and
   the discriminator-size network predicts the original tokens there with its own MLM head."""
-  mask_rng, sample_rng, gen_rng, main_rng = jax.random.split(rng, 4)
-  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  draws = draws or draw(rng, batch, cfg, special, model.cfg.vocab_size)
+  gen_rng, main_rng = _network_rngs(rng)
+  masked = draws.masked
   apply = _apply(model, params, deterministic)
-  gen_loss, metrics, main_ids, _ = _generate(apply, (gen_rng, sample_rng), batch, masked, cfg)
+  gen_loss, metrics, main_ids, _ = _generate(apply, gen_rng, batch, draws, cfg)
   logits, _ = apply(model_lib.Electra.discriminator_mlm_logits, main_rng, main_ids,
                     batch['segment_ids'], batch['input_mask'], masked.positions)
-  main_loss, main_metrics = _mlm_terms(logits, masked.target_ids, masked.weights, 'main_mlm')
+  main_loss, main_metrics = _mlm_terms(logits, masked.target_ids, masked.weights,
+                                       draws.counts['slots'], 'main_mlm')
   loss = cfg.gen_weight * gen_loss + main_loss
   return loss, {'loss': ratio(loss, 1.0), **metrics, **main_metrics}
 
 
 def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
-                        special: SpecialIds, deterministic: bool = False):
+                        special: SpecialIds, deterministic: bool = False,
+                        draws: Draws | None = None):
   """All-Tokens MLM (Table 5): Replace MLM predicting every token, with the copy mechanism
 
       p(x_t) = D_t [x_t == input_t] + (1 - D_t) softmax(h_t)[x_t],   D_t = sigmoid(-detection logit)
 
   where D_t, the probability of copying the input token, comes from the detection head."""
-  mask_rng, sample_rng, gen_rng, main_rng = jax.random.split(rng, 4)
-  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  draws = draws or draw(rng, batch, cfg, special, model.cfg.vocab_size)
+  gen_rng, main_rng = _network_rngs(rng)
   apply = _apply(model, params, deterministic)
-  gen_loss, metrics, main_ids, is_replaced = _generate(apply, (gen_rng, sample_rng), batch,
-                                                       masked, cfg)
+  gen_loss, metrics, main_ids, is_replaced = _generate(apply, gen_rng, batch, draws, cfg)
   ids = batch['input_ids']
   every = jnp.broadcast_to(jnp.arange(ids.shape[1], dtype=jnp.int32), ids.shape)
   logits, detect = apply(model_lib.Electra.discriminator_mlm_logits, main_rng, main_ids,
@@ -188,7 +229,7 @@ def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Ob
   log_p = jnp.where(copy, jnp.logaddexp(log_copy, log_generate + log_p_target),
                     log_generate + log_p_target)
   tokens = batch['input_mask'].astype(jnp.float32)
-  main_loss = -jnp.sum(log_p * tokens) / (jnp.sum(tokens) + 1e-6)
+  main_loss = -jnp.sum(log_p * tokens) / (draws.counts['tokens'] + 1e-6)
   replaced = is_replaced.astype(jnp.float32) * tokens
   loss = cfg.gen_weight * gen_loss + main_loss
   return loss, {'loss': ratio(loss, 1.0), **metrics,
@@ -198,7 +239,7 @@ def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Ob
 
 
 def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
-                  special: SpecialIds, deterministic: bool = False):
+                  special: SpecialIds, deterministic: bool = False, draws: Draws | None = None):
   """ELECTRIC (Clark et al. 2020, "Pre-Training Transformers as Energy-Based Cloze Models").
 
   The generator is a two-tower cloze model q(x_t | x_not_t) run on the unmasked input and trained
@@ -209,21 +250,20 @@ def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objectiv
 
   Metrics: `mlm_loss` / `mlm_accuracy` are the cloze model's, over every candidate position.
   """
-  mask_rng, sample_rng, gen_rng, disc_rng = jax.random.split(rng, 4)
-  masked = _mask(mask_rng, batch, cfg, special, model.cfg.vocab_size)
+  draws = draws or draw(rng, batch, cfg, special, model.cfg.vocab_size)
+  gen_rng, disc_rng = _network_rngs(rng)
+  masked = draws.masked
   apply = _apply(model, params, deterministic)
   ids, segments, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
   length = ids.shape[1]
   every = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), ids.shape)
   logits = apply(model_lib.Electra.generator_logits, gen_rng, ids, segments, input_mask, every)
-  candidates = input_mask > 0
-  for i in (special.pad, special.cls, special.sep):
-    candidates &= ids != i
-  cloze_loss, metrics = _mlm_terms(logits, ids, candidates.astype(jnp.float32))
+  cloze_loss, metrics = _mlm_terms(logits, ids, candidates(batch, special).astype(jnp.float32),
+                                   draws.counts['candidates'])
 
   chosen = jnp.take_along_axis(logits, masked.positions[..., None], axis=1)
-  sampled = masking.sample(sample_rng, chosen, temperature=cfg.temperature,
-                           disallow=masked.target_ids if cfg.disallow_correct else None)
+  sampled = masking.sample_with(draws.sample_uniform, chosen, temperature=cfg.temperature,
+                                disallow=masked.target_ids if cfg.disallow_correct else None)
   metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
                                           masked.weights)
   disc_ids, _ = masking.replace_tokens(ids, masked.positions, masked.weights, sampled)
@@ -233,7 +273,8 @@ def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objectiv
   log_q = jnp.take_along_axis(jax.nn.log_softmax(jax.lax.stop_gradient(logits)),
                               disc_ids[..., None], -1)[..., 0]
   corrected = scores + log_q + jnp.log(cfg.mask_prob / (1 - cfg.mask_prob))
-  disc_loss, disc_metrics = _detection(corrected, is_fake, input_mask.astype(jnp.float32))
+  disc_loss, disc_metrics = _detection(corrected, is_fake, input_mask.astype(jnp.float32),
+                                       draws.counts['tokens'])
   loss = cfg.gen_weight * cloze_loss + cfg.disc_weight * disc_loss
   return loss, {'loss': ratio(loss, 1.0), **metrics, **disc_metrics}
 

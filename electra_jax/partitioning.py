@@ -24,8 +24,14 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def check_batch_size(batch_size: int, mesh: Mesh, what: str = 'data.batch_size'):
+def check_batch_size(batch_size: int, mesh: Mesh, what: str = 'data.batch_size',
+                     microbatches: int = 1):
   n = mesh.devices.size
+  if microbatches > 1 and batch_size % (n * microbatches):
+    k = n * microbatches
+    raise ValueError(f'{what}={batch_size} does not split into microbatches={microbatches} equal '
+                     f'parts on {n} devices; use a multiple of {k} (e.g. '
+                     f'{max(k, batch_size // k * k)}) or fewer microbatches')
   if batch_size % n:
     raise ValueError(f'{what}={batch_size} does not divide among {n} devices; use a multiple of '
                      f'{n} (e.g. {max(n, batch_size // n * n)})')

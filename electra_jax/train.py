@@ -66,6 +66,8 @@ class Setup:
   loss_fn: Callable  # (params, batch, rng, deterministic) -> (loss, metric sums)
   seed: int
   init_params: Callable  # key -> parameters
+  draw: Callable | None = None  # (rng, global batch) -> objectives.Draws: masking, normalizers
+  microbatches: int = 1  # gradient accumulation: sequential parts of the global batch per step
 
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup:
@@ -75,12 +77,16 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup
   tx, schedule = optim.make_optimizer(config.optimizer)
   objective = objectives.get_objective(config.objective.name)
 
-  def loss_fn(params, batch, rng, deterministic=False):
+  def loss_fn(params, batch, rng, deterministic=False, draws=None):
     return objective(params, batch, rng, model=model, cfg=objective_cfg, special=special,
-                     deterministic=deterministic)
+                     deterministic=deterministic, draws=draws)
+
+  def draw(rng, batch):
+    return objectives.draw(rng, batch, objective_cfg, special, model_cfg.vocab_size)
 
   return Setup(model_cfg, objective_cfg, special, model, tx, schedule, loss_fn, config.seed,
-               functools.partial(model_lib.init_params, model_cfg))
+               functools.partial(model_lib.init_params, model_cfg), draw,
+               config.get('microbatches', 1))
 
 
 def _keys(seed: int):
@@ -97,8 +103,7 @@ def init_state(setup: Setup) -> TrainState:
 def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
   """One optimizer step on one global batch: the same function for every objective and mesh."""
   rng = jax.random.fold_in(_keys(setup.seed)[1], state.step)
-  grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
-  (loss, metrics), grads = grad_fn(state.params, batch, rng)
+  (loss, metrics), grads = _gradients(setup, state.params, batch, rng)
   grad_norm = optax.global_norm(grads)
   # NaN/Inf guard, without a host sync: a non-finite step leaves parameters, optimizer state and
   # metric sums as they were, and is counted; the loop reads the count at log time. A conditional
@@ -118,6 +123,39 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   metrics['nonfinite_steps'] = objectives.ratio(bad, 1.0)  # summed: a count per log interval
   first = jnp.where((state.first_nonfinite < 0) & (bad > 0), state.step + 1, state.first_nonfinite)
   return TrainState(state.step + 1, params, opt_state, state.nonfinite_steps + bad, first), metrics
+
+
+def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
+  """((loss, metric sums), gradients) of the global batch.
+
+  With `setup.microbatches` = M > 1 the batch runs in M sequential parts (`lax.scan`) whose
+  gradients and metric sums add up: activations of only B / M rows are alive at a time. Masking,
+  the sampling numbers and every loss denominator are drawn once for the whole batch, so the sum is
+  the whole batch's loss and gradient (up to float32 summation order); dropout masks are drawn per
+  part. Part k takes rows k, k + M, k + 2M, ...: every device holds an equal share of each part.
+  """
+  grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
+  m = setup.microbatches
+  if m == 1:
+    return grad_fn(params, batch, rng)
+  draws = setup.draw(rng, batch)
+
+  def split(x):  # [B, ..] -> [M, B / M, ..]
+    return x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
+
+  def part(k, rows, masked, uniform):
+    part_draws = objectives.Draws(masked, uniform, draws.counts)
+    return grad_fn(params, rows, jax.random.fold_in(rng, k), draws=part_draws)
+
+  def body(total, xs):
+    return jax.tree.map(jnp.add, total, part(*xs)), None
+
+  xs = (jnp.arange(m), *jax.tree.map(split, (batch, draws.masked, draws.sample_uniform)))
+  zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                       jax.eval_shape(part, *jax.tree.map(lambda x: x[0], xs)))
+  ((loss, metrics), grads), _ = jax.lax.scan(body, zeros, xs)
+  metrics['loss'] = objectives.ratio(loss, 1.0)  # a sum of parts, not a mean of M ratios
+  return (loss, metrics), grads
 
 
 def eval_step(setup: Setup, params, batch: dict, index: jax.Array) -> dict:
@@ -150,7 +188,10 @@ def compile_steps(setup: Setup, mesh):
 def check_config(config: ml_collections.ConfigDict, mesh):
   try:
     model_lib.ModelConfig.from_config(config.model)
-    partitioning.check_batch_size(config.data.batch_size, mesh)
+    if config.microbatches < 1:
+      raise ValueError(f'microbatches is {config.microbatches}; use 1 (no accumulation) or more')
+    partitioning.check_batch_size(config.data.batch_size, mesh, 'data.batch_size',
+                                  config.microbatches)
     partitioning.check_batch_size(config.data.eval_batch_size, mesh, 'data.eval_batch_size')
     optim.make_optimizer(config.optimizer)
     objectives.get_objective(config.objective.name)
@@ -454,7 +495,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
 
   writer = metrics_lib.JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
   board = metrics_lib.TensorBoardWriter(os.path.join(workdir, 'tensorboard'))
-  peak = flops_lib.peak_flops(jax.devices()[0])  # datasheet peak of TPUs/GPUs; None on CPUs
+  peak, peak_source = flops_lib.mesh_peak(mesh.devices.flat, config.model.dtype)
+  log(f'MFU against {peak / 1e12:.3g} TFLOP/s ({peak_source})')
   baseline = meta['unigram_xent']
   progress = metrics_lib.Progress(start, total_steps, tokens_per_step)
   plot_path = os.path.join(workdir, 'curves.png')
@@ -476,10 +518,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
           'in this run so far)')
     speed = progress.update(step)
     values['model_tflops_per_s'] = speed['steps_per_s'] * step_flops / 1e12
-    log(f'{metrics_lib.Progress.format(step, total_steps, speed)} | '
-        f'{metrics_lib.format_line(values)}')
-    if peak:
-      values['mfu'] = values['model_tflops_per_s'] * 1e12 / (peak * mesh.devices.size)
+    values['mfu'] = values['model_tflops_per_s'] * 1e12 / peak
+    log(f'{metrics_lib.Progress.format(step, total_steps, speed)} | MFU {100 * values["mfu"]:.1f}% '
+        f'| {metrics_lib.format_line(values)}')
     writer.write({'split': 'train', 'step': step, **values, **speed})
     board.write(step, {**values, **speed}, 'train')
 

@@ -51,15 +51,7 @@ def _time_step(config) -> dict:
   from electra_jax import benchmark, flops  # pylint: disable=import-outside-toplevel
   result = benchmark.benchmark(config, steps=_STEPS.value, repeats=_REPEATS.value,
                                peer=_PEER.value)
-  device = jax.devices()[0]
-  peak = flops.peak_flops(device)
-  if peak is None and device.platform == 'cpu':
-    dtype = config.model.dtype
-    peak = benchmark.measure_matmul_peak(dtype)
-    result['peak_source'] = f'measured {dtype} 2048^3 matmul'
-  elif peak is not None:
-    peak *= result['devices']
-    result['peak_source'] = 'bf16 datasheet peak x devices'
+  peak, result['peak_source'] = flops.mesh_peak(jax.devices(), config.model.dtype)
   result['peak_flops_per_s'] = peak
   result['mfu'] = result['model_flops_per_s'] / peak if peak else None
   r = result
@@ -69,11 +61,20 @@ def _time_step(config) -> dict:
         f'{len(r["ms_per_step_runs"])} runs: {", ".join(f"{x:.1f}" for x in r["ms_per_step_runs"])})')
   print(f'FLOPs/step: model {r["model_flops_per_step"] / 1e9:.2f} G (matmuls, bwd = 2 x fwd) | '
         f'paper accounting {r["paper_flops_per_step"] / 1e9:.2f} G | XLA cost analysis '
-        f'{r["xla_flops_per_step"] / 1e9:.2f} G')
+        f'{r["xla_flops_per_step"] / 1e9:.2f} G' +
+        (' (counts the microbatch loop body once)' if r['microbatches'] > 1 else ''))
   print(f'achieved {r["model_flops_per_s"] / 1e9:.1f} GFLOP/s (model) | '
         f'{r["xla_flops_per_s"] / 1e9:.1f} GFLOP/s (XLA)' +
         (f' | peak {peak / 1e9:.0f} GFLOP/s ({r["peak_source"]}) | MFU {100 * r["mfu"]:.1f}%'
          if peak else ''))
+  mem = r['memory']
+  if mem:
+    print(f'memory per device (XLA buffer assignment): {mem["peak_estimate_mb"]:,.0f} MB = state '
+          f'and batch {mem["arguments_mb"]:,.0f} + temporaries {mem["temporaries_mb"]:,.0f} + '
+          f'outputs {mem["outputs_mb"]:,.0f}' +
+          (f' | device high-water mark {mem["device_peak_mb"]:,.0f} MB'
+           if 'device_peak_mb' in mem else '') +
+          (f' | {r["microbatches"]} microbatches' if r['microbatches'] > 1 else ''))
   if 'peer' in r:
     p = r['peer']
     print(f'peer (HF transformers {p["versions"]["transformers"]}, torch {p["versions"]["torch"]}): '

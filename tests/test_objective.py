@@ -167,9 +167,8 @@ def test_each_objective_starts_at_its_chance_loss():
 def test_electra_15_counts_the_masked_positions_only():
   c, model, params, batch, loss_fn = _objective('electra_15')
   _, m = jax.jit(loss_fn)(params)
-  mask_rng = jax.random.split(jax.random.key(1), 4)[0]  # the objective's own masking key
-  masked = objectives._mask(mask_rng, batch, objectives.ObjectiveConfig.from_config(c.objective),
-                            SPECIAL, 96)  # pylint: disable=protected-access
+  masked = objectives.draw(jax.random.key(1), batch,  # the objective's own draws
+                           objectives.ObjectiveConfig.from_config(c.objective), SPECIAL, 96).masked
   selected = float(masking.selected(masked, 32).sum())
   assert float(m['disc_loss'][1]) == selected < 0.25 * float(batch['input_mask'].sum())
   assert float(np.asarray(m['auc_histogram']).sum()) == selected
@@ -329,9 +328,8 @@ def test_electric_noise_correction_and_labels():
   c, model, params, batch, loss_fn = _objective('electric')
   _, m = jax.jit(loss_fn)(params)
   r = _ratios(m)
-  mask_rng = jax.random.split(jax.random.key(1), 4)[0]
-  masked = objectives._mask(mask_rng, batch, objectives.ObjectiveConfig.from_config(c.objective),
-                            SPECIAL, 96)  # pylint: disable=protected-access
+  masked = objectives.draw(jax.random.key(1), batch,
+                           objectives.ObjectiveConfig.from_config(c.objective), SPECIAL, 96).masked
   # every sampled position is labelled fake, also where the sample equals the original
   assert float(m['replaced_fraction'][0]) == float(masking.selected(masked, 32).sum())
   # at initialization s ~ 0 and q ~ 1/V: the corrected logit is about -ln V + ln(p / (1 - p))

@@ -19,6 +19,7 @@ from conftest import ROOT, WORDS, test_config, write_corpus
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import metrics as metrics_lib
+from electra_jax import objectives as objectives_lib
 from electra_jax import partitioning
 from electra_jax import records as records_lib
 from electra_jax import tokenizer as tokenizer_lib
@@ -50,6 +51,29 @@ def test_step_on_eight_devices_equals_step_on_one():
   for a, b in zip(m8, m1):
     for k in a:
       np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-4, err_msg=k)
+
+
+@pytest.mark.parametrize('objective', ['electra', 'electra_15', 'mlm', 'all_tokens_mlm', 'electric'])
+def test_microbatched_steps_equal_whole_batch_steps(objective):
+  """Gradient accumulation: 4 parts of 8 rows on 8 devices give the whole batch's steps (dropout
+  off: it is the one random choice drawn per part)."""
+  config = test_config(**{'objective.name': objective, 'model.dropout_rate': 0.0,
+                          'model.attention_dropout_rate': 0.0, 'data.batch_size': 32})
+  objectives_lib.fit_model_config(config, _quiet)
+  batches = [synthetic_batch(32, 32, config.model.vocab_size, seed=s) for s in range(2)]
+  whole, m_whole = _run_steps(config, jax.devices(), batches)
+  config.microbatches = 4
+  parts, m_parts = _run_steps(config, jax.devices(), batches)
+  for a, b in zip(jax.tree.leaves(parts), jax.tree.leaves(whole)):
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
+  for a, b in zip(m_parts, m_whole):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-4, err_msg=k)
+  # with dropout the parts draw their own masks: same loss up to noise, different parameters
+  config.model.dropout_rate = 0.1
+  noisy, _ = _run_steps(config, jax.devices(), batches[:1])
+  assert not np.allclose(jax.tree.leaves(noisy.params)[0], jax.tree.leaves(whole.params)[0])
 
 
 def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
@@ -131,7 +155,8 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
         board[(v.tag, event.step)] = float(tf.make_ndarray(v.tensor))
   jsonl = [json.loads(l) for l in open(os.path.join(w1, 'metrics.jsonl'))]
   for record in jsonl:  # every logged value is in TensorBoard too, at its step
-    for key in ('loss', 'mlm_loss', 'disc_auc', 'learning_rate', 'grad_norm', 'tokens_per_s'):
+    for key in ('loss', 'mlm_loss', 'disc_auc', 'learning_rate', 'grad_norm', 'tokens_per_s',
+                'mfu'):
       if key in record:
         assert board[(f'{record["split"]}/{key}', record['step'])] == pytest.approx(record[key])
   assert ('eval/disc_auc', 4) in board and ('train/grad_norm', 2) in board
@@ -141,6 +166,10 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w1,
                                log=lines.append)
   assert any('resumed from' in l and '/4 (input stream at example 64 ' in l for l in lines)
+  assert any(l.startswith('MFU against ') and 'measured float32 2048^3 matmul' in l for l in lines)
+  progress = [l for l in lines if l.startswith('step ')]
+  assert progress and all(' | MFU ' in l for l in progress)
+  assert 0 < jsonl[0]['mfu'] < 1
   train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w2, log=_quiet)
   restored = []
   for w in (w1, w2):
@@ -180,6 +209,9 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
 
 @pytest.mark.parametrize('overrides, message', [
     ({'data.batch_size': 12}, 'does not divide among 8 devices'),
+    ({'microbatches': 4}, 'does not split into microbatches=4 equal parts on 8 devices; use a '
+     'multiple of 32'),
+    ({'microbatches': 0}, 'microbatches is 0; use 1'),
     ({'model.vocab_size': 100, 'data.records': 'RECORDS'}, 'set --config.model.vocab_size=96'),
     ({'data.max_seq_length': 64, 'model.max_position_embeddings': 64, 'data.records': 'RECORDS'},
      'hold 32-token examples'),
