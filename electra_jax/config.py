@@ -44,6 +44,8 @@ def default_config() -> ml_collections.ConfigDict:
   m.attention = 'auto'  # 'fused': jax.nn.dot_product_attention (cuDNN flash attention on GPU),
   #   used where no attention dropout is active; 'explicit': einsum + softmax; 'auto': fused on
   #   GPU/TPU with 16-bit activations, explicit on CPU (where XLA's fused form is slower)
+  m.remat = False  # rematerialization: recompute each layer's activations in the backward pass
+  #   (about 1/3 more compute, activation memory of one layer instead of all; see microbatches)
   m.generator = 'separate'  # 'separate' | 'tied' (generator == discriminator) | 'uniform' (no net)
   #   | 'two_tower' (ELECTRIC's cloze model: a left-to-right and a right-to-left tower)
   m.generator_hidden_fraction = 0.25  # generator width as a fraction of hidden (also FFN, heads)

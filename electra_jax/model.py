@@ -60,6 +60,7 @@ class ModelConfig:
   discriminator_mlm: bool = False  # an MLM head on the discriminator (Replace / All-Tokens MLM)
   gdes: bool = False  # gradient-disentangled embedding sharing (DeBERTa-v3)
   attention: str = 'auto'  # 'explicit' softmax, 'fused' dot_product_attention, or 'auto'
+  remat: bool = False  # recompute each layer's activations in the backward pass
 
   @classmethod
   def from_config(cls, model_cfg) -> 'ModelConfig':
@@ -302,9 +303,12 @@ class Encoder(nn.Module):
     if self.direction:
       q, k = jnp.arange(x.shape[1])[:, None], jnp.arange(x.shape[1])[None, :]
       allowed = allowed & ((k <= q) if self.direction == 'ltr' else (k >= q))
+    # remat: keep only each layer's input for the backward pass and recompute the rest (about a
+    # third more compute for the activation memory of one layer instead of all)
+    layer = nn.remat(TransformerLayer, static_argnums=(3,)) if cfg.remat else TransformerLayer
     for i in range(self.num_layers):
-      x = TransformerLayer(cfg, self.hidden_size, self.num_heads, self.intermediate_size,
-                           name=f'layer_{i}')(x, allowed, deterministic)
+      x = layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size,
+                name=f'layer_{i}')(x, allowed, deterministic)
     return x
 
 

@@ -284,6 +284,7 @@ def make_workdir(workdir: str):
 
 
 _RUN_IDENTITY = ('seed', 'model', 'objective', 'data')
+_HOW_NOT_WHAT = ('model.remat', 'model.attention')  # the same computation: may change on resume
 
 
 def check_same_run(config, workdir: str):
@@ -303,7 +304,7 @@ def check_same_run(config, workdir: str):
       before = {f'{section}.{k}': v for k, v in before.items()}
       after = {f'{section}.{k}': v for k, v in after.items()}
     defaults = json.loads(config_lib.default_config().to_json())
-    for key in sorted(set(before) | set(after)):
+    for key in sorted(set(before) | set(after) - set(_HOW_NOT_WHAT)):
       section_default = defaults.get(section)
       default = (section_default.get(key.split('.', 1)[-1]) if isinstance(section_default, dict)
                  else section_default)
