@@ -97,6 +97,42 @@ def _step_memory(compiled) -> dict:
   return out
 
 
+def _compiled(config):
+  """(mesh of all devices, setup, init, train step) of `config`, checked."""
+  mesh = partitioning.make_mesh()
+  train_lib.check_config(config, mesh)
+  setup = train_lib.build_setup(config, SPECIAL)
+  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+  return mesh, setup, init_fn, train_fn
+
+
+def step_memory(config) -> dict:
+  """The step's memory per device without running it (nothing is allocated: the step is compiled
+  for abstract arrays): the train state's share (parameters and Adam moments, whole or split by
+  FSDP) and XLA's buffer assignment. Large on 8 devices can be sized on a laptop."""
+  mesh, setup, init_fn, train_fn = _compiled(config)
+  d = config.data
+  state = jax.eval_shape(init_fn)
+  batch = {k: jax.ShapeDtypeStruct((d.batch_size, d.max_seq_length), np.int32,
+                                   sharding=partitioning.batch_sharding(mesh))
+           for k in ('input_ids', 'input_mask', 'segment_ids')}
+  t = time.perf_counter()
+  compiled = train_fn.lower(state, batch).compile()
+  compile_s = time.perf_counter() - t
+
+  def share(leaf):  # bytes of one device's piece
+    shape = leaf.sharding.shard_shape(leaf.shape)
+    return int(np.prod(shape)) * leaf.dtype.itemsize
+
+  leaves = jax.tree.leaves(state)
+  return {'devices': mesh.devices.size, 'fsdp': setup.fsdp, 'batch_size': d.batch_size,
+          'seq_len': d.max_seq_length, 'compile_s': compile_s,
+          'parameters': sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params)),
+          'state_mb': sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in leaves) / 1e6,
+          'state_per_device_mb': sum(share(x) for x in leaves) / 1e6,
+          'memory': _step_memory(compiled)}
+
+
 def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
               peer: str = '') -> dict:
   """Compiles the step, then times `repeats` runs of `steps` steps; reports medians.
@@ -104,11 +140,8 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   With `peer='hf'` the same step written with HF transformers in PyTorch runs in a child process,
   its runs alternating with ours (ours, peer, ours, ...), so both see the same machine load.
   """
-  mesh = partitioning.make_mesh()
-  train_lib.check_config(config, mesh)
+  mesh, setup, init_fn, train_fn = _compiled(config)
   d = config.data
-  setup = train_lib.build_setup(config, SPECIAL)
-  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
   sharding = partitioning.batch_sharding(mesh)
   host_batch = synthetic_batch(d.batch_size, d.max_seq_length, config.model.vocab_size)
   batch = {k: jax.device_put(v, sharding) for k, v in host_batch.items()}
@@ -182,12 +215,12 @@ def benchmark_input(records_dir: str, batch_size: int, *, batches: int = 50, rep
   from electra_jax import records  # pylint: disable=import-outside-toplevel
   meta = records.read_metadata(records_dir)
   sharding = partitioning.batch_sharding(partitioning.make_mesh())
-  local = input_pipeline.local_batch_size(batch_size)
+  readers = input_pipeline.num_readers(meta, batch_size)  # as training reads them
   runs = []
   for r in range(repeats):
     dataset = input_pipeline.make_dataset(records_dir, 'train', batch_size, seed=seed,
-                                          shuffle_buffer=shuffle_buffer,
-                                          position=r * (batches + 1) * local)
+                                          shuffle_buffer=shuffle_buffer, readers=readers,
+                                          position=r * (batches + 1) * batch_size // readers)
     it = input_pipeline.global_batches(dataset, sharding)
     jax.block_until_ready(next(it))
     t = time.perf_counter()

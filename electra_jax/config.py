@@ -21,6 +21,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.keep_best = ''  # a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it
   c.microbatches = 1  # gradient accumulation: each step runs its global batch in this many
   #   sequential parts (the same loss and gradient, activations of batch / microbatches rows)
+  c.fsdp = False  # True: parameters and optimizer state split over the devices (FSDP / ZeRO-3),
+  #   a 1/N share each, gathered per layer in the step; False: replicated (data parallel)
   c.nonfinite = 'stop'  # a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps
   c.init_from = ''  # start from other weights: an HF folder, launch/export.py's, an original ckpt
   c.init_generator = ''  # with an HF discriminator folder: its generator's folder ('' : fresh)
@@ -94,9 +96,12 @@ def default_config() -> ml_collections.ConfigDict:
   d.batch_size = 128  # global batch (all devices, all processes)
   d.eval_batch_size = d.get_ref('batch_size') + 0  # global batch of held-out evaluation
   d.eval_fraction = 0.02  # share of documents held out for evaluation when building records
-  d.shuffle_buffer = 10_000  # examples in the shuffle buffer
-  d.num_shards = 4  # train shard files when records are built from `corpus` (>= processes)
-  d.num_eval_shards = 1  # held-out shard files when records are built (>= processes)
+  d.shuffle_buffer = 10_000  # examples in the shuffle buffers (all readers together)
+  d.readers = 0  # input readers of the train split, each reading its own shard files and giving
+  #   batch / readers rows of every batch; 0: the most shard files that divide the batch. The
+  #   batches depend on it, never on the number of processes (which must divide it)
+  d.num_shards = 4  # train shard files when records are built from `corpus` (>= readers)
+  d.num_eval_shards = 1  # held-out shard files when records are built
   o.max_predictions = ((o.get_ref('mask_prob') + 0.005) * d.get_ref('max_seq_length')).to_int()
   # ^ N: prediction slots per sequence, int((mask_prob + 0.005) * max_seq_length) as the original
   return c

@@ -1,18 +1,25 @@
 """tf.data over a records folder -> global `jax.Array` batches (TensorFlow is imported lazily).
 
-Each JAX process reads its own shard files (`files[process_index::process_count]`), so processes
-never read the same example. Its example stream is a pure function of (seed, process, position):
+The training stream is read by R *readers* (data.readers; 0 picks the most train shard files that
+divide the batch). Reader r reads the shard files `files[r::R]` and gives rows
+[r B/R, (r+1) B/R) of every global batch of B rows; process p of P runs readers p R/P .. (p+1) R/P - 1.
+The global batch depends on (records, seed, B, R) only, never on the number of processes or
+devices: a run on one host and on sixteen sees the same batches, and no two processes read the same
+file. Each reader's example stream is a pure function of (seed, reader, position):
 
-    epoch e: the process's files in an order drawn from (seed, process, e), cut into groups of
+    epoch e: the reader's files in an order drawn from (seed, reader, e), cut into groups of
              `cycle` files; each group's files are interleaved one example at a time and then
-             shuffled in a buffer seeded by (seed, process, e, group).
+             shuffled in a buffer (shuffle_buffer / R examples) seeded by (seed, reader, e, group).
 
-Batches of `global_batch / process_count` examples are parsed in parallel, prefetched, and become
-one global array sharded over the mesh's data axis (`jax.make_array_from_process_local_data`).
+A process's readers' batches are concatenated, parsed in parallel, prefetched, and become one global
+array sharded over the mesh's data axis (`jax.make_array_from_process_local_data`).
 
-Resuming at example position p (step x local batch, saved with each checkpoint) needs no replay:
-the example counts of the files (from metadata.json) locate p's group, that group starts afresh
-and skips only the examples it had already given, unparsed, at most one group's worth.
+Resuming at example position p of every reader (step x B/R, saved with each checkpoint with R)
+needs no replay: the example counts of the files (from metadata.json) locate p's group, that group
+starts afresh and skips only the examples it had already given, unparsed, at most one group's worth.
+
+The held-out split is read once, in file order, by every process, each keeping its rows of every
+global batch: it is small, and its batches are then the same for any number of processes too.
 """
 
 import os
@@ -32,48 +39,64 @@ def local_batch_size(global_batch: int, process_count: int | None = None) -> int
   return global_batch // n
 
 
-def process_files(meta: dict, split: str, index: int, count: int) -> tuple[list, list]:
-  """The shard files (and their example counts) that process `index` of `count` reads."""
+def num_readers(meta: dict, global_batch: int, requested: int = 0) -> int:
+  """R, the readers of the train split: `requested`, or (0) the most shard files dividing the batch."""
+  files = len(meta['splits']['train']['files'])
+  if requested:
+    if requested < 0 or global_batch % requested:
+      raise ValueError(f'data.readers={requested} does not divide the batch of {global_batch}; '
+                       'use a divisor of data.batch_size, or 0 to choose one')
+    if requested > files:
+      raise ValueError(f'data.readers={requested} but the records hold {files} train shard '
+                       f'file(s); use at most {files} readers, or rebuild the records with '
+                       f'data.num_shards={requested}')
+    return requested
+  return max(r for r in range(1, files + 1) if global_batch % r == 0)
+
+
+def process_readers(readers: int, index: int, count: int) -> range:
+  """The readers process `index` of `count` runs."""
+  if readers % count:
+    raise ValueError(f'{readers} input reader(s) do not divide among {count} processes; set '
+                     f'--config.data.readers to a multiple of {count} that divides the batch '
+                     f'(the records need at least that many train shards: data.num_shards)')
+  share = readers // count
+  return range(index * share, (index + 1) * share)
+
+
+def reader_files(meta: dict, split: str, reader: int, readers: int) -> tuple[list, list]:
+  """The shard files (and their example counts) that reader `reader` of `readers` reads."""
   s = meta['splits'][split]
-  if len(s['files']) < count:
-    raise ValueError(f'the {split} split has {len(s["files"])} shard file(s) but {count} processes '
-                     f'read it, so some would get none; rebuild the records with at least {count} '
-                     f'{split} shards')
-  files, counts = s['files'][index::count], s['examples_per_file'][index::count]
+  files, counts = s['files'][reader::readers], s['examples_per_file'][reader::readers]
   if not sum(counts):
-    raise ValueError(f'the {split} shards of process {index} hold no example; rebuild the records '
-                     'with fewer shards')
+    raise ValueError(f'the {split} shards of input reader {reader} of {readers} hold no example; '
+                     'rebuild the records with fewer shards, or set fewer data.readers')
   return files, counts
 
 
-def held_out_batches(meta: dict, global_batch: int, wanted: int, count: int | None = None) -> int:
-  """Batches of a held-out evaluation: `wanted`, or fewer where the split is smaller.
-
-  The same number in every process (each must run the same steps), and no example read twice.
-  """
-  count = jax.process_count() if count is None else count
-  local = local_batch_size(global_batch, count)
-  smallest = min(sum(process_files(meta, 'eval', p, count)[1]) for p in range(count))
-  if smallest < local:
-    raise ValueError(f'the held-out split gives a process {smallest} example(s), fewer than one '
-                     f'batch of {local}; lower data.eval_batch_size or hold out more documents')
-  return min(wanted, smallest // local)
+def held_out_batches(meta: dict, global_batch: int, wanted: int) -> int:
+  """Batches of a held-out evaluation: `wanted`, or fewer where the split is smaller."""
+  total = sum(meta['splits']['eval']['examples_per_file'])
+  if total < global_batch:
+    raise ValueError(f'the held-out split holds {total} example(s), fewer than one batch of '
+                     f'{global_batch}; lower data.eval_batch_size or hold out more documents')
+  return min(wanted, total // global_batch)
 
 
 class Stream:
-  """The plan of one process's endless, shuffled example stream: which groups, in which order."""
+  """The plan of one reader's endless, shuffled example stream: which groups, in which order."""
 
-  def __init__(self, files: list[str], counts: list[int], seed: int, process: int, cycle: int):
+  def __init__(self, files: list[str], counts: list[int], seed: int, reader: int, cycle: int):
     self.files, self.counts = files, np.asarray(counts, np.int64)
-    self.seed, self.process, self.cycle = seed, process, max(1, min(cycle, len(files)))
+    self.seed, self.reader, self.cycle = seed, reader, max(1, min(cycle, len(files)))
     self.epoch_size = int(self.counts.sum())
 
   def groups(self, epoch: int) -> list[np.ndarray]:
-    order = np.random.default_rng([self.seed, self.process, epoch]).permutation(len(self.files))
+    order = np.random.default_rng([self.seed, self.reader, epoch]).permutation(len(self.files))
     return [order[i:i + self.cycle] for i in range(0, len(order), self.cycle)]
 
   def group_seed(self, epoch: int, group: int) -> int:
-    return int(np.random.default_rng([self.seed, self.process, epoch, group, 1]).integers(2**62))
+    return int(np.random.default_rng([self.seed, self.reader, epoch, group, 1]).integers(2**62))
 
   def locate(self, position: int) -> tuple[int, int, int]:
     """(epoch, group, examples to skip in that group) of the example at `position`."""
@@ -100,40 +123,36 @@ class Stream:
 
 def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int = 0,
                  shuffle: bool = True, shuffle_buffer: int = 10_000, position: int = 0,
-                 cycle: int = 8, process_index: int | None = None,
+                 cycle: int = 8, readers: int = 1, process_index: int | None = None,
                  process_count: int | None = None):
-  """A deterministic tf.data.Dataset of host-local batches of dicts of int32 arrays.
+  """A deterministic tf.data.Dataset of this process's rows of each global batch: dicts of int32.
 
-  With `shuffle` (training) the stream is endless and `position` is the number of examples of this
-  process's stream already consumed (the resume point). Without it (held-out evaluation) the files
-  are read once, in order.
+  With `shuffle` (training) the stream is endless, read by `readers` readers, and `position` is the
+  number of examples each reader has already given (the resume point). Without it (held-out
+  evaluation) the files are read once, in order.
   """
   tf = records.tensorflow()
   meta = records.read_metadata(records_dir)
   records.verify(records_dir, meta)
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
-  files, counts = process_files(meta, split, index, count)
-  files = [os.path.join(records_dir, f) for f in files]
   local_batch = local_batch_size(global_batch, count)
   if shuffle:
-    stream = Stream(files, counts, seed, index, cycle)
-    width = stream.cycle
-    groups = tf.data.Dataset.from_generator(
-        lambda: stream.descriptions(position),
-        output_signature=(tf.TensorSpec([width], tf.string), tf.TensorSpec([], tf.int64),
-                          tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
-
-    def group_examples(names, n, group_seed, skip):
-      examples = tf.data.Dataset.from_tensor_slices(names[:n]).interleave(
-          tf.data.TFRecordDataset, cycle_length=width, block_length=1,
-          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-      return examples.shuffle(shuffle_buffer, seed=group_seed).skip(skip)
-
-    ds = groups.flat_map(group_examples)
-  else:
-    ds = tf.data.TFRecordDataset(files).skip(position)  # once, in file order
-  ds = ds.batch(local_batch, drop_remainder=True)
+    if global_batch % readers:
+      raise ValueError(f'{readers} input readers do not divide the batch of {global_batch}')
+    parts = []
+    for reader in process_readers(readers, index, count):
+      files, counts = reader_files(meta, split, reader, readers)
+      stream = Stream([os.path.join(records_dir, f) for f in files], counts, seed, reader, cycle)
+      parts.append(_reader_dataset(tf, stream, position, max(1, shuffle_buffer // readers))
+                   .batch(global_batch // readers, drop_remainder=True))
+    ds = (parts[0] if len(parts) == 1 else
+          tf.data.Dataset.zip(tuple(parts)).map(lambda *b: tf.concat(b, axis=0)))
+  else:  # once, in file order; every process keeps its rows of each global batch
+    files = [os.path.join(records_dir, f) for f in meta['splits'][split]['files']]
+    ds = tf.data.TFRecordDataset(files).skip(position).batch(global_batch, drop_remainder=True)
+    if count > 1:
+      ds = ds.map(lambda b: b[index * local_batch:(index + 1) * local_batch])
   length = meta['max_seq_length']
   spec = {k: tf.io.FixedLenFeature([length], tf.int64) for k in records.FEATURES}
 
@@ -144,6 +163,23 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
   options = tf.data.Options()
   options.deterministic = True
   return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _reader_dataset(tf, stream: Stream, position: int, shuffle_buffer: int):
+  """One reader's endless example stream from `position` on."""
+  width = stream.cycle
+  groups = tf.data.Dataset.from_generator(
+      lambda: stream.descriptions(position),
+      output_signature=(tf.TensorSpec([width], tf.string), tf.TensorSpec([], tf.int64),
+                        tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.int64)))
+
+  def group_examples(names, n, group_seed, skip):
+    examples = tf.data.Dataset.from_tensor_slices(names[:n]).interleave(
+        tf.data.TFRecordDataset, cycle_length=width, block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return examples.shuffle(shuffle_buffer, seed=group_seed).skip(skip)
+
+  return groups.flat_map(group_examples)
 
 
 def global_batches(dataset, sharding) -> Iterator[dict]:

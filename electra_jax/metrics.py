@@ -96,6 +96,18 @@ class JsonlWriter:
       f.write(json.dumps(record) + '\n')
 
 
+class NullWriter:
+  """What the processes other than process 0 write: nothing."""
+
+  path = None
+
+  def write(self, *args, **kwargs):
+    del args, kwargs
+
+  def close(self):
+    pass
+
+
 class TensorBoardWriter:
   """Scalars as TensorBoard event files (`tensorboard --logdir <workdir>/tensorboard`)."""
 

@@ -1,14 +1,32 @@
-"""The device mesh and shardings: data parallelism over every device of every process.
+"""The device mesh and shardings: data parallelism over every device of every process, optionally
+with fully sharded parameters (FSDP).
 
 `jax.jit` over a `Mesh` with `NamedSharding` is JAX's successor of `pmap`: the batch is split along
-the 'data' axis, parameters and optimizer state are replicated, and XLA inserts the gradient
-all-reduce.
+the 'data' axis and XLA inserts the collectives. By default parameters and optimizer state are
+replicated (data parallelism: one gradient all-reduce per step). With `config.fsdp` each parameter
+and its Adam moments are split along one dimension over the same 'data' axis (ZeRO-3 / FSDP): a
+device holds 1/N of the state, XLA all-gathers a layer's weights where they are used and
+reduce-scatters the gradients. The same step, the same numbers; only the memory and the traffic
+differ.
 """
+
+import re
 
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 DATA = 'data'
+
+# FSDP rules: the first regex that matches a parameter's path ('discriminator/layer_0/attention/
+# query/kernel') gives the dimensions to try, in order; the first one the device count divides is
+# sharded. Small vectors stay replicated: splitting them saves nothing and costs a collective each.
+FSDP_RULES = (
+    (r'(LayerNorm|layer_norm|norm)[^/]*/(scale|bias)$', ()),
+    (r'bias$', ()),
+    (r'embedding$', (0, -1)),  # [rows, width]: the vocabulary (or position) rows first
+    (r'kernel$', (-1, 0)),  # [in, out] (or [in, heads, head]): the output features first
+    (r'.*', (0, -1)),
+)
 
 
 def make_mesh(devices=None) -> Mesh:
@@ -22,6 +40,46 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
+
+
+def _path(keys) -> str:
+  names = []
+  for key in keys:
+    for attr in ('key', 'name', 'idx'):
+      if hasattr(key, attr):
+        names.append(str(getattr(key, attr)))
+        break
+    else:
+      names.append(str(key))
+  return '/'.join(names)
+
+
+def leaf_spec(path: str, shape: tuple, devices: int, rules=FSDP_RULES) -> P:
+  """The PartitionSpec of one state leaf under FSDP: one dimension over 'data', or replicated."""
+  for pattern, dims in rules:
+    if re.search(pattern, path):
+      for dim in dims:
+        if len(shape) >= 1 and -len(shape) <= dim < len(shape) and shape[dim] % devices == 0:
+          spec = [None] * len(shape)
+          spec[dim] = DATA
+          return P(*spec)
+      return P()
+  return P()
+
+
+def state_shardings(state, mesh: Mesh, fsdp: bool):
+  """A sharding per leaf of `state` (arrays or ShapeDtypeStructs): replicated, or FSDP's split.
+
+  Optimizer moments have their parameter's path as a suffix and its shape, so they are split like
+  it; scalars (step, counts) are replicated.
+  """
+  n = mesh.devices.size
+  def sharding(keys, leaf):
+    shape = tuple(getattr(leaf, 'shape', ()))
+    if not fsdp or not shape or n == 1:
+      return replicated(mesh)
+    return NamedSharding(mesh, leaf_spec(_path(keys), shape, n))
+  return jax.tree_util.tree_map_with_path(sharding, state)
 
 
 def check_batch_size(batch_size: int, mesh: Mesh, what: str = 'data.batch_size',

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import threading
+import time
 from typing import Any, Callable
 
 import flax
@@ -26,6 +27,7 @@ from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import config as config_lib
 from electra_jax import corpus as corpus_lib
+from electra_jax import distributed
 from electra_jax import flops as flops_lib
 from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
@@ -68,6 +70,7 @@ class Setup:
   init_params: Callable  # key -> parameters
   draw: Callable | None = None  # (rng, global batch) -> objectives.Draws: masking, normalizers
   microbatches: int = 1  # gradient accumulation: sequential parts of the global batch per step
+  fsdp: bool = False  # parameters and optimizer state split over the devices (partitioning.py)
 
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup:
@@ -86,7 +89,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup
 
   return Setup(model_cfg, objective_cfg, special, model, tx, schedule, loss_fn, config.seed,
                functools.partial(model_lib.init_params, model_cfg), draw,
-               config.get('microbatches', 1))
+               config.get('microbatches', 1), config.get('fsdp', False))
 
 
 def _keys(seed: int):
@@ -170,13 +173,16 @@ def accumulate(total, new):
 
 
 def compile_steps(setup: Setup, mesh):
-  """(init, train_step, eval_step) jitted over the mesh: batch split on 'data', state replicated."""
+  """(init, train_step, eval_step) jitted over the mesh: batch split on 'data', state replicated
+  (or split by FSDP's rules with `setup.fsdp`)."""
   data = partitioning.batch_sharding(mesh)
   repl = partitioning.replicated(mesh)
-  init = jax.jit(functools.partial(init_state, setup), out_shardings=repl)
-  train = jax.jit(functools.partial(train_step, setup), in_shardings=(repl, data),
-                  out_shardings=(repl, repl), donate_argnums=(0,))
-  evaluate = jax.jit(functools.partial(eval_step, setup), in_shardings=(repl, data, repl),
+  state = partitioning.state_shardings(jax.eval_shape(functools.partial(init_state, setup)), mesh,
+                                       setup.fsdp)
+  init = jax.jit(functools.partial(init_state, setup), out_shardings=state)
+  train = jax.jit(functools.partial(train_step, setup), in_shardings=(state, data),
+                  out_shardings=(state, repl), donate_argnums=(0,))
+  evaluate = jax.jit(functools.partial(eval_step, setup), in_shardings=(state.params, data, repl),
                      out_shardings=repl)
   return init, train, evaluate
 
@@ -274,7 +280,7 @@ def make_workdir(workdir: str):
     raise UserError(f'--workdir {workdir} is a file; give a folder')
   try:
     os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, '.write_test')
+    probe = os.path.join(workdir, f'.write_test.{jax.process_index()}.{os.getpid()}')
     with open(probe, 'w') as f:
       f.write('ok')
     os.remove(probe)
@@ -357,7 +363,12 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
       if size != config.model.vocab_size:
         raise ValueError(f'the vocabulary {d.vocab} has {size} entries but model.vocab_size is '
                          f'{config.model.vocab_size}; set --config.model.vocab_size={size}')
-    if not d.records and not os.path.exists(os.path.join(records_dir, records_lib.METADATA)):
+    built = os.path.join(records_dir, records_lib.METADATA)
+    if not d.records and not os.path.exists(built) and not distributed.is_main():
+      log(f'waiting for process 0 to build the records in {records_dir}')
+      while not os.path.exists(built):
+        time.sleep(1)
+    if not d.records and not os.path.exists(built):
       settings = records_lib.Settings(
           source=d.corpus, text_field=d.text_field, max_seq_length=d.max_seq_length,
           seed=config.seed, eval_fraction=d.eval_fraction, num_shards=d.num_shards,
@@ -403,17 +414,18 @@ def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
 # The loop
 # ================================================================================================
 
-def start_from(setup: Setup, state: TrainState, source, mesh) -> TrainState:
+def start_from(setup: Setup, state: TrainState, source) -> TrainState:
   """`state` with the source's parameters (what it lacks stays as initialized) and a fresh
-  optimizer state for them."""
+  optimizer state for them, laid out as `state`'s."""
   fresh = jax.device_get(state.params)
   try:
     params = source.params(setup.model_cfg, fill=fresh)
   except ValueError as e:
     raise UserError(str(e)) from None
-  repl = partitioning.replicated(mesh)
-  params = jax.device_put(jax.tree.map(lambda p, f: np.asarray(p, f.dtype), params, fresh), repl)
-  opt_state = jax.jit(setup.tx.init, out_shardings=repl)(params)
+  layout = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+  params = jax.device_put(jax.tree.map(lambda p, f: np.asarray(p, f.dtype), params, fresh),
+                          layout(state.params))
+  opt_state = jax.jit(setup.tx.init, out_shardings=layout(state.opt_state))(params)
   return state.replace(params=params, opt_state=opt_state)
 
 
@@ -429,6 +441,9 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int) -> dict:
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
   """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the summary."""
   from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
+  main = distributed.is_main()  # the one process that logs and writes files
+  if not main:
+    log = lambda line: None  # pylint: disable=unnecessary-lambda-assignment
   mesh = partitioning.make_mesh()
   source = adopt_init_from(config, log)
   try:
@@ -444,14 +459,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     try:
       eval_batches = input_pipeline.held_out_batches(meta, config.data.eval_batch_size,
                                                      config.eval_batches)
+      readers = input_pipeline.num_readers(meta, config.data.batch_size, config.data.readers)
+      input_pipeline.process_readers(readers, jax.process_index(), jax.process_count())
     except ValueError as e:
       raise UserError(str(e)) from None
   except UserError:
-    if not existed and not os.listdir(workdir):
+    if main and not existed and not os.listdir(workdir):
       os.rmdir(workdir)
     raise
-  with open(os.path.join(workdir, 'config.json'), 'w') as f:
-    f.write(config.to_json(indent=2))
+  if main:  # whole or not at all: other processes may be reading it in check_same_run
+    with open(os.path.join(workdir, 'config.json.tmp'), 'w') as f:
+      f.write(config.to_json(indent=2))
+    os.replace(os.path.join(workdir, 'config.json.tmp'), os.path.join(workdir, 'config.json'))
 
   setup = build_setup(config, SpecialIds(**meta['special_ids']))
   init_fn, train_fn, eval_fn = compile_steps(setup, mesh)
@@ -462,26 +481,37 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
 
   state = init_fn()
   d = config.data
-  local_batch = input_pipeline.local_batch_size(d.batch_size)
   try:
     start, state, ckpt_meta = ckpt.restore_latest(state, log)
   except ValueError as e:
     raise UserError(str(e)) from None
   position = 0
   if start:
-    position = ckpt_meta.get('data_position', start * local_batch)
     if ckpt_meta.get('vocab_fingerprint', meta['vocab_fingerprint']) != meta['vocab_fingerprint']:
       raise UserError(f'the checkpoint {ckpt.directory}/{start} was trained on records of another '
                       f'vocabulary than {records_dir}; point data.records at the records of the '
                       'run, or use a new --workdir')
-    log(f'resumed from {ckpt.directory}/{start} (input stream at example {position:,} of this '
-        'process)')
+    saved = ckpt_meta.get('readers', 1)  # the batches continue as they were read
+    if d.readers and d.readers != saved:
+      raise UserError(f'the run in {workdir} reads its data with {saved} input reader(s), not '
+                      f'data.readers={d.readers}; leave data.readers at 0 (or {saved}) to resume')
+    try:
+      input_pipeline.process_readers(saved, jax.process_index(), jax.process_count())
+    except ValueError:
+      raise UserError(f'the run in {workdir} reads its data with {saved} input readers, which do '
+                      f'not divide among {jax.process_count()} processes; resume it on a number '
+                      f'of processes dividing {saved}') from None
+    readers = saved
+    position = ckpt_meta.get('data_position', start * d.batch_size // readers)
+    log(f'resumed from {ckpt.directory}/{start} (input stream at example {position:,} of each of '
+        f'{readers} reader(s))')
   elif source is not None:
-    state = start_from(setup, state, source, mesh)
+    state = start_from(setup, state, source)
     log(f'initial weights: {source.describe()}')
   total_steps = config.train_steps
   train_ds = input_pipeline.make_dataset(records_dir, 'train', d.batch_size, seed=config.seed,
-                                         shuffle_buffer=d.shuffle_buffer, position=position)
+                                         shuffle_buffer=d.shuffle_buffer, position=position,
+                                         readers=readers)
   eval_ds = input_pipeline.make_dataset(records_dir, 'eval', d.eval_batch_size, shuffle=False)
   batches = input_pipeline.global_batches(train_ds, data_sharding)
 
@@ -490,12 +520,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   step_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                            setup.objective_cfg.max_predictions,
                                            config.objective.name)
-  log(f'{n_params:,} parameters | {mesh.devices.size} x {jax.devices()[0].device_kind} | batch '
-      f'{d.batch_size} x {d.max_seq_length} | {step_flops / 1e9:.1f} GFLOP/step | '
+  hosts = (f'{jax.process_count()} processes, ' if jax.process_count() > 1 else '')
+  log(f'{n_params:,} parameters | {hosts}{mesh.devices.size} x {jax.devices()[0].device_kind}'
+      f'{" (FSDP)" if setup.fsdp else ""} | batch {d.batch_size} x {d.max_seq_length}, '
+      f'{readers} input reader(s) | {step_flops / 1e9:.1f} GFLOP/step | '
       f'steps {start} -> {total_steps}')
 
-  writer = metrics_lib.JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
-  board = metrics_lib.TensorBoardWriter(os.path.join(workdir, 'tensorboard'))
+  writer = (metrics_lib.JsonlWriter(os.path.join(workdir, 'metrics.jsonl')) if main else
+            metrics_lib.NullWriter())
+  board = (metrics_lib.TensorBoardWriter(os.path.join(workdir, 'tensorboard')) if main else
+           metrics_lib.NullWriter())
   peak, peak_source = flops_lib.mesh_peak(mesh.devices.flat, config.model.dtype)
   log(f'MFU against {peak / 1e12:.3g} TFLOP/s ({peak_source})')
   baseline = meta['unigram_xent']
@@ -531,13 +565,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
         f'{baseline:.4f}')
     writer.write({'split': 'eval', 'step': step, 'unigram_baseline': baseline, **values})
     board.write(step, {'unigram_baseline': baseline, **values}, 'eval')
-    metrics_lib.plot_curves(metrics_lib.read_jsonl(writer.path), plot_path)
+    if main:
+      metrics_lib.plot_curves(metrics_lib.read_jsonl(writer.path), plot_path)
     return values
 
   sums, pending, values = None, None, {}
   def save(step, eval_values=None):
     if ckpt.latest_step() != step:
-      ckpt.save(step, state, {'step': step, 'data_position': step * local_batch,
+      ckpt.save(step, state, {'step': step, 'readers': readers,
+                              'data_position': step * d.batch_size // readers,
                               'vocab_fingerprint': meta['vocab_fingerprint'],
                               'config': json.loads(config.to_json())}, metrics=eval_values)
 
@@ -589,8 +625,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   if config.keep_best:
     summary['best_checkpoint'] = os.path.join(ckpt.directory, str(best))
     log(f'best held-out {config.keep_best}: step {best} ({summary["best_checkpoint"]})')
-  with open(os.path.join(workdir, 'summary.json'), 'w') as f:
-    json.dump(summary, f, indent=2)
+  if main:
+    with open(os.path.join(workdir, 'summary.json'), 'w') as f:
+      json.dump(summary, f, indent=2)
   parts = []
   if 'disc_auc' in values:
     parts.append(f'discriminator AUC {values["disc_auc"]:.3f} (chance 0.5), accuracy '

@@ -4,6 +4,7 @@
     python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16 --peer=hf
     python launch/benchmark.py --config=configs/small.py --mode=both   # input vs step, same run
     python launch/benchmark.py --config=configs/small.py --mode=checkpoint  # save/restore times
+    python launch/benchmark.py --config=configs/large.py --mode=memory --config.fsdp=True
 
 --mode=input reads --records (default: records of the config's sequence length built from the
 built-in corpus in a temporary folder) at the config's global batch.
@@ -24,8 +25,8 @@ _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reported')
 _JSON = flags.DEFINE_string('json', None, 'also write the result to this JSON file')
-_MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint'],
-                          'what to time')
+_MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint', 'memory'],
+                          'what to time (memory: compile only, the step\'s memory per device)')
 _RECORDS = flags.DEFINE_string('records', '', 'records folder for --mode=input/both; empty: build '
                                'one from the built-in corpus in a temporary folder')
 _PEER = flags.DEFINE_enum('peer', '', ['', 'hf'], "also time the same step written with HF "
@@ -115,6 +116,21 @@ def _time_checkpoint(config) -> dict:
   return r
 
 
+def _memory(config) -> dict:
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  r = benchmark.step_memory(config)
+  m = r['memory']
+  print(f'{r["parameters"]:,} parameters on {r["devices"]} devices'
+        f'{" (FSDP)" if r["fsdp"] else " (replicated)"} | batch {r["batch_size"]} x '
+        f'{r["seq_len"]} | compile {r["compile_s"]:.1f} s')
+  print(f'train state {r["state_mb"]:,.0f} MB, per device {r["state_per_device_mb"]:,.0f} MB')
+  if m:
+    print(f'memory per device (XLA buffer assignment): {m["peak_estimate_mb"]:,.0f} MB = state '
+          f'and batch {m["arguments_mb"]:,.0f} + temporaries {m["temporaries_mb"]:,.0f} + '
+          f'outputs {m["outputs_mb"]:,.0f}')
+  return r
+
+
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
@@ -127,6 +143,8 @@ def main(argv):
       result['step'] = _time_step(config)
     if _MODE.value == 'checkpoint':
       result['checkpoint'] = _time_checkpoint(config)
+    if _MODE.value == 'memory':
+      result['memory'] = _memory(config)
   except (ValueError, FileNotFoundError) as e:
     raise cli.UserError(str(e)) from None
   if _MODE.value == 'both':

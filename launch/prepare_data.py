@@ -38,8 +38,8 @@ _MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 2_000_000, 'sentences sam
 _MAX_SEQ_LENGTH = flags.DEFINE_integer('max_seq_length', 128, 'tokens per example')
 _SEED = flags.DEFINE_integer('seed', 0, 'seed of the held-out split and of the example builder')
 _EVAL_FRACTION = flags.DEFINE_float('eval_fraction', 0.02, 'share of documents held out')
-_NUM_SHARDS = flags.DEFINE_integer('num_shards', 64, 'train shard files (at least the number of '
-                                   'training processes)')
+_NUM_SHARDS = flags.DEFINE_integer('num_shards', 64, 'train shard files: at least the input '
+                                   'readers of training (data.readers), which the processes share')
 _NUM_EVAL_SHARDS = flags.DEFINE_integer('num_eval_shards', 4, 'held-out shard files')
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', os.cpu_count() or 1, 'worker processes')
 flags.mark_flags_as_required(['output'])

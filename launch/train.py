@@ -4,6 +4,10 @@
     python launch/train.py --config=configs/base.py --workdir=gs://... --config.objective.disc_weight=50
 
 Re-running the same command with the same --workdir resumes from its latest checkpoint.
+
+Several processes (hosts): on a Cloud TPU pod slice or under SLURM / Open MPI, run the same command
+in every process and they find each other; elsewhere give each process --coordinator_address,
+--num_processes and --process_id (launch/local_cluster.py does so for N processes on this machine).
 """
 
 import os
@@ -18,13 +22,26 @@ from electra_jax import cli  # pylint: disable=wrong-import-position
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for data, checkpoints, logs and plots')
+_COORDINATOR = flags.DEFINE_string('coordinator_address', None,
+                                   'host:port of process 0, for a multi-process run')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'processes of a multi-process run')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'this process, 0 .. num_processes - 1')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
+  from electra_jax import distributed  # pylint: disable=import-outside-toplevel
+  try:
+    how = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+  except ValueError as e:
+    raise cli.UserError(str(e)) from None
+  import jax  # pylint: disable=import-outside-toplevel
   from electra_jax import train  # pylint: disable=import-outside-toplevel
+  if how and distributed.is_main():
+    print(f'{jax.process_count()} processes ({how}), {jax.device_count()} devices in all',
+          flush=True)
   # flushed lines: progress shows at once also when the output goes to a file or a pipe
   train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, log=lambda line: print(line, flush=True))
 

@@ -72,6 +72,41 @@ def test_config(**overrides):
 test_config.__test__ = False  # not a test
 
 
+def run_config_file(tmp_path, records_dir, **fields):
+  """A config file for launch/train.py: the test model on `records_dir`, with `fields` set."""
+  path = tmp_path / f'run_config_{len(list(tmp_path.glob("run_config*.py")))}.py'
+  path.write_text(
+      'from electra_jax.config import default_config\n'
+      'def get_config():\n'
+      '  c = default_config()\n'
+      '  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=2,\n'
+      '                 max_position_embeddings=32, num_heads=2)\n'
+      '  c.data.update(max_seq_length=32, batch_size=16, shuffle_buffer=100)\n'
+      f'  c.data.records = {records_dir!r}\n'
+      '  c.update(log_every=1, eval_batches=1)\n'
+      f'  c.update(**{fields!r})\n'
+      '  return c\n')
+  return path
+
+
+def launch_command(config_file, workdir):
+  return [sys.executable, os.path.join(ROOT, 'launch', 'train.py'), f'--config={config_file}',
+          f'--workdir={workdir}']
+
+
+# Child processes share the session's compilation cache (each would otherwise compile afresh).
+CHILD_ENV = {**os.environ, 'JAX_COMPILATION_CACHE_DIR': jax.config.jax_compilation_cache_dir,
+              'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
+
+
+def load_config(path):
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.spec_from_file_location('run_config', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
 @pytest.fixture(scope='session')
 def corpus_file(tmp_path_factory):
   return write_corpus(str(tmp_path_factory.mktemp('corpus') / 'corpus.txt'))

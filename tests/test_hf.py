@@ -331,7 +331,7 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
   setup = train.build_setup(run_config, tokenizer_lib.load_tokenizer(vocab).special)
   mesh = partitioning.make_mesh()
   init_fn, train_fn, _ = train.compile_steps(setup, mesh)
-  state = train.start_from(setup, init_fn(), source, mesh)
+  state = train.start_from(setup, init_fn(), source)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(state.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   moments = [x for x in jax.tree.leaves(state.opt_state) if x.size]

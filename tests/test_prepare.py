@@ -148,7 +148,7 @@ def _examples(dataset, n):
       return out[:n]
 
 
-def test_processes_read_disjoint_files_that_together_cover_every_example(built):
+def test_readers_read_disjoint_files_that_together_cover_every_example(built):
   meta = records.read_metadata(built)
   everything = collections.Counter()
   tf = records.tensorflow()
@@ -157,16 +157,48 @@ def test_processes_read_disjoint_files_that_together_cover_every_example(built):
     for raw in tf.data.TFRecordDataset(os.path.join(built, f)).as_numpy_iterator():
       everything[tuple(tf.io.parse_single_example(raw, spec)['input_ids'].numpy())] += 1
   seen, files = collections.Counter(), []
-  for p in range(2):
-    mine, counts = input_pipeline.process_files(meta, 'train', p, 2)
+  for r in range(2):  # 2 readers, each run by its own process: one row of each batch of 2
+    mine, counts = input_pipeline.reader_files(meta, 'train', r, 2)
     files.append(set(mine))
-    ds = input_pipeline.make_dataset(built, 'train', 2, seed=5, shuffle_buffer=64,
-                                     process_index=p, process_count=2, cycle=2)
-    seen.update(_examples(ds, sum(counts)))  # one epoch of this process
+    ds = input_pipeline.make_dataset(built, 'train', 2, seed=5, shuffle_buffer=64, readers=2,
+                                     process_index=r, process_count=2, cycle=2)
+    seen.update(_examples(ds, sum(counts)))  # one epoch of this reader
   assert not files[0] & files[1] and len(files[0] | files[1]) == 5
   assert seen == everything
-  with pytest.raises(ValueError, match='has 5 shard file.s. but 8 processes read it'):
-    input_pipeline.process_files(meta, 'train', 0, 8)
+
+
+def test_the_global_batch_is_the_same_for_any_number_of_processes(built):
+  meta = records.read_metadata(built)
+  assert input_pipeline.num_readers(meta, 8) == 4  # 5 train files: the most dividing 8
+  assert input_pipeline.num_readers(meta, 10) == 5 and input_pipeline.num_readers(meta, 7) == 1
+  assert input_pipeline.num_readers(meta, 8, requested=2) == 2
+  with pytest.raises(ValueError, match='data.readers=3 does not divide the batch of 8'):
+    input_pipeline.num_readers(meta, 8, requested=3)
+  with pytest.raises(ValueError, match='rebuild the records with data.num_shards=8'):
+    input_pipeline.num_readers(meta, 8, requested=8)
+  with pytest.raises(ValueError, match='4 input reader.s. do not divide among 3 processes'):
+    input_pipeline.process_readers(4, 0, 3)
+
+  def global_batches(processes, split='train', position=0):
+    shuffle = split == 'train'
+    per_process = [list(input_pipeline.make_dataset(
+        built, split, 8, seed=2, shuffle_buffer=40, readers=4, position=position, cycle=2,
+        shuffle=shuffle, process_index=p, process_count=processes).take(6).as_numpy_iterator())
+                   for p in range(processes)]
+    return [np.concatenate([batches[i]['input_ids'] for batches in per_process])
+            for i in range(len(per_process[0]))]
+
+  one = global_batches(1)
+  for processes in (2, 4):
+    for a, b in zip(global_batches(processes), one, strict=True):
+      np.testing.assert_array_equal(a, b)
+  # resuming each reader at step 2's position continues the same global batches
+  for a, b in zip(global_batches(2, position=2 * 8 // 4)[:4], one[2:], strict=True):
+    np.testing.assert_array_equal(a, b)
+  held_out = global_batches(1, 'eval')
+  assert held_out and len(global_batches(2, 'eval')) == len(held_out)
+  for a, b in zip(global_batches(2, 'eval'), held_out, strict=True):
+    np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize('where', [(0, 1), (0, 37), (0.5, 8), (2, 16)])
@@ -186,8 +218,8 @@ def test_resuming_at_a_position_equals_continuing(built, where):
 
 def test_each_epoch_is_a_new_order_of_every_example(built):
   meta = records.read_metadata(built)
-  files, counts = input_pipeline.process_files(meta, 'train', 0, 1)
-  stream = input_pipeline.Stream(files, counts, seed=0, process=0, cycle=2)
+  files, counts = input_pipeline.reader_files(meta, 'train', 0, 1)
+  stream = input_pipeline.Stream(files, counts, seed=0, reader=0, cycle=2)
   assert stream.locate(stream.epoch_size * 2 + 3) == (2, 0, 3)
   n = stream.epoch_size
   two = _examples(input_pipeline.make_dataset(built, 'train', 1, seed=0, shuffle_buffer=100,
@@ -229,11 +261,10 @@ def test_the_input_benchmark_reads_real_batches(built):
 def test_held_out_evaluation_reads_each_example_once_in_every_process_alike(built):
   meta = records.read_metadata(built)
   per_file = meta['splits']['eval']['examples_per_file']
-  assert input_pipeline.held_out_batches(meta, 8, 1000, count=1) == sum(per_file) // 8
-  assert input_pipeline.held_out_batches(meta, 8, 1000, count=2) == min(per_file) // 4
-  assert input_pipeline.held_out_batches(meta, 8, 2, count=1) == 2
+  assert input_pipeline.held_out_batches(meta, 8, 1000) == sum(per_file) // 8
+  assert input_pipeline.held_out_batches(meta, 8, 2) == 2
   with pytest.raises(ValueError, match='fewer than one batch of'):
-    input_pipeline.held_out_batches(meta, 2 * sum(per_file), 1, count=1)
+    input_pipeline.held_out_batches(meta, 2 * sum(per_file) + 1, 1)
   batches = list(input_pipeline.make_dataset(built, 'eval', 8, shuffle=False).as_numpy_iterator())
   assert len(batches) == sum(per_file) // 8
   rows = [tuple(r) for b in batches for r in b['input_ids']]

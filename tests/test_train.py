@@ -15,7 +15,8 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from conftest import ROOT, WORDS, test_config, write_corpus
+from conftest import (CHILD_ENV, ROOT, WORDS, launch_command, load_config, run_config_file,
+                      test_config, write_corpus)
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import metrics as metrics_lib
@@ -37,7 +38,7 @@ def _run_steps(config, devices, batches):
   for b in batches:
     state, m = train_fn(state, {k: jax.device_put(v, sharding) for k, v in b.items()})
     out.append(jax.device_get(m))
-  return jax.device_get(state), out
+  return state, out  # on the devices, laid out as the step leaves it
 
 
 def test_step_on_eight_devices_equals_step_on_one():
@@ -74,6 +75,70 @@ def test_microbatched_steps_equal_whole_batch_steps(objective):
   config.model.dropout_rate = 0.1
   noisy, _ = _run_steps(config, jax.devices(), batches[:1])
   assert not np.allclose(jax.tree.leaves(noisy.params)[0], jax.tree.leaves(whole.params)[0])
+
+
+def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_device(tmp_path):
+  config = test_config(**{'model.hidden_size': 64, 'model.intermediate_size': 128})  # dropout on
+  batches = [synthetic_batch(16, 32, config.model.vocab_size, seed=s) for s in range(3)]
+  dp, m_dp = _run_steps(config, jax.devices(), batches)
+  config.fsdp = True
+  state, m_fsdp = _run_steps(config, jax.devices(), batches)
+  for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(dp)):
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
+  for a, b in zip(m_fsdp, m_dp):
+    for k in a:
+      np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-4, err_msg=k)
+  # the split: every matrix (parameters and both Adam moments) holds 1/8 per device; LayerNorm
+  # vectors and biases stay whole
+  leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+  sizes = {'split': 0, 'whole': 0}
+  for path, x in leaves:
+    name = partitioning._path(path)  # pylint: disable=protected-access
+    shard = x.addressable_shards[0].data.size
+    if x.ndim >= 2:
+      assert shard * 8 == x.size, name
+      sizes['split'] += x.size
+    else:
+      assert shard == x.size, name
+      sizes['whole'] += x.size
+  assert sizes['split'] > 20 * sizes['whole']
+  # an FSDP checkpoint restores into the replicated layout, and back
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  ckpt.save(3, state, {'step': 3})
+  ckpt.close()
+  config.fsdp = False
+  init_dp, _, _ = train_lib.compile_steps(train_lib.build_setup(config, SPECIAL),
+                                          partitioning.make_mesh())
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  restored, _ = ckpt.restore(3, init_dp())
+  ckpt.close()
+  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(dp)):
+    assert a.sharding.is_fully_replicated
+    np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
+
+
+def test_the_memory_benchmark_sizes_the_fsdp_split_without_running_a_step():
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  config = test_config(**{'model.hidden_size': 64, 'model.intermediate_size': 128})
+  dp = benchmark.step_memory(config)
+  config.fsdp = True
+  fsdp = benchmark.step_memory(config)
+  assert dp['parameters'] == fsdp['parameters'] > 0 and dp['state_mb'] == fsdp['state_mb']
+  assert dp['state_per_device_mb'] == pytest.approx(dp['state_mb'])
+  assert fsdp['state_per_device_mb'] < dp['state_mb'] / 6  # 1/8 of the matrices, vectors whole
+  assert fsdp['memory']['arguments_mb'] < dp['memory']['arguments_mb'] / 3
+
+
+def test_fsdp_rules_split_one_dimension_the_devices_divide():
+  spec = partitioning.leaf_spec
+  assert spec('discriminator/layer_0/attention/query/kernel', (64, 2, 32), 8) == \
+      partitioning.P(None, None, 'data')
+  assert spec('discriminator/layer_0/ffn/kernel', (64, 12), 8) == partitioning.P('data', None)
+  assert spec('embeddings/word_embeddings/embedding', (30522, 128), 8) == \
+      partitioning.P(None, 'data')  # 30,522 rows do not divide by 8: the width does
+  assert spec('embeddings/LayerNorm/scale', (64,), 8) == partitioning.P()
+  assert spec('layer_0/ffn/bias', (128,), 8) == partitioning.P()
+  assert spec('layer_0/ffn/kernel', (6, 10), 8) == partitioning.P()  # nothing divides: whole
 
 
 def _temporaries(config):
@@ -193,7 +258,8 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   lines = []
   train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w1,
                                log=lines.append)
-  assert any('resumed from' in l and '/4 (input stream at example 64 ' in l for l in lines)
+  assert any('resumed from' in l and '/4 (input stream at example 16 of each of 4 reader(s))' in l
+             for l in lines)  # 4 train shards: 4 readers of 16 / 4 rows per step
   assert any(l.startswith('MFU against ') and 'measured float32 2048^3 matmul' in l for l in lines)
   progress = [l for l in lines if l.startswith('step ')]
   assert progress and all(' | MFU ' in l for l in progress)
@@ -384,41 +450,6 @@ def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir
   assert any(l.startswith('warning: skipped 1 step(s)') and 'first at step 3' in l for l in lines)
 
 
-def _config_file(tmp_path, records_dir, **fields):
-  """A config file for launch/train.py: the test model on `records_dir`, with `fields` set."""
-  path = tmp_path / 'run_config.py'
-  path.write_text(
-      'from electra_jax.config import default_config\n'
-      'def get_config():\n'
-      '  c = default_config()\n'
-      '  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=2,\n'
-      '                 max_position_embeddings=32, num_heads=2)\n'
-      '  c.data.update(max_seq_length=32, batch_size=16, shuffle_buffer=100)\n'
-      f'  c.data.records = {records_dir!r}\n'
-      '  c.update(log_every=1, eval_batches=1)\n'
-      f'  c.update(**{fields!r})\n'
-      '  return c\n')
-  return path
-
-
-def _launch(config_file, workdir):
-  return [sys.executable, os.path.join(ROOT, 'launch', 'train.py'), f'--config={config_file}',
-          f'--workdir={workdir}']
-
-
-# Child processes share the session's compilation cache (each would otherwise compile afresh).
-_CHILD_ENV = {**os.environ, 'JAX_COMPILATION_CACHE_DIR': jax.config.jax_compilation_cache_dir,
-              'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0'}
-
-
-def _load_config(path):
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  spec = importlib.util.spec_from_file_location('run_config', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config()
-
-
 def _wait_for_step(proc, step):
   lines = []
   for line in proc.stdout:  # wait until it trains
@@ -431,10 +462,10 @@ def _wait_for_step(proc, step):
 def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_zero(tmp_path, records_dir):
   import signal  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
-  config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000)
+  config_file = run_config_file(tmp_path, records_dir, train_steps=1_000_000)
   workdir = tmp_path / 'w'
-  proc = subprocess.Popen(_launch(config_file, workdir), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=_CHILD_ENV)
+  proc = subprocess.Popen(launch_command(config_file, workdir), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=CHILD_ENV)
   _wait_for_step(proc, 3)
   sent = time.time()
   proc.send_signal(signal.SIGTERM)
@@ -498,11 +529,11 @@ def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
 
 def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, records_dir):
   import random  # pylint: disable=import-outside-toplevel
-  config_file = _config_file(tmp_path, records_dir, train_steps=12, save_every=2)
+  config_file = run_config_file(tmp_path, records_dir, train_steps=12, save_every=2)
   kill_at = random.randint(3, 10)
   killed, straight = tmp_path / 'killed', tmp_path / 'straight'
-  proc = subprocess.Popen(_launch(config_file, killed), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=_CHILD_ENV)
+  proc = subprocess.Popen(launch_command(config_file, killed), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=CHILD_ENV)
   _wait_for_step(proc, kill_at)
   proc.kill()  # SIGKILL: no handler, no last save
   proc.wait()
@@ -513,8 +544,8 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
   ckpt.close()
   assert committed is None or committed <= kill_at + 1, (kill_at, committed)
   for workdir in (killed, straight):
-    run = subprocess.run(_launch(config_file, workdir), capture_output=True, text=True,
-                         check=False, env=_CHILD_ENV)
+    run = subprocess.run(launch_command(config_file, workdir), capture_output=True, text=True,
+                         check=False, env=CHILD_ENV)
     assert run.returncode == 0, run.stderr[-3000:]
     if workdir == killed:
       resumed = [l for l in run.stdout.splitlines() if l.startswith('resumed from')]
@@ -527,7 +558,7 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
   states = []
   for workdir in (killed, straight):
     ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-    setup = train_lib.build_setup(_load_config(config_file), SPECIAL)
+    setup = train_lib.build_setup(load_config(config_file), SPECIAL)
     target = jax.jit(lambda: train_lib.init_state(setup))()
     states.append(ckpt.restore(12, target)[0])
     ckpt.close()

@@ -1,0 +1,65 @@
+"""Several processes, one program: JAX's multi-controller runtime (`jax.distributed`).
+
+One process per host (or per group of devices); they meet at a coordinator, see one global list of
+devices and run the same compiled step on one global mesh, each feeding its rows of every batch.
+On Cloud TPU pod slices, SLURM jobs and Open MPI launches JAX finds the coordinator, the process
+count and this process's index itself; elsewhere they are given as three flags. Must run before
+anything touches a JAX device.
+
+CPU processes exchange arrays over gloo. Orbax's checkpoint barriers go through the coordination
+service (not through a device collective), so a save waits for slow processes as long as it must.
+"""
+
+import importlib
+import os
+
+import jax
+
+
+def detected_cluster() -> str | None:
+  """The name of the multi-process launcher this process runs under, or None."""
+  env = os.environ
+  if ',' in env.get('TPU_WORKER_HOSTNAMES', ''):
+    return 'Cloud TPU pod slice'
+  if int(env.get('SLURM_NTASKS', '1') or 1) > 1 and 'SLURM_STEP_ID' in env:
+    return 'SLURM'
+  if int(env.get('OMPI_COMM_WORLD_SIZE', '1') or 1) > 1:
+    return 'Open MPI'
+  return None
+
+
+def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
+               process_id: int | None = None, heartbeat_timeout_s: int = 30) -> str | None:
+  """Joins the run's other processes; returns how (None: a single-process run, nothing done).
+
+  A process that dies is noticed by the others within `heartbeat_timeout_s` (they then fail
+  instead of waiting forever in a collective).
+  """
+  given = [v is not None for v in (coordinator_address, num_processes, process_id)]
+  if any(given) and not all(given):
+    raise ValueError('--coordinator_address, --num_processes and --process_id go together; give '
+                     'all three (or none, on a TPU pod slice or under SLURM)')
+  how = 'flags' if all(given) else detected_cluster()
+  if how is None:
+    return None
+  if all(given):
+    if num_processes < 1 or not 0 <= process_id < num_processes:
+      raise ValueError(f'--process_id={process_id} is not one of 0..{num_processes - 1} '
+                       f'(--num_processes={num_processes})')
+    if num_processes == 1:
+      return None
+  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  importlib.import_module('orbax.checkpoint')  # defines the flag set below
+  if 'experimental_orbax_use_distributed_barrier' in flags.FLAGS:
+    if not flags.FLAGS.is_parsed():  # a library caller, not a launch script
+      flags.FLAGS.mark_as_parsed()
+    flags.FLAGS.experimental_orbax_use_distributed_barrier = True
+  jax.distributed.initialize(coordinator_address, num_processes, process_id,
+                             heartbeat_timeout_seconds=heartbeat_timeout_s)
+  return how
+
+
+def is_main() -> bool:
+  """True in the process that logs and writes files (process 0)."""
+  return jax.process_index() == 0

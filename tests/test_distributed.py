@@ -1,0 +1,138 @@
+"""Several JAX processes on this machine (CPU devices, gloo): the multi-host path, run for real."""
+
+import os
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import CHILD_ENV, ROOT, launch_command, load_config, run_config_file
+from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import distributed
+from electra_jax import train as train_lib
+from electra_jax.benchmark import SPECIAL
+
+CLUSTER = os.path.join(ROOT, 'launch', 'local_cluster.py')
+# A fixed decay: runs of different lengths share their learning rates step by step.
+FIELDS = {'save_every': 2, 'optimizer.decay_steps': 100, 'optimizer.warmup_steps': 2}
+
+
+def _cluster(config_file, workdir, tmp_path, processes=2, devices=4, **overrides):
+  extra = [f'--config.{k}={v}' for k, v in overrides.items()]
+  return subprocess.run(
+      [sys.executable, CLUSTER, f'--num_processes={processes}', f'--devices_per_process={devices}',
+       f'--log_dir={tmp_path / "logs"}', '--', *launch_command(config_file, workdir)[1:], *extra],
+      capture_output=True, text=True, env=CHILD_ENV, timeout=600)
+
+
+def _params(workdir, step, config):
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  setup = train_lib.build_setup(config, SPECIAL)
+  state, meta = ckpt.restore(step, jax.jit(lambda: train_lib.init_state(setup))())
+  ckpt.close()
+  return state, meta
+
+
+def _config_file(tmp_path, records_dir, **fields):
+  path = run_config_file(tmp_path, records_dir)
+  text = path.read_text().replace('  return c\n', ''.join(
+      f'  c.{k} = {v!r}\n' for k, v in {**FIELDS, **fields}.items()) + '  return c\n')
+  path.write_text(text)
+  return path
+
+
+def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path, records_dir):
+  config_file = _config_file(tmp_path, records_dir, train_steps=4)
+  two = tmp_path / 'two'
+  out = _cluster(config_file, two, tmp_path)
+  assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+  assert '2 processes (flags), 8 devices in all' in out.stdout
+  assert '2 processes, 8 x cpu' in out.stdout and '4 input reader(s)' in out.stdout
+  # process 0 alone wrote the logs; every process wrote its shards of the checkpoint
+  assert sum(1 for l in open(two / 'metrics.jsonl') if '"split": "train"' in l) == 4
+  one = tmp_path / 'one'
+  config = load_config(config_file)
+  config.train_steps = 6
+  train_lib.train_and_evaluate(config, str(one), log=lambda *_: None)  # 1 process, 8 devices
+  a, meta = _params(two, 4, config)
+  b, _ = _params(one, 4, config)
+  assert meta['readers'] == 4 and meta['data_position'] == 4 * 16 // 4
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-4)
+  # the 2-process checkpoint resumes in 1 process (another process count) and continues the same
+  lines = []
+  train_lib.train_and_evaluate(config, str(two), log=lines.append)
+  assert any(l.startswith('resumed from') and '/checkpoints/4 ' in l for l in lines), lines
+  a, _ = _params(two, 6, config)
+  b, _ = _params(one, 6, config)
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+    np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-4)
+
+
+def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume(tmp_path, records_dir):
+  config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000)
+  workdir = tmp_path / 'w'
+  env = {**CHILD_ENV, 'JAX_PLATFORMS': 'cpu',
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  port = __import__('socket').socket()
+  port.bind(('127.0.0.1', 0))
+  address = f'127.0.0.1:{port.getsockname()[1]}'
+  port.close()
+  procs = [subprocess.Popen(
+      [*launch_command(config_file, workdir), f'--coordinator_address={address}',
+       '--num_processes=2', f'--process_id={i}'], env=env, text=True, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT) for i in range(2)]
+  try:
+    for line in procs[0].stdout:  # until it has trained a few steps and saved
+      if line.startswith('step 6/'):
+        break
+    procs[1].kill()  # SIGKILL: a host lost, no goodbye
+    killed = time.time()
+    rest, _ = procs[0].communicate(timeout=120)
+    assert time.time() - killed < 60
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  assert procs[0].returncode != 0
+  assert 'another task died' in rest, rest[-3000:]
+  committed = max(int(n) for n in os.listdir(workdir / 'checkpoints') if n.isdigit())
+  assert committed >= 2
+  out = _cluster(config_file, workdir, tmp_path, devices=2, train_steps=committed + 2)
+  assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
+  assert f'/checkpoints/{committed} (input stream at example' in out.stdout, out.stdout[-3000:]
+  assert f'final parameters: {workdir}/checkpoints/{committed + 2}' in out.stdout
+
+
+def test_the_launcher_stops_every_process_when_one_fails_and_says_which(tmp_path):
+  script = tmp_path / 'job.py'
+  script.write_text('import sys, time\n'
+                    'if "--process_id=1" in sys.argv:\n'
+                    '  sys.exit(3)\n'
+                    'time.sleep(600)\n')
+  started = time.time()
+  out = subprocess.run([sys.executable, CLUSTER, '--num_processes=3', '--devices_per_process=1',
+                        f'--log_dir={tmp_path / "logs"}', '--', str(script)],
+                       capture_output=True, text=True, timeout=120)
+  assert out.returncode == 1 and time.time() - started < 60
+  assert out.stderr.strip().startswith('error: process 1 of 3 exited with code 3; its output is in')
+  assert 'the others were stopped. Run the same command again to resume' in out.stderr
+
+
+def test_the_process_flags_go_together_and_clusters_are_detected(monkeypatch):
+  for name in ('TPU_WORKER_HOSTNAMES', 'SLURM_NTASKS', 'SLURM_STEP_ID', 'OMPI_COMM_WORLD_SIZE'):
+    monkeypatch.delenv(name, raising=False)
+  assert distributed.initialize() is None  # no cluster here: a single-process run
+  monkeypatch.setenv('SLURM_NTASKS', '4')
+  assert distributed.detected_cluster() is None  # sbatch's shell, not a task of `srun`
+  monkeypatch.setenv('SLURM_STEP_ID', '0')
+  assert distributed.detected_cluster() == 'SLURM'
+  monkeypatch.setenv('TPU_WORKER_HOSTNAMES', 't1k-0,t1k-1')
+  assert distributed.detected_cluster() == 'Cloud TPU pod slice'
+  with pytest.raises(ValueError, match='go together; give all three'):
+    distributed.initialize('127.0.0.1:1234', 2, None)
+  with pytest.raises(ValueError, match='--process_id=2 is not one of 0..1'):
+    distributed.initialize('127.0.0.1:1234', 2, 2)
