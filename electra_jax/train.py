@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
@@ -71,6 +72,7 @@ class Setup:
   draw: Callable | None = None  # (rng, global batch) -> objectives.Draws: masking, normalizers
   microbatches: int = 1  # gradient accumulation: sequential parts of the global batch per step
   fsdp: bool = False  # parameters and optimizer state split over the devices (partitioning.py)
+  param_shardings: Any = None  # set by compile_steps: gradients are kept in the parameters' layout
 
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup:
@@ -107,6 +109,7 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   """One optimizer step on one global batch: the same function for every objective and mesh."""
   rng = jax.random.fold_in(_keys(setup.seed)[1], state.step)
   (loss, metrics), grads = _gradients(setup, state.params, batch, rng)
+  grads = _like_params(setup, grads)
   grad_norm = optax.global_norm(grads)
   # NaN/Inf guard, without a host sync: a non-finite step leaves parameters, optimizer state and
   # metric sums as they were, and is counted; the loop reads the count at log time. A conditional
@@ -137,7 +140,8 @@ def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
   the whole batch's loss and gradient (up to float32 summation order); dropout masks are drawn per
   part. Part k takes rows k, k + M, k + 2M, ...: every device holds an equal share of each part.
   """
-  grad_fn = jax.value_and_grad(setup.loss_fn, has_aux=True)
+  grad_fn = jax.value_and_grad(lambda p, *a, **k: setup.loss_fn(_gathered(setup, p), *a, **k),
+                               has_aux=True)
   m = setup.microbatches
   if m == 1:
     return grad_fn(params, batch, rng)
@@ -151,7 +155,8 @@ def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
     return grad_fn(params, rows, jax.random.fold_in(rng, k), draws=part_draws)
 
   def body(total, xs):
-    return jax.tree.map(jnp.add, total, part(*xs)), None
+    (loss, metrics), grads = part(*xs)
+    return jax.tree.map(jnp.add, total, ((loss, metrics), _like_params(setup, grads))), None
 
   xs = (jnp.arange(m), *jax.tree.map(split, (batch, draws.masked, draws.sample_uniform)))
   zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
@@ -161,10 +166,28 @@ def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
   return (loss, metrics), grads
 
 
+def _gathered(setup: Setup, params):
+  """Under FSDP, the whole parameters for the forward pass (all-gathered once per step; the
+  gradient of the gather is a reduce-scatter). Left to itself, XLA may instead gather the batch's
+  activations to meet the split weights, which costs far more memory."""
+  if setup.param_shardings is None:
+    return params
+  whole = jax.tree.map(lambda s: NamedSharding(s.mesh, PartitionSpec()), setup.param_shardings)
+  return jax.lax.with_sharding_constraint(params, whole)
+
+
+def _like_params(setup: Setup, grads):
+  """Gradients in the parameters' layout: under FSDP, XLA then reduce-scatters them and the
+  optimizer updates each device's share only (unconstrained, it may keep whole copies)."""
+  if setup.param_shardings is None:
+    return grads
+  return jax.lax.with_sharding_constraint(grads, setup.param_shardings)
+
+
 def eval_step(setup: Setup, params, batch: dict, index: jax.Array) -> dict:
   """Held-out metrics without dropout; masking and sampling keys depend on the batch index only."""
   rng = jax.random.fold_in(_keys(setup.seed)[2], index)
-  return setup.loss_fn(params, batch, rng, deterministic=True)[1]
+  return setup.loss_fn(_gathered(setup, params), batch, rng, deterministic=True)[1]
 
 
 @jax.jit
@@ -179,6 +202,8 @@ def compile_steps(setup: Setup, mesh):
   repl = partitioning.replicated(mesh)
   state = partitioning.state_shardings(jax.eval_shape(functools.partial(init_state, setup)), mesh,
                                        setup.fsdp)
+  if setup.fsdp:
+    setup = dataclasses.replace(setup, param_shardings=state.params)
   init = jax.jit(functools.partial(init_state, setup), out_shardings=state)
   train = jax.jit(functools.partial(train_step, setup), in_shardings=(state, data),
                   out_shardings=(state, repl), donate_argnums=(0,))
@@ -580,6 +605,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   # One process: SIGTERM/SIGINT are caught here. Several: JAX's preemption service gets the notice
   # and Orbax names the step at which every process saves (`reached_preemption`).
   signals = _Signals(log, install=jax.process_count() == 1)
+  # CPU devices of several processes (gloo): steps queued ahead of each other can interleave their
+  # collectives and wait on each other forever, so each step is finished before the next is queued.
+  one_at_a_time = jax.process_count() > 1 and jax.devices()[0].platform == 'cpu'
+
   try:
     for step in range(start + 1, total_steps + 1):
       if signals.received or ckpt.reached_preemption(step - 1):
@@ -593,6 +622,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
             f'{ckpt.directory}/{step} saved; run the same command to resume')
         return {'step': step, 'preempted': signals.received or 'preemption'}
       state, step_sums = train_fn(state, next(batches))
+      if one_at_a_time:
+        jax.block_until_ready(step_sums)
       sums = step_sums if sums is None else accumulate(sums, step_sums)
       if pending is not None:  # read the previous interval's sums now that this step is queued
         report(*pending)
