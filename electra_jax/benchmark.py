@@ -4,6 +4,7 @@ Synthetic batches hold random ids with a realistic padding pattern; the step is 
 (masking, generator, sampling, discriminator, optimizer), compiled once over all devices.
 """
 
+import functools
 import json
 import os
 import statistics
@@ -44,7 +45,7 @@ def _peer_spec(setup, config, batch_file: str) -> dict:
       'generator_num_heads')}
   spec.update(max_predictions=o.max_predictions, mask_prob=o.mask_prob, mask_id=SPECIAL.mask,
               special_ids=[SPECIAL.pad, SPECIAL.cls, SPECIAL.sep], dtype=config.model.dtype,
-              batch=batch_file)
+              batch=batch_file, device='cuda' if jax.default_backend() == 'gpu' else 'cpu')
   return spec
 
 
@@ -133,12 +134,135 @@ def step_memory(config) -> dict:
           'memory': _step_memory(compiled)}
 
 
+def _device_limit_mb() -> float | None:
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats['bytes_limit'] / 1e6 if 'bytes_limit' in stats else None
+
+
+def max_batch(config, limit_mb: float | None = None, margin: float = 0.95) -> dict:
+  """The largest global batch (per device a multiple of 8 rows) whose step fits `limit_mb` per
+  device (default: the device's memory as its allocator reports it), by XLA's buffer assignment.
+
+  The step's memory grows linearly with the batch: two compilations give the line, a third
+  confirms the predicted batch (stepping down while it does not fit). Nothing runs or allocates.
+  """
+  limit = limit_mb or _device_limit_mb()
+  if not limit:
+    raise ValueError('this device reports no memory limit; give one with --memory_gb')
+  budget = limit * margin
+  n = partitioning.make_mesh().devices.size
+  step = 8 * max(1, config.get('microbatches', 1))
+
+  def memory(rows_per_device):
+    c = config.copy_and_resolve_references()
+    c.data.batch_size = rows_per_device * n
+    c.data.eval_batch_size = c.data.batch_size
+    return step_memory(c)['memory']['peak_estimate_mb']
+
+  first, second = step, 2 * step
+  m1, m2 = memory(first), memory(second)
+  per_row = (m2 - m1) / (second - first)
+  fixed = m1 - per_row * first
+  rows = max(step, int((budget - fixed) / per_row) // step * step) if per_row > 0 else step
+  tried = {first: m1, second: m2}
+  while True:
+    tried[rows] = tried.get(rows) or memory(rows)
+    if tried[rows] <= budget or rows == step:
+      break
+    rows -= step
+  fits = tried[rows] <= budget
+  return {'devices': n, 'limit_mb': limit, 'budget_mb': budget, 'batch_per_device': rows if fits
+          else 0, 'global_batch': rows * n if fits else 0, 'memory_mb': tried[rows],
+          'fixed_mb': fixed, 'mb_per_row': per_row, 'compiled': dict(sorted(tried.items()))}
+
+
+def peer_max_batch(config) -> int:
+  """The PyTorch peer's largest batch on this GPU (it tries real steps until out of memory)."""
+  import tempfile  # pylint: disable=import-outside-toplevel
+  setup = train_lib.build_setup(config, SPECIAL)
+  d = config.data
+  batch_file = os.path.join(tempfile.mkdtemp(prefix='electra_peer_'), 'batch.npz')
+  np.savez(batch_file, **synthetic_batch(8, d.max_seq_length, config.model.vocab_size))
+  peer = Peer(_peer_spec(setup, config, batch_file))
+  try:
+    peer.proc.stdin.write('maxbatch\n')
+    peer.proc.stdin.flush()
+    return peer._read()['max_batch']  # pylint: disable=protected-access
+  finally:
+    peer.close()
+
+
+def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) -> list[dict]:
+  """One layer's attention (forward and backward) at the config's shapes on one device, on each
+  path: the explicit softmax and the Pallas kernels with the config's attention dropout, cuDNN's
+  fused kernel without (it has none), and the kernels with each block setting in `blocks`
+  (FlashOptions fields). Each row: median ms, and the largest difference from the explicit path
+  relative to its largest value (output and gradients; dropout masks are the same on both)."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from electra_jax import attention  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  m, d = config.model, config.data
+  n = partitioning.make_mesh().devices.size
+  heads = m.num_heads
+  shape = (d.batch_size // n, d.max_seq_length, heads, m.hidden_size // heads)
+  dtype = jnp.dtype(m.dtype)
+  keys = jax.random.split(jax.random.key(0), 4)
+  q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
+  key_mask = jnp.asarray(synthetic_batch(shape[0], shape[1], 100)['input_mask'])
+  words = attention.seed_words(jax.random.key(1))
+  rate = m.attention_dropout_rate
+  options = attention.default_options(jax.default_backend())
+  paths = [('explicit', rate, attention.explicit), ('pallas', rate,
+           functools.partial(attention.flash, options=options))]
+  for spec in blocks:
+    o = dataclasses.replace(options, **spec)
+    paths.append((f'pallas {spec}', rate, functools.partial(attention.flash, options=o)))
+  if jax.default_backend() != 'cpu':
+    paths.append(('fused (cuDNN), no dropout', 0.0,
+                  lambda q, k, v, mask, **_: jax.nn.dot_product_attention(
+                      q, k, v, mask=attention.allowed_mask(mask, shape[1]))))
+    paths.append(('explicit, no dropout', 0.0, attention.explicit))
+
+  def fwd_bwd(fn, rate):
+    def run(q, k, v, do):
+      out, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, key_mask, dropout_rate=rate, words=words),
+                         q, k, v)
+      return (out,) + vjp(do)
+    return jax.jit(run)
+
+  rows, reference = [], {}
+  for name, path_rate, fn in paths:
+    row = {'path': name, 'dropout': path_rate, 'shape': shape, 'dtype': str(dtype)}
+    try:
+      f = fwd_bwd(fn, path_rate)
+      outs = jax.block_until_ready(f(q, k, v, do))
+      times = []
+      for _ in range(repeats):
+        t = time.perf_counter()
+        for _ in range(iterations):
+          outs = f(q, k, v, do)
+        jax.block_until_ready(outs)
+        times.append((time.perf_counter() - t) / iterations)
+      row['ms'] = 1e3 * statistics.median(times)
+      if path_rate not in reference:
+        reference[path_rate] = [np.asarray(x, np.float32) for x in outs]
+      row['max_rel_diff'] = max(
+          float(np.abs(np.asarray(a, np.float32) - b).max() / (np.abs(b).max() + 1e-9))
+          for a, b in zip(outs, reference[path_rate]))
+    except Exception as e:  # pylint: disable=broad-except
+      row['error'] = f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'[:300]
+    rows.append(row)
+  return rows
+
+
 def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
-              peer: str = '') -> dict:
+              peer: str = '', profile_dir: str = '') -> dict:
   """Compiles the step, then times `repeats` runs of `steps` steps; reports medians.
 
-  With `peer='hf'` the same step written with HF transformers in PyTorch runs in a child process,
-  its runs alternating with ours (ours, peer, ours, ...), so both see the same machine load.
+  With `peer='hf'` (or 'hf-compile': under torch.compile) the same step written with HF
+  transformers in PyTorch runs in a child process, its runs alternating with ours (ours, peer,
+  ours, ...), so both see the same machine load. With `profile_dir`, `steps` more steps run under
+  `jax.profiler` (trace kept there) and result['profile'] holds the kernels' times per step.
   """
   mesh, setup, init_fn, train_fn = _compiled(config)
   d = config.data
@@ -162,7 +286,8 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
     import tempfile  # pylint: disable=import-outside-toplevel
     batch_file = os.path.join(tempfile.mkdtemp(prefix='electra_peer_'), 'batch.npz')
     np.savez(batch_file, **host_batch)
-    peer_runner = Peer(_peer_spec(setup, config, batch_file))
+    peer_runner = Peer({**_peer_spec(setup, config, batch_file),
+                        'compile': peer == 'hf-compile'})
   runs, peer_runs = [], []
   try:
     for _ in range(repeats):
@@ -176,6 +301,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   finally:
     if peer_runner:
       peer_runner.close()
+  profile = _profile(train_fn, state, batch, steps, profile_dir) if profile_dir else None
   step_s = statistics.median(runs)
   model_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                             setup.objective_cfg.max_predictions,
@@ -193,15 +319,33 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
             'model_flops_per_step': model_flops, 'paper_flops_per_step': paper_flops,
             'xla_flops_per_step': xla_flops,
             'model_flops_per_s': model_flops / step_s, 'xla_flops_per_s': xla_flops / step_s}
+  if profile:
+    result['profile'] = profile
   if peer_runner:
     peer_s = statistics.median(peer_runs)
     result['peer'] = {'name': peer, 'versions': {k: peer_runner.info[k] for k in
                                                  ('torch', 'transformers')},
+                      'device': peer_runner.info['device'],
                       'ms_per_step': 1e3 * peer_s, 'ms_per_step_runs': [1e3 * r for r in peer_runs],
                       'tokens_per_s': tokens / peer_s, 'first_loss': peer_runner.info['first_loss'],
                       'ratios': [p / o for o, p in zip(runs, peer_runs)]}
     result['speedup_over_peer'] = peer_s / step_s
   return result
+
+
+def _profile(train_fn, state, batch, steps: int, directory: str) -> dict:
+  """Kernel times per step of `steps` steps traced with jax.profiler into `directory`."""
+  from electra_jax import profiling  # pylint: disable=import-outside-toplevel
+  t = time.perf_counter()
+  with jax.profiler.trace(directory, create_perfetto_trace=True):
+    for _ in range(steps):
+      state, m = train_fn(state, batch)
+    jax.block_until_ready(m)
+  wall_ms = 1e3 * (time.perf_counter() - t) / steps
+  rows, busy_ms = profiling.kernel_table(directory, steps)
+  return {'directory': directory, 'steps': steps, 'wall_ms_per_step': wall_ms,
+          'busy_ms_per_step': busy_ms, 'categories': profiling.by_category(rows), 'kernels': rows,
+          'kinds': profiling.grouped(rows)}
 
 
 def benchmark_input(records_dir: str, batch_size: int, *, batches: int = 50, repeats: int = 3,

@@ -26,7 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-_MASK_VALUE = -10000.0  # added to attention scores of padding, as the original
+from electra_jax import attention as attention_lib
 
 
 def truncated_normal(stddev: float):
@@ -34,6 +34,9 @@ def truncated_normal(stddev: float):
   def init(key, shape, dtype=jnp.float32):
     return (jax.random.truncated_normal(key, -2.0, 2.0, shape, jnp.float32) * stddev).astype(dtype)
   return init
+
+
+ATTENTION = ('auto', 'explicit', 'pallas', 'fused')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +62,7 @@ class ModelConfig:
   untied_generator_embeddings: bool = False
   discriminator_mlm: bool = False  # an MLM head on the discriminator (Replace / All-Tokens MLM)
   gdes: bool = False  # gradient-disentangled embedding sharing (DeBERTa-v3)
-  attention: str = 'auto'  # 'explicit' softmax, 'fused' dot_product_attention, or 'auto'
+  attention: str = 'auto'  # 'explicit' softmax, 'pallas' flash kernel, 'fused' cuDNN, or 'auto'
   remat: bool = False  # recompute each layer's activations in the backward pass
 
   @classmethod
@@ -73,8 +76,9 @@ class ModelConfig:
     if self.generator not in ('separate', 'tied', 'uniform', 'two_tower'):
       raise ValueError(f"model.generator is {self.generator!r}; use 'separate', 'tied', "
                        "'uniform' or 'two_tower'")
-    if self.attention not in ('auto', 'explicit', 'fused'):
-      raise ValueError(f"model.attention is {self.attention!r}; use 'auto', 'explicit' or 'fused'")
+    if self.attention not in ATTENTION:
+      raise ValueError(f"model.attention is {self.attention!r}; use one of "
+                       f"{', '.join(repr(a) for a in ATTENTION)}")
     if self.hidden_size % self.num_heads:
       raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
                        f'model.num_heads {self.num_heads}')
@@ -139,14 +143,6 @@ def _lpm_bwd(residuals, g):
 low_precision_matmul.defvjp(_lpm_fwd, _lpm_bwd)
 
 
-def _mix32(x):
-  """A 32-bit integer finalizer (xorshift-multiply): a bijection whose output bits all depend on
-  every input bit."""
-  x = (x ^ (x >> 16)) * jnp.uint32(0x7FEB352D)
-  x = (x ^ (x >> 15)) * jnp.uint32(0x846CA68B)
-  return x ^ (x >> 16)
-
-
 def random_bits(key, shape) -> jax.Array:
   """uint32 bits for `shape` from a counter-based hash of (key, element index).
 
@@ -157,7 +153,8 @@ def random_bits(key, shape) -> jax.Array:
   """
   seed = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
   index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
-  return _mix32(_mix32(index ^ seed[0]) + seed[-1])
+  mix = attention_lib.mix32
+  return mix(mix(index ^ seed[0]) + seed[-1])
 
 
 def gelu(x):
@@ -174,7 +171,7 @@ class Dropout(nn.Module):
   def __call__(self, x, deterministic: bool):
     if deterministic or self.rate == 0.0:
       return x
-    threshold = jnp.uint32(min(round(self.rate * 2.0 ** 32), 2 ** 32 - 1))
+    threshold = jnp.uint32(attention_lib.threshold(self.rate))
     keep = random_bits(self.make_rng('dropout'), x.shape) >= threshold
     return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
 
@@ -233,16 +230,29 @@ class Embeddings(nn.Module):
     return self.word_embeddings
 
 
-def _fused_attention(cfg: ModelConfig, dtype, deterministic: bool) -> bool:
-  """Whether attention runs as one fused `jax.nn.dot_product_attention` (cuDNN's flash attention
-  on GPUs): `model.attention='fused'`, or 'auto' on an accelerator with 16-bit activations. The
-  fused kernel has no dropout on the attention probabilities, so training with
-  `attention_dropout_rate` > 0 always takes the explicit softmax path."""
-  if cfg.attention == 'explicit' or (not deterministic and cfg.attention_dropout_rate > 0):
-    return False
-  if cfg.attention == 'fused':
-    return True
-  return jax.default_backend() in ('gpu', 'cuda', 'rocm', 'tpu') and jnp.dtype(dtype).itemsize == 2
+def attention_impl(cfg: ModelConfig, dtype, deterministic: bool, length: int = 0,
+                   head_dim: int = 64) -> str:
+  """The attention path a layer runs: 'explicit', 'pallas' or 'fused' (see attention.py).
+
+  `model.attention='auto'` runs the Pallas flash kernel on GPUs and TPUs (with or without dropout)
+  once it has passed its check against the explicit path on this device (`attention.kernel_check`),
+  and the explicit softmax on CPUs, where XLA's einsums are faster than the kernel's interpreter.
+  'fused' (cuDNN) has no dropout: where attention dropout is active it runs the explicit path.
+  'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests).
+  """
+  active_dropout = not deterministic and cfg.attention_dropout_rate > 0
+  if cfg.attention == 'explicit' or (cfg.attention == 'fused' and active_dropout):
+    return 'explicit'
+  if cfg.attention in ('fused', 'pallas'):
+    return cfg.attention
+  backend = jax.default_backend()
+  if backend == 'cpu':
+    return 'explicit'
+  options = attention_lib.default_options(backend)
+  if (not attention_lib.unsupported(options, length, head_dim)
+      and attention_lib.kernel_check(backend)[0]):
+    return 'pallas'
+  return 'fused' if not active_dropout and jnp.dtype(dtype).itemsize == 2 else 'explicit'
 
 
 class TransformerLayer(nn.Module):
@@ -252,33 +262,41 @@ class TransformerLayer(nn.Module):
   num_heads: int
   intermediate_size: int
 
+  direction: str = ''  # '' every key, 'ltr' / 'rtl' keys up to / from the query (ELECTRIC)
+
   @nn.compact
-  def __call__(self, x, allowed, deterministic: bool):
-    """`allowed`: [B, 1, 1|L, L] bool, which keys each query may attend to."""
+  def __call__(self, x, input_mask, deterministic: bool):
+    """`input_mask`: [B, L], 1 for the keys a query may attend to (real tokens)."""
     cfg = self.cfg
     dense = lambda n, name: Dense(n, cfg, name=name)
     norm = lambda name: nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype,
                                      param_dtype=cfg.param_dtype, name=name)
-    drop = lambda y, rate: Dropout(rate)(y, deterministic=deterministic)
+    drop = lambda y, name: Dropout(cfg.dropout_rate, name=name)(y, deterministic=deterministic)
     batch, length, _ = x.shape
     head = self.hidden_size // self.num_heads
     split = lambda y: y.reshape(batch, length, self.num_heads, head)
     q = split(dense(self.hidden_size, 'query')(x))
     k = split(dense(self.hidden_size, 'key')(x))
     v = split(dense(self.hidden_size, 'value')(x))
-    if _fused_attention(cfg, q.dtype, deterministic):
+    impl = attention_impl(cfg, q.dtype, deterministic, length, head)
+    rate = 0.0 if deterministic else cfg.attention_dropout_rate
+    # the dropout mask of the probabilities is a hash of this key and (row, head, query, key)
+    words = attention_lib.seed_words(self.make_rng('dropout')) if rate > 0 else None
+    if impl == 'fused':
+      allowed = attention_lib.allowed_mask(input_mask, length, self.direction)
       context = jax.nn.dot_product_attention(q, k, v, mask=allowed)
+    elif impl == 'pallas':
+      options = attention_lib.default_options(jax.default_backend())
+      context = attention_lib.flash_sharded(q, k, v, input_mask, direction=self.direction,
+                                            dropout_rate=rate, words=words, options=options)
     else:
-      scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
-      scores = scores * (1.0 / head ** 0.5) + jnp.where(allowed, 0.0, _MASK_VALUE)
-      probs = drop(jax.nn.softmax(scores, axis=-1), cfg.attention_dropout_rate)
-      context = jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
-                           preferred_element_type=jnp.float32).astype(v.dtype)
+      context = attention_lib.explicit(q, k, v, input_mask, direction=self.direction,
+                                       dropout_rate=rate, words=words)
     attended = dense(self.hidden_size, 'attention_output')(context.reshape(batch, length, -1))
-    x = norm('attention_LayerNorm')(x + drop(attended, cfg.dropout_rate))
+    x = norm('attention_LayerNorm')(x + drop(attended, 'attention_dropout'))
     inner = gelu(dense(self.intermediate_size, 'intermediate')(x))
     out = dense(self.hidden_size, 'output')(inner)
-    return norm('output_LayerNorm')(x + drop(out, cfg.dropout_rate))
+    return norm('output_LayerNorm')(x + drop(out, 'output_dropout'))
 
 
 class Encoder(nn.Module):
@@ -299,16 +317,12 @@ class Encoder(nn.Module):
     x = embedded
     if x.shape[-1] != self.hidden_size:
       x = Dense(self.hidden_size, cfg, name='embeddings_project')(x)
-    allowed = input_mask[:, None, None, :] > 0
-    if self.direction:
-      q, k = jnp.arange(x.shape[1])[:, None], jnp.arange(x.shape[1])[None, :]
-      allowed = allowed & ((k <= q) if self.direction == 'ltr' else (k >= q))
     # remat: keep only each layer's input for the backward pass and recompute the rest (about a
     # third more compute for the activation memory of one layer instead of all)
     layer = nn.remat(TransformerLayer, static_argnums=(3,)) if cfg.remat else TransformerLayer
     for i in range(self.num_layers):
-      x = layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size,
-                name=f'layer_{i}')(x, allowed, deterministic)
+      x = layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size, self.direction,
+                name=f'layer_{i}')(x, input_mask, deterministic)
     return x
 
 

@@ -34,6 +34,15 @@ def make_mesh(devices=None) -> Mesh:
   return jax.make_mesh((len(devices),), (DATA,), axis_types=(AxisType.Auto,), devices=devices)
 
 
+def on_mesh(fn, mesh: Mesh):
+  """`fn`, traced with `mesh` as the mesh in context: code that must know the mesh while it is
+  traced (the attention kernels run per device under `shard_map`) finds it there."""
+  def traced(*args, **kwargs):
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+      return fn(*args, **kwargs)
+  return traced
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P(DATA))
 

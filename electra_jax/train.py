@@ -204,10 +204,11 @@ def compile_steps(setup: Setup, mesh):
                                        setup.fsdp)
   if setup.fsdp:
     setup = dataclasses.replace(setup, param_shardings=state.params)
-  init = jax.jit(functools.partial(init_state, setup), out_shardings=state)
-  train = jax.jit(functools.partial(train_step, setup), in_shardings=(state, data),
-                  out_shardings=(state, repl), donate_argnums=(0,))
-  evaluate = jax.jit(functools.partial(eval_step, setup), in_shardings=(state.params, data, repl),
+  on_mesh = lambda fn: partitioning.on_mesh(functools.partial(fn, setup), mesh)
+  init = jax.jit(on_mesh(init_state), out_shardings=state)
+  train = jax.jit(on_mesh(train_step), in_shardings=(state, data), out_shardings=(state, repl),
+                  donate_argnums=(0,))
+  evaluate = jax.jit(on_mesh(eval_step), in_shardings=(state.params, data, repl),
                      out_shardings=repl)
   return init, train, evaluate
 

@@ -2,9 +2,12 @@
 
     python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16
     python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16 --peer=hf
+    python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16 --profile
     python launch/benchmark.py --config=configs/small.py --mode=both   # input vs step, same run
     python launch/benchmark.py --config=configs/small.py --mode=checkpoint  # save/restore times
     python launch/benchmark.py --config=configs/large.py --mode=memory --config.fsdp=True
+    python launch/benchmark.py --config=configs/base.py --mode=max_batch --config.model.dtype=bfloat16
+    python launch/benchmark.py --config=configs/base.py --mode=attention --config.data.batch_size=64
 
 --mode=input reads --records (default: records of the config's sequence length built from the
 built-in corpus in a temporary folder) at the config's global batch.
@@ -25,12 +28,25 @@ _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reported')
 _JSON = flags.DEFINE_string('json', None, 'also write the result to this JSON file')
-_MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint', 'memory'],
-                          'what to time (memory: compile only, the step\'s memory per device)')
+_MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint', 'memory',
+                                           'max_batch', 'attention'],
+                          'what to time (memory: compile only, the step\'s memory per device; '
+                          'max_batch: the largest batch that fits a device; attention: one '
+                          'layer\'s attention on each path)')
+_BLOCKS = flags.DEFINE_string('blocks', '', "--mode=attention: more kernel tilings to time, "
+                              "'bq,bk,bk_dkv,bq_dkv,bq_dq,bk_dq;...' (FlashOptions' block sizes)")
+_MEMORY_GB = flags.DEFINE_float('memory_gb', 0, '--mode=max_batch: memory per device to fit in '
+                                '(default: what the GPU/TPU reports)')
 _RECORDS = flags.DEFINE_string('records', '', 'records folder for --mode=input/both; empty: build '
                                'one from the built-in corpus in a temporary folder')
-_PEER = flags.DEFINE_enum('peer', '', ['', 'hf'], "also time the same step written with HF "
-                          "transformers in PyTorch ('hf'), alternating runs with ours")
+_PEER = flags.DEFINE_enum('peer', '', ['', 'hf', 'hf-compile'], "also time the same step "
+                          "written with HF transformers in PyTorch ('hf'; 'hf-compile': under "
+                          "torch.compile), alternating runs with ours")
+_PROFILE = flags.DEFINE_bool('profile', False, 'also trace --steps steps with jax.profiler and '
+                             'print the kernels that take the time, per step')
+_PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'where the trace is kept (TensorBoard or '
+                                   'Perfetto read it); empty: a temporary folder')
+_TOP = flags.DEFINE_integer('top', 15, 'kernels listed by --profile')
 _BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run')
 flags.mark_flags_as_required(['config'])
 
@@ -50,8 +66,12 @@ def _records(config, log) -> str:
 def _time_step(config) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from electra_jax import benchmark, flops  # pylint: disable=import-outside-toplevel
+  profile_dir = ''
+  if _PROFILE.value:
+    import tempfile  # pylint: disable=import-outside-toplevel
+    profile_dir = _PROFILE_DIR.value or tempfile.mkdtemp(prefix='electra_profile_')
   result = benchmark.benchmark(config, steps=_STEPS.value, repeats=_REPEATS.value,
-                               peer=_PEER.value)
+                               peer=_PEER.value, profile_dir=profile_dir)
   peak, result['peak_source'] = flops.mesh_peak(jax.devices(), config.model.dtype)
   result['peak_flops_per_s'] = peak
   result['mfu'] = result['model_flops_per_s'] / peak if peak else None
@@ -76,14 +96,32 @@ def _time_step(config) -> dict:
           (f' | device high-water mark {mem["device_peak_mb"]:,.0f} MB'
            if 'device_peak_mb' in mem else '') +
           (f' | {r["microbatches"]} microbatches' if r['microbatches'] > 1 else ''))
+  if 'profile' in r:
+    _print_profile(r['profile'], r['ms_per_step'])
   if 'peer' in r:
     p = r['peer']
-    print(f'peer (HF transformers {p["versions"]["transformers"]}, torch {p["versions"]["torch"]}): '
+    label = 'under torch.compile, ' if p['name'] == 'hf-compile' else ''
+    print(f'peer (HF transformers {p["versions"]["transformers"]}, torch {p["versions"]["torch"]}, '
+          f'{label}{p["device"]}): '
           f'{p["tokens_per_s"]:,.0f} tokens/s | {p["ms_per_step"]:.1f} ms/step (median of '
           f'{len(p["ms_per_step_runs"])} runs: {", ".join(f"{x:.1f}" for x in p["ms_per_step_runs"])})')
     print(f'ours / peer: {r["speedup_over_peer"]:.2f}x (per alternating pair: '
           f'{", ".join(f"{x:.2f}" for x in p["ratios"])})')
   return result
+
+
+def _print_profile(p: dict, step_ms: float):
+  print(f'profile of {p["steps"]} steps ({p["directory"]}): {p["busy_ms_per_step"]:.1f} ms of '
+        f'kernel time per step ({p["wall_ms_per_step"]:.1f} ms wall while tracing, '
+        f'{step_ms:.1f} untraced)')
+  print('  ' + ' | '.join(f'{name} {ms:.1f} ms ({100 * ms / p["busy_ms_per_step"]:.0f}%)'
+                          for name, ms in p['categories'].items()))
+  for title, rows in (('kinds of kernel (instances summed)', p['kinds']),
+                      ('single kernels', p['kernels'])):
+    print(f'  {title}:\n  {"ms/step":>8} {"share":>6} {"calls":>6}  kernel (category)')
+    for row in rows[:_TOP.value]:
+      print(f'  {row["ms_per_step"]:8.2f} {100 * row["share"]:5.1f}% '
+            f'{row["calls_per_step"]:6.0f}  {row["name"][:90]} ({row["category"]})')
 
 
 def _time_input(config) -> dict:
@@ -131,6 +169,44 @@ def _memory(config) -> dict:
   return r
 
 
+def _attention(config) -> list:
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  blocks = [dict(zip(('block_q', 'block_k', 'block_k_dkv', 'block_q_dkv', 'block_q_dq',
+                      'block_k_dq'), map(int, spec.split(','))))
+            for spec in _BLOCKS.value.split(';') if spec.strip()]
+  rows = benchmark.time_attention(config, repeats=_REPEATS.value, iterations=_STEPS.value,
+                                  blocks=blocks)
+  print(f'attention of one layer, forward + backward, {rows[0]["shape"]} (batch, length, heads, '
+        f'head size) per device, {rows[0]["dtype"]}:')
+  for r in rows:
+    if 'error' in r:
+      print(f'  {r["path"]}: failed: {r["error"]}')
+    else:
+      print(f'  {r["path"]} (dropout {r["dropout"]}): {r["ms"]:.3f} ms | largest difference from '
+            f'the explicit path {r["max_rel_diff"]:.1e} (relative)')
+  return rows
+
+
+def _max_batch(config) -> dict:
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  r = benchmark.max_batch(config, _MEMORY_GB.value * 1e3 or None)
+  print(f'step memory per device = {r["fixed_mb"]:,.0f} MB + {r["mb_per_row"]:,.1f} MB per row of '
+        f'{config.data.max_seq_length} tokens (XLA buffer assignment; compiled at '
+        f'{", ".join(f"{b} rows: {m:,.0f} MB" for b, m in r["compiled"].items())})')
+  print(f'largest batch that fits {r["budget_mb"]:,.0f} MB (95% of {r["limit_mb"]:,.0f}) per '
+        f'device: {r["batch_per_device"]} per device, global {r["global_batch"]} on '
+        f'{r["devices"]} device(s)')
+  if _PEER.value:
+    import jax  # pylint: disable=import-outside-toplevel
+    if jax.default_backend() != 'gpu':
+      raise cli.UserError('--mode=max_batch --peer runs the PyTorch peer into the GPU\'s memory '
+                          'limit; on this backend leave --peer out')
+    r['peer_batch'] = benchmark.peer_max_batch(config)
+    print(f'peer (HF transformers, eager): largest batch {r["peer_batch"]} (real steps until out '
+          'of memory)')
+  return r
+
+
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
@@ -145,6 +221,10 @@ def main(argv):
       result['checkpoint'] = _time_checkpoint(config)
     if _MODE.value == 'memory':
       result['memory'] = _memory(config)
+    if _MODE.value == 'max_batch':
+      result['max_batch'] = _max_batch(config)
+    if _MODE.value == 'attention':
+      result['attention'] = _attention(config)
   except (ValueError, FileNotFoundError) as e:
     raise cli.UserError(str(e)) from None
   if _MODE.value == 'both':

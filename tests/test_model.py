@@ -200,9 +200,8 @@ def test_fused_attention_equals_the_explicit_softmax(generator):
       {'params': params}, *args) for a in ('explicit', 'fused')}
   for explicit, fused in zip(out['explicit'], out['fused']):
     np.testing.assert_allclose(np.asarray(fused), np.asarray(explicit), atol=2e-5)
-  assert not model_lib._fused_attention(model_lib.ModelConfig(**base, attention='fused'),
-                                        jnp.bfloat16, deterministic=False)
-  assert model_lib._fused_attention(model_lib.ModelConfig(**base, attention='fused',
-                                                          attention_dropout_rate=0.0),
-                                    jnp.float32, deterministic=False)
-  assert not model_lib._fused_attention(model_lib.ModelConfig(**base), jnp.bfloat16, True)  # CPU
+  impl = model_lib.attention_impl
+  assert impl(model_lib.ModelConfig(**base, attention='fused'), jnp.bfloat16, False) == 'explicit'
+  assert impl(model_lib.ModelConfig(**base, attention='fused', attention_dropout_rate=0.0),
+              jnp.float32, deterministic=False) == 'fused'
+  assert impl(model_lib.ModelConfig(**base), jnp.bfloat16, True) == 'explicit'  # auto on a CPU

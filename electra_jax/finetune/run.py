@@ -195,9 +195,9 @@ _INPUTS = ('input_ids', 'segment_ids', 'input_mask')
 @functools.lru_cache(maxsize=8)
 def _predict_fn(model, mesh):
   """One compiled forward pass per (head, mesh): every split, seed and mode reuses it."""
-  return jax.jit(lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
-                                          b['input_mask'], True),
-                 out_shardings=partitioning.replicated(mesh))
+  forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
+                                    b['input_mask'], True)
+  return jax.jit(partitioning.on_mesh(forward, mesh), out_shardings=partitioning.replicated(mesh))
 
 
 def predict(model, params, data, batch_size: int, mesh):

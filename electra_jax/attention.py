@@ -1,0 +1,496 @@
+"""Self-attention with dropout on the probabilities: the explicit softmax and a fused Pallas kernel.
+
+Both compute, per batch row b and head h,
+
+    context = dropout(softmax(q k^T / sqrt(d) + mask)) v,   mask: 0 where allowed, -10000 elsewhere
+
+with the same dropout mask: the keep bit of probability (b, h, i, j) is a counter-based hash of the
+dropout key and those four indices (`keep_bits`), so any implementation, and the backward pass,
+regenerate the mask instead of storing it.
+
+- `explicit`: einsums and a softmax in float32; XLA materializes the [B, H, L, L] probabilities.
+- `flash`: a Pallas flash-attention kernel (forward, and a backward of two kernels: dK/dV and dQ)
+  that never writes the probabilities to memory. It lowers to Triton on GPUs and to Mosaic on TPUs;
+  `interpret=True` runs the same kernels on any backend (the CPU tests do). Under a mesh with a
+  'data' axis it runs per device (`shard_map`), each with its rows' global batch indices, so the
+  mask does not depend on the number of devices.
+- `fused`: `jax.nn.dot_product_attention` (cuDNN's kernel on GPUs), without dropout.
+
+The padding mask is additive (-10000) as in the original, so fully masked rows (padding queries)
+give the same values on every path.
+"""
+
+import concurrent.futures
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+
+MASK_VALUE = -10000.0  # added to the scores of keys a query may not attend to, as the original
+
+
+# ------------------------------------------------------------------------------------------------
+# Counter-based random bits
+# ------------------------------------------------------------------------------------------------
+
+def mix32(x):
+  """A 32-bit integer finalizer (xorshift-multiply): a bijection whose output bits all depend on
+  every input bit."""
+  x = (x ^ (x >> 16)) * jnp.uint32(0x7FEB352D)
+  x = (x ^ (x >> 15)) * jnp.uint32(0x846CA68B)
+  return x ^ (x >> 16)
+
+
+def seed_words(key) -> jax.Array:
+  """The two uint32 words of a JAX key (threefry's key data), as the hashes use them."""
+  words = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
+  return jnp.stack([words[0], words[-1]])
+
+
+def threshold(rate: float) -> int:
+  """Bits below this value drop an element: P(drop) = rate to within 2^-32."""
+  return min(round(rate * 2.0 ** 32), 2 ** 32 - 1)
+
+
+def row_seed(words, row):
+  """The seed of one (batch row, head) pair: row = b * heads + h (uint32)."""
+  return mix32(mix32(row ^ words[0]) + words[1])
+
+
+def keep_bits(seed, query, key, key_len: int):
+  """uint32 bits of probability (query, key) of one (batch row, head) seeded by `row_seed`."""
+  return mix32((query * key_len + key).astype(jnp.uint32) ^ seed)
+
+
+def probs_keep(words, shape, batch_offset=0) -> jax.Array:
+  """The keep bits of a whole [B, H, Lq, Lk] probability tensor (the explicit path's mask)."""
+  b, h, lq, lk = shape
+  rows = ((lax.broadcasted_iota(jnp.uint32, (b, h, 1, 1), 0) + jnp.uint32(batch_offset)) * h
+          + lax.broadcasted_iota(jnp.uint32, (b, h, 1, 1), 1))
+  query = lax.broadcasted_iota(jnp.int32, (1, 1, lq, lk), 2)
+  key = lax.broadcasted_iota(jnp.int32, (1, 1, lq, lk), 3)
+  return keep_bits(row_seed(words, rows), query, key, lk)
+
+
+def allowed_mask(key_mask, length: int, direction: str = ''):
+  """[B, 1, L, L] (or [B, 1, 1, L]) bool: which keys each query may attend to. `direction` 'ltr'
+  lets a position see itself and its left, 'rtl' itself and its right (ELECTRIC's towers)."""
+  allowed = key_mask[:, None, None, :] > 0
+  if direction:
+    q, k = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
+    allowed = allowed & ((k <= q) if direction == 'ltr' else (k >= q))
+  return allowed
+
+
+# ------------------------------------------------------------------------------------------------
+# The explicit path (and the reference of the kernel's tests)
+# ------------------------------------------------------------------------------------------------
+
+def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
+  """q, k, v: [B, L, H, D]; key_mask: [B, L]; words: `seed_words` of the dropout key (None: no
+  dropout). Returns [B, L, H, D] in v's dtype."""
+  scale = 1.0 / math.sqrt(q.shape[-1])
+  scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+  allowed = allowed_mask(key_mask, q.shape[1], direction)
+  scores = scores * scale + jnp.where(allowed, 0.0, MASK_VALUE)
+  probs = jax.nn.softmax(scores, axis=-1)
+  if dropout_rate > 0 and words is not None:
+    keep = probs_keep(words, probs.shape) >= jnp.uint32(threshold(dropout_rate))
+    probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+  return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
+                    preferred_element_type=jnp.float32).astype(v.dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# The Pallas flash-attention kernels
+# ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class FlashOptions:
+  """Static settings of the kernels (hashable: they key the compiled programs)."""
+  dropout_rate: float = 0.0
+  direction: str = ''
+  block_q: int = 128  # forward: queries per program
+  block_k: int = 64  # forward: keys per inner step
+  block_k_dkv: int = 128  # dK/dV: keys per program
+  block_q_dkv: int = 32  # dK/dV: queries per inner step
+  block_q_dq: int = 128  # dQ: queries per program
+  block_k_dq: int = 32  # dQ: keys per inner step
+  backend: str = 'gpu'  # 'gpu' (Triton; [B, L, H, D] blocks) or 'tpu' (Mosaic; [B, H, L, D])
+  interpret: bool = False  # run the kernels with Pallas' interpreter (any backend, for tests)
+  num_warps: int = 4  # Triton only
+  num_stages: int = 2  # Triton only
+
+
+def _fit(block: int, length: int) -> int:
+  return min(block, length)
+
+
+def unsupported(o: FlashOptions, length: int, head_dim: int) -> str:
+  """'' when the kernels take this shape, else why not (the caller then uses another path)."""
+  blocks = {_fit(b, length) for b in (o.block_q, o.block_k, o.block_k_dkv, o.block_q_dkv,
+                                      o.block_q_dq, o.block_k_dq)}
+  if any(length % b for b in blocks):
+    return f'blocks {sorted(blocks)} do not divide the sequence length {length}'
+  if o.backend == 'tpu':
+    if any(b % 8 for b in blocks) or any(b % 128 and b != length for b in blocks):
+      return f'blocks {sorted(blocks)} are not multiples of 128 (or the whole sequence of {length})'
+    return ''
+  if any(b < 16 or b & (b - 1) for b in blocks):
+    return f'blocks {sorted(blocks)} are not powers of two >= 16'
+  if head_dim < 16 or head_dim & (head_dim - 1):
+    return f'head size {head_dim} is not a power of two >= 16'
+  return ''
+
+
+def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, transposed, key_mask,
+           key_len):
+  """(additive score mask, dropout multiplier or None) of a [queries, keys] tile (or [keys,
+  queries] when `transposed`) whose first query is q0 and first key k0."""
+  qa, ka = (1, 0) if transposed else (0, 1)
+  query = lax.broadcasted_iota(jnp.int32, shape, qa) + q0
+  key = lax.broadcasted_iota(jnp.int32, shape, ka) + k0
+  allowed = key_mask > 0
+  if o.direction == 'ltr':
+    allowed = allowed & (key <= query)
+  elif o.direction == 'rtl':
+    allowed = allowed & (key >= query)
+  additive = jnp.where(allowed, 0.0, MASK_VALUE)
+  if o.dropout_rate <= 0:
+    return additive, None
+  row = (b + seeds_ref[2]) * jnp.uint32(heads) + h.astype(jnp.uint32)
+  seed = row_seed((seeds_ref[0], seeds_ref[1]), row)
+  keep = keep_bits(seed, query, key, key_len) >= jnp.uint32(threshold(o.dropout_rate))
+  return additive, jnp.where(keep, 1.0 / (1.0 - o.dropout_rate), 0.0)
+
+
+def _ids():
+  return (pl.program_id(0).astype(jnp.uint32), pl.program_id(1).astype(jnp.uint32),
+          pl.program_id(2))
+
+
+def _nt(a, b):
+  """a @ b^T with float32 accumulation."""
+  return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _nn(a, b):
+  return lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+
+
+def _forward_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, m_ref, l_ref, *,
+                    o: FlashOptions, heads: int, scale: float):
+  b, h, i = _ids()
+  bq, bk = q_ref.shape[0], _fit(o.block_k, k_ref.shape[0])
+  key_len = k_ref.shape[0]
+  q = q_ref[...]
+
+  def body(j, carry):
+    acc, m, l = carry
+    keys = pl.ds(pl.multiple_of(j * bk, bk), bk)
+    s = _nt(q, k_ref[keys, :]) * scale
+    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, False,
+                            mask_ref[:, keys], key_len)
+    s = s + additive
+    m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
+    p = jnp.exp(s - m_new)
+    correction = jnp.exp(m - m_new)
+    l = correction * l + jnp.sum(p, axis=1, keepdims=True)
+    if keep is not None:
+      p = p * keep
+    acc = correction * acc + _nn(p.astype(v_ref.dtype), v_ref[keys, :])
+    return acc, m_new, l
+
+  init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq, 1), -jnp.inf, jnp.float32),
+          jnp.zeros((bq, 1), jnp.float32))
+  acc, m, l = lax.fori_loop(0, key_len // bk, body, init)
+  o_ref[...] = (acc / l).astype(o_ref.dtype)
+  # the softmax's statistics, kept apart: m + log(l) would round at the magnitude of the mask
+  m_ref[...] = m
+  l_ref[...] = l
+
+
+def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, m_ref, l_ref, delta_ref,
+                dk_ref, dv_ref, *, o: FlashOptions, heads: int, scale: float):
+  """dK and dV of one block of keys, looping over the queries; tiles are [keys, queries]."""
+  b, h, j = _ids()
+  bk, bq = k_ref.shape[0], _fit(o.block_q_dkv, q_ref.shape[0])
+  key_len = mask_ref.shape[0]
+  k, v = k_ref[...], v_ref[...]
+  key_mask = mask_ref[pl.ds(pl.multiple_of(j * bk, bk), bk), :]  # [keys, 1]
+
+  def body(i, carry):
+    dk, dv = carry
+    queries = pl.ds(pl.multiple_of(i * bq, bq), bq)
+    q, do = q_ref[queries, :], do_ref[queries, :]
+    s = _nt(k, q) * scale
+    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, True, key_mask,
+                            key_len)
+    p = jnp.exp(s + additive - m_ref[:, queries]) / l_ref[:, queries]  # [keys, queries]
+    dp = _nt(v, do)  # the gradient of the dropped probabilities
+    if keep is not None:
+      dv = dv + _nn((p * keep).astype(do.dtype), do)
+      dp = dp * keep
+    else:
+      dv = dv + _nn(p.astype(do.dtype), do)
+    ds = p * (dp - delta_ref[:, queries])
+    dk = dk + _nn(ds.astype(q.dtype), q)
+    return dk, dv
+
+  zeros = jnp.zeros(k.shape, jnp.float32)
+  dk, dv = lax.fori_loop(0, q_ref.shape[0] // bq, body, (zeros, zeros))
+  dk_ref[...] = (dk * scale).astype(dk_ref.dtype)
+  dv_ref[...] = dv.astype(dv_ref.dtype)
+
+
+def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, m_ref, l_ref, delta_ref, dq_ref,
+               *,
+               o: FlashOptions, heads: int, scale: float):
+  """dQ of one block of queries, looping over the keys."""
+  b, h, i = _ids()
+  bq, bk = q_ref.shape[0], _fit(o.block_k_dq, k_ref.shape[0])
+  key_len = k_ref.shape[0]
+  q, do, m, l, delta = q_ref[...], do_ref[...], m_ref[...], l_ref[...], delta_ref[...]
+
+  def body(j, dq):
+    keys = pl.ds(pl.multiple_of(j * bk, bk), bk)
+    s = _nt(q, k_ref[keys, :]) * scale
+    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, False,
+                            mask_ref[:, keys], key_len)
+    p = jnp.exp(s + additive - m) / l
+    dp = _nt(do, v_ref[keys, :])
+    if keep is not None:
+      dp = dp * keep
+    ds = p * (dp - delta)
+    return dq + _nn(ds.astype(k_ref.dtype), k_ref[keys, :])
+
+  dq = lax.fori_loop(0, key_len // bk, body, jnp.zeros(q.shape, jnp.float32))
+  dq_ref[...] = (dq * scale).astype(dq_ref.dtype)
+
+
+def _compiler_params(o: FlashOptions, grid_rank: int):
+  if o.backend == 'tpu':
+    from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
+    return pltpu.CompilerParams(dimension_semantics=('parallel',) * grid_rank)
+  from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
+  return plgpu.CompilerParams(num_warps=o.num_warps, num_stages=o.num_stages)
+
+
+def _seed_spec(o: FlashOptions):
+  if o.backend == 'tpu':
+    from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
+    return pl.BlockSpec(memory_space=pltpu.SMEM)
+  return pl.BlockSpec((4,), lambda *_: (0,))
+
+
+def _block_specs(o: FlashOptions, block, length, head_dim):
+  """(blocked spec, whole-sequence spec) of one q/k/v-like tensor."""
+  if o.backend == 'tpu':
+    return (pl.BlockSpec((None, None, block, head_dim), lambda b, h, i: (b, h, i, 0)),
+            pl.BlockSpec((None, None, length, head_dim), lambda b, h, i: (b, h, 0, 0)))
+  return (pl.BlockSpec((None, block, None, head_dim), lambda b, h, i: (b, i, h, 0)),
+          pl.BlockSpec((None, length, None, head_dim), lambda b, h, i: (b, 0, h, 0)))
+
+
+def _stat_specs(block, length):
+  """(column [block, 1] blocks, whole row [1, L]) of a [B, H, L, 1] / [B, H, 1, L] statistic."""
+  return (pl.BlockSpec((None, None, block, 1), lambda b, h, i: (b, h, i, 0)),
+          pl.BlockSpec((None, None, 1, length), lambda b, h, i: (b, h, 0, 0)))
+
+
+def _row_mask_spec(length):
+  """The key mask as a row [1, L] of a [B, 1, L] array."""
+  return pl.BlockSpec((None, 1, length), lambda b, h, i: (b, 0, 0))
+
+
+def _dims(q, o: FlashOptions):
+  if o.backend == 'tpu':
+    batch, heads, length, head_dim = q.shape
+  else:
+    batch, length, heads, head_dim = q.shape
+  return batch, heads, length, head_dim
+
+
+def _forward(seeds, q, k, v, key_mask, o: FlashOptions):
+  batch, heads, length, head_dim = _dims(q, o)
+  bq = _fit(o.block_q, length)
+  blocked, whole = _block_specs(o, bq, length, head_dim)
+  column, _ = _stat_specs(bq, length)
+  row_mask = _row_mask_spec(length)
+  kernel = functools.partial(_forward_kernel, o=o, heads=heads, scale=1.0 / math.sqrt(head_dim))
+  stat = jax.ShapeDtypeStruct((batch, heads, length, 1), jnp.float32)
+  out, m, l = pl.pallas_call(
+      kernel, grid=(batch, heads, length // bq),
+      in_specs=[_seed_spec(o), blocked, whole, whole, row_mask],
+      out_specs=[blocked, column, column],
+      out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), stat, stat],
+      compiler_params=_compiler_params(o, 3), interpret=o.interpret,
+      name='electra_flash_forward')(seeds, q, k, v, key_mask[:, None, :])
+  return out, (m, l)
+
+
+def _backward(seeds, q, k, v, key_mask, out, stats, do, o: FlashOptions):
+  batch, heads, length, head_dim = _dims(q, o)
+  scale = 1.0 / math.sqrt(head_dim)
+  # delta = rowsum(dO * O) = rowsum(dP_dropped * P_dropped): one small XLA fusion
+  delta = jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
+  if o.backend != 'tpu':
+    delta = delta.transpose(0, 2, 1)  # [B, L, H] -> [B, H, L]
+  delta_col, delta_row = delta[..., None], delta[:, :, None, :]
+  m, l = stats
+  m_row, l_row = (x.reshape(batch, heads, 1, length) for x in stats)
+  row_mask = key_mask[:, None, :]
+  col_mask = key_mask[:, :, None]
+
+  bk = _fit(o.block_k_dkv, length)
+  k_blocked, whole = _block_specs(o, bk, length, head_dim)
+  _, stat_row = _stat_specs(bk, length)
+  full_col_mask = pl.BlockSpec((None, length, 1), lambda b, h, i: (b, 0, 0))
+  dk, dv = pl.pallas_call(
+      functools.partial(_dkv_kernel, o=o, heads=heads, scale=scale),
+      grid=(batch, heads, length // bk),
+      in_specs=[_seed_spec(o), whole, k_blocked, k_blocked, full_col_mask, whole, stat_row,
+                stat_row, stat_row],
+      out_specs=[k_blocked, k_blocked],
+      out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
+      compiler_params=_compiler_params(o, 3), interpret=o.interpret,
+      name='electra_flash_dkv')(seeds, q, k, v, col_mask, do, m_row, l_row, delta_row)
+
+  bq = _fit(o.block_q_dq, length)
+  q_blocked, whole = _block_specs(o, bq, length, head_dim)
+  stat_col, _ = _stat_specs(bq, length)
+  row_mask_spec = _row_mask_spec(length)
+  dq = pl.pallas_call(
+      functools.partial(_dq_kernel, o=o, heads=heads, scale=scale),
+      grid=(batch, heads, length // bq),
+      in_specs=[_seed_spec(o), q_blocked, whole, whole, row_mask_spec, q_blocked, stat_col,
+                stat_col, stat_col],
+      out_specs=q_blocked,
+      out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+      compiler_params=_compiler_params(o, 3), interpret=o.interpret,
+      name='electra_flash_dq')(seeds, q, k, v, row_mask, do, m, l, delta_col)
+  return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5,))
+def _flash(seeds, q, k, v, key_mask, o: FlashOptions):
+  return _forward(seeds, q, k, v, key_mask, o)[0]
+
+
+def _flash_fwd(seeds, q, k, v, key_mask, o):
+  out, stats = _forward(seeds, q, k, v, key_mask, o)
+  return out, (seeds, q, k, v, key_mask, out, stats)
+
+
+def _flash_bwd(o, residuals, do):
+  seeds, q, k, v, key_mask, out, stats = residuals
+  dq, dk, dv = _backward(seeds, q, k, v, key_mask, out, stats, do, o)
+  return (np.zeros(seeds.shape, jax.dtypes.float0), dq, dk, dv,
+          np.zeros(key_mask.shape, jax.dtypes.float0))
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
+          options: FlashOptions | None = None, batch_offset=0):
+  """The kernels on one device's rows. q, k, v: [B, L, H, D]; key_mask: [B, L]; `words` the
+  dropout key's `seed_words`; `batch_offset` the global index of row 0. Returns [B, L, H, D]."""
+  o = dataclasses.replace(options or FlashOptions(), direction=direction,
+                          dropout_rate=dropout_rate if words is not None else 0.0)
+  if words is None:
+    words = jnp.zeros((2,), jnp.uint32)
+  seeds = jnp.concatenate([words.astype(jnp.uint32),
+                           jnp.asarray(batch_offset, jnp.uint32)[None],
+                           jnp.zeros((1,), jnp.uint32)])
+  key_mask = key_mask.astype(jnp.int32)
+  if o.backend == 'tpu':  # [B, H, L, D] blocks
+    q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
+    return _flash(seeds, q, k, v, key_mask, o).transpose(0, 2, 1, 3)
+  return _flash(seeds, q, k, v, key_mask, o)
+
+
+def flash_sharded(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None,
+                  options: FlashOptions | None = None, axis: str = 'data'):
+  """`flash` on every device's rows of a batch split over the mesh axis `axis` of the mesh in
+  context (`jax.sharding.use_abstract_mesh`); without such a mesh, on the whole batch."""
+  mesh = jax.sharding.get_abstract_mesh()
+  call = functools.partial(flash, direction=direction, dropout_rate=dropout_rate,
+                           options=options)
+  if (mesh.empty or axis not in mesh.axis_names or mesh.shape[axis] == 1
+      or q.shape[0] % mesh.shape[axis]):  # (e.g. the one-row batch that creates the parameters)
+    return call(q, k, v, key_mask, words=words)
+  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
+  has_words = words is not None
+
+  def local(q, k, v, key_mask, words):
+    offset = lax.axis_index(axis) * q.shape[0]
+    return call(q, k, v, key_mask, words=words if has_words else None, batch_offset=offset)
+
+  words = words if has_words else jnp.zeros((2,), jnp.uint32)
+  return jax.shard_map(local, mesh=mesh, in_specs=(P(axis),) * 4 + (P(),), out_specs=P(axis),
+                       check_vma=False)(q, k, v, key_mask, words)
+
+
+# ------------------------------------------------------------------------------------------------
+# Choosing the kernels on a device
+# ------------------------------------------------------------------------------------------------
+
+def default_options(backend: str) -> FlashOptions:
+  """Block sizes per backend: Triton tiles on GPUs (FlashAttention-2's shapes for head size 64),
+  128-row tiles on TPUs (the MXU's), and the interpreter (same kernels, GPU layout) elsewhere."""
+  if backend == 'tpu':
+    return FlashOptions(backend='tpu', block_q=128, block_k=128, block_k_dkv=128, block_q_dkv=128,
+                        block_q_dq=128, block_k_dq=128)
+  if backend in ('gpu', 'cuda', 'rocm'):
+    return FlashOptions(backend='gpu')
+  return FlashOptions(backend='gpu', interpret=True)
+
+
+def check(options: FlashOptions, dtype=jnp.bfloat16, length: int = 128) -> str:
+  """'' when the kernels, compiled for `options` on the default device, give the explicit path's
+  values and gradients (dropout, padding and a direction included) on a small problem; else what
+  went wrong."""
+  shape = (2, length, 2, 64)
+  keys = jax.random.split(jax.random.key(0), 4)
+  q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
+  key_mask = (jnp.arange(length)[None] < jnp.array([length, length // 2 + 3])[:, None])
+  words = seed_words(jax.random.key(1))
+  tolerance = 1e-4 if jnp.dtype(dtype) == jnp.float32 else 5e-2
+  for direction in ('', 'ltr'):
+    def run(fn):
+      f = lambda q, k, v: fn(q, k, v, key_mask, direction=direction, dropout_rate=0.1,
+                             words=words).astype(jnp.float32)
+      out, vjp = jax.vjp(f, q, k, v)
+      return (out,) + vjp(do.astype(jnp.float32))
+    got = jax.jit(lambda: run(functools.partial(flash, options=options)))()
+    want = jax.jit(lambda: run(explicit))()
+    for name, a, b in zip(('output', 'dq', 'dk', 'dv'), got, want):
+      a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+      err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-6))
+      if not np.isfinite(err) or err > tolerance:
+        return f'{name} differs from the explicit path by {err:.2g} (relative, {direction or "both directions"})'
+  return ''
+
+
+@functools.cache
+def kernel_check(backend: str) -> tuple[bool, str]:
+  """(whether the kernels work on this backend, why not), checked once per process. Safe to call
+  while a step is being traced: the check runs in a thread of its own, outside the trace (JAX's
+  tracing state is per thread)."""
+  options = default_options(backend)
+
+  def run():
+    try:
+      return check(options)
+    except Exception as e:  # pylint: disable=broad-except
+      return f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
+
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    problem = pool.submit(run).result()
+  return not problem, problem

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The accelerator measurements behind the README's GPU numbers, in the order they are taken:
+#   bash launch/gpu_benchmarks.sh attention   # the kernels' check and time vs explicit / cuDNN
+#   bash launch/gpu_benchmarks.sh base        # Base 64 x 512 bf16 vs HF + torch.compile, profiled
+#   bash launch/gpu_benchmarks.sh small       # Small 128 x 128 vs HF + torch.compile
+#   bash launch/gpu_benchmarks.sh maxbatch    # largest batch per device, Base and Large at 512
+#   bash launch/gpu_benchmarks.sh all
+# Each section prints its results and writes JSON next to OUT (default /tmp/electra_gpu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/electra_gpu}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+bench() { PYTHONUNBUFFERED=1 $PY launch/benchmark.py "$@"; }
+
+attention() {
+  # one Base layer's attention, batch 64 x 512: the kernels are checked against the explicit path
+  # (same dropout mask) and timed; the block settings after the default are candidates
+  bench --config=configs/base.py --mode=attention --config.data.batch_size=64 \
+    --config.model.dtype=bfloat16 --steps=20 --repeats=5 \
+    --blocks="128,64,64,64,64,64;128,128,128,32,128,32;64,64,64,32,64,32" \
+    --json="$OUT/attention.json"
+}
+
+base() {
+  bench --config=configs/base.py --config.model.dtype=bfloat16 --config.data.batch_size=64 \
+    --peer=hf-compile --profile --profile_dir="$OUT/trace_base" --top=25 --json="$OUT/base.json"
+}
+
+small() {
+  bench --config=configs/small.py --config.model.dtype=bfloat16 --config.data.batch_size=128 \
+    --peer=hf-compile --json="$OUT/small.json"
+}
+
+maxbatch() {
+  bench --config=configs/base.py --mode=max_batch --config.model.dtype=bfloat16 --peer=hf \
+    --json="$OUT/maxbatch_base.json"
+  bench --config=configs/large.py --mode=max_batch --config.model.dtype=bfloat16 \
+    --config.data.max_seq_length=512 --peer=hf --json="$OUT/maxbatch_large.json"
+}
+
+case "${1:-all}" in
+  attention) attention ;;
+  base) base ;;
+  small) small ;;
+  maxbatch) maxbatch ;;
+  all) attention; base; small; maxbatch ;;
+  *) echo "usage: $0 attention|base|small|maxbatch|all" >&2; exit 2 ;;
+esac

@@ -1,0 +1,223 @@
+"""The Pallas flash-attention kernels against the explicit path (Pallas' interpreter on the CPU),
+their dropout mask's statistics, sharding, the model's choice of path, and lowering for GPU and TPU.
+
+Interpret mode runs the kernels' own code (tiles, loops, online softmax, the regenerated dropout
+mask, the two backward kernels) but not the Triton or Mosaic compilers: `test_kernels_lower_*`
+checks that JAX lowers them for both (Triton IR, Mosaic MLIR); only a GPU or TPU can compile them.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+from conftest import test_config
+from electra_jax import attention
+from electra_jax import model as model_lib
+from electra_jax import partitioning
+from electra_jax import train as train_lib
+from electra_jax.benchmark import SPECIAL, synthetic_batch
+
+# small tiles, so every loop of every kernel runs several steps
+SMALL = dict(block_q=32, block_k=16, block_k_dkv=32, block_q_dkv=16, block_q_dq=16, block_k_dq=32)
+
+
+def _problem(dtype, length=64, batch=2, heads=2, head_dim=16, seed=0):
+  keys = jax.random.split(jax.random.key(seed), 4)
+  shape = (batch, length, heads, head_dim)
+  q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
+  lengths = np.array([length, length // 2 + 5] + [length - 3] * (batch - 2))
+  key_mask = jnp.asarray(np.arange(length)[None] < lengths[:, None], jnp.int32)
+  return q, k, v, do, key_mask
+
+
+def _value_and_grads(fn, q, k, v, do):
+  out, vjp = jax.vjp(fn, q, k, v)
+  return (out,) + vjp(do)
+
+
+@pytest.mark.parametrize('backend, dtype, rate, direction', [
+    ('gpu', jnp.float32, 0.1, ''),
+    ('gpu', jnp.float32, 0.1, 'ltr'),
+    ('gpu', jnp.float32, 0.0, ''),
+    ('tpu', jnp.float32, 0.1, 'rtl'),
+    ('gpu', jnp.bfloat16, 0.1, ''),
+    ('tpu', jnp.bfloat16, 0.1, 'ltr'),
+])
+def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction):
+  """Output and dQ, dK, dV of the kernels equal the explicit einsum + softmax + the same hashed
+  dropout mask: float32 to 1e-5, bfloat16 to bfloat16's rounding of the operands."""
+  q, k, v, do, key_mask = _problem(dtype)
+  words = attention.seed_words(jax.random.key(3))
+  options = attention.FlashOptions(backend=backend, interpret=True, **SMALL)
+  if backend == 'gpu':  # (TPU tiles are 128 rows; the interpreter takes these small ones)
+    assert not attention.unsupported(options, q.shape[1], q.shape[-1])
+  common = dict(direction=direction, dropout_rate=rate, words=words)
+  got = jax.jit(lambda *a: _value_and_grads(
+      lambda q, k, v: attention.flash(q, k, v, key_mask, options=options, **common), *a))(
+          q, k, v, do)
+  want = jax.jit(lambda *a: _value_and_grads(
+      lambda q, k, v: attention.explicit(q, k, v, key_mask, **common), *a))(q, k, v, do)
+  for name, a, b in zip(('output', 'dq', 'dk', 'dv'), got, want):
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    assert a.dtype == b.dtype and a.shape == b.shape
+    scale = np.abs(b).max()
+    tolerance = 1e-5 if dtype == jnp.float32 else 2e-2
+    assert np.abs(a - b).max() <= tolerance * scale, name
+  if rate:  # the mask is really applied: without dropout the output differs
+    plain = attention.explicit(q, k, v, key_mask, direction=direction)
+    assert np.abs(np.asarray(plain, np.float32) - np.asarray(got[0], np.float32)).max() > 0.05
+
+
+def test_dropout_mask_statistics():
+  """Keep rate 1 - p to within sampling error; neighbouring queries, keys, heads and batch rows
+  and another key's mask are uncorrelated."""
+  words = attention.seed_words(jax.random.key(0))
+  shape = (8, 4, 128, 128)
+  keep = np.asarray(attention.probs_keep(words, shape) >= attention.threshold(0.1))
+  n = keep.size
+  assert abs(keep.mean() - 0.9) < 4 * np.sqrt(0.09 / n)
+  k = keep.astype(np.float64)
+  for axis in range(4):
+    a, b = np.moveaxis(k, axis, 0)[1:], np.moveaxis(k, axis, 0)[:-1]
+    assert abs(np.corrcoef(a.ravel(), b.ravel())[0, 1]) < 0.01, axis
+  other = np.asarray(attention.probs_keep(attention.seed_words(jax.random.key(1)), shape)
+                     >= attention.threshold(0.1)).astype(np.float64)
+  assert abs(np.corrcoef(k.ravel(), other.ravel())[0, 1]) < 0.01
+  # rows of a batch split over devices get their global indices: row 3 of the whole = row 1 of
+  # the part starting at row 2
+  part = np.asarray(attention.probs_keep(words, (2, 4, 128, 128), batch_offset=2))
+  np.testing.assert_array_equal(part[1], np.asarray(attention.probs_keep(words, shape))[3])
+
+
+def test_sharded_kernels_equal_one_device():
+  """Under the 8-device mesh the kernels run per device (shard_map) with global row indices:
+  values and gradients equal the unsharded kernels and the explicit path."""
+  mesh = partitioning.make_mesh()
+  q, k, v, do, key_mask = _problem(jnp.float32, length=32, batch=8)
+  words = attention.seed_words(jax.random.key(5))
+  options = attention.FlashOptions(backend='gpu', interpret=True, **SMALL)
+
+  def run(fn, *args):
+    return _value_and_grads(lambda q, k, v: fn(q, k, v, key_mask, dropout_rate=0.1, words=words),
+                            *args)
+
+  data = partitioning.batch_sharding(mesh)
+  sharded = jax.jit(partitioning.on_mesh(
+      lambda *a: run(functools.partial(attention.flash_sharded, options=options), *a), mesh),
+      in_shardings=(data,) * 4, out_shardings=data)
+  jaxpr = jax.make_jaxpr(partitioning.on_mesh(
+      lambda *a: run(functools.partial(attention.flash_sharded, options=options), *a), mesh))(
+          q, k, v, do)
+  assert 'shard_map' in str(jaxpr)
+  got = sharded(q, k, v, do)
+  whole = jax.jit(lambda *a: run(functools.partial(attention.flash, options=options), *a))(
+      q, k, v, do)
+  want = jax.jit(lambda *a: run(attention.explicit, *a))(q, k, v, do)
+  for a, b, c in zip(got, whole, want):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5)
+
+
+@pytest.mark.parametrize('generator', ['separate', 'two_tower'])
+def test_model_with_the_kernels_trains_as_the_explicit_path(generator):
+  """model.attention='pallas' (interpreted here) gives the explicit path's logits and parameter
+  gradients in training mode, attention and hidden dropout on, padding and ELECTRIC's towers."""
+  base = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_layers=2, num_heads=2,
+              intermediate_size=64, max_position_embeddings=32, generator=generator,
+              generator_hidden_fraction=1.0, dropout_rate=0.1, attention_dropout_rate=0.1)
+  batch = synthetic_batch(4, 32, 64, seed=3)
+  batch['input_mask'][1, 10:] = 0
+  positions = np.tile(np.arange(5)[None] * 3, (4, 1))
+  params = model_lib.init_params(model_lib.ModelConfig(**base), jax.random.key(0))
+
+  def loss(params, impl):
+    model = model_lib.Electra(model_lib.ModelConfig(**base, attention=impl))
+    gen, disc = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                            batch['input_mask'], positions, False,
+                            rngs={'dropout': jax.random.key(9)})
+    return jnp.sum(gen[..., :3] ** 2) + jnp.sum(disc * jnp.arange(32)), (gen, disc)
+
+  grads = {impl: jax.jit(jax.grad(functools.partial(loss, impl=impl), has_aux=True))(params)
+           for impl in ('explicit', 'pallas')}
+  for a, b in zip(jax.tree.leaves(grads['pallas']), jax.tree.leaves(grads['explicit'])):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=1e-4)
+  for a, b in zip(jax.tree.leaves(grads['pallas']), jax.tree.leaves(grads['explicit'])):
+    assert np.abs(np.asarray(a)).max() > 0 or np.abs(np.asarray(b)).max() == 0
+  evaluated = {impl: model_lib.Electra(model_lib.ModelConfig(**base, attention=impl)).apply(
+      {'params': params}, batch['input_ids'], batch['segment_ids'], batch['input_mask'],
+      positions) for impl in ('explicit', 'pallas')}  # without dropout
+  for a, b in zip(evaluated['pallas'], evaluated['explicit']):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
+
+
+def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path():
+  """The whole train step (masking, generator, sampling, discriminator, AdamW) with the kernels
+  under the 8-device mesh ends at the explicit path's parameters (dropout on)."""
+  config = test_config(**{'model.attention_dropout_rate': 0.1, 'model.dropout_rate': 0.1})
+  mesh = partitioning.make_mesh()
+  batch = synthetic_batch(16, 32, 96, seed=1)
+  results = {}
+  for impl in ('explicit', 'pallas'):
+    config.model.attention = impl
+    setup = train_lib.build_setup(config, SPECIAL)
+    init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+    state = init_fn()
+    for _ in range(2):
+      state, metrics = train_fn(state, jax.device_put(batch, partitioning.batch_sharding(mesh)))
+    results[impl] = (jax.device_get(state.params), float(metrics['loss'][0]))
+  assert results['pallas'][1] == pytest.approx(results['explicit'][1], rel=1e-5)
+  for a, b in zip(jax.tree.leaves(results['pallas'][0]), jax.tree.leaves(results['explicit'][0])):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_auto_falls_back_when_the_kernels_fail_their_check(monkeypatch):
+  """On a device where the kernels do not compile or disagree with the explicit path, 'auto' keeps
+  the explicit softmax (and cuDNN where no dropout is active) and says why."""
+  ok, why = attention.kernel_check('tpu')  # Mosaic kernels cannot run on the CPU backend
+  assert not ok and why
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'tpu')
+  cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2)
+  assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 128, 64) == 'explicit'
+  assert model_lib.attention_impl(cfg, jnp.bfloat16, True, 128, 64) == 'fused'
+  monkeypatch.setattr(attention, 'kernel_check', lambda backend: (True, ''))
+  assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 128, 64) == 'pallas'
+  assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 100, 64) == 'explicit'  # shape
+
+
+@pytest.mark.parametrize('platform, backend', [('cuda', 'gpu'), ('tpu', 'tpu')])
+def test_kernels_lower_for_gpu_and_tpu(platform, backend):
+  """JAX lowers the forward and both backward kernels of ELECTRA-Base's attention (batch 8 x 512,
+  12 heads of 64, bfloat16, dropout) to Triton (GPU) and Mosaic (TPU) from this CPU machine."""
+  options = attention.default_options(backend)
+
+  def loss(q, k, v, key_mask, words):
+    out = attention.flash(q, k, v, key_mask, dropout_rate=0.1, words=words, options=options)
+    return jnp.sum(out.astype(jnp.float32))
+
+  target = {'gpu': '__gpu$xla.gpu.triton', 'tpu': 'tpu_custom_call'}[backend]
+  shape = jax.ShapeDtypeStruct((8, 512, 12, 64), jnp.bfloat16)
+  exported = export.export(
+      jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=[platform],
+      disabled_checks=[export.DisabledSafetyCheck.custom_call(target)])(
+          shape, shape, shape, jax.ShapeDtypeStruct((8, 512), jnp.int32),
+          jax.ShapeDtypeStruct((2,), jnp.uint32))
+  text = exported.mlir_module()
+  assert text.count(f'@{target}') == 3  # forward, dK/dV, dQ
+  for name in ('electra_flash_forward', 'electra_flash_dkv', 'electra_flash_dq'):
+    assert name in text
+
+
+def test_options_reject_shapes_the_kernels_do_not_take():
+  gpu = attention.default_options('gpu')
+  assert not attention.unsupported(gpu, 512, 64)
+  assert not attention.unsupported(gpu, 32, 16)
+  assert 'power' in attention.unsupported(gpu, 48, 64) or 'divide' in attention.unsupported(
+      gpu, 48, 64)
+  assert 'head size' in attention.unsupported(gpu, 512, 48)
+  tpu = attention.default_options('tpu')
+  assert not attention.unsupported(tpu, 512, 64)
+  assert attention.unsupported(tpu, 200, 64)

@@ -1,0 +1,103 @@
+"""launch/benchmark.py's tools: the profile reader, the largest-batch search, the attention timer."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CHILD_ENV, ROOT, test_config
+from electra_jax import benchmark, profiling
+
+
+def _write_trace(directory, events):
+  run = os.path.join(directory, 'plugins', 'profile', '2026_01_01_00_00_00')
+  os.makedirs(run)
+  with gzip.open(os.path.join(run, 'perfetto_trace.json.gz'), 'wt') as f:
+    json.dump({'traceEvents': events}, f)
+
+
+def test_profile_counts_each_kernel_once_and_nested_ones_apart(tmp_path):
+  """Device lines: a `while` holding two kernels keeps only its own time; host and module lines
+  are left out; instances of one kind group together."""
+  meta = [{'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
+          {'ph': 'M', 'pid': 2, 'name': 'process_name', 'args': {'name': '/host:CPU'}},
+          {'ph': 'M', 'pid': 1, 'tid': 7, 'name': 'thread_name', 'args': {'name': 'Stream #7'}},
+          {'ph': 'M', 'pid': 1, 'tid': 8, 'name': 'thread_name',
+           'args': {'name': 'XLA Modules'}}]
+  x = lambda pid, tid, ts, dur, name: {'ph': 'X', 'pid': pid, 'tid': tid, 'ts': ts, 'dur': dur,
+                                       'name': name}
+  events = meta + [
+      x(1, 7, 0, 100, 'while.3'), x(1, 7, 10, 30, 'loop_add_fusion_1'),
+      x(1, 7, 50, 40, 'sm90_xmma_gemm_bf16'), x(1, 7, 200, 20, 'loop_add_fusion_2'),
+      x(1, 7, 300, 60, 'electra_flash_forward'),
+      x(1, 8, 0, 1000, 'jit_train_step'),  # the module: not a kernel
+      x(2, 9, 0, 500, 'PjitFunction(train_step)')]  # host: left out when device lines exist
+  _write_trace(str(tmp_path), events)
+  rows, busy = profiling.kernel_table(str(tmp_path), steps=2)
+  ms = {r['name']: r['ms_per_step'] for r in rows}
+  assert ms == pytest.approx({'while.3': 0.015, 'loop_add_fusion_1': 0.015,
+                              'sm90_xmma_gemm_bf16': 0.02, 'loop_add_fusion_2': 0.01,
+                              'electra_flash_forward': 0.03})
+  assert busy == pytest.approx(0.09)  # 180 us of kernels in 2 steps
+  assert rows[0]['name'] == 'electra_flash_forward' and rows[0]['category'] == 'attention kernel'
+  cats = profiling.by_category(rows)
+  assert cats['matmul'] == pytest.approx(0.02)
+  assert cats['elementwise / reduction fusion'] == pytest.approx(0.025)
+  kinds = {g['name']: g for g in profiling.grouped(rows)}
+  assert kinds['loop_add_fusion']['instances'] == 2
+  assert kinds['loop_add_fusion']['ms_per_step'] == pytest.approx(0.025)
+
+
+def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path):
+  config = test_config()
+  result = benchmark.benchmark(config, steps=2, warmup=1, repeats=1,
+                               profile_dir=str(tmp_path / 'trace'))
+  p = result['profile']
+  assert p['kernels'] and p['busy_ms_per_step'] > 0
+  assert sum(r['ms_per_step'] for r in p['kernels']) == pytest.approx(p['busy_ms_per_step'])
+  assert sorted((r['ms_per_step'] for r in p['kernels']), reverse=True) == [
+      r['ms_per_step'] for r in p['kernels']]
+  assert 'matmul' in p['categories']  # the step's matmuls are found by name
+  # the kernel time of a CPU step cannot exceed the wall time of the traced steps on 2 cores
+  assert p['busy_ms_per_step'] < 8 * p['wall_ms_per_step']
+
+
+def test_max_batch_is_the_largest_that_fits():
+  """The batch found fits the budget and 8 more rows per device would not (by XLA's buffer
+  assignment, what the step would allocate)."""
+  config = test_config()
+  config.model.dtype = 'float32'
+  r = benchmark.max_batch(config, limit_mb=6.0)
+  rows = r['batch_per_device']
+  assert rows > 0 and rows % 8 == 0 and r['global_batch'] == rows * 8
+  assert r['memory_mb'] <= r['budget_mb']
+
+  def memory(per_device):
+    c = config.copy_and_resolve_references()
+    c.data.batch_size = c.data.eval_batch_size = per_device * 8
+    return benchmark.step_memory(c)['memory']['peak_estimate_mb']
+
+  assert memory(rows + 8) > r['budget_mb']
+  with pytest.raises(ValueError, match='--memory_gb'):
+    benchmark.max_batch(config)  # a CPU reports no limit
+
+
+def test_attention_mode_times_each_path_and_checks_it():
+  config = test_config(**{'data.batch_size': 8, 'model.attention_dropout_rate': 0.1})
+  rows = benchmark.time_attention(config, repeats=1, iterations=1,
+                                  blocks=[{'block_q': 16, 'block_k': 16}])
+  assert [r['path'].split()[0] for r in rows] == ['explicit', 'pallas', 'pallas']
+  for r in rows:
+    assert 'error' not in r and r['ms'] > 0 and r['max_rel_diff'] < 1e-5
+
+
+def test_max_batch_without_a_known_limit_is_one_error_line():
+  command = [sys.executable, os.path.join(ROOT, 'launch', 'benchmark.py'),
+             f'--config={os.path.join(ROOT, "configs", "tiny.py")}', '--steps=1', '--repeats=1']
+  done = subprocess.run(command + ['--mode=max_batch'], capture_output=True, text=True,
+                        env=CHILD_ENV, timeout=300, check=False)
+  assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith('error:')
+  assert '--memory_gb' in done.stderr
