@@ -12,7 +12,8 @@ from electra_jax.config import default_config
 
 
 def get_config(variant=None):
-  del variant
+  if variant:
+    raise ValueError(f'configs/tiny.py has no variant {variant!r}; use configs/tiny.py')
   c = default_config()
   c.model.update(vocab_size=4096, embedding_size=128, hidden_size=128, num_layers=2)
   c.model.num_heads = 2

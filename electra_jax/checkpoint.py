@@ -48,7 +48,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 3, best_metric: str = '',
                best_mode: str = 'max'):
-    self.directory = os.path.abspath(directory)
+    self.directory = directory if '://' in directory else os.path.abspath(directory)
     self.best_metric = best_metric
     policy = policies.LatestN(n=keep)
     best_fn = None

@@ -29,7 +29,120 @@ def _explain(error: Exception) -> str:
   return ' '.join(text.split())
 
 
+def _config_flags() -> list[str]:
+  """Names of the flags that take a config file (ml_collections' DEFINE_config_file)."""
+  return [name for name, flag in flags.FLAGS._flags().items()  # pylint: disable=protected-access
+          if type(flag.parser).__name__ == 'ConfigFileFlagParser']
+
+
+def _flag_value(argv: list[str], name: str) -> str | None:
+  for i, arg in enumerate(argv):
+    if arg.startswith(f'--{name}='):
+      return arg.split('=', 1)[1]
+    if arg == f'--{name}' and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def _load_config(spec: str, name: str):
+  """get_config(variant) of the file a --config flag names, or one sentence on what is wrong."""
+  import difflib  # pylint: disable=import-outside-toplevel
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  path, _, variant = spec.partition(':')
+  if not os.path.isfile(path):
+    folder = os.path.dirname(path) or '.'
+    known = [os.path.join(os.path.dirname(path), n) for n in sorted(os.listdir(folder))
+             if n.endswith('.py')] if os.path.isdir(folder) else []
+    close = difflib.get_close_matches(path, known, n=1)
+    hint = f'; did you mean {close[0]}?' if close else '; give a file such as configs/tiny.py'
+    raise UserError(f'--{name}: the config file {path} does not exist{hint}')
+  module_spec = importlib.util.spec_from_file_location('electra_jax_user_config', path)
+  module = importlib.util.module_from_spec(module_spec)
+  try:
+    module_spec.loader.exec_module(module)
+    return module.get_config(variant) if variant else module.get_config()
+  except (ValueError, TypeError) as e:
+    raise UserError(f'--{name}={spec}: {e}') from None
+
+
+def _paths(config, prefix: str = '') -> dict:
+  """{dotted path: value} of every field and section of a ConfigDict."""
+  out = {}
+  for key, value in config.items():
+    out[prefix + key] = value
+    if hasattr(value, 'items'):
+      out.update(_paths(value, f'{prefix}{key}.'))
+  return out
+
+
+def _check_value(flag: str, path: str, old, text: str):
+  """One sentence when `text` cannot be the value of a field whose current value is `old`."""
+  kinds = ((bool, 'true or false', lambda t: t.lower() in ('true', 'false', '1', '0')),
+           (int, 'an integer', lambda t: re.fullmatch(r'[+-]?\d[\d_]*', t)),
+           (float, 'a number', lambda t: _is_float(t)))
+  for kind, words, ok in kinds:
+    if isinstance(old, kind):
+      if not ok(text.strip()):
+        raise UserError(f'--{flag}.{path}={text}: {path} takes {words}')
+      return
+
+
+def _is_float(text: str) -> bool:
+  try:
+    float(text)
+    return True
+  except ValueError:
+    return False
+
+
+def _resolve_overrides(argv: list[str], names: list[str] | None = None) -> list[str]:
+  """argv with `--config.<field>=v` overrides checked against the config file and completed:
+  a field named without its section (`--config.disc_weight=50`) becomes its one full path
+  (`--config.objective.disc_weight=50`); an unknown field, a field of several sections or a
+  value of the wrong type is one sentence naming the fix."""
+  import difflib  # pylint: disable=import-outside-toplevel
+  out = list(argv)
+  for name in _config_flags() if names is None else names:
+    spec = _flag_value(argv, name)
+    if spec is None:
+      continue
+    fields = _paths(_load_config(spec, name))
+    leaves = {p: v for p, v in fields.items() if not hasattr(v, 'items')}
+    for i, arg in enumerate(out):
+      match = re.match(rf'^--{re.escape(name)}\.([^=]+)(?:=(.*))?$', arg, re.S)
+      if not match:
+        continue
+      key, value = match.group(1), match.group(2)
+      if key not in fields:
+        owners = [p for p in leaves if p.endswith('.' + key)]
+        if len(owners) == 1:
+          key = owners[0]
+        elif owners:
+          raise UserError(f'--{name}.{match.group(1)} is a field of several sections '
+                          f'({", ".join(owners)}); name one, e.g. --{name}.{owners[0]}')
+        else:
+          candidates = list(leaves) + [p.rsplit('.', 1)[-1] for p in leaves]
+          close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.7)
+          full = [p for p in leaves if close and (p == close[0] or p.endswith('.' + close[0]))]
+          hint = (f'; did you mean --{name}.{full[0]}?' if len(full) == 1 else
+                  f'; see electra_jax/config.py (or the file of --{name}) for the fields')
+          raise UserError(f'unknown config field {key!r}{hint}')
+      if value is not None:
+        _check_value(name, key, fields[key], value)
+        out[i] = f'--{name}.{key}={value}'
+      else:
+        out[i] = f'--{name}.{key}'
+  return out
+
+
 def _parse(argv):
+  try:
+    argv = _resolve_overrides(argv)
+    sys.argv[1:] = argv[1:]  # ml_collections also reads the overrides from sys.argv
+  except UserError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
@@ -38,6 +151,45 @@ def _parse(argv):
   except Exception as e:  # pylint: disable=broad-except
     print(f'error: {_explain(e)}', file=sys.stderr)
   sys.exit(2)
+
+
+def storage_error(e: OSError, path: str | None = None) -> str:
+  """One sentence for a file-system error about a local path or a bucket, naming the fix."""
+  from electra_jax import fs  # pylint: disable=import-outside-toplevel
+  path = path or e.filename or ''
+  where = fs.bucket(path)
+  reason = e.strerror or str(e)
+  if isinstance(e, PermissionError) and where.startswith('gs://'):
+    return (f'cannot access {path}: {reason}; run `gcloud auth application-default login` or set '
+            'GOOGLE_APPLICATION_CREDENTIALS to a service account key file (on a Cloud TPU or '
+            'Compute Engine VM the VM\'s service account is used; give it access to the bucket)')
+  if isinstance(e, FileNotFoundError) and where and 'bucket' in reason:
+    return (f'{reason} ({path}); create it (`gcloud storage buckets create {where}`) or fix the '
+            'path')
+  return f'cannot use {path}: {reason}'
+
+
+def _strings(value):
+  if isinstance(value, str):
+    yield value
+  elif hasattr(value, 'items'):
+    for v in value.values():
+      yield from _strings(v)
+
+
+def check_paths(*paths):
+  """One sentence and exit 2 when a bucket among `paths` (strings or configs, whose string fields
+  are looked at) cannot be used: no credentials, no such bucket. Checked before anything is
+  written; each bucket once."""
+  from electra_jax import fs  # pylint: disable=import-outside-toplevel
+  seen = set()
+  for path in (s for p in paths for s in _strings(p)):
+    if fs.remote(path) and fs.bucket(path) not in seen:
+      seen.add(fs.bucket(path))
+      try:
+        fs.check_access(path)
+      except OSError as e:
+        raise UserError(storage_error(e, path)) from None
 
 
 def run(main):
@@ -49,6 +201,12 @@ def run(main):
       return main(argv)
     except UserError as e:
       print(f'error: {e}', file=sys.stderr)
+      sys.exit(2)
+    except OSError as e:  # a bucket or a file out of reach: one sentence, not a traceback
+      from electra_jax import fs  # pylint: disable=import-outside-toplevel
+      if not (e.filename and fs.remote(str(e.filename))):
+        raise
+      print(f'error: {storage_error(e)}', file=sys.stderr)
       sys.exit(2)
     except KeyboardInterrupt:  # what is complete stays; a re-run continues from it
       print('interrupted: run the same command again to continue from what is complete',

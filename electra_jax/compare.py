@@ -10,13 +10,13 @@ finished pre-trainings and fine-tunings are read back, not redone.
 """
 
 import json
-import os
 import statistics
 
 import ml_collections
 
 from electra_jax import UserError
 from electra_jax import flops as flops_lib
+from electra_jax import fs
 from electra_jax import model as model_lib
 from electra_jax import objectives
 
@@ -70,9 +70,9 @@ def plan(config, names, electra_steps: int) -> list[dict]:
 
 def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> dict:
   from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
-  path = os.path.join(workdir, 'results.json')
-  if os.path.isfile(path):
-    with open(path) as f:
+  path = fs.join(workdir, 'results.json')
+  if fs.isfile(path):
+    with fs.open(path) as f:
       return json.load(f)
   f = ml_collections.ConfigDict(ft_config.to_dict())
   f.init, f.from_scratch = init, from_scratch
@@ -96,14 +96,14 @@ def compare(config, ft_config, workdir: str, names=DEFAULT_RUNS, electra_steps: 
     name, c = row['name'], row['config']
     c.data.records = base.data.records
     prefix = lambda line, name=name: log(f'[{name}] {line}')
-    summary = train.train_and_evaluate(c, os.path.join(workdir, name), log=prefix)
-    tuned = _finetune(ft_config, os.path.join(workdir, name),
-                      os.path.join(workdir, f'{name}_finetune'), False, prefix)
+    summary = train.train_and_evaluate(c, fs.join(workdir, name), log=prefix)
+    tuned = _finetune(ft_config, fs.join(workdir, name),
+                      fs.join(workdir, f'{name}_finetune'), False, prefix)
     results.append(_row(name, c.objective.name, row['flops_per_step'], row['steps'],
                         summary.get('eval', {}), tuned))
   # The same fine-tuning from random weights: what pre-training has to beat.
-  scratch = _finetune(ft_config, os.path.join(workdir, rows[0]['name']),
-                      os.path.join(workdir, 'random_init_finetune'), True,
+  scratch = _finetune(ft_config, fs.join(workdir, rows[0]['name']),
+                      fs.join(workdir, 'random_init_finetune'), True,
                       lambda line: log(f'[random init] {line}'))
   results.append(_row('random init', '-', 0.0, 0, {}, scratch))
   _write(results, workdir, electra_steps, log)
@@ -133,12 +133,11 @@ def _write(results: list[dict], workdir: str, electra_steps: int, log):
                  f'{100 * r["downstream_median"]:.2f} ({seeds}) |')
   table = '\n'.join(lines)
   metric = results[0]['downstream_metric']
-  with open(os.path.join(workdir, 'comparison.md'), 'w') as f:
-    f.write(f'# Objectives at the FLOPs of {electra_steps:,} ELECTRA steps; downstream: '
-            f'{metric}\n\n{table}\n')
-  with open(os.path.join(workdir, 'comparison.json'), 'w') as f:
-    json.dump(results, f, indent=2)
+  fs.write_atomic(fs.join(workdir, 'comparison.md'),
+                  f'# Objectives at the FLOPs of {electra_steps:,} ELECTRA steps; downstream: '
+                  f'{metric}\n\n{table}\n')
+  fs.write_atomic(fs.join(workdir, 'comparison.json'), json.dumps(results, indent=2))
   log(table)
   log(f'median {statistics.median([r["downstream_median"] for r in results[:-1]]):.4f} over the '
       f'objectives; random init {results[-1]["downstream_median"]:.4f} | '
-      f'{os.path.join(workdir, "comparison.md")}')
+      f'{fs.join(workdir, "comparison.md")}')

@@ -23,6 +23,8 @@ import re
 import sysconfig
 from typing import Iterator
 
+from electra_jax import fs
+
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"\'(\[])')
 _SKIP_DIRS = {'site-packages', 'dist-packages', 'test', 'tests', 'idlelib', 'lib2to3', 'turtledemo',
               'ensurepip', '__phello__', 'tkinter', 'pydoc_data'}
@@ -121,8 +123,19 @@ class ReadReport:
     return out
 
 
+class _GzipFile(gzip.GzipFile):
+  """A gzip reader that closes the file it reads when it is closed."""
+
+  def close(self):
+    raw = self.fileobj
+    super().close()
+    if raw is not None:
+      raw.close()
+
+
 def _open_binary(path: str):
-  return gzip.open(path, 'rb') if path.endswith('.gz') else open(path, 'rb')
+  f = fs.open_binary(path)
+  return _GzipFile(fileobj=f, mode='rb') if path.endswith('.gz') else f
 
 
 def _raw_position(f) -> int:
@@ -176,10 +189,14 @@ def _raw_lines(path: str, report: ReadReport) -> Iterator[str]:
 
 def resolve_files(pattern: str) -> list[str]:
   """Files matched by a glob (or a folder, meaning every file below it), sorted."""
-  if os.path.isdir(pattern):
-    pattern = os.path.join(pattern, '**', '*')
-  files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
-                 if os.path.isfile(p))
+  if fs.remote(pattern):  # a bucket: a folder means every object below it
+    files = sorted(fs.walk_files(pattern) if fs.isdir(pattern) else
+                   [p for p in fs.glob(pattern) if not fs.isdir(p)])
+  else:
+    if os.path.isdir(pattern):
+      pattern = os.path.join(pattern, '**', '*')
+    files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
+                   if os.path.isfile(p))
   if not files:
     raise FileNotFoundError(f'the corpus {pattern!r} matches no file; give an existing file, folder '
                             "or glob, or data.corpus='builtin'")
@@ -237,7 +254,7 @@ def file_lines(files: list[str], report: ReadReport | None = None,
       else:
         yield from _raw_lines(path, report)
         yield ''
-    done += os.path.getsize(path)
+    done += fs.getsize(path)
     report.bytes_done = done
 
 
@@ -288,7 +305,7 @@ class Source:
       self.tfds_name, self.tfds_split = name, split or 'train'
     elif spec != 'builtin':
       self.files = resolve_files(spec)
-      self.total_bytes = sum(os.path.getsize(p) for p in self.files)
+      self.total_bytes = sum(fs.getsize(p) for p in self.files)
 
   def documents(self) -> Iterator[list[str]]:
     """Non-empty documents (lists of sentences) in a fixed order."""

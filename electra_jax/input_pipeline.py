@@ -22,12 +22,12 @@ The held-out split is read once, in file order, by every process, each keeping i
 global batch: it is small, and its batches are then the same for any number of processes too.
 """
 
-import os
 from typing import Iterator
 
 import jax
 import numpy as np
 
+from electra_jax import fs
 from electra_jax import records
 
 
@@ -143,13 +143,13 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
     parts = []
     for reader in process_readers(readers, index, count):
       files, counts = reader_files(meta, split, reader, readers)
-      stream = Stream([os.path.join(records_dir, f) for f in files], counts, seed, reader, cycle)
+      stream = Stream([fs.join(records_dir, f) for f in files], counts, seed, reader, cycle)
       parts.append(_reader_dataset(tf, stream, position, max(1, shuffle_buffer // readers))
                    .batch(global_batch // readers, drop_remainder=True))
     ds = (parts[0] if len(parts) == 1 else
           tf.data.Dataset.zip(tuple(parts)).map(lambda *b: tf.concat(b, axis=0)))
   else:  # once, in file order; every process keeps its rows of each global batch
-    files = [os.path.join(records_dir, f) for f in meta['splits'][split]['files']]
+    files = [fs.join(records_dir, f) for f in meta['splits'][split]['files']]
     ds = tf.data.TFRecordDataset(files).skip(position).batch(global_batch, drop_remainder=True)
     if count > 1:
       ds = ds.map(lambda b: b[index * local_batch:(index + 1) * local_batch])

@@ -1,12 +1,14 @@
 """Metric sums -> numbers people read: ratios, AUC, a progress line, JSON lines and a PNG of curves."""
 
+import io
 import json
 import math
-import os
 import time
 
 import jax
 import numpy as np
+
+from electra_jax import fs
 
 # Order in which metrics are printed; the first block is what the progress line shows.
 SHOWN = ('loss', 'mlm_loss', 'disc_loss', 'main_mlm_loss', 'all_tokens_loss', 'mlm_accuracy',
@@ -63,6 +65,11 @@ def format_line(values: dict, keys=SHOWN) -> str:
   return ' | '.join(parts)
 
 
+def stamp() -> str:
+  """The wall-clock time that starts a progress line: 'HH:MM:SS '."""
+  return time.strftime('%H:%M:%S ')
+
+
 class Progress:
   """Tokens/s and ETA over the steps since the last report."""
 
@@ -85,6 +92,24 @@ class Progress:
             f'ETA {format_duration(speed["eta_s"])}')
 
 
+def finite(value):
+  """`value` with every float that is NaN or infinite replaced by None (JSON's null)."""
+  if isinstance(value, dict):
+    return {k: finite(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [finite(v) for v in value]
+  if isinstance(value, (float, np.floating)):
+    return float(value) if math.isfinite(value) else None
+  if isinstance(value, np.integer):
+    return int(value)
+  return value
+
+
+def dumps(value, **kwargs) -> str:
+  """Strict JSON (no bare NaN, which strict parsers reject): non-finite numbers become null."""
+  return json.dumps(finite(value), allow_nan=False, **kwargs)
+
+
 class JsonlWriter:
   """Appends one JSON object per line; each line is flushed as it is written."""
 
@@ -92,8 +117,8 @@ class JsonlWriter:
     self.path = path
 
   def write(self, record: dict):
-    with open(self.path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
+    with fs.open(self.path, 'a') as f:
+      f.write(dumps(record) + '\n')
 
 
 class NullWriter:
@@ -135,9 +160,9 @@ class TensorBoardWriter:
 
 
 def read_jsonl(path: str) -> list[dict]:
-  if not os.path.exists(path):
+  if not fs.exists(path):
     return []
-  with open(path) as f:
+  with fs.open(path) as f:
     return [json.loads(line) for line in f if line.strip()]
 
 
@@ -157,7 +182,8 @@ def plot_curves(records: list[dict], path: str):
   fig, axes = plt.subplots(2, 3, figsize=(13, 7))
   for ax, (key, title) in zip(axes.flat, panels):
     for split, style in (('train', '-'), ('eval', 'o-')):
-      pts = [(r['step'], r[key]) for r in records if r.get('split') == split and key in r]
+      pts = [(r['step'], r[key]) for r in records
+             if r.get('split') == split and r.get(key) is not None]
       if pts:
         xs, ys = zip(*pts)
         ax.plot(xs, ys, style, label=split, markersize=3)
@@ -170,7 +196,7 @@ def plot_curves(records: list[dict], path: str):
         ax.axhline(base[-1], color='gray', linestyle='--', label='unigram baseline')
     ax.legend(fontsize=8)
   fig.tight_layout()
-  tmp = path + '.tmp.png'
-  fig.savefig(tmp, dpi=90)
+  png = io.BytesIO()
+  fig.savefig(png, dpi=90, format='png')
   plt.close(fig)
-  os.replace(tmp, path)
+  fs.write_atomic(path, png.getvalue())

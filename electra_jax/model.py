@@ -255,6 +255,25 @@ def attention_impl(cfg: ModelConfig, dtype, deterministic: bool, length: int = 0
   return 'fused' if not active_dropout and jnp.dtype(dtype).itemsize == 2 else 'explicit'
 
 
+def attention_note(cfg: ModelConfig, length: int) -> str:
+  """The line a run logs about its attention path ('' on a CPU with model.attention=auto)."""
+  if cfg.attention != 'auto':
+    return f'attention: {cfg.attention} (model.attention)'
+  backend = jax.default_backend()
+  if backend == 'cpu':
+    return ''
+  problem = attention_lib.unsupported(attention_lib.default_options(backend), length,
+                                      cfg.hidden_size // cfg.num_heads)
+  if problem:
+    return f'attention: explicit softmax (the Pallas kernel does not take this shape: {problem})'
+  ok, why = attention_lib.kernel_check(backend)
+  if ok:
+    return (f'attention: Pallas flash kernel on {backend} (matched the explicit path in its '
+            'start-up check)')
+  return (f'warning: the Pallas attention kernel failed its check on this {backend} ({why}); '
+          'attention runs the explicit softmax (cuDNN where no dropout is active)')
+
+
 class TransformerLayer(nn.Module):
   """One post-LayerNorm BERT layer: self-attention and a GELU feed-forward block."""
   cfg: ModelConfig

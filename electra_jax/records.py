@@ -24,7 +24,6 @@ import json
 import math
 import multiprocessing
 import os
-import shutil
 import time
 from typing import Callable
 
@@ -32,6 +31,7 @@ import numpy as np
 
 from electra_jax import corpus as corpus_lib
 from electra_jax import examples as examples_lib
+from electra_jax import fs
 from electra_jax import tokenizer as tokenizer_lib
 
 FORMAT = 2
@@ -106,20 +106,16 @@ def _serialize(tf, example: examples_lib.Example) -> bytes:
 
 
 def _write_json(path: str, value):
-  """Writes JSON atomically: a temporary name, then a rename."""
-  tmp = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}.tmp-{os.getpid()}')
-  with open(tmp, 'w') as f:
-    json.dump(value, f, indent=1)
-  os.replace(tmp, path)
+  """Writes JSON atomically (fs.write_atomic)."""
+  fs.write_atomic(path, json.dumps(value, indent=1))
 
 
 def _read_json(path: str):
-  with open(path) as f:
-    return json.load(f)
+  return json.loads(fs.read_text(path))
 
 
 def _counts_path(out_dir: str, shard_file: str) -> str:
-  return os.path.join(out_dir, shard_file[:-len('.tfrecord')] + '.json')
+  return fs.join(out_dir, shard_file[:-len('.tfrecord')] + '.json')
 
 
 class _Shard:
@@ -128,7 +124,10 @@ class _Shard:
   def __init__(self, tf, out_dir, settings: Settings, split, index, special, vocab_size):
     self.tf, self.out_dir, self.split = tf, out_dir, split
     self.name = settings.file(split, index)
-    self.tmp = os.path.join(out_dir, f'.{self.name}.tmp-{os.getpid()}')
+    # locally a temporary name, renamed when complete; in a bucket the object itself, which
+    # appears only when its upload completes
+    self.tmp = (fs.join(out_dir, self.name) if fs.remote(out_dir) else
+                fs.join(out_dir, f'.{self.name}.tmp-{os.getpid()}'))
     self.writer = tf.io.TFRecordWriter(self.tmp)
     self.builder = examples_lib.ExampleBuilder(settings.max_seq_length, special.cls, special.sep,
                                                seed=f'{settings.seed}:{split}:{index}')
@@ -161,9 +160,11 @@ class _Shard:
   def finish(self) -> dict:
     self.writer.close()
     self._count()
-    path = os.path.join(self.out_dir, self.name)
-    os.replace(self.tmp, path)  # the shard is complete under its own name ...
-    counts = dict(file=self.name, bytes=os.path.getsize(path), examples=self.examples,
+    path = fs.join(self.out_dir, self.name)
+    if self.tmp != path:
+      fs.replace(self.tmp, path)  # the shard is complete under its own name ...
+    self.tmp = None
+    counts = dict(file=self.name, bytes=fs.getsize(path), examples=self.examples,
                   tokens=self.tokens, documents=self.documents,
                   token_counts=self.counts.tolist())
     _write_json(_counts_path(self.out_dir, self.name), counts)  # ... and now marked done
@@ -184,7 +185,7 @@ def write_shards(out_dir: str, settings: Settings, wanted: list[tuple[str, int]]
   Every worker reads every document (to know its index) but tokenizes only its own shards' ones.
   """
   tf = tensorflow()
-  tokenizer = tokenizer_lib.load_tokenizer(os.path.join(out_dir, _vocab_file(settings)),
+  tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, _vocab_file(settings)),
                                            lower_case=settings.lower_case)
   source = corpus_lib.Source(settings.source, settings.text_field)
   shards = {key: _Shard(tf, out_dir, settings, *key, tokenizer.special, tokenizer.vocab_size)
@@ -220,9 +221,9 @@ def write_shards(out_dir: str, settings: Settings, wanted: list[tuple[str, int]]
     done = [shard.finish() for shard in shards.values()]
   finally:
     for shard in shards.values():  # after a failure: no temporary file stays behind
-      if os.path.exists(shard.tmp):
+      if shard.tmp is not None and not fs.remote(shard.tmp) and fs.exists(shard.tmp):
         shard.writer.close()
-        os.remove(shard.tmp)
+        fs.remove(shard.tmp)
   log(_progress_line(name, source, shards, time.time() - start, final=True))
   return dict(report=dataclasses.asdict(source.report), documents=sum(seen.values()),
               shards=sorted(d['file'] for d in done))
@@ -256,9 +257,9 @@ def _done_shards(out_dir: str, settings: Settings) -> set:
   done = set()
   for split, i in settings.shards():
     name = settings.file(split, i)
-    counts, path = _counts_path(out_dir, name), os.path.join(out_dir, name)
+    counts, path = _counts_path(out_dir, name), fs.join(out_dir, name)
     try:
-      if os.path.getsize(path) == _read_json(counts)['bytes']:
+      if fs.getsize(path) == _read_json(counts)['bytes']:
         done.add((split, i))
     except (OSError, ValueError, KeyError):
       pass
@@ -277,38 +278,39 @@ def prepare(settings: Settings, out_dir: str, *, num_workers: int = 1,
   if num_workers < 1:
     raise ValueError(f'num_workers={num_workers} must be at least 1')
   plan = dataclasses.asdict(settings)
-  meta_path, plan_path = os.path.join(out_dir, METADATA), os.path.join(out_dir, PLAN)
-  if os.path.exists(plan_path):
+  meta_path, plan_path = fs.join(out_dir, METADATA), fs.join(out_dir, PLAN)
+  if fs.isfile(out_dir):
+    raise ValueError(f'--output {out_dir} is a file; give a folder (new or empty) for the records')
+  if fs.exists(plan_path):
     diffs = _differences(_read_json(plan_path), plan)
     if diffs:
       raise ValueError(f'{out_dir} holds records built with other settings ({", ".join(diffs)}); '
                        'use the same settings to finish or reuse it, or another folder')
-    if os.path.exists(meta_path):
+    if fs.exists(meta_path):
       log(f'records {out_dir}: complete already')
       return read_metadata(out_dir)
-  elif os.path.exists(out_dir) and os.listdir(out_dir):
+  elif fs.isdir(out_dir) and fs.listdir(out_dir):
     raise ValueError(f'{out_dir} exists and is not a records folder; remove it or choose another '
                      'folder')
   source = corpus_lib.Source(settings.source, settings.text_field)  # fails early on a bad spec
-  created = not os.path.exists(out_dir)
-  os.makedirs(out_dir, exist_ok=True)
+  created = not fs.exists(out_dir)
+  fs.makedirs(out_dir)
   try:
     return _build(settings, source, out_dir, num_workers, log)
   except ValueError:
     if created:  # a build this call began and that cannot succeed leaves nothing behind
-      shutil.rmtree(out_dir, ignore_errors=True)
+      fs.rmtree(out_dir, ignore_errors=True)
     raise
 
 
 def _build(settings, source, out_dir, num_workers, log) -> dict:
-  plan_path = os.path.join(out_dir, PLAN)
-  vocab_path = os.path.join(out_dir, _vocab_file(settings))
-  if not os.path.exists(plan_path):
+  plan_path = fs.join(out_dir, PLAN)
+  vocab_path = fs.join(out_dir, _vocab_file(settings))
+  if not fs.exists(plan_path):
     source.require_text()
     if settings.vocab:
       tokenizer_lib.load_tokenizer(settings.vocab, lower_case=settings.lower_case)  # readable?
-      shutil.copyfile(settings.vocab, vocab_path + '.tmp')
-      os.replace(vocab_path + '.tmp', vocab_path)
+      fs.write_atomic(vocab_path, fs.read_bytes(settings.vocab))
     else:
       log(f'training a SentencePiece vocabulary of {settings.vocab_size} entries on '
           f'{settings.source}')
@@ -317,9 +319,9 @@ def _build(settings, source, out_dir, num_workers, log) -> dict:
           seed=settings.seed, character_coverage=settings.character_coverage,
           max_sentences=settings.max_sentences)
     _write_json(plan_path, dataclasses.asdict(settings))
-  for stale in os.listdir(out_dir):  # temporary files of an interrupted run
+  for stale in fs.listdir(out_dir):  # temporary files of an interrupted run
     if stale.startswith('.') and '.tmp-' in stale:
-      os.remove(os.path.join(out_dir, stale))
+      fs.remove(fs.join(out_dir, stale))
 
   missing = [key for key in settings.shards() if key not in _done_shards(out_dir, settings)]
   total = len(settings.shards())
@@ -358,7 +360,7 @@ def _finish(out_dir: str, settings: Settings, log) -> dict:
   if splits['eval']['examples'] == 0:
     raise ValueError(f'no document of the corpus {settings.source!r} went to the held-out split; '
                      'raise the eval fraction or use a corpus with more documents')
-  tokenizer = tokenizer_lib.load_tokenizer(os.path.join(out_dir, _vocab_file(settings)),
+  tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, _vocab_file(settings)),
                                            lower_case=settings.lower_case)
   metadata = dict(
       format=FORMAT, source=settings.source, seed=settings.seed,
@@ -367,7 +369,7 @@ def _finish(out_dir: str, settings: Settings, log) -> dict:
       special_ids=tokenizer.special.as_dict(), lower_case=settings.lower_case,
       eval_fraction=settings.eval_fraction, splits=splits,
       unigram_xent=unigram_cross_entropy(counts['train'], counts['eval'], tokenizer.special))
-  _write_json(os.path.join(out_dir, METADATA), metadata)
+  _write_json(fs.join(out_dir, METADATA), metadata)
   log(f'records {out_dir}: {splits["train"]["examples"]:,} train / '
       f'{splits["eval"]["examples"]:,} held-out examples of {settings.max_seq_length} tokens from '
       f'{splits["train"]["documents"] + splits["eval"]["documents"]:,} documents, unigram baseline '
@@ -388,10 +390,10 @@ def unigram_cross_entropy(train_counts, eval_counts, special) -> float:
 
 def read_metadata(records_dir: str) -> dict:
   """The metadata of a complete records folder, or one sentence saying what is wrong with it."""
-  path = os.path.join(records_dir, METADATA)
-  if not os.path.isfile(path):
-    if os.path.isfile(os.path.join(records_dir, PLAN)):
-      settings = Settings(**_read_json(os.path.join(records_dir, PLAN)))
+  path = fs.join(records_dir, METADATA)
+  if not fs.isfile(path):
+    if fs.isfile(fs.join(records_dir, PLAN)):
+      settings = Settings(**_read_json(fs.join(records_dir, PLAN)))
       done = len(_done_shards(records_dir, settings))
       raise FileNotFoundError(
           f'{records_dir} is an unfinished records folder ({done} of '
@@ -415,14 +417,14 @@ def verify(records_dir: str, meta: dict):
   for split in SPLITS:
     s = meta['splits'][split]
     for name, size in zip(s['files'], s['bytes_per_file']):
-      path = os.path.join(records_dir, name)
-      actual = os.path.getsize(path) if os.path.exists(path) else None
+      path = fs.join(records_dir, name)
+      actual = fs.getsize(path) if fs.exists(path) else None
       if actual != size:
         state = 'missing' if actual is None else f'{actual:,} bytes instead of {size:,}'
         raise ValueError(f'the shard {path} is {state}: the records folder is damaged; copy it '
                          'again or rebuild it with launch/prepare_data.py')
-  vocab = os.path.join(records_dir, meta['vocab_file'])
-  if (not os.path.exists(vocab) or
+  vocab = fs.join(records_dir, meta['vocab_file'])
+  if (not fs.exists(vocab) or
       tokenizer_lib.file_fingerprint(vocab) != meta['vocab_fingerprint']):
     raise ValueError(f'the vocabulary {vocab} is missing or differs from the one the records were '
                      'tokenized with; restore it or rebuild the records')

@@ -19,6 +19,8 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
+from electra_jax import fs
+
 SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
 
 
@@ -35,8 +37,7 @@ class SpecialIds:
 
 
 def file_fingerprint(path: str) -> str:
-  with open(path, 'rb') as f:
-    return hashlib.sha256(f.read()).hexdigest()[:16]
+  return hashlib.sha256(fs.read_bytes(path)).hexdigest()[:16]
 
 
 class SentencePieceTokenizer:
@@ -44,11 +45,16 @@ class SentencePieceTokenizer:
   file_name = 'vocab.model'  # its name inside a records folder
 
   def __init__(self, model_path: str):
-    if not os.path.isfile(model_path):
+    if not fs.isfile(model_path):
       raise FileNotFoundError(f'vocabulary file {model_path} does not exist; give the path of a '
                               'SentencePiece .model file, or leave data.vocab empty to train one')
     self.path = model_path
-    self._sp = spm.SentencePieceProcessor(model_file=model_path)
+    data = fs.read_bytes(model_path)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_proto=data)
+    except RuntimeError:
+      raise ValueError(f'{model_path} is not a SentencePiece model file; give a .model file '
+                       'or a WordPiece vocab.txt') from None
     ids = [self._sp.piece_to_id(t) for t in SPECIAL_TOKENS]
     unk = self._sp.unk_id()
     missing = [t for t, i in zip(SPECIAL_TOKENS, ids) if i == unk and t != '[UNK]']
@@ -56,7 +62,7 @@ class SentencePieceTokenizer:
       raise ValueError(f'vocabulary {model_path} lacks the special tokens {missing or ["[UNK]"]}; '
                        'train it with launch/train.py (or tokenizer.train_sentencepiece)')
     self.special = SpecialIds(*ids)
-    self.fingerprint = file_fingerprint(model_path)
+    self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
 
   @property
   def vocab_size(self) -> int:
@@ -98,10 +104,7 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
       raise ValueError(f'the corpus is too small for a vocabulary of {vocab_size} entries; lower '
                        f'--config.model.vocab_size or use a larger corpus ({e})') from None
     raise
-  tmp = model_path + '.tmp'
-  with open(tmp, 'wb') as f:
-    f.write(buf.getvalue())
-  os.replace(tmp, model_path)
+  fs.write_atomic(model_path, buf.getvalue())
   return SentencePieceTokenizer(model_path)
 
 
@@ -110,23 +113,26 @@ class WordPieceTokenizer:
   file_name = 'vocab.txt'
 
   def __init__(self, vocab_path: str, lower_case: bool = True):
-    if not os.path.isfile(vocab_path):
+    if not fs.isfile(vocab_path):
       raise FileNotFoundError(f'vocabulary file {vocab_path} does not exist; give the path of a '
                               'WordPiece vocab.txt or a SentencePiece .model file')
     from tokenizers.implementations import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
-    with open(vocab_path, encoding='utf-8') as f:
-      vocab = [line.rstrip('\n') for line in f]
+    data = fs.read_bytes(vocab_path)
+    vocab = [line.rstrip('\r') for line in data.decode('utf-8').split('\n')]
+    if vocab and vocab[-1] == '':
+      vocab.pop()
     index = {t: i for i, t in reversed(list(enumerate(vocab)))}
     missing = [t for t in SPECIAL_TOKENS if t not in index]
     if missing:
       raise ValueError(f'vocabulary {vocab_path} lacks the special tokens {missing}; a BERT '
                        'vocab.txt has [PAD] [UNK] [CLS] [SEP] [MASK] as lines of their own')
     self.path = vocab_path
-    self._tok = BertWordPieceTokenizer(vocab_path, lowercase=lower_case, strip_accents=None,
+    # (as tokenizers reads a vocab.txt: a token listed twice keeps its later id)
+    self._tok = BertWordPieceTokenizer({t: i for i, t in enumerate(vocab)}, lowercase=lower_case, strip_accents=None,
                                        clean_text=True, handle_chinese_chars=True)
     self._size = len(vocab)
     self.special = SpecialIds(*(index[t] for t in SPECIAL_TOKENS))
-    self.fingerprint = file_fingerprint(vocab_path)
+    self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
 
   @property
   def vocab_size(self) -> int:

@@ -30,6 +30,7 @@ from electra_jax import config as config_lib
 from electra_jax import corpus as corpus_lib
 from electra_jax import distributed
 from electra_jax import flops as flops_lib
+from electra_jax import fs
 from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
 from electra_jax import objectives
@@ -218,6 +219,8 @@ def compile_steps(setup: Setup, mesh):
 # ================================================================================================
 
 def check_config(config: ml_collections.ConfigDict, mesh):
+  if config.train_steps < 1 or config.log_every < 1 or config.keep_checkpoints < 1:
+    raise UserError('train_steps, log_every and keep_checkpoints must be at least 1')
   try:
     model_lib.ModelConfig.from_config(config.model)
     if config.microbatches < 1:
@@ -239,8 +242,6 @@ def check_config(config: ml_collections.ConfigDict, mesh):
                     f'{d.max_seq_length}-token sequences; raise it')
   if config.nonfinite not in ('stop', 'skip'):
     raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
-  if config.train_steps < 1 or config.log_every < 1 or config.keep_checkpoints < 1:
-    raise UserError('train_steps, log_every and keep_checkpoints must be at least 1')
   if config.keep_best and config.keep_best not in metrics_lib.EVAL_METRICS:
     raise UserError(f'keep_best is {config.keep_best!r}, not a held-out metric; use one of '
                     f'{", ".join(metrics_lib.EVAL_METRICS)}, or \'\' to keep the latest only')
@@ -302,14 +303,14 @@ def adopt_init_from(config: ml_collections.ConfigDict, log=print):
 
 
 def make_workdir(workdir: str):
-  if os.path.exists(workdir) and not os.path.isdir(workdir):
+  if fs.exists(workdir) and not fs.isdir(workdir):
     raise UserError(f'--workdir {workdir} is a file; give a folder')
   try:
-    os.makedirs(workdir, exist_ok=True)
-    probe = os.path.join(workdir, f'.write_test.{jax.process_index()}.{os.getpid()}')
-    with open(probe, 'w') as f:
+    fs.makedirs(workdir, exist_ok=True)
+    probe = fs.join(workdir, f'.write_test.{jax.process_index()}.{os.getpid()}')
+    with fs.open(probe, 'w') as f:
       f.write('ok')
-    os.remove(probe)
+    fs.remove(probe)
   except OSError as e:
     raise UserError(f'cannot write to --workdir {workdir} ({e.strerror}); choose a folder you can '
                     'write to') from None
@@ -321,10 +322,10 @@ _HOW_NOT_WHAT = ('model.remat', 'model.attention')  # the same computation: may 
 
 def check_same_run(config, workdir: str):
   """A workdir holds one run: resuming with a different model, objective or data is refused."""
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.exists(path):
+  path = fs.join(workdir, 'config.json')
+  if not fs.exists(path):
     return
-  with open(path) as f:
+  with fs.open(path) as f:
     old = json.load(f)
   new = json.loads(config.to_json())
   diffs = []
@@ -381,7 +382,7 @@ class _Signals:
 def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
   """The records folder of this run, built under <workdir>/data on first use (or finished)."""
   d = config.data
-  records_dir = d.records or os.path.join(workdir, 'data')
+  records_dir = d.records or fs.join(workdir, 'data')
   try:
     if d.vocab:  # a given vocabulary must fit the model before anything is built with it
       from electra_jax import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
@@ -389,12 +390,12 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
       if size != config.model.vocab_size:
         raise ValueError(f'the vocabulary {d.vocab} has {size} entries but model.vocab_size is '
                          f'{config.model.vocab_size}; set --config.model.vocab_size={size}')
-    built = os.path.join(records_dir, records_lib.METADATA)
-    if not d.records and not os.path.exists(built) and not distributed.is_main():
+    built = fs.join(records_dir, records_lib.METADATA)
+    if not d.records and not fs.exists(built) and not distributed.is_main():
       log(f'waiting for process 0 to build the records in {records_dir}')
-      while not os.path.exists(built):
+      while not fs.exists(built):
         time.sleep(1)
-    if not d.records and not os.path.exists(built):
+    if not d.records and not fs.exists(built):
       settings = records_lib.Settings(
           source=d.corpus, text_field=d.text_field, max_seq_length=d.max_seq_length,
           seed=config.seed, eval_fraction=d.eval_fraction, num_shards=d.num_shards,
@@ -424,13 +425,13 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
 
 def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
   """(records folder, its metadata, vocabulary file) of the pre-training run in `workdir`."""
-  records_dir = config.data.records or os.path.join(workdir, 'data')
+  records_dir = config.data.records or fs.join(workdir, 'data')
   try:
     meta = records_lib.read_metadata(records_dir)
   except (ValueError, FileNotFoundError) as e:
     raise UserError(str(e)) from None
-  vocab = next((os.path.join(records_dir, n) for n in ('vocab.model', 'vocab.txt')
-                if os.path.isfile(os.path.join(records_dir, n))), None)
+  vocab = next((fs.join(records_dir, n) for n in ('vocab.model', 'vocab.txt')
+                if fs.isfile(fs.join(records_dir, n))), None)
   if vocab is None:
     raise UserError(f'the records folder {records_dir} of {workdir} holds no vocabulary file')
   return records_dir, meta, vocab
@@ -458,10 +459,26 @@ def start_from(setup: Setup, state: TrainState, source) -> TrainState:
 def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int) -> dict:
   from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
   total = None
+  replicated = partitioning.replicated(sharding.mesh)
   for i, batch in enumerate(input_pipeline.global_batches(dataset.take(num_batches), sharding)):
-    sums = evaluate_fn(params, batch, jnp.asarray(i, jnp.int32))
+    sums = evaluate_fn(params, batch, jax.device_put(jnp.asarray(i, jnp.int32), replicated))
     total = sums if total is None else accumulate(total, sums)
   return metrics_lib.summarize(total)
+
+
+def _compile(train_fn, eval_fn, state, sharding, d, log):
+  """The train and evaluation steps compiled ahead of the first batch, saying so: the minute of
+  compilation (or a few seconds from JAX's compilation cache) is not silence, and not counted in
+  the first interval's tokens/s."""
+  shape = lambda rows: {k: jax.ShapeDtypeStruct((rows, d.max_seq_length), jnp.int32,
+                                                sharding=sharding) for k in records_lib.FEATURES}
+  log(f'{metrics_lib.stamp()}compiling the train and evaluation steps ...')
+  t = time.perf_counter()
+  train_fn = train_fn.lower(state, shape(d.batch_size)).compile()
+  eval_fn = eval_fn.lower(state.params, shape(d.eval_batch_size),
+                          jax.ShapeDtypeStruct((), jnp.int32)).compile()
+  log(f'{metrics_lib.stamp()}compiled in {time.perf_counter() - t:.1f} s')
+  return train_fn, eval_fn
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
@@ -477,7 +494,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   except ValueError as e:
     raise UserError(str(e)) from None
   check_config(config, mesh)
-  existed = os.path.isdir(workdir)
+  existed = fs.isdir(workdir)
   make_workdir(workdir)
   try:
     check_same_run(config, workdir)
@@ -490,19 +507,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     except ValueError as e:
       raise UserError(str(e)) from None
   except UserError:
-    if main and not existed and not os.listdir(workdir):
-      os.rmdir(workdir)
+    if main and not existed and not fs.listdir(workdir):
+      fs.rmdir(workdir)
     raise
   if main:  # whole or not at all: other processes may be reading it in check_same_run
-    with open(os.path.join(workdir, 'config.json.tmp'), 'w') as f:
-      f.write(config.to_json(indent=2))
-    os.replace(os.path.join(workdir, 'config.json.tmp'), os.path.join(workdir, 'config.json'))
+    fs.write_atomic(fs.join(workdir, 'config.json'), config.to_json(indent=2))
 
   setup = build_setup(config, SpecialIds(**meta['special_ids']))
+  note = model_lib.attention_note(setup.model_cfg, config.data.max_seq_length)
+  if note:
+    log(note)
   init_fn, train_fn, eval_fn = compile_steps(setup, mesh)
   data_sharding = partitioning.batch_sharding(mesh)
   ckpt = checkpoint_lib.Checkpointer(
-      os.path.join(workdir, 'checkpoints'), keep=config.keep_checkpoints,
+      fs.join(workdir, 'checkpoints'), keep=config.keep_checkpoints,
       best_metric=config.keep_best, best_mode=metrics_lib.EVAL_METRICS.get(config.keep_best, 'max'))
 
   state = init_fn()
@@ -552,15 +570,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
       f'{readers} input reader(s) | {step_flops / 1e9:.1f} GFLOP/step | '
       f'steps {start} -> {total_steps}')
 
-  writer = (metrics_lib.JsonlWriter(os.path.join(workdir, 'metrics.jsonl')) if main else
+  writer = (metrics_lib.JsonlWriter(fs.join(workdir, 'metrics.jsonl')) if main else
             metrics_lib.NullWriter())
-  board = (metrics_lib.TensorBoardWriter(os.path.join(workdir, 'tensorboard')) if main else
+  board = (metrics_lib.TensorBoardWriter(fs.join(workdir, 'tensorboard')) if main else
            metrics_lib.NullWriter())
   peak, peak_source = flops_lib.mesh_peak(mesh.devices.flat, config.model.dtype)
   log(f'MFU against {peak / 1e12:.3g} TFLOP/s ({peak_source})')
   baseline = meta['unigram_xent']
-  progress = metrics_lib.Progress(start, total_steps, tokens_per_step)
-  plot_path = os.path.join(workdir, 'curves.png')
+  train_fn, eval_fn = _compile(train_fn, eval_fn, state, data_sharding, d, log)
+  progress = metrics_lib.Progress(start, total_steps, tokens_per_step)  # timed from here
+  plot_path = fs.join(workdir, 'curves.png')
 
   def report(step, sums):
     values = metrics_lib.summarize(sums)
@@ -572,7 +591,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
         raise UserError(
             f'step {first}: the loss or gradient norm is not finite (NaN or Inf); stopped at step '
             f'{step} without saving, and the last good checkpoint '
-            f'{os.path.join(ckpt.directory, str(last)) if last else "(none yet)"} is intact; '
+            f'{fs.join(ckpt.directory, str(last)) if last else "(none yet)"} is intact; '
             'lower optimizer.learning_rate, or set --config.nonfinite=skip to skip such steps')
       log(f'warning: skipped {int(values["nonfinite_steps"])} step(s) whose loss or gradient norm '
           f'was not finite (first at step {first}, {int(jax.device_get(state.nonfinite_steps))} '
@@ -580,14 +599,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     speed = progress.update(step)
     values['model_tflops_per_s'] = speed['steps_per_s'] * step_flops / 1e12
     values['mfu'] = values['model_tflops_per_s'] * 1e12 / peak
-    log(f'{metrics_lib.Progress.format(step, total_steps, speed)} | MFU {100 * values["mfu"]:.1f}% '
+    log(f'{metrics_lib.stamp()}{metrics_lib.Progress.format(step, total_steps, speed)} | '
+        f'MFU {100 * values["mfu"]:.1f}% '
         f'| {metrics_lib.format_line(values)}')
     writer.write({'split': 'train', 'step': step, **values, **speed})
     board.write(step, {**values, **speed}, 'train')
 
   def run_eval(step):
     values = evaluate(eval_fn, state.params, eval_ds, data_sharding, eval_batches)
-    log(f'eval step {step} | {metrics_lib.format_line(values)} | unigram baseline '
+    log(f'{metrics_lib.stamp()}eval step {step} | {metrics_lib.format_line(values)} | unigram baseline '
         f'{baseline:.4f}')
     writer.write({'split': 'eval', 'step': step, 'unigram_baseline': baseline, **values})
     board.write(step, {'unigram_baseline': baseline, **values}, 'eval')
@@ -653,13 +673,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
 
   board.close()
   summary = {'step': total_steps, 'eval': values, 'unigram_baseline': baseline,
-             'checkpoint': os.path.join(ckpt.directory, str(total_steps))}
+             'checkpoint': fs.join(ckpt.directory, str(total_steps))}
   if config.keep_best:
-    summary['best_checkpoint'] = os.path.join(ckpt.directory, str(best))
+    summary['best_checkpoint'] = fs.join(ckpt.directory, str(best))
     log(f'best held-out {config.keep_best}: step {best} ({summary["best_checkpoint"]})')
-  if main:
-    with open(os.path.join(workdir, 'summary.json'), 'w') as f:
-      json.dump(summary, f, indent=2)
+  if main:  # strict JSON: a metric without a value (NaN) is written as null
+    fs.write_atomic(fs.join(workdir, 'summary.json'), metrics_lib.dumps(summary, indent=2))
   parts = []
   if 'disc_auc' in values:
     parts.append(f'discriminator AUC {values["disc_auc"]:.3f} (chance 0.5), accuracy '

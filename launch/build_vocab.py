@@ -36,11 +36,16 @@ def main(argv):
   output = _OUTPUT.value
   if not output.endswith('.model'):
     raise cli.UserError(f'--output {output} must end in .model (a SentencePiece model file)')
-  if os.path.exists(output):
-    raise cli.UserError(f'--output {output} exists; remove it or choose another path')
-  folder = os.path.dirname(os.path.abspath(output))
-  if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
-    raise cli.UserError(f'cannot write {output}: {folder} is not a writable folder')
+  from electra_jax import fs  # pylint: disable=import-outside-toplevel
+  cli.check_paths(output, _CORPUS.value)
+  try:
+    if fs.exists(output):
+      raise cli.UserError(f'--output {output} exists; remove it or choose another path')
+    folder = fs.dirname(fs.abspath(output))
+    if not fs.remote(output) and (not os.path.isdir(folder) or not os.access(folder, os.W_OK)):
+      raise cli.UserError(f'cannot write {output}: {folder} is not a writable folder')
+  except OSError as e:
+    raise cli.UserError(cli.storage_error(e, output)) from None
   try:
     if _TFDS.value:
       source = corpus.Source(f'tfds:{_TFDS.value}', _TFDS_FIELD.value)

@@ -40,7 +40,7 @@ flags.mark_flags_as_required(['workdir'])
 # What the demo config becomes unless the command line says otherwise: short, checkpointed often,
 # one progress line per step (the line tells where to kill).
 _DEFAULTS = {'train_steps': 300, 'save_every': 25, 'log_every': 1, 'eval_every': 0}
-_STEP_LINE = re.compile(r'^step (\d+)/')
+_STEP_LINE = re.compile(r'^(?:\d\d:\d\d:\d\d )?step (\d+)/')
 _RESUMED = re.compile(r'^resumed from .*/checkpoints/(\d+) ')
 
 

@@ -40,6 +40,7 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
   if _STEPS.value < 1 or _SEEDS.value < 1:
     raise cli.UserError('--electra_steps and --num_seeds must be at least 1')
+  cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
   from electra_jax import compare  # pylint: disable=import-outside-toplevel
   ft = _FT_CONFIG.value
   ft.num_seeds = _SEEDS.value

@@ -35,14 +35,20 @@ flags.mark_flags_as_required(['workdir', 'out'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
+  from electra_jax import fs  # pylint: disable=import-outside-toplevel
   from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
   log = lambda line: print(line, flush=True)
+  cli.check_paths(_WORKDIR.value, _OUT.value)
   done = export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log)
   for folder in done.folders:
-    with open(os.path.join(folder, 'config.json')) as f:
-      arch = json.load(f)['architectures'][0]
-    log(f'{folder}: transformers.{arch}.from_pretrained({folder!r}), '
-        f'transformers.AutoTokenizer.from_pretrained({folder!r})')
+    arch = json.loads(fs.read_text(fs.join(folder, 'config.json')))['architectures'][0]
+    if fs.remote(folder):  # HF transformers loads local folders: copy it first
+      local = fs.basename(folder)
+      log(f'{folder}: `gcloud storage cp -r {folder} .`, then transformers.{arch}.from_pretrained('
+          f'{local!r}), transformers.AutoTokenizer.from_pretrained({local!r})')
+    else:
+      log(f'{folder}: transformers.{arch}.from_pretrained({folder!r}), '
+          f'transformers.AutoTokenizer.from_pretrained({folder!r})')
   if _CHECK.value:
     export.verify(done, log)
 

@@ -43,12 +43,14 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
+  cli.check_paths(_WORKDIR.value, _INIT.value)
   if config is None:  # eval / predict: the config the workdir was fine-tuned with
     config = run.saved_config(_WORKDIR.value, _MODE.value)
   if _INIT.value is not None:
     config.init = _INIT.value
   if _SEEDS.value is not None:
     config.num_seeds = _SEEDS.value
+  cli.check_paths(_WORKDIR.value, config)
   run.finetune(config, _WORKDIR.value, log=lambda line: print(line, flush=True), mode=_MODE.value)
 
 

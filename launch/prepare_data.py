@@ -51,9 +51,10 @@ def main(argv):
   if (_CORPUS.value is None) == (_TFDS.value is None):
     raise cli.UserError('give exactly one source: --corpus=<files or builtin> or '
                         '--tfds=<name>[:<split>]')
-  from electra_jax import records  # pylint: disable=import-outside-toplevel
+  from electra_jax import fs, records  # pylint: disable=import-outside-toplevel
+  cli.check_paths(_OUTPUT.value, _CORPUS.value, _VOCAB.value)
   source = f'tfds:{_TFDS.value}' if _TFDS.value else _CORPUS.value
-  if _VOCAB.value and not os.path.isfile(_VOCAB.value):
+  if _VOCAB.value and not fs.isfile(_VOCAB.value):
     raise cli.UserError(f'--vocab {_VOCAB.value} is not a file; give a SentencePiece .model or a '
                         'WordPiece vocab.txt, or leave it empty to train one')
   settings = records.Settings(
@@ -61,7 +62,7 @@ def main(argv):
       eval_fraction=_EVAL_FRACTION.value, num_shards=_NUM_SHARDS.value,
       num_eval_shards=_NUM_EVAL_SHARDS.value,
       text_field=_TFDS_FIELD.value if _TFDS.value else _TEXT_FIELD.value,
-      lower_case=_LOWER_CASE.value, vocab=os.path.abspath(_VOCAB.value) if _VOCAB.value else '',
+      lower_case=_LOWER_CASE.value, vocab=fs.abspath(_VOCAB.value) if _VOCAB.value else '',
       vocab_size=_VOCAB_SIZE.value, character_coverage=_COVERAGE.value,
       max_sentences=_MAX_SENTENCES.value)
   try:

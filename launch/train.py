@@ -1,7 +1,8 @@
 """Pre-train ELECTRA.
 
     python launch/train.py --config=configs/tiny.py --workdir=/tmp/electra_demo
-    python launch/train.py --config=configs/base.py --workdir=gs://... --config.objective.disc_weight=50
+    python launch/train.py --config=configs/base.py --workdir=gs://$BUCKET/runs/base \
+        --config.data.records=gs://$BUCKET/records/wiki --config.disc_weight=50
 
 Re-running the same command with the same --workdir resumes from its latest checkpoint.
 
@@ -32,11 +33,15 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
+  import time  # pylint: disable=import-outside-toplevel
+  print(time.strftime('%H:%M:%S ') + f'pre-training in {_WORKDIR.value}: starting JAX and '
+        'reading the data', flush=True)
   from electra_jax import distributed  # pylint: disable=import-outside-toplevel
   try:
     how = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
   except ValueError as e:
     raise cli.UserError(str(e)) from None
+  cli.check_paths(_WORKDIR.value, _CONFIG.value)
   import jax  # pylint: disable=import-outside-toplevel
   from electra_jax import train  # pylint: disable=import-outside-toplevel
   if how and distributed.is_main():

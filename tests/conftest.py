@@ -131,3 +131,27 @@ def pretrained(tmp_path_factory, records_dir):
   train.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
                            log=lambda *_: None)
   return workdir
+
+
+@pytest.fixture(scope='session')
+def gcs_server(tmp_path_factory):
+  """A GCS server on 127.0.0.1 (tests/gcs_server.py: the gcp-storage-emulator package) with the
+  bucket gs://electra-test; yields the environment under which every client reaches it."""
+  import json  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  ready = tmp_path_factory.mktemp('gcs') / 'ready.json'
+  log = open(ready.with_name('server.log'), 'w')  # pylint: disable=consider-using-with
+  proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'tests', 'gcs_server.py'),
+                           f'--ready_file={ready}', '--bucket=electra-test'],
+                          stdout=log, stderr=subprocess.STDOUT)
+  deadline = time.time() + 60
+  while not ready.exists():
+    assert proc.poll() is None, ready.with_name('server.log').read_text()[-2000:]
+    assert time.time() < deadline, 'the GCS server did not start within 60 s'
+    time.sleep(0.1)
+  info = json.loads(ready.read_text())
+  yield info
+  proc.terminate()
+  proc.wait()
+  log.close()

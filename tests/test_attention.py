@@ -177,15 +177,19 @@ def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path():
 def test_auto_falls_back_when_the_kernels_fail_their_check(monkeypatch):
   """On a device where the kernels do not compile or disagree with the explicit path, 'auto' keeps
   the explicit softmax (and cuDNN where no dropout is active) and says why."""
+  cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2)
+  assert model_lib.attention_note(cfg, 128) == ''  # a CPU: the explicit path, nothing to say
   ok, why = attention.kernel_check('tpu')  # Mosaic kernels cannot run on the CPU backend
   assert not ok and why
   monkeypatch.setattr(jax, 'default_backend', lambda: 'tpu')
-  cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2)
   assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 128, 64) == 'explicit'
   assert model_lib.attention_impl(cfg, jnp.bfloat16, True, 128, 64) == 'fused'
+  assert model_lib.attention_note(cfg, 128).startswith(
+      'warning: the Pallas attention kernel failed its check on this tpu (')
   monkeypatch.setattr(attention, 'kernel_check', lambda backend: (True, ''))
   assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 128, 64) == 'pallas'
   assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 100, 64) == 'explicit'  # shape
+  assert model_lib.attention_note(cfg, 128).startswith('attention: Pallas flash kernel on tpu')
 
 
 @pytest.mark.parametrize('platform, backend', [('cuda', 'gpu'), ('tpu', 'tpu')])

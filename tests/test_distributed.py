@@ -87,7 +87,7 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume(tmp_pa
       stderr=subprocess.STDOUT) for i in range(2)]
   try:
     for line in procs[0].stdout:  # until it has trained a few steps and saved
-      if line.startswith('step 6/'):
+      if ' step 6/' in f' {line}':
         break
     procs[1].kill()  # SIGKILL: a host lost, no goodbye
     killed = time.time()

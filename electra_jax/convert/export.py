@@ -13,8 +13,9 @@ leaves no folder that looks finished.
 
 import dataclasses
 import json
+import contextlib
 import os
-import shutil
+import tempfile
 from typing import Any
 
 import jax
@@ -23,6 +24,7 @@ import numpy as np
 
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import fs
 from electra_jax import model as model_lib
 from electra_jax import tokenizer as tokenizer_lib
 from electra_jax.convert import hf
@@ -40,11 +42,11 @@ class Exported:
 
 
 def _read_config(workdir: str) -> dict:
-  path = os.path.join(workdir, 'config.json')
-  if not os.path.isfile(path):
+  path = fs.join(workdir, 'config.json')
+  if not fs.isfile(path):
     raise UserError(f'{workdir} is not a workdir of launch/train.py or launch/finetune.py (it has '
                     'no config.json); give the --workdir of a run')
-  with open(path) as f:
+  with fs.open(path) as f:
     return json.load(f)
 
 
@@ -63,7 +65,7 @@ def _restore(directory: str, step: int | None, what: str):
 
 def _write_model(folder: str, state: dict, config: dict, tokenizer, lower_case: bool,
                  cfg: model_lib.ModelConfig):
-  os.makedirs(folder, exist_ok=True)
+  fs.makedirs(folder, exist_ok=True)
   config = {**config, 'pad_token_id': tokenizer.special.pad}
   hf.save_folder(folder, state, config)
   vocab_lib.write(tokenizer, folder, lower_case, cfg.max_position_embeddings)
@@ -72,13 +74,16 @@ def _write_model(folder: str, state: dict, config: dict, tokenizer, lower_case: 
 def export(workdir: str, out: str, step: int | None = None, seed: int | None = None,
            log=print) -> Exported:
   """Writes the HF folders of `workdir`'s checkpoint (latest, or `step`) under `out`."""
-  if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+  if fs.exists(out) and (not fs.isdir(out) or fs.listdir(out)):
     raise UserError(f'--out {out} exists and is not empty; give a new folder (nothing was '
                     'written)')
   config = _read_config(workdir) if not _original(workdir) else {}
-  partial = out.rstrip('/') + '.partial'
-  shutil.rmtree(partial, ignore_errors=True)
-  os.makedirs(partial)
+  # written whole under <out>.partial, then renamed; for a bucket, built in a local folder and
+  # uploaded with each config.json last, so a folder from_pretrained can open is a complete one
+  partial = (tempfile.mkdtemp(prefix='electra_export_') if fs.remote(out)
+             else out.rstrip('/') + '.partial')
+  fs.rmtree(partial, ignore_errors=True)
+  fs.makedirs(partial)
   try:
     if not config:
       done = _original_checkpoint(workdir, partial, log)
@@ -89,15 +94,34 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
     else:
       raise UserError(f'{workdir}/config.json is not the config of an electra_jax run; give the '
                       '--workdir of launch/train.py or launch/finetune.py')
-    if os.path.isdir(out):
-      os.rmdir(out)  # empty, checked above
-    os.replace(partial, out)
+    if fs.remote(out):
+      _upload(partial, out)
+      fs.rmtree(partial)
+    else:
+      if fs.isdir(out):
+        fs.rmdir(out)  # empty, checked above
+      fs.replace(partial, out)
   except BaseException:
-    shutil.rmtree(partial, ignore_errors=True)
+    fs.rmtree(partial, ignore_errors=True)
     raise
-  done.folders = [os.path.normpath(os.path.join(out, os.path.relpath(w, partial)))
-                  for w in done.folders]
+  done.folders = [_moved(w, partial, out) for w in done.folders]
   return done
+
+
+def _moved(folder: str, partial: str, out: str) -> str:
+  """Where `folder` (under `partial`) is now that `partial` became `out`."""
+  rel = os.path.relpath(folder, partial)
+  if not fs.remote(out):
+    return os.path.normpath(os.path.join(out, rel))
+  return out if rel == '.' else fs.join(out, *rel.split(os.sep))
+
+
+def _upload(local: str, out: str):
+  """Copies the local folder `local` to `out`, each folder's config.json after its other files."""
+  for folder, _, files in os.walk(local):
+    target = _moved(folder, local, out)
+    for name in sorted(files, key=lambda n: n == 'config.json'):
+      fs.copyfile(os.path.join(folder, name), fs.join(target, name))
 
 
 def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
@@ -105,14 +129,14 @@ def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
   _, _, vocab = train.workdir_vocab(workdir, config)
   tokenizer = tokenizer_lib.load_tokenizer(vocab, config.data.lower_case)
   cfg = model_lib.ModelConfig.from_config(config.model)
-  step, state, _ = _restore(os.path.join(workdir, 'checkpoints'), step, 'pre-training')
+  step, state, _ = _restore(fs.join(workdir, 'checkpoints'), step, 'pre-training')
   written = []
   for network in ('discriminator', 'generator'):
     if network == 'generator' and cfg.generator in ('uniform', 'two_tower'):
       log(f'model.generator is {cfg.generator}: no HF transformers class holds it; the '
           'discriminator alone is exported')
       continue
-    folder = os.path.join(out, network)
+    folder = fs.join(out, network)
     _write_model(folder, hf.to_hf(state['params'], cfg, network), hf.hf_config(cfg, network),
                  tokenizer, config.data.lower_case, cfg)
     written.append(folder)
@@ -121,7 +145,7 @@ def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
 
 
 def _original(path: str) -> bool:
-  return (not os.path.isfile(os.path.join(path, 'config.json'))
+  return (not fs.isfile(fs.join(path, 'config.json'))
           and original.checkpoint_prefix(path) is not None)
 
 
@@ -147,7 +171,7 @@ def _original_checkpoint(path: str, out: str, log) -> Exported:
     raise UserError(str(e)) from None
   written = []
   for network in ('discriminator', 'generator')[:2 if source.has_generator else 1]:
-    folder = os.path.join(out, network)
+    folder = fs.join(out, network)
     _write_model(folder, hf.to_hf(params, cfg, network), hf.hf_config(cfg, network), tokenizer,
                  source.lower_case, cfg)
     written.append(folder)
@@ -157,7 +181,7 @@ def _original_checkpoint(path: str, out: str, log) -> Exported:
 
 def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
-  seeds = sorted(int(n.split('_')[1]) for n in os.listdir(workdir) if n.startswith('seed_'))
+  seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))
   if not seeds:
     raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run launch/finetune.py '
                     'first')
@@ -167,7 +191,7 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
     raise UserError(f'--seed {seed} is not among the fine-tunings in {workdir} ({seeds})')
   pretrained = run.load_pretrained(config.init, from_scratch=True, log=log)
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
-  step, state, meta = _restore(os.path.join(workdir, f'seed_{seed}', 'checkpoints'), step,
+  step, state, meta = _restore(fs.join(workdir, f'seed_{seed}', 'checkpoints'), step,
                                'fine-tuning')
   kind = meta.get('kind')
   if kind == 'qa' or 'classifier' not in state['params']:
@@ -190,10 +214,10 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
 
 def _best_seed(workdir: str, seeds: list[int]) -> int:
   """The seed with the best first dev score in results.json (else the first seed)."""
-  path = os.path.join(workdir, 'results.json')
-  if not os.path.isfile(path):
+  path = fs.join(workdir, 'results.json')
+  if not fs.isfile(path):
     return seeds[0]
-  with open(path) as f:
+  with fs.open(path) as f:
     results = json.load(f)
   def score(row):
     split = next((v for k, v in row.items() if isinstance(v, dict)), {})
@@ -216,37 +240,57 @@ def verify(done: Exported, log=print, num_texts: int = 64) -> dict:
     raise UserError('--check loads the export in HF transformers, which is not installed; '
                     'pip install -e ".[test]" (torch==2.13.0 and transformers)') from None
   from electra_jax import corpus  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import heads  # pylint: disable=import-outside-toplevel
   sentences = [s for doc in corpus.builtin_documents()[:1000] for s in doc][:2000]
   firsts, seconds = sentences[0:2 * num_texts:2], sentences[1:2 * num_texts:2]
   length = min(128, done.cfg.max_position_embeddings)
   result = {}
   for folder in done.folders:
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    same = sum(tok(t, add_special_tokens=False)['input_ids'] == done.tokenizer.encode(t)
-               for t in sentences)
-    batch = tok(firsts, seconds, padding=True, truncation=True, max_length=length,
-                return_tensors='np')
-    ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
-    config = transformers.AutoConfig.from_pretrained(folder)
-    arch = config.architectures[0]
-    with torch.no_grad():
-      theirs = getattr(transformers, arch).from_pretrained(folder).eval()(
-          **{k: torch.from_numpy(v).long() for k, v in batch.items()}).logits.numpy()
-    if done.kind == 'pretraining':
-      positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
-      gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
-                                                    positions)
-      ours = np.asarray(gen if arch == 'ElectraForMaskedLM' else disc)
-    else:
-      model = heads.Classifier(done.cfg, theirs.shape[-1], per_token=done.kind == 'tagging')
-      ours = np.asarray(model.apply({'params': done.params}, ids, segments, mask))
-    real = mask > 0 if done.kind in ('pretraining', 'tagging') else slice(None)  # real tokens
-    diff = float(np.max(np.abs(ours[real] - theirs[real])))
-    result[os.path.basename(folder)] = {'same_ids': same, 'texts': len(sentences),
-                                        'max_abs_diff': diff, 'max_abs_logit':
-                                        float(np.max(np.abs(theirs[real])))}
-    log(f'{folder}: {arch}: tokenizer ids equal ours on {same} of {len(sentences)} sentences; '
-        f'logits on {len(firsts)} pairs ({ids.shape[1]} tokens, padded): max |ours - HF| '
-        f'{diff:.2e} (largest |logit| {result[os.path.basename(folder)]["max_abs_logit"]:.1f})')
+    with _local_folder(folder) as local:
+      result[fs.basename(folder)] = _compare(done, folder, local, transformers, torch, sentences,
+                                             firsts, seconds, length, log)
   return result
+
+
+@contextlib.contextmanager
+def _local_folder(folder: str):
+  """`folder`, or for a bucket a local copy of it (HF transformers reads local folders)."""
+  if not fs.remote(folder):
+    yield folder
+    return
+  with tempfile.TemporaryDirectory(prefix='electra_export_check_') as tmp:
+    local = os.path.join(tmp, fs.basename(folder))
+    fs.copytree(folder, local)
+    yield local
+
+
+def _compare(done, folder, local, transformers, torch, sentences, firsts, seconds, length,
+             log) -> dict:
+  """The export in `local` (a copy of `folder`) against our model: token ids and logits."""
+  from electra_jax.finetune import heads  # pylint: disable=import-outside-toplevel
+  tok = transformers.AutoTokenizer.from_pretrained(local)
+  same = sum(tok(t, add_special_tokens=False)['input_ids'] == done.tokenizer.encode(t)
+             for t in sentences)
+  batch = tok(firsts, seconds, padding=True, truncation=True, max_length=length,
+              return_tensors='np')
+  ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
+  config = transformers.AutoConfig.from_pretrained(local)
+  arch = config.architectures[0]
+  with torch.no_grad():
+    theirs = getattr(transformers, arch).from_pretrained(local).eval()(
+        **{k: torch.from_numpy(v).long() for k, v in batch.items()}).logits.numpy()
+  if done.kind == 'pretraining':
+    positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
+                                                  positions)
+    ours = np.asarray(gen if arch == 'ElectraForMaskedLM' else disc)
+  else:
+    model = heads.Classifier(done.cfg, theirs.shape[-1], per_token=done.kind == 'tagging')
+    ours = np.asarray(model.apply({'params': done.params}, ids, segments, mask))
+  real = mask > 0 if done.kind in ('pretraining', 'tagging') else slice(None)  # real tokens
+  diff = float(np.max(np.abs(ours[real] - theirs[real])))
+  largest = float(np.max(np.abs(theirs[real])))
+  log(f'{folder}: {arch}: tokenizer ids equal ours on {same} of {len(sentences)} sentences; '
+      f'logits on {len(firsts)} pairs ({ids.shape[1]} tokens, padded): max |ours - HF| '
+      f'{diff:.2e} (largest |logit| {largest:.1f})')
+  return {'same_ids': same, 'texts': len(sentences), 'max_abs_diff': diff,
+          'max_abs_logit': largest}

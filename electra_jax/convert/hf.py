@@ -6,10 +6,10 @@ The generator shares the embedding table (and the decoder is that table, as in H
 `generator_lm_head`); with `generator='tied'` its encoder is the discriminator's.
 """
 
-import os
 
 import numpy as np
 
+from electra_jax import fs
 from electra_jax import model as model_lib
 
 # Our layer's modules -> HF's names under encoder.layer.<i>.
@@ -175,41 +175,40 @@ def hf_config(cfg: model_lib.ModelConfig, network: str) -> dict:
 def save_folder(folder: str, state: dict[str, np.ndarray], config: dict):
   """Writes `config.json` and `model.safetensors` (float32) into `folder`."""
   import json  # pylint: disable=import-outside-toplevel
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   state = {k: np.ascontiguousarray(v, np.float32) for k, v in state.items()
            if k != 'generator_lm_head.weight'}  # tied to the word embeddings, as HF saves it
-  path = os.path.join(folder, 'model.safetensors')
-  save_file(state, path, metadata={'format': 'pt'})
-  os.chmod(path, 0o644)  # readable like the other files of the folder
-  with open(os.path.join(folder, 'config.json'), 'w') as f:
-    json.dump({**config, 'torch_dtype': 'float32'}, f, indent=2)
+  from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
+  fs.write_atomic(fs.join(folder, 'model.safetensors'), save(state, metadata={'format': 'pt'}))
+  fs.write_atomic(fs.join(folder, 'config.json'),
+                  json.dumps({**config, 'torch_dtype': 'float32'}, indent=2))
 
 
 def read_folder(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
   """(config.json, state dict) of an HF ELECTRA folder (safetensors, or a PyTorch .bin)."""
   import json  # pylint: disable=import-outside-toplevel
-  path = os.path.join(folder, 'config.json')
-  if not os.path.isfile(path):
+  path = fs.join(folder, 'config.json')
+  if not fs.isfile(path):
     raise FileNotFoundError(f'{folder} has no config.json; give a folder written by '
                             'save_pretrained (or by launch/export.py)')
-  with open(path) as f:
+  with fs.open(path) as f:
     config = json.load(f)
   if config.get('model_type') != 'electra':
     raise ValueError(f'{folder} holds a {config.get("model_type")!r} model '
                      f'({", ".join(config.get("architectures") or ["no architecture named"])}), '
                      'not ELECTRA; give an ELECTRA discriminator or generator folder')
-  weights = os.path.join(folder, 'model.safetensors')
-  if os.path.isfile(weights):
-    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
-    state = load_file(weights)
-  elif os.path.isfile(os.path.join(folder, 'pytorch_model.bin')):
+  weights = fs.join(folder, 'model.safetensors')
+  if fs.isfile(weights):
+    from safetensors.numpy import load  # pylint: disable=import-outside-toplevel
+    state = load(fs.read_bytes(weights))
+  elif fs.isfile(fs.join(folder, 'pytorch_model.bin')):
     try:
       import torch  # pylint: disable=import-outside-toplevel
     except ImportError:
       raise ValueError(f'{folder} holds PyTorch weights (pytorch_model.bin), which need torch to '
                        'read; install torch or save the model with safetensors') from None
-    state = {k: v.float().numpy() for k, v in torch.load(
-        os.path.join(folder, 'pytorch_model.bin'), map_location='cpu', weights_only=True).items()}
+    with fs.local_copy(fs.join(folder, 'pytorch_model.bin')) as local:
+      state = {k: v.float().numpy() for k, v in torch.load(
+          local, map_location='cpu', weights_only=True).items()}
   else:
     raise FileNotFoundError(f'{folder} has no model.safetensors (nor pytorch_model.bin); give a '
                             'folder written by save_pretrained (or by launch/export.py)')

@@ -12,11 +12,11 @@ full-width generator), except the number of attention heads, which a checkpoint 
 the config's, by default width / 64 as in every released model.
 """
 
-import os
 import re
 
 import numpy as np
 
+from electra_jax import fs
 from electra_jax import model as model_lib
 from electra_jax.convert import hf
 
@@ -51,18 +51,18 @@ def variable_name(path: tuple) -> str:
 
 def checkpoint_prefix(path: str) -> str | None:
   """The checkpoint prefix that `path` names (a prefix, its .index file, or a folder), or None."""
-  if path.endswith('.index') and os.path.isfile(path):
+  if path.endswith('.index') and fs.isfile(path):
     return path[:-len('.index')]
-  if os.path.isfile(path + '.index'):
+  if fs.isfile(path + '.index'):
     return path
-  if os.path.isdir(path):
+  if fs.isdir(path):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     latest = tf.train.latest_checkpoint(path)
     if latest:
       return latest
-    indexes = sorted(n for n in os.listdir(path) if n.endswith('.index'))
+    indexes = sorted(n for n in fs.listdir(path) if n.endswith('.index'))
     if indexes:
-      return os.path.join(path, indexes[-1][:-len('.index')])
+      return fs.join(path, indexes[-1][:-len('.index')])
   return None
 
 

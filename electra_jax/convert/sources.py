@@ -16,11 +16,11 @@ and the generator could otherwise sample them.
 
 import dataclasses
 import json
-import os
 from typing import Callable
 
 import numpy as np
 
+from electra_jax import fs
 from electra_jax import model as model_lib
 from electra_jax import tokenizer as tokenizer_lib
 from electra_jax.convert import hf
@@ -74,10 +74,10 @@ def _prefixed(state: dict) -> dict:
 
 
 def _is_workdir(folder: str) -> bool:
-  path = os.path.join(folder, 'config.json')
-  if not os.path.isfile(path):
+  path = fs.join(folder, 'config.json')
+  if not fs.isfile(path):
     return False
-  with open(path) as f:
+  with fs.open(path) as f:
     try:
       config = json.load(f)
     except ValueError:
@@ -87,10 +87,10 @@ def _is_workdir(folder: str) -> bool:
 
 def _open_hf(path: str, generator: str) -> Source:
   disc_dir, gen_dir = path, generator or None
-  if os.path.isfile(os.path.join(path, 'discriminator', 'config.json')):  # launch/export.py's
-    disc_dir = os.path.join(path, 'discriminator')
-    if gen_dir is None and os.path.isfile(os.path.join(path, 'generator', 'config.json')):
-      gen_dir = os.path.join(path, 'generator')
+  if fs.isfile(fs.join(path, 'discriminator', 'config.json')):  # launch/export.py's
+    disc_dir = fs.join(path, 'discriminator')
+    if gen_dir is None and fs.isfile(fs.join(path, 'generator', 'config.json')):
+      gen_dir = fs.join(path, 'generator')
   config, state = hf.read_folder(disc_dir)
   if 'ElectraForMaskedLM' in (config.get('architectures') or []):
     raise ValueError(f'{disc_dir} holds an ELECTRA generator (ElectraForMaskedLM); give the '
@@ -125,7 +125,7 @@ def _open_hf(path: str, generator: str) -> Source:
 def _open_original(prefix: str) -> Source:
   shapes = original.read_shapes(prefix)
   fields = original.model_fields(shapes, prefix)
-  vocab, lower_case = vocab_lib.find(os.path.dirname(prefix) or '.')
+  vocab, lower_case = vocab_lib.find(fs.dirname(prefix) or '.')
   return Source(prefix, 'original TensorFlow checkpoint', fields, vocab, lower_case,
                 fields['vocab_size'], 'generator' in fields,
                 'discriminator_predictions/dense/kernel' in shapes, [],
@@ -138,10 +138,10 @@ def _open_workdir(path: str) -> Source:
   import ml_collections  # pylint: disable=import-outside-toplevel
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax import train  # pylint: disable=import-outside-toplevel
-  with open(os.path.join(path, 'config.json')) as f:
+  with fs.open(fs.join(path, 'config.json')) as f:
     config = ml_collections.ConfigDict(json.load(f))
   _, _, vocab = train.workdir_vocab(path, config)
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(path, 'checkpoints'))
+  ckpt = checkpoint_lib.Checkpointer(fs.join(path, 'checkpoints'))
   try:
     step = ckpt.latest_step()
     if step is None:
@@ -160,22 +160,22 @@ def _open_workdir(path: str) -> Source:
       raise ValueError(f'the checkpoint of {path} holds a model of other shapes than the config')
     return params
 
-  return Source(os.path.join(path, 'checkpoints', str(step)), 'electra_jax checkpoint', fields,
+  return Source(fs.join(path, 'checkpoints', str(step)), 'electra_jax checkpoint', fields,
                 vocab, config.data.lower_case, fields['vocab_size'], has_generator, True, [], read)
 
 
 def open_source(path: str, generator: str = '', vocab: str = '') -> Source:
   """The model at `path`; `generator`: an HF generator folder for a lone discriminator folder;
   `vocab`: a vocabulary file to use instead of the one found beside the weights."""
-  if not os.path.exists(path) and not os.path.exists(path + '.index'):
+  if not fs.exists(path) and not fs.exists(path + '.index'):
     raise FileNotFoundError(f'{path} does not exist; give an HF transformers folder, a folder '
                             'written by launch/export.py, or an original TensorFlow checkpoint')
-  if generator and not os.path.isdir(generator):
+  if generator and not fs.isdir(generator):
     raise FileNotFoundError(f'the generator folder {generator} does not exist')
-  if os.path.isdir(path) and _is_workdir(path):
+  if fs.isdir(path) and _is_workdir(path):
     source = _open_workdir(path)
-  elif (os.path.isfile(os.path.join(path, 'config.json'))
-      or os.path.isfile(os.path.join(path, 'discriminator', 'config.json'))):
+  elif (fs.isfile(fs.join(path, 'config.json'))
+      or fs.isfile(fs.join(path, 'discriminator', 'config.json'))):
     source = _open_hf(path, generator)
   else:
     prefix = original.checkpoint_prefix(path)

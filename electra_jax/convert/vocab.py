@@ -14,9 +14,8 @@ SentencePiece reader treats it as ordinary characters.
 """
 
 import json
-import os
-import shutil
 
+from electra_jax import fs
 from electra_jax import tokenizer as tokenizer_lib
 
 _SPECIAL_FIELDS = {'pad_token': '[PAD]', 'unk_token': '[UNK]', 'cls_token': '[CLS]',
@@ -28,7 +27,7 @@ def _sentencepiece_tokenizer(path: str):
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
   from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # pylint: disable=import-outside-toplevel
   proto = sentencepiece_model_pb2.ModelProto()
-  with open(path, 'rb') as f:
+  with fs.open(path, 'rb') as f:
     proto.ParseFromString(f.read())
   if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
     raise ValueError(f'{path} is not a unigram SentencePiece model; only unigram vocabularies '
@@ -69,25 +68,25 @@ def hf_tokenizer(ours):
 
 def write(ours, folder: str, lower_case: bool, max_length: int):
   """tokenizer.json, tokenizer_config.json, special_tokens_map.json and our vocabulary file."""
-  hf_tokenizer(ours).save(os.path.join(folder, 'tokenizer.json'))
-  shutil.copyfile(ours.path, os.path.join(folder, ours.file_name))
-  with open(os.path.join(folder, 'tokenizer_config.json'), 'w') as f:
+  fs.write_atomic(fs.join(folder, 'tokenizer.json'), hf_tokenizer(ours).to_str())
+  fs.copyfile(ours.path, fs.join(folder, ours.file_name))
+  with fs.open(fs.join(folder, 'tokenizer_config.json'), 'w') as f:
     json.dump({'tokenizer_class': 'PreTrainedTokenizerFast', 'do_lower_case': lower_case,
                'model_max_length': max_length,
                'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
                **_SPECIAL_FIELDS}, f, indent=2)
-  with open(os.path.join(folder, 'special_tokens_map.json'), 'w') as f:
+  with fs.open(fs.join(folder, 'special_tokens_map.json'), 'w') as f:
     json.dump(_SPECIAL_FIELDS, f, indent=2)
 
 
 def find(folder: str) -> tuple[str | None, bool]:
   """(our vocabulary file in an HF or checkpoint folder or None, whether it lower-cases)."""
   lower_case = True
-  config = os.path.join(folder, 'tokenizer_config.json')
-  if os.path.isfile(config):
-    with open(config) as f:
+  config = fs.join(folder, 'tokenizer_config.json')
+  if fs.isfile(config):
+    with fs.open(config) as f:
       lower_case = bool(json.load(f).get('do_lower_case', True))
   for name in ('vocab.model', 'spiece.model', 'vocab.txt'):
-    if os.path.isfile(os.path.join(folder, name)):
-      return os.path.join(folder, name), lower_case
+    if fs.isfile(fs.join(folder, name)):
+      return fs.join(folder, name), lower_case
   return None, lower_case

@@ -9,7 +9,6 @@
 import dataclasses
 import functools
 import json
-import os
 import statistics
 import time
 
@@ -22,6 +21,7 @@ import optax
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import config as config_defaults
+from electra_jax import fs
 from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
 from electra_jax import objectives
@@ -59,10 +59,10 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
   if not init:
     raise UserError('init is empty; set --init to a pre-training workdir (the --workdir of '
                     'launch/train.py), an HF transformers folder or an original checkpoint')
-  path = os.path.join(init, 'config.json')
+  path = fs.join(init, 'config.json')
   config = None
-  if os.path.isfile(path):
-    with open(path) as f:
+  if fs.isfile(path):
+    with fs.open(path) as f:
       config = json.load(f)
   if not (isinstance(config, dict) and 'objective' in config):
     return _load_source(init, from_scratch, log)
@@ -71,7 +71,7 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
   setup = train_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
-    ckpt = checkpoint_lib.Checkpointer(os.path.join(init, 'checkpoints'))
+    ckpt = checkpoint_lib.Checkpointer(fs.join(init, 'checkpoints'))
     if ckpt.latest_step() is None:
       raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves at '
                       'the end, at save_every steps and when stopped)')
@@ -86,7 +86,7 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
     if 'embeddings_residual' in state.params:  # GDES: the discriminator's own word table
       params['embeddings'] = {**params['embeddings'], 'word_embeddings': (
           params['embeddings']['word_embeddings'] + state.params['embeddings_residual'])}
-    where = os.path.join(ckpt.directory, str(step))
+    where = fs.join(ckpt.directory, str(step))
   return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where, config)
 
 
@@ -259,15 +259,15 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   state = init_fn()
   sharding = partitioning.batch_sharding(mesh)
   arrays = train.arrays()
-  os.makedirs(workdir, exist_ok=True)
-  writer = metrics_lib.JsonlWriter(os.path.join(workdir, 'metrics.jsonl'))
+  fs.makedirs(workdir, exist_ok=True)
+  writer = metrics_lib.JsonlWriter(fs.join(workdir, 'metrics.jsonl'))
   progress = metrics_lib.Progress(0, total, cfg.batch_size * cfg.max_seq_length)
   sums, pending = None, None
 
   def report(step, sums):
     values = metrics_lib.summarize(sums)
     speed = progress.update(step)
-    log(f'  seed {seed} | {metrics_lib.Progress.format(step, total, speed)} | '
+    log(f'{metrics_lib.stamp()}seed {seed} | {metrics_lib.Progress.format(step, total, speed)} | '
         f'{metrics_lib.format_line(values, ("loss", "accuracy", "learning_rate"))}')
     writer.write({'split': 'train', 'seed': seed, 'step': step, **values, **speed})
 
@@ -288,7 +288,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   if int(jax.device_get(state.nonfinite_steps)):
     log(f'  warning: seed {seed}: {int(state.nonfinite_steps)} step(s) had a non-finite loss and '
         'were skipped; lower optimizer.learning_rate')
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'), keep=1)
+  ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1)
   ckpt.save(total, state, {'step': total, 'task': task.name, 'kind': task.kind,
                            'labels': list(task.labels)})
   ckpt.close()
@@ -314,7 +314,7 @@ def encode(task, examples: list, tokenizer, max_len: int, train: bool, cfg=None)
 
 def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
   """(setup, state) of the fine-tuning saved in `seed_dir`."""
-  ckpt = checkpoint_lib.Checkpointer(os.path.join(seed_dir, 'checkpoints'))
+  ckpt = checkpoint_lib.Checkpointer(fs.join(seed_dir, 'checkpoints'))
   step = ckpt.latest_step()
   if step is None:
     ckpt.close()
@@ -343,19 +343,17 @@ def write_predictions(task, split: str, logits, examples: list, folder: str, dat
                       cfg=None) -> str:
   """GLUE test splits: the leaderboard's `<Task>.tsv` (index, prediction); tagging: CoNLL lines
   (word, predicted tag); other data: a TSV of index, prediction and the text(s)."""
-  os.makedirs(folder, exist_ok=True)
+  fs.makedirs(folder, exist_ok=True)
   if task.kind == 'qa':  # the official format: {question id: answer text}
-    path = os.path.join(folder, f'{split}_predictions.json')
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      json.dump(qa_answers(cfg, task, logits, data, examples), f, indent=1, ensure_ascii=False)
-    os.replace(path + '.tmp', path)
+    path = fs.join(folder, f'{split}_predictions.json')
+    fs.write_atomic(path, json.dumps(qa_answers(cfg, task, logits, data, examples), indent=1,
+                                     ensure_ascii=False))
     return path
   if task.kind == 'tagging':
-    path = os.path.join(folder, f'{split}_predictions.txt')
-    with open(path + '.tmp', 'w', encoding='utf-8') as f:
-      for e, tags in zip(examples, word_tags(task, logits, data, examples)):
-        f.write(''.join(f'{w} {t}\n' for w, t in zip(e.text_a, tags)) + '\n')
-    os.replace(path + '.tmp', path)
+    path = fs.join(folder, f'{split}_predictions.txt')
+    fs.write_atomic(path, ''.join(''.join(f'{w} {t}\n' for w, t in zip(e.text_a, tags)) + '\n'
+                                  for e, tags in zip(examples,
+                                                     word_tags(task, logits, data, examples))))
     return path
   if task.kind == 'regression':
     values = [f'{v:.3f}' for v in logits[:, 0] * task.label_scale]
@@ -363,14 +361,14 @@ def write_predictions(task, split: str, logits, examples: list, folder: str, dat
     values = [task.labels[i] for i in logits.argmax(-1)]
   name = LEADERBOARD.get(f'{task.name}/{split}', LEADERBOARD.get(task.name))
   glue = name is not None and split.startswith('test') and task.name in tasks_lib.GLUE
-  path = os.path.join(folder, f'{name}.tsv' if glue else f'{split}_predictions.tsv')
-  with open(path + '.tmp', 'w', encoding='utf-8') as f:
-    f.write('index\tprediction\n' if glue else 'index\tprediction\ttext_a\ttext_b\n')
-    for i, (e, v) in enumerate(zip(examples, values)):
-      index = e.idx if e.idx is not None else i
-      clean = lambda t: (t or '').replace('\t', ' ').replace('\n', ' ')
-      f.write(f'{index}\t{v}\n' if glue else f'{index}\t{v}\t{clean(e.text_a)}\t{clean(e.text_b)}\n')
-  os.replace(path + '.tmp', path)
+  path = fs.join(folder, f'{name}.tsv' if glue else f'{split}_predictions.tsv')
+  lines = ['index\tprediction\n' if glue else 'index\tprediction\ttext_a\ttext_b\n']
+  clean = lambda t: (t or '').replace('\t', ' ').replace('\n', ' ')
+  for i, (e, v) in enumerate(zip(examples, values)):
+    index = e.idx if e.idx is not None else i
+    lines.append(f'{index}\t{v}\n' if glue else
+                 f'{index}\t{v}\t{clean(e.text_a)}\t{clean(e.text_b)}\n')
+  fs.write_atomic(path, ''.join(lines))
   return path
 
 
@@ -417,8 +415,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   _check(cfg, mesh)
   saved = []
   if mode != 'train':
-    saved = sorted((int(n.split('_')[1]), os.path.join(workdir, n)) for n in (
-        os.listdir(workdir) if os.path.isdir(workdir) else ()) if n.startswith('seed_'))
+    saved = sorted((int(n.split('_')[1]), fs.join(workdir, n)) for n in (
+        fs.listdir(workdir) if fs.isdir(workdir) else ()) if n.startswith('seed_'))
     if not saved:
       raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run --mode=train '
                       'first, with this --workdir')
@@ -447,18 +445,20 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   if len(data['train']) < cfg.batch_size:
     raise UserError(f'the train data has {len(data["train"])} examples, fewer than one batch of '
                     f'{cfg.batch_size}; add data or lower --config.batch_size')
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, 'config.json'), 'w') as f:
-    f.write(cfg.to_json(indent=2))
+  fs.makedirs(workdir, exist_ok=True)
+  fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))
   log(f'{task.name}: {task.kind}, {len(task.labels) or "one"} output(s), scored by '
       f'{", ".join(task.metrics)} | ' + ', '.join(f'{s} {len(d):,}' for s, d in data.items()) +
       f' examples | from {pretrained.checkpoint}')
+  note = model_lib.attention_note(pretrained.model_cfg, cfg.max_seq_length)
+  if note:
+    log(note)
   results = []
   for k in range(cfg.num_seeds):
     seed = cfg.seed + k
     t = time.time()
     result = finetune_one(cfg, pretrained, task, data, splits, seed,
-                          os.path.join(workdir, f'seed_{seed}'), log)
+                          fs.join(workdir, f'seed_{seed}'), log)
     result['seconds'] = time.time() - t
     results.append(result)
     log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in task.dev_splits
@@ -469,10 +469,9 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
 def _write_results(task, results, init: str, workdir: str, log) -> dict:
   table, median = _table(task, results)
   summary = {'task': task.name, 'init': init, 'seeds': results, 'median': median}
-  with open(os.path.join(workdir, 'results.json'), 'w') as f:
-    json.dump(summary, f, indent=2)
-  with open(os.path.join(workdir, 'results.md'), 'w') as f:
-    f.write(f'# {task.name}, {len(results)} seed(s), from {init}\n\n{table}')
+  fs.write_atomic(fs.join(workdir, 'results.json'), metrics_lib.dumps(summary, indent=2))
+  fs.write_atomic(fs.join(workdir, 'results.md'),
+                  f'# {task.name}, {len(results)} seed(s), from {init}\n\n{table}')
   log(table)
   return summary
 
@@ -497,7 +496,7 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
     for split in wanted:
       logits = predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh)
       written.append(write_predictions(task, split, logits, splits[split],
-                                       os.path.join(seed_dir, 'predictions'), data[split], cfg))
+                                       fs.join(seed_dir, 'predictions'), data[split], cfg))
       log(f'seed {seed}: {split} predictions ({len(splits[split]):,}) -> {written[-1]}')
   if mode == 'eval':
     return _write_results(task, results, f'the fine-tunings in {workdir}', workdir, log)
@@ -506,10 +505,10 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
 
 def saved_config(workdir: str, mode: str) -> ml_collections.ConfigDict:
   """The config a fine-tuning workdir was trained with (for --mode=eval/predict without --config)."""
-  path = os.path.join(workdir, 'config.json')
-  if mode == 'train' or not os.path.isfile(path):
+  path = fs.join(workdir, 'config.json')
+  if mode == 'train' or not fs.isfile(path):
     raise UserError(f'--config is required ({path} does not exist); give the fine-tuning config' if
                     mode != 'train' else '--config is required for --mode=train; give a '
                     'configs/finetune/*.py file')
-  with open(path) as f:
+  with fs.open(path) as f:
     return ml_collections.ConfigDict(json.load(f))

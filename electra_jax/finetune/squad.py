@@ -12,11 +12,12 @@
 import collections
 import dataclasses
 import json
-import os
 import re
 import string
 
 import numpy as np
+
+from electra_jax import fs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +47,10 @@ def load_tfds(version: str, split: str, data_dir: str | None = None) -> list[Que
 
 def read_json(path: str) -> list[Question]:
   """The official SQuAD JSON file (data -> paragraphs -> qas)."""
-  if not os.path.isfile(path):
+  if not fs.isfile(path):
     raise FileNotFoundError(f'the SQuAD file {path} does not exist; give train-v1.1.json, '
                             'dev-v2.0.json or another file of that format')
-  with open(path, encoding='utf-8') as f:
+  with fs.open(path, encoding='utf-8') as f:
     try:
       data = json.load(f)['data']
     except (json.JSONDecodeError, KeyError, TypeError):

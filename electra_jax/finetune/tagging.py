@@ -5,17 +5,18 @@ I-X or E-X continues one of type X (an I-X after O or after another type starts 
 have it), E-X and S-X end one. Files in IOB1, IOB2 or BIOES all become BIOES.
 """
 
-import os
+
+from electra_jax import fs
 
 
 def read_conll(path: str, column: int = -1) -> list[tuple[tuple, tuple]]:
   """(words, tags) per sentence of a CoNLL file: one token per line, its tag in `column`, a blank
   line between sentences, -DOCSTART- lines skipped."""
-  if not os.path.isfile(path):
+  if not fs.isfile(path):
     raise FileNotFoundError(f'the data file {path} does not exist; give a CoNLL file (one token '
                             'and its tag per line, a blank line between sentences)')
   sentences, words, tags = [], [], []
-  with open(path, encoding='utf-8') as f:
+  with fs.open(path, encoding='utf-8') as f:
     for n, line in enumerate(f, start=1):
       parts = line.split()
       if not parts or parts[0] == '-DOCSTART-':

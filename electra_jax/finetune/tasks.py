@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from electra_jax import fs
+
 
 @dataclasses.dataclass(frozen=True)
 class Example:
@@ -126,18 +128,18 @@ def load_glue_tsv(root: str, name: str, log=print) -> dict[str, list[Example]]:
   Rows with too few columns (QQP has some) are skipped and counted; test.tsv is optional.
   """
   spec, g = GLUE_TSV[name], GLUE[name]
-  folder = os.path.join(root, spec.folder)
-  if not os.path.isdir(folder) and os.path.isfile(os.path.join(root, 'train.tsv')):
+  folder = fs.join(root, spec.folder)
+  if not fs.isdir(folder) and fs.isfile(fs.join(root, 'train.tsv')):
     folder = root  # the task's own folder was given
   out = {}
   for split, file in spec.files:
-    path = os.path.join(folder, file)
-    if not os.path.isfile(path):
+    path = fs.join(folder, file)
+    if not fs.isfile(path):
       if split.startswith('test'):
         continue
       raise FileNotFoundError(f'{path} does not exist; task.glue_dir must hold GLUE\'s download '
                               f'layout ({spec.folder}/{file}, ...)')
-    with open(path, encoding='utf-8', newline='') as f:
+    with fs.open(path, encoding='utf-8', newline='') as f:
       rows = list(csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE))
     test = split.startswith('test')
     if name == 'cola' and not test:  # CoLA's train/dev have no header: source, label, _, sentence
@@ -174,13 +176,13 @@ def load_glue_tsv(root: str, name: str, log=print) -> dict[str, list[Example]]:
 def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool = True
                ) -> list[Example]:
   """Rows of a .csv, .tsv (a header row names the columns) or .jsonl file (one object per line)."""
-  if not os.path.isfile(path):
+  if not fs.isfile(path):
     raise FileNotFoundError(f'the data file {path} does not exist; give the path of a .csv, .tsv '
                             'or .jsonl file')
   ext = os.path.splitext(path)[1].lower()
   if ext not in ('.csv', '.tsv', '.jsonl'):
     raise ValueError(f'the data file {path} is not .csv, .tsv or .jsonl; convert it to one of them')
-  with open(path, encoding='utf-8', newline='') as f:
+  with fs.open(path, encoding='utf-8', newline='') as f:
     if ext == '.jsonl':
       rows = []
       for n, line in enumerate(f, start=1):
@@ -209,7 +211,7 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
 
 def own_task(cfg, splits: dict[str, list[Example]]) -> Task:
   """A classification task over the train split's labels, or a regression task."""
-  name = cfg.name if cfg.name != 'own' else os.path.splitext(os.path.basename(cfg.train))[0]
+  name = cfg.name if cfg.name != 'own' else os.path.splitext(fs.basename(cfg.train))[0]
   if cfg.kind == 'regression':
     for split, examples in splits.items():
       for i, e in enumerate(examples):
@@ -295,7 +297,7 @@ def load_tagging(cfg) -> tuple[Task, dict[str, list[Example]]]:
     if unseen:
       raise ValueError(f'the {split} data has tag(s) {unseen[:5]} never seen in the train data; '
                        'fix the tags or add training sentences with them')
-  name = cfg.name if cfg.name != 'own' else os.path.splitext(os.path.basename(cfg.train))[0]
+  name = cfg.name if cfg.name != 'own' else os.path.splitext(fs.basename(cfg.train))[0]
   return Task(name, 'tagging', labels, ('f1', 'precision', 'recall'),
               ('dev',) if 'dev' in splits else ()), splits
 

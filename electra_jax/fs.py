@@ -1,0 +1,381 @@
+"""One file-system layer for every path the project reads or writes: local paths or URLs.
+
+    fs.join(workdir, 'metrics.jsonl'); fs.open(path, 'w'); fs.makedirs(folder); fs.replace(a, b)
+
+Local paths go to `os`, `os.path` and `shutil` (same behaviour, no TensorFlow import). Paths with
+a scheme (gs://, s3://, hdfs://, ...) go to TensorFlow's file systems (`tf.io.gfile`), the ones
+tf.data, TFRecord writers and TensorBoard use for them too, while Orbax's checkpoints reach them
+through etils.epath and TensorStore. So a workdir, a records folder, a corpus, a vocabulary, an
+`init_from` folder, an export or fine-tuning files may each live in a bucket.
+
+On object stores a file becomes visible only when its upload completes, so `write_atomic` writes
+the final name directly there; locally it writes a temporary name and renames it. Errors come back
+as Python's: FileNotFoundError, PermissionError, or OSError with the store's message.
+"""
+
+import builtins
+import contextlib
+import functools
+import glob as glob_lib
+import io
+import os
+import posixpath
+import re
+import shutil
+import tempfile
+
+_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
+
+
+def remote(path) -> bool:
+  """Whether `path` is a URL (gs://bucket/...) rather than a local path."""
+  path = os.fspath(path)
+  return bool(_SCHEME.match(path)) and not path.startswith('file://')
+
+
+def _local(path) -> str:
+  path = os.fspath(path)
+  return path[len('file://'):] if path.startswith('file://') else path
+
+
+@functools.cache
+def _gfile():
+  from electra_jax import records  # pylint: disable=import-outside-toplevel
+  return records.tensorflow().io.gfile
+
+
+@contextlib.contextmanager
+def _errors(path):
+  """TensorFlow's file-system errors as Python's, naming `path`."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    raise translate(e, path) from None
+
+
+def translate(e: Exception, path) -> Exception:
+  """The Python exception a TensorFlow (or other storage) error `e` about `path` stands for."""
+  if isinstance(e, OSError):
+    return e
+  name, message = type(e).__name__, ' '.join(str(e).split())
+  if name == 'NotFoundError':
+    return FileNotFoundError(2, f'not found ({message[:200]})', os.fspath(path))
+  if name in ('PermissionDeniedError', 'UnauthenticatedError') or _no_credentials(message):
+    return PermissionError(13, f'access denied ({message[:300]})', os.fspath(path))
+  if name in ('AlreadyExistsError', 'FailedPreconditionError', 'AbortedError',
+              'UnavailableError', 'DeadlineExceededError', 'InternalError', 'UnknownError',
+              'DataLossError', 'OutOfRangeError', 'ResourceExhaustedError',
+              'InvalidArgumentError', 'UnimplementedError'):
+    return OSError(5, f'{name}: {message[:300]}', os.fspath(path))
+  return e
+
+
+def _no_credentials(message: str) -> bool:
+  return bool(re.search(r'bearer token|credentials|authentication|oauth|metadata server',
+                        message, re.I))
+
+
+# ---- paths ------------------------------------------------------------------------------------
+
+def join(path, *parts) -> str:
+  path = os.fspath(path)
+  if remote(path):
+    return posixpath.join(path, *parts)
+  return os.path.join(path, *parts)
+
+
+def dirname(path) -> str:
+  path = os.fspath(path)
+  return posixpath.dirname(path.rstrip('/')) if remote(path) else os.path.dirname(path)
+
+
+def basename(path) -> str:
+  path = os.fspath(path)
+  return posixpath.basename(path.rstrip('/')) if remote(path) else os.path.basename(path)
+
+
+def abspath(path) -> str:
+  path = os.fspath(path)
+  return path if remote(path) else os.path.abspath(_local(path))
+
+
+def bucket(path) -> str:
+  """'gs://name' of a path in a bucket ('' for a local path)."""
+  match = re.match(r'^([a-zA-Z][a-zA-Z0-9+.-]*://[^/]+)', os.fspath(path))
+  return match.group(1) if match and remote(path) else ''
+
+
+# ---- queries ----------------------------------------------------------------------------------
+
+def exists(path) -> bool:
+  if not remote(path):
+    return os.path.exists(_local(path))
+  with _errors(path):
+    return _gfile().exists(os.fspath(path))
+
+
+def isdir(path) -> bool:
+  if not remote(path):
+    return os.path.isdir(_local(path))
+  with _errors(path):
+    return _gfile().isdir(os.fspath(path))
+
+
+def isfile(path) -> bool:
+  if not remote(path):
+    return os.path.isfile(_local(path))
+  with _errors(path):
+    g = _gfile()
+    return g.exists(os.fspath(path)) and not g.isdir(os.fspath(path))
+
+
+def getsize(path) -> int:
+  if not remote(path):
+    return os.path.getsize(_local(path))
+  with _errors(path):
+    return _gfile().stat(os.fspath(path)).length
+
+
+def listdir(path) -> list[str]:
+  """Names in a folder (without a trailing '/' for subfolders)."""
+  if not remote(path):
+    return os.listdir(_local(path))
+  with _errors(path):
+    return [name.rstrip('/') for name in _gfile().listdir(os.fspath(path))]
+
+
+def glob(pattern) -> list[str]:
+  if not remote(pattern):
+    return glob_lib.glob(_local(pattern))
+  with _errors(pattern):
+    return _gfile().glob(os.fspath(pattern))
+
+
+# ---- changes ----------------------------------------------------------------------------------
+
+def makedirs(path, exist_ok: bool = True):
+  if not remote(path):
+    os.makedirs(_local(path), exist_ok=exist_ok)
+    return
+  with _errors(path):
+    _gfile().makedirs(os.fspath(path))
+
+
+def remove(path):
+  if not remote(path):
+    os.remove(_local(path))
+    return
+  with _errors(path):
+    _gfile().remove(os.fspath(path))
+
+
+def rmdir(path):
+  """Removes an empty folder (on object stores: its marker, if any)."""
+  if not remote(path):
+    os.rmdir(_local(path))
+    return
+  with _errors(path):
+    if _gfile().listdir(os.fspath(path)):
+      raise OSError(39, 'folder not empty', os.fspath(path))
+    _gfile().rmtree(os.fspath(path))
+
+
+def rmtree(path, ignore_errors: bool = False):
+  if not remote(path):
+    shutil.rmtree(_local(path), ignore_errors=ignore_errors)
+    return
+  try:
+    with _errors(path):
+      _gfile().rmtree(os.fspath(path))
+  except OSError:
+    if not ignore_errors:
+      raise
+
+
+def replace(src, dst):
+  """Renames a file, replacing `dst` (on object stores: a copy, then the source is deleted)."""
+  if not remote(src) and not remote(dst):
+    os.replace(_local(src), _local(dst))
+    return
+  with _errors(src):
+    _gfile().rename(os.fspath(src), os.fspath(dst), overwrite=True)
+
+
+def copyfile(src, dst):
+  if not remote(src) and not remote(dst):
+    shutil.copyfile(_local(src), _local(dst))
+    return
+  with _errors(src):
+    _gfile().copy(os.fspath(src), os.fspath(dst), overwrite=True)
+
+
+def copytree(src, dst):
+  """Copies the files under folder `src` to `dst` (which must not exist)."""
+  if not remote(src) and not remote(dst):
+    shutil.copytree(_local(src), _local(dst))
+    return
+  makedirs(dst)
+  for name in listdir(src):
+    if isdir(join(src, name)):
+      copytree(join(src, name), join(dst, name))
+    else:
+      copyfile(join(src, name), join(dst, name))
+
+
+# ---- contents ---------------------------------------------------------------------------------
+
+class _File:
+  """A GFile whose errors are Python's."""
+
+  def __init__(self, path, mode):
+    self._path = os.fspath(path)
+    with _errors(path):
+      self._f = _gfile().GFile(self._path, mode)
+
+  def __getattr__(self, name):
+    attr = getattr(self._f, name)
+    if not callable(attr):
+      return attr
+    def call(*args, **kwargs):
+      with _errors(self._path):
+        return attr(*args, **kwargs)
+    return call
+
+  def __iter__(self):
+    with _errors(self._path):
+      yield from self._f
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    with _errors(self._path):
+      self._f.close()
+
+
+def open(path, mode: str = 'r', encoding: str | None = None,  # pylint: disable=redefined-builtin
+         newline: str | None = None):
+  """A file object; text modes read and write UTF-8 (a remote file's line ends are kept as they
+  are, as newline='' keeps them)."""
+  if not remote(path):
+    if 'b' not in mode and encoding is None:
+      encoding = 'utf-8'
+    return builtins.open(_local(path), mode, encoding=encoding, newline=newline)
+  return _File(path, mode)
+
+
+class _RawRemote(io.RawIOBase):
+  """A remote file as a raw binary stream, so io.BufferedReader (readline with a limit, tell)
+  and gzip can read it."""
+
+  def __init__(self, path):
+    super().__init__()
+    self._file, self._position = _File(path, 'rb'), 0
+
+  def readable(self):
+    return True
+
+  def readinto(self, buffer):
+    data = self._file.read(len(buffer))
+    buffer[:len(data)] = data
+    self._position += len(data)
+    return len(data)
+
+  def tell(self):
+    return self._position
+
+  def close(self):
+    if not self.closed:
+      self._file.close()
+    super().close()
+
+
+def open_binary(path):
+  """A buffered binary reader of a local or remote file (readline(limit), tell, iteration)."""
+  if not remote(path):
+    return builtins.open(_local(path), 'rb')
+  return io.BufferedReader(_RawRemote(path), buffer_size=1 << 20)
+
+
+def walk_files(folder) -> list[str]:
+  """Every file below `folder`, recursively."""
+  if not remote(folder):
+    return [os.path.join(d, f) for d, _, files in os.walk(_local(folder)) for f in files]
+  with _errors(folder):
+    return [posixpath.join(d, f) for d, _, files in _gfile().walk(os.fspath(folder))
+            for f in files]
+
+
+def read_text(path) -> str:
+  with open(path) as f:
+    return f.read()
+
+
+def read_bytes(path) -> bytes:
+  with open(path, 'rb') as f:
+    return f.read()
+
+
+def write_atomic(path, data: str | bytes):
+  """Writes a whole file so that a reader sees the old contents or the new, never a part: locally
+  a temporary name and a rename; on an object store the upload itself (an object appears only
+  when it is complete)."""
+  mode = 'wb' if isinstance(data, bytes) else 'w'
+  if remote(path):
+    with open(path, mode) as f:
+      f.write(data)
+    return
+  path = _local(path)
+  tmp = os.path.join(os.path.dirname(path) or '.',
+                     f'.{os.path.basename(path)}.tmp-{os.getpid()}')
+  with open(tmp, mode) as f:
+    f.write(data)
+  os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def local_copy(path):
+  """A local path with the contents of `path` (the path itself when it is local), for libraries
+  that only read local files."""
+  if not remote(path):
+    yield _local(path)
+    return
+  with tempfile.TemporaryDirectory(prefix='electra_fs_') as tmp:
+    local = os.path.join(tmp, basename(path))
+    copyfile(path, local)
+    yield local
+
+
+# ---- access to a bucket -----------------------------------------------------------------------
+
+@functools.cache
+def _credentials_problem() -> str:
+  """'' when Google Cloud credentials are found (Application Default Credentials, as TensorFlow,
+  TensorStore and the storage client use them), else why not."""
+  if os.environ.get('GOOGLE_AUTH_TOKEN_FOR_TESTING'):
+    return ''
+  try:
+    import google.auth  # pylint: disable=import-outside-toplevel
+    from google.auth import exceptions  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return ''  # the storage client is not installed: the stores report access themselves
+  try:
+    google.auth.default()
+  except exceptions.DefaultCredentialsError:
+    return 'no Google Cloud credentials were found'
+  return ''
+
+
+def check_access(path):
+  """For a gs:// path: raises PermissionError without credentials and FileNotFoundError when its
+  bucket does not exist (or cannot be seen), before anything is read or written. Local paths and
+  other schemes pass."""
+  path = os.fspath(path)
+  if not path.startswith('gs://'):
+    return
+  problem = _credentials_problem()
+  if problem:
+    raise PermissionError(13, problem, path)
+  root = bucket(path)
+  if not isdir(root + '/'):
+    raise FileNotFoundError(2, f'the bucket {root} does not exist', path)

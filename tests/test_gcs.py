@@ -1,0 +1,226 @@
+"""gs:// everywhere, against a real storage server (tests/gcs_server.py, started on 127.0.0.1):
+records built into a bucket, pre-training there killed and resumed bit-identically, an export and
+a fine-tuning from and to the bucket, two processes writing one checkpoint there, and the one-line
+errors for a missing bucket, missing credentials and an object where a folder is needed."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import CHILD_ENV, ROOT, launch_command, load_config, run_config_file, test_config
+from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import fs
+from electra_jax import records
+from electra_jax import train as train_lib
+from electra_jax.benchmark import SPECIAL
+
+BUCKET = 'gs://electra-test'
+
+
+@pytest.fixture(scope='module', autouse=True)
+def gcs(gcs_server):
+  """The server's environment for this module's tests (and the processes they start)."""
+  with pytest.MonkeyPatch.context() as patch:
+    for key, value in gcs_server['env'].items():
+      patch.setenv(key, value)
+    fs._credentials_problem.cache_clear()  # pylint: disable=protected-access
+    yield {**CHILD_ENV, **gcs_server['env']}
+  fs._credentials_problem.cache_clear()  # pylint: disable=protected-access
+
+
+@pytest.fixture(scope='module')
+def bucket_records(corpus_file, gcs):
+  """The test corpus as a records folder in the bucket, built by WORKSPACE.md's command."""
+  out = f'{BUCKET}/records/test'
+  c = test_config()
+  done = _run([os.path.join(ROOT, 'launch', 'prepare_data.py'), f'--corpus={corpus_file}',
+               f'--output={out}', f'--vocab_size={c.model.vocab_size}',
+               f'--max_seq_length={c.data.max_seq_length}', '--num_shards=4',
+               '--num_eval_shards=1', f'--eval_fraction={c.data.eval_fraction}',
+               '--num_workers=2'], gcs)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return out
+
+
+def _run(args, env, timeout=600):
+  done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env,
+                        timeout=timeout, check=False)
+  return done
+
+
+def _last_line(done) -> str:
+  lines = [l for l in done.stderr.splitlines() if l.strip()]
+  return lines[-1] if lines else ''
+
+
+def test_files_in_a_bucket_behave_as_local_files():
+  root = f'{BUCKET}/fs'
+  fs.write_atomic(fs.join(root, 'a', 'x.txt'), 'one\ntwo\n' + 'y' * 5000 + '\n')
+  fs.write_atomic(fs.join(root, 'a', 'b.bin'), b'\x00\x01')
+  assert fs.isdir(fs.join(root, 'a')) and fs.isfile(fs.join(root, 'a', 'x.txt'))
+  assert not fs.isfile(fs.join(root, 'a')) and not fs.exists(fs.join(root, 'nothing'))
+  assert sorted(fs.listdir(fs.join(root, 'a'))) == ['b.bin', 'x.txt']
+  assert fs.glob(fs.join(root, 'a', '*.txt')) == [fs.join(root, 'a', 'x.txt')]
+  assert fs.getsize(fs.join(root, 'a', 'b.bin')) == 2
+  with fs.open_binary(fs.join(root, 'a', 'x.txt')) as f:  # what the corpus reader uses
+    assert f.readline(100) == b'one\n' and f.readline(100) == b'two\n'
+    assert f.readline(100) == b'y' * 100 and f.tell() == 108
+  fs.replace(fs.join(root, 'a', 'b.bin'), fs.join(root, 'c.bin'))
+  assert fs.read_bytes(fs.join(root, 'c.bin')) == b'\x00\x01'
+  assert not fs.exists(fs.join(root, 'a', 'b.bin'))
+  fs.copytree(fs.join(root, 'a'), fs.join(root, 'copy'))
+  assert fs.read_text(fs.join(root, 'copy', 'x.txt')).startswith('one\ntwo\n')
+  with pytest.raises(FileNotFoundError):
+    fs.read_text(fs.join(root, 'missing.txt'))
+  with pytest.raises(FileNotFoundError, match='bucket gs://no-such-bucket does not exist'):
+    fs.check_access('gs://no-such-bucket/x')
+  fs.rmtree(root)
+  assert not fs.exists(fs.join(root, 'copy', 'x.txt'))
+
+
+def test_records_in_a_bucket_are_the_bytes_of_local_records(bucket_records, records_dir):
+  """Built into the bucket they hold what the same settings build locally: the same shards."""
+  meta = records.read_metadata(bucket_records)
+  records.verify(bucket_records, meta)
+  local = records.read_metadata(records_dir)
+  assert meta['splits'] == local['splits'] and meta['vocab_fingerprint'] == local['vocab_fingerprint']
+  for name in meta['splits']['train']['files']:
+    assert fs.read_bytes(fs.join(bucket_records, name)) == fs.read_bytes(
+        os.path.join(records_dir, name))
+  assert not [n for n in fs.listdir(bucket_records) if '.tmp' in n]
+
+
+def test_pretraining_in_a_bucket_survives_sigkill_bit_identically_and_exports(
+    tmp_path, bucket_records, gcs):
+  config_file = run_config_file(tmp_path, bucket_records, train_steps=10, save_every=2)
+  killed, straight = f'{BUCKET}/runs/killed', str(tmp_path / 'straight')
+  kill_at = random.randint(3, 8)
+  proc = subprocess.Popen(launch_command(config_file, killed), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=gcs)
+  for line in proc.stdout:
+    if f' step {kill_at}/' in f' {line}':
+      break
+  proc.kill()  # SIGKILL: no handler, no last save
+  proc.wait()
+  ckpt = checkpoint_lib.Checkpointer(fs.join(killed, 'checkpoints'))
+  committed = ckpt.latest_step()
+  ckpt.close()
+  for workdir in (killed, straight):
+    done = subprocess.run(launch_command(config_file, workdir), capture_output=True, text=True,
+                          env=gcs, check=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if workdir == killed and committed:
+      assert f'resumed from {killed}/checkpoints/{committed} ' in done.stdout, done.stdout[-2000:]
+  states = []
+  setup = train_lib.build_setup(load_config(config_file), SPECIAL)
+  for workdir in (killed, straight):
+    ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'))
+    states.append(ckpt.restore(10, jax.jit(lambda: train_lib.init_state(setup))())[0])
+    ckpt.close()
+  for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
+    np.testing.assert_array_equal(a, b, err_msg=f'killed at step {kill_at}')
+  listing = set(fs.listdir(killed))
+  assert {'config.json', 'metrics.jsonl', 'summary.json', 'curves.png', 'tensorboard',
+          'checkpoints'} <= listing, listing
+  summary = json.loads(fs.read_text(fs.join(killed, 'summary.json')))  # strict JSON
+  assert summary['step'] == 10 and summary['checkpoint'] == f'{killed}/checkpoints/10'
+  assert fs.read_bytes(fs.join(killed, 'curves.png')).startswith(b'\x89PNG')
+
+  # export from the bucket into the bucket, loaded by HF transformers (from a local copy)
+  out = f'{BUCKET}/exports/killed'
+  done = _run([os.path.join(ROOT, 'launch', 'export.py'), f'--workdir={killed}', f'--out={out}',
+               '--check'], gcs)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert sorted(fs.listdir(out)) == ['discriminator', 'generator']
+  diffs = [float(l.split('max |ours - HF| ')[1].split()[0]) for l in done.stdout.splitlines()
+           if 'max |ours - HF|' in l]
+  assert len(diffs) == 2 and max(diffs) < 1e-3, done.stdout
+
+
+def test_finetuning_with_data_and_workdir_in_a_bucket(tmp_path, bucket_records, gcs):
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
+  pretrained = f'{BUCKET}/runs/short'
+  train_lib.train_and_evaluate(test_config(**{'data.records': bucket_records}), pretrained,
+                               log=lambda *_: None)
+  rng = random.Random(0)
+  for split, n in (('train', 64), ('dev', 32)):
+    rows = []
+    for _ in range(n):
+      label = rng.randint(0, 1)
+      rows.append(f'{"cat mat" if label else "dog tree"} {rng.randint(0, 9)}\t{label}\n')
+    fs.write_atomic(f'{BUCKET}/own/{split}.tsv', 'text\tlabel\n' + ''.join(rows))
+  cfg = ft_config.default_config()
+  cfg.task.update(name='own', train=f'{BUCKET}/own/train.tsv', dev=f'{BUCKET}/own/dev.tsv',
+                  text_a='text', label='label')
+  cfg.update(init=pretrained, num_seeds=1, batch_size=16, eval_batch_size=16, max_seq_length=32,
+             epochs=2.0)
+  workdir = f'{BUCKET}/finetune/own'
+  result = run.finetune(cfg, workdir, log=lambda *_: None)
+  assert 'dev' in result['seeds'][0]
+  saved = json.loads(fs.read_text(fs.join(workdir, 'results.json')))
+  assert saved['init'].startswith(f'{pretrained}/checkpoints/')
+  assert {'config.json', 'results.md', 'results.json', 'seed_0'} <= set(fs.listdir(workdir))
+  assert fs.listdir(fs.join(workdir, 'seed_0', 'checkpoints'))
+
+
+def test_two_processes_write_one_checkpoint_to_the_bucket_and_one_process_resumes_it(
+    tmp_path, bucket_records, gcs):
+  workdir = f'{BUCKET}/runs/two_processes'
+  config_file = run_config_file(tmp_path, bucket_records, train_steps=2, save_every=2)
+  cluster = [os.path.join(ROOT, 'launch', 'local_cluster.py'), '--num_processes=2',
+             '--devices_per_process=4', f'--log_dir={tmp_path / "logs"}', '--',
+             os.path.join(ROOT, 'launch', 'train.py'), f'--config={config_file}',
+             f'--workdir={workdir}']
+  done = _run(cluster, gcs, timeout=900)
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+  assert fs.listdir(fs.join(workdir, 'checkpoints')) == ['2']
+  single = launch_command(config_file, workdir)[1:] + ['--config.train_steps=4']
+  done = _run(single, gcs)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert f'resumed from {workdir}/checkpoints/2 ' in done.stdout, done.stdout[-2000:]
+  assert 'steps 2 -> 4' in done.stdout
+  assert sorted(fs.listdir(fs.join(workdir, 'checkpoints'))) == ['2', '4']
+
+
+def test_a_missing_bucket_missing_credentials_and_an_object_as_folder_are_one_line(
+    tmp_path, bucket_records, gcs):
+  config_file = run_config_file(tmp_path, bucket_records)
+  train = lambda workdir, env: _run(launch_command(config_file, workdir)[1:], env)
+
+  done = train('gs://no-such-bucket/run', gcs)
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert _last_line(done) == ('error: the bucket gs://no-such-bucket does not exist '
+                              '(gs://no-such-bucket/run); create it (`gcloud storage buckets '
+                              'create gs://no-such-bucket`) or fix the path')
+  done = _run([os.path.join(ROOT, 'launch', 'prepare_data.py'), '--corpus=builtin',
+               '--output=gs://no-such-bucket/records'], gcs)
+  assert done.returncode == 2 and 'gs://no-such-bucket does not exist' in _last_line(done)
+
+  fs.write_atomic(f'{BUCKET}/a_file', 'not a folder')
+  done = train(f'{BUCKET}/a_file', gcs)
+  assert done.returncode == 2 and _last_line(done) == (
+      f'error: --workdir {BUCKET}/a_file is a file; give a folder'), done.stderr[-2000:]
+  done = _run([os.path.join(ROOT, 'launch', 'prepare_data.py'), '--corpus=builtin',
+               f'--output={BUCKET}/a_file'], gcs)
+  assert done.returncode == 2 and _last_line(done).startswith(
+      f'error: --output {BUCKET}/a_file is a file'), done.stderr[-2000:]
+
+  # no credentials: no token, no key file, no gcloud login, no metadata server
+  bare = {k: v for k, v in gcs.items() if k not in ('GOOGLE_AUTH_TOKEN_FOR_TESTING',
+                                                     'STORAGE_EMULATOR_HOST',
+                                                     'GOOGLE_APPLICATION_CREDENTIALS')}
+  bare.update(HOME=str(tmp_path / 'home'), GCE_METADATA_HOST='127.0.0.1:9',
+              GCE_METADATA_IP='127.0.0.1:9', CLOUDSDK_CONFIG=str(tmp_path / 'gcloud'))
+  done = train(f'{BUCKET}/runs/no_credentials', bare)
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert _last_line(done).startswith(f'error: cannot access {BUCKET}/runs/no_credentials: no '
+                                     'Google Cloud credentials were found; run `gcloud auth '
+                                     'application-default login`')
+  assert not fs.exists(f'{BUCKET}/runs/no_credentials')
