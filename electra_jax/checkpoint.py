@@ -7,12 +7,19 @@ finished. The last `keep` checkpoints are kept, plus, when `best_metric` names a
 the one with its best value (checkpoints saved with evaluation metrics carry them).
 """
 
+import contextlib
 import math
-import os
 
 import jax
 import orbax.checkpoint as ocp
+
+from electra_jax import distributed
+from electra_jax import fs
 from orbax.checkpoint import checkpoint_managers as policies
+
+
+class DiskFull(ValueError):
+  """A checkpoint could not be written: its disk is full."""
 
 
 class ShapeMismatch(ValueError):
@@ -48,7 +55,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 3, best_metric: str = '',
                best_mode: str = 'max'):
-    self.directory = directory if '://' in directory else os.path.abspath(directory)
+    self.directory = fs.abspath(directory)
     self.best_metric = best_metric
     policy = policies.LatestN(n=keep)
     best_fn = None
@@ -84,14 +91,45 @@ class Checkpointer:
     return list(self.manager.all_steps())
 
   def save(self, step: int, state, meta: dict, metrics: dict | None = None):
-    """Starts an asynchronous save; `metrics` (evaluation values) rank it for `best_metric`."""
+    """Starts an asynchronous save; `metrics` (evaluation values) rank it for `best_metric`.
+
+    A save that fails for a full disk (this one, or the previous one still being written) raises
+    DiskFull naming the space; the checkpoints saved before are untouched."""
     if metrics is not None and self.best_metric:
       metrics = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
     if not self.best_metric or not metrics or self.best_metric not in metrics:
       metrics = None  # not ranked: kept while among the latest only
-    self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                    meta=ocp.args.JsonSave(meta)),
-                      metrics=metrics)
+    self._state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    with self._space():
+      self.manager.wait_until_finished()  # (Orbax would wait for the previous save here anyway)
+    free = fs.free_bytes(self.directory)
+    if free is not None and free < self._state_bytes:  # refused before a byte is written
+      raise DiskFull(self._disk_full())
+    with self._space():
+      self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                      meta=ocp.args.JsonSave(meta)),
+                        metrics=metrics)
+
+  def _disk_full(self) -> str:
+    free = fs.free_bytes(self.directory)
+    size = getattr(self, '_state_bytes', 0)
+    complete = list(self.manager.all_steps())
+    kept = (f'the last complete checkpoint {self.directory}/{max(complete)} is untouched; '
+            if complete else '')
+    return (f'the disk holding {self.directory} is full: a checkpoint of this run takes about '
+            f'{size / 1e6:,.0f} MB' + (f' and {free / 1e6:,.0f} MB are free' if free is not None
+                                       else '') + f'; {kept}free space (or keep fewer checkpoints '
+            'with --config.keep_checkpoints) and run the same command again to continue')
+
+  @contextlib.contextmanager
+  def _space(self):
+    """Orbax's and TensorStore's 'No space left on device' as DiskFull, in one sentence."""
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except
+      if not fs.no_space(e):
+        raise
+      raise DiskFull(self._disk_full()) from None
 
   def reached_preemption(self, step: int) -> bool:
     """True at the step all processes agreed to stop at after a preemption notice (multi-host)."""
@@ -134,22 +172,50 @@ class Checkpointer:
     checkpoints exist but none can be read.
 
     A damaged checkpoint (a truncated or missing file) is reported and the one before it is used;
-    it is left on disk for inspection and leaves the rotation with the next saves.
+    the damaged ones are moved aside to `<step>.damaged` (kept for inspection), so that the steps
+    trained again are saved again under their own numbers.
     """
+    damaged = []
     for step in sorted(self.manager.all_steps(), reverse=True):
       self.check_shapes(step, target_state)
       try:
         state, meta = self.restore(step, target_state)
-        return step, state, meta
       except Exception as e:  # pylint: disable=broad-except
         reason = ' '.join(str(e).split())[:200]
         log(f'warning: checkpoint {self.directory}/{step} cannot be read ({type(e).__name__}: '
             f'{reason}); trying the one before it')
+        damaged.append(step)
+        continue
+      self._set_aside(damaged, log)
+      return step, state, meta
     if self.manager.all_steps():
       raise ValueError(f'no checkpoint in {self.directory} can be read (see the warnings above); '
                        'move the folder away to start afresh')
     return 0, target_state, {}
 
+  def _set_aside(self, steps: list[int], log):
+    """Moves the folders of damaged checkpoints `steps` to `<step>.damaged[-k]`."""
+    if not steps:
+      return
+    for step in steps if jax.process_index() == 0 else ():
+      source = fs.join(self.directory, str(step))
+      target = fs.join(self.directory, f'{step}.damaged')
+      k = 1
+      while fs.exists(target):
+        target, k = fs.join(self.directory, f'{step}.damaged-{k}'), k + 1
+      fs.move_tree(source, target)
+      log(f'warning: moved the damaged checkpoint to {target}; step {step} will be saved again')
+    self._sync('set_aside')
+    self.manager.reload()
+
+  def _sync(self, name: str):
+    distributed.barrier(f'checkpoint_{name}')
+
+  def wait(self):
+    with self._space():
+      self.manager.wait_until_finished()
+
   def close(self):
-    self.manager.wait_until_finished()
-    self.manager.close()
+    with self._space():
+      self.manager.wait_until_finished()
+      self.manager.close()

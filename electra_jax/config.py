@@ -105,3 +105,53 @@ def default_config() -> ml_collections.ConfigDict:
   o.max_predictions = ((o.get_ref('mask_prob') + 0.005) * d.get_ref('max_seq_length')).to_int()
   # ^ N: prediction slots per sequence, int((mask_prob + 0.005) * max_seq_length) as the original
   return c
+
+
+# Ranges the fields must lie in; checked before a run writes anything (`check`).
+_AT_LEAST_1 = ('train_steps', 'log_every', 'eval_batches', 'keep_checkpoints', 'microbatches',
+               'data.batch_size', 'data.eval_batch_size', 'data.shuffle_buffer', 'data.num_shards',
+               'data.num_eval_shards', 'model.vocab_size', 'model.embedding_size',
+               'model.hidden_size', 'model.num_layers', 'model.num_heads',
+               'model.intermediate_size', 'model.max_position_embeddings',
+               'model.type_vocab_size')
+_AT_LEAST_0 = ('seed', 'eval_every', 'save_every', 'data.readers', 'objective.gen_weight',
+               'objective.disc_weight')
+_FRACTIONS = {  # (low, high, low included, high included)
+    'data.eval_fraction': (0, 1, False, False), 'objective.mask_prob': (0, 1, False, True),
+    'objective.mask_token_prob': (0, 1, True, True),
+    'objective.random_token_prob': (0, 1, True, True),
+    'model.dropout_rate': (0, 1, True, False), 'model.attention_dropout_rate': (0, 1, True, False),
+}
+_POSITIVE = ('objective.temperature', 'model.layer_norm_eps', 'model.initializer_range',
+             'model.generator_hidden_fraction', 'model.generator_layers_fraction')
+
+
+def _get(config, path: str):
+  for part in path.split('.'):
+    config = config[part]
+  return config
+
+
+def check(config):
+  """Raises ValueError (one sentence) for the first field outside its range."""
+  import math  # pylint: disable=import-outside-toplevel
+  number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+  for path in _AT_LEAST_1 + _AT_LEAST_0:
+    value, low = _get(config, path), 1 if path in _AT_LEAST_1 else 0
+    if not number(value) or value < low:
+      raise ValueError(f'{path} is {value!r}; it must be a number of at least {low}')
+  for path, (low, high, low_in, high_in) in _FRACTIONS.items():
+    value = _get(config, path)
+    inside = number(value) and (low <= value if low_in else low < value) and (
+        value <= high if high_in else value < high)
+    if not inside:
+      bounds = f'{"[" if low_in else "("}{low}, {high}{"]" if high_in else ")"}'
+      raise ValueError(f'{path} is {value!r}; it must lie in {bounds}')
+  for path in _POSITIVE:
+    value = _get(config, path)
+    if not number(value) or value <= 0:
+      raise ValueError(f'{path} is {value!r}; it must be a positive number')
+  o = config.objective
+  if o.mask_token_prob + o.random_token_prob > 1:
+    raise ValueError(f'objective.mask_token_prob + random_token_prob is '
+                     f'{o.mask_token_prob + o.random_token_prob}; they must add up to at most 1')

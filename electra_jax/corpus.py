@@ -108,6 +108,7 @@ class ReadReport:
   skipped_binary: list = dataclasses.field(default_factory=list)
   lines_with_bad_bytes: int = 0
   long_lines_cut: int = 0
+  lines_split: int = 0  # text lines holding several sentences, split at their sentence ends
   bytes_done: int = 0  # bytes of the corpus files consumed so far (compressed bytes for .gz)
 
   def warnings(self) -> list[str]:
@@ -119,7 +120,11 @@ class ReadReport:
       out.append(f'{self.lines_with_bad_bytes} line(s) held bytes that are not UTF-8; each such '
                  'byte was replaced by U+FFFD')
     if self.long_lines_cut:
-      out.append(f'{self.long_lines_cut} cut(s) made in lines longer than {MAX_LINE_BYTES:,} bytes')
+      out.append(f'{self.long_lines_cut} cut(s) made in lines longer than {MAX_LINE_BYTES:,} bytes '
+                 '(at spaces; the pieces are kept)')
+    if self.lines_split:
+      out.append(f'{self.lines_split} line(s) held several sentences and were split at their '
+                 'sentence ends (a line is read as one sentence; nothing is dropped)')
     return out
 
 
@@ -324,7 +329,10 @@ class Source:
     doc = []
     for line in file_lines(self.files, self.report, self.text_field):
       if line:
-        doc.append(line)
+        sentences = _SENTENCE_END.split(line)  # a paragraph per line is common in user corpora
+        if len(sentences) > 1:
+          self.report.lines_split += 1
+        doc.extend(s for s in sentences if s)
       elif doc:
         yield doc
         doc = []

@@ -28,13 +28,21 @@ def detected_cluster() -> str | None:
   return None
 
 
+HEARTBEAT_TIMEOUT_S = 90
+
+
 def initialize(coordinator_address: str | None = None, num_processes: int | None = None,
-               process_id: int | None = None, heartbeat_timeout_s: int = 30) -> str | None:
+               process_id: int | None = None,
+               heartbeat_timeout_s: int = HEARTBEAT_TIMEOUT_S) -> str | None:
   """Joins the run's other processes; returns how (None: a single-process run, nothing done).
 
   A process that dies is noticed by the others within `heartbeat_timeout_s` (they then fail
-  instead of waiting forever in a collective).
+  instead of waiting forever in a collective). Shorter timeouts notice sooner; longer ones leave
+  room for a host that stalls (swapping, a slow disk).
   """
+  if heartbeat_timeout_s < 5:
+    raise ValueError(f'--heartbeat_timeout_s={heartbeat_timeout_s} is too short to tell a slow '
+                     'process from a dead one; give at least 5 (default 90)')
   given = [v is not None for v in (coordinator_address, num_processes, process_id)]
   if any(given) and not all(given):
     raise ValueError('--coordinator_address, --num_processes and --process_id go together; give '
@@ -58,6 +66,26 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   jax.distributed.initialize(coordinator_address, num_processes, process_id,
                              heartbeat_timeout_seconds=heartbeat_timeout_s)
   return how
+
+
+BARRIER_TIMEOUT_S = 3600
+_barriers = {}
+
+
+def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S):
+  """Waits until every process gets here, through the coordination service (no-op for one process).
+
+  Device collectives on CPU (gloo) give a process 30 s to join the first exchange of a group of
+  devices: on a loaded host one process can finish compiling or restoring a minute after the other,
+  and the run aborted (`Gloo context initialization failed: DEADLINE_EXCEEDED`). A barrier here
+  waits as long as `timeout_s`; a process that died is still noticed within the heartbeat timeout.
+  """
+  if jax.process_count() == 1:
+    return
+  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
+  _barriers[name] = _barriers.get(name, 0) + 1  # each use of a barrier gets its own id
+  jax_distributed.global_state.client.wait_at_barrier(f'electra_{name}_{_barriers[name]}',
+                                                      timeout_in_ms=timeout_s * 1000)
 
 
 def is_main() -> bool:

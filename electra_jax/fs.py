@@ -209,6 +209,15 @@ def copyfile(src, dst):
     _gfile().copy(os.fspath(src), os.fspath(dst), overwrite=True)
 
 
+def move_tree(src, dst):
+  """Moves a folder: a rename locally, a copy then a delete on an object store."""
+  if not remote(src) and not remote(dst):
+    os.replace(_local(src), _local(dst))
+    return
+  copytree(src, dst)
+  rmtree(src)
+
+
 def copytree(src, dst):
   """Copies the files under folder `src` to `dst` (which must not exist)."""
   if not remote(src) and not remote(dst):
@@ -344,6 +353,25 @@ def local_copy(path):
     local = os.path.join(tmp, basename(path))
     copyfile(path, local)
     yield local
+
+
+# ---- space ------------------------------------------------------------------------------------
+
+def no_space(e: BaseException) -> bool:
+  """Whether `e` (from Python, TensorFlow or TensorStore) says a disk is full."""
+  if isinstance(e, OSError) and e.errno == 28:
+    return True
+  return bool(re.search(r'No space left on device|os_error_code=.?28\b', str(e)))
+
+
+def free_bytes(path) -> int | None:
+  """Free bytes on the disk of a local path (of its nearest existing folder); None for URLs."""
+  if remote(path):
+    return None
+  path = os.path.abspath(_local(path))
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  return shutil.disk_usage(path).free
 
 
 # ---- access to a bucket -----------------------------------------------------------------------

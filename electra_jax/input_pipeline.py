@@ -182,8 +182,51 @@ def _reader_dataset(tf, stream: Stream, position: int, shuffle_buffer: int):
   return groups.flat_map(group_examples)
 
 
-def global_batches(dataset, sharding) -> Iterator[dict]:
-  """Host-local numpy batches -> global jax.Arrays laid out by `sharding`."""
-  for local in dataset.as_numpy_iterator():
+def global_batches(dataset, sharding, records_dir: str | None = None) -> Iterator[dict]:
+  """Host-local numpy batches -> global jax.Arrays laid out by `sharding`.
+
+  With `records_dir`, a record that fails its checksum (TFRecord's CRC: a shard damaged on disk or
+  in a copy) raises DamagedRecords naming the shard file and the record."""
+  iterator = dataset.as_numpy_iterator()
+  while True:
+    try:
+      local = next(iterator)
+    except StopIteration:
+      return
+    except Exception as e:  # pylint: disable=broad-except
+      if records_dir is None or type(e).__name__ != 'DataLossError':
+        raise
+      raise DamagedRecords(damage_report(records_dir, ' '.join(str(e).split()))) from None
     yield {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
            for k, v in local.items()}
+
+
+class DamagedRecords(ValueError):
+  """A records shard whose bytes no longer match their checksums."""
+
+
+def damage_report(records_dir: str, error: str = '') -> str:
+  """One sentence naming the damaged shard of `records_dir` and the record where it breaks (each
+  shard is read through until one fails), and how to get sound records back."""
+  tf = records.tensorflow()
+  meta = records.read_metadata(records_dir)
+  found = None
+  for split in records.SPLITS:
+    for name in meta['splits'][split]['files']:
+      path = fs.join(records_dir, name)
+      n = 0
+      try:
+        for _ in tf.data.TFRecordDataset(path):
+          n += 1
+      except Exception as e:  # pylint: disable=broad-except
+        if type(e).__name__ != 'DataLossError':
+          raise
+        found = (path, n)
+        break
+    if found:
+      break
+  where = (f'the shard {found[0]} is damaged: record {found[1]:,} fails its checksum'
+           if found else f'a shard of {records_dir} is damaged ({error[:160]})')
+  return (f'{where}; copy the records again, or rebuild them (delete {records_dir} and run the '
+          'command that built it again: launch/prepare_data.py, or launch/train.py for the data '
+          'folder of a workdir)')

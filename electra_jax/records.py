@@ -89,6 +89,12 @@ class Settings:
       raise ValueError(f'eval_fraction={self.eval_fraction} must lie strictly between 0 and 1')
     if self.max_seq_length < 5:
       raise ValueError(f'max_seq_length must be at least 5, not {self.max_seq_length}')
+    if not self.vocab and not 0 < self.character_coverage <= 1:
+      raise ValueError(f'character_coverage={self.character_coverage} must lie in (0, 1], e.g. '
+                       '0.9995')
+    if not self.vocab and self.vocab_size < 6:
+      raise ValueError(f'vocab_size={self.vocab_size} leaves no room beside the five special '
+                       'tokens; give a larger vocabulary (BERT\'s has 30522 entries)')
 
 
 def held_out(seed: int, k: int, eval_fraction: float) -> bool:
@@ -133,12 +139,22 @@ class _Shard:
                                                seed=f'{settings.seed}:{split}:{index}')
     self.counts = np.zeros(vocab_size, np.int64)
     self.pending: list[np.ndarray] = []
-    self.examples = self.tokens = self.documents = 0
+    self.examples = self.tokens = self.documents = self.long_sentences = 0
+    self.max_length = settings.max_seq_length
+    self.piece = max(4, settings.max_seq_length // 4)
 
   def add_document(self, sentences: list[list[int]]):
     self.documents += 1
     for ids in sentences:
-      self._emit(self.builder.add_sentence(ids))
+      # The builder drops what overflows an example (as the original): a sentence longer than a
+      # whole example (a paragraph without sentence ends) would lose all but its start, so it goes
+      # in as pieces of a quarter example, of which at most part of one is dropped per example.
+      if len(ids) <= self.max_length:
+        self._emit(self.builder.add_sentence(ids))
+        continue
+      self.long_sentences += 1
+      for start in range(0, len(ids), self.piece):
+        self._emit(self.builder.add_sentence(ids[start:start + self.piece]))
     self._emit(self.builder.end_document())
 
   def _emit(self, example):
@@ -166,6 +182,7 @@ class _Shard:
     self.tmp = None
     counts = dict(file=self.name, bytes=fs.getsize(path), examples=self.examples,
                   tokens=self.tokens, documents=self.documents,
+                  long_sentences=self.long_sentences,
                   token_counts=self.counts.tolist())
     _write_json(_counts_path(self.out_dir, self.name), counts)  # ... and now marked done
     return counts
@@ -219,14 +236,34 @@ def write_shards(out_dir: str, settings: Settings, wanted: list[tuple[str, int]]
         log(_progress_line(name, source, shards, last - start))
     flush()
     done = [shard.finish() for shard in shards.values()]
+  except Exception as e:  # pylint: disable=broad-except
+    if not fs.no_space(e):
+      raise
+    raise ValueError(_disk_full(out_dir, source)) from None
   finally:
     for shard in shards.values():  # after a failure: no temporary file stays behind
       if shard.tmp is not None and not fs.remote(shard.tmp) and fs.exists(shard.tmp):
-        shard.writer.close()
+        try:
+          shard.writer.close()
+        except Exception:  # pylint: disable=broad-except
+          pass  # (a full disk fails the close too)
         fs.remove(shard.tmp)
   log(_progress_line(name, source, shards, time.time() - start, final=True))
   return dict(report=dataclasses.asdict(source.report), documents=sum(seen.values()),
               shards=sorted(d['file'] for d in done))
+
+
+def _disk_full(out_dir: str, source) -> str:
+  """One sentence for a full disk under `out_dir`: what is free, about what the records take."""
+  free = fs.free_bytes(out_dir)
+  size = source.total_bytes
+  if source.spec == 'builtin':
+    size = sum(len(s) + 1 for doc in corpus_lib.builtin_documents() for s in doc)
+  need = (f'; records take about 1.3 times the text, here about {1.3 * size / 1e6:,.0f} MB'
+          if size else '')
+  return (f'the disk holding {out_dir} is full' +
+          (f' ({free / 1e6:,.1f} MB free)' if free is not None else '') + need +
+          '; free space or give another --output, then run the same command again')
 
 
 def _progress_line(name, source, shards, elapsed, final=False) -> str:
@@ -272,7 +309,7 @@ def _differences(old: dict, new: dict) -> list[str]:
 
 
 def prepare(settings: Settings, out_dir: str, *, num_workers: int = 1,
-            log: Callable[[str], None] = print) -> dict:
+            log: Callable[[str], None] = print, size_flag: str = '--vocab_size') -> dict:
   """Builds (or finishes) the records folder `out_dir` for `settings`; returns its metadata."""
   settings.check()
   if num_workers < 1:
@@ -296,14 +333,19 @@ def prepare(settings: Settings, out_dir: str, *, num_workers: int = 1,
   created = not fs.exists(out_dir)
   fs.makedirs(out_dir)
   try:
-    return _build(settings, source, out_dir, num_workers, log)
+    try:
+      return _build(settings, source, out_dir, num_workers, log, size_flag)
+    except OSError as e:  # the vocabulary or a counts file on a full disk
+      if not fs.no_space(e):
+        raise
+      raise ValueError(_disk_full(out_dir, source)) from None
   except ValueError:
     if created:  # a build this call began and that cannot succeed leaves nothing behind
       fs.rmtree(out_dir, ignore_errors=True)
     raise
 
 
-def _build(settings, source, out_dir, num_workers, log) -> dict:
+def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size') -> dict:
   plan_path = fs.join(out_dir, PLAN)
   vocab_path = fs.join(out_dir, _vocab_file(settings))
   if not fs.exists(plan_path):
@@ -314,10 +356,15 @@ def _build(settings, source, out_dir, num_workers, log) -> dict:
     else:
       log(f'training a SentencePiece vocabulary of {settings.vocab_size} entries on '
           f'{settings.source}')
+      stats = {}
       tokenizer_lib.train_sentencepiece(
           source.lines(), vocab_path, settings.vocab_size, lower_case=settings.lower_case,
           seed=settings.seed, character_coverage=settings.character_coverage,
-          max_sentences=settings.max_sentences)
+          max_sentences=settings.max_sentences, size_flag=size_flag, stats=stats)
+      if stats.get('lines_cut'):
+        log(f'warning: corpus {settings.source}: {stats["lines_cut"]:,} sentence(s) longer than '
+            f'{tokenizer_lib.MAX_SENTENCE_BYTES:,} bytes were cut into pieces for the vocabulary '
+            'trainer, which would skip them')
     _write_json(plan_path, dataclasses.asdict(settings))
   for stale in fs.listdir(out_dir):  # temporary files of an interrupted run
     if stale.startswith('.') and '.tmp-' in stale:
@@ -354,6 +401,14 @@ def _finish(out_dir: str, settings: Settings, log) -> dict:
                          **{k: sum(p[k] for p in parts) for k in ('examples', 'tokens',
                                                                   'documents')})
     counts[split] = np.sum([p['token_counts'] for p in parts], axis=0)
+  long_sentences = sum(p.get('long_sentences', 0) for split in SPLITS
+                       for p in (_read_json(_counts_path(out_dir, settings.file(split, i)))
+                                 for i in range(settings.count(split))))
+  if long_sentences:
+    piece = max(4, settings.max_seq_length // 4)
+    log(f'warning: corpus {settings.source}: {long_sentences:,} sentence(s) longer than an '
+        f'example ({settings.max_seq_length} tokens) went into examples as pieces of {piece} '
+        'tokens, so that no more of their text is dropped than of ordinary sentences')
   if splits['train']['examples'] == 0:
     raise ValueError(f'the corpus {settings.source!r} holds no text; give a corpus with at least '
                      'one non-empty line')

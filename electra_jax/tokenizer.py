@@ -15,7 +15,8 @@ import dataclasses
 import hashlib
 import io
 import os
-from typing import Iterable, Sequence
+import re
+from typing import Iterable, Iterator, Sequence
 
 import sentencepiece as spm
 
@@ -81,15 +82,48 @@ class SentencePieceTokenizer:
     return self._sp.id_to_piece(int(i))
 
 
+MAX_SENTENCE_BYTES = 4000  # SentencePiece's trainer skips longer sentences (its limit is 4,192)
+
+
+def _bounded(lines: Iterable[str], stats: dict) -> Iterator[str]:
+  """Non-empty lines, each cut at spaces (or anywhere, failing those) into pieces the trainer
+  takes whole; stats['lines_cut'] counts the lines cut."""
+  for line in lines:
+    if not line.strip():
+      continue
+    data = line.encode('utf-8')
+    if len(data) <= MAX_SENTENCE_BYTES:
+      yield line
+      continue
+    stats['lines_cut'] = stats.get('lines_cut', 0) + 1
+    while data:
+      cut = len(data) if len(data) <= MAX_SENTENCE_BYTES else (
+          data.rfind(b' ', 0, MAX_SENTENCE_BYTES) if data.rfind(b' ', 0, MAX_SENTENCE_BYTES) > 0
+          else MAX_SENTENCE_BYTES)
+      piece, data = data[:cut], data[cut:].lstrip(b' ')
+      yield piece.decode('utf-8', errors='ignore')
+
+
 def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, *,
                         lower_case: bool = True, seed: int = 0, character_coverage: float = 0.9995,
-                        max_sentences: int = 2_000_000) -> SentencePieceTokenizer:
-  """Trains a unigram SentencePiece model on `lines` and writes it to `model_path` atomically."""
+                        max_sentences: int = 2_000_000, size_flag: str = '--vocab_size',
+                        stats: dict | None = None) -> SentencePieceTokenizer:
+  """Trains a unigram SentencePiece model on `lines` and writes it to `model_path` atomically.
+
+  Lines longer than the trainer takes are cut into pieces, counted in stats['lines_cut'];
+  `size_flag` is how the caller's user sets the vocabulary size (named in errors)."""
+  stats = {} if stats is None else stats
+  if not 0 < character_coverage <= 1:
+    raise ValueError(f'the character coverage is {character_coverage}; give a fraction in (0, 1], '
+                     'e.g. 0.9995')
+  if vocab_size < len(SPECIAL_TOKENS) + 1:
+    raise ValueError(f'a vocabulary of {vocab_size} entries leaves no room beside the '
+                     f'{len(SPECIAL_TOKENS)} special tokens; give a larger {size_flag}')
   buf = io.BytesIO()
   spm.set_random_generator_seed(seed)
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=(line for line in lines if line.strip()),
+        sentence_iterator=_bounded(lines, stats),
         model_writer=buf,
         vocab_size=vocab_size,
         model_type='unigram',
@@ -100,9 +134,20 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
         input_sentence_size=max_sentences, shuffle_input_sentence=True,
         num_threads=os.cpu_count() or 1, minloglevel=2)
   except RuntimeError as e:
-    if 'Vocabulary size too high' in str(e):
+    message = ' '.join(str(e).split())
+    if 'Vocabulary size too high' in message:
+      most = re.search(r'value <= (\d+)', message)
       raise ValueError(f'the corpus is too small for a vocabulary of {vocab_size} entries; lower '
-                       f'--config.model.vocab_size or use a larger corpus ({e})') from None
+                       f'{size_flag}' + (f' to at most {most.group(1)}' if most else '') +
+                       ' or use a larger corpus') from None
+    chars = re.search(r'smaller than required_chars\. \d+ vs (\d+)', message)
+    if chars:
+      raise ValueError(f'a vocabulary of {vocab_size} entries cannot hold the {chars.group(1)} '
+                       f'characters the corpus needs; give {size_flag} of at least '
+                       f'{int(chars.group(1)) + 10} or lower the character coverage') from None
+    if 'sentences_.empty()' in message:
+      raise ValueError('the corpus gave the vocabulary trainer no text; give a corpus with '
+                       'non-empty lines') from None
     raise
   fs.write_atomic(model_path, buf.getvalue())
   return SentencePieceTokenizer(model_path)

@@ -112,10 +112,15 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   (loss, metrics), grads = _gradients(setup, state.params, batch, rng)
   grads = _like_params(setup, grads)
   grad_norm = optax.global_norm(grads)
-  # NaN/Inf guard, without a host sync: a non-finite step leaves parameters, optimizer state and
-  # metric sums as they were, and is counted; the loop reads the count at log time. A conditional
-  # (not a select between old and new values) lets XLA update the donated state in place.
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  # NaN/Inf guard, without a host sync: a step whose loss, gradient norm or update is not finite
+  # leaves parameters, optimizer state and metric sums as they were, and is counted; the loop reads
+  # the count at log time. (A finite gradient can still make a non-finite update, e.g. through the
+  # learning rate or Adam's moments.) A conditional, not a select between old and new values, lets
+  # XLA update the donated state in place; the update is computed twice (its norm here, fused into
+  # one reduction, and again in the branch that applies it) so that no second copy of the
+  # optimizer state is ever alive.
+  update_norm = optax.global_norm(setup.tx.update(grads, state.opt_state, state.params)[0])
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(update_norm)
 
   def apply(params, opt_state):
     updates, opt_state = setup.tx.update(grads, opt_state, params)
@@ -219,9 +224,9 @@ def compile_steps(setup: Setup, mesh):
 # ================================================================================================
 
 def check_config(config: ml_collections.ConfigDict, mesh):
-  if config.train_steps < 1 or config.log_every < 1 or config.keep_checkpoints < 1:
-    raise UserError('train_steps, log_every and keep_checkpoints must be at least 1')
+  """Every field checked before anything is read or written: one sentence for the first problem."""
   try:
+    config_lib.check(config)
     model_lib.ModelConfig.from_config(config.model)
     if config.microbatches < 1:
       raise ValueError(f'microbatches is {config.microbatches}; use 1 (no accumulation) or more')
@@ -320,8 +325,14 @@ _RUN_IDENTITY = ('seed', 'model', 'objective', 'data')
 _HOW_NOT_WHAT = ('model.remat', 'model.attention')  # the same computation: may change on resume
 
 
-def check_same_run(config, workdir: str):
-  """A workdir holds one run: resuming with a different model, objective or data is refused."""
+def _has_checkpoint(workdir: str) -> bool:
+  folder = fs.join(workdir, 'checkpoints')
+  return fs.isdir(folder) and any(n.isdigit() for n in fs.listdir(folder))
+
+
+def check_same_run(config, workdir: str, log=print):
+  """A workdir holds one run: resuming with a different model, objective or data is refused. A run
+  that stopped before its first checkpoint holds nothing to resume: its config is replaced."""
   path = fs.join(workdir, 'config.json')
   if not fs.exists(path):
     return
@@ -337,7 +348,7 @@ def check_same_run(config, workdir: str):
       before = {f'{section}.{k}': v for k, v in before.items()}
       after = {f'{section}.{k}': v for k, v in after.items()}
     defaults = json.loads(config_lib.default_config().to_json())
-    for key in sorted(set(before) | set(after) - set(_HOW_NOT_WHAT)):
+    for key in sorted((set(before) | set(after)) - set(_HOW_NOT_WHAT)):
       section_default = defaults.get(section)
       default = (section_default.get(key.split('.', 1)[-1]) if isinstance(section_default, dict)
                  else section_default)
@@ -345,7 +356,10 @@ def check_same_run(config, workdir: str):
         continue  # a field added since that run, at its default
       if before.get(key) != after.get(key):
         diffs.append(f'{key} {before.get(key)!r} -> {after.get(key)!r}')
-  if diffs:
+  if diffs and not _has_checkpoint(workdir):
+    log(f'note: {workdir} holds no checkpoint of its earlier run; starting it afresh with this '
+        f'config ({", ".join(diffs)})')
+  elif diffs:
     raise UserError(f'--workdir {workdir} holds a run with a different config ({", ".join(diffs)}); '
                     'use a new --workdir, or the same config to resume')
 
@@ -401,7 +415,7 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
           seed=config.seed, eval_fraction=d.eval_fraction, num_shards=d.num_shards,
           num_eval_shards=d.num_eval_shards, lower_case=d.lower_case, vocab=d.vocab,
           vocab_size=config.model.vocab_size)
-      records_lib.prepare(settings, records_dir, log=log)
+      records_lib.prepare(settings, records_dir, log=log, size_flag='--config.model.vocab_size')
     meta = records_lib.read_metadata(records_dir)
     records_lib.verify(records_dir, meta)
   except (ValueError, FileNotFoundError, FileExistsError) as e:
@@ -456,11 +470,13 @@ def start_from(setup: Setup, state: TrainState, source) -> TrainState:
   return state.replace(params=params, opt_state=opt_state)
 
 
-def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int) -> dict:
+def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
+             records_dir: str | None = None) -> dict:
   from electra_jax import input_pipeline  # pylint: disable=import-outside-toplevel
   total = None
   replicated = partitioning.replicated(sharding.mesh)
-  for i, batch in enumerate(input_pipeline.global_batches(dataset.take(num_batches), sharding)):
+  batches = input_pipeline.global_batches(dataset.take(num_batches), sharding, records_dir)
+  for i, batch in enumerate(batches):
     sums = evaluate_fn(params, batch, jax.device_put(jnp.asarray(i, jnp.int32), replicated))
     total = sums if total is None else accumulate(total, sums)
   return metrics_lib.summarize(total)
@@ -497,7 +513,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   existed = fs.isdir(workdir)
   make_workdir(workdir)
   try:
-    check_same_run(config, workdir)
+    check_same_run(config, workdir, log)
     records_dir, meta = prepare_data(config, workdir, log)
     try:
       eval_batches = input_pipeline.held_out_batches(meta, config.data.eval_batch_size,
@@ -557,7 +573,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
                                          shuffle_buffer=d.shuffle_buffer, position=position,
                                          readers=readers)
   eval_ds = input_pipeline.make_dataset(records_dir, 'eval', d.eval_batch_size, shuffle=False)
-  batches = input_pipeline.global_batches(train_ds, data_sharding)
+  batches = input_pipeline.global_batches(train_ds, data_sharding, records_dir)
 
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   tokens_per_step = d.batch_size * d.max_seq_length
@@ -589,11 +605,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
         ckpt.close()
         last = ckpt.latest_step()
         raise UserError(
-            f'step {first}: the loss or gradient norm is not finite (NaN or Inf); stopped at step '
-            f'{step} without saving, and the last good checkpoint '
+            f'step {first}: the loss, gradient norm or update is not finite (NaN or Inf); stopped '
+            f'at step {step} without saving, and the last good checkpoint '
             f'{fs.join(ckpt.directory, str(last)) if last else "(none yet)"} is intact; '
             'lower optimizer.learning_rate, or set --config.nonfinite=skip to skip such steps')
-      log(f'warning: skipped {int(values["nonfinite_steps"])} step(s) whose loss or gradient norm '
+      log(f'warning: skipped {int(values["nonfinite_steps"])} step(s) whose loss, gradient norm or '
+          'update '
           f'was not finite (first at step {first}, {int(jax.device_get(state.nonfinite_steps))} '
           'in this run so far)')
     speed = progress.update(step)
@@ -606,7 +623,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     board.write(step, {**values, **speed}, 'train')
 
   def run_eval(step):
-    values = evaluate(eval_fn, state.params, eval_ds, data_sharding, eval_batches)
+    values = evaluate(eval_fn, state.params, eval_ds, data_sharding, eval_batches, records_dir)
     log(f'{metrics_lib.stamp()}eval step {step} | {metrics_lib.format_line(values)} | unigram baseline '
         f'{baseline:.4f}')
     writer.write({'split': 'eval', 'step': step, 'unigram_baseline': baseline, **values})
@@ -629,6 +646,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   # CPU devices of several processes (gloo): steps queued ahead of each other can interleave their
   # collectives and wait on each other forever, so each step is finished before the next is queued.
   one_at_a_time = jax.process_count() > 1 and jax.devices()[0].platform == 'cpu'
+  # Every process has compiled and restored before the first exchange (see distributed.barrier).
+  distributed.barrier('first_step')
 
   try:
     for step in range(start + 1, total_steps + 1):
@@ -668,6 +687,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     save(total_steps, values)
     best = ckpt.best_step()
     ckpt.close()
+  except (input_pipeline.DamagedRecords, checkpoint_lib.DiskFull) as e:
+    raise UserError(str(e)) from None
   finally:
     signals.restore()
 

@@ -52,9 +52,14 @@ def main(argv):
     else:
       source = corpus.Source(_CORPUS.value, _TEXT_FIELD.value)
     source.require_text()
+    stats = {}
     tok = tokenizer.train_sentencepiece(  # streams the corpus; samples --max_sentences lines
         source.lines(), output, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value, seed=_SEED.value,
-        character_coverage=_COVERAGE.value, max_sentences=_MAX_SENTENCES.value)
+        character_coverage=_COVERAGE.value, max_sentences=_MAX_SENTENCES.value, stats=stats)
+    if stats.get('lines_cut'):
+      print(f'warning: corpus {source.spec}: {stats["lines_cut"]:,} sentence(s) longer than '
+            f'{tokenizer.MAX_SENTENCE_BYTES:,} bytes were cut into pieces for the trainer, which '
+            'would skip them', flush=True)
     for warning in source.report.warnings():
       print(f'warning: corpus {source.spec}: {warning}', flush=True)
   except (ValueError, FileNotFoundError) as e:

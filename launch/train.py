@@ -27,6 +27,8 @@ _COORDINATOR = flags.DEFINE_string('coordinator_address', None,
                                    'host:port of process 0, for a multi-process run')
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'processes of a multi-process run')
 _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'this process, 0 .. num_processes - 1')
+_HEARTBEAT = flags.DEFINE_integer('heartbeat_timeout_s', 90, 'several processes: seconds without '
+                                  'word from a process before the others stop (a lost host)')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
@@ -38,7 +40,8 @@ def main(argv):
         'reading the data', flush=True)
   from electra_jax import distributed  # pylint: disable=import-outside-toplevel
   try:
-    how = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    how = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
+                                 _HEARTBEAT.value)
   except ValueError as e:
     raise cli.UserError(str(e)) from None
   cli.check_paths(_WORKDIR.value, _CONFIG.value)

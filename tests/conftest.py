@@ -1,6 +1,8 @@
 """Shared fixtures. Eight fake CPU devices are set up before JAX loads, so sharded code is tested."""
 
+import contextlib
 import os
+import subprocess
 import sys
 
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
@@ -70,6 +72,19 @@ def test_config(**overrides):
 
 
 test_config.__test__ = False  # not a test
+
+
+@contextlib.contextmanager
+def cpu_burner(per_core: int = 2):
+  """Loads the machine as a shared host is loaded: `per_core` spinning processes per core."""
+  procs = [subprocess.Popen([sys.executable, '-c', 'while True: pass'])
+           for _ in range(per_core * (os.cpu_count() or 1))]
+  try:
+    yield
+  finally:
+    for p in procs:
+      p.kill()
+      p.wait()
 
 
 def run_config_file(tmp_path, records_dir, **fields):

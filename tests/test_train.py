@@ -16,8 +16,8 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from conftest import (CHILD_ENV, ROOT, WORDS, launch_command, load_config, run_config_file,
-                      test_config, write_corpus)
+from conftest import (CHILD_ENV, ROOT, WORDS, cpu_burner, launch_command, load_config,
+                      run_config_file, test_config, write_corpus)
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import metrics as metrics_lib
@@ -229,7 +229,7 @@ def test_cli_typo_is_one_sentence_with_the_close_match(tmp_path):
       ((tiny, '--config.model.remat=maybe'),
        'error: --config.model.remat=maybe: model.remat takes true or false'),
       ((tiny, '--config.train_steps=0'),
-       'error: train_steps, log_every and keep_checkpoints must be at least 1')]:
+       'error: train_steps is 0; it must be a number of at least 1')]:
     r = _cli(*args, f'--workdir={tmp_path}/w')
     assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == last, (args, r.stderr)
     assert not os.path.exists(tmp_path / 'w')
@@ -495,21 +495,32 @@ def _wait_for_step(proc, step):
   raise AssertionError(''.join(lines[-20:]))
 
 
-def test_sigterm_saves_a_checkpoint_at_the_current_step_and_exits_zero(tmp_path, records_dir):
+def test_sigterm_saves_a_checkpoint_and_exits_within_seconds_on_a_loaded_machine(
+    tmp_path, records_dir):
+  """A spot VM's notice is 30 s: the checkpoint is saved and the process gone well within it,
+  with the machine loaded (a shared host at 2-3x its cores)."""
   import signal  # pylint: disable=import-outside-toplevel
   import time  # pylint: disable=import-outside-toplevel
   config_file = run_config_file(tmp_path, records_dir, train_steps=1_000_000)
   workdir = tmp_path / 'w'
   proc = subprocess.Popen(launch_command(config_file, workdir), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, env=CHILD_ENV)
-  _wait_for_step(proc, 3)
-  sent = time.time()
-  proc.send_signal(signal.SIGTERM)
-  rest, _ = proc.communicate(timeout=120)
+  with cpu_burner(2):
+    _wait_for_step(proc, 3)
+    sent = time.time()
+    proc.send_signal(signal.SIGTERM)
+    rest, saved = [], None
+    for line in proc.stdout:
+      rest.append(line)
+      if line.startswith('stopped by SIGTERM at step '):
+        saved = time.time()
+    proc.wait(timeout=60)
+    gone = time.time()
+  rest = ''.join(rest)
   assert proc.returncode == 0, rest[-3000:]
-  assert time.time() - sent < 30
+  assert saved is not None, rest[-3000:]
+  assert gone - sent < 30 and gone - saved < 5, (gone - sent, gone - saved)
   stopped = [l for l in rest.splitlines() if l.startswith('stopped by SIGTERM at step ')]
-  assert len(stopped) == 1, rest[-3000:]
   step = int(stopped[0].split('at step ')[1].split(':')[0])
   assert step >= 3 and os.path.isdir(workdir / 'checkpoints' / str(step))
 

@@ -57,7 +57,15 @@ def _restore(directory: str, step: int | None, what: str):
     if step is None or step not in ckpt.all_steps():
       raise UserError(f'{directory} holds no checkpoint{f" of step {step}" if step else ""} '
                       f'(it has {ckpt.all_steps() or "none"}); let the {what} save one first')
-    state, meta = ckpt.restore_arrays(step)
+    try:
+      state, meta = ckpt.restore_arrays(step)
+    except Exception as e:  # pylint: disable=broad-except
+      others = [s for s in ckpt.all_steps() if s != step]
+      raise UserError(
+          f'the checkpoint {directory}/{step} cannot be read ({type(e).__name__}: '
+          f'{" ".join(str(e).split())[:160]}); run the {what} command again to rewrite it'
+          + (f', or export another step with --step (it has {others})' if others else '')
+      ) from None
   finally:
     ckpt.close()
   return step, jax.tree.map(np.asarray, state), meta

@@ -198,6 +198,12 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
       rows, columns = list(reader), list(reader.fieldnames or [])
   if not rows:
     raise ValueError(f'the data file {path} holds no rows; give a file with a header row and data')
+  wider = next((i for i, r in enumerate(rows) if r.get(None)), None)  # csv's key for extra fields
+  if wider is not None:
+    fields = len(columns) + len(rows[wider][None])
+    raise ValueError(f'data row {wider + 1} of {path} has {fields} fields but the header names '
+                     f'{len(columns)} ({", ".join(columns)}); quote the fields that hold the '
+                     'delimiter, or fix the row')
   wanted = [c for c in (text_a, text_b, label if labelled else '') if c]
   for column in wanted:
     missing = sum(1 for r in rows if r.get(column) is None)

@@ -1,0 +1,296 @@
+"""Nothing lost, nothing silently wrong, every mistake one line: the cases a skeptical user tried.
+
+Each test is one entry of the README's "Bad input" catalogue: a damaged final checkpoint, a
+non-finite update, text in long lines, bad config values and a workdir they must not lock, a
+corrupted shard, a full disk, and the smaller one-line errors of the launch scripts.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import CHILD_ENV, ROOT, WORDS, test_config
+from electra_jax import UserError
+from electra_jax import corpus as corpus_lib
+from electra_jax import input_pipeline
+from electra_jax import optim
+from electra_jax import partitioning
+from electra_jax import records as records_lib
+from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import train as train_lib
+from electra_jax.benchmark import SPECIAL, synthetic_batch
+
+
+def _quiet(*_):
+  pass
+
+
+def _launch(script, *args, env=None, timeout=300):
+  return subprocess.run([sys.executable, os.path.join(ROOT, 'launch', script), *args],
+                        capture_output=True, text=True, env=env or CHILD_ENV, timeout=timeout,
+                        check=False)
+
+
+def _last(done) -> str:
+  lines = [l for l in done.stderr.splitlines() if l.strip()]
+  return lines[-1] if lines else ''
+
+
+def _truncate(folder):
+  """Cuts every larger file of a checkpoint in half, as a full disk or a killed copy leaves it."""
+  for root, _, files in os.walk(folder):
+    for name in files:
+      path = os.path.join(root, name)
+      if os.path.getsize(path) > 1024:
+        with open(path, 'r+b') as f:
+          f.truncate(os.path.getsize(path) // 2)
+
+
+def test_a_damaged_final_checkpoint_is_trained_again_rewritten_and_exports(tmp_path, records_dir):
+  """The same command after the final checkpoint was damaged: falls back to the one before,
+  trains the lost steps again and saves the final step again (not skipped), which exports."""
+  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / 'w')
+  config = test_config(**{'data.records': records_dir, 'save_every': 2})
+  train_lib.train_and_evaluate(config, workdir, log=_quiet)  # saves 2 and 4 (the final step)
+  _truncate(os.path.join(workdir, 'checkpoints', '4', 'state'))
+  with pytest.raises(UserError, match=r'checkpoints/4 cannot be read .*run the pre-training '
+                                      r'command again to rewrite it, or export another step'):
+    export.export(workdir, str(tmp_path / 'hf_damaged'), log=_quiet)
+  assert not os.path.exists(tmp_path / 'hf_damaged')
+  lines = []
+  summary = train_lib.train_and_evaluate(config, workdir, log=lines.append)
+  assert any(l.startswith('warning: checkpoint') and '/checkpoints/4 cannot be read' in l
+             for l in lines), lines
+  assert any('resumed from' in l and '/checkpoints/2 ' in l for l in lines), lines
+  assert any(l.startswith('warning: moved the damaged checkpoint to') for l in lines), lines
+  assert summary['step'] == 4
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4', '4.damaged']
+  done = export.export(workdir, str(tmp_path / 'hf'), log=_quiet)  # the rewritten step reads
+  assert done.folders and os.path.isfile(os.path.join(done.folders[0], 'model.safetensors'))
+
+
+def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refused():
+  """Finite loss and gradients can still give a non-finite update (a NaN learning rate): the step
+  is not applied and is counted. The settings that produce such updates are refused up front."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  import optax  # pylint: disable=import-outside-toplevel
+  setup = train_lib.build_setup(test_config(), SPECIAL)
+  poisoned = dataclasses.replace(setup, tx=optax.chain(setup.tx, optax.scale(float('nan'))))
+  mesh = partitioning.make_mesh(jax.devices()[:1])
+  init_fn, train_fn, _ = train_lib.compile_steps(poisoned, mesh)
+  state = init_fn()
+  before = jax.device_get(state.params)
+  batch = synthetic_batch(16, 32, 96, seed=2)
+  state, _ = train_fn(state, batch)
+  assert int(state.nonfinite_steps) == 1 and int(state.first_nonfinite) == 1
+  for a, b in zip(jax.tree.leaves(jax.device_get(state.params)), jax.tree.leaves(before)):
+    np.testing.assert_array_equal(a, b)
+  for field, value, want in [('learning_rate', float('nan'), 'a positive number'),
+                             ('learning_rate', -1e-3, 'a positive number'),
+                             ('b2', 1.0, 'in [0, 1)'), ('eps', 0.0, 'a positive number'),
+                             ('weight_decay', -0.1, '0 or more')]:
+    config = test_config(**{f'optimizer.{field}': value})
+    with pytest.raises(ValueError, match=rf'optimizer\.{field} is .*; give {re.escape(want)}'):
+      optim.make_optimizer(config.optimizer)
+
+
+def test_text_in_long_lines_is_kept(tmp_path):
+  """A corpus of one paragraph per line, and one without sentence ends, keep their text: lines
+  are split at sentence ends, sentences longer than an example go in as pieces, and the
+  vocabulary trainer gets lines longer than it takes as pieces (it would skip them)."""
+  import random  # pylint: disable=import-outside-toplevel
+  rng = random.Random(1)
+  sentence = lambda: ' '.join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + '.'
+  paragraphs = tmp_path / 'paragraphs.txt'
+  paragraphs.write_text('\n\n'.join(' '.join(sentence() for _ in range(12)) for _ in range(60)))
+  endless = tmp_path / 'endless.txt'  # no sentence end at all; every line over 4,192 bytes
+  endless.write_text('\n\n'.join(' '.join(rng.choice(WORDS) for _ in range(1200))
+                                 for _ in range(30)))
+  for corpus, length in ((paragraphs, 64), (endless, 64)):
+    lines = []
+    out = str(tmp_path / f'records_{corpus.stem}')
+    records_lib.prepare(records_lib.Settings(source=str(corpus), max_seq_length=length,
+                                             eval_fraction=0.2, num_shards=1, vocab_size=96),
+                        out, log=lines.append)
+    source = corpus_lib.Source(str(corpus))
+    tokenizer = tokenizer_lib.load_tokenizer(os.path.join(out, 'vocab.model'))
+    text_tokens = sum(len(ids) for doc in source.documents()
+                      for ids in tokenizer.encode_batch(doc))
+    kept_text = 0  # text tokens in the records: every real token but [CLS] and [SEP]
+    for split in records_lib.SPLITS:
+      for batch in input_pipeline.make_dataset(out, split, 1, shuffle=False).as_numpy_iterator():
+        ids = batch['input_ids'][batch['input_mask'] > 0]
+        kept_text += int(np.sum((ids != tokenizer.special.cls) & (ids != tokenizer.special.sep)))
+    # (the example builder, as the original, drops what of the sentence that crosses an example's
+    # length does not fit: with sentences of 10-20 tokens in 64-token examples, about a tenth)
+    assert kept_text > 0.8 * text_tokens, (corpus.stem, kept_text, text_tokens, lines)
+    if corpus == paragraphs:
+      assert any('line(s) held several sentences and were split' in l for l in lines), lines
+    else:
+      assert any('longer than an example (64 tokens) went into examples as pieces' in l
+                 for l in lines), lines
+      assert any('were cut into pieces for the vocabulary trainer' in l for l in lines), lines
+
+
+def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, records_dir):
+  config = os.path.join(ROOT, 'configs', 'tiny.py')
+  for args, last in [
+      (('--config.data.batch_size=0',),
+       'error: data.batch_size is 0; it must be a number of at least 1'),
+      (('--config.data.batch_size=-4',),
+       'error: data.batch_size is -4; it must be a number of at least 1'),
+      (('--config.objective.mask_prob=1.5',),
+       'error: objective.mask_prob is 1.5; it must lie in (0, 1]'),
+      (('--config.optimizer.learning_rate=nan',),
+       "error: optimizer.learning_rate is nan; give a positive number, e.g. 5e-4")]:
+    done = _launch('train.py', f'--config={config}', f'--workdir={tmp_path / "w"}', *args)
+    assert done.returncode == 2 and _last(done) == last, (args, done.stderr[-2000:])
+    assert not os.path.exists(tmp_path / 'w')
+  # a run that stopped before its first checkpoint does not lock its workdir: the corrected
+  # command starts it afresh
+  workdir = str(tmp_path / 'locked')
+  with pytest.raises(UserError, match='not finite'):  # an infinite loss at step 1, no checkpoint
+    train_lib.train_and_evaluate(test_config(**{'data.records': records_dir,
+                                                'objective.disc_weight': 1e39}), workdir,
+                                 log=_quiet)
+  assert os.path.isfile(os.path.join(workdir, 'config.json'))
+  lines = []
+  train_lib.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
+                               log=lines.append)
+  assert any(l.startswith(f'note: {workdir} holds no checkpoint of its earlier run') for l in lines)
+
+
+def test_a_corrupted_shard_is_named_with_its_record(tmp_path, records_dir):
+  """Ten bytes overwritten, the size unchanged: TFRecord's checksums find it and the run stops
+  with one sentence naming the shard and the record."""
+  damaged = str(tmp_path / 'records')
+  shutil.copytree(records_dir, damaged)
+  meta = records_lib.read_metadata(damaged)
+  shard = os.path.join(damaged, meta['splits']['train']['files'][1])
+  size = os.path.getsize(shard)
+  with open(shard, 'r+b') as f:
+    f.seek(size // 2)
+    f.write(b'\xff' * 10)
+  with pytest.raises(UserError) as e:
+    train_lib.train_and_evaluate(test_config(**{'data.records': damaged, 'train_steps': 40}),
+                                 str(tmp_path / 'w'), log=_quiet)
+  message = str(e.value)
+  assert message.startswith(f'the shard {shard} is damaged: record ') and 'checksum' in message
+  assert 'copy the records again, or rebuild them' in message
+
+
+def _can_mount_tmpfs(path) -> bool:
+  done = subprocess.run(['unshare', '-Urm', 'sh', '-c', f'mount -t tmpfs -o size=1m tmpfs {path}'],
+                        capture_output=True, check=False)
+  return done.returncode == 0
+
+
+def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_dir):
+  """Records onto a full disk: one line naming the disk and the space, nothing left behind. A
+  checkpoint that does not fit: one line, the checkpoint before it untouched. (In a mount namespace
+  of the test's own, with a small tmpfs.)"""
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  if not _can_mount_tmpfs(disk):
+    pytest.skip('this machine cannot mount a tmpfs in a user namespace (unshare -Urm)')
+  corpus = os.path.join(tmp_path, 'corpus.txt')
+  with open(corpus, 'w') as f:
+    f.write('\n\n'.join(' '.join(WORDS[i % len(WORDS)] for i in range(j, j + 40)) + '.'
+                        for j in range(3000)))
+  prepare = (f'{sys.executable} {os.path.join(ROOT, "launch", "prepare_data.py")} '
+             f'--corpus={corpus} --output={disk}/records --vocab_size=96 --max_seq_length=32 '
+             '--num_shards=2 --num_eval_shards=1 --num_workers=1')
+  done = subprocess.run(['unshare', '-Urm', 'sh', '-c',
+                         f'mount -t tmpfs -o size=200k tmpfs {disk} && {prepare}; '
+                         f'echo "exit=$?"; ls -A {disk}'],
+                        capture_output=True, text=True, env=CHILD_ENV, timeout=300, check=False)
+  assert 'exit=2' in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+  assert _last(done).startswith(f'error: the disk holding {disk}/records is full ('), done.stderr
+  assert 'records take about 1.3 times the text' in _last(done)
+  assert done.stdout.strip().endswith('exit=2'), done.stdout  # nothing left on the disk
+
+  config_file = tmp_path / 'c.py'
+  config_file.write_text(
+      'from electra_jax.config import default_config\n'
+      'def get_config():\n'
+      '  c = default_config()\n'
+      '  c.model.update(vocab_size=96, embedding_size=64, hidden_size=128, num_layers=2,\n'
+      '                 max_position_embeddings=32, num_heads=2)\n'
+      '  c.data.update(max_seq_length=32, batch_size=16, shuffle_buffer=100)\n'
+      f'  c.data.records = {records_dir!r}\n'
+      '  c.update(log_every=1, eval_batches=1, train_steps=6, save_every=2)\n'
+      '  return c\n')
+  train = (f'{sys.executable} {os.path.join(ROOT, "launch", "train.py")} --config={config_file} '
+           f'--workdir={disk}/w')
+  done = subprocess.run(['unshare', '-Urm', 'sh', '-c',
+                         f'mount -t tmpfs -o size=9m tmpfs {disk} && {train}; echo "exit=$?"; '
+                         f'ls -A {disk}/w/checkpoints'],
+                        capture_output=True, text=True, env=CHILD_ENV, timeout=600, check=False)
+  assert 'exit=2' in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+  last = _last(done)
+  assert last.startswith(f'error: the disk holding {disk}/w/checkpoints is full: a checkpoint of '
+                         'this run takes about '), done.stderr[-3000:]
+  assert 'the last complete checkpoint' in last and 'is untouched' in last
+  saved = done.stdout.split('exit=2')[1].split()
+  assert saved and all(s.isdigit() for s in saved), saved  # only complete checkpoints
+
+
+def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
+  a_file = tmp_path / 'a_file'
+  a_file.write_text('x')
+  corpus = tmp_path / 'c.txt'
+  corpus.write_text('The cat sat on the mat. A dog ran past the tree.\nBirds sang songs.\n')
+  cases = [
+      (('prepare_data.py', '--corpus=builtin', f'--output={a_file}'),
+       f'error: --output {a_file} is a file; give a folder (new or empty) for the records'),
+      (('prepare_data.py', f'--corpus={corpus}', f'--output={tmp_path / "r1"}',
+        '--vocab_size=3'), 'error: vocab_size=3 leaves no room beside the five special tokens; '
+       "give a larger vocabulary (BERT's has 30522 entries)"),
+      (('prepare_data.py', f'--corpus={corpus}', f'--output={tmp_path / "r2"}',
+        '--character_coverage=2'), 'error: character_coverage=2.0 must lie in (0, 1], e.g. 0.9995'),
+      (('prepare_data.py', f'--corpus={corpus}', f'--output={tmp_path / "r3"}',
+        '--vocab_size=5000'), 'error: the corpus is too small for a vocabulary of 5000 entries; '
+       'lower --vocab_size to at most'),
+      (('build_vocab.py', f'--corpus={corpus}', f'--output={tmp_path / "v.model"}',
+        '--vocab_size=5000'), 'error: the corpus is too small for a vocabulary of 5000 entries; '
+       'lower --vocab_size to at most'),
+      (('build_vocab.py', f'--corpus={corpus}', f'--output={tmp_path / "v.model"}',
+        '--vocab_size=12'), 'error: a vocabulary of 12 entries cannot hold the'),
+  ]
+  for args, want in cases:
+    done = _launch(*args)
+    assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
+  for name in ('r1', 'r2', 'r3'):
+    assert not os.path.exists(tmp_path / name)
+
+
+def test_rows_with_more_fields_than_the_header_are_refused(tmp_path):
+  from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
+  path = tmp_path / 'train.tsv'
+  path.write_text('text\tlabel\ngood film\t1\nbad\tfilm\t0\n')
+  with pytest.raises(ValueError, match=r'data row 2 of .*train.tsv has 3 fields but the header '
+                                       r'names 2 \(text, label\); quote the fields'):
+    tasks.read_table(str(path), 'text', '', 'label')
+
+
+def test_resuming_may_change_how_but_not_what_is_computed(tmp_path, records_dir):
+  """model.remat and model.attention may change on resume; the model may not."""
+  workdir = str(tmp_path / 'w')
+  config = test_config(**{'data.records': records_dir})
+  train_lib.train_and_evaluate(config, workdir, log=_quiet)
+  again = test_config(**{'data.records': records_dir, 'model.remat': True,
+                         'model.attention': 'explicit', 'train_steps': 6})
+  train_lib.check_same_run(again, workdir)  # accepted
+  with pytest.raises(UserError, match=r'model.hidden_size 32 -> 64'):
+    train_lib.check_same_run(test_config(**{'data.records': records_dir,
+                                            'model.hidden_size': 64}), workdir)
+  with open(os.path.join(workdir, 'config.json')) as f:
+    assert json.load(f)['model']['remat'] is False
