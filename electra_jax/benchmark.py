@@ -15,7 +15,8 @@ import numpy as np
 
 from electra_jax import flops as flops_lib
 from electra_jax import partitioning
-from electra_jax import train as train_lib
+from electra_jax import pretrain
+from electra_jax import step as step_lib
 from electra_jax.tokenizer import SpecialIds
 
 SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
@@ -101,9 +102,9 @@ def _step_memory(compiled) -> dict:
 def _compiled(config):
   """(mesh of all devices, setup, init, train step) of `config`, checked."""
   mesh = partitioning.make_mesh()
-  train_lib.check_config(config, mesh)
-  setup = train_lib.build_setup(config, SPECIAL)
-  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+  pretrain.check_config(config, mesh)
+  setup = step_lib.build_setup(config, SPECIAL)
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   return mesh, setup, init_fn, train_fn
 
 
@@ -179,7 +180,7 @@ def max_batch(config, limit_mb: float | None = None, margin: float = 0.95) -> di
 def peer_max_batch(config) -> int:
   """The PyTorch peer's largest batch on this GPU (it tries real steps until out of memory)."""
   import tempfile  # pylint: disable=import-outside-toplevel
-  setup = train_lib.build_setup(config, SPECIAL)
+  setup = step_lib.build_setup(config, SPECIAL)
   d = config.data
   batch_file = os.path.join(tempfile.mkdtemp(prefix='electra_peer_'), 'batch.npz')
   np.savez(batch_file, **synthetic_batch(8, d.max_seq_length, config.model.vocab_size))
@@ -384,7 +385,7 @@ def benchmark_checkpoint(config, directory: str, repeats: int = 3) -> dict:
   (copying the arrays off the devices) and how long until the files are complete (background)."""
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   mesh = partitioning.make_mesh()
-  init_fn, _, _ = train_lib.compile_steps(train_lib.build_setup(config, SPECIAL), mesh)
+  init_fn, _, _ = step_lib.compile_steps(step_lib.build_setup(config, SPECIAL), mesh)
   state = jax.block_until_ready(init_fn())
   ckpt = checkpoint_lib.Checkpointer(directory, keep=1)
   blocking, total = [], []

@@ -15,6 +15,7 @@ import statistics
 import ml_collections
 
 from electra_jax import UserError
+from electra_jax import user_errors
 from electra_jax import flops as flops_lib
 from electra_jax import fs
 from electra_jax import model as model_lib
@@ -42,10 +43,8 @@ def run_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.C
   c = ml_collections.ConfigDict(config.to_dict())  # a copy whose derived fields are plain values
   c.objective.name = objective
   c.model.update(overrides)
-  try:
-    objectives.fit_model_config(c, log=lambda *_: None)
-  except ValueError as e:
-    raise UserError(str(e)) from None
+  with user_errors(ValueError):
+    c = objectives.fit_model_config(c, log=lambda *_: None)
   return c
 
 
@@ -82,12 +81,12 @@ def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> di
 def compare(config, ft_config, workdir: str, names=DEFAULT_RUNS, electra_steps: int = 2000,
             log=print) -> list[dict]:
   """Pre-trains and fine-tunes each run under `workdir`; returns the table's rows."""
-  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
   rows = plan(config, names, electra_steps)
-  train.make_workdir(workdir)
+  pretrain.make_workdir(workdir)
   base = ml_collections.ConfigDict(config.to_dict())
   if not base.data.records:  # one records folder for every run: the same data, the same split
-    base.data.records, _ = train.prepare_data(base, workdir, log)
+    base.data.records, _ = pretrain.prepare_data(base, workdir, log)
   for row in rows:
     log(f'{row["name"]}: {row["steps"]:,} steps of {row["flops_per_step"] / 1e9:.1f} GFLOP '
         f'({row["config"].objective.name})')
@@ -96,7 +95,7 @@ def compare(config, ft_config, workdir: str, names=DEFAULT_RUNS, electra_steps: 
     name, c = row['name'], row['config']
     c.data.records = base.data.records
     prefix = lambda line, name=name: log(f'[{name}] {line}')
-    summary = train.train_and_evaluate(c, fs.join(workdir, name), log=prefix)
+    summary = pretrain.train_and_evaluate(c, fs.join(workdir, name), log=prefix)
     tuned = _finetune(ft_config, fs.join(workdir, name),
                       fs.join(workdir, f'{name}_finetune'), False, prefix)
     results.append(_row(name, c.objective.name, row['flops_per_step'], row['steps'],

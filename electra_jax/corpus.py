@@ -266,9 +266,8 @@ def file_lines(files: list[str], report: ReadReport | None = None,
 def _tfds_documents(name: str, split: str, text_field: str, data_dir: str | None,
                     report: ReadReport) -> Iterator[list[str]]:
   """One document per example of a TFDS dataset, from its `text_field`."""
-  from electra_jax import records  # pylint: disable=import-outside-toplevel
-  records.tensorflow()  # quiet, and away from the accelerators
-  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
+  tfds = tf_import.datasets()
   try:
     dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
   except Exception as e:  # pylint: disable=broad-except

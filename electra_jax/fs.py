@@ -40,8 +40,8 @@ def _local(path) -> str:
 
 @functools.cache
 def _gfile():
-  from electra_jax import records  # pylint: disable=import-outside-toplevel
-  return records.tensorflow().io.gfile
+  from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
+  return tf_import.tensorflow().io.gfile
 
 
 @contextlib.contextmanager

@@ -29,6 +29,7 @@ import numpy as np
 
 from electra_jax import fs
 from electra_jax import records
+from electra_jax import tf_import
 
 
 def local_batch_size(global_batch: int, process_count: int | None = None) -> int:
@@ -131,7 +132,7 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
   number of examples each reader has already given (the resume point). Without it (held-out
   evaluation) the files are read once, in order.
   """
-  tf = records.tensorflow()
+  tf = tf_import.tensorflow()
   meta = records.read_metadata(records_dir)
   records.verify(records_dir, meta)
   index = jax.process_index() if process_index is None else process_index
@@ -208,7 +209,7 @@ class DamagedRecords(ValueError):
 def damage_report(records_dir: str, error: str = '') -> str:
   """One sentence naming the damaged shard of `records_dir` and the record where it breaks (each
   shard is read through until one fails), and how to get sound records back."""
-  tf = records.tensorflow()
+  tf = tf_import.tensorflow()
   meta = records.read_metadata(records_dir)
   found = None
   for split in records.SPLITS:

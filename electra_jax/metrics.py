@@ -137,9 +137,9 @@ class TensorBoardWriter:
   """Scalars as TensorBoard event files (`tensorboard --logdir <workdir>/tensorboard`)."""
 
   def __init__(self, logdir: str):
-    from electra_jax import records  # pylint: disable=import-outside-toplevel
-    from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
-    self.tf = records.tensorflow()
+    from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
+    summary_pb2 = tf_import.summary_pb2()
+    self.tf = tf_import.tensorflow()
     self.writer = self.tf.summary.create_file_writer(logdir)
     # TensorFlow's own summary op with the scalars plugin's tag: TensorBoard shows these as
     # scalars, and writing them needs no TensorBoard install.
@@ -166,8 +166,9 @@ def read_jsonl(path: str) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
-def plot_curves(records: list[dict], path: str):
-  """Loss terms and discriminator/generator quality against steps, train and held-out."""
+def plot_curves(records: list[dict], path: str, panels=None):
+  """Loss terms and discriminator/generator quality against steps, train and held-out (or the
+  `panels` given: (key, title) pairs)."""
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
@@ -178,7 +179,7 @@ def plot_curves(records: list[dict], path: str):
                 ('mlm_accuracy', 'generator accuracy'), ('main_mlm_accuracy', 'main MLM accuracy'),
                 ('copy_probability', 'copy probability'), ('replaced_fraction', 'replaced tokens')]
   present = {k for r in records for k in r}
-  panels = [p for p in candidates if p[0] in present][:6]  # what this objective reports
+  panels = [p for p in panels or candidates if p[0] in present][:6]  # what the run reports
   fig, axes = plt.subplots(2, 3, figsize=(13, 7))
   for ax, (key, title) in zip(axes.flat, panels):
     for split, style in (('train', '-'), ('eval', 'o-')):

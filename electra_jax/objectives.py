@@ -293,8 +293,10 @@ OBJECTIVES = {
 
 
 def fit_model_config(config, log=print):
-  """Sets the model fields `config.objective.name` needs (logged when they change)."""
+  """A copy of `config` with the model fields `config.objective.name` needs (logged when they
+  change)."""
   get_objective(config.objective.name)
+  config = config.copy_and_resolve_references()
   for key, value in OBJECTIVES[config.objective.name][1].items():
     if config.model[key] != value:
       log(f'objective {config.objective.name}: model.{key} {config.model[key]!r} -> {value!r}')
@@ -303,6 +305,7 @@ def fit_model_config(config, log=print):
   if config.model.discriminator_mlm and not needs_head:
     log(f'objective {config.objective.name}: model.discriminator_mlm True -> False (unused)')
     config.model.discriminator_mlm = False
+  return config
 
 
 def get_objective(name: str) -> Callable:

@@ -33,6 +33,7 @@ from electra_jax import corpus as corpus_lib
 from electra_jax import examples as examples_lib
 from electra_jax import fs
 from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import tf_import
 
 FORMAT = 2
 METADATA = 'metadata.json'
@@ -44,15 +45,6 @@ SPLITS = ('train', 'eval')
 
 def shard_name(split: str, index: int, count: int) -> str:
   return f'{split}-{index:05d}-of-{count:05d}.tfrecord'
-
-
-def tensorflow():
-  """TensorFlow, imported on first use and quietly: it only reads and writes data here."""
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-  os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  tf.config.set_visible_devices([], 'GPU')  # the accelerators belong to JAX
-  return tf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,7 +193,7 @@ def write_shards(out_dir: str, settings: Settings, wanted: list[tuple[str, int]]
 
   Every worker reads every document (to know its index) but tokenizes only its own shards' ones.
   """
-  tf = tensorflow()
+  tf = tf_import.tensorflow()
   tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, _vocab_file(settings)),
                                            lower_case=settings.lower_case)
   source = corpus_lib.Source(settings.source, settings.text_field)
@@ -441,6 +433,19 @@ def unigram_cross_entropy(train_counts, eval_counts, special) -> float:
   ev[drop] = 0.0
   logp = np.log(np.where(train > 0, train / train.sum(), 1.0))
   return float(-(ev * logp).sum() / max(ev.sum(), 1.0))
+
+
+def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
+  """(records folder, its metadata, vocabulary file) of the pre-training run in `workdir` whose
+  config is `config`; FileNotFoundError (one sentence) when one of them is missing."""
+  records_dir = config.data.records or fs.join(workdir, 'data')
+  meta = read_metadata(records_dir)
+  vocab = next((fs.join(records_dir, n) for n in ('vocab.model', 'vocab.txt')
+                if fs.isfile(fs.join(records_dir, n))), None)
+  if vocab is None:
+    raise FileNotFoundError(f'the records folder {records_dir} of {workdir} holds no vocabulary '
+                            'file')
+  return records_dir, meta, vocab
 
 
 def read_metadata(records_dir: str) -> dict:

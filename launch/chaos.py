@@ -82,12 +82,12 @@ def _final_states(config, workdirs: list[str]):
   import jax  # pylint: disable=import-outside-toplevel
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax import records  # pylint: disable=import-outside-toplevel
-  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  from electra_jax import step as step_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.tokenizer import SpecialIds  # pylint: disable=import-outside-toplevel
   records_dir = config.data.records or os.path.join(workdirs[0], 'data')
   special = SpecialIds(**records.read_metadata(records_dir)['special_ids'])
-  setup = train.build_setup(config, special)
-  target = jax.jit(lambda: train.init_state(setup))()
+  setup = step_lib.build_setup(config, special)
+  target = jax.jit(lambda: step_lib.init_state(setup))()
   states = []
   for workdir in workdirs:
     ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))

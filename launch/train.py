@@ -46,12 +46,12 @@ def main(argv):
     raise cli.UserError(str(e)) from None
   cli.check_paths(_WORKDIR.value, _CONFIG.value)
   import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
   if how and distributed.is_main():
     print(f'{jax.process_count()} processes ({how}), {jax.device_count()} devices in all',
           flush=True)
   # flushed lines: progress shows at once also when the output goes to a file or a pipe
-  train.train_and_evaluate(_CONFIG.value, _WORKDIR.value, log=lambda line: print(line, flush=True))
+  pretrain.train_and_evaluate(_CONFIG.value, _WORKDIR.value, log=lambda line: print(line, flush=True))
 
 
 if __name__ == '__main__':

@@ -141,10 +141,10 @@ def records_dir(tmp_path_factory, corpus_file):
 @pytest.fixture(scope='session')
 def pretrained(tmp_path_factory, records_dir):
   """A pre-training workdir of the test model (4 steps), what fine-tuning tests start from."""
-  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path_factory.mktemp('pretrained') / 'w')
-  train.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
-                           log=lambda *_: None)
+  pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
+                              log=lambda *_: None)
   return workdir
 
 

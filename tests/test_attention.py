@@ -18,7 +18,7 @@ from conftest import test_config
 from electra_jax import attention
 from electra_jax import model as model_lib
 from electra_jax import partitioning
-from electra_jax import train as train_lib
+from electra_jax import step as step_lib
 from electra_jax.benchmark import SPECIAL, synthetic_batch
 
 # small tiles, so every loop of every kernel runs several steps
@@ -163,8 +163,8 @@ def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path():
   results = {}
   for impl in ('explicit', 'pallas'):
     config.model.attention = impl
-    setup = train_lib.build_setup(config, SPECIAL)
-    init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+    setup = step_lib.build_setup(config, SPECIAL)
+    init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
     state = init_fn()
     for _ in range(2):
       state, metrics = train_fn(state, jax.device_put(batch, partitioning.batch_sharding(mesh)))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from electra_jax import checkpoint as checkpoint_lib
-from electra_jax.train import TrainState
+from electra_jax.step import TrainState
 
 
 def _state(step, width=4):

@@ -12,7 +12,8 @@ import pytest
 from conftest import CHILD_ENV, ROOT, cpu_burner, launch_command, load_config, run_config_file
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import distributed
-from electra_jax import train as train_lib
+from electra_jax import pretrain
+from electra_jax import step as step_lib
 from electra_jax.benchmark import SPECIAL
 
 CLUSTER = os.path.join(ROOT, 'launch', 'local_cluster.py')
@@ -30,8 +31,8 @@ def _cluster(config_file, workdir, tmp_path, processes=2, devices=4, **overrides
 
 def _params(workdir, step, config):
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-  setup = train_lib.build_setup(config, SPECIAL)
-  state, meta = ckpt.restore(step, jax.jit(lambda: train_lib.init_state(setup))())
+  setup = step_lib.build_setup(config, SPECIAL)
+  state, meta = ckpt.restore(step, jax.jit(lambda: step_lib.init_state(setup))())
   ckpt.close()
   return state, meta
 
@@ -56,7 +57,7 @@ def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path,
   one = tmp_path / 'one'
   config = load_config(config_file)
   config.train_steps = 6
-  train_lib.train_and_evaluate(config, str(one), log=lambda *_: None)  # 1 process, 8 devices
+  pretrain.train_and_evaluate(config, str(one), log=lambda *_: None)  # 1 process, 8 devices
   a, meta = _params(two, 4, config)
   b, _ = _params(one, 4, config)
   assert meta['readers'] == 4 and meta['data_position'] == 4 * 16 // 4
@@ -64,7 +65,7 @@ def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path,
     np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-4)
   # the 2-process checkpoint resumes in 1 process (another process count) and continues the same
   lines = []
-  train_lib.train_and_evaluate(config, str(two), log=lines.append)
+  pretrain.train_and_evaluate(config, str(two), log=lines.append)
   assert any(l.startswith('resumed from') and '/checkpoints/4 ' in l for l in lines), lines
   a, _ = _params(two, 6, config)
   b, _ = _params(one, 6, config)

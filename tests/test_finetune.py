@@ -481,3 +481,87 @@ def test_finetuning_learns_a_synthetic_tagging_task(tmp_path, pretrained):
                      log=_quiet, mode='predict')
   lines = open(out['predictions'][0]).read().split('\n\n')
   assert len([l for l in lines if l.strip()]) == 8
+
+
+def _finetune_config_file(tmp_path, pretrained, **fields):
+  """A config file for launch/finetune.py: the synthetic task on the test model, with dropout (a
+  resumed run must continue its random stream too)."""
+  train = _synthetic(tmp_path / 'train.csv', 480, 'classification', 0)
+  dev = _synthetic(tmp_path / 'dev.csv', 160, 'classification', 1)
+  path = tmp_path / 'finetune_config.py'
+  path.write_text(
+      'from electra_jax.finetune.config import default_config\n'
+      'def get_config():\n'
+      '  c = default_config()\n'
+      f'  c.update(init={pretrained!r}, batch_size=16, eval_batch_size=16, max_seq_length=32,\n'
+      '           epochs=2.0, log_every=5, num_seeds=1, dropout_rate=0.1)\n'
+      f'  c.update(**{fields!r})\n'
+      f'  c.task.update(name="own", kind="classification", train={train!r}, dev={dev!r})\n'
+      '  c.optimizer.learning_rate = 2e-3\n'
+      '  return c\n')
+  return path
+
+
+def _finetune_command(config_file, workdir):
+  import sys  # pylint: disable=import-outside-toplevel
+  from conftest import ROOT  # pylint: disable=import-outside-toplevel
+  return [sys.executable, os.path.join(ROOT, 'launch', 'finetune.py'), f'--config={config_file}',
+          f'--workdir={workdir}']
+
+
+def _until(proc, text):
+  seen = []
+  for line in proc.stdout:
+    seen.append(line)
+    if text in line:
+      return seen
+  raise AssertionError(''.join(seen[-20:]))
+
+
+def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(tmp_path, pretrained):
+  """The fine-tuning loop is the pre-training loop: killed (SIGKILL) and stopped (SIGTERM), then
+  re-run, it ends bit-identical to an uninterrupted run; dev scores every eval_every steps, the
+  best checkpoint kept, TensorBoard events and curves.png per seed."""
+  import signal  # pylint: disable=import-outside-toplevel
+  import subprocess  # pylint: disable=import-outside-toplevel
+  from conftest import CHILD_ENV  # pylint: disable=import-outside-toplevel
+  config_file = _finetune_config_file(tmp_path, pretrained, eval_every=20, save_every=10)
+  straight, stopped = tmp_path / 'straight', tmp_path / 'stopped'
+  out = subprocess.run(_finetune_command(config_file, straight), capture_output=True, text=True,
+                       env=CHILD_ENV, timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  seed_dir = straight / 'seed_0'
+  evals = [json.loads(l) for l in open(seed_dir / 'metrics.jsonl') if '"split": "eval"' in l]
+  assert [r['step'] for r in evals] == [20, 40, 60] and all('accuracy' in r for r in evals)
+  best = json.load(open(straight / 'results.json'))['seeds'][0]['best_step']
+  top = max(r['accuracy'] for r in evals)
+  assert best in {r['step'] for r in evals if r['accuracy'] == top}
+  assert os.path.isdir(seed_dir / 'checkpoints' / str(best))  # kept beside the latest
+  assert os.path.getsize(seed_dir / 'curves.png') > 10_000
+  assert os.listdir(seed_dir / 'tensorboard')
+  assert re.search(r'^\d\d:\d\d:\d\d seed 0 \| eval step 20 \| accuracy ', out.stdout, re.M)
+
+  proc = subprocess.Popen(_finetune_command(config_file, stopped), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=CHILD_ENV)
+  _until(proc, ' step 25/60 ')
+  proc.kill()  # SIGKILL: resumed from checkpoint 20 (or 10 while 20 was being written)
+  proc.wait()
+  proc = subprocess.Popen(_finetune_command(config_file, stopped), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=CHILD_ENV)
+  seen = _until(proc, ' step 35/60 ')
+  assert any('seed 0: resumed from' in l for l in seen), ''.join(seen[-20:])
+  proc.send_signal(signal.SIGTERM)
+  rest, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 0 and 'stopped by SIGTERM at step ' in rest, rest[-3000:]
+  out = subprocess.run(_finetune_command(config_file, stopped), capture_output=True, text=True,
+                       env=CHILD_ENV, timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  a, b = (json.load(open(w / 'results.json'))['seeds'][0] for w in (straight, stopped))
+  assert a['dev'] == b['dev'] and a['best_step'] == b['best_step']
+  arrays = []
+  for workdir in (straight, stopped):
+    ckpt = checkpoint_lib.Checkpointer(str(workdir / 'seed_0' / 'checkpoints'))
+    arrays.append(jax.tree.leaves(ckpt.restore_arrays(60)[0]))
+    ckpt.close()
+  for x, y in zip(*arrays, strict=True):
+    np.testing.assert_array_equal(x, y)

@@ -17,7 +17,8 @@ from conftest import CHILD_ENV, ROOT, launch_command, load_config, run_config_fi
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import fs
 from electra_jax import records
-from electra_jax import train as train_lib
+from electra_jax import pretrain
+from electra_jax import step as step_lib
 from electra_jax.benchmark import SPECIAL
 
 BUCKET = 'gs://electra-test'
@@ -118,10 +119,10 @@ def test_pretraining_in_a_bucket_survives_sigkill_bit_identically_and_exports(
     if workdir == killed and committed:
       assert f'resumed from {killed}/checkpoints/{committed} ' in done.stdout, done.stdout[-2000:]
   states = []
-  setup = train_lib.build_setup(load_config(config_file), SPECIAL)
+  setup = step_lib.build_setup(load_config(config_file), SPECIAL)
   for workdir in (killed, straight):
     ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'))
-    states.append(ckpt.restore(10, jax.jit(lambda: train_lib.init_state(setup))())[0])
+    states.append(ckpt.restore(10, jax.jit(lambda: step_lib.init_state(setup))())[0])
     ckpt.close()
   for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
     np.testing.assert_array_equal(a, b, err_msg=f'killed at step {kill_at}')
@@ -147,7 +148,7 @@ def test_finetuning_with_data_and_workdir_in_a_bucket(tmp_path, bucket_records, 
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   pretrained = f'{BUCKET}/runs/short'
-  train_lib.train_and_evaluate(test_config(**{'data.records': bucket_records}), pretrained,
+  pretrain.train_and_evaluate(test_config(**{'data.records': bucket_records}), pretrained,
                                log=lambda *_: None)
   rng = random.Random(0)
   for split, n in (('train', 64), ('dev', 32)):

@@ -109,7 +109,9 @@ def test_hf_weights_of_another_size_or_missing_are_named():
 from electra_jax import UserError  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import checkpoint as checkpoint_lib  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import train  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import pretrain  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import records as records_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.convert import export as export_lib  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.convert import original  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.convert import sources  # noqa: E402  pylint: disable=wrong-import-position
@@ -149,7 +151,7 @@ def _workdir_model(workdir):
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   state, _ = ckpt.restore_arrays(ckpt.latest_step())
   ckpt.close()
-  _, _, vocab = train.workdir_vocab(workdir, config)
+  _, _, vocab = records_lib.workdir_vocab(workdir, config)
   return config, model_lib.ModelConfig.from_config(config.model), state['params'], vocab
 
 
@@ -323,22 +325,23 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
   # Pre-training from it: the config's generator width is replaced by the checkpoint's, and the
   # run's first state holds the checkpoint's weights.
   lines = []
-  run_config = test_config(**{'data.records': records_dir, 'init_from': folder})
-  source = train.adopt_init_from(run_config, lines.append)
+  parsed = test_config(**{'data.records': records_dir, 'init_from': folder})
+  run_config, source = pretrain.resolve(parsed, lines.append)
   assert run_config.model.generator_hidden_fraction == 1.0
+  assert parsed.model.generator_hidden_fraction == 0.5 and not parsed.data.vocab  # left as parsed
   assert any('generator_hidden_fraction 0.5 -> 1.0' in l for l in lines), lines
   assert run_config.data.vocab == os.path.join(folder, 'vocab.model')
-  setup = train.build_setup(run_config, tokenizer_lib.load_tokenizer(vocab).special)
+  setup = step_lib.build_setup(run_config, tokenizer_lib.load_tokenizer(vocab).special)
   mesh = partitioning.make_mesh()
-  init_fn, train_fn, _ = train.compile_steps(setup, mesh)
-  state = train.start_from(setup, init_fn(), source)
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
+  state = pretrain.start_from(setup, init_fn(), source)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(state.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   moments = [x for x in jax.tree.leaves(state.opt_state) if x.size]
   assert int(state.step) == 0 and moments and all(float(jnp.abs(x).max()) == 0 for x in moments)
 
   # End to end: a short run from it, then fine-tuning's loader reads it too.
-  summary = train.train_and_evaluate(test_config(**{'data.records': records_dir,
+  summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
                                                     'init_from': folder, 'train_steps': 2}),
                                      str(tmp_path / 'continued'), log=lines.append)
   assert summary['step'] == 2 and any(l.startswith('initial weights: original TensorFlow') for l in
@@ -369,7 +372,7 @@ def test_bad_sources_are_one_sentence(pretrained, exported, tmp_path):
     sources.open_source(exported, vocab=str(big))
   wider = test_config(**{'init_from': exported, 'model.hidden_size': 64})
   with pytest.raises(UserError, match=r'other sizes than the config: hidden_size 32 \(config: 64\)'):
-    train.adopt_init_from(wider, lambda *_: None)
+    pretrain.resolve(wider, lambda *_: None)
   with pytest.raises(UserError, match='exists and is not empty'):
     export_lib.export(pretrained, exported)
   with pytest.raises(UserError, match='not a workdir of launch/train.py'):
@@ -402,13 +405,13 @@ def test_gdes_exports_the_discriminators_own_word_table(tmp_path):
 def test_benchmark_peer_runs_the_same_step():
   """`launch/benchmark.py --peer=hf`: the PyTorch step starts from the loss ours starts from (MLM
   near ln V plus 50 x detection near ln 2, with its own random weights) and is timed."""
-  from electra_jax import benchmark, train  # pylint: disable=import-outside-toplevel
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
   config = test_config()
   result = benchmark.benchmark(config, steps=1, warmup=1, repeats=2, peer='hf')
   peer = result['peer']
   assert len(peer['ms_per_step_runs']) == 2 and min(peer['ms_per_step_runs']) > 0
   assert result['speedup_over_peer'] > 0
-  setup = train.build_setup(config, benchmark.SPECIAL)
+  setup = step_lib.build_setup(config, benchmark.SPECIAL)
   batch = synthetic_batch(16, 32, config.model.vocab_size)
   ours = float(setup.loss_fn(setup.init_params(jax.random.key(0)), batch, jax.random.key(1))[0])
   assert abs(peer['first_loss'] - ours) < 0.15 * ours, (peer['first_loss'], ours)

@@ -121,7 +121,8 @@ def test_disallow_correct_makes_every_used_slot_a_replacement():
 
 from electra_jax import masking  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import partitioning  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import train  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import pretrain  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 _OBJ = {}
 
@@ -131,7 +132,7 @@ def _objective(name, **overrides):
   key = (name,) + tuple(sorted(overrides.items()))
   if key not in _OBJ:
     c = test_config(**{'objective.name': name, **overrides})
-    objectives.fit_model_config(c, lambda *_: None)
+    c = objectives.fit_model_config(c, lambda *_: None)
     cfg = model_lib.ModelConfig.from_config(c.model)
     model = model_lib.Electra(cfg)
     params = model_lib.init_params(cfg, jax.random.key(0))
@@ -215,11 +216,11 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
 def test_objective_learns_on_the_8_device_mesh(name):
   c = test_config(**{'objective.name': name, 'optimizer.warmup_steps': 0,
                      'optimizer.learning_rate': 2e-3, 'train_steps': 1000})
-  objectives.fit_model_config(c, lambda *_: None)
-  setup = train.build_setup(c, SPECIAL)
+  c = objectives.fit_model_config(c, lambda *_: None)
+  setup = step_lib.build_setup(c, SPECIAL)
   mesh = partitioning.make_mesh()
   assert mesh.devices.size == 8
-  init_fn, train_fn, _ = train.compile_steps(setup, mesh)
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   batch = jax.device_put({k: jnp.asarray(v) for k, v in synthetic_batch(16, 32, 96).items()},
                          partitioning.batch_sharding(mesh))
   state, losses = init_fn(), []
@@ -236,7 +237,7 @@ def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
   from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
   lines = []
   workdir = str(tmp_path / 'mlm')
-  summary = train.train_and_evaluate(test_config(**{'data.records': records_dir,
+  summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
                                                     'objective.name': 'mlm'}), workdir,
                                      log=lines.append)
   assert "objective mlm: model.generator 'separate' -> 'tied'" in lines
@@ -255,13 +256,13 @@ def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
   del saved['model']['discriminator_mlm'], saved['objective']['random_token_prob']
   with open(path, 'w') as f:
     json.dump(saved, f)
-  again = train.train_and_evaluate(test_config(**{'data.records': records_dir,
+  again = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
                                                   'objective.name': 'mlm', 'train_steps': 6}),
                                    workdir, log=lines.append)
   assert again['step'] == 6 and any(l.startswith('resumed from') for l in lines)
 
   lines = []
-  summary = train.train_and_evaluate(test_config(**{'data.records': records_dir,
+  summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
                                                     'objective.name': 'all_tokens_mlm'}),
                                      str(tmp_path / 'all'), log=lines.append)
   assert {'all_tokens_loss', 'mlm_loss', 'copy_probability'} <= set(summary['eval'])
@@ -297,7 +298,7 @@ def test_gdes_run_fine_tunes_from_the_discriminators_table(tmp_path, records_dir
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / 'gdes')
-  train.train_and_evaluate(test_config(**{'data.records': records_dir, 'model.gdes': True}),
+  pretrain.train_and_evaluate(test_config(**{'data.records': records_dir, 'model.gdes': True}),
                            workdir, log=lambda *_: None)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   params = ckpt.restore_arrays(ckpt.latest_step())[0]['params']

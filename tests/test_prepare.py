@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, WORDS, write_corpus
 from electra_jax import input_pipeline
 from electra_jax import records
+from electra_jax import tf_import
 
 
 def _quiet(*_):
@@ -151,7 +152,7 @@ def _examples(dataset, n):
 def test_readers_read_disjoint_files_that_together_cover_every_example(built):
   meta = records.read_metadata(built)
   everything = collections.Counter()
-  tf = records.tensorflow()
+  tf = tf_import.tensorflow()
   spec = {'input_ids': tf.io.FixedLenFeature([32], tf.int64)}
   for f in meta['splits']['train']['files']:
     for raw in tf.data.TFRecordDataset(os.path.join(built, f)).as_numpy_iterator():

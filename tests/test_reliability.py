@@ -24,7 +24,8 @@ from electra_jax import optim
 from electra_jax import partitioning
 from electra_jax import records as records_lib
 from electra_jax import tokenizer as tokenizer_lib
-from electra_jax import train as train_lib
+from electra_jax import pretrain
+from electra_jax import step as step_lib
 from electra_jax.benchmark import SPECIAL, synthetic_batch
 
 
@@ -59,14 +60,14 @@ def test_a_damaged_final_checkpoint_is_trained_again_rewritten_and_exports(tmp_p
   from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / 'w')
   config = test_config(**{'data.records': records_dir, 'save_every': 2})
-  train_lib.train_and_evaluate(config, workdir, log=_quiet)  # saves 2 and 4 (the final step)
+  pretrain.train_and_evaluate(config, workdir, log=_quiet)  # saves 2 and 4 (the final step)
   _truncate(os.path.join(workdir, 'checkpoints', '4', 'state'))
   with pytest.raises(UserError, match=r'checkpoints/4 cannot be read .*run the pre-training '
                                       r'command again to rewrite it, or export another step'):
     export.export(workdir, str(tmp_path / 'hf_damaged'), log=_quiet)
   assert not os.path.exists(tmp_path / 'hf_damaged')
   lines = []
-  summary = train_lib.train_and_evaluate(config, workdir, log=lines.append)
+  summary = pretrain.train_and_evaluate(config, workdir, log=lines.append)
   assert any(l.startswith('warning: checkpoint') and '/checkpoints/4 cannot be read' in l
              for l in lines), lines
   assert any('resumed from' in l and '/checkpoints/2 ' in l for l in lines), lines
@@ -82,10 +83,10 @@ def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refu
   is not applied and is counted. The settings that produce such updates are refused up front."""
   import dataclasses  # pylint: disable=import-outside-toplevel
   import optax  # pylint: disable=import-outside-toplevel
-  setup = train_lib.build_setup(test_config(), SPECIAL)
+  setup = step_lib.build_setup(test_config(), SPECIAL)
   poisoned = dataclasses.replace(setup, tx=optax.chain(setup.tx, optax.scale(float('nan'))))
   mesh = partitioning.make_mesh(jax.devices()[:1])
-  init_fn, train_fn, _ = train_lib.compile_steps(poisoned, mesh)
+  init_fn, train_fn, _ = step_lib.compile_steps(poisoned, mesh)
   state = init_fn()
   before = jax.device_get(state.params)
   batch = synthetic_batch(16, 32, 96, seed=2)
@@ -158,12 +159,12 @@ def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, reco
   # command starts it afresh
   workdir = str(tmp_path / 'locked')
   with pytest.raises(UserError, match='not finite'):  # an infinite loss at step 1, no checkpoint
-    train_lib.train_and_evaluate(test_config(**{'data.records': records_dir,
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
                                                 'objective.disc_weight': 1e39}), workdir,
                                  log=_quiet)
   assert os.path.isfile(os.path.join(workdir, 'config.json'))
   lines = []
-  train_lib.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
+  pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
                                log=lines.append)
   assert any(l.startswith(f'note: {workdir} holds no checkpoint of its earlier run') for l in lines)
 
@@ -180,7 +181,7 @@ def test_a_corrupted_shard_is_named_with_its_record(tmp_path, records_dir):
     f.seek(size // 2)
     f.write(b'\xff' * 10)
   with pytest.raises(UserError) as e:
-    train_lib.train_and_evaluate(test_config(**{'data.records': damaged, 'train_steps': 40}),
+    pretrain.train_and_evaluate(test_config(**{'data.records': damaged, 'train_steps': 40}),
                                  str(tmp_path / 'w'), log=_quiet)
   message = str(e.value)
   assert message.startswith(f'the shard {shard} is damaged: record ') and 'checksum' in message
@@ -285,12 +286,12 @@ def test_resuming_may_change_how_but_not_what_is_computed(tmp_path, records_dir)
   """model.remat and model.attention may change on resume; the model may not."""
   workdir = str(tmp_path / 'w')
   config = test_config(**{'data.records': records_dir})
-  train_lib.train_and_evaluate(config, workdir, log=_quiet)
+  pretrain.train_and_evaluate(config, workdir, log=_quiet)
   again = test_config(**{'data.records': records_dir, 'model.remat': True,
                          'model.attention': 'explicit', 'train_steps': 6})
-  train_lib.check_same_run(again, workdir)  # accepted
+  pretrain.check_same_run(again, workdir)  # accepted
   with pytest.raises(UserError, match=r'model.hidden_size 32 -> 64'):
-    train_lib.check_same_run(test_config(**{'data.records': records_dir,
+    pretrain.check_same_run(test_config(**{'data.records': records_dir,
                                             'model.hidden_size': 64}), workdir)
   with open(os.path.join(workdir, 'config.json')) as f:
     assert json.load(f)['model']['remat'] is False

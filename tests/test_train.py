@@ -24,15 +24,17 @@ from electra_jax import metrics as metrics_lib
 from electra_jax import objectives as objectives_lib
 from electra_jax import partitioning
 from electra_jax import records as records_lib
+from electra_jax import tf_import
 from electra_jax import tokenizer as tokenizer_lib
-from electra_jax import train as train_lib
+from electra_jax import pretrain
+from electra_jax import step as step_lib
 from electra_jax.benchmark import SPECIAL, synthetic_batch
 
 
 def _run_steps(config, devices, batches):
   mesh = partitioning.make_mesh(devices)
-  setup = train_lib.build_setup(config, SPECIAL)
-  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+  setup = step_lib.build_setup(config, SPECIAL)
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = init_fn()
   sharding = partitioning.batch_sharding(mesh)
   out = []
@@ -61,7 +63,7 @@ def test_microbatched_steps_equal_whole_batch_steps(objective):
   off: it is the one random choice drawn per part)."""
   config = test_config(**{'objective.name': objective, 'model.dropout_rate': 0.0,
                           'model.attention_dropout_rate': 0.0, 'data.batch_size': 32})
-  objectives_lib.fit_model_config(config, _quiet)
+  config = objectives_lib.fit_model_config(config, _quiet)
   batches = [synthetic_batch(32, 32, config.model.vocab_size, seed=s) for s in range(2)]
   whole, m_whole = _run_steps(config, jax.devices(), batches)
   config.microbatches = 4
@@ -108,7 +110,7 @@ def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_de
   ckpt.save(3, state, {'step': 3})
   ckpt.close()
   config.fsdp = False
-  init_dp, _, _ = train_lib.compile_steps(train_lib.build_setup(config, SPECIAL),
+  init_dp, _, _ = step_lib.compile_steps(step_lib.build_setup(config, SPECIAL),
                                           partitioning.make_mesh())
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
   restored, _ = ckpt.restore(3, init_dp())
@@ -143,9 +145,9 @@ def test_fsdp_rules_split_one_dimension_the_devices_divide():
 
 
 def _temporaries(config):
-  setup = train_lib.build_setup(config, SPECIAL)
+  setup = step_lib.build_setup(config, SPECIAL)
   mesh = partitioning.make_mesh(jax.devices()[:1])
-  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   batch = synthetic_batch(config.data.batch_size, 32, config.model.vocab_size)
   return train_fn.lower(init_fn(), batch).compile().memory_analysis().temp_size_in_bytes
 
@@ -159,9 +161,9 @@ def test_remat_and_microbatches_give_the_same_step_in_less_memory():
   remat, _ = _run_steps(config, jax.devices(), batches)
   for a, b in zip(jax.tree.leaves(remat), jax.tree.leaves(plain)):
     np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
-  setup = train_lib.build_setup(config, SPECIAL)
-  jaxpr = str(jax.make_jaxpr(functools.partial(train_lib.train_step, setup))(
-      jax.eval_shape(lambda: train_lib.init_state(setup)), batches[0]))
+  setup = step_lib.build_setup(config, SPECIAL)
+  jaxpr = str(jax.make_jaxpr(functools.partial(step_lib.train_step, setup))(
+      jax.eval_shape(lambda: step_lib.init_state(setup)), batches[0]))
   assert jaxpr.count('remat2[') >= 8, 'each of the 2 x 4 layers is rematerialized'
   # (XLA's CPU scheduler keeps recomputed activations alive: remat saves memory on GPU/TPU only)
   config.model.remat = False
@@ -273,10 +275,10 @@ def _quiet(*_):
 
 def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file):
   w1, w2 = str(tmp_path / 'interrupted'), str(tmp_path / 'straight')
-  s = train_lib.train_and_evaluate(_small_run_config(corpus_file), w1, log=_quiet)
+  s = pretrain.train_and_evaluate(_small_run_config(corpus_file), w1, log=_quiet)
   for name in ('config.json', 'metrics.jsonl', 'curves.png', 'summary.json'):
     assert os.path.getsize(os.path.join(w1, name)) > 0, name
-  tf = records_lib.tensorflow()
+  tf = tf_import.tensorflow()
   board = {}
   for path in tf.io.gfile.glob(os.path.join(w1, 'tensorboard', 'events.out.tfevents.*')):
     for event in tf.compat.v1.train.summary_iterator(path):
@@ -292,7 +294,7 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   assert s['step'] == 4 and 0 <= s['eval']['disc_auc'] <= 1
   assert os.path.isdir(os.path.join(w1, 'checkpoints', '4'))
   lines = []
-  train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w1,
+  pretrain.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w1,
                                log=lines.append)
   assert any('resumed from' in l and '/4 (input stream at example 16 of each of 4 reader(s))' in l
              for l in lines)  # 4 train shards: 4 readers of 16 / 4 rows per step
@@ -300,13 +302,13 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   progress = [l for l in lines if re.match(r'^\d\d:\d\d:\d\d step ', l)]
   assert progress and all(' | MFU ' in l for l in progress)
   assert 0 < jsonl[0]['mfu'] < 1
-  train_lib.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w2, log=_quiet)
+  pretrain.train_and_evaluate(_small_run_config(corpus_file, train_steps=6), w2, log=_quiet)
   restored = []
   for w in (w1, w2):
     ckpt = checkpoint_lib.Checkpointer(os.path.join(w, 'checkpoints'))
     assert ckpt.latest_step() == 6
-    setup = train_lib.build_setup(_small_run_config(corpus_file, train_steps=6), SPECIAL)
-    target = jax.jit(lambda: train_lib.init_state(setup))()
+    setup = step_lib.build_setup(_small_run_config(corpus_file, train_steps=6), SPECIAL)
+    target = jax.jit(lambda: step_lib.init_state(setup))()
     restored.append(ckpt.restore(6, target)[0])
     ckpt.close()
   for a, b in zip(jax.tree.leaves(restored[0]), jax.tree.leaves(restored[1])):
@@ -320,7 +322,7 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
                                     'keep_best': 'mlm_loss', 'optimizer.learning_rate': 3e-2,
                                     'optimizer.decay_steps': 10})
   workdir = str(tmp_path / 'w')
-  summary = train_lib.train_and_evaluate(config, workdir, log=_quiet)
+  summary = pretrain.train_and_evaluate(config, workdir, log=_quiet)
   evals = {r['step']: r['mlm_loss'] for r in metrics_lib.read_jsonl(
       os.path.join(workdir, 'metrics.jsonl')) if r['split'] == 'eval'}
   assert sorted(evals) == [2, 4, 6, 8] and len(set(evals.values())) == 4, evals
@@ -334,14 +336,14 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
                                    'model.hidden_size': 64})
   with pytest.raises(UserError, match=r'checkpoints/8 holds a model of other shapes than this '
                      r'config \(discriminator/.* \(32,\) in the checkpoint, \(64,\) in this config'):
-    train_lib.train_and_evaluate(wider, workdir, log=_quiet)
+    pretrain.train_and_evaluate(wider, workdir, log=_quiet)
 
 
 @pytest.mark.parametrize('overrides, message', [
     ({'data.batch_size': 12}, 'does not divide among 8 devices'),
     ({'microbatches': 4}, 'does not split into microbatches=4 equal parts on 8 devices; use a '
      'multiple of 32'),
-    ({'microbatches': 0}, 'microbatches is 0; use 1'),
+    ({'microbatches': 0}, 'microbatches is 0; it must be a number of at least 1'),
     ({'model.vocab_size': 100, 'data.records': 'RECORDS'}, 'set --config.model.vocab_size=96'),
     ({'data.max_seq_length': 64, 'model.max_position_embeddings': 64, 'data.records': 'RECORDS'},
      'hold 32-token examples'),
@@ -362,7 +364,7 @@ def test_bad_input_is_refused_and_leaves_nothing(tmp_path, records_dir, override
   overrides = {k: subst.get(v, v) if isinstance(v, str) else v for k, v in overrides.items()}
   workdir = tmp_path / 'w'
   with pytest.raises(UserError, match=message):
-    train_lib.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
+    pretrain.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
   assert not workdir.exists()
   assert sorted(p.name for p in tmp_path.iterdir()) == ['empty.txt', 'tiny.txt']
 
@@ -387,7 +389,7 @@ def test_records_that_are_unfinished_damaged_or_of_another_vocabulary_are_refuse
       (copy / records_lib.METADATA).unlink()
     workdir = tmp_path / f'w{i}'
     with pytest.raises(UserError, match=message):
-      train_lib.train_and_evaluate(test_config(**{'data.records': str(copy), **overrides}),
+      pretrain.train_and_evaluate(test_config(**{'data.records': str(copy), **overrides}),
                                    str(workdir), log=_quiet)
     assert not workdir.exists()
 
@@ -396,28 +398,29 @@ def test_unwritable_workdir_and_other_runs_are_refused(tmp_path, records_dir):
   blocker = tmp_path / 'file'
   blocker.write_text('x')
   with pytest.raises(UserError, match='cannot write to --workdir'):
-    train_lib.train_and_evaluate(test_config(**{'data.records': records_dir}),
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}),
                                  str(blocker / 'sub'), log=_quiet)
   with pytest.raises(UserError, match='is a file'):
-    train_lib.train_and_evaluate(test_config(**{'data.records': records_dir}), str(blocker),
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), str(blocker),
                                  log=_quiet)
   w = tmp_path / 'run'
   w.mkdir()
   (w / 'config.json').write_text(test_config(**{'data.records': records_dir}).to_json())
+  (w / 'checkpoints' / '2').mkdir(parents=True)  # a run that saved (one that did not is replaced)
   with pytest.raises(UserError, match=r'holds a run with a different config \(seed 0 -> 5\)'):
-    train_lib.train_and_evaluate(test_config(**{'data.records': records_dir, 'seed': 5}), str(w),
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir, 'seed': 5}), str(w),
                                  log=_quiet)
   with pytest.raises(UserError, match=r'\(model.hidden_size 32 -> 64, model.intermediate_size'):
-    train_lib.train_and_evaluate(
+    pretrain.train_and_evaluate(
         test_config(**{'data.records': records_dir, 'model.hidden_size': 64}), str(w), log=_quiet)
-  assert sorted(p.name for p in w.iterdir()) == ['config.json']
+  assert sorted(p.name for p in w.iterdir()) == ['checkpoints', 'config.json']
 
 
 def test_eval_step_is_deterministic(records_dir):
   config = test_config(**{'data.records': records_dir})
   mesh = partitioning.make_mesh()
-  setup = train_lib.build_setup(config, SPECIAL)
-  init_fn, _, eval_fn = train_lib.compile_steps(setup, mesh)
+  setup = step_lib.build_setup(config, SPECIAL)
+  init_fn, _, eval_fn = step_lib.compile_steps(setup, mesh)
   state = init_fn()
   b = {k: jax.device_put(v, partitioning.batch_sharding(mesh))
        for k, v in synthetic_batch(16, 32, 96).items()}
@@ -429,10 +432,10 @@ def test_eval_step_is_deterministic(records_dir):
   assert any((a1[k] != a3[k]).any() for k in a1)
 
 
-def _poisoned_setup(config, bad_steps, build=train_lib.build_setup):
+def _poisoned_setup(config, bad_steps, build=step_lib.build_setup):
   """The real setup, with a loss that is NaN at the given (1-based) training steps."""
   setup = build(config, SPECIAL)
-  train_key = train_lib._keys(config.seed)[1]
+  train_key = step_lib._keys(config.seed)[1]
   bad = jnp.stack([jax.random.key_data(jax.random.fold_in(train_key, s - 1)) for s in bad_steps])
 
   def loss_fn(params, batch, rng, deterministic=False):
@@ -446,9 +449,9 @@ def _poisoned_setup(config, bad_steps, build=train_lib.build_setup):
 def test_a_nonfinite_step_changes_nothing_and_is_counted():
   config = test_config()
   setup = _poisoned_setup(config, [2])
-  step = jax.jit(functools.partial(train_lib.train_step, setup))
+  step = jax.jit(functools.partial(step_lib.train_step, setup))
   batch = synthetic_batch(16, 32, 96)
-  state = jax.jit(lambda: train_lib.init_state(setup))()
+  state = jax.jit(lambda: step_lib.init_state(setup))()
   s1, _ = step(state, batch)
   s2, m2 = step(s1, batch)
   s3, m3 = step(s2, batch)
@@ -465,22 +468,22 @@ def test_a_nonfinite_step_changes_nothing_and_is_counted():
 
 
 def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir, monkeypatch):
-  real = train_lib.build_setup
-  monkeypatch.setattr(train_lib, 'build_setup',
+  real = step_lib.build_setup
+  monkeypatch.setattr(step_lib, 'build_setup',
                       lambda config, special: _poisoned_setup(config, [3], real))
   overrides = {'data.records': records_dir, 'train_steps': 6, 'save_every': 2, 'log_every': 2}
   workdir = str(tmp_path / 'stop')
-  with pytest.raises(UserError, match=r'^step 3: the loss or gradient norm is not finite .* the '
+  with pytest.raises(UserError, match=r'^step 3: the loss, gradient norm or update is not finite .* '
                      r'last good checkpoint .*/checkpoints/(2|4) is intact'):
-    train_lib.train_and_evaluate(test_config(**overrides), workdir, log=_quiet)
+    pretrain.train_and_evaluate(test_config(**overrides), workdir, log=_quiet)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   last = ckpt.latest_step()
-  target = jax.jit(lambda: train_lib.init_state(real(test_config(**overrides), SPECIAL)))()
+  target = jax.jit(lambda: step_lib.init_state(real(test_config(**overrides), SPECIAL)))()
   restored, _ = ckpt.restore(last, target)
   ckpt.close()
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(restored.params))
   lines = []
-  summary = train_lib.train_and_evaluate(test_config(**overrides, nonfinite='skip'),
+  summary = pretrain.train_and_evaluate(test_config(**overrides, nonfinite='skip'),
                                          str(tmp_path / 'skip'), log=lines.append)
   assert summary['step'] == 6 and np.isfinite(summary['eval']['loss'])
   assert any(l.startswith('warning: skipped 1 step(s)') and 'first at step 3' in l for l in lines)
@@ -528,23 +531,25 @@ def test_sigterm_saves_a_checkpoint_and_exits_within_seconds_on_a_loaded_machine
 def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, records_dir):
   overrides = {'data.records': records_dir, 'save_every': 2}
   workdir = tmp_path / 'w'
-  train_lib.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)  # saves 2, 4
+  pretrain.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)  # saves 2, 4
   for p in (workdir / 'checkpoints' / '4' / 'state').rglob('*'):  # as a full disk would leave them
     if p.is_file() and p.stat().st_size > 1024:
       p.write_bytes(p.read_bytes()[:p.stat().st_size // 2])
   lines = []
-  summary = train_lib.train_and_evaluate(test_config(**overrides, train_steps=6), str(workdir),
+  summary = pretrain.train_and_evaluate(test_config(**overrides, train_steps=6), str(workdir),
                                          log=lines.append)
   warnings = [l for l in lines if l.startswith('warning: checkpoint')]
   assert len(warnings) == 1 and '/checkpoints/4 cannot be read' in warnings[0], lines
   assert any(l.startswith('resumed from') and '/checkpoints/2 ' in l for l in lines)
   assert summary['step'] == 6
-  for step in (2, 6):  # nothing readable left: refused, nothing restarted from scratch
+  assert os.path.isdir(workdir / 'checkpoints' / '4.damaged')  # set aside; step 4 saved again
+  assert os.path.isdir(workdir / 'checkpoints' / '4')
+  for step in (2, 4, 6):  # nothing readable left: refused, nothing restarted from scratch
     for p in (workdir / 'checkpoints' / str(step) / 'state').rglob('*'):
       if p.is_file() and p.stat().st_size > 1024:
         p.write_bytes(b'')
   with pytest.raises(UserError, match='no checkpoint in .* can be read'):
-    train_lib.train_and_evaluate(test_config(**overrides, train_steps=8), str(workdir), log=_quiet)
+    pretrain.train_and_evaluate(test_config(**overrides, train_steps=8), str(workdir), log=_quiet)
 
 
 def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
@@ -553,10 +558,10 @@ def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
   shutil.copytree(records_dir, records_copy)
   overrides = {'data.records': str(records_copy), 'train_steps': 2}
   workdir = tmp_path / 'w'
-  train_lib.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
+  pretrain.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-  _, _, saved = ckpt.restore_latest(jax.jit(lambda: train_lib.init_state(
-      train_lib.build_setup(test_config(**overrides), SPECIAL)))(), log=_quiet)
+  _, _, saved = ckpt.restore_latest(jax.jit(lambda: step_lib.init_state(
+      step_lib.build_setup(test_config(**overrides), SPECIAL)))(), log=_quiet)
   ckpt.close()
   assert saved['vocab_fingerprint'] == records_lib.read_metadata(records_dir)['vocab_fingerprint']
   assert saved['config'] == json.loads(test_config(**overrides).to_json())
@@ -570,7 +575,7 @@ def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
                                            eval_fraction=0.2, vocab=str(other_vocab)),
                       str(records_copy), log=_quiet)
   with pytest.raises(UserError, match='was trained on records of another vocabulary'):
-    train_lib.train_and_evaluate(test_config(**{**overrides, 'train_steps': 4}), str(workdir),
+    pretrain.train_and_evaluate(test_config(**{**overrides, 'train_steps': 4}), str(workdir),
                                  log=_quiet)
 
 
@@ -605,8 +610,8 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
   states = []
   for workdir in (killed, straight):
     ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-    setup = train_lib.build_setup(load_config(config_file), SPECIAL)
-    target = jax.jit(lambda: train_lib.init_state(setup))()
+    setup = step_lib.build_setup(load_config(config_file), SPECIAL)
+    target = jax.jit(lambda: step_lib.init_state(setup))()
     states.append(ckpt.restore(12, target)[0])
     ckpt.close()
   for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
@@ -614,10 +619,10 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
 
 
 def test_a_checkpoint_saved_on_eight_devices_restores_on_one(tmp_path):
-  setup = train_lib.build_setup(test_config(), SPECIAL)
+  setup = step_lib.build_setup(test_config(), SPECIAL)
   mesh8 = partitioning.make_mesh()
   mesh1 = partitioning.make_mesh(jax.devices()[:1])
-  init8, train8, _ = train_lib.compile_steps(setup, mesh8)
+  init8, train8, _ = step_lib.compile_steps(setup, mesh8)
   batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh8))
            for k, v in synthetic_batch(16, 32, 96).items()}
   state, _ = train8(init8(), batch)
@@ -625,7 +630,7 @@ def test_a_checkpoint_saved_on_eight_devices_restores_on_one(tmp_path):
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
   ckpt.save(1, state, {'step': 1})
   ckpt.close()
-  init1, _, _ = train_lib.compile_steps(setup, mesh1)
+  init1, _, _ = step_lib.compile_steps(setup, mesh1)
   target = init1()
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
   restored, _ = ckpt.restore(1, target)
@@ -648,7 +653,7 @@ def test_no_recompilation_after_the_first_step(tmp_path, records_dir):
     events.clear()
     config = test_config(**{'data.records': records_dir, 'train_steps': steps, 'log_every': 2,
                             'eval_every': 4})
-    train_lib.train_and_evaluate(config, str(tmp_path / f'w{steps}'), log=_quiet)
+    pretrain.train_and_evaluate(config, str(tmp_path / f'w{steps}'), log=_quiet)
     counts[steps] = sorted(e for e in events if 'trace' in e)
   assert counts[4], 'no compilation was observed: the listener is not working'
   assert counts[12] == counts[4]

@@ -133,8 +133,11 @@ def _upload(local: str, out: str):
 
 
 def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
-  from electra_jax import train  # pylint: disable=import-outside-toplevel
-  _, _, vocab = train.workdir_vocab(workdir, config)
+  from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
+  try:
+    _, _, vocab = records_lib.workdir_vocab(workdir, config)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
   tokenizer = tokenizer_lib.load_tokenizer(vocab, config.data.lower_case)
   cfg = model_lib.ModelConfig.from_config(config.model)
   step, state, _ = _restore(fs.join(workdir, 'checkpoints'), step, 'pre-training')

@@ -17,6 +17,7 @@ import re
 import numpy as np
 
 from electra_jax import fs
+from electra_jax import tf_import
 from electra_jax import model as model_lib
 from electra_jax.convert import hf
 
@@ -56,7 +57,7 @@ def checkpoint_prefix(path: str) -> str | None:
   if fs.isfile(path + '.index'):
     return path
   if fs.isdir(path):
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    tf = tf_import.tensorflow()
     latest = tf.train.latest_checkpoint(path)
     if latest:
       return latest
@@ -67,7 +68,7 @@ def checkpoint_prefix(path: str) -> str | None:
 
 
 def read_shapes(prefix: str) -> dict[str, tuple]:
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  tf = tf_import.tensorflow()
   return {k: tuple(v) for k, v in tf.train.load_checkpoint(prefix)
           .get_variable_to_shape_map().items()}
 
@@ -107,7 +108,7 @@ def read_params(prefix: str, cfg: model_lib.ModelConfig, fill=None) -> dict:
   """Our parameter tree from the checkpoint; the heads and generator it lacks come from `fill`
   (hf.FILLABLE; else an error names them). Another shape than `cfg`'s is an error naming it."""
   import jax  # pylint: disable=import-outside-toplevel
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  tf = tf_import.tensorflow()
   reader = tf.train.load_checkpoint(prefix)
   stored = reader.get_variable_to_shape_map()
   shapes = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))

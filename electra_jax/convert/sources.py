@@ -137,10 +137,10 @@ def _open_workdir(path: str) -> Source:
   import jax  # pylint: disable=import-outside-toplevel
   import ml_collections  # pylint: disable=import-outside-toplevel
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax import train  # pylint: disable=import-outside-toplevel
+  from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
   with fs.open(fs.join(path, 'config.json')) as f:
     config = ml_collections.ConfigDict(json.load(f))
-  _, _, vocab = train.workdir_vocab(path, config)
+  _, _, vocab = records_lib.workdir_vocab(path, config)
   ckpt = checkpoint_lib.Checkpointer(fs.join(path, 'checkpoints'))
   try:
     step = ckpt.latest_step()

@@ -19,6 +19,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included
   c.dropout_rate = 0.1  # dropout in the encoder and on the head's input
   c.log_every = 50  # steps between progress lines
+  c.eval_every = 0  # steps between dev scores (0: at the end only); the best checkpoint is kept
+  c.save_every = 500  # steps between checkpoints (and at the end, and when stopped by SIGTERM)
 
   t = c.task = ml_collections.ConfigDict()
   t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), squad1, squad2,

@@ -2,12 +2,13 @@
 
     pre-training workdir -> discriminator parameters, vocabulary, model config
     task -> examples -> encoded arrays -> shuffled global batches (seed, epoch)
-    -> train.train_step (the same compiled step: loss, clip, AdamW with layer-wise decay, NaN guard)
+    -> step_lib.train_step (the same compiled step: loss, clip, AdamW with layer-wise decay, NaN guard)
     -> dev predictions -> scores per seed -> median -> results.md / results.json
 """
 
 import dataclasses
 import functools
+import itertools
 import json
 import statistics
 import time
@@ -19,16 +20,19 @@ import numpy as np
 import optax
 
 from electra_jax import UserError
+from electra_jax import user_errors
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import config as config_defaults
 from electra_jax import fs
+from electra_jax import loop as loop_lib
 from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
 from electra_jax import objectives
 from electra_jax import optim
 from electra_jax import partitioning
+from electra_jax import records as records_lib
+from electra_jax import step as step_lib
 from electra_jax import tokenizer as tokenizer_lib
-from electra_jax import train as train_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import heads
@@ -67,8 +71,9 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
   if not (isinstance(config, dict) and 'objective' in config):
     return _load_source(init, from_scratch, log)
   config = ml_collections.ConfigDict(config)
-  _, meta, vocab = train_lib.workdir_vocab(init, config)
-  setup = train_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
+  with user_errors(ValueError, FileNotFoundError):
+    _, meta, vocab = records_lib.workdir_vocab(init, config)
+  setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
     ckpt = checkpoint_lib.Checkpointer(fs.join(init, 'checkpoints'))
@@ -77,7 +82,7 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
                       'the end, at save_every steps and when stopped)')
     try:
       step, state, _ = ckpt.restore_latest(jax.jit(functools.partial(
-          train_lib.init_state, setup))(), log)
+          step_lib.init_state, setup))(), log)
     except ValueError as e:
       raise UserError(str(e)) from None
     finally:
@@ -92,7 +97,7 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
 
 def _load_source(init: str, from_scratch: bool, log) -> Pretrained:
   from electra_jax.convert import sources  # pylint: disable=import-outside-toplevel
-  try:
+  with user_errors(ValueError, FileNotFoundError):
     source = sources.open_source(init)
     if source.vocab is None:
       raise ValueError(f'{init} has no vocabulary file (vocab.txt or a SentencePiece .model) '
@@ -111,8 +116,6 @@ def _load_source(init: str, from_scratch: bool, log) -> Pretrained:
       where = source.describe().split(' (')[0]
       for note in source.notes:
         log(note)
-  except (ValueError, FileNotFoundError) as e:
-    raise UserError(str(e)) from None
   # The pre-training config is unknown: the builtin task uses its default held-out split.
   return Pretrained(model_cfg, params, source.vocab, source.lower_case, where, None)
 
@@ -158,7 +161,7 @@ def task_loss(params, batch, rng, deterministic=False, *, model, task):
   return loss, {'loss': objectives.ratio(loss, 1.0), 'accuracy': objectives.ratio(correct, weights)}
 
 
-def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -> train_lib.Setup:
+def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -> step_lib.Setup:
   model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=cfg.dropout_rate,
                                   attention_dropout_rate=cfg.dropout_rate)
   if task.kind == 'qa':
@@ -179,7 +182,8 @@ def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -
       weight_decay=o.weight_decay, grad_clip_norm=o.grad_clip_norm))
   tx, schedule = optim.make_optimizer(opt_cfg, lr_factors=factors)
   loss_fn = functools.partial(qa_loss if task.kind == 'qa' else task_loss, model=model, task=task)
-  return train_lib.Setup(model_cfg, None, None, model, tx, schedule, loss_fn, seed, init)
+  return step_lib.Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule,
+                        loss_fn=loss_fn, seed=seed, init_params=init)
 
 
 def _global_batch(arrays: dict, rows: np.ndarray, sharding) -> dict:
@@ -249,51 +253,72 @@ def evaluate(task, logits, data, examples: list, cfg=None) -> dict:
 
 def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, workdir: str,
                  log) -> dict:
+  """One fine-tuning on the training loop: resumed from its latest checkpoint in `workdir` (a
+  re-run after a kill continues it; a finished one is only scored again), saved every
+  `save_every` steps and when stopped, scored on the dev split(s) every `eval_every` steps with
+  the best checkpoint by the task's first metric kept; returns the final dev scores."""
   mesh = partitioning.make_mesh()
   train = data['train']
   steps_per_epoch = len(train) // cfg.batch_size
   epochs = cfg.epochs or task.epochs
   total = max(1, int(round(epochs * steps_per_epoch)))
   setup = make_setup(cfg, pretrained, task, total, seed)
-  init_fn, train_fn, _ = train_lib.compile_steps(setup, mesh)
-  state = init_fn()
-  sharding = partitioning.batch_sharding(mesh)
-  arrays = train.arrays()
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   fs.makedirs(workdir, exist_ok=True)
-  writer = metrics_lib.JsonlWriter(fs.join(workdir, 'metrics.jsonl'))
-  progress = metrics_lib.Progress(0, total, cfg.batch_size * cfg.max_seq_length)
-  sums, pending = None, None
+  ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1,
+                                     best_metric=task.metrics[0] if cfg.eval_every else '')
+  with user_errors(ValueError):
+    start, state, _ = ckpt.restore_latest(init_fn(), log)
+  if start:
+    log(f'seed {seed}: resumed from {ckpt.directory}/{start}')
+  scores_at = {}
+  shown = tuple(m if i == 0 else f'{s}_{m}' for i, s in enumerate(
+      s for s in task.dev_splits if s in data) for m in task.metrics)
 
-  def report(step, sums):
-    values = metrics_lib.summarize(sums)
-    speed = progress.update(step)
-    log(f'{metrics_lib.stamp()}seed {seed} | {metrics_lib.Progress.format(step, total, speed)} | '
-        f'{metrics_lib.format_line(values, ("loss", "accuracy", "learning_rate"))}')
-    writer.write({'split': 'train', 'seed': seed, 'step': step, **values, **speed})
+  def evaluate_now(step, state):  # the first dev split's scores by their names (the curves'
+    scores_at[step] = dev_scores(cfg, task, setup.model, state.params, data, splits, mesh)
+    return {(m if i == 0 else f'{s}_{m}'): v  # panels pair them with train's), the others named
+            for i, (s, values) in enumerate(scores_at[step].items()) for m, v in values.items()}
 
-  order = np.empty(0, np.int64)
-  for step in range(1, total + 1):
+  plan = loop_lib.Plan(total_steps=total, log_every=cfg.log_every, eval_every=cfg.eval_every,
+                       save_every=cfg.save_every, keep_best=bool(cfg.eval_every), nonfinite='skip',
+                       tokens_per_step=cfg.batch_size * cfg.max_seq_length, prefix=f'seed {seed} | ',
+                       fields=('loss', 'accuracy', 'learning_rate'), eval_fields=shown)
+  meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
+                       'labels': list(task.labels)}
+  panels = [('loss', 'loss'), ('accuracy', 'accuracy (train and dev)'),
+            ('learning_rate', 'learning rate')] + [
+                (m, f'{m} ({task.dev_splits[0]})') for m in task.metrics if m != 'accuracy']
+  batches = _batches(train.arrays(), len(train), cfg.batch_size, seed, start,
+                     partitioning.batch_sharding(mesh))
+  with user_errors(checkpoint_lib.DiskFull):
+    result = loop_lib.run(plan, state, train_fn, batches, start, evaluate=evaluate_now,
+                          ckpt=ckpt, meta=meta, log=log,
+                          logs=loop_lib.Logs(workdir, tags={'seed': seed}, panels=panels))
+    if result.preempted:
+      return {'seed': seed, 'preempted': result.preempted}
+    best = ckpt.best_step()
+    ckpt.close()
+  skipped = int(jax.device_get(result.state.nonfinite_steps))
+  if skipped:
+    log(f'  warning: seed {seed}: {skipped} step(s) had a non-finite loss and were skipped; '
+        'lower optimizer.learning_rate')
+  out = {'seed': seed, 'steps': total, 'epochs': epochs, **scores_at[total]}
+  if cfg.eval_every and best is not None:
+    out['best_step'] = best
+  return out
+
+
+def _batches(arrays: dict, n: int, batch_size: int, seed: int, start: int, sharding):
+  """The train batches after step `start`: epoch e visits the examples in an order drawn from
+  (seed, e), so a resumed run continues the stream of an uninterrupted one."""
+  steps_per_epoch = n // batch_size
+  order, drawn = None, None
+  for step in itertools.count(start + 1):
     epoch, index = divmod(step - 1, steps_per_epoch)
-    if index == 0:  # a new epoch: a new order of the examples, a function of (seed, epoch)
-      order = np.random.default_rng([seed, epoch]).permutation(len(train))
-    rows = order[index * cfg.batch_size:(index + 1) * cfg.batch_size]
-    state, step_sums = train_fn(state, _global_batch(arrays, rows, sharding))
-    sums = step_sums if sums is None else train_lib.accumulate(sums, step_sums)
-    if pending is not None:
-      report(*pending)
-      pending = None
-    if step % cfg.log_every == 0 or step == total:
-      pending, sums = (step, sums), None
-  report(*pending)
-  if int(jax.device_get(state.nonfinite_steps)):
-    log(f'  warning: seed {seed}: {int(state.nonfinite_steps)} step(s) had a non-finite loss and '
-        'were skipped; lower optimizer.learning_rate')
-  ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1)
-  ckpt.save(total, state, {'step': total, 'task': task.name, 'kind': task.kind,
-                           'labels': list(task.labels)})
-  ckpt.close()
-  return {'seed': seed, 'steps': total, 'epochs': epochs,
-          **dev_scores(cfg, task, setup.model, state.params, data, splits, mesh)}
+    if drawn != epoch:
+      order, drawn = np.random.default_rng([seed, epoch]).permutation(n), epoch
+    yield _global_batch(arrays, order[index * batch_size:(index + 1) * batch_size], sharding)
 
 
 def dev_scores(cfg, task, model, params, data: dict, splits: dict, mesh) -> dict:
@@ -320,7 +345,7 @@ def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
     ckpt.close()
     raise UserError(f'{seed_dir} holds no fine-tuned checkpoint; run --mode=train first')
   setup = make_setup(cfg, pretrained, task, step, seed)
-  init_fn, _, _ = train_lib.compile_steps(setup, partitioning.make_mesh())
+  init_fn, _, _ = step_lib.compile_steps(setup, partitioning.make_mesh())
   try:
     _, state, meta = ckpt.restore_latest(init_fn())
   except ValueError as e:
@@ -378,12 +403,32 @@ def write_predictions(task, split: str, logits, examples: list, folder: str, dat
 
 def _check(cfg, mesh):
   for what, value in (('batch_size', cfg.batch_size), ('eval_batch_size', cfg.eval_batch_size)):
-    try:
+    with user_errors(ValueError):
       partitioning.check_batch_size(value, mesh, what)
-    except ValueError as e:
-      raise UserError(str(e)) from None
   if cfg.num_seeds < 1 or cfg.log_every < 1:
     raise UserError('num_seeds and log_every must be at least 1')
+  if cfg.get('eval_every', 0) < 0 or cfg.get('save_every', 0) < 0:
+    raise UserError('eval_every and save_every must be 0 (off) or more')
+
+
+# Fields that change how a fine-tuning is run or reported, not what it computes.
+_MAY_CHANGE = ('num_seeds', 'log_every', 'eval_every', 'save_every', 'eval_batch_size')
+
+
+def _check_same_finetuning(cfg, workdir: str):
+  """A re-run in a workdir holding fine-tunings continues them (a killed seed resumes, a finished
+  one is scored again): refused when the config would compute something else."""
+  path = fs.join(workdir, 'config.json')
+  if not fs.isfile(path) or not any(n.startswith('seed_') for n in fs.listdir(workdir)):
+    return
+  with fs.open(path) as f:
+    before = json.load(f)
+  after = json.loads(cfg.to_json())
+  diffs = [f'{k} {before.get(k)!r} -> {after.get(k)!r}' for k in sorted(set(before) | set(after))
+           if k not in _MAY_CHANGE and before.get(k) != after.get(k)]
+  if diffs:
+    raise UserError(f'--workdir {workdir} holds fine-tunings with a different config '
+                    f'({"; ".join(diffs)}); use a new --workdir, or the same config to continue')
 
 
 def _table(task, results: list[dict]) -> tuple[str, dict]:
@@ -421,10 +466,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
       raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run --mode=train '
                       'first, with this --workdir')
   pretrained = load_pretrained(cfg.init, cfg.from_scratch or mode != 'train', log)
-  try:
+  with user_errors(ValueError, FileNotFoundError):
     task, splits = tasks_lib.load(cfg.task, pretrained.config, log)
-  except (ValueError, FileNotFoundError) as e:
-    raise UserError(str(e)) from None
   if mode != 'train':
     return _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log)
   if 'train' not in splits:
@@ -445,6 +488,7 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   if len(data['train']) < cfg.batch_size:
     raise UserError(f'the train data has {len(data["train"])} examples, fewer than one batch of '
                     f'{cfg.batch_size}; add data or lower --config.batch_size')
+  _check_same_finetuning(cfg, workdir)
   fs.makedirs(workdir, exist_ok=True)
   fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))
   log(f'{task.name}: {task.kind}, {len(task.labels) or "one"} output(s), scored by '
@@ -459,6 +503,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
     t = time.time()
     result = finetune_one(cfg, pretrained, task, data, splits, seed,
                           fs.join(workdir, f'seed_{seed}'), log)
+    if 'preempted' in result:  # saved; the same command continues this seed
+      return {'task': task.name, 'preempted': result['preempted'], 'seed': seed}
     result['seconds'] = time.time() - t
     results.append(result)
     log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in task.dev_splits

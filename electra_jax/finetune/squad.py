@@ -31,9 +31,8 @@ class Question:
 
 def load_tfds(version: str, split: str, data_dir: str | None = None) -> list[Question]:
   """`squad/v1.1` or `squad/v2.0` from TFDS; split 'train' or 'validation'."""
-  from electra_jax import records  # pylint: disable=import-outside-toplevel
-  records.tensorflow()
-  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
+  tfds = tf_import.datasets()
   out = []
   for row in tfds.as_numpy(tfds.load(f'squad/{version}', split=split, data_dir=data_dir)):
     answers = row['answers']

@@ -75,9 +75,8 @@ def glue_task(name: str) -> Task:
 
 def load_glue(name: str, data_dir: str | None = None) -> dict[str, list[Example]]:
   """The splits of GLUE task `name` from TFDS (`glue/<name>`); test labels are None."""
-  from electra_jax import records  # pylint: disable=import-outside-toplevel
-  records.tensorflow()  # TF quiet and off the accelerators before TFDS loads it
-  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
+  tfds = tf_import.datasets()
   g = GLUE[name]
   out = {}
   for ours, theirs in g.splits.items():

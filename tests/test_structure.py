@@ -1,0 +1,115 @@
+"""The package's shape: no import cycles, each module importable alone, one TensorFlow importer,
+no function longer than a screen."""
+
+import ast
+import os
+import sys
+
+from conftest import ROOT
+
+PACKAGE = os.path.join(ROOT, 'electra_jax')
+TF_OWNER = 'electra_jax.tf_import'
+
+
+def _modules() -> dict[str, str]:
+  """{module name: file} of the package."""
+  found = {}
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      if name.endswith('.py'):
+        path = os.path.join(folder, name)
+        parts = os.path.relpath(path, ROOT)[:-3].split(os.sep)
+        if parts[-1] == '__init__':
+          parts.pop()
+        found['.'.join(parts)] = path
+  return found
+
+
+def _imports(path: str, modules: dict) -> list[tuple[str, int]]:
+  """(imported name, line) for every import in the file, at any depth (lazy imports count)."""
+  found = []
+  for node in ast.walk(ast.parse(open(path).read())):
+    if isinstance(node, ast.Import):
+      found += [(a.name, node.lineno) for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      found.append((node.module, node.lineno))
+      found += [(f'{node.module}.{a.name}', node.lineno) for a in node.names
+                if f'{node.module}.{a.name}' in modules]
+  return found
+
+
+def _graph() -> dict[str, set]:
+  modules = _modules()
+  return {name: {m for m, _ in _imports(path, modules) if m in modules and m != 'electra_jax'
+                 and m != name}
+          for name, path in modules.items()}
+
+
+def test_the_import_graph_has_no_cycle():
+  graph = _graph()
+  # Tarjan's strongly connected components: any component of two or more modules is a cycle.
+  index, low, stack, on_stack, cycles, counter = {}, {}, [], set(), [], [0]
+
+  def visit(v):
+    index[v] = low[v] = counter[0]
+    counter[0] += 1
+    stack.append(v)
+    on_stack.add(v)
+    for w in graph[v]:
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      component = []
+      while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        component.append(w)
+        if w == v:
+          break
+      if len(component) > 1:
+        cycles.append(sorted(component))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  assert not cycles, f'modules that import each other (directly or around a circle): {cycles}'
+  assert len(graph) > 30 and sum(map(len, graph.values())) > 60  # the graph was really read
+
+
+def test_every_module_imports_alone():
+  """Each module imported first, in a fresh state of the package (a child process, with the
+  third-party libraries loaded once): nothing depends on what was imported before it."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  script = (
+      'import importlib, sys\n'
+      f'for name in {sorted(_modules())!r}:\n'
+      '  for m in [m for m in sys.modules if m.split(".")[0] == "electra_jax"]:\n'
+      '    del sys.modules[m]\n'
+      '  importlib.import_module(name)\n'
+      'print("imported", len(sys.modules))\n')
+  out = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600)
+  assert out.returncode == 0 and 'imported' in out.stdout, out.stderr[-3000:]
+
+
+def test_one_module_imports_tensorflow():
+  modules = _modules()
+  importers = sorted(f'{name}:{line}' for name, path in modules.items()
+                     for m, line in _imports(path, modules)
+                     if m.split('.')[0] in ('tensorflow', 'tensorflow_datasets')
+                     and name != TF_OWNER)
+  assert not importers, f'TensorFlow imported outside {TF_OWNER}: {importers}'
+
+
+def test_no_function_is_longer_than_a_screen():
+  long = []
+  for name, path in _modules().items():
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        lines = node.end_lineno - node.lineno + 1
+        if lines > 100:
+          long.append(f'{name}.{node.name} ({lines} lines)')
+  assert not long, long
