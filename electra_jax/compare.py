@@ -10,7 +10,6 @@ finished pre-trainings and fine-tunings are read back, not redone.
 """
 
 import json
-import statistics
 
 import ml_collections
 
@@ -78,10 +77,78 @@ def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> di
   return finetune_run.finetune(f, workdir, log=log)
 
 
-def compare(config, ft_config, workdir: str, names=DEFAULT_RUNS, electra_steps: int = 2000,
+def _as_tasks(ft_configs) -> dict:
+  """{task label: fine-tuning config}; one config is labelled by its task's name."""
+  if isinstance(ft_configs, ml_collections.ConfigDict):
+    return {ft_configs.task.name: ft_configs}
+  return dict(ft_configs)
+
+
+def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: float,
+             log=print) -> tuple[list[dict], dict, float]:
+  """The plan with estimated seconds: each pre-training at the FLOP rate of one measured ELECTRA
+  step (`electra_step_s`), each fine-tuning (its train steps, 3 x a forward, and one forward pass
+  over the dev and test splits per seed) at the same rate. Returns (plan rows with 'seconds',
+  {task label: steps, examples, seconds of one run's fine-tunings}, total seconds)."""
+  from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+  rows = plan(config, names, electra_steps)
+  rate = rows[0]['flops_per_step'] / electra_step_s if rows[0]['name'] == 'electra' else (
+      step_flops(run_config(config, 'electra')) / electra_step_s)
+  cfg = model_lib.ModelConfig.from_config(run_config(config, 'electra').model)
+  finetune_s = {}
+  for label, ft in _as_tasks(ft_configs).items():
+    with user_errors(ValueError, FileNotFoundError):
+      task, splits = tasks_lib.load(ft.task, config, log=lambda *_: None)
+    forward = flops_lib.encoder_forward_flops(cfg, ft.max_seq_length)
+    steps = max(1, int(round((ft.epochs or task.epochs) * (len(splits['train']) // ft.batch_size))))
+    scored = sum(len(v) for k, v in splits.items() if k != 'train')
+    flops = ft.num_seeds * (3 * forward * ft.batch_size * steps + forward * scored)
+    finetune_s[label] = {'steps': steps, 'examples': len(splits['train']), 'seconds': flops / rate}
+  for row in rows:
+    row['seconds'] = row['steps'] * row['flops_per_step'] / rate
+  total = sum(r['seconds'] for r in rows) + (len(rows) + 1) * sum(
+      f['seconds'] for f in finetune_s.values())
+  return rows, finetune_s, total
+
+
+def print_plan(config, ft_configs, names, electra_steps: int, electra_step_s: float,
+               log=print) -> float:
+  """Prints the runs' steps and estimated times (nothing is trained); returns the total seconds."""
+  rows, finetune_s, total = estimate(config, ft_configs, names, electra_steps, electra_step_s,
+                                     log)
+  log(f'budget: the FLOPs of {electra_steps:,} ELECTRA steps = '
+      f'{electra_steps * step_flops(run_config(config, "electra")):.3g}; one ELECTRA step measured '
+      f'at {electra_step_s * 1e3:.0f} ms on this machine, every estimate at its FLOP rate')
+  log('| run | objective | steps | GFLOP per step | est. pre-training |')
+  log('|---|---|---|---|---|')
+  for r in rows:
+    log(f'| {r["name"]} | {r["config"].objective.name} | {r["steps"]:,} | '
+        f'{r["flops_per_step"] / 1e9:.2f} | {_duration(r["seconds"])} |')
+  for label, f in finetune_s.items():
+    log(f'fine-tuning {label}: {f["examples"]:,} train examples, {f["steps"]:,} steps per seed, '
+        f'est. {_duration(f["seconds"])} per run ({len(rows)} runs + random init)')
+  log(f'estimated total: {_duration(total)} (matmul FLOPs only: input pipeline, evaluation '
+      'during pre-training, compilation and checkpoints come on top)')
+  return total
+
+
+def measure_electra_step(config) -> float:
+  """Seconds of one ELECTRA step of `config` on this machine (compiled, then 3 steps timed)."""
+  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  return benchmark.benchmark(run_config(config, 'electra'), steps=3, warmup=1,
+                             repeats=1)['ms_per_step'] / 1e3
+
+
+def _duration(seconds: float) -> str:
+  return f'{seconds / 60:.1f} min' if seconds < 5400 else f'{seconds / 3600:.1f} h'
+
+
+def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps: int = 2000,
             log=print) -> list[dict]:
-  """Pre-trains and fine-tunes each run under `workdir`; returns the table's rows."""
+  """Pre-trains each run under `workdir` and fine-tunes it on each task of `ft_configs` (a config,
+  or {label: config}); returns the table's rows."""
   from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
+  tasks = _as_tasks(ft_configs)
   rows = plan(config, names, electra_steps)
   pretrain.make_workdir(workdir)
   base = ml_collections.ConfigDict(config.to_dict())
@@ -96,47 +163,58 @@ def compare(config, ft_config, workdir: str, names=DEFAULT_RUNS, electra_steps: 
     c.data.records = base.data.records
     prefix = lambda line, name=name: log(f'[{name}] {line}')
     summary = pretrain.train_and_evaluate(c, fs.join(workdir, name), log=prefix)
-    tuned = _finetune(ft_config, fs.join(workdir, name),
-                      fs.join(workdir, f'{name}_finetune'), False, prefix)
+    tuned = {label: _finetune(ft, fs.join(workdir, name), fs.join(workdir, f'{name}_{label}'),
+                              False, prefix) for label, ft in tasks.items()}
     results.append(_row(name, c.objective.name, row['flops_per_step'], row['steps'],
                         summary.get('eval', {}), tuned))
   # The same fine-tuning from random weights: what pre-training has to beat.
-  scratch = _finetune(ft_config, fs.join(workdir, rows[0]['name']),
-                      fs.join(workdir, 'random_init_finetune'), True,
-                      lambda line: log(f'[random init] {line}'))
+  scratch = {label: _finetune(ft, fs.join(workdir, rows[0]['name']),
+                              fs.join(workdir, f'random_init_{label}'), True,
+                              lambda line: log(f'[random init] {line}'))
+             for label, ft in tasks.items()}
   results.append(_row('random init', '-', 0.0, 0, {}, scratch))
   _write(results, workdir, electra_steps, log)
   return results
 
 
-def _row(name, objective, per_step, steps, held_out, tuned) -> dict:
-  metric, value = next(iter(tuned['median'].items()))
-  seeds = [s for s in tuned['seeds']]
-  split, score = metric.split('/', 1) if '/' in metric else ('dev', metric)
+def _row(name, objective, per_step, steps, held_out, tuned: dict) -> dict:
+  downstream = {}
+  for label, result in tuned.items():
+    metric, value = next(iter(result['median'].items()))  # the first dev split's first metric
+    split, score = metric.split('/', 1) if '/' in metric else ('dev', metric)
+    downstream[label] = {'metric': metric, 'median': value,
+                         'seeds': [s.get(split, {}).get(score) for s in result['seeds']]}
   return {'run': name, 'objective': objective, 'pretrain_flops': per_step * steps, 'steps': steps,
-          **{k: held_out[k] for k in _HELD_OUT if k in held_out},
-          'downstream_metric': metric, 'downstream_median': value,
-          'downstream_seeds': [s.get(split, {}).get(score) for s in seeds]}
+          **{k: held_out[k] for k in _HELD_OUT if k in held_out}, 'downstream': downstream}
 
 
 def _write(results: list[dict], workdir: str, electra_steps: int, log):
+  labels = list(results[0]['downstream'])
   header = ('| run | objective | pre-training FLOPs | steps | held-out MLM loss | disc AUC | '
-            'main MLM / all-tokens loss | downstream (median of seeds) |')
-  lines = [header, '|' + '---|' * 8]
+            'main MLM / all-tokens loss | ' + ' | '.join(
+                f'{label} {results[0]["downstream"][label]["metric"]} (median of seeds)'
+                for label in labels) + ' |')
+  lines = [header, '|' + '---|' * (7 + len(labels))]
   fmt = lambda r, k: f'{r[k]:.3f}' if k in r else '-'
   for r in results:
     main = fmt(r, 'main_mlm_loss') if 'main_mlm_loss' in r else fmt(r, 'all_tokens_loss')
-    seeds = ', '.join(f'{100 * s:.2f}' for s in r['downstream_seeds'] if s is not None)
+    cells = []
+    for label in labels:
+      d = r['downstream'][label]
+      seeds = ', '.join(f'{100 * s:.2f}' for s in d['seeds'] if s is not None)
+      cells.append(f'{100 * d["median"]:.2f} ({seeds})')
     lines.append(f'| {r["run"]} | {r["objective"]} | {r["pretrain_flops"]:.3g} | {r["steps"]:,} | '
-                 f'{fmt(r, "mlm_loss")} | {fmt(r, "disc_auc")} | {main} | '
-                 f'{100 * r["downstream_median"]:.2f} ({seeds}) |')
+                 f'{fmt(r, "mlm_loss")} | {fmt(r, "disc_auc")} | {main} | ' + ' | '.join(cells)
+                 + ' |')
   table = '\n'.join(lines)
-  metric = results[0]['downstream_metric']
   fs.write_atomic(fs.join(workdir, 'comparison.md'),
-                  f'# Objectives at the FLOPs of {electra_steps:,} ELECTRA steps; downstream: '
-                  f'{metric}\n\n{table}\n')
+                  f'# Objectives at the FLOPs of {electra_steps:,} ELECTRA steps, fine-tuned on '
+                  f'{", ".join(labels)}\n\n{table}\n')
   fs.write_atomic(fs.join(workdir, 'comparison.json'), json.dumps(results, indent=2))
   log(table)
-  log(f'median {statistics.median([r["downstream_median"] for r in results[:-1]]):.4f} over the '
-      f'objectives; random init {results[-1]["downstream_median"]:.4f} | '
-      f'{fs.join(workdir, "comparison.md")}')
+  for label in labels:
+    scratch = results[-1]['downstream'][label]['median']
+    better = [r['run'] for r in results[:-1] if r['downstream'][label]['median'] >= scratch]
+    log(f'{label}: {len(better)} of {len(results) - 1} pre-trained runs at least as good as '
+        f'random init ({100 * scratch:.2f})' + (f': {", ".join(better)}' if better else ''))
+  log(fs.join(workdir, 'comparison.md'))

@@ -86,9 +86,23 @@ def _builtin_documents() -> tuple[tuple[str, ...], ...]:
   """Parsed once per process (about 5 s of `ast` work, 2 MB kept)."""
   from pydoc_data import topics  # pylint: disable=import-outside-toplevel
   docs = [text_to_sentences(topics.topics[k]) for k in sorted(topics.topics)]
-  texts = (_module_docstrings(p) for p in _stdlib_sources())
-  docs.extend(text_to_sentences(t) for t in texts if t)
+  docs.extend(d for _, d in builtin_module_documents())
   return tuple(tuple(d) for d in docs if d)
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_module_documents() -> tuple[tuple[str, tuple[str, ...]], ...]:
+  """(top-level module or package, sentences) of each standard-library source file with
+  docstrings, in the built-in corpus's order: `email/parser.py` is ('email', ...)."""
+  root = sysconfig.get_paths()['stdlib']
+  out = []
+  for path in _stdlib_sources():
+    text = _module_docstrings(path)
+    sentences = tuple(text_to_sentences(text)) if text else ()
+    if sentences:
+      top = os.path.relpath(path, root).split(os.sep)[0]
+      out.append((top[:-3] if top.endswith('.py') else top, sentences))
+  return tuple(out)
 
 
 def builtin_lines() -> Iterator[str]:

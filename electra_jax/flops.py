@@ -115,6 +115,12 @@ def _encoder_matmuls(h, layers, inter, e, s):
   return per_token * s
 
 
+def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
+  """Matmul FLOPs of one example's forward pass through the discriminator's encoder."""
+  return float(_encoder_matmuls(cfg.hidden_size, cfg.num_layers, cfg.intermediate_size,
+                                cfg.embedding_size, seq_len))
+
+
 def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
                       num_predictions: int, objective: str = 'electra') -> float:
   """Matmul FLOPs of one train step (forward + backward = 3 x forward) of `objective`."""

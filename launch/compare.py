@@ -1,14 +1,17 @@
 """Pre-train several objectives at the same compute, fine-tune each the same way, print one table.
 
+    python launch/compare.py --workdir=/tmp/electra_compare --plan   # steps and estimated time only
     python launch/compare.py --workdir=/tmp/electra_compare
     python launch/compare.py --workdir=/tmp/cmp --runs=electra,mlm,electra_gdes --electra_steps=3500 \
-        --config=configs/tiny.py --finetune_config=configs/finetune/builtin.py --num_seeds=3
+        --config=configs/tiny.py --finetune_config=configs/finetune/builtin.py:topic --num_seeds=3
 
 The budget is the FLOPs of --electra_steps steps of ELECTRA under --config; every run gets the
 steps that cost the same (BERT MLM, without a generator, gets more). Runs: electra, electra_15, mlm,
-replace_mlm, all_tokens_mlm, electric, electra_gdes, electra_nes. Each is fine-tuned per
---finetune_config with the same seeds, and so is the same model from random weights. The table goes
-to <workdir>/comparison.md and comparison.json; re-running the command resumes.
+replace_mlm, all_tokens_mlm, electric, electra_gdes, electra_nes. Each is fine-tuned with the same
+seeds on both built-in tasks (coherence and topic), or on --finetune_config's task alone when it is
+given, and so is the same model from random weights. The table goes to <workdir>/comparison.md and
+comparison.json; re-running the command resumes. --plan prints each run's steps and the estimated
+time (one ELECTRA step is compiled and timed) and trains nothing.
 """
 
 import os
@@ -32,6 +35,7 @@ _RUNS = flags.DEFINE_list('runs', 'electra,electra_15,mlm,replace_mlm,all_tokens
                           'runs to compare')
 _STEPS = flags.DEFINE_integer('electra_steps', 2000, 'the budget: FLOPs of this many ELECTRA steps')
 _SEEDS = flags.DEFINE_integer('num_seeds', 3, 'fine-tunings per run (the same seeds for all)')
+_PLAN = flags.DEFINE_bool('plan', False, 'print the steps and estimated time; train nothing')
 flags.mark_flags_as_required(['workdir'])
 
 
@@ -42,10 +46,20 @@ def main(argv):
     raise cli.UserError('--electra_steps and --num_seeds must be at least 1')
   cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
   from electra_jax import compare  # pylint: disable=import-outside-toplevel
-  ft = _FT_CONFIG.value
-  ft.num_seeds = _SEEDS.value
-  compare.compare(_CONFIG.value, ft, _WORKDIR.value, _RUNS.value, _STEPS.value,
-                  log=lambda line: print(line, flush=True))
+  if flags.FLAGS['finetune_config'].present:
+    tasks = {_FT_CONFIG.value.task.name: _FT_CONFIG.value}
+  else:  # both built-in tasks
+    sys.path.insert(0, os.path.join(_ROOT, 'configs', 'finetune'))
+    import builtin  # pylint: disable=import-outside-toplevel
+    tasks = {label: builtin.get_config(label) for label in builtin.TASKS}
+  for ft in tasks.values():
+    ft.num_seeds = _SEEDS.value
+  log = lambda line: print(line, flush=True)
+  if _PLAN.value:
+    compare.print_plan(_CONFIG.value, tasks, _RUNS.value, _STEPS.value,
+                       compare.measure_electra_step(_CONFIG.value), log)
+    return
+  compare.compare(_CONFIG.value, tasks, _WORKDIR.value, _RUNS.value, _STEPS.value, log=log)
 
 
 if __name__ == '__main__':

@@ -28,26 +28,63 @@ def test_every_run_gets_the_steps_of_the_same_flops():
     compare.plan(config, ['bert'], 10)
 
 
+def test_the_plan_estimates_time_at_one_measured_flop_rate(tmp_path):
+  config = test_config()
+  tasks = {}
+  for label, seeds in (('a', 1), ('b', 2)):
+    ft = ft_config_lib.default_config()
+    ft.update(batch_size=16, max_seq_length=32, epochs=2.0, num_seeds=seeds)
+    ft.task.update(name='own', train=_synthetic(tmp_path / f'{label}.csv', 64, 'classification', 0),
+                   dev=_synthetic(tmp_path / f'{label}_dev.csv', 32, 'classification', 1))
+    tasks[label] = ft
+  rows, finetune, total = compare.estimate(config, tasks, ('electra', 'mlm'), 100, 0.5)
+  assert rows[0]['seconds'] == pytest.approx(50.0)  # 100 steps of 0.5 s
+  assert rows[1]['seconds'] == pytest.approx(50.0, rel=0.02)  # the same FLOPs, more steps
+  assert finetune['a']['steps'] == finetune['b']['steps'] == 8  # 2 epochs of 64 // 16
+  assert finetune['b']['seconds'] == pytest.approx(2 * finetune['a']['seconds'])  # two seeds
+  assert total == pytest.approx(rows[0]['seconds'] + rows[1]['seconds'] +
+                                3 * (finetune['a']['seconds'] + finetune['b']['seconds']))
+  step_s = compare.measure_electra_step(config)
+  assert 0 < step_s < 60
+  lines = []
+  assert compare.print_plan(config, tasks, ('electra', 'mlm'), 100, step_s, lines.append) > 0
+  assert lines[1].startswith('| run | objective | steps |') and lines[3].startswith('| electra |')
+  assert lines[-1].startswith('estimated total: ')
+  assert not os.path.exists(tmp_path / 'cmp')
+
+
 def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_dir):
   config = test_config(**{'data.records': records_dir})
-  ft = ft_config_lib.default_config()
-  ft.update(batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0, num_seeds=1,
-            log_every=50)
-  ft.task.update(name='own', train=_synthetic(tmp_path / 'train.csv', 64, 'classification', 0),
-                 dev=_synthetic(tmp_path / 'dev.csv', 32, 'classification', 1))
+  tasks = {}
+  for label, seed in (('first', 0), ('second', 2)):
+    ft = ft_config_lib.default_config()
+    ft.update(batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0, num_seeds=1,
+              log_every=50)
+    ft.task.update(name='own', train=_synthetic(tmp_path / f'{label}.csv', 64, 'classification',
+                                                seed),
+                   dev=_synthetic(tmp_path / f'{label}_dev.csv', 32, 'classification', seed + 1))
+    tasks[label] = ft
   workdir = str(tmp_path / 'cmp')
   lines = []
-  rows = compare.compare(config, ft, workdir, ('electra', 'mlm'), electra_steps=3,
+  rows = compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3,
                          log=lines.append)
   assert [r['run'] for r in rows] == ['electra', 'mlm', 'random init']
   assert rows[0]['steps'] == 3 and rows[1]['steps'] >= 3 and 'disc_auc' in rows[0]
   assert 'disc_auc' not in rows[1] and 'mlm_loss' in rows[1]
   for r in rows:
-    assert 0 <= r['downstream_median'] <= 1 and r['downstream_metric'] == 'dev/accuracy'
+    assert list(r['downstream']) == ['first', 'second']
+    for d in r['downstream'].values():
+      assert 0 <= d['median'] <= 1 and d['metric'] == 'dev/accuracy' and len(d['seeds']) == 1
+  for run in ('electra', 'mlm', 'random_init'):
+    for label in tasks:
+      assert os.path.isfile(os.path.join(workdir, f'{run}_{label}', 'results.json'))
   table = open(os.path.join(workdir, 'comparison.md')).read()
   assert table.count('\n| ') == 4 and '| mlm | mlm |' in table  # header + 3 rows
+  assert '| first dev/accuracy (median of seeds) | second dev/accuracy' in table
   assert json.load(open(os.path.join(workdir, 'comparison.json')))[1]['run'] == 'mlm'
+  assert any(l.startswith('second: ') and 'pre-trained runs at least as good as random init' in l
+             for l in lines)
   # A second call reads the finished runs back: the same table, no fine-tuning again.
-  again = compare.compare(config, ft, workdir, ('electra', 'mlm'), electra_steps=3,
+  again = compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3,
                           log=lines.append)
-  assert [r['downstream_median'] for r in again] == [r['downstream_median'] for r in rows]
+  assert [r['downstream'] for r in again] == [r['downstream'] for r in rows]

@@ -152,8 +152,58 @@ def test_own_files_become_a_task(tmp_path, ext):
   assert splits['train'][0] == tasks_lib.Example('good film', None, 'pos')
 
 
+def test_files_without_a_header_take_columns_by_position_and_tasks_are_named_by_folder(tmp_path):
+  folder = tmp_path / 'news_topics'
+  folder.mkdir()
+  rows = [('3', 'Markets fell', 'Stocks dropped today'), ('1', 'Team wins', 'A late goal')] * 5
+  with open(folder / 'train.csv', 'w', newline='') as f:
+    csv.writer(f).writerows(rows)  # no header row, as many public copies are
+  cfg = config_lib.default_config().task
+  cfg.update(name='own', train=str(folder / 'train.csv'))
+  # The default header=True reads the first data row as column names: the error says so.
+  with pytest.raises(ValueError, match=r"no column 'text': its first row \(3, Markets fell, Stocks "
+                     r"dropped today\) names the columns; .*set task.header=False"):
+    tasks_lib.load(cfg)
+  cfg.update(header=False)
+  with pytest.raises(ValueError, match=r"task.header is False, so task.text_a must be a column "
+                     r"position \(0, 1, ... of the 3 in"):
+    tasks_lib.load(cfg)
+  cfg.update(text_a='1', text_b='2', label='0')
+  task, splits = tasks_lib.load(cfg)
+  assert task.name == 'news_topics' and task.labels == ('1', '3')
+  assert splits['train'][:2] == [tasks_lib.Example('Markets fell', 'Stocks dropped today', '3'),
+                                 tasks_lib.Example('Team wins', 'A late goal', '1')]
+  cfg.update(label='7')
+  with pytest.raises(ValueError, match=r"has no column 7 in 10 of 10 rows \(its number of "
+                     r"fields: 3\)"):
+    tasks_lib.load(cfg)
+  cfg.update(label='label', train=_write(tmp_path / 'reviews.tsv', [('a', 'pos'), ('b', 'neg')],
+                                     ['text', 'label']), header=True, text_a='text', text_b='')
+  assert tasks_lib.load(cfg)[0].name == 'reviews'
+
+
+def test_a_labelled_test_file_is_scored_and_max_train_examples_keeps_a_fixed_subset(tmp_path):
+  cols = ['text', 'label']
+  rows = [(f'text {i}', 'pos' if i % 2 else 'neg') for i in range(10)]
+  cfg = config_lib.default_config().task
+  cfg.update(name='own', train=_write(tmp_path / 'train.csv', rows, cols),
+             test=_write(tmp_path / 'test.csv', rows[:4], cols), max_train_examples=6)
+  lines = []
+  task, splits = tasks_lib.load(cfg, log=lines.append)
+  assert task.test_splits == ('test',) and [e.label for e in splits['test']] == [
+      'neg', 'pos', 'neg', 'pos']
+  assert lines == ['train: 6 of 10 examples used (task.max_train_examples)']
+  kept = [int(e.text_a.split()[1]) for e in splits['train']]
+  assert len(kept) == 6 and kept == sorted(kept)  # the file's order
+  assert [e.text_a for e in tasks_lib.load(cfg, log=_quiet)[1]['train']] == [
+      e.text_a for e in splits['train']]  # the same subset every time
+  cfg.update(test=_write(tmp_path / 'unlabelled.csv', [('x',), ('y',)], ['text']))
+  task, splits = tasks_lib.load(cfg, log=_quiet)
+  assert task.test_splits == () and splits['test'][0].label is None
+
+
 @pytest.mark.parametrize('case, message', [
-    ('missing_column', r"has no column 'review' in 2 of 2 rows \(its columns: text, label\)"),
+    ('missing_column', r"has no column 'review': its first row \(text, label\) names the columns"),
     ('empty', 'holds no rows'),
     ('unseen', r"the dev data has label\(s\) \['maybe'\] never seen in the train data"),
     ('one_label', 'has 1 distinct label'),
@@ -239,7 +289,13 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   values = [s['dev'][metric] for s in summary['seeds']]
   assert summary['median'][f'dev/{metric}'] == pytest.approx(float(np.median(values)))
   assert min(values) > floor, (values, lines[-10:])
-  assert os.path.isfile(tmp_path / 'ft' / 'results.md')
+  # The labelled test file is scored too, reported apart from dev.
+  tests = [s['test'][metric] for s in summary['seeds']]
+  assert summary['median'][f'test/{metric}'] == pytest.approx(float(np.median(tests)))
+  assert list(summary['median'])[0] == f'dev/{metric}'
+  assert f'| dev {metric} |' in (tmp_path / 'ft' / 'results.md').read_text()
+  assert f'| test {metric} |' in (tmp_path / 'ft' / 'results.md').read_text()
+  assert any(f'scored by {metric}' in l and ' on dev, test | ' in l for l in lines), lines[:3]
   assert any(re.match(r'^\d\d:\d\d:\d\d seed 1 \| step 180/180 ', l) for l in lines), lines
   # The saved fine-tunings score the same again, and predict the test file.
   workdir = str(tmp_path / 'ft')
@@ -310,6 +366,20 @@ def test_glue_tsv_folders_are_read_with_their_quirks(tmp_path):
   assert splits['train'] == [tasks_lib.Example('The cat sat.', None, '1', 0),
                              tasks_lib.Example('Cat the sat "on.', None, '0', 1)]
   assert splits['test'] == [tasks_lib.Example('Birds sang.', None, None, 7)]
+  # Public copies with a labelled test split (in the train file's layout) are read and scored.
+  (cola / 'test.tsv').write_text('gj04\t0\t*\tSang birds the.\n')
+  assert tasks_lib.load_glue_tsv(str(tmp_path), 'cola', log=_quiet)['test'] == [
+      tasks_lib.Example('Sang birds the.', None, '0', 0)]
+  sst = tmp_path / 'SST-2'
+  sst.mkdir()
+  for name in ('train', 'dev', 'test'):
+    (sst / f'{name}.tsv').write_text('sentence\tlabel\nit is good .\t1\nit is bad .\t0\n')
+  cfg = config_lib.default_config().task
+  cfg.update(name='sst2', glue_dir=str(tmp_path))
+  task, splits = tasks_lib.load(cfg, log=_quiet)
+  assert task.test_splits == ('test',) and task.dev_splits == ('dev',)
+  assert splits['test'] == [tasks_lib.Example('it is good .', None, '1', 0),
+                            tasks_lib.Example('it is bad .', None, '0', 1)]
   mnli = tmp_path / 'MNLI'
   mnli.mkdir()
   head = 'index\tpromptID\tsentence1\tsentence2\tgold_label\n'
@@ -375,6 +445,32 @@ def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
     assert all((e.text_a, e.text_b) in followers for e in nexts)
   again = tasks_lib.load_builtin(seed=0, eval_fraction=0.05, max_train=1000)
   assert again == splits
+
+
+def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module():
+  from electra_jax import corpus  # pylint: disable=import-outside-toplevel
+  splits = tasks_lib.load_builtin_topic(seed=0)
+  area = {m: label for label, modules in tasks_lib.TOPICS.items() for m in modules}
+  passages = {}  # passage -> the areas whose documentation holds it
+  for module, sentences in corpus.builtin_module_documents():
+    for j in range(len(sentences) - 1):
+      passages.setdefault(' '.join(sentences[j:j + 2]), set()).add(area.get(module))
+  texts = {split: [e.text_a for e in examples] for split, examples in splits.items()}
+  assert not set(texts['train']) & set(texts['dev']) and not set(texts['dev']) & set(texts['test'])
+  assert not set(texts['train']) & set(texts['test'])
+  for split, examples in splits.items():
+    assert all(e.label in passages[e.text_a] for e in examples), split
+    counts = [sum(e.label == label for e in examples) for label in tasks_lib.TOPICS]
+    assert min(counts) > 0.4 * max(counts), (split, counts)  # no class dominates
+    assert max(counts) / len(examples) < 0.15, split  # the majority baseline stays near 1/9
+  assert len(splits['train']) > 2000 and min(len(splits['dev']), len(splits['test'])) > 400
+  assert tasks_lib.load_builtin_topic(seed=0) == splits
+  assert tasks_lib.load_builtin_topic(seed=1)['dev'] != splits['dev']
+  cfg = config_lib.default_config().task
+  cfg.update(name='builtin_topic', max_train_examples=500)
+  task, again = tasks_lib.load(cfg, log=_quiet)
+  assert task.labels == tuple(tasks_lib.TOPICS) and task.test_splits == ('test',)
+  assert again['train'] == splits['train'][:500] and again['dev'] == splits['dev']
 
 
 # ---- tagging --------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@
         --config.task.text_a=review --config.task.label=stars [--config.task.kind=regression]
 
 Files are .csv or .tsv with a header row, or .jsonl; `task.text_b` names a second text column for
-pair tasks. Class names are those of the train split; a dev label never seen in train is refused.
+pair tasks. Without a header row: --config.task.header=False --config.task.text_a=1
+--config.task.label=0 (columns by position). Class names are those of the train split; a dev label
+never seen in train is refused. A test file with labels is scored beside dev.
 """
 
 from electra_jax.finetune.config import default_config

@@ -24,14 +24,15 @@ def default_config() -> ml_collections.ConfigDict:
 
   t = c.task = ml_collections.ConfigDict()
   t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), squad1, squad2,
-  #                   'builtin' or 'own'
-  t.max_train_examples = 0  # 'builtin': train pairs drawn (0: 4,000)
+  #                   'builtin', or 'own' (named after the train file, or its folder for train.csv)
+  t.max_train_examples = 0  # train examples used, a fixed random subset (0: all; 'builtin': 4,000)
   t.tfds_data_dir = ''  # TFDS data_dir for GLUE ('' = TFDS's default)
   t.glue_dir = ''  # GLUE from the original download's TSV folders (<glue_dir>/MNLI/train.tsv ...)
   t.train = ''  # your own data: a .csv/.tsv (header row) or .jsonl file ...
   t.dev = ''  # ... evaluated after training (optional)
-  t.test = ''  # ... predicted (optional, no labels needed)
-  t.text_a = 'text'  # the column holding the text
+  t.test = ''  # ... predicted (optional); scored too when every row has a label
+  t.header = True  # .csv/.tsv: the first row names the columns; False: name them by position
+  t.text_a = 'text'  # the column holding the text (header=False: its position, 0 first)
   t.text_b = ''  # a second text column for pair tasks ('' = single text)
   t.label = 'label'  # the label column
   t.kind = 'classification'  # 'classification' (names), 'regression' (numbers), 'tagging' (CoNLL)

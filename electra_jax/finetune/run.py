@@ -303,7 +303,9 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   if skipped:
     log(f'  warning: seed {seed}: {skipped} step(s) had a non-finite loss and were skipped; '
         'lower optimizer.learning_rate')
-  out = {'seed': seed, 'steps': total, 'epochs': epochs, **scores_at[total]}
+  out = {'seed': seed, 'steps': total, 'epochs': epochs, **scores_at[total],
+         **dev_scores(cfg, task, setup.model, result.state.params, data, splits, mesh,
+                      task.test_splits)}
   if cfg.eval_every and best is not None:
     out['best_step'] = best
   return out
@@ -321,10 +323,11 @@ def _batches(arrays: dict, n: int, batch_size: int, seed: int, start: int, shard
     yield _global_batch(arrays, order[index * batch_size:(index + 1) * batch_size], sharding)
 
 
-def dev_scores(cfg, task, model, params, data: dict, splits: dict, mesh) -> dict:
+def dev_scores(cfg, task, model, params, data: dict, splits: dict, mesh, names=None) -> dict:
+  """{split: scores} of the dev splits (or of the splits `names`)."""
   return {split: evaluate(task, predict(model, params, data[split], cfg.eval_batch_size, mesh),
                           data[split], splits[split], cfg)
-          for split in task.dev_splits if split in data}
+          for split in (task.dev_splits if names is None else names) if split in data}
 
 
 def encode(task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
@@ -431,8 +434,12 @@ def _check_same_finetuning(cfg, workdir: str):
                     f'({"; ".join(diffs)}); use a new --workdir, or the same config to continue')
 
 
+def _scored(task) -> tuple:
+  return task.dev_splits + task.test_splits
+
+
 def _table(task, results: list[dict]) -> tuple[str, dict]:
-  splits = [s for s in task.dev_splits if all(s in r for r in results)]
+  splits = [s for s in _scored(task) if all(s in r for r in results)]
   columns = [(s, m) for s in splits for m in task.metrics]
   median = {f'{s}/{m}': statistics.median(r[s][m] for r in results) for s, m in columns}
   head = '| seed | ' + ' | '.join(f'{s} {m}' for s, m in columns) + ' |'
@@ -492,7 +499,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   fs.makedirs(workdir, exist_ok=True)
   fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))
   log(f'{task.name}: {task.kind}, {len(task.labels) or "one"} output(s), scored by '
-      f'{", ".join(task.metrics)} | ' + ', '.join(f'{s} {len(d):,}' for s, d in data.items()) +
+      f'{", ".join(task.metrics)} on {", ".join(s for s in _scored(task) if s in data) or "no split"}'
+      ' | ' + ', '.join(f'{s} {len(d):,}' for s, d in data.items()) +
       f' examples | from {pretrained.checkpoint}')
   note = model_lib.attention_note(pretrained.model_cfg, cfg.max_seq_length)
   if note:
@@ -507,7 +515,7 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
       return {'task': task.name, 'preempted': result['preempted'], 'seed': seed}
     result['seconds'] = time.time() - t
     results.append(result)
-    log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in task.dev_splits
+    log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in _scored(task)
                                       if s in result for m, v in result[s].items()))
   return _write_results(task, results, pretrained.checkpoint, workdir, log)
 
@@ -525,7 +533,7 @@ def _write_results(task, results, init: str, workdir: str, log) -> dict:
 def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -> dict:
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
   encoded = lambda split: encode(task, splits[split], tokenizer, cfg.max_seq_length, False, cfg)
-  wanted = [s for s in (task.dev_splits if mode == 'eval' else splits) if s in splits and (
+  wanted = [s for s in (_scored(task) if mode == 'eval' else splits) if s in splits and (
       mode == 'eval' or s.startswith('test') or (task.kind == 'qa' and s == 'dev'))]
   if not wanted:
     split = 'dev' if mode == 'eval' else 'test'
@@ -537,7 +545,7 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
     setup, state = restore_seed(cfg, pretrained, task, seed_dir, seed)
     if mode == 'eval':
       results.append({'seed': seed, **dev_scores(cfg, task, setup.model, state.params, data,
-                                                 splits, mesh)})
+                                                 splits, mesh, _scored(task))})
       continue
     for split in wanted:
       logits = predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh)

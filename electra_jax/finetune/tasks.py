@@ -30,10 +30,12 @@ class Task:
   kind: str  # 'classification' | 'regression' | 'tagging' | 'qa'
   labels: tuple  # class names in output order (classification)
   metrics: tuple  # scores.SCORES names; the first is the task's headline score
-  dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched)
+  dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched); the first
+  #                               chooses the best checkpoint
   swap_pairs: bool = False  # train on (a, b) and (b, a) (MRPC, STS-B)
   label_scale: float = 1.0  # regression targets are divided by this (STS-B: 5, to [0, 1])
   epochs: float = 3.0  # the paper's epochs for this task
+  test_splits: tuple = ()  # test splits whose every example is labelled: scored at the end only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,16 +143,19 @@ def load_glue_tsv(root: str, name: str, log=print) -> dict[str, list[Example]]:
     with fs.open(path, encoding='utf-8', newline='') as f:
       rows = list(csv.reader(f, delimiter='\t', quoting=csv.QUOTE_NONE))
     test = split.startswith('test')
-    if name == 'cola' and not test:  # CoLA's train/dev have no header: source, label, _, sentence
+    if name == 'cola' and (not test or (rows and len(rows[0]) == 4 and rows[0][1] in '01')):
+      # CoLA's train/dev (and labelled copies of its test) have no header: source, label, _, text
       header, rows = ['source', 'label', 'original', 'sentence'], rows
     else:
-      header, rows = rows[0], rows[1:]
-    wanted = list(spec.text) + ([spec.index] if test else [spec.label])
+      header, rows = (rows[0], rows[1:]) if rows else ([], [])
+    # Test files are unlabelled in GLUE's download; many public copies carry the labels: scored.
+    labelled = not test or spec.label in header
+    wanted = list(spec.text) + ([spec.label] if labelled else [spec.index])
     missing = [c for c in wanted if c not in header]
     if missing:
       raise ValueError(f'{path} has no column(s) {missing} (its header: {header}); is it GLUE\'s '
                        f'{spec.folder} file?')
-    col = {c: header.index(c) for c in wanted}
+    col = {c: header.index(c) for c in wanted + [spec.index] if c in header}
     examples, skipped = [], 0
     for n, row in enumerate(rows):
       if len(row) <= max(col.values()):
@@ -158,29 +163,35 @@ def load_glue_tsv(root: str, name: str, log=print) -> dict[str, list[Example]]:
         continue
       texts = [row[col[c]] for c in spec.text]
       label = None
-      if not test:
+      if labelled:
         label = row[col[spec.label]]
         if g.labels and label not in g.labels:
           raise ValueError(f'row {n + 1} of {path} has the label {label!r}, not one of '
                            f'{list(g.labels)}')
         label = float(label) if not g.labels else label
-      examples.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label,
-                              int(row[col[spec.index]]) if test else n))
+      index = int(row[col[spec.index]]) if test and spec.index in col else n
+      examples.append(Example(texts[0], texts[1] if len(texts) > 1 else None, label, index))
     if skipped:
       log(f'warning: {path}: {skipped} row(s) with too few columns skipped')
     out[split] = examples
   return out
 
 
-def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool = True
-               ) -> list[Example]:
-  """Rows of a .csv, .tsv (a header row names the columns) or .jsonl file (one object per line)."""
+def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool | None = True,
+               header: bool = True) -> list[Example]:
+  """Rows of a .csv, .tsv or .jsonl file (one object per line).
+
+  A .csv/.tsv file's first row names its columns; with `header=False` every row is data and the
+  columns are named by their position (0, 1, ...). `labelled=None`: labels are read where the
+  file has the label column (a test file may or may not have one).
+  """
   if not fs.isfile(path):
     raise FileNotFoundError(f'the data file {path} does not exist; give the path of a .csv, .tsv '
                             'or .jsonl file')
   ext = os.path.splitext(path)[1].lower()
   if ext not in ('.csv', '.tsv', '.jsonl'):
     raise ValueError(f'the data file {path} is not .csv, .tsv or .jsonl; convert it to one of them')
+  first = None  # a header row's cells, shown when a named column is missing
   with fs.open(path, encoding='utf-8', newline='') as f:
     if ext == '.jsonl':
       rows = []
@@ -192,31 +203,92 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
             raise ValueError(f'line {n} of {path} is not JSON ({e.msg}); each line must be one '
                              'object') from None
       columns = sorted(set().union(*(r.keys() for r in rows))) if rows else []
-    else:
+    elif header:
       reader = csv.DictReader(f, delimiter='\t' if ext == '.tsv' else ',')
       rows, columns = list(reader), list(reader.fieldnames or [])
+      first = columns
+    else:
+      rows = [dict(enumerate(r)) for r in csv.reader(f, delimiter='\t' if ext == '.tsv' else ',')
+              if r]
+      columns = list(range(max((len(r) for r in rows), default=0)))
   if not rows:
-    raise ValueError(f'the data file {path} holds no rows; give a file with a header row and data')
+    raise ValueError(f'the data file {path} holds no rows; give a file with ' +
+                     ('a header row and data' if header else 'data'))
+  if not header and ext != '.jsonl':
+    text_a, text_b, label = (_position(path, what, value, len(columns)) for what, value in
+                             (('text_a', text_a), ('text_b', text_b), ('label', label)))
   wider = next((i for i, r in enumerate(rows) if r.get(None)), None)  # csv's key for extra fields
   if wider is not None:
     fields = len(columns) + len(rows[wider][None])
     raise ValueError(f'data row {wider + 1} of {path} has {fields} fields but the header names '
                      f'{len(columns)} ({", ".join(columns)}); quote the fields that hold the '
                      'delimiter, or fix the row')
-  wanted = [c for c in (text_a, text_b, label if labelled else '') if c]
-  for column in wanted:
-    missing = sum(1 for r in rows if r.get(column) is None)
+  if labelled is None:
+    labelled = bool(label) and all(r.get(label) is not None for r in rows)
+  for column in (text_a, text_b, label if labelled else None):
+    missing = sum(1 for r in rows if r.get(column) is None) if column not in (None, '') else 0
+    if missing and first is not None and len(rows) == missing:
+      raise ValueError(f'the data file {path} has no column {column!r}: its first row '
+                       f'({", ".join(first)[:200]}) names the columns; set task.text_a, '
+                       'task.text_b and task.label to some of those, or if that row is data, '
+                       'set task.header=False and give the columns by position (task.text_a=1 '
+                       'task.label=0)')
     if missing:
+      where = 'columns' if header or ext == '.jsonl' else 'number of fields'
+      shown = ', '.join(map(str, columns)) if header or ext == '.jsonl' else str(len(columns))
       raise ValueError(f'the data file {path} has no column {column!r} in {missing} of {len(rows)} '
-                       f'rows (its columns: {", ".join(columns)}); set the task.text_a, '
-                       'task.text_b and task.label columns')
-  return [Example(str(r[text_a]), str(r[text_b]) if text_b else None,
-                  r[label] if labelled and label else None) for r in rows]
+                       f'rows (its {where}: {shown}); set the task.text_a, task.text_b and '
+                       'task.label columns')
+  return [Example(str(r[text_a]), str(r[text_b]) if text_b not in (None, '') else None,
+                  r[label] if labelled and label not in (None, '') else None) for r in rows]
+
+
+def _position(path: str, what: str, value: str, width: int) -> int | None:
+  """task.text_a / text_b / label of a file without a header: a column's position (0 first)."""
+  if value == '' and what == 'text_b':
+    return None
+  if not str(value).isdigit():
+    raise ValueError(f'task.header is False, so task.{what} must be a column position (0, 1, ... '
+                     f'of the {width} in {path}), not {value!r}; e.g. --config.task.{what}=1')
+  return int(value)
+
+
+def task_name(cfg) -> str:
+  """`task.name`, or for 'own' the train file's stem (its folder's name when the stem is a split's
+  name such as train.csv)."""
+  if cfg.name != 'own':
+    return cfg.name
+  path = cfg.train.rstrip('/')
+  stem = os.path.splitext(fs.basename(path))[0]
+  if stem.lower() in ('train', 'training', 'train_data', 'data'):
+    folder = path[:-len(fs.basename(path))].rstrip('/')
+    if not folder and '://' not in path:
+      folder = os.getcwd()
+    stem = fs.basename(folder) or stem
+  return stem or 'own'
+
+
+def sample_train(splits: dict, limit: int, log=print) -> dict:
+  """At most `limit` train examples (0: all): a fixed random subset in the file's order, the same
+  for every seed."""
+  train = splits.get('train') or []
+  if not limit or len(train) <= limit:
+    return splits
+  keep = np.sort(np.random.default_rng(0).choice(len(train), limit, replace=False))
+  log(f'train: {limit:,} of {len(train):,} examples used (task.max_train_examples)')
+  return {**splits, 'train': [train[i] for i in keep]}
+
+
+def with_test_splits(task: Task, splits: dict) -> Task:
+  """The task scoring each test split whose every example has a label."""
+  labelled = tuple(s for s in splits if s.startswith('test') and splits[s] and
+                   all(e.label is not None for e in splits[s]))
+  return dataclasses.replace(task, test_splits=labelled)
 
 
 def own_task(cfg, splits: dict[str, list[Example]]) -> Task:
   """A classification task over the train split's labels, or a regression task."""
-  name = cfg.name if cfg.name != 'own' else os.path.splitext(fs.basename(cfg.train))[0]
+  name = task_name(cfg)
   if cfg.kind == 'regression':
     for split, examples in splits.items():
       for i, e in enumerate(examples):
@@ -284,13 +356,60 @@ def load_builtin(seed: int, eval_fraction: float, max_train: int = 4000
   return out
 
 
+# Areas of the standard library's documentation: label -> top-level modules and packages (each in
+# Python 3.11 and later).
+TOPICS = {
+    'asyncio': ('asyncio',),
+    'concurrency': ('multiprocessing', 'concurrent', 'threading', 'queue'),
+    'email': ('email', 'mailbox', 'smtplib', 'imaplib', 'poplib'),
+    'importing': ('importlib', 'pkgutil', 'zipimport'),
+    'logging': ('logging',),
+    'numbers': ('_pydecimal', 'statistics', 'fractions', 'numbers', 'random'),
+    'testing': ('unittest', 'doctest'),
+    'web': ('http', 'urllib', 'wsgiref'),
+    'xml': ('xml', 'xmlrpc'),
+}
+BUILTIN_TOPIC = Task('builtin_topic', 'classification', tuple(TOPICS), ('accuracy',), ('dev',))
+
+
+def load_builtin_topic(seed: int, max_train: int = 4000, per_topic: int = 450
+                       ) -> dict[str, list[Example]]:
+  """Which area of the standard library a passage of its documentation comes from (9 classes:
+  asyncio, email, testing, ...): a task of vocabulary and subject rather than of coherence.
+
+  A passage is two consecutive sentences of a module's docstrings. Each area gives at most
+  `per_topic` passages (drawn from (seed, area)), 70% train, 15% dev, 15% test, so the classes are
+  about balanced. The passages are text the pre-training on the built-in corpus may have read, as
+  a user's own unlabelled text is; their labels it never saw.
+  """
+  from electra_jax import corpus  # pylint: disable=import-outside-toplevel
+  area = {module: label for label, modules in TOPICS.items() for module in modules}
+  seen = {}  # passage -> its area (docstrings repeat: each passage is kept once, in one split)
+  for module, sentences in corpus.builtin_module_documents():
+    if module in area:
+      for j in range(0, len(sentences) - 1, 2):
+        seen.setdefault(' '.join(sentences[j:j + 2]), area[module])
+  passages = {label: [t for t, a in seen.items() if a == label] for label in TOPICS}
+  out = {'train': [], 'dev': [], 'test': []}
+  for i, (label, texts) in enumerate(passages.items()):
+    order = np.random.default_rng([seed, 100 + i]).permutation(len(texts))[:per_topic]
+    cut = int(round(0.15 * len(order)))
+    for split, rows in (('test', order[:cut]), ('dev', order[cut:2 * cut]),
+                        ('train', order[2 * cut:])):
+      out[split].extend(Example(texts[j], None, label) for j in rows)
+  for i, split in enumerate(out):
+    rows = np.random.default_rng([seed, 200 + i]).permutation(len(out[split]))
+    out[split] = [out[split][j] for j in rows[:max_train if split == 'train' else None]]
+  return out
+
+
 def load_tagging(cfg) -> tuple[Task, dict[str, list[Example]]]:
   """CoNLL files (CoNLL-2000 chunking, CoNLL-2003 NER, ...) as a BIOES tagging task."""
   from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
   splits = {}
   for split in ('train', 'dev', 'test'):
     if cfg[split]:
-      splits[split] = [Example(words, None, None if split == 'test' else tagging.to_bioes(tags))
+      splits[split] = [Example(words, None, tagging.to_bioes(tags))  # a test file's tags: scored
                        for words, tags in tagging.read_conll(cfg[split], cfg.tag_column)]
   tags = {t for e in splits['train'] for t in e.label} - {'O'}
   if not tags:
@@ -302,8 +421,7 @@ def load_tagging(cfg) -> tuple[Task, dict[str, list[Example]]]:
     if unseen:
       raise ValueError(f'the {split} data has tag(s) {unseen[:5]} never seen in the train data; '
                        'fix the tags or add training sentences with them')
-  name = cfg.name if cfg.name != 'own' else os.path.splitext(fs.basename(cfg.train))[0]
-  return Task(name, 'tagging', labels, ('f1', 'precision', 'recall'),
+  return Task(task_name(cfg), 'tagging', labels, ('f1', 'precision', 'recall'),
               ('dev',) if 'dev' in splits else ()), splits
 
 
@@ -322,13 +440,27 @@ def load_squad(cfg) -> tuple[Task, dict[str, list]]:
 
 
 def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example]]]:
-  """(task, {split: examples}) from `config.task`; `pretraining` is the init run's config."""
+  """(task, {split: examples}) from `config.task`; `pretraining` is the init run's config.
+
+  `task.max_train_examples` keeps a fixed random subset of the train split; test splits whose
+  every example is labelled are scored (`Task.test_splits`).
+  """
+  task, splits = _load(cfg, pretraining, log)
+  if not cfg.name.startswith('builtin'):  # the built-in tasks draw that many examples themselves
+    splits = sample_train(splits, cfg.max_train_examples, log)
+  return with_test_splits(task, splits), splits
+
+
+def _load(cfg, pretraining, log) -> tuple[Task, dict[str, list[Example]]]:
   if cfg.name in SQUAD:
     return load_squad(cfg)
   if cfg.name == 'builtin':
     seed = pretraining.seed if pretraining is not None else 0
     fraction = pretraining.data.eval_fraction if pretraining is not None else 0.05
     return BUILTIN, load_builtin(seed, fraction, cfg.max_train_examples or 4000)
+  if cfg.name == 'builtin_topic':
+    seed = pretraining.seed if pretraining is not None else 0
+    return BUILTIN_TOPIC, load_builtin_topic(seed, cfg.max_train_examples or 4000)
   if cfg.name in GLUE and cfg.glue_dir:
     return glue_task(cfg.name), load_glue_tsv(cfg.glue_dir, cfg.name, log)
   if cfg.name in GLUE and not cfg.train:
@@ -337,12 +469,13 @@ def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example
     return load_tagging(cfg)
   if not cfg.train:
     raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(GLUE)}), squad1, '
-                     'squad2 or builtin; for your own data set task.train (and task.dev, '
+                     'squad2, builtin or builtin_topic; for your own data set task.train (and task.dev, '
                      'task.test) to .csv/.tsv/.jsonl (or CoNLL) files')
   splits = {}
   for split in ('train', 'dev', 'test'):
     path = cfg[split]
     if path:
       splits[split] = read_table(path, cfg.text_a, cfg.text_b, cfg.label,
-                                 labelled=split != 'test')
+                                 labelled=None if split == 'test' else True,
+                                 header=cfg.get('header', True))
   return own_task(cfg, splits), splits
