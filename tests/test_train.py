@@ -74,6 +74,8 @@ def test_microbatched_steps_equal_whole_batch_steps(objective):
     assert a.keys() == b.keys()
     for k in a:
       np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-4, err_msg=k)
+  if objective != 'electra':
+    return
   # with dropout the parts draw their own masks: same loss up to noise, different parameters
   config.model.dropout_rate = 0.1
   noisy, _ = _run_steps(config, jax.devices(), batches[:1])
@@ -595,18 +597,18 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
   committed = ckpt.latest_step()
   ckpt.close()
   assert committed is None or committed <= kill_at + 1, (kill_at, committed)
-  for workdir in (killed, straight):
-    run = subprocess.run(launch_command(config_file, workdir), capture_output=True, text=True,
-                         check=False, env=CHILD_ENV)
-    assert run.returncode == 0, run.stderr[-3000:]
-    if workdir == killed:
-      resumed = [l for l in run.stdout.splitlines() if l.startswith('resumed from')]
-      if committed is None:
-        assert not resumed and 'steps 0 -> 12' in run.stdout, (kill_at, run.stdout[-3000:])
-      else:
-        assert len(resumed) == 1, (kill_at, committed, run.stdout[-3000:])
-        step = int(resumed[0].split('/checkpoints/')[1].split()[0])
-        assert step == committed, (kill_at, committed, step)
+  run = subprocess.run(launch_command(config_file, killed), capture_output=True, text=True,
+                       check=False, env=CHILD_ENV)
+  assert run.returncode == 0, run.stderr[-3000:]
+  resumed = [l for l in run.stdout.splitlines() if l.startswith('resumed from')]
+  if committed is None:
+    assert not resumed and 'steps 0 -> 12' in run.stdout, (kill_at, run.stdout[-3000:])
+  else:
+    assert len(resumed) == 1, (kill_at, committed, run.stdout[-3000:])
+    step = int(resumed[0].split('/checkpoints/')[1].split()[0])
+    assert step == committed, (kill_at, committed, step)
+  # The uninterrupted run, in this process (the same program, flags and devices as the child's).
+  pretrain.train_and_evaluate(load_config(config_file), str(straight), log=_quiet)
   states = []
   for workdir in (killed, straight):
     ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))

@@ -1,0 +1,55 @@
+"""Representation statistics of checkpoints (launch/diagnose.py): the measures, then end to end."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from electra_jax import UserError
+from electra_jax import diagnose
+
+
+def test_the_measures_on_vectors_whose_answer_is_known():
+  rng = np.random.default_rng(0)
+  same = np.tile(rng.normal(size=(1, 16)), (50, 1))
+  assert diagnose.mean_cosine(same) == pytest.approx(1.0)
+  assert diagnose.mean_cosine(np.eye(16)) == pytest.approx(0.0)
+  spread = rng.normal(size=(4000, 16))
+  assert abs(diagnose.mean_cosine(spread)) < 0.01
+  assert diagnose.effective_rank(spread) > 15  # isotropic: all 16 directions
+  flat = rng.normal(size=(4000, 3)) @ rng.normal(size=(3, 16))  # three directions only
+  assert 2 < diagnose.effective_rank(flat) <= 3.01
+  assert diagnose.effective_rank(same) == 1.0
+  q = np.zeros((2, 5, 2, 4))
+  k = rng.normal(size=(2, 5, 2, 4))
+  mask = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+  assert diagnose.attention_entropy(q, k, mask) == pytest.approx(1.0)  # uniform over real keys
+  k[..., 0] = 0
+  k[:, 1, :, 0] = 50.0  # every query looks at key 1 alone
+  q[..., 0] = 1.0
+  assert diagnose.attention_entropy(q, k, mask) < 1e-6
+
+
+def test_a_workdir_is_measured_at_its_initial_weights_and_its_checkpoints(pretrained, tmp_path):
+  lines = []
+  out = diagnose.diagnose(pretrained, num_batches=1, batch_size=8, log=lines.append)
+  assert sorted(out['steps']) == [0, 4]
+  for step, rows in out['steps'].items():
+    assert [r['layer'] for r in rows] == [0, 1, 2]  # the embeddings and the 2 layers
+    for r in rows:
+      assert r['norm'] > 0 and -1 <= r['cosine'] <= 1 and 1 <= r['rank'] <= 32
+      assert 1 <= r['cls_rank'] <= 8
+    for r in rows[1:]:
+      assert 0 < r["attention_entropy"] <= 1 + 1e-6 and r["weight_norm"] > 0
+  # Post-LayerNorm outputs: every token vector has a norm near sqrt(width) (16 for the embeddings,
+  # 32 for the layers): LayerNorm's gain starts at 1 and four steps move it little.
+  for rows in out['steps'].values():
+    assert [round(r['norm']) for r in rows] == [4, 6, 6], rows
+  # Four steps of AdamW move the weights: the statistics of step 4 are not those of step 0.
+  assert out['steps'][4][2]['weight_norm'] != out['steps'][0][2]['weight_norm']
+  assert lines[0].startswith('step 0 (random initial weights)') and '| emb |' in lines[0]
+  saved = json.load(open(os.path.join(pretrained, 'diagnose.json')))
+  assert saved['steps']['4'][1]['cosine'] == pytest.approx(out['steps'][4][1]['cosine'])
+  with pytest.raises(UserError, match='is not a pre-training workdir'):
+    diagnose.diagnose(str(tmp_path), log=lambda *_: None)
