@@ -155,7 +155,7 @@ def _temporaries(config):
 
 
 def test_remat_and_microbatches_give_the_same_step_in_less_memory():
-  config = test_config(**{'data.batch_size': 32, 'model.num_layers': 4})  # dropout on
+  config = test_config(**{'data.batch_size': 32})  # dropout on
   batches = [synthetic_batch(32, 32, config.model.vocab_size, seed=s) for s in range(2)]
   plain, _ = _run_steps(config, jax.devices(), batches)
   memory = {'plain': _temporaries(config)}
@@ -166,7 +166,7 @@ def test_remat_and_microbatches_give_the_same_step_in_less_memory():
   setup = step_lib.build_setup(config, SPECIAL)
   jaxpr = str(jax.make_jaxpr(functools.partial(step_lib.train_step, setup))(
       jax.eval_shape(lambda: step_lib.init_state(setup)), batches[0]))
-  assert jaxpr.count('remat2[') >= 8, 'each of the 2 x 4 layers is rematerialized'
+  assert jaxpr.count('remat2[') >= 4, 'each of the 2 x 2 layers is rematerialized'
   # (XLA's CPU scheduler keeps recomputed activations alive: remat saves memory on GPU/TPU only)
   config.model.remat = False
   config.microbatches = 4
