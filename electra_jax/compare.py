@@ -92,9 +92,9 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
   {task label: steps, examples, seconds of one run's fine-tunings}, total seconds)."""
   from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   rows = plan(config, names, electra_steps)
-  rate = rows[0]['flops_per_step'] / electra_step_s if rows[0]['name'] == 'electra' else (
-      step_flops(run_config(config, 'electra')) / electra_step_s)
-  cfg = model_lib.ModelConfig.from_config(run_config(config, 'electra').model)
+  electra = run_config(config, 'electra')
+  rate = step_flops(electra) / electra_step_s  # matmul FLOP/s achieved by the measured step
+  cfg = model_lib.ModelConfig.from_config(electra.model)
   finetune_s = {}
   for label, ft in _as_tasks(ft_configs).items():
     with user_errors(ValueError, FileNotFoundError):

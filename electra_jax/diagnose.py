@@ -16,6 +16,7 @@ import json
 import math
 
 import jax
+import ml_collections
 import numpy as np
 from flax.traverse_util import flatten_dict
 
@@ -129,7 +130,6 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
   if not fs.isfile(path):
     raise UserError(f'{workdir} is not a pre-training workdir (no config.json); give the '
                     '--workdir of launch/train.py')
-  import ml_collections  # pylint: disable=import-outside-toplevel
   with fs.open(path) as f:
     config = ml_collections.ConfigDict(json.load(f))
   with user_errors(ValueError, FileNotFoundError):

@@ -276,7 +276,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
       s for s in task.dev_splits if s in data) for m in task.metrics)
 
   def evaluate_now(step, state):  # the first dev split's scores by their names (the curves'
-    scores_at[step] = dev_scores(cfg, task, setup.model, state.params, data, splits, mesh)
+    scores_at[step] = split_scores(cfg, task, setup.model, state.params, data, splits, mesh)
     return {(m if i == 0 else f'{s}_{m}'): v  # panels pair them with train's), the others named
             for i, (s, values) in enumerate(scores_at[step].items()) for m, v in values.items()}
 
@@ -304,7 +304,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
     log(f'  warning: seed {seed}: {skipped} step(s) had a non-finite loss and were skipped; '
         'lower optimizer.learning_rate')
   out = {'seed': seed, 'steps': total, 'epochs': epochs, **scores_at[total],
-         **dev_scores(cfg, task, setup.model, result.state.params, data, splits, mesh,
+         **split_scores(cfg, task, setup.model, result.state.params, data, splits, mesh,
                       task.test_splits)}
   if cfg.eval_every and best is not None:
     out['best_step'] = best
@@ -323,8 +323,8 @@ def _batches(arrays: dict, n: int, batch_size: int, seed: int, start: int, shard
     yield _global_batch(arrays, order[index * batch_size:(index + 1) * batch_size], sharding)
 
 
-def dev_scores(cfg, task, model, params, data: dict, splits: dict, mesh, names=None) -> dict:
-  """{split: scores} of the dev splits (or of the splits `names`)."""
+def split_scores(cfg, task, model, params, data: dict, splits: dict, mesh, names=None) -> dict:
+  """{split: scores} of the dev splits, or of the splits `names` (labelled test splits)."""
   return {split: evaluate(task, predict(model, params, data[split], cfg.eval_batch_size, mesh),
                           data[split], splits[split], cfg)
           for split in (task.dev_splits if names is None else names) if split in data}
@@ -544,7 +544,7 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
   for seed, seed_dir in saved:
     setup, state = restore_seed(cfg, pretrained, task, seed_dir, seed)
     if mode == 'eval':
-      results.append({'seed': seed, **dev_scores(cfg, task, setup.model, state.params, data,
+      results.append({'seed': seed, **split_scores(cfg, task, setup.model, state.params, data,
                                                  splits, mesh, _scored(task))})
       continue
     for split in wanted:
