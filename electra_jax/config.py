@@ -48,6 +48,8 @@ def default_config() -> ml_collections.ConfigDict:
   #   GPU/TPU with 16-bit activations, explicit on CPU (where XLA's fused form is slower)
   m.remat = False  # rematerialization: recompute each layer's activations in the backward pass
   #   (about 1/3 more compute, activation memory of one layer instead of all; see microbatches)
+  m.disc_bias_init = 0.0  # initial bias of the replaced-token logit (the paper: 0, i.e. a 50% prior;
+  #   log(p / (1 - p)) starts the discriminator at the replaced share p instead)
   m.generator = 'separate'  # 'separate' | 'tied' (generator == discriminator) | 'uniform' (no net)
   #   | 'two_tower' (ELECTRIC's cloze model: a left-to-right and a right-to-left tower)
   m.generator_hidden_fraction = 0.25  # generator width as a fraction of hidden (also FFN, heads)

@@ -64,6 +64,7 @@ class ModelConfig:
   gdes: bool = False  # gradient-disentangled embedding sharing (DeBERTa-v3)
   attention: str = 'auto'  # 'explicit' softmax, 'pallas' flash kernel, 'fused' cuDNN, or 'auto'
   remat: bool = False  # recompute each layer's activations in the backward pass
+  disc_bias_init: float = 0.0  # initial bias of the replaced-token logit
 
   @classmethod
   def from_config(cls, model_cfg) -> 'ModelConfig':
@@ -184,13 +185,15 @@ class Dense(nn.Module):
   """
   features: int
   cfg: ModelConfig
+  bias_init: float = 0.0
 
   @nn.compact
   def __call__(self, x):
     cfg, dt = self.cfg, jnp.dtype(self.cfg.dtype)
     kernel = self.param('kernel', truncated_normal(cfg.initializer_range),
                         (x.shape[-1], self.features), jnp.dtype(cfg.param_dtype))
-    bias = self.param('bias', nn.initializers.zeros, (self.features,), jnp.dtype(cfg.param_dtype))
+    bias = self.param('bias', nn.initializers.constant(self.bias_init), (self.features,),
+                      jnp.dtype(cfg.param_dtype))
     if dt == jnp.float32:
       y = jnp.dot(x.astype(dt), kernel.astype(dt), preferred_element_type=jnp.float32)
     else:
@@ -346,14 +349,18 @@ class Encoder(nn.Module):
 
 
 class DiscriminatorHead(nn.Module):
-  """dense(H, gelu) -> dense(1): one float32 logit per token (1 = replaced)."""
+  """dense(H, gelu) -> dense(1): one float32 logit per token (1 = replaced).
+
+  The logit's bias starts at `cfg.disc_bias_init` (the paper: 0, a 50% prior of "replaced").
+  """
   cfg: ModelConfig
 
   @nn.compact
   def __call__(self, hidden):
     cfg = self.cfg
     h = gelu(Dense(cfg.hidden_size, cfg, name='dense')(hidden))
-    return Dense(1, cfg, name='dense_prediction')(h)[..., 0].astype(jnp.float32)
+    return Dense(1, cfg, name='dense_prediction', bias_init=cfg.disc_bias_init)(h)[..., 0].astype(
+        jnp.float32)
 
 
 class GeneratorHead(nn.Module):

@@ -78,7 +78,7 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_
   config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000)
   workdir = tmp_path / 'w'
   env = {**CHILD_ENV, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=2 --xla_backend_optimization_level=0'}
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
   port = __import__('socket').socket()
   port.bind(('127.0.0.1', 0))
   address = f'127.0.0.1:{port.getsockname()[1]}'

@@ -96,6 +96,37 @@ def test_layerwise_factors_scale_each_parameters_update():
   assert step['embeddings'] == pytest.approx(base * 0.25)
 
 
+# ---- the classifier's input ------------------------------------------------------------------------
+
+def test_the_head_reads_cls_or_the_mean_of_real_tokens_and_ignores_padding():
+  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  cls_model, mean_model = (heads.Classifier(cfg, 3, pooling=p) for p in ('cls', 'mean'))
+  params = heads.init_params(mean_model, jax.random.key(1))
+  assert jax.tree.map(np.shape, params) == jax.tree.map(
+      np.shape, heads.init_params(cls_model, jax.random.key(1)))  # the same parameters
+  rng = np.random.RandomState(0)
+  ids = rng.randint(5, cfg.vocab_size, (2, 12)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[0, 7:] = 0  # the first example has 7 real tokens, then padding
+  ids[0, 7:] = 0
+  segments = np.zeros_like(ids)
+  hidden = mean_model.apply({'params': params}, ids, segments, mask,
+                            method=lambda m, i, s, k: m.discriminator(m.embeddings(i, s, True), k, True))
+  hidden = np.asarray(hidden, np.float32)
+  kernel, bias = (np.asarray(params['classifier'][n]) for n in ('kernel', 'bias'))
+  by_hand = np.stack([hidden[0, :7].mean(0), hidden[1].mean(0)]) @ kernel + bias
+  ours = np.asarray(mean_model.apply({'params': params}, ids, segments, mask))
+  np.testing.assert_allclose(ours, by_hand, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(np.asarray(cls_model.apply({'params': params}, ids, segments, mask)),
+                             hidden[:, 0] @ kernel + bias, rtol=1e-5, atol=1e-5)
+  # The first example alone, without its padding, gets the same logits: padding is not averaged.
+  alone = np.asarray(mean_model.apply({'params': params}, ids[:1, :7], segments[:1, :7],
+                                      mask[:1, :7]))
+  np.testing.assert_allclose(alone, ours[:1], rtol=1e-5, atol=1e-5)
+  assert not np.allclose(ours, np.asarray(cls_model.apply({'params': params}, ids, segments,
+                                                          mask)), atol=1e-3)
+
+
 # ---- encoding and data files -----------------------------------------------------------------------
 
 def test_truncation_drops_from_the_longer_text_and_is_counted():
@@ -312,6 +343,27 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   else:
     assert all(-1 < float(r[1]) < 4 for r in rows[1:])
   _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind)
+  if kind == 'classification':
+    _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp_path)
+
+
+def _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp_path):
+  path = os.path.join(workdir, 'config.json')
+  saved = json.load(open(path))
+  del saved['pooling'], saved['task']['header']  # as written before these fields existed
+  json.dump(saved, open(path, 'w'))
+  run._check_same_finetuning(cfg, workdir)  # pylint: disable=protected-access
+  cfg.pooling = 'mean'
+  with pytest.raises(UserError, match=r"different config \(pooling 'cls' -> 'mean'\)"):
+    run._check_same_finetuning(cfg, workdir)  # pylint: disable=protected-access
+  saved['pooling'] = 'mean'
+  json.dump(saved, open(path, 'w'))
+  with pytest.raises(UserError, match=r"pooling='mean', and HF's ElectraForSequenceClassification"):
+    export_lib.export(workdir, str(tmp_path / 'hf_mean'), log=_quiet)
+  assert not os.path.exists(tmp_path / 'hf_mean')
+  cfg.pooling = 'max'
+  with pytest.raises(UserError, match="pooling is 'max'; use cls or mean"):
+    run.finetune(cfg, str(tmp_path / 'ft_max'), log=_quiet)
 
 
 def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):

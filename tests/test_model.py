@@ -129,6 +129,16 @@ def test_mlm_loss_at_initialization_is_close_to_log_vocab():
   assert abs(mlm - math.log(2000)) < 0.05, mlm
   # the discriminator starts near chance too
   assert abs(float(m['disc_loss'][0] / m['disc_loss'][1]) - math.log(2)) < 0.05
+  # ... or, with disc_bias_init = log-odds of p, at the loss of predicting p for every token
+  p = 0.15
+  c.model.disc_bias_init = math.log(p / (1 - p))
+  params = model_lib.init_params(model_lib.ModelConfig.from_config(c.model), jax.random.key(0))
+  assert float(params['discriminator_predictions']['dense_prediction']['bias'][0]) == pytest.approx(
+      c.model.disc_bias_init)
+  _, m = _loss_and_metrics(c, params)
+  replaced = float(m['replaced_fraction'][0] / m['replaced_fraction'][1])
+  prior = -(replaced * math.log(p) + (1 - replaced) * math.log(1 - p))
+  assert abs(float(m['disc_loss'][0] / m['disc_loss'][1]) - prior) < 0.05, (replaced, prior)
 
 
 def test_bfloat16_compute_keeps_float32_params_and_logits():

@@ -30,6 +30,7 @@ from electra_jax import tokenizer as tokenizer_lib
 from electra_jax.convert import hf
 from electra_jax.convert import original
 from electra_jax.convert import vocab as vocab_lib
+from electra_jax.finetune import config as finetune_config
 
 
 @dataclasses.dataclass
@@ -191,6 +192,12 @@ def _original_checkpoint(path: str, out: str, log) -> Exported:
 
 
 def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
+  if (config.get('pooling', 'cls') != 'cls' and config.task.get('kind') != 'tagging'
+      and not config.task.name.startswith('squad')):
+    raise UserError(f'{workdir} was fine-tuned with pooling={config.pooling!r}, and HF\'s '
+                    'ElectraForSequenceClassification reads [CLS] alone; fine-tune with '
+                    '--config.pooling=cls to export the classifier, or export the pre-trained '
+                    'model')
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))
   if not seeds:
@@ -216,8 +223,8 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   params = state['params']
   state, fields = hf.head_to_hf(params, cfg, kind, [str(x) for x in meta['labels']])
   _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields,
-                            'classifier_dropout': config.dropout_rate}, tokenizer,
-               pretrained.lower_case, cfg)
+                            'classifier_dropout': finetune_config.dropout_rate(config, cfg)},
+               tokenizer, pretrained.lower_case, cfg)
   log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}, '
       f'{fields["num_labels"]} output(s)')
   return Exported([out], cfg, params, tokenizer, kind)

@@ -17,7 +17,10 @@ def default_config() -> ml_collections.ConfigDict:
   c.batch_size = 32  # global batch (a multiple of the number of devices)
   c.eval_batch_size = 32  # global batch of evaluation and prediction
   c.max_seq_length = 128  # tokens per example, [CLS] and [SEP]s included
-  c.dropout_rate = 0.1  # dropout in the encoder and on the head's input
+  c.dropout_rate = -1.0  # dropout in the encoder and on the head's input; -1: the rate the model
+  #                       was pre-trained with (0.1 for the paper's presets and HF models; tiny: 0)
+  c.pooling = 'cls'  # the classifier's input: 'cls' ([CLS]'s hidden state: the paper, HF's head)
+  #                    or 'mean' (the mean over the example's tokens); tagging reads every token
   c.log_every = 50  # steps between progress lines
   c.eval_every = 0  # steps between dev scores (0: at the end only); the best checkpoint is kept
   c.save_every = 500  # steps between checkpoints (and at the end, and when stopped by SIGTERM)
@@ -58,6 +61,11 @@ def default_config() -> ml_collections.ConfigDict:
   o.bias_correction = False  # the original Adam has no bias correction
   o.grad_clip_norm = 1.0
   return c
+
+
+def dropout_rate(cfg, model_cfg) -> float:
+  """The fine-tuning's dropout rate: `cfg.dropout_rate`, or the pre-trained model's where -1."""
+  return model_cfg.dropout_rate if cfg.dropout_rate < 0 else cfg.dropout_rate
 
 
 def paper_learning_rate(hidden_size: int) -> float:

@@ -15,12 +15,15 @@ class Classifier(nn.Module):
   """[CLS] hidden state -> dropout -> dense (glorot-uniform): `num_outputs` float32 logits.
 
   One output with a squared-error loss is the regression head (STS-B). `per_token`: the same head
-  on every token's hidden state ([B, L, num_outputs], tagging).
+  on every token's hidden state ([B, L, num_outputs], tagging). `pooling='mean'`: the head reads
+  the mean of the hidden states of the example's real tokens ([CLS] and [SEP]s included) instead
+  of [CLS]'s alone.
   """
   cfg: model_lib.ModelConfig
   num_outputs: int
   head_dropout_rate: float = 0.1
   per_token: bool = False
+  pooling: str = 'cls'
 
   def setup(self):
     cfg = self.cfg
@@ -34,7 +37,14 @@ class Classifier(nn.Module):
   def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True):
     hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic), input_mask,
                                 deterministic)
-    chosen = hidden if self.per_token else hidden[:, 0]
+    if self.per_token:
+      chosen = hidden
+    elif self.pooling == 'mean':
+      weights = input_mask.astype(jnp.float32)[..., None]
+      chosen = jnp.sum(hidden.astype(jnp.float32) * weights, 1) / jnp.maximum(
+          jnp.sum(weights, 1), 1.0)
+    else:
+      chosen = hidden[:, 0]
     return self.classifier(self.dropout(chosen.astype(jnp.float32), deterministic=deterministic))
 
 

@@ -162,14 +162,16 @@ def task_loss(params, batch, rng, deterministic=False, *, model, task):
 
 
 def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -> step_lib.Setup:
-  model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=cfg.dropout_rate,
-                                  attention_dropout_rate=cfg.dropout_rate)
+  rate = config_lib.dropout_rate(cfg, pretrained.model_cfg)
+  model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=rate,
+                                  attention_dropout_rate=rate)
   if task.kind == 'qa':
     model = heads.QuestionAnswering(model_cfg, answerable=task.name == 'squad2',
                                     start_top=cfg.qa.start_top)
   else:
     model = heads.Classifier(model_cfg, 1 if task.kind == 'regression' else len(task.labels),
-                             cfg.dropout_rate, per_token=task.kind == 'tagging')
+                             rate, per_token=task.kind == 'tagging',
+                             pooling=cfg.get('pooling', 'cls'))
   init = functools.partial(heads.init_params, model, pretrained=pretrained.params)
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
@@ -404,6 +406,9 @@ def write_predictions(task, split: str, logits, examples: list, folder: str, dat
 # The command
 # ================================================================================================
 
+POOLINGS = ('cls', 'mean')
+
+
 def _check(cfg, mesh):
   for what, value in (('batch_size', cfg.batch_size), ('eval_batch_size', cfg.eval_batch_size)):
     with user_errors(ValueError):
@@ -412,6 +417,11 @@ def _check(cfg, mesh):
     raise UserError('num_seeds and log_every must be at least 1')
   if cfg.get('eval_every', 0) < 0 or cfg.get('save_every', 0) < 0:
     raise UserError('eval_every and save_every must be 0 (off) or more')
+  if not (cfg.dropout_rate == -1 or 0 <= cfg.dropout_rate < 1):
+    raise UserError(f'dropout_rate is {cfg.dropout_rate}; use a rate in [0, 1), or -1 for the '
+                    'rate the model was pre-trained with')
+  if cfg.get('pooling', 'cls') not in POOLINGS:
+    raise UserError(f'pooling is {cfg.pooling!r}; use {" or ".join(POOLINGS)}')
 
 
 # Fields that change how a fine-tuning is run or reported, not what it computes.
@@ -425,13 +435,20 @@ def _check_same_finetuning(cfg, workdir: str):
   if not fs.isfile(path) or not any(n.startswith('seed_') for n in fs.listdir(workdir)):
     return
   with fs.open(path) as f:
-    before = json.load(f)
+    before = _with_defaults(json.loads(config_lib.default_config().to_json()), json.load(f))
   after = json.loads(cfg.to_json())
   diffs = [f'{k} {before.get(k)!r} -> {after.get(k)!r}' for k in sorted(set(before) | set(after))
            if k not in _MAY_CHANGE and before.get(k) != after.get(k)]
   if diffs:
     raise UserError(f'--workdir {workdir} holds fine-tunings with a different config '
                     f'({"; ".join(diffs)}); use a new --workdir, or the same config to continue')
+
+
+def _with_defaults(defaults: dict, saved: dict) -> dict:
+  """`saved` with the fields an earlier version did not have at their defaults (which is what
+  that version computed)."""
+  return {**defaults, **{k: _with_defaults(defaults[k], v) if isinstance(v, dict) and isinstance(
+      defaults.get(k), dict) else v for k, v in saved.items()}}
 
 
 def _scored(task) -> tuple:
@@ -502,6 +519,12 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
       f'{", ".join(task.metrics)} on {", ".join(s for s in _scored(task) if s in data) or "no split"}'
       ' | ' + ', '.join(f'{s} {len(d):,}' for s, d in data.items()) +
       f' examples | from {pretrained.checkpoint}')
+  m, o = pretrained.model_cfg, cfg.optimizer
+  log(f'recipe: {cfg.epochs or task.epochs:g} epochs of batch {cfg.batch_size}, learning rate '
+      f'{o.learning_rate or config_lib.paper_learning_rate(m.hidden_size):g}, layer-wise decay '
+      f'{o.layerwise_decay or config_lib.paper_layerwise_decay(m.num_layers):g}, dropout '
+      f'{config_lib.dropout_rate(cfg, m):g}'
+      + ('' if task.kind in ('qa', 'tagging') else f', head on {cfg.get("pooling", "cls")}'))
   note = model_lib.attention_note(pretrained.model_cfg, cfg.max_seq_length)
   if note:
     log(note)
