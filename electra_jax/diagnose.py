@@ -9,6 +9,12 @@ at each kept checkpoint against the same model's random initial weights.
 Why: a short pre-training can leave the discriminator worse to fine-tune than random weights; a
 collapsed representation (every token's vector alike: anisotropy near 1, a low effective rank) or
 attention that no longer looks anywhere in particular (entropy near its maximum) shows where.
+
+With a classification task (`probe`): a linear probe per layer, a softmax regression trained on the
+frozen mean of the real tokens' vectors (and on the last layer's [CLS] vector) of the task's train
+split, scored on its dev split. Better probe accuracy than the random weights' means the pre-trained
+features carry more of the task; a fine-tuned score below random weights' despite it means the
+fine-tuning, not the features, falls short.
 """
 
 import functools
@@ -16,7 +22,9 @@ import json
 import math
 
 import jax
+import jax.numpy as jnp
 import ml_collections
+import optax
 import numpy as np
 from flax.traverse_util import flatten_dict
 
@@ -123,9 +131,84 @@ def checkpoint_stats(model, model_cfg, params, batches: list[dict]) -> list[dict
   return rows
 
 
-def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print) -> dict:
+def softmax_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
+                  test_y: np.ndarray, num_classes: int, steps: int = 500,
+                  l2: float = 1e-3) -> float:
+  """Accuracy on (test_x, test_y) of a softmax regression fitted to (train_x, train_y): features
+  standardized by the train split's mean and std, full-batch Adam, a small L2 penalty."""
+  mean, std = train_x.mean(0), train_x.std(0) + 1e-6
+  x, t = (train_x - mean) / std, (test_x - mean) / std
+  y = jax.nn.one_hot(train_y, num_classes)
+  params = (jnp.zeros((x.shape[1], num_classes)), jnp.zeros(num_classes))
+  loss = lambda p: (optax.softmax_cross_entropy(x @ p[0] + p[1], y).mean()
+                    + l2 * jnp.sum(jnp.square(p[0])))
+  tx = optax.adam(0.05)
+
+  @jax.jit
+  def fit(params):
+    def body(_, carry):
+      params, state = carry
+      updates, state = tx.update(jax.grad(loss)(params), state, params)
+      return optax.apply_updates(params, updates), state
+    return jax.lax.fori_loop(0, steps, body, (params, tx.init(params)))[0]
+
+  w, b = fit(params)
+  return float(np.mean(np.asarray(jnp.argmax(t @ w + b, -1)) == test_y))
+
+
+def pooled_features(model, model_cfg, params, data, batch_size: int) -> list[np.ndarray]:
+  """Per layer (0: the embeddings' output) the mean of the real tokens' vectors of every example
+  of `data` (finetune.encode.Encoded), then the last layer's [CLS] vectors."""
+  names = ['embeddings/__call__'] + [f'discriminator/layer_{i}/__call__'
+                                     for i in range(model_cfg.num_layers)]
+  out = []
+  for i in range(0, len(data), batch_size):
+    batch = {k: getattr(data, k)[i:i + batch_size]
+             for k in ('input_ids', 'segment_ids', 'input_mask')}
+    captured = flatten_dict(jax.device_get(_forward(model)(params, batch)), sep='/')
+    mask = batch['input_mask'][..., None].astype(np.float32)
+    hidden = [np.asarray(captured[n][0], np.float32) for n in names]
+    out.append([(h * mask).sum(1) / mask.sum(1) for h in hidden] + [hidden[-1][:, 0]])
+  return [np.concatenate(parts) for parts in zip(*out)]
+
+
+def _probe_data(config, workdir: str, task_name: str):
+  """(task, {'train': Encoded, 'dev': Encoded}) of a classification task, encoded with the
+  pre-training's vocabulary at its sequence length."""
+  from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import encode as encode_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+  cfg = finetune_config.default_config().task
+  cfg.name = task_name
+  with user_errors(ValueError, FileNotFoundError):
+    try:
+      task, splits = tasks_lib.load(cfg, config, log=lambda *_: None)
+    except ValueError as e:
+      raise ValueError(f'--probe={task_name}: {e}') from None
+    if task.kind != 'classification' or not {'train', 'dev'} <= set(splits):
+      what = f'a {task.kind} task' + ('' if 'dev' in splits else ' without a dev split')
+      raise ValueError(f'--probe={task_name} is {what}; the probe needs a classification task '
+                       'with train and dev splits (builtin, builtin_topic, a GLUE classification '
+                       'task)')
+    vocab = records_lib.workdir_vocab(workdir, config)[2]
+  tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case=config.data.lower_case)
+  return task, {s: encode_lib.encode(splits[s], task, tokenizer, config.data.max_seq_length)
+                for s in ('train', 'dev')}
+
+
+def probe_rows(model, model_cfg, params, task, data: dict, batch_size: int) -> list[float]:
+  """Dev accuracy of the linear probe on each layer's pooled features, then on [CLS]."""
+  train = pooled_features(model, model_cfg, params, data['train'], max(batch_size, 64))
+  dev = pooled_features(model, model_cfg, params, data['dev'], max(batch_size, 64))
+  return [softmax_probe(a, data['train'].labels, b, data['dev'].labels, len(task.labels))
+          for a, b in zip(train, dev)]
+
+
+def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print,
+             probe: str = '') -> dict:
   """Statistics of the random initial weights and of every checkpoint kept in `workdir`, on the
-  first `num_batches` held-out batches; written to <workdir>/diagnose.json and returned."""
+  first `num_batches` held-out batches (and, with `probe` a classification task's name, the linear
+  probes' dev accuracy); written to <workdir>/diagnose.json and returned."""
   path = fs.join(workdir, 'config.json')
   if not fs.isfile(path):
     raise UserError(f'{workdir} is not a pre-training workdir (no config.json); give the '
@@ -140,10 +223,14 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
   if not batches:
     raise UserError(f'the held-out split of {records_dir} has fewer than {batch_size} examples; '
                     'lower --batch_size')
+  task, data = _probe_data(config, workdir, probe) if probe else (None, None)
   state = jax.jit(functools.partial(step_lib.init_state, setup))()
   ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'))
   steps = [0] + ckpt.all_steps()
   out = {'workdir': workdir, 'examples': len(batches) * batch_size, 'steps': {}}
+  if probe:
+    out['probe'] = {'task': task.name, 'train': len(data['train']), 'dev': len(data['dev']),
+                    'steps': {}}
   try:
     for step in steps:
       params = state.params
@@ -152,10 +239,20 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
           params = ckpt.restore(step, state)[0].params
       out['steps'][step] = checkpoint_stats(setup.model, setup.model_cfg, params, batches)
       log(format_step(step, out['steps'][step]))
+      if probe:
+        out['probe']['steps'][step] = probe_rows(setup.model, setup.model_cfg, params, task, data,
+                                                 batch_size)
+        log(format_probe(step, out['probe']['steps'][step]))
   finally:
     ckpt.close()
   fs.write_atomic(fs.join(workdir, 'diagnose.json'), json.dumps(out, indent=1))
   return out
+
+
+def format_probe(step: int, accuracies: list[float]) -> str:
+  layers = ' | '.join(f'{"emb" if i == 0 else i}: {100 * a:.2f}'
+                      for i, a in enumerate(accuracies[:-1]))
+  return f'probe, step {step:,}, dev accuracy of the mean per layer | {layers} | [CLS]: {100 * accuracies[-1]:.2f}'
 
 
 def format_step(step: int, rows: list[dict]) -> str:

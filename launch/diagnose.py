@@ -10,6 +10,9 @@ anisotropy (mean cosine between different vectors; near 1: every vector alike) a
 (directions they spread over), the same two for the [CLS] vectors, the attention entropy as a share
 of its maximum (1: uniform attention), and the norm of the layer's weight matrices. Keep more
 checkpoints (--config.save_every, --config.keep_checkpoints) to see a run's course.
+
+    python launch/diagnose.py --workdir=/tmp/electra_demo --probe=builtin_topic
+        -> also a linear probe per layer on a classification task's frozen features (dev accuracy)
 """
 
 import os
@@ -24,6 +27,8 @@ from electra_jax import cli  # pylint: disable=wrong-import-position
 _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py')
 _BATCHES = flags.DEFINE_integer('batches', 4, 'held-out batches measured')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'examples per batch')
+_PROBE = flags.DEFINE_string('probe', '', 'a classification task (builtin, builtin_topic, a GLUE '
+                             'task) on whose frozen features a linear probe per layer is scored')
 flags.mark_flags_as_required(['workdir'])
 
 
@@ -35,7 +40,7 @@ def main(argv):
   cli.check_paths(_WORKDIR.value)
   from electra_jax import diagnose  # pylint: disable=import-outside-toplevel
   diagnose.diagnose(_WORKDIR.value, _BATCHES.value, _BATCH_SIZE.value,
-                    log=lambda line: print(line, flush=True))
+                    log=lambda line: print(line, flush=True), probe=_PROBE.value)
 
 
 if __name__ == '__main__':

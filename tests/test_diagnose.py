@@ -31,9 +31,20 @@ def test_the_measures_on_vectors_whose_answer_is_known():
   assert diagnose.attention_entropy(q, k, mask) < 1e-6
 
 
+def test_the_linear_probe_finds_separable_classes_and_not_labels_without_features():
+  rng = np.random.default_rng(0)
+  centers = rng.normal(size=(3, 20)) * 3
+  labels = rng.integers(0, 3, size=600)
+  x = centers[labels] + rng.normal(size=(600, 20)) + 50.0  # far from 0: the probe standardizes
+  assert diagnose.softmax_probe(x[:400], labels[:400], x[400:], labels[400:], 3) > 0.95
+  noise = rng.integers(0, 3, size=600)  # labels that no feature predicts: chance on new data
+  assert diagnose.softmax_probe(x[:400], noise[:400], x[400:], noise[400:], 3) < 0.45
+
+
 def test_a_workdir_is_measured_at_its_initial_weights_and_its_checkpoints(pretrained, tmp_path):
   lines = []
-  out = diagnose.diagnose(pretrained, num_batches=1, batch_size=8, log=lines.append)
+  out = diagnose.diagnose(pretrained, num_batches=1, batch_size=8, log=lines.append,
+                          probe='builtin_topic')
   assert sorted(out['steps']) == [0, 4]
   for step, rows in out['steps'].items():
     assert [r['layer'] for r in rows] == [0, 1, 2]  # the embeddings and the 2 layers
@@ -51,5 +62,18 @@ def test_a_workdir_is_measured_at_its_initial_weights_and_its_checkpoints(pretra
   assert lines[0].startswith('step 0 (random initial weights)') and '| emb |' in lines[0]
   saved = json.load(open(os.path.join(pretrained, 'diagnose.json')))
   assert saved['steps']['4'][1]['cosine'] == pytest.approx(out['steps'][4][1]['cosine'])
+  # the probe: dev accuracy per layer (the embeddings, 2 layers) and of [CLS], at every step
+  probe = out['probe']
+  assert probe['task'] == 'builtin_topic' and probe['train'] > 1000 and probe['dev'] > 100
+  assert sorted(probe['steps']) == [0, 4]
+  for accuracies in probe['steps'].values():
+    assert len(accuracies) == 4 and all(0 <= a <= 1 for a in accuracies)
+    assert max(accuracies) > 1.5 / 9  # 9 topics; the test vocabulary still tells some apart
+  assert any(l.startswith('probe, step 4, dev accuracy of the mean per layer | emb: ')
+             for l in lines), lines
+  assert saved['probe']['steps']['4'] == pytest.approx(probe['steps'][4])
   with pytest.raises(UserError, match='is not a pre-training workdir'):
     diagnose.diagnose(str(tmp_path), log=lambda *_: None)
+  with pytest.raises(UserError, match='not a GLUE task'):
+    diagnose.diagnose(pretrained, num_batches=1, batch_size=8, log=lambda *_: None,
+                      probe='no_such_task')
