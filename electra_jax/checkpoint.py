@@ -94,7 +94,8 @@ class Checkpointer:
     """Starts an asynchronous save; `metrics` (evaluation values) rank it for `best_metric`.
 
     A save that fails for a full disk (this one, or the previous one still being written) raises
-    DiskFull naming the space; the checkpoints saved before are untouched."""
+    DiskFull naming the space; its unfinished folder is deleted and the checkpoints saved before
+    are untouched."""
     if metrics is not None and self.best_metric:
       metrics = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
     if not self.best_metric or not metrics or self.best_metric not in metrics:
@@ -129,7 +130,19 @@ class Checkpointer:
     except Exception as e:  # pylint: disable=broad-except
       if not fs.no_space(e):
         raise
+      self._remove_unfinished()
       raise DiskFull(self._disk_full()) from None
+
+  def _remove_unfinished(self):
+    """Deletes the temporary folders of saves that failed, so their space is free again and the
+    folder holds complete checkpoints only (Orbax would delete them at the next start)."""
+    with contextlib.suppress(Exception):
+      self.manager.wait_until_finished()  # (raises the failure again; it is being handled)
+    if jax.process_index() != 0 or not fs.isdir(self.directory):
+      return
+    for name in fs.listdir(self.directory):
+      if '.orbax-checkpoint-tmp' in name:
+        fs.rmtree(fs.join(self.directory, name), ignore_errors=True)
 
   def reached_preemption(self, step: int) -> bool:
     """True at the step all processes agreed to stop at after a preemption notice (multi-host)."""

@@ -188,10 +188,16 @@ def test_a_corrupted_shard_is_named_with_its_record(tmp_path, records_dir):
   assert 'copy the records again, or rebuild them' in message
 
 
+def _on_small_disk(disk, size: str, command: str, timeout: int = 300):
+  """Runs shell `command` in a mount namespace of its own where `disk` is a tmpfs of `size` (no
+  huge pages, so that small files take small space)."""
+  return subprocess.run(['unshare', '-Urm', 'sh', '-c',
+                         f'mount -t tmpfs -o size={size},huge=never tmpfs {disk} && {command}'],
+                        capture_output=True, text=True, env=CHILD_ENV, timeout=timeout, check=False)
+
+
 def _can_mount_tmpfs(path) -> bool:
-  done = subprocess.run(['unshare', '-Urm', 'sh', '-c', f'mount -t tmpfs -o size=1m tmpfs {path}'],
-                        capture_output=True, check=False)
-  return done.returncode == 0
+  return _on_small_disk(path, '1m', 'true').returncode == 0
 
 
 def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_dir):
@@ -209,10 +215,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_di
   prepare = (f'{sys.executable} {os.path.join(ROOT, "launch", "prepare_data.py")} '
              f'--corpus={corpus} --output={disk}/records --vocab_size=96 --max_seq_length=32 '
              '--num_shards=2 --num_eval_shards=1 --num_workers=1')
-  done = subprocess.run(['unshare', '-Urm', 'sh', '-c',
-                         f'mount -t tmpfs -o size=200k tmpfs {disk} && {prepare}; '
-                         f'echo "exit=$?"; ls -A {disk}'],
-                        capture_output=True, text=True, env=CHILD_ENV, timeout=300, check=False)
+  done = _on_small_disk(disk, '200k', f'{prepare}; echo "exit=$?"; ls -A {disk}')
   assert 'exit=2' in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
   assert _last(done).startswith(f'error: the disk holding {disk}/records is full ('), done.stderr
   assert 'records take about 1.3 times the text' in _last(done)
@@ -231,16 +234,51 @@ def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_di
       '  return c\n')
   train = (f'{sys.executable} {os.path.join(ROOT, "launch", "train.py")} --config={config_file} '
            f'--workdir={disk}/w')
-  done = subprocess.run(['unshare', '-Urm', 'sh', '-c',
-                         f'mount -t tmpfs -o size=9m tmpfs {disk} && {train}; echo "exit=$?"; '
-                         f'ls -A {disk}/w/checkpoints'],
-                        capture_output=True, text=True, env=CHILD_ENV, timeout=600, check=False)
+  # A checkpoint takes ~5.5 MB on disk (6 MB of arrays): the one of step 2 fits, the one of step 4
+  # is refused by the free-space check (or, failing that, fails while written).
+  done = _on_small_disk(disk, '11m', f'{train}; echo "exit=$?"; ls -A {disk}/w/checkpoints; '
+                        f'echo "--"; du -a {disk}', timeout=600)
   assert 'exit=2' in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
   # (a thread of the asyncio loop Orbax leaves behind may print around it: the error is looked for)
   assert (f'error: the disk holding {disk}/w/checkpoints is full: a checkpoint of this run takes '
           'about ') in done.stderr, done.stderr[-3000:]
-  saved = done.stdout.split('exit=2')[1].split()
-  assert saved and all(s.isdigit() for s in saved), saved  # only complete checkpoints
+  saved, usage = done.stdout.split('exit=2')[1].split('--')
+  assert saved.split() == ['2'], (saved, usage, done.stderr[-3000:])  # only complete checkpoints
+  assert f'the last complete checkpoint {disk}/w/checkpoints/2 is untouched' in done.stderr
+
+
+def test_a_save_that_fills_the_disk_while_written_leaves_no_unfinished_folder(tmp_path):
+  """Where the free space is not known beforehand (a mounted bucket), a checkpoint can fail half
+  written: one DiskFull, its unfinished folder deleted, the checkpoint before it intact."""
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  if not _can_mount_tmpfs(disk):
+    pytest.skip('this machine cannot mount a tmpfs in a user namespace (unshare -Urm)')
+  script = tmp_path / 'save.py'
+  script.write_text(f'''
+import numpy as np
+from electra_jax import checkpoint, fs
+fs.free_bytes = lambda path: None  # unknown, as on a bucket: no check before writing
+state = {{'w': np.random.default_rng(0).standard_normal((1024, 768)).astype(np.float32)}}  # 3 MB
+ckpt = checkpoint.Checkpointer('{disk}/checkpoints')
+ckpt.save(1, state, {{'step': 1}})
+ckpt.wait()
+try:
+  ckpt.save(2, {{'w': state['w'] + 1}}, {{'step': 2}})
+  ckpt.wait()
+except checkpoint.DiskFull as e:
+  print('DiskFull:', e)
+restored, meta = ckpt.restore_arrays(1)
+print('intact:', bool(np.array_equal(np.asarray(restored['w']), state['w'])), meta)
+''')
+  done = _on_small_disk(disk, '5m', f'{sys.executable} {script}; echo "exit=$?"; '
+                        f'ls -A {disk}/checkpoints')
+  assert 'exit=0' in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+  assert (f'DiskFull: the disk holding {disk}/checkpoints is full: a checkpoint of this run takes '
+          f'about 3 MB; the last complete checkpoint {disk}/checkpoints/1 is untouched'
+          in done.stdout), done.stdout[-2000:] + done.stderr[-3000:]
+  assert "intact: True {'step': 1}" in done.stdout, done.stdout[-2000:]
+  assert done.stdout.split('exit=0')[1].split() == ['1'], done.stdout  # no unfinished folder
 
 
 def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
