@@ -3,13 +3,24 @@ off the accelerators, which belong to JAX. TensorFlow only reads and writes data
 TFRecord files, tf.io.gfile for buckets, TensorBoard event files, original TF checkpoints."""
 
 import os
+import sys
 
 
 def tensorflow():
   """The `tensorflow` module."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  # `import tensorflow` also imports Keras (and scikit-learn through it) eagerly, 3-4 s of every
+  # process's start that reading data never uses: Keras is kept out while TensorFlow loads and
+  # left importable afterwards (`tf.keras` and `import keras` still load it when asked for).
+  keep_out = 'tensorflow' not in sys.modules and 'keras' not in sys.modules
+  if keep_out:
+    sys.modules['keras'] = None
+  try:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  finally:
+    if keep_out and sys.modules.get('keras', 0) is None:
+      del sys.modules['keras']
   tf.config.set_visible_devices([], 'GPU')
   return tf
 

@@ -113,3 +113,22 @@ def test_no_function_is_longer_than_a_screen():
         if lines > 100:
           long.append(f'{name}.{node.name} ({lines} lines)')
   assert not long, long
+
+
+def test_tensorflow_loads_without_keras_which_stays_importable():
+  """TensorFlow, loaded for data, leaves out the Keras it would import eagerly; a program that
+  wants Keras afterwards still gets it, through `tf.keras` or `import keras`."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  script = ('import sys\n'
+            'from electra_jax import tf_import\n'
+            'tf = tf_import.tensorflow()\n'
+            'print("keras loaded:", "keras" in sys.modules)\n'
+            'list(tf.data.Dataset.range(3).as_numpy_iterator())\n'
+            'print("dense:", tf.keras.layers.Dense(3)(tf.zeros((1, 2))).shape)\n'
+            'import keras\n'
+            'print("keras:", keras.__name__)\n')
+  out = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, cwd=ROOT,
+                       env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.split('\n')[:3] == ['keras loaded: False', 'dense: (1, 3)', 'keras: keras'], \
+      out.stdout
