@@ -3,6 +3,7 @@ no function longer than a screen."""
 
 import ast
 import os
+import subprocess
 import sys
 
 from conftest import ROOT
@@ -79,10 +80,15 @@ def test_the_import_graph_has_no_cycle():
   assert len(graph) > 30 and sum(map(len, graph.values())) > 60  # the graph was really read
 
 
+def _python(script: str):
+  """Runs `script` in a fresh Python process with the package on its path."""
+  return subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, cwd=ROOT,
+                        env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600, check=False)
+
+
 def test_every_module_imports_alone():
   """Each module imported first, in a fresh state of the package (a child process, with the
   third-party libraries loaded once): nothing depends on what was imported before it."""
-  import subprocess  # pylint: disable=import-outside-toplevel
   script = (
       'import importlib, sys\n'
       f'for name in {sorted(_modules())!r}:\n'
@@ -90,8 +96,7 @@ def test_every_module_imports_alone():
       '    del sys.modules[m]\n'
       '  importlib.import_module(name)\n'
       'print("imported", len(sys.modules))\n')
-  out = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600)
+  out = _python(script)
   assert out.returncode == 0 and 'imported' in out.stdout, out.stderr[-3000:]
 
 
@@ -118,7 +123,6 @@ def test_no_function_is_longer_than_a_screen():
 def test_tensorflow_loads_without_keras_which_stays_importable():
   """TensorFlow, loaded for data, leaves out the Keras it would import eagerly; a program that
   wants Keras afterwards still gets it, through `tf.keras` or `import keras`."""
-  import subprocess  # pylint: disable=import-outside-toplevel
   script = ('import sys\n'
             'from electra_jax import tf_import\n'
             'tf = tf_import.tensorflow()\n'
@@ -127,8 +131,7 @@ def test_tensorflow_loads_without_keras_which_stays_importable():
             'print("dense:", tf.keras.layers.Dense(3)(tf.zeros((1, 2))).shape)\n'
             'import keras\n'
             'print("keras:", keras.__name__)\n')
-  out = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True, cwd=ROOT,
-                       env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600)
+  out = _python(script)
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split('\n')[:3] == ['keras loaded: False', 'dense: (1, 3)', 'keras: keras'], \
       out.stdout
