@@ -85,7 +85,7 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_
   port.close()
   procs = [subprocess.Popen(
       [*launch_command(config_file, workdir), f'--coordinator_address={address}',
-       '--num_processes=2', f'--process_id={i}', '--heartbeat_timeout_s=30'], env=env, text=True,
+       '--num_processes=2', f'--process_id={i}', '--heartbeat_timeout_s=15'], env=env, text=True,
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
   try:
     for line in procs[0].stdout:  # until it has trained a few steps and saved
