@@ -127,6 +127,34 @@ def test_the_head_reads_cls_or_the_mean_of_real_tokens_and_ignores_padding():
                                                           mask)), atol=1e-3)
 
 
+def test_reinit_starts_the_named_parts_from_fresh_weights_and_keeps_the_rest():
+  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  model = heads.Classifier(cfg, 3)
+  pretrained = heads.init_params(model, jax.random.key(5))  # stands for pre-trained weights
+  fresh = heads.init_params(model, jax.random.key(1))
+  top = f'layer_{cfg.num_layers - 1}'
+  reinit = heads.reinit_parts('top, word_embeddings', cfg.num_layers)
+  assert reinit == (f'discriminator/{top}', 'embeddings/word_embeddings')
+  params = heads.init_params(model, jax.random.key(1), pretrained=pretrained, reinit=reinit)
+  flat = lambda tree: {jax.tree_util.keystr(k): v for k, v in
+                       jax.tree_util.tree_leaves_with_path(tree)}
+  ours, fresh, pretrained = flat(params), flat(fresh), flat(pretrained)
+  from_fresh = [n for n in ours if top in n or 'word_embeddings' in n or 'classifier' in n]
+  assert len(from_fresh) > 10 and len(ours) - len(from_fresh) > 10
+  for name, value in ours.items():
+    source = fresh if name in from_fresh else pretrained
+    np.testing.assert_array_equal(value, source[name], err_msg=name)
+    assert not np.array_equal(fresh[name], pretrained[name]) or 'LayerNorm' in name or (
+        'bias' in name), name  # the two sources differ, so the check could fail
+  assert heads.reinit_parts('', cfg.num_layers) == ()
+  assert heads.reinit_parts('embeddings,layer_0', cfg.num_layers) == (
+      'embeddings', 'discriminator/layer_0')
+  with pytest.raises(ValueError, match=r"reinit names 'layer_7', 'head', which this model does not "
+                                       r'have; use a comma-separated list of embeddings, '
+                                       r'word_embeddings, top, layer_0, layer_1'):
+    heads.reinit_parts('layer_7,head', 2)
+
+
 # ---- encoding and data files -----------------------------------------------------------------------
 
 def test_truncation_drops_from_the_longer_text_and_is_counted():
@@ -475,8 +503,11 @@ def test_finetuning_bad_init_and_too_little_data_are_refused(tmp_path, pretraine
   cfg.update(batch_size=12)
   with pytest.raises(UserError, match='batch_size=12 does not divide among 8 devices'):
     run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  cfg.update(batch_size=16, reinit='layer_7')
+  with pytest.raises(UserError, match="reinit names 'layer_7', which this model does not have"):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
   assert not os.path.exists(tmp_path / 'ft')
-  cfg.update(batch_size=16)
+  cfg.update(reinit='')
   with pytest.raises(UserError, match='holds no fine-tuning'):
     run.finetune(cfg, str(tmp_path / 'ft'), log=_quiet, mode='eval')
 

@@ -21,6 +21,8 @@ def default_config() -> ml_collections.ConfigDict:
   #                       was pre-trained with (0.1 for the paper's presets and HF models; tiny: 0)
   c.pooling = 'cls'  # the classifier's input: 'cls' ([CLS]'s hidden state: the paper, HF's head)
   #                    or 'mean' (the mean over the example's tokens); tagging reads every token
+  c.reinit = ''  # parts of the pre-trained encoder that start from random weights instead, comma
+  #               separated: embeddings, word_embeddings, layer_<i> (0: the lowest), top (the last)
   c.log_every = 50  # steps between progress lines
   c.eval_every = 0  # steps between dev scores (0: at the end only); the best checkpoint is kept
   c.save_every = 500  # steps between checkpoints (and at the end, and when stopped by SIGTERM)

@@ -48,19 +48,40 @@ class Classifier(nn.Module):
     return self.classifier(self.dropout(chosen.astype(jnp.float32), deterministic=deterministic))
 
 
-def init_params(model: Classifier, key, pretrained=None):
-  """Fresh head (and encoder, unless `pretrained` parameters of pre-training give it)."""
+def reinit_parts(spec: str, num_layers: int) -> tuple[str, ...]:
+  """The parts named by `spec` ('embeddings', 'word_embeddings', 'layer_<i>', 'top', comma
+  separated; '' for none) as parameter paths; ValueError naming the choices otherwise."""
+  layers = [f'layer_{i}' for i in range(num_layers)]
+  paths = {'embeddings': 'embeddings', 'word_embeddings': 'embeddings/word_embeddings',
+           'top': f'discriminator/{layers[-1]}', **{n: f'discriminator/{n}' for n in layers}}
+  names = [n.strip() for n in spec.split(',') if n.strip()]
+  unknown = [n for n in names if n not in paths]
+  if unknown:
+    raise ValueError(f'reinit names {", ".join(map(repr, unknown))}, which this model does not '
+                     f'have; use a comma-separated list of {", ".join(paths)}')
+  return tuple(dict.fromkeys(paths[n] for n in names))
+
+
+def init_params(model: Classifier, key, pretrained=None, reinit: tuple[str, ...] = ()):
+  """Fresh head (and encoder, unless `pretrained` parameters of pre-training give it). The
+  parameter paths in `reinit` (see `reinit_parts`) keep their fresh values even so."""
   ids = jnp.zeros((1, 8), jnp.int32)
   params = model.init(key, ids, ids + 1, ids + 1)['params']
   if pretrained is not None:
-    params = dict(params)
+    fresh, params = params, dict(params)
     for name in ('embeddings', 'discriminator'):
-      fresh = jax.tree.map(jnp.shape, params[name])
+      shapes = jax.tree.map(jnp.shape, params[name])
       given = jax.tree.map(jnp.shape, pretrained[name])
-      if fresh != given:
+      if shapes != given:
         raise ValueError(f'the pre-trained {name} parameters do not fit the model config')
       params[name] = jax.tree.map(lambda p, f: jnp.asarray(p, f.dtype), pretrained[name],
                                   params[name])
+    for path in reinit:
+      outer, *inner = path.split('/')
+      if not inner:
+        params[outer] = fresh[outer]
+      else:
+        params[outer] = {**params[outer], inner[0]: fresh[outer][inner[0]]}
   return params
 
 

@@ -172,7 +172,8 @@ def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -
     model = heads.Classifier(model_cfg, 1 if task.kind == 'regression' else len(task.labels),
                              rate, per_token=task.kind == 'tagging',
                              pooling=cfg.get('pooling', 'cls'))
-  init = functools.partial(heads.init_params, model, pretrained=pretrained.params)
+  init = functools.partial(heads.init_params, model, pretrained=pretrained.params,
+                           reinit=heads.reinit_parts(cfg.get('reinit', ''), model_cfg.num_layers))
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
   factors = optim.layerwise_multipliers(jax.eval_shape(init, jax.random.key(0)),
@@ -500,6 +501,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   if cfg.max_seq_length > pretrained.model_cfg.max_position_embeddings:
     raise UserError(f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
                     f'{pretrained.model_cfg.max_position_embeddings} positions; lower it')
+  with user_errors(ValueError):
+    heads.reinit_parts(cfg.get('reinit', ''), pretrained.model_cfg.num_layers)
   data = {}
   for split, examples in splits.items():
     data[split] = encode(task, examples, tokenizer, cfg.max_seq_length, split == 'train', cfg)
@@ -524,7 +527,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
       f'{o.learning_rate or config_lib.paper_learning_rate(m.hidden_size):g}, layer-wise decay '
       f'{o.layerwise_decay or config_lib.paper_layerwise_decay(m.num_layers):g}, dropout '
       f'{config_lib.dropout_rate(cfg, m):g}'
-      + ('' if task.kind in ('qa', 'tagging') else f', head on {cfg.get("pooling", "cls")}'))
+      + ('' if task.kind in ('qa', 'tagging') else f', head on {cfg.get("pooling", "cls")}')
+      + (f', re-initialized: {cfg.reinit}' if cfg.get('reinit', '') and pretrained.params else ''))
   note = model_lib.attention_note(pretrained.model_cfg, cfg.max_seq_length)
   if note:
     log(note)
