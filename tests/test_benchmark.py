@@ -51,6 +51,29 @@ def test_profile_counts_each_kernel_once_and_nested_ones_apart(tmp_path):
   assert kinds['loop_add_fusion']['ms_per_step'] == pytest.approx(0.025)
 
 
+def test_profile_keeps_the_whole_time_of_neighbours_that_overlap_by_clock_skew(tmp_path):
+  """On an H100's stream consecutive kernels overlap by the clocks' skew (0.13 us typically); each
+  keeps its whole time (the reader once subtracted the next kernel from the one before, and
+  reported 34.8 ms of a 91 ms step), and a kernel is categorized by its own name before the XLA
+  operation's (pallas_call, custom-call)."""
+  meta = [{'ph': 'M', 'pid': 1, 'name': 'process_name', 'args': {'name': '/device:GPU:0'}},
+          {'ph': 'M', 'pid': 1, 'tid': 7, 'name': 'thread_name', 'args': {'name': 'Stream #7'}}]
+  x = lambda ts, dur, kernel, op: {'ph': 'X', 'pid': 1, 'tid': 7, 'ts': ts, 'dur': dur,
+                                   'name': kernel, 'args': {'hlo_op': op}}
+  events = meta + [x(0.0, 400.0, 'electra_flash_dq', 'pallas_call.3'),
+                   x(399.87, 300.0, 'nvjet_sm90_tss_192x192_64x3', 'custom-call.7'),
+                   x(699.0, 100.0, 'loop_add_fusion_2', 'loop_add_fusion.2'),  # 1 us of skew
+                   x(710.0, 20.0, 'loop_add_fusion_5', 'loop_add_fusion.5')]  # truly nested
+  _write_trace(str(tmp_path), events)
+  rows, busy = profiling.kernel_table(str(tmp_path), steps=1)
+  ms = {r['name']: r['ms_per_step'] for r in rows}
+  assert ms == pytest.approx({'pallas_call.3': 0.4, 'custom-call.7': 0.3,
+                              'loop_add_fusion.2': 0.08, 'loop_add_fusion.5': 0.02})
+  assert busy == pytest.approx(0.8)
+  kinds = {r['name']: r['category'] for r in rows}
+  assert kinds['pallas_call.3'] == 'attention kernel' and kinds['custom-call.7'] == 'matmul'
+
+
 def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path):
   config = test_config()
   result = benchmark.benchmark(config, steps=2, warmup=1, repeats=1,
