@@ -111,6 +111,7 @@ def _time_step(config) -> dict:
 
 
 def _print_profile(p: dict, step_ms: float):
+  from electra_jax import profiling  # pylint: disable=import-outside-toplevel
   print(f'profile of {p["steps"]} steps ({p["directory"]}): {p["busy_ms_per_step"]:.1f} ms of '
         f'kernel time per step ({p["wall_ms_per_step"]:.1f} ms wall while tracing, '
         f'{step_ms:.1f} untraced)')
@@ -122,6 +123,8 @@ def _print_profile(p: dict, step_ms: float):
     for row in rows[:_TOP.value]:
       print(f'  {row["ms_per_step"]:8.2f} {100 * row["share"]:5.1f}% '
             f'{row["calls_per_step"]:6.0f}  {row["name"][:90]} ({row["category"]})')
+  if note := profiling.graphs_note(p['kernels']):
+    print(f'  {note}')
 
 
 def _time_input(config) -> dict:

@@ -72,6 +72,9 @@ def test_profile_keeps_the_whole_time_of_neighbours_that_overlap_by_clock_skew(t
   assert busy == pytest.approx(0.8)
   kinds = {r['name']: r['category'] for r in rows}
   assert kinds['pallas_call.3'] == 'attention kernel' and kinds['custom-call.7'] == 'matmul'
+  assert profiling.graphs_note(rows) == ''
+  graphs = [{'name': 'command_buffer_1', 'share': 0.9}, {'name': 'fusion.2', 'share': 0.1}]
+  assert 'XLA_FLAGS=--xla_gpu_enable_command_buffer=' in profiling.graphs_note(graphs)
 
 
 def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path):
