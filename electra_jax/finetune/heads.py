@@ -5,6 +5,7 @@ discriminator drops in unchanged; the generator is not used.
 """
 
 import flax.linen as nn
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
@@ -76,12 +77,12 @@ def init_params(model: Classifier, key, pretrained=None, reinit: tuple[str, ...]
         raise ValueError(f'the pre-trained {name} parameters do not fit the model config')
       params[name] = jax.tree.map(lambda p, f: jnp.asarray(p, f.dtype), pretrained[name],
                                   params[name])
-    for path in reinit:
-      outer, *inner = path.split('/')
-      if not inner:
-        params[outer] = fresh[outer]
-      else:
-        params[outer] = {**params[outer], inner[0]: fresh[outer][inner[0]]}
+    if reinit:
+      flat = traverse_util.flatten_dict(params, sep='/')
+      new = traverse_util.flatten_dict(fresh, sep='/')
+      params = traverse_util.unflatten_dict(
+          {k: new[k] if any(k == p or k.startswith(p + '/') for p in reinit) else v
+           for k, v in flat.items()}, sep='/')
   return params
 
 
