@@ -263,7 +263,9 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   With `peer='hf'` (or 'hf-compile': under torch.compile) the same step written with HF
   transformers in PyTorch runs in a child process, its runs alternating with ours (ours, peer,
   ours, ...), so both see the same machine load. With `profile_dir`, `steps` more steps run under
-  `jax.profiler` (trace kept there) and result['profile'] holds the kernels' times per step.
+  `jax.profiler` (trace kept there) and result['profile'] holds the kernels' times per step; the
+  compiled step's HLO is written beside the trace (`step_hlo.txt`), where each kernel's fusion is
+  spelled out under its name.
   """
   mesh, setup, init_fn, train_fn = _compiled(config)
   d = config.data
@@ -279,6 +281,10 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   xla_flops = float(cost.get('flops', float('nan'))) if cost else float('nan')
   memory = _step_memory(compiled)
+  if profile_dir:  # the kernels' names in the trace are the fusions' names in this text
+    os.makedirs(profile_dir, exist_ok=True)
+    with open(os.path.join(profile_dir, 'step_hlo.txt'), 'w') as f:
+      f.write(compiled.as_text())
   for _ in range(warmup):
     state, m = train_fn(state, batch)
   jax.block_until_ready(m)

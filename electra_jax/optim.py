@@ -49,6 +49,22 @@ def scale_by_adam_without_bias_correction(b1: float, b2: float, eps: float):
   return optax.GradientTransformation(init, update)
 
 
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArgs:
+  """optax.clip_by_global_norm (the same arithmetic), taking the gradients' norm from the caller
+  when it has one (`tx.update(..., global_norm=n)`): the train step computes the norm once for its
+  NaN guard, and its update branch would otherwise sum the squares of every leaf again (one small
+  kernel each on a GPU: about 400 at Base, 1 ms of a 90 ms H100 step)."""
+
+  def update(updates, state, params=None, *, global_norm=None, **extra_args):
+    del params, extra_args
+    g_norm = optax.tree.norm(updates) if global_norm is None else global_norm
+    trigger = jnp.squeeze(g_norm < max_norm)
+    clip = lambda t: jax.lax.select(trigger, t, (t / g_norm.astype(t.dtype)) * max_norm)
+    return jax.tree.map(clip, updates), state
+
+  return optax.GradientTransformationExtraArgs(lambda _: optax.EmptyState(), update)
+
+
 def learning_rate_schedule(peak: float, warmup_steps: int, decay_steps: int, power: float = 1.0,
                            kind: str = 'original'):
   """lr as a function of the number of updates already applied (0 for the first update)."""
@@ -146,7 +162,7 @@ def make_optimizer(opt_cfg, lr_factors=None) -> tuple[optax.GradientTransformati
     adam = optax.scale_by_adam(opt_cfg.b1, opt_cfg.b2, opt_cfg.eps)
   else:
     adam = scale_by_adam_without_bias_correction(opt_cfg.b1, opt_cfg.b2, opt_cfg.eps)
-  parts = [optax.clip_by_global_norm(opt_cfg.grad_clip_norm)] if opt_cfg.grad_clip_norm else []
+  parts = [clip_by_global_norm(opt_cfg.grad_clip_norm)] if opt_cfg.grad_clip_norm else []
   parts += [adam,
             optax.add_decayed_weights(opt_cfg.weight_decay, mask=weight_decay_mask),
             optax.scale_by_learning_rate(schedule)]

@@ -98,7 +98,7 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   rng = jax.random.fold_in(_keys(setup.seed)[1], state.step)
   (loss, metrics), grads = _gradients(setup, state.params, batch, rng)
   grads = _like_params(setup, grads)
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree.norm(grads)  # the clipping's norm too (optim.clip_by_global_norm)
   # NaN/Inf guard, without a host sync: a step whose loss, gradient norm or update is not finite
   # leaves parameters, optimizer state and metric sums as they were, and is counted; the loop reads
   # the count at log time. (A finite gradient can still make a non-finite update, e.g. through the
@@ -106,11 +106,12 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   # XLA update the donated state in place; the update is computed twice (its norm here, fused into
   # one reduction, and again in the branch that applies it) so that no second copy of the
   # optimizer state is ever alive.
-  update_norm = optax.global_norm(setup.tx.update(grads, state.opt_state, state.params)[0])
+  update = functools.partial(setup.tx.update, global_norm=grad_norm)
+  update_norm = optax.tree.norm(update(grads, state.opt_state, state.params)[0])
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(update_norm)
 
   def apply(params, opt_state):
-    updates, opt_state = setup.tx.update(grads, opt_state, params)
+    updates, opt_state = update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
   params, opt_state = jax.lax.cond(finite, apply, lambda p, o: (p, o), state.params,

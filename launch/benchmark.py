@@ -125,6 +125,7 @@ def _print_profile(p: dict, step_ms: float):
             f'{row["calls_per_step"]:6.0f}  {row["name"][:90]} ({row["category"]})')
   if note := profiling.graphs_note(p['kernels']):
     print(f'  {note}')
+  print(f'  each fusion spelled out: {os.path.join(p["directory"], "step_hlo.txt")}')
 
 
 def _time_input(config) -> dict:

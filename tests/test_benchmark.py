@@ -87,6 +87,9 @@ def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path):
   assert sorted((r['ms_per_step'] for r in p['kernels']), reverse=True) == [
       r['ms_per_step'] for r in p['kernels']]
   assert 'matmul' in p['categories']  # the step's matmuls are found by name
+  hlo = (tmp_path / 'trace' / 'step_hlo.txt').read_text()  # where each kernel is spelled out
+  fusions = [r['name'] for r in p['kernels'] if 'fusion' in r['name']]
+  assert fusions and all(f'{name} = ' in hlo for name in fusions[:5]), fusions[:5]
   # the kernel time of a CPU step cannot exceed the wall time of the traced steps on 2 cores
   assert p['busy_ms_per_step'] < 8 * p['wall_ms_per_step']
 

@@ -176,6 +176,18 @@ def test_padding_does_not_change_real_token_outputs():
   np.testing.assert_allclose(f(ids)[0, :5], f(other)[0, :5], atol=1e-5)
 
 
+def test_token_types_by_selection_equal_a_gather_in_value_and_gradient():
+  """The embeddings look token types up by selection (no scatter in the backward): the same
+  vectors as a gather and the same table gradient."""
+  table = jax.random.normal(jax.random.key(0), (2, 8))
+  ids = jax.random.randint(jax.random.key(1), (3, 16), 0, 2)
+  cot = jax.random.normal(jax.random.key(2), (3, 16, 8))
+  np.testing.assert_array_equal(model_lib._small_table_lookup(table, ids), table[ids])
+  mine = jax.grad(lambda t: jnp.sum(model_lib._small_table_lookup(t, ids) * cot))(table)
+  gathered = jax.grad(lambda t: jnp.sum(jnp.take(t, ids, axis=0) * cot))(table)
+  np.testing.assert_allclose(mine, gathered, rtol=1e-5, atol=1e-6)
+
+
 def test_dropout_rate_scale_and_independence():
   x = jnp.ones((64, 128, 256))
   drop = model_lib.Dropout(0.1)

@@ -84,3 +84,20 @@ def test_bias_correction_switch_and_clipping():
   clip = optax.clip_by_global_norm(1.0)
   clipped, _ = clip.update({'w': jnp.array([300.0, 0.0, 0.0, 400.0])}, clip.init(params))
   assert float(optax.global_norm(clipped)) == pytest.approx(1.0)
+
+
+def test_clipping_takes_the_callers_norm_and_equals_optax():
+  """optim.clip_by_global_norm is optax's arithmetic bit for bit, with the norm computed or given
+  (the train step gives the one it has); a given norm is the one used."""
+  grads = {'a': jax.random.normal(jax.random.key(0), (5, 3)) * 3.0,
+           'b': jax.random.normal(jax.random.key(1), (7,))}
+  norm = optax.tree.norm(grads)
+  for max_norm in (1.0, 100.0):  # clipped, and left alone
+    want, _ = optax.clip_by_global_norm(max_norm).update(grads, optax.EmptyState())
+    clip = optim.clip_by_global_norm(max_norm)
+    for got, _ in (clip.update(grads, clip.init(grads)),
+                   clip.update(grads, clip.init(grads), global_norm=norm)):
+      for k in grads:
+        np.testing.assert_array_equal(got[k], want[k])
+  scaled, _ = optim.clip_by_global_norm(1.0).update(grads, optax.EmptyState(), global_norm=2 * norm)
+  assert float(optax.tree.norm(scaled)) == pytest.approx(0.5)  # divided by the given norm
