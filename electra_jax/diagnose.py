@@ -121,7 +121,7 @@ def checkpoint_stats(model, model_cfg, params, batches: list[dict]) -> list[dict
     if layer:
       prefix = f'discriminator/layer_{layer - 1}'
       heads = model_cfg.num_heads
-      split = lambda x: x.reshape(x.shape[0], x.shape[1], heads, -1)
+      split = lambda x: x.reshape(*mask.shape, heads, -1)  # (the layers keep tokens flat)
       row['attention_entropy'] = attention_entropy(split(joined[f'{prefix}/query/__call__']),
                                                    split(joined[f'{prefix}/key/__call__']), mask)
       row['weight_norm'] = float(np.sqrt(sum(
