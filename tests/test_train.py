@@ -510,8 +510,9 @@ def test_sigterm_saves_a_checkpoint_and_exits_within_seconds_on_a_loaded_machine
   workdir = tmp_path / 'w'
   proc = subprocess.Popen(launch_command(config_file, workdir), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, env=CHILD_ENV)
+  _wait_for_step(proc, 3)  # started and compiled (unloaded: the load is for the stop)
   with cpu_burner(2):
-    _wait_for_step(proc, 3)
+    _wait_for_step(proc, 5)  # trains on the loaded machine, then the notice comes
     sent = time.time()
     proc.send_signal(signal.SIGTERM)
     rest, saved = [], None
