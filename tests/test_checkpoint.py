@@ -70,3 +70,36 @@ def test_describe_mismatch_names_missing_extra_and_counts_the_rest():
       'config; d (4,) in the checkpoint, (5,) in this config and 2 more')
   assert checkpoint_lib.describe_mismatch({'a': (1,)}, {'b': (1,)}) == (
       'a only in the checkpoint; b not in the checkpoint')
+
+
+def test_a_replicated_state_is_saved_in_slices_only_where_arrays_are_large(tmp_path):
+  """Small replicated arrays are written whole by one replica: Orbax's replica-parallel slicing
+  (one compiled slice per array and device) is kept for arrays of 1 MiB slices and more."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
+  replicated = NamedSharding(mesh, PartitionSpec())
+  # shapes no other test saves (so nothing is compiled already), with a width the 8 replicas
+  # divide: by default each small array would be saved in 8 slices of 3 values
+  small = _state(7, width=24)
+  large = {'table': jnp.arange(8 * 2 ** 18, dtype=jnp.float32).reshape(8, 2 ** 18)}  # 8 MiB
+  state = jax.device_put(small.replace(opt_state=large), replicated)
+  assert len(jax.devices()) == 8 and state.params['encoder']['kernel'].sharding.is_fully_replicated
+  events = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda name, *_, **__: events.append(name) if name.startswith('/jax/') else None)
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  ckpt.save(7, state, {'step': 7})
+  ckpt.wait()
+  lowered = [e for e in events if 'jaxpr_to_mlir_module' in e]
+  ckpt.close()
+  # the 8 MiB table is sliced (8 slices of 1 MiB, a program each), the small arrays are not
+  # (2 x 8 more programs)
+  assert 1 <= len(lowered) <= 8, lowered
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  restored, meta = ckpt.restore(7, state)
+  ckpt.close()
+  assert meta == {'step': 7}
+  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(state), strict=True):
+    assert a.sharding.is_fully_replicated
+    np.testing.assert_array_equal(a, b)
