@@ -236,7 +236,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_di
            f'--workdir={disk}/w')
   # A checkpoint takes ~5.5 MB on disk (6 MB of arrays): the one of step 2 fits, the one of step 4
   # is refused by the free-space check (or, failing that, fails while written).
-  done = _on_small_disk(disk, '11m', f'{train}; echo "exit=$?"; ls -A {disk}/w/checkpoints; '
+  done = _on_small_disk(disk, '8m', f'{train}; echo "exit=$?"; ls -A {disk}/w/checkpoints; '
                         f'echo "--"; du -a {disk}', timeout=600)
   assert 'exit=2' in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
   # (a thread of the asyncio loop Orbax leaves behind may print around it: the error is looked for)
