@@ -4,6 +4,7 @@ A mistake the user can fix (unknown config key, bad value, missing file, ...) pr
 `error: <one sentence>` on stderr and exits with status 2; nothing is left half-written.
 """
 
+import gc
 import os
 import re
 import sys
@@ -217,9 +218,18 @@ def exit_now(code: int):
   os._exit(code)  # pylint: disable=protected-access
 
 
+def fewer_collections():
+  """Python's cycle collector walks every tracked object at each full collection; after importing
+  JAX and TensorFlow those are ~370K objects that are never garbage, and tracing a step allocates
+  fast enough to trigger many collections (tracing and lowering the test model's step: 1.1-1.2 s
+  instead of 1.7-1.8 s). Young garbage is still collected, in batches of 10,000 allocations."""
+  gc.set_threshold(10_000, 10, 10)
+
+
 def run(main):
   """absl's app.run, with one-sentence errors for bad flags and for UserError, and a prompt exit."""
   def wrapped(argv):
+    fewer_collections()
     if not flags.FLAGS['verbosity'].present:  # library INFO chatter (Orbax, ...) only on request
       logging.set_verbosity(logging.WARNING)
       # Orbax's background threads log their failures (a full disk: five tracebacks) before the

@@ -18,6 +18,7 @@ sys.path.insert(0, ROOT)
 import jax  # pylint: disable=wrong-import-position
 import pytest  # pylint: disable=wrong-import-position
 
+from electra_jax import cli  # pylint: disable=wrong-import-position
 from electra_jax.config import default_config  # pylint: disable=wrong-import-position
 from electra_jax import records  # pylint: disable=wrong-import-position
 
@@ -26,6 +27,7 @@ assert jax.device_count() == 8, 'tests expect 8 fake CPU devices (XLA_FLAGS was 
 jax.config.update('jax_compilation_cache_dir', os.path.join(
     os.environ.get('PYTEST_JAX_CACHE', '/tmp'), f'electra_jax_test_cache_{os.getuid()}'))
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0.0)
+cli.fewer_collections()  # as the launch scripts do: tracing is the Python side of each compile
 
 WORDS = ('the cat sat on a mat while dogs ran past green trees near old stone walls and birds sang '
          'songs about rivers that flow into deep blue seas under bright summer skies where quiet '
