@@ -61,6 +61,7 @@ class ModelConfig:
   generator_hidden_fraction: float = 0.25
   generator_layers_fraction: float = 1.0
   untied_generator_embeddings: bool = False
+  decoder_rows: str = 'all'  # 'batch': the tied decoder's gradient reaches the batch's rows only
   discriminator_mlm: bool = False  # an MLM head on the discriminator (Replace / All-Tokens MLM)
   gdes: bool = False  # gradient-disentangled embedding sharing (DeBERTa-v3)
   attention: str = 'auto'  # 'explicit' softmax, 'pallas' flash kernel, 'fused' cuDNN, or 'auto'
@@ -78,6 +79,9 @@ class ModelConfig:
     if self.generator not in ('separate', 'tied', 'uniform', 'two_tower'):
       raise ValueError(f"model.generator is {self.generator!r}; use 'separate', 'tied', "
                        "'uniform' or 'two_tower'")
+    if self.decoder_rows not in ('all', 'batch'):
+      raise ValueError(f"model.decoder_rows is {self.decoder_rows!r}; use 'all' (every row, the "
+                       "original) or 'batch' (the rows of the batch's tokens)")
     if self.attention not in ATTENTION:
       raise ValueError(f"model.attention is {self.attention!r}; use one of "
                        f"{', '.join(repr(a) for a in ATTENTION)}")
@@ -389,8 +393,11 @@ class GeneratorHead(nn.Module):
   cfg: ModelConfig
 
   @nn.compact
-  def __call__(self, hidden, table):
+  def __call__(self, hidden, table, rows=None):
+    """`rows` ([V] bool, optional): the decoder's gradient reaches only these rows of `table`."""
     cfg = self.cfg
+    if rows is not None:
+      table = jnp.where(rows[:, None], table, jax.lax.stop_gradient(table))
     h = gelu(Dense(table.shape[1], cfg, name='dense')(hidden))
     h = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                      name='LayerNorm')(h)
@@ -452,8 +459,10 @@ class Electra(nn.Module):
     return (self.discriminator_mlm(chosen, self.embeddings.table()),
             self.discriminator_predictions(hidden))
 
-  def generator_logits(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
-    """Vocabulary logits [B, N, V] (float32) at the N `positions` of each sequence only."""
+  def generator_logits(self, input_ids, segment_ids, input_mask, positions, deterministic=True,
+                       rows=None):
+    """Vocabulary logits [B, N, V] (float32) at the N `positions` of each sequence only; `rows`
+    ([V] bool): the word-table rows the decoder updates (`decoder_rows`)."""
     cfg = self.cfg
     if cfg.generator == 'uniform':
       return jnp.zeros(positions.shape + (cfg.vocab_size,), jnp.float32)
@@ -469,7 +478,7 @@ class Electra(nn.Module):
       network = self.generator if cfg.generator == 'separate' else self.discriminator
       hidden = network(embedded, input_mask, deterministic)
     hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
-    return self.generator_predictions(hidden, embeddings.table())
+    return self.generator_predictions(hidden, embeddings.table(), rows)
 
   def __call__(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
     """Runs both networks (used to create every parameter)."""

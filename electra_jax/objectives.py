@@ -59,6 +59,7 @@ class Draws(NamedTuple):
   masked: masking.Masked  # [B, ..] the selected slots and the generator's input
   sample_uniform: jax.Array  # [B, N] one number in [0, 1) per slot: the generator's sample
   counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
+  rows: jax.Array | None = None  # [V] bool: the vocabulary's tokens present in the global batch
 
 
 def candidates(batch, special: SpecialIds) -> jax.Array:
@@ -83,7 +84,8 @@ def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int)
             'selected': jnp.sum(tokens * masking.selected(masked, tokens.shape[1])),
             'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32))}
   uniform = jax.random.uniform(sample_rng, masked.weights.shape, jnp.float32)
-  return Draws(masked, uniform, counts)
+  rows = jnp.zeros((vocab_size,), jnp.bool_).at[batch['input_ids'].reshape(-1)].set(True)
+  return Draws(masked, uniform, counts, rows)
 
 
 def _network_rngs(rng):
@@ -92,8 +94,14 @@ def _network_rngs(rng):
 
 
 def _apply(model, params, deterministic):
-  return lambda method, r, *args: model.apply({'params': params}, *args, deterministic,
-                                              method=method, rngs={'dropout': r})
+  return lambda method, r, *args, **kw: model.apply({'params': params}, *args, deterministic,
+                                                    method=method, rngs={'dropout': r}, **kw)
+
+
+def _rows(model, draws: Draws):
+  """The word-table rows the generator's decoder updates: all (None), or with
+  model.decoder_rows='batch' those of the global batch's tokens."""
+  return draws.rows if model.cfg.decoder_rows == 'batch' else None
 
 
 def _mlm_terms(logits, targets, weights, count, prefix='mlm'):
@@ -109,11 +117,11 @@ def _mlm_terms(logits, targets, weights, count, prefix='mlm'):
                 f'{prefix}_accuracy': ratio(correct * weights, weights)}
 
 
-def _generate(apply, rng, batch, draws: Draws, cfg: ObjectiveConfig):
+def _generate(apply, rng, batch, draws: Draws, cfg: ObjectiveConfig, rows=None):
   """The generator's MLM at the masked positions, and its samples written into the original."""
   masked = draws.masked
   gen_logits = apply(model_lib.Electra.generator_logits, rng, masked.input_ids,
-                     batch['segment_ids'], batch['input_mask'], masked.positions)
+                     batch['segment_ids'], batch['input_mask'], masked.positions, rows=rows)
   mlm_loss, metrics = _mlm_terms(gen_logits, masked.target_ids, masked.weights,
                                  draws.counts['slots'])
   # Sample replacements (no gradient flows through the sample) and write them into the original.
@@ -158,7 +166,8 @@ def electra_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objective
   draws = draws or draw(rng, batch, cfg, special, model.cfg.vocab_size)
   gen_rng, disc_rng = _network_rngs(rng)
   apply = _apply(model, params, deterministic)
-  mlm_loss, metrics, disc_ids, is_replaced = _generate(apply, gen_rng, batch, draws, cfg)
+  mlm_loss, metrics, disc_ids, is_replaced = _generate(apply, gen_rng, batch, draws, cfg,
+                                                       _rows(model, draws))
   disc_logits = apply(model_lib.Electra.discriminator_logits, disc_rng, disc_ids,
                       batch['segment_ids'], batch['input_mask'])
   tokens = batch['input_mask'].astype(jnp.float32)
@@ -182,7 +191,7 @@ def mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConf
   masked = draws.masked
   logits = _apply(model, params, deterministic)(
       model_lib.Electra.generator_logits, _network_rngs(rng)[0], masked.input_ids,
-      batch['segment_ids'], batch['input_mask'], masked.positions)
+      batch['segment_ids'], batch['input_mask'], masked.positions, rows=_rows(model, draws))
   loss, metrics = _mlm_terms(logits, masked.target_ids, masked.weights, draws.counts['slots'])
   return loss, {'loss': ratio(loss, 1.0), **metrics}
 
@@ -196,7 +205,8 @@ def replace_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objec
   gen_rng, main_rng = _network_rngs(rng)
   masked = draws.masked
   apply = _apply(model, params, deterministic)
-  gen_loss, metrics, main_ids, _ = _generate(apply, gen_rng, batch, draws, cfg)
+  gen_loss, metrics, main_ids, _ = _generate(apply, gen_rng, batch, draws, cfg,
+                                             _rows(model, draws))
   logits, _ = apply(model_lib.Electra.discriminator_mlm_logits, main_rng, main_ids,
                     batch['segment_ids'], batch['input_mask'], masked.positions)
   main_loss, main_metrics = _mlm_terms(logits, masked.target_ids, masked.weights,
@@ -216,7 +226,8 @@ def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Ob
   draws = draws or draw(rng, batch, cfg, special, model.cfg.vocab_size)
   gen_rng, main_rng = _network_rngs(rng)
   apply = _apply(model, params, deterministic)
-  gen_loss, metrics, main_ids, is_replaced = _generate(apply, gen_rng, batch, draws, cfg)
+  gen_loss, metrics, main_ids, is_replaced = _generate(apply, gen_rng, batch, draws, cfg,
+                                                       _rows(model, draws))
   ids = batch['input_ids']
   every = jnp.broadcast_to(jnp.arange(ids.shape[1], dtype=jnp.int32), ids.shape)
   logits, detect = apply(model_lib.Electra.discriminator_mlm_logits, main_rng, main_ids,
@@ -257,7 +268,8 @@ def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objectiv
   ids, segments, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']
   length = ids.shape[1]
   every = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), ids.shape)
-  logits = apply(model_lib.Electra.generator_logits, gen_rng, ids, segments, input_mask, every)
+  logits = apply(model_lib.Electra.generator_logits, gen_rng, ids, segments, input_mask, every,
+                 rows=_rows(model, draws))
   cloze_loss, metrics = _mlm_terms(logits, ids, candidates(batch, special).astype(jnp.float32),
                                    draws.counts['candidates'])
 

@@ -145,7 +145,7 @@ def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
     return x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
 
   def part(k, rows, masked, uniform):
-    part_draws = objectives.Draws(masked, uniform, draws.counts)
+    part_draws = draws._replace(masked=masked, sample_uniform=uniform)
     return grad_fn(params, rows, jax.random.fold_in(rng, k), draws=part_draws)
 
   def body(total, xs):

@@ -78,6 +78,54 @@ def test_untied_generator_embeddings_get_no_discriminator_gradient():
   assert _norm(from_gen['embeddings']) == 0 and _norm(from_gen['generator_embeddings']) > 0
 
 
+def test_decoder_rows_batch_updates_only_the_rows_of_the_batchs_tokens():
+  """model.decoder_rows='batch': the generator's loss gives no gradient to the word-table rows of
+  tokens absent from the global batch; the loss, the present rows' gradients and every other
+  gradient are those of 'all'. In two microbatches whose tokens differ the gradient is still the
+  whole batch's: the rows are the global batch's."""
+  from electra_jax import step as step_lib  # pylint: disable=import-outside-toplevel
+  batch = synthetic_batch(16, 32, 96)
+  ids = batch['input_ids']
+  words = ids >= 5  # microbatch k takes rows k, k + 2, ...: tokens 50-69 are in part 1 only
+  keep = np.where(np.arange(16)[:, None] % 2 == 0, 45, 65)
+  batch['input_ids'] = np.where(words, 5 + (ids - 5) % keep, ids)
+  present = np.unique(batch['input_ids'])
+  # [MASK] is the generator's input, so its row has an input gradient in either setting
+  absent = np.setdiff1d(np.arange(96), np.append(present, SPECIAL.mask))
+  assert set(range(70, 96)) <= set(absent) and set(range(50, 70)) & set(present)
+
+  def gradients(rows, microbatches=1):
+    """(loss, its gradient, the gradient of the generator's MLM loss alone)."""
+    c = test_config(**{'model.decoder_rows': rows, 'model.dropout_rate': 0.0,
+                       'model.attention_dropout_rate': 0.0, 'microbatches': microbatches})
+    setup = step_lib.build_setup(c, SPECIAL)
+    params = setup.init_params(jax.random.key(0))
+    rng = jax.random.key(3)
+
+    def generator_only(p):
+      m = setup.loss_fn(p, batch, rng)[1]['mlm_loss']
+      return m[0] / m[1]
+
+    fn = jax.jit(lambda p: (step_lib._gradients(setup, p, batch, rng),
+                            jax.grad(generator_only)(p)))
+    ((loss, _), grads), gen = fn(params)
+    return float(loss), grads, gen
+
+  loss_all, g_all, gen_all = gradients('all')
+  loss_batch, g_batch, gen_batch = gradients('batch')
+  assert loss_batch == pytest.approx(loss_all, rel=1e-6)
+  table = lambda g: np.asarray(g['embeddings']['word_embeddings'])
+  assert (table(gen_batch)[absent] == 0).all() and (table(gen_all)[absent] != 0).all()
+  np.testing.assert_allclose(table(g_batch)[present], table(g_all)[present], rtol=1e-5,
+                             atol=1e-8)
+  g_all['embeddings']['word_embeddings'] = g_batch['embeddings']['word_embeddings']
+  for a, b in zip(jax.tree.leaves(g_batch), jax.tree.leaves(g_all)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
+  _, g_parts, _ = gradients('batch', microbatches=2)
+  for a, b in zip(jax.tree.leaves(g_parts), jax.tree.leaves(g_batch)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-6)
+
+
 def test_tied_generator_shares_the_discriminator_encoder():
   g, _ = _split_grads(**{'model.generator': 'tied'})
   assert _norm(g['discriminator']) > 0  # the MLM loss trains the shared encoder
