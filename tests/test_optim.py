@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from flax.traverse_util import flatten_dict
 
 from configs import small
 from electra_jax import model as model_lib
@@ -101,3 +102,30 @@ def test_clipping_takes_the_callers_norm_and_equals_optax():
         np.testing.assert_array_equal(got[k], want[k])
   scaled, _ = optim.clip_by_global_norm(1.0).update(grads, optax.EmptyState(), global_norm=2 * norm)
   assert float(optax.tree.norm(scaled)) == pytest.approx(0.5)  # divided by the given norm
+
+
+def test_embedding_tables_learn_faster_by_their_factor_and_nothing_else_does():
+  """Fine-tuning's optimizer.embedding_tables_lr: the word, position and token-type tables move
+  that many times as far in a step (weight decay included); their LayerNorm and every other
+  parameter move as before."""
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  from conftest import test_config  # pylint: disable=import-outside-toplevel
+  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  factors = optim.layerwise_multipliers(params, cfg.num_layers, 0.8)
+  grads = jax.tree.map(lambda p: jax.random.normal(jax.random.key(p.size), p.shape), params)
+  opt = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3, warmup_steps=0, decay_steps=10, decay_power=1.0, schedule='original',
+      b1=0.9, b2=0.999, eps=1e-6, bias_correction=False, weight_decay=0.01, grad_clip_norm=1.0))
+
+  def update(lr_factors):
+    tx, _ = optim.make_optimizer(opt, lr_factors=lr_factors)
+    return flatten_dict(tx.update(grads, tx.init(params), params)[0], sep='/')
+
+  before = update(factors)
+  after = update(optim.with_embedding_tables_factor(factors, 10.0))
+  tables = {f'embeddings/{n}' for n in optim.EMBEDDING_TABLES}
+  assert tables <= set(before)
+  for name, u in before.items():
+    np.testing.assert_allclose(after[name], u * (10.0 if name in tables else 1.0), rtol=1e-6,
+                               err_msg=name)
