@@ -55,11 +55,8 @@ def default_config() -> ml_collections.ConfigDict:
   m.generator_hidden_fraction = 0.25  # generator width as a fraction of hidden (also FFN, heads)
   m.generator_layers_fraction = 1.0  # generator depth as a fraction of num_layers
   m.untied_generator_embeddings = False  # True: the generator gets its own embedding module
-  m.decoder_rows = 'all'  # which word-table rows the tied MLM decoder's softmax updates: 'all'
-  #   (the original) or 'batch': only the rows of tokens in the batch. A softmax pushes every
-  #   absent token's row along -(hidden state) each step and Adam turns that tiny, steady push into
-  #   full-size steps, so rare tokens' rows drift into one direction (Yu et al. 2022, "Rare Tokens
-  #   Degenerate All Tokens"); 'batch' keeps them where a token's own occurrences put them
+  m.decoder_rows = 'all'  # word-table rows the tied MLM decoder's softmax updates: 'all' (the
+  #   original) or 'batch' (the batch's tokens'; README, "What a short pre-training does")
   m.discriminator_mlm = False  # an MLM head on the discriminator (set by the objectives needing it)
   m.gdes = False  # DeBERTa-v3's gradient-disentangled embedding sharing: the discriminator reads
   #   stop_gradient(word table) + its own zero-initialized residual table; the generator owns the
