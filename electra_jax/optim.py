@@ -122,14 +122,11 @@ def layerwise_multipliers(params, num_layers: int, decay: float, rule: str = 'in
   return jax.tree_util.tree_map_with_path(factor, params)
 
 
-EMBEDDING_TABLES = ('word_embeddings', 'position_embeddings', 'token_type_embeddings')
-
-
-def with_embedding_tables_factor(factors, factor: float):
-  """`factors` with the embedding tables' (not their LayerNorm's) entries multiplied by `factor`."""
+def with_word_table_factor(factors, factor: float):
+  """`factors` with the word table's entry (embeddings/word_embeddings) multiplied by `factor`."""
   def scaled(path, f):
     keys = [str(getattr(k, 'key', k)) for k in path]
-    return f * factor if keys[0] == 'embeddings' and keys[-1] in EMBEDDING_TABLES else f
+    return f * factor if keys == ['embeddings', 'word_embeddings'] else f
   return jax.tree_util.tree_map_with_path(scaled, factors)
 
 

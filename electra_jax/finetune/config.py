@@ -55,11 +55,11 @@ def default_config() -> ml_collections.ConfigDict:
   o.learning_rate = 0.0  # 0: the paper's for the size (3e-4 Small, 1e-4 Base, 5e-5 Large)
   o.layerwise_decay = 0.0  # 0: the paper's (0.8 Small/Base, 0.9 Large); 1 disables
   o.layerwise_decay_rule = 'intended'  # 'intended' or 'original' (the release's off-by-one)
-  o.embedding_tables_lr = 1.0  # a further learning-rate factor of the word, position and token-type
-  #   tables (the paper: 1). They feed a LayerNorm, so only their direction matters; Adam moves
-  #   each weight by about the learning rate whatever its size, and pre-training leaves the tables
-  #   2-3x larger than at initialization, so they learn that much more slowly than from random
-  #   weights. A factor of 10 is the same as starting from tables 10x smaller.
+  o.word_table_lr = 1.0  # a further learning-rate factor of the word embeddings (the paper: 1). The
+  #   table feeds a LayerNorm, so only its rows' directions matter, and Adam moves each weight by
+  #   about the learning rate whatever its size: pre-training leaves the rows larger than at
+  #   initialization, so they turn more slowly than random weights' (README, "What a short
+  #   pre-training does"). A factor of 10 is the same as starting from a table 10x smaller.
   o.warmup_fraction = 0.1  # share of the steps spent warming up
   o.weight_decay = 0.0  # the paper's 0 (the original code used 0.01)
   o.b1 = 0.9

@@ -178,7 +178,7 @@ def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
   factors = optim.layerwise_multipliers(jax.eval_shape(init, jax.random.key(0)),
                                         model_cfg.num_layers, decay, o.layerwise_decay_rule)
-  factors = optim.with_embedding_tables_factor(factors, o.get('embedding_tables_lr', 1.0))
+  factors = optim.with_word_table_factor(factors, o.get('word_table_lr', 1.0))
   opt_cfg = ml_collections.ConfigDict(dict(
       learning_rate=o.learning_rate or config_lib.paper_learning_rate(model_cfg.hidden_size),
       warmup_steps=int(o.warmup_fraction * total_steps), decay_steps=total_steps, decay_power=1.0,
@@ -422,9 +422,9 @@ def _check(cfg, mesh):
   if not (cfg.dropout_rate == -1 or 0 <= cfg.dropout_rate < 1):
     raise UserError(f'dropout_rate is {cfg.dropout_rate}; use a rate in [0, 1), or -1 for the '
                     'rate the model was pre-trained with')
-  factor = cfg.optimizer.get('embedding_tables_lr', 1.0)
+  factor = cfg.optimizer.get('word_table_lr', 1.0)
   if not (isinstance(factor, (int, float)) and 0 < factor < float('inf')):
-    raise UserError(f'optimizer.embedding_tables_lr is {factor!r}; give a positive factor (1: '
+    raise UserError(f'optimizer.word_table_lr is {factor!r}; give a positive factor (1: '
                     'the same learning rate as the rest of the layer)')
   if cfg.get('pooling', 'cls') not in POOLINGS:
     raise UserError(f'pooling is {cfg.pooling!r}; use {" or ".join(POOLINGS)}')
@@ -532,8 +532,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
       f'{o.learning_rate or config_lib.paper_learning_rate(m.hidden_size):g}, layer-wise decay '
       f'{o.layerwise_decay or config_lib.paper_layerwise_decay(m.num_layers):g}, dropout '
       f'{config_lib.dropout_rate(cfg, m):g}'
-      + (f', embedding tables at {o.embedding_tables_lr:g}x the learning rate'
-         if o.get('embedding_tables_lr', 1.0) != 1.0 else '')
+      + (f', word table at {o.word_table_lr:g}x the learning rate'
+         if o.get('word_table_lr', 1.0) != 1.0 else '')
       + ('' if task.kind in ('qa', 'tagging') else f', head on {cfg.get("pooling", "cls")}')
       + (f', re-initialized: {cfg.reinit}' if cfg.get('reinit', '') and pretrained.params else ''))
   note = model_lib.attention_note(pretrained.model_cfg, cfg.max_seq_length)
