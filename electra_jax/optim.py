@@ -86,11 +86,15 @@ def learning_rate_schedule(peak: float, warmup_steps: int, decay_steps: int, pow
   return schedule
 
 
+def _name(path) -> str:
+  """A parameter's path in the tree as 'embeddings/word_embeddings'."""
+  return '/'.join(str(getattr(k, 'key', k)) for k in path)
+
+
 def weight_decay_mask(params):
   """True where weight decay applies: every parameter whose path names no LayerNorm or bias."""
   def decays(path, _):
-    name = '/'.join(str(getattr(k, 'key', k)) for k in path)
-    return _NO_DECAY.search(name) is None
+    return _NO_DECAY.search(_name(path)) is None
   return jax.tree_util.tree_map_with_path(decays, params)
 
 
@@ -117,7 +121,7 @@ def layerwise_multipliers(params, num_layers: int, decay: float, rule: str = 'in
     raise ValueError(f"layerwise_decay_rule is {rule!r}; use 'intended' or 'original'")
   extra = 1 if rule == 'original' else 0
   def factor(path, _):
-    depth = layer_depth('/'.join(str(getattr(k, 'key', k)) for k in path), num_layers)
+    depth = layer_depth(_name(path), num_layers)
     return 1.0 if depth == num_layers + 1 else decay ** (num_layers + 1 + extra - depth)
   return jax.tree_util.tree_map_with_path(factor, params)
 
@@ -125,8 +129,7 @@ def layerwise_multipliers(params, num_layers: int, decay: float, rule: str = 'in
 def with_word_table_factor(factors, factor: float):
   """`factors` with the word table's entry (embeddings/word_embeddings) multiplied by `factor`."""
   def scaled(path, f):
-    keys = [str(getattr(k, 'key', k)) for k in path]
-    return f * factor if keys == ['embeddings', 'word_embeddings'] else f
+    return f * factor if _name(path) == 'embeddings/word_embeddings' else f
   return jax.tree_util.tree_map_with_path(scaled, factors)
 
 
