@@ -54,7 +54,7 @@ def write_corpus(path: str, num_docs: int = 60, seed: int = 0):
 def test_config(**overrides):
   """A very small pre-training config (fast to compile) for unit and integration tests."""
   c = default_config()
-  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=2,
+  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=1,
                  max_position_embeddings=32)
   c.model.num_heads = 2
   c.model.generator_hidden_fraction = 0.5
@@ -99,7 +99,7 @@ def run_config_file(tmp_path, records_dir, **fields):
       'from electra_jax.config import default_config\n'
       'def get_config():\n'
       '  c = default_config()\n'
-      '  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=2,\n'
+      '  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=1,\n'
       '                 max_position_embeddings=32, num_heads=2)\n'
       '  c.data.update(max_seq_length=32, batch_size=16, shuffle_buffer=100)\n'
       f'  c.data.records = {records_dir!r}\n'

@@ -6,6 +6,7 @@ import os
 import numpy as np
 import pytest
 
+from conftest import test_config
 from electra_jax import UserError
 from electra_jax import diagnose
 
@@ -41,13 +42,16 @@ def test_the_linear_probe_finds_separable_classes_and_not_labels_without_feature
   assert diagnose.softmax_probe(x[:400], noise[:400], x[400:], noise[400:], 3) < 0.45
 
 
+LAYERS = test_config().model.num_layers  # of the `pretrained` fixture's model
+
+
 def test_a_workdir_is_measured_at_its_initial_weights_and_its_checkpoints(pretrained, tmp_path):
   lines = []
   out = diagnose.diagnose(pretrained, num_batches=1, batch_size=8, log=lines.append,
                           probe='builtin_topic')
   assert sorted(out['steps']) == [0, 4]
   for step, rows in out['steps'].items():
-    assert [r['layer'] for r in rows] == [0, 1, 2]  # the embeddings and the 2 layers
+    assert [r['layer'] for r in rows] == list(range(LAYERS + 1))  # the embeddings, then each layer
     for r in rows:
       assert r['norm'] > 0 and -1 <= r['cosine'] <= 1 and 1 <= r['rank'] <= 32
       assert 1 <= r['cls_rank'] <= 8
@@ -56,18 +60,18 @@ def test_a_workdir_is_measured_at_its_initial_weights_and_its_checkpoints(pretra
   # Post-LayerNorm outputs: every token vector has a norm near sqrt(width) (16 for the embeddings,
   # 32 for the layers): LayerNorm's gain starts at 1 and four steps move it little.
   for rows in out['steps'].values():
-    assert [round(r['norm']) for r in rows] == [4, 6, 6], rows
+    assert [round(r['norm']) for r in rows] == [4] + [6] * LAYERS, rows
   # Four steps of AdamW move the weights: the statistics of step 4 are not those of step 0.
-  assert out['steps'][4][2]['weight_norm'] != out['steps'][0][2]['weight_norm']
+  assert out['steps'][4][LAYERS]['weight_norm'] != out['steps'][0][LAYERS]['weight_norm']
   assert lines[0].startswith('step 0 (random initial weights)') and '| emb |' in lines[0]
   saved = json.load(open(os.path.join(pretrained, 'diagnose.json')))
   assert saved['steps']['4'][1]['cosine'] == pytest.approx(out['steps'][4][1]['cosine'])
-  # the probe: dev accuracy per layer (the embeddings, 2 layers) and of [CLS], at every step
+  # the probe: dev accuracy per layer (the embeddings, then each layer) and of [CLS], at every step
   probe = out['probe']
   assert probe['task'] == 'builtin_topic' and probe['train'] > 1000 and probe['dev'] > 100
   assert sorted(probe['steps']) == [0, 4]
   for accuracies in probe['steps'].values():
-    assert len(accuracies) == 4 and all(0 <= a <= 1 for a in accuracies)
+    assert len(accuracies) == LAYERS + 2 and all(0 <= a <= 1 for a in accuracies)
     assert max(accuracies) > 1.5 / 9  # 9 topics; the test vocabulary still tells some apart
   assert any(l.startswith('probe, step 4, dev accuracy of the mean per layer | emb: ')
              for l in lines), lines

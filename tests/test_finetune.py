@@ -128,7 +128,7 @@ def test_the_head_reads_cls_or_the_mean_of_real_tokens_and_ignores_padding():
 
 
 def test_reinit_starts_the_named_parts_from_fresh_weights_and_keeps_the_rest():
-  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  cfg = model_lib.ModelConfig.from_config(test_config(**{'model.num_layers': 2}).model)
   model = heads.Classifier(cfg, 3)
   pretrained = heads.init_params(model, jax.random.key(5))  # stands for pre-trained weights
   fresh = heads.init_params(model, jax.random.key(1))
