@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import statistics
+import tempfile
 import time
 
 import jax
@@ -179,18 +180,18 @@ def max_batch(config, limit_mb: float | None = None, margin: float = 0.95) -> di
 
 def peer_max_batch(config) -> int:
   """The PyTorch peer's largest batch on this GPU (it tries real steps until out of memory)."""
-  import tempfile  # pylint: disable=import-outside-toplevel
   setup = step_lib.build_setup(config, SPECIAL)
   d = config.data
-  batch_file = os.path.join(tempfile.mkdtemp(prefix='electra_peer_'), 'batch.npz')
-  np.savez(batch_file, **synthetic_batch(8, d.max_seq_length, config.model.vocab_size))
-  peer = Peer(_peer_spec(setup, config, batch_file))
-  try:
-    peer.proc.stdin.write('maxbatch\n')
-    peer.proc.stdin.flush()
-    return peer._read()['max_batch']  # pylint: disable=protected-access
-  finally:
-    peer.close()
+  with tempfile.TemporaryDirectory(prefix='electra_peer_') as folder:
+    batch_file = os.path.join(folder, 'batch.npz')
+    np.savez(batch_file, **synthetic_batch(8, d.max_seq_length, config.model.vocab_size))
+    peer = Peer(_peer_spec(setup, config, batch_file))
+    try:
+      peer.proc.stdin.write('maxbatch\n')
+      peer.proc.stdin.flush()
+      return peer._read()['max_batch']  # pylint: disable=protected-access
+    finally:
+      peer.close()
 
 
 def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) -> list[dict]:
@@ -288,10 +289,10 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   for _ in range(warmup):
     state, m = train_fn(state, batch)
   jax.block_until_ready(m)
-  peer_runner = None
-  if peer:
-    import tempfile  # pylint: disable=import-outside-toplevel
-    batch_file = os.path.join(tempfile.mkdtemp(prefix='electra_peer_'), 'batch.npz')
+  peer_runner, peer_folder = None, None
+  if peer:  # the peer reads the same batch from a file removed with its folder at the end
+    peer_folder = tempfile.TemporaryDirectory(prefix='electra_peer_')
+    batch_file = os.path.join(peer_folder.name, 'batch.npz')
     np.savez(batch_file, **host_batch)
     peer_runner = Peer({**_peer_spec(setup, config, batch_file),
                         'compile': peer == 'hf-compile'})
@@ -308,6 +309,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   finally:
     if peer_runner:
       peer_runner.close()
+      peer_folder.cleanup()
   profile = _profile(train_fn, state, batch, steps, profile_dir) if profile_dir else None
   step_s = statistics.median(runs)
   model_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,

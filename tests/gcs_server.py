@@ -29,7 +29,6 @@ import os
 import socket
 import ssl
 import sys
-import tempfile
 import threading
 import time
 
@@ -189,7 +188,7 @@ def main():
   for bucket in args.bucket:
     from gcp_storage_emulator.handlers import buckets  # pylint: disable=import-outside-toplevel
     buckets.create_bucket(bucket, server._storage)  # pylint: disable=protected-access
-  ca, cert, key = _certificates(tempfile.mkdtemp(prefix='gcs_server_'))
+  ca, cert, key = _certificates(os.path.dirname(os.path.abspath(args.ready_file)))  # beside F
   proxy = serve_proxy(port, cert, key)
   env = {'TENSORSTORE_GCS_HTTP_URL': f'http://127.0.0.1:{port}',
          'HTTPS_PROXY': f'http://127.0.0.1:{proxy}', 'https_proxy': f'http://127.0.0.1:{proxy}',
