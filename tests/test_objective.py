@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import test_config
+from conftest import objective_config, test_config
 from electra_jax import model as model_lib
 from electra_jax import objectives
 from electra_jax.benchmark import SPECIAL, synthetic_batch
@@ -262,14 +262,11 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
 @pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
                                   'electric'])
 def test_objective_learns_on_the_8_device_mesh(name):
-  c = test_config(**{'objective.name': name, 'optimizer.warmup_steps': 0,
-                     'optimizer.learning_rate': 2e-3, 'train_steps': 1000})
-  c = objectives.fit_model_config(c, lambda *_: None)
-  setup = step_lib.build_setup(c, SPECIAL)
-  mesh = partitioning.make_mesh()
+  setup = step_lib.build_setup(objective_config(name), SPECIAL)  # the microbatching test's step
+  mesh = partitioning.make_mesh(jax.devices())
   assert mesh.devices.size == 8
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
-  batch = jax.device_put({k: jnp.asarray(v) for k, v in synthetic_batch(16, 32, 96).items()},
+  batch = jax.device_put({k: jnp.asarray(v) for k, v in synthetic_batch(32, 32, 96).items()},
                          partitioning.batch_sharding(mesh))
   state, losses = init_fn(), []
   for _ in range(30):

@@ -17,11 +17,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from conftest import (CHILD_ENV, ROOT, WORDS, cpu_burner, launch_command, load_config,
-                      run_config_file, test_config, write_corpus)
+                      objective_config, run_config_file, test_config, write_corpus)
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import metrics as metrics_lib
-from electra_jax import objectives as objectives_lib
 from electra_jax import partitioning
 from electra_jax import records as records_lib
 from electra_jax import tf_import
@@ -61,9 +60,7 @@ def test_step_on_eight_devices_equals_step_on_one():
 def test_microbatched_steps_equal_whole_batch_steps(objective):
   """Gradient accumulation: 4 parts of 8 rows on 8 devices give the whole batch's steps (dropout
   off: it is the one random choice drawn per part)."""
-  config = test_config(**{'objective.name': objective, 'model.dropout_rate': 0.0,
-                          'model.attention_dropout_rate': 0.0, 'data.batch_size': 32})
-  config = objectives_lib.fit_model_config(config, _quiet)
+  config = objective_config(objective)
   batches = [synthetic_batch(32, 32, config.model.vocab_size, seed=s) for s in range(2)]
   whole, m_whole = _run_steps(config, jax.devices(), batches)
   config.microbatches = 4
