@@ -8,10 +8,10 @@ import sys
 # (XLA's backend optimization level 0 halved the compile times of the test model, but the fine-tuning
 # step of SQuAD 2.0 then stalled in an all-reduce across the 8 fake devices in most runs. Code
 # generation without the fusion emitters, loop unrolling and the SLP vectorizer compiled the train
-# step in 3.5-4.4 s instead of 5.9-7.0 s, but the same stall then aborted 4 of 22 runs of that test,
-# none of 10 with XLA's defaults: seven devices wait in the all-reduce while the eighth device's
-# launch waits for XLA's per-device limit of computations in flight. Child processes inherit the
-# flags.)
+# step in 4.3-4.8 s instead of 7.1-7.9 s (tests/compile_time.py), but the same stall then aborted 4
+# of 22 runs of that test, none of 10 with XLA's defaults: seven devices wait in the all-reduce while
+# the eighth device's launch waits for XLA's per-device limit of computations in flight. Child
+# processes inherit the flags.)
 os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                            ' --xla_force_host_platform_device_count=8').strip()
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
