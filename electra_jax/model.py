@@ -488,6 +488,7 @@ class Electra(nn.Module):
             self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic))
 
 
+@functools.partial(jax.jit, static_argnums=(0, 2, 3))  # one program, not an eager op at a time
 def init_params(cfg: ModelConfig, rng, seq_len: int = 8, num_predictions: int = 2) -> Any:
   """Fresh parameters for `Electra(cfg)` (shape-only under `jax.eval_shape`)."""
   ids = jnp.zeros((1, seq_len), jnp.int32)

@@ -68,6 +68,9 @@ def test_config(**overrides):
   c.data.shuffle_buffer = 100
   c.optimizer.learning_rate = 1e-3
   c.optimizer.warmup_steps = 2
+  # A fixed decay horizon: the schedule's constants are part of the compiled step, so runs of any
+  # length (and resumed runs that train longer) share one program through the compilation cache.
+  c.optimizer.decay_steps = 1000
   c.train_steps = 4
   c.log_every = 2
   c.eval_batches = 2
@@ -108,15 +111,17 @@ def cpu_burner(per_core: int = 2):
 
 
 def run_config_file(tmp_path, records_dir, **fields):
-  """A config file for launch/train.py: the test model on `records_dir`, with `fields` set."""
+  """A config file for launch/train.py: the test model on `records_dir`, with `fields` set (its
+  train step is test_config()'s: one compilation serves both)."""
   path = tmp_path / f'run_config_{len(list(tmp_path.glob("run_config*.py")))}.py'
   path.write_text(
       'from electra_jax.config import default_config\n'
       'def get_config():\n'
       '  c = default_config()\n'
       '  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=1,\n'
-      '                 max_position_embeddings=32, num_heads=2)\n'
+      '                 max_position_embeddings=32, num_heads=2, generator_hidden_fraction=0.5)\n'
       '  c.data.update(max_seq_length=32, batch_size=16, shuffle_buffer=100)\n'
+      '  c.optimizer.update(learning_rate=1e-3, warmup_steps=2, decay_steps=1000)\n'
       f'  c.data.records = {records_dir!r}\n'
       '  c.update(log_every=1, eval_batches=1)\n'
       f'  c.update(**{fields!r})\n'

@@ -158,7 +158,7 @@ def test_model_with_the_kernels_trains_as_the_explicit_path(generator):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=1e-4)
   for a, b in zip(jax.tree.leaves(grads['pallas']), jax.tree.leaves(grads['explicit'])):
     assert np.abs(np.asarray(a)).max() > 0 or np.abs(np.asarray(b)).max() == 0
-  evaluated = {impl: model_lib.Electra(model_lib.ModelConfig(**base, attention=impl)).apply(
+  evaluated = {impl: jax.jit(model_lib.Electra(model_lib.ModelConfig(**base, attention=impl)).apply)(
       {'params': params}, batch['input_ids'], batch['segment_ids'], batch['input_mask'],
       positions) for impl in ('explicit', 'pallas')}  # without dropout
   for a, b in zip(evaluated['pallas'], evaluated['explicit']):

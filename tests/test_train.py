@@ -264,9 +264,8 @@ def test_cli_bad_input_exits_non_zero_with_one_sentence(tmp_path):
 
 
 def _small_run_config(corpus, **overrides):
-  # a fixed decay horizon: extending train_steps on resume must not change the schedule
-  return test_config(**{'data.corpus': corpus, 'eval_every': 2, 'save_every': 2,
-                        'optimizer.decay_steps': 6, **overrides})
+  # (test_config's decay horizon is fixed: extending train_steps on resume keeps the schedule)
+  return test_config(**{'data.corpus': corpus, 'eval_every': 2, 'save_every': 2, **overrides})
 
 
 def _quiet(*_):
@@ -319,8 +318,7 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
     tmp_path, records_dir):
   config = _small_run_config('', **{'data.records': records_dir, 'train_steps': 8,
                                     'save_every': 0, 'keep_checkpoints': 1,
-                                    'keep_best': 'mlm_loss', 'optimizer.learning_rate': 3e-2,
-                                    'optimizer.decay_steps': 10})
+                                    'keep_best': 'mlm_loss', 'optimizer.learning_rate': 3e-2})
   workdir = str(tmp_path / 'w')
   summary = pretrain.train_and_evaluate(config, workdir, log=_quiet)
   evals = {r['step']: r['mlm_loss'] for r in metrics_lib.read_jsonl(
