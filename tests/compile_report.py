@@ -18,7 +18,7 @@ _EVENTS = {'/jax/core/compile/jaxpr_trace_duration': 'trace',
            '/jax/core/compile/jaxpr_to_mlir_module_duration': 'lower',
            '/jax/core/compile/backend_compile_duration': 'compile'}
 _current = ['(outside tests)']
-_seconds = collections.defaultdict(lambda: collections.Counter())
+_seconds = collections.defaultdict(collections.Counter)
 _hits = collections.Counter()
 _misses = collections.Counter()
 _wall = {}
