@@ -68,12 +68,15 @@ def plan(config, names, electra_steps: int) -> list[dict]:
 
 def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> dict:
   from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
-  path = fs.join(workdir, 'results.json')
-  if fs.isfile(path):
-    with fs.open(path) as f:
-      return json.load(f)
   f = ml_collections.ConfigDict(ft_config.to_dict())
   f.init, f.from_scratch = init, from_scratch
+  path, saved = fs.join(workdir, 'results.json'), fs.join(workdir, 'config.json')
+  if fs.isfile(path) and fs.isfile(saved):
+    with fs.open(saved) as c:
+      same = json.load(c) == json.loads(f.to_json())
+    if same:  # finished with this very config: read back. Otherwise fine-tuning decides: more
+      with fs.open(path) as r:  # seeds continue, a different recipe is refused
+        return json.load(r)
   return finetune_run.finetune(f, workdir, log=log)
 
 

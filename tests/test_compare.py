@@ -6,6 +6,7 @@ import os
 import pytest
 
 from conftest import test_config
+from electra_jax import UserError
 from electra_jax import compare
 from electra_jax.finetune import config as ft_config_lib
 from test_finetune import _synthetic
@@ -85,6 +86,13 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
   assert any(l.startswith('second: ') and 'pre-trained runs at least as good as random init' in l
              for l in lines)
   # A second call reads the finished runs back: the same table, no fine-tuning again.
+  lines.clear()
   again = compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3,
                           log=lines.append)
   assert [r['downstream'] for r in again] == [r['downstream'] for r in rows]
+  assert not any(' recipe: ' in l or ' seed 0: ' in l for l in lines), lines
+  # A changed fine-tuning recipe is not answered with the results of the old one.
+  tasks['second'].optimizer.learning_rate = 1e-3
+  with pytest.raises(UserError, match=r'cmp/electra_second holds fine-tunings with a different '
+                     r'config \(optimizer'):
+    compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3, log=lines.append)
