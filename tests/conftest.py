@@ -55,22 +55,24 @@ def write_corpus(path: str, num_docs: int = 60, seed: int = 0):
   return path
 
 
+# The test model and its optimizer: test_config() and the config files of launched processes
+# (run_config_file) both take these, so one compiled train step serves the test process and its
+# children. The decay horizon is fixed: the schedule's constants are part of the compiled step, so
+# runs of any length (and resumed runs that train longer) share one program.
+TEST_MODEL = {
+    'model': dict(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=1,
+                  max_position_embeddings=32, num_heads=2, generator_hidden_fraction=0.5),
+    'data': dict(max_seq_length=32, batch_size=16, shuffle_buffer=100),
+    'optimizer': dict(learning_rate=1e-3, warmup_steps=2, decay_steps=1000),
+}
+
+
 def test_config(**overrides):
   """A very small pre-training config (fast to compile) for unit and integration tests."""
   c = default_config()
-  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=1,
-                 max_position_embeddings=32)
-  c.model.num_heads = 2
-  c.model.generator_hidden_fraction = 0.5
-  c.data.max_seq_length = 32
-  c.data.batch_size = 16
+  for section, values in TEST_MODEL.items():
+    c[section].update(**values)
   c.data.eval_fraction = 0.2
-  c.data.shuffle_buffer = 100
-  c.optimizer.learning_rate = 1e-3
-  c.optimizer.warmup_steps = 2
-  # A fixed decay horizon: the schedule's constants are part of the compiled step, so runs of any
-  # length (and resumed runs that train longer) share one program through the compilation cache.
-  c.optimizer.decay_steps = 1000
   c.train_steps = 4
   c.log_every = 2
   c.eval_batches = 2
@@ -86,15 +88,37 @@ def test_config(**overrides):
 test_config.__test__ = False  # not a test
 
 
+# The objectives' tests train without dropout on batches of 32: the microbatching test, the learning
+# test and the end-to-end runs of other objectives compile one step per objective between them.
+OBJECTIVE_RUN = {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0,
+                 'data.batch_size': 32, 'optimizer.warmup_steps': 0,
+                 'optimizer.learning_rate': 2e-3}
+
+
 def objective_config(name: str):
-  """The test model trained with objective `name` on batches of 32 without dropout: the config the
-  microbatching test and the learning test both compile (once, through the compilation cache)."""
+  """test_config() with OBJECTIVE_RUN, trained with objective `name`, the model fitted to it."""
   from electra_jax import objectives  # pylint: disable=import-outside-toplevel
-  c = test_config(**{'objective.name': name, 'model.dropout_rate': 0.0,
-                     'model.attention_dropout_rate': 0.0, 'data.batch_size': 32,
-                     'optimizer.warmup_steps': 0, 'optimizer.learning_rate': 2e-3,
-                     'train_steps': 1000})
+  c = test_config(**{'objective.name': name, **OBJECTIVE_RUN})
   return objectives.fit_model_config(c, lambda *_: None)
+
+
+def poisoned_setup(config, bad_steps, build=None):
+  """The real setup of `config`, with a loss that is NaN at the given (1-based) training steps
+  (the tests that need a non-finite step all poison step 3: one compiled program serves them)."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from electra_jax import step as step_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  setup = (build or step_lib.build_setup)(config, SPECIAL)
+  train_key = step_lib._keys(config.seed)[1]  # pylint: disable=protected-access
+  bad = jnp.stack([jax.random.key_data(jax.random.fold_in(train_key, s - 1)) for s in bad_steps])
+
+  def loss_fn(params, batch, rng, deterministic=False):
+    loss, sums = setup.loss_fn(params, batch, rng, deterministic)
+    hit = jnp.any(jnp.all(bad == jax.random.key_data(rng), axis=-1))
+    return jnp.where(hit, jnp.nan, loss), sums
+
+  return dataclasses.replace(setup, loss_fn=loss_fn)
 
 
 @contextlib.contextmanager
@@ -111,21 +135,15 @@ def cpu_burner(per_core: int = 2):
 
 
 def run_config_file(tmp_path, records_dir, **fields):
-  """A config file for launch/train.py: the test model on `records_dir`, with `fields` set (its
-  train step is test_config()'s: one compilation serves both)."""
+  """A config file for launch/train.py: TEST_MODEL on `records_dir`, with `fields` set (its train
+  step is test_config()'s: one compilation serves both)."""
   path = tmp_path / f'run_config_{len(list(tmp_path.glob("run_config*.py")))}.py'
-  path.write_text(
-      'from electra_jax.config import default_config\n'
-      'def get_config():\n'
-      '  c = default_config()\n'
-      '  c.model.update(vocab_size=96, embedding_size=16, hidden_size=32, num_layers=1,\n'
-      '                 max_position_embeddings=32, num_heads=2, generator_hidden_fraction=0.5)\n'
-      '  c.data.update(max_seq_length=32, batch_size=16, shuffle_buffer=100)\n'
-      '  c.optimizer.update(learning_rate=1e-3, warmup_steps=2, decay_steps=1000)\n'
-      f'  c.data.records = {records_dir!r}\n'
-      '  c.update(log_every=1, eval_batches=1)\n'
-      f'  c.update(**{fields!r})\n'
-      '  return c\n')
+  lines = ['from electra_jax.config import default_config', 'def get_config():',
+           '  c = default_config()',
+           *(f'  c.{section}.update(**{values!r})' for section, values in TEST_MODEL.items()),
+           f'  c.data.records = {records_dir!r}', '  c.update(log_every=1, eval_batches=1)',
+           f'  c.update(**{fields!r})', '  return c']
+  path.write_text('\n'.join(lines) + '\n')
   return path
 
 

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import objective_config, test_config
+from conftest import OBJECTIVE_RUN, objective_config, test_config
 from electra_jax import model as model_lib
 from electra_jax import objectives
 from electra_jax.benchmark import SPECIAL, synthetic_batch
@@ -283,8 +283,8 @@ def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
   lines = []
   workdir = str(tmp_path / 'mlm')
   summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
-                                                    'objective.name': 'mlm'}), workdir,
-                                     log=lines.append)
+                                                    'objective.name': 'mlm', **OBJECTIVE_RUN}),
+                                     workdir, log=lines.append)
   assert "objective mlm: model.generator 'separate' -> 'tied'" in lines
   assert set(summary['eval']) >= {'mlm_loss', 'mlm_accuracy'} and 'disc_auc' not in summary['eval']
   assert any(l.startswith('summary (held-out') and 'MLM loss' in l for l in lines), lines
@@ -302,13 +302,15 @@ def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
   with open(path, 'w') as f:
     json.dump(saved, f)
   again = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
-                                                  'objective.name': 'mlm', 'train_steps': 6}),
+                                                  'objective.name': 'mlm', **OBJECTIVE_RUN,
+                                                  'train_steps': 6}),
                                    workdir, log=lines.append)
   assert again['step'] == 6 and any(l.startswith('resumed from') for l in lines)
 
   lines = []
   summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
-                                                    'objective.name': 'all_tokens_mlm'}),
+                                                    'objective.name': 'all_tokens_mlm',
+                                                    **OBJECTIVE_RUN}),
                                      str(tmp_path / 'all'), log=lines.append)
   assert {'all_tokens_loss', 'mlm_loss', 'copy_probability'} <= set(summary['eval'])
   assert any('all-tokens MLM loss' in l for l in lines), lines

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import CHILD_ENV, ROOT, WORDS, test_config
+from conftest import CHILD_ENV, ROOT, WORDS, poisoned_setup, test_config
 from electra_jax import UserError
 from electra_jax import corpus as corpus_lib
 from electra_jax import input_pipeline
@@ -141,7 +141,8 @@ def test_text_in_long_lines_is_kept(tmp_path):
       assert any('were cut into pieces for the vocabulary trainer' in l for l in lines), lines
 
 
-def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, records_dir):
+def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, records_dir,
+                                                                  monkeypatch):
   config = os.path.join(ROOT, 'configs', 'tiny.py')
   for args, last in [
       (('--config.data.batch_size=0',),
@@ -155,14 +156,18 @@ def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, reco
     done = _launch('train.py', f'--config={config}', f'--workdir={tmp_path / "w"}', *args)
     assert done.returncode == 2 and _last(done) == last, (args, done.stderr[-2000:])
     assert not os.path.exists(tmp_path / 'w')
-  # a run that stopped before its first checkpoint does not lock its workdir: the corrected
-  # command starts it afresh
+  # a run that stopped before its first checkpoint does not lock its workdir: a changed command
+  # starts it afresh
   workdir = str(tmp_path / 'locked')
-  with pytest.raises(UserError, match='not finite'):  # an infinite loss at step 1, no checkpoint
-    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
-                                                'objective.disc_weight': 1e39}), workdir,
-                                 log=_quiet)
+  real = step_lib.build_setup
+  with monkeypatch.context() as m:  # a NaN loss at step 3, before the first checkpoint
+    m.setattr(step_lib, 'build_setup', lambda config, special: poisoned_setup(config, [3], real))
+    with pytest.raises(UserError, match='^step 3: the loss, gradient norm or update is not finite'):
+      pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
+                                                  'data.shuffle_buffer': 50}), workdir,
+                                   log=_quiet)
   assert os.path.isfile(os.path.join(workdir, 'config.json'))
+  assert not os.path.exists(os.path.join(workdir, 'checkpoints', '2'))
   lines = []
   pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
                                log=lines.append)

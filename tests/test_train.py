@@ -1,6 +1,5 @@
 """The train step across devices, the loop end to end, resume, configs and bad input."""
 
-import dataclasses
 import functools
 import json
 import os
@@ -17,7 +16,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from conftest import (CHILD_ENV, ROOT, WORDS, cpu_burner, launch_command, load_config,
-                      objective_config, run_config_file, test_config, write_corpus)
+                      objective_config, poisoned_setup, run_config_file, test_config,
+                      write_corpus)
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import metrics as metrics_lib
@@ -71,16 +71,11 @@ def test_microbatched_steps_equal_whole_batch_steps(objective):
     assert a.keys() == b.keys()
     for k in a:
       np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-4, err_msg=k)
-  if objective != 'electra':
-    return
-  # with dropout the parts draw their own masks: same loss up to noise, different parameters
-  config.model.dropout_rate = 0.1
-  noisy, _ = _run_steps(config, jax.devices(), batches[:1])
-  assert not np.allclose(jax.tree.leaves(noisy.params)[0], jax.tree.leaves(whole.params)[0])
+  # (with dropout the parts draw their own masks: the remat test below)
 
 
 def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_device(tmp_path):
-  config = test_config(**{'model.hidden_size': 64, 'model.intermediate_size': 128})  # dropout on
+  config = test_config()  # dropout on; the data-parallel steps are the 8-device test's
   batches = [synthetic_batch(16, 32, config.model.vocab_size, seed=s) for s in range(3)]
   dp, m_dp = _run_steps(config, jax.devices(), batches)
   config.fsdp = True
@@ -121,7 +116,7 @@ def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_de
 
 def test_the_memory_benchmark_sizes_the_fsdp_split_without_running_a_step():
   from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
-  config = test_config(**{'model.hidden_size': 64, 'model.intermediate_size': 128})
+  config = test_config()  # the steps of the FSDP test, compiled for abstract arrays
   dp = benchmark.step_memory(config)
   config.fsdp = True
   fsdp = benchmark.step_memory(config)
@@ -147,13 +142,14 @@ def _temporaries(config):
   setup = step_lib.build_setup(config, SPECIAL)
   mesh = partitioning.make_mesh(jax.devices()[:1])
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
-  batch = synthetic_batch(config.data.batch_size, 32, config.model.vocab_size)
+  batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh)) for k, v in synthetic_batch(
+      config.data.batch_size, 32, config.model.vocab_size).items()}  # as _run_steps puts it
   return train_fn.lower(init_fn(), batch).compile().memory_analysis().temp_size_in_bytes
 
 
 def test_remat_and_microbatches_give_the_same_step_in_less_memory():
-  config = test_config(**{'data.batch_size': 32})  # dropout on
-  batches = [synthetic_batch(32, 32, config.model.vocab_size, seed=s) for s in range(2)]
+  config = test_config()  # dropout on; the plain steps are the 8-device test's (and its 1-device one)
+  batches = [synthetic_batch(16, 32, config.model.vocab_size, seed=s) for s in range(2)]
   plain, _ = _run_steps(config, jax.devices(), batches)
   memory = {'plain': _temporaries(config)}
   config.model.remat = True  # recomputed activations draw the same dropout masks
@@ -170,6 +166,16 @@ def test_remat_and_microbatches_give_the_same_step_in_less_memory():
   config.microbatches = 4
   memory['microbatches'] = _temporaries(config)
   assert memory['microbatches'] < 0.5 * memory['plain'], memory
+  # With dropout the parts draw their own masks, not the whole batch's: the same loss up to
+  # noise, different parameters (1 device: the programs just compiled for their memory)
+  parts, m_parts = _run_steps(config, jax.devices()[:1], batches)
+  config.microbatches = 1
+  whole, m_whole = _run_steps(config, jax.devices()[:1], batches)
+  for a, b in zip(m_parts, m_whole):
+    loss = lambda m: float(m['loss'][0] / m['loss'][1])
+    assert loss(a) == pytest.approx(loss(b), rel=0.05) and loss(a) != loss(b)
+  assert not all(np.allclose(a, b) for a, b in zip(jax.tree.leaves(parts.params),
+                                                   jax.tree.leaves(whole.params)))
 
 
 def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
@@ -430,45 +436,36 @@ def test_eval_step_is_deterministic(records_dir):
   assert any((a1[k] != a3[k]).any() for k in a1)
 
 
-def _poisoned_setup(config, bad_steps, build=step_lib.build_setup):
-  """The real setup, with a loss that is NaN at the given (1-based) training steps."""
-  setup = build(config, SPECIAL)
-  train_key = step_lib._keys(config.seed)[1]
-  bad = jnp.stack([jax.random.key_data(jax.random.fold_in(train_key, s - 1)) for s in bad_steps])
-
-  def loss_fn(params, batch, rng, deterministic=False):
-    loss, sums = setup.loss_fn(params, batch, rng, deterministic)
-    hit = jnp.any(jnp.all(bad == jax.random.key_data(rng), axis=-1))
-    return jnp.where(hit, jnp.nan, loss), sums
-
-  return dataclasses.replace(setup, loss_fn=loss_fn)
-
-
 def test_a_nonfinite_step_changes_nothing_and_is_counted():
-  config = test_config()
-  setup = _poisoned_setup(config, [2])
-  step = jax.jit(functools.partial(step_lib.train_step, setup))
-  batch = synthetic_batch(16, 32, 96)
-  state = jax.jit(lambda: step_lib.init_state(setup))()
-  s1, _ = step(state, batch)
-  s2, m2 = step(s1, batch)
-  s3, m3 = step(s2, batch)
-  assert int(s2.step) == 2 and int(s2.nonfinite_steps) == 1 and int(s2.first_nonfinite) == 2
-  for a, b in zip(jax.tree.leaves((s1.params, s1.opt_state)), jax.tree.leaves((s2.params,
-                                                                              s2.opt_state))):
+  """Step 3's loss is NaN (the poisoned step of the run below: one compiled program for both)."""
+  setup = poisoned_setup(test_config(), [3])
+  mesh = partitioning.make_mesh()
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
+  batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh))
+           for k, v in synthetic_batch(16, 32, 96).items()}
+  state, states, metrics = init_fn(), [], []
+  for _ in range(4):
+    state, m = train_fn(state, batch)
+    states.append(jax.device_get(state))  # the step donates its input: keep a host copy
+    metrics.append(jax.device_get(m))
+  s2, s3, s4 = states[1:]
+  m3, m4 = metrics[2:]
+  assert int(s3.step) == 3 and int(s3.nonfinite_steps) == 1 and int(s3.first_nonfinite) == 3
+  for a, b in zip(jax.tree.leaves((s2.params, s2.opt_state)), jax.tree.leaves((s3.params,
+                                                                              s3.opt_state))):
     np.testing.assert_array_equal(a, b)
-  assert float(m2['nonfinite_steps'][0]) == 1 and float(m3['nonfinite_steps'][0]) == 0
-  assert all(np.isfinite(np.asarray(v)).all() for v in jax.tree.leaves(m2))
-  assert int(s3.nonfinite_steps) == 1 and int(s3.first_nonfinite) == 2
-  changed = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(s2.params),
-                                                       jax.tree.leaves(s3.params))]
+  assert float(m3['nonfinite_steps'][0]) == 1 and float(m4['nonfinite_steps'][0]) == 0
+  assert all(np.isfinite(np.asarray(v)).all() for v in jax.tree.leaves(m3))
+  assert int(s4.nonfinite_steps) == 1 and int(s4.first_nonfinite) == 3
+  changed = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(s3.params),
+                                                       jax.tree.leaves(s4.params))]
   assert any(changed)  # the next finite step trains again
 
 
 def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir, monkeypatch):
   real = step_lib.build_setup
   monkeypatch.setattr(step_lib, 'build_setup',
-                      lambda config, special: _poisoned_setup(config, [3], real))
+                      lambda config, special: poisoned_setup(config, [3], real))
   overrides = {'data.records': records_dir, 'train_steps': 6, 'save_every': 2, 'log_every': 2}
   workdir = str(tmp_path / 'stop')
   with pytest.raises(UserError, match=r'^step 3: the loss, gradient norm or update is not finite .* '
