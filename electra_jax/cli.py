@@ -99,15 +99,31 @@ def _is_float(text: str) -> bool:
     return False
 
 
-def _resolve_overrides(argv: list[str], names: list[str] | None = None) -> list[str]:
-  """argv with `--config.<field>=v` overrides checked against the config file and completed:
-  a field named without its section (`--config.disc_weight=50`) becomes its one full path
+def _default_file(name: str) -> str | None:
+  """The file a config flag reads when the command line names none."""
+  return getattr(flags.FLAGS[name], 'config_filename', None) if name in flags.FLAGS else None
+
+
+def overridden_fields(name: str, flag_values=None) -> list[str]:
+  """The fields of config flag `name` that the command line sets (`--<name>.<field>=...`)."""
+  flag_values = flags.FLAGS if flag_values is None else flag_values
+  return [n.split('.', 1)[1] for n in flag_values
+          if n.startswith(f'{name}.') and flag_values[n].present]
+
+
+def _resolve_overrides(argv: list[str], names: list[str] | None = None,
+                       defaults: dict | None = None) -> list[str]:
+  """argv with `--config.<field>=v` overrides checked against the config file (the one named, or
+  the flag's default: `defaults` or the flag's own) and completed: a field named without its
+  section (`--config.disc_weight=50`) becomes its one full path
   (`--config.objective.disc_weight=50`); an unknown field, a field of several sections or a
   value of the wrong type is one sentence naming the fix."""
   import difflib  # pylint: disable=import-outside-toplevel
   out = list(argv)
   for name in _config_flags() if names is None else names:
     spec = _flag_value(argv, name)
+    if spec is None and any(a.startswith(f'--{name}.') for a in argv):
+      spec = (defaults or {}).get(name) or _default_file(name)
     if spec is None:
       continue
     fields = _paths(_load_config(spec, name))

@@ -47,6 +47,20 @@ def run_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.C
   return c
 
 
+def with_fields(target: ml_collections.ConfigDict, source: ml_collections.ConfigDict,
+                fields) -> ml_collections.ConfigDict:
+  """A copy of `target` with each dotted field of `fields` set to its value in `source` (the
+  command line's --finetune_config.<field> overrides, given to every built-in task)."""
+  out = ml_collections.ConfigDict(target.to_dict())
+  for field in fields:
+    *path, last = field.split('.')
+    src, dst = source, out
+    for p in path:
+      src, dst = src[p], dst[p]
+    setattr(dst, last, getattr(src, last))
+  return out
+
+
 def step_flops(c: ml_collections.ConfigDict) -> float:
   cfg = model_lib.ModelConfig.from_config(c.model)
   return flops_lib.step_matmul_flops(cfg, c.data.max_seq_length, c.data.batch_size,

@@ -4,7 +4,8 @@
                  state, sums = step_fn(state, next(batches))      (queued on the device)
                  the previous interval's sums are read now        (the device runs ahead meanwhile)
                  every log_every:   close the interval  -> report (NaN policy, progress line, logs)
-                 every eval_every:  evaluate            -> eval line, logs, curves.png
+                 every eval_every:  evaluate            -> eval line, logs (curves.png: at
+                                                           most once a minute, and at the end)
                  every save_every, or after an evaluation when the best is kept: save
     at the end:  the last report, an evaluation, a save
 
@@ -16,6 +17,7 @@ import dataclasses
 import os
 import signal
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 import jax
@@ -81,23 +83,37 @@ class Signals:
 class Logs:
   """metrics.jsonl, TensorBoard events and curves.png of a folder (process 0; others write none).
 
-  `tags` open every metrics.jsonl record (a fine-tuning's seed); `panels` are the curves drawn."""
+  `tags` open every metrics.jsonl record (a fine-tuning's seed); `panels` are the curves drawn.
+  curves.png is redrawn after an evaluation once `plot_every_s` have passed since the last
+  drawing (or since the start), and when the run ends: a drawing holds the loop for about half a
+  second of a CPU, which short runs and frequent evaluations would otherwise pay each time."""
 
-  def __init__(self, folder: str, main: bool = True, tags: dict | None = None, panels=None):
+  def __init__(self, folder: str, main: bool = True, tags: dict | None = None, panels=None,
+               plot_every_s: float = 60.0):
     self.main, self.tags, self.panels = main, tags or {}, panels
     self.jsonl = (metrics_lib.JsonlWriter(fs.join(folder, 'metrics.jsonl')) if main else
                   metrics_lib.NullWriter())
     self.board = (metrics_lib.TensorBoardWriter(fs.join(folder, 'tensorboard')) if main else
                   metrics_lib.NullWriter())
     self.curves = fs.join(folder, 'curves.png')
+    self.plot_every_s, self.plotted, self.stale = plot_every_s, time.monotonic(), False
 
   def write(self, split: str, step: int, values: dict, extra: dict | None = None):
     self.jsonl.write({'split': split, **self.tags, 'step': step, **(extra or {}), **values})
     self.board.write(step, {**(extra or {}), **values}, split)
     if split == 'eval' and self.main:
+      self.stale = True
+      if time.monotonic() - self.plotted >= self.plot_every_s:
+        self.plot()
+
+  def plot(self):
+    """curves.png from every record so far, if an evaluation came since the last drawing."""
+    if self.stale:
       metrics_lib.plot_curves(metrics_lib.read_jsonl(self.jsonl.path), self.curves, self.panels)
+      self.plotted, self.stale = time.monotonic(), False
 
   def close(self):
+    self.plot()
     self.board.close()
 
 

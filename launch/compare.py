@@ -9,9 +9,10 @@ The budget is the FLOPs of --electra_steps steps of ELECTRA under --config; ever
 steps that cost the same (BERT MLM, without a generator, gets more). Runs: electra, electra_15, mlm,
 replace_mlm, all_tokens_mlm, electric, electra_gdes, electra_nes. Each is fine-tuned with the same
 seeds on both built-in tasks (coherence and topic), or on --finetune_config's task alone when it is
-given, and so is the same model from random weights. The table goes to <workdir>/comparison.md and
-comparison.json; re-running the command resumes. --plan prints each run's steps and the estimated
-time (one ELECTRA step is compiled and timed) and trains nothing.
+given, and so is the same model from random weights; --finetune_config.<field>=<value> without
+--finetune_config sets the field for both built-in tasks. The table goes to
+<workdir>/comparison.md and comparison.json; re-running the command resumes. --plan prints each
+run's steps and the estimated time (one ELECTRA step is compiled and timed) and trains nothing.
 """
 
 import os
@@ -48,10 +49,12 @@ def main(argv):
   from electra_jax import compare  # pylint: disable=import-outside-toplevel
   if flags.FLAGS['finetune_config'].present:
     tasks = {_FT_CONFIG.value.task.name: _FT_CONFIG.value}
-  else:  # both built-in tasks
+  else:  # both built-in tasks, each with the --finetune_config.<field> overrides given
     sys.path.insert(0, os.path.join(_ROOT, 'configs', 'finetune'))
     import builtin  # pylint: disable=import-outside-toplevel
-    tasks = {label: builtin.get_config(label) for label in builtin.TASKS}
+    fields = cli.overridden_fields('finetune_config')
+    tasks = {label: compare.with_fields(builtin.get_config(label), _FT_CONFIG.value, fields)
+             for label in builtin.TASKS}
   for ft in tasks.values():
     ft.num_seeds = _SEEDS.value
   log = lambda line: print(line, flush=True)

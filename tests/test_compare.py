@@ -96,3 +96,36 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
   with pytest.raises(UserError, match=r'cmp/electra_second holds fine-tunings with a different '
                      r'config \(optimizer'):
     compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3, log=lines.append)
+
+
+def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
+  """`compare.py --finetune_config.word_table_lr=10` (no --finetune_config=FILE) sets the field for
+  both built-in tasks: absl counts the file flag as absent then, and the override was dropped."""
+  import sys  # pylint: disable=import-outside-toplevel
+  from absl import flags  # pylint: disable=import-outside-toplevel
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  from conftest import ROOT  # pylint: disable=import-outside-toplevel
+  from electra_jax import cli  # pylint: disable=import-outside-toplevel
+  sys.path.insert(0, os.path.join(ROOT, 'configs', 'finetune'))
+  import builtin  # pylint: disable=import-outside-toplevel
+  default = os.path.join(ROOT, 'configs', 'finetune', 'builtin.py')
+  argv = cli._resolve_overrides(  # pylint: disable=protected-access
+      ['prog', '--finetune_config.word_table_lr=10', '--finetune_config.epochs=1'],
+      names=['finetune_config'], defaults={'finetune_config': default})
+  assert argv[1:] == ['--finetune_config.optimizer.word_table_lr=10', '--finetune_config.epochs=1']
+  with pytest.raises(UserError, match="unknown config field 'word_tabel_lr'; did you mean "
+                     r'--finetune_config.optimizer.word_table_lr\?'):
+    cli._resolve_overrides(['prog', '--finetune_config.word_tabel_lr=10'],  # pylint: disable=protected-access
+                           names=['finetune_config'], defaults={'finetune_config': default})
+  fv = flags.FlagValues()
+  holder = config_flags.DEFINE_config_file('finetune_config', default, flag_values=fv,
+                                           sys_argv=argv)
+  fv(argv)
+  assert not fv['finetune_config'].present
+  fields = cli.overridden_fields('finetune_config', fv)
+  assert sorted(fields) == ['epochs', 'optimizer.word_table_lr']
+  tasks = {label: compare.with_fields(builtin.get_config(label), holder.value, fields)
+           for label in builtin.TASKS}
+  assert [t.task.name for t in tasks.values()] == list(builtin.TASKS.values())
+  for t in tasks.values():
+    assert t.optimizer.word_table_lr == 10.0 and t.epochs == 1.0 and t.pooling == 'mean'

@@ -184,7 +184,7 @@ def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
   c.data.batch_size = 8
   c.optimizer.update(learning_rate=1e-3, warmup_steps=1)
   batch = synthetic_batch(8, c.data.max_seq_length, c.model.vocab_size)
-  _, m = _run_steps(c, jax.devices(), [batch] * 6)
+  _, m = _run_steps(c, jax.devices()[:1], [batch] * 6)  # one device compiles in half the time
   losses = [float(x['loss'][0]) for x in m]
   assert losses[-1] < losses[1] - 1.0, losses
 
@@ -276,6 +276,25 @@ def _small_run_config(corpus, **overrides):
 
 def _quiet(*_):
   pass
+
+
+def test_curves_are_redrawn_at_most_once_a_minute_and_when_the_run_ends(tmp_path):
+  from electra_jax import loop as loop_lib  # pylint: disable=import-outside-toplevel
+  values = {'loss': 1.0, 'mlm_loss': 2.0}
+  logs = loop_lib.Logs(str(tmp_path / 'a'))  # the default interval: 60 s
+  logs.write('train', 2, values)
+  logs.write('eval', 2, values)
+  assert not (tmp_path / 'a' / 'curves.png').exists()  # a run's first minute: not drawn yet
+  logs.close()  # the end of the run draws what is new
+  assert (tmp_path / 'a' / 'curves.png').read_bytes().startswith(b'\x89PNG')
+  logs = loop_lib.Logs(str(tmp_path / 'b'), plot_every_s=0.0)
+  logs.write('eval', 2, values)  # the interval has passed: drawn at the evaluation
+  drawn = (tmp_path / 'b' / 'curves.png').read_bytes()
+  assert drawn.startswith(b'\x89PNG')
+  (tmp_path / 'b' / 'curves.png').unlink()
+  logs.write('train', 4, values)
+  logs.close()  # nothing evaluated since: not drawn again
+  assert not (tmp_path / 'b' / 'curves.png').exists()
 
 
 def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file):
