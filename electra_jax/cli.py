@@ -155,6 +155,20 @@ def _resolve_overrides(argv: list[str], names: list[str] | None = None,
   return out
 
 
+def define_config_file(name: str, default: str | None, help_text: str):
+  """ml_collections' DEFINE_config_file. A flag with a default file reads the command line's
+  `--<name>.<field>` overrides as it is defined, so they are checked and completed here first
+  (one sentence and exit status 2 for a field the file does not have)."""
+  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
+  if default is not None:
+    try:
+      sys.argv[1:] = _resolve_overrides(sys.argv, [name], {name: default})[1:]
+    except UserError as e:
+      print(f'error: {e}', file=sys.stderr)
+      sys.exit(2)
+  return config_flags.DEFINE_config_file(name, default, help_text)
+
+
 def _parse(argv):
   try:
     argv = _resolve_overrides(argv)

@@ -25,13 +25,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # pylint: disable=wrong-import-position
-from ml_collections import config_flags  # pylint: disable=wrong-import-position
 
 from electra_jax import cli  # pylint: disable=wrong-import-position
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TINY = os.path.join(_ROOT, 'configs', 'tiny.py')
-_CONFIG = config_flags.DEFINE_config_file('config', _TINY, 'a configs/*.py file[:variant]')
+_CONFIG = cli.define_config_file('config', _TINY, 'a configs/*.py file[:variant]')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for the two runs (must not exist)')
 _KILLS = flags.DEFINE_integer('kills', 10, 'how many times the run is killed')
 _SEED = flags.DEFINE_integer('seed', 0, 'seed of the kill points')

@@ -21,14 +21,13 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import flags  # pylint: disable=wrong-import-position
-from ml_collections import config_flags  # pylint: disable=wrong-import-position
 
 from electra_jax import cli  # pylint: disable=wrong-import-position
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_CONFIG = config_flags.DEFINE_config_file(
+_CONFIG = cli.define_config_file(
     'config', os.path.join(_ROOT, 'configs', 'tiny.py'), 'the pre-training config of every run')
-_FT_CONFIG = config_flags.DEFINE_config_file(
+_FT_CONFIG = cli.define_config_file(
     'finetune_config', os.path.join(_ROOT, 'configs', 'finetune', 'builtin.py'),
     'the fine-tuning config of every run')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for all runs and the table')

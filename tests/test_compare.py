@@ -129,3 +129,18 @@ def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
   assert [t.task.name for t in tasks.values()] == list(builtin.TASKS.values())
   for t in tasks.values():
     assert t.optimizer.word_table_lr == 10.0 and t.epochs == 1.0 and t.pooling == 'mean'
+
+
+def test_a_misspelt_field_of_a_default_config_file_is_one_sentence(tmp_path):
+  """compare.py's config flags have default files, which read their overrides as they are
+  defined: a field they do not have is one sentence, not a traceback."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from conftest import CHILD_ENV, ROOT  # pylint: disable=import-outside-toplevel
+  done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'compare.py'),
+                         f'--workdir={tmp_path / "cmp"}', '--finetune_config.word_tabel_lr=10',
+                         '--plan'], capture_output=True, text=True, env=CHILD_ENV, timeout=300)
+  assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+      "error: unknown config field 'word_tabel_lr'; did you mean "
+      '--finetune_config.optimizer.word_table_lr?'], done.stderr
+  assert not os.path.exists(tmp_path / 'cmp')
