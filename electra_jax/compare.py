@@ -80,6 +80,23 @@ def plan(config, names, electra_steps: int) -> list[dict]:
   return rows
 
 
+def _pretrain(c, workdir: str, log) -> dict:
+  """The pre-training's summary: read back when it finished with this very config (nothing is
+  compiled then), else trained, resumed or refused by train_and_evaluate."""
+  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
+  path, saved = fs.join(workdir, 'summary.json'), fs.join(workdir, 'config.json')
+  if fs.isfile(path) and fs.isfile(saved):
+    resolved, _ = pretrain.resolve(c, log=lambda *_: None)
+    with fs.open(saved) as f:
+      same = json.load(f) == json.loads(resolved.to_json())
+    with fs.open(path) as f:
+      summary = json.load(f)
+    if same and summary.get('step') == c.train_steps:
+      log(f'finished earlier: {workdir} (summary.json read back)')
+      return summary
+  return pretrain.train_and_evaluate(c, workdir, log=log)
+
+
 def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> dict:
   from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
   f = ml_collections.ConfigDict(ft_config.to_dict())
@@ -179,7 +196,7 @@ def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps:
     name, c = row['name'], row['config']
     c.data.records = base.data.records
     prefix = lambda line, name=name: log(f'[{name}] {line}')
-    summary = pretrain.train_and_evaluate(c, fs.join(workdir, name), log=prefix)
+    summary = _pretrain(c, fs.join(workdir, name), prefix)
     tuned = {label: _finetune(ft, fs.join(workdir, name), fs.join(workdir, f'{name}_{label}'),
                               False, prefix) for label, ft in tasks.items()}
     results.append(_row(name, c.objective.name, row['flops_per_step'], row['steps'],
