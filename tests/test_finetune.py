@@ -101,30 +101,30 @@ def test_layerwise_factors_scale_each_parameters_update():
 def test_the_head_reads_cls_or_the_mean_of_real_tokens_and_ignores_padding():
   cfg = model_lib.ModelConfig.from_config(test_config().model)
   cls_model, mean_model = (heads.Classifier(cfg, 3, pooling=p) for p in ('cls', 'mean'))
-  params = heads.init_params(mean_model, jax.random.key(1))
-  assert jax.tree.map(np.shape, params) == jax.tree.map(
-      np.shape, heads.init_params(cls_model, jax.random.key(1)))  # the same parameters
+  params = jax.jit(lambda key: heads.init_params(mean_model, key))(jax.random.key(1))
+  assert jax.tree.map(np.shape, params) == jax.tree.map(np.shape, jax.eval_shape(
+      lambda: heads.init_params(cls_model, jax.random.key(1))))  # the same parameters
+  # each model call one compiled program (run eagerly, each of its operations is one)
+  apply = lambda model, *args, **kw: np.asarray(jax.jit(
+      lambda p, *a: model.apply({'params': p}, *a, **kw))(params, *args), np.float32)
   rng = np.random.RandomState(0)
   ids = rng.randint(5, cfg.vocab_size, (2, 12)).astype(np.int32)
   mask = np.ones_like(ids)
   mask[0, 7:] = 0  # the first example has 7 real tokens, then padding
   ids[0, 7:] = 0
   segments = np.zeros_like(ids)
-  hidden = mean_model.apply({'params': params}, ids, segments, mask,
-                            method=lambda m, i, s, k: m.discriminator(m.embeddings(i, s, True), k, True))
-  hidden = np.asarray(hidden, np.float32)
+  hidden = apply(mean_model, ids, segments, mask,
+                 method=lambda m, i, s, k: m.discriminator(m.embeddings(i, s, True), k, True))
   kernel, bias = (np.asarray(params['classifier'][n]) for n in ('kernel', 'bias'))
   by_hand = np.stack([hidden[0, :7].mean(0), hidden[1].mean(0)]) @ kernel + bias
-  ours = np.asarray(mean_model.apply({'params': params}, ids, segments, mask))
+  ours = apply(mean_model, ids, segments, mask)
   np.testing.assert_allclose(ours, by_hand, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(np.asarray(cls_model.apply({'params': params}, ids, segments, mask)),
-                             hidden[:, 0] @ kernel + bias, rtol=1e-5, atol=1e-5)
+  from_cls = apply(cls_model, ids, segments, mask)
+  np.testing.assert_allclose(from_cls, hidden[:, 0] @ kernel + bias, rtol=1e-5, atol=1e-5)
   # The first example alone, without its padding, gets the same logits: padding is not averaged.
-  alone = np.asarray(mean_model.apply({'params': params}, ids[:1, :7], segments[:1, :7],
-                                      mask[:1, :7]))
+  alone = apply(mean_model, ids[:1, :7], segments[:1, :7], mask[:1, :7])
   np.testing.assert_allclose(alone, ours[:1], rtol=1e-5, atol=1e-5)
-  assert not np.allclose(ours, np.asarray(cls_model.apply({'params': params}, ids, segments,
-                                                          mask)), atol=1e-3)
+  assert not np.allclose(ours, from_cls, atol=1e-3)
 
 
 def test_reinit_starts_the_named_parts_from_fresh_weights_and_keeps_the_rest():
