@@ -10,6 +10,8 @@ from electra_jax import masking
 from electra_jax.benchmark import SPECIAL, synthetic_batch
 
 PAD, CLS, SEP, MASK = SPECIAL.pad, SPECIAL.cls, SPECIAL.sep, SPECIAL.mask
+# the sampler as the step runs it: one compiled program (run eagerly, each operation is one)
+_sample = jax.jit(masking.sample, static_argnames=('temperature', 'block'))
 
 
 def _batch(batch_size=64, length=128, vocab=1000, seed=0):
@@ -108,8 +110,9 @@ def test_without_replacement_switch_draws_distinct_positions():
 def test_row_without_candidates_gets_no_prediction():
   ids = jnp.array([[CLS, SEP, PAD, PAD], [CLS, 7, 8, SEP]])
   mask = jnp.array([[1, 1, 0, 0], [1, 1, 1, 1]])
-  m = masking.mask_tokens(jax.random.key(0), ids, mask, mask_prob=0.5, max_predictions=2,
-                          mask_id=MASK, special_ids=(PAD, CLS, SEP))
+  m = jax.jit(lambda key: masking.mask_tokens(key, ids, mask, mask_prob=0.5, max_predictions=2,
+                                              mask_id=MASK, special_ids=(PAD, CLS, SEP)))(
+                                                  jax.random.key(0))
   assert float(m.weights[0].sum()) == 0 and (m.input_ids[0] == ids[0]).all()
   assert float(m.weights[1].sum()) == 2
 
@@ -118,8 +121,7 @@ def test_row_without_candidates_gets_no_prediction():
 def test_sampler_matches_softmax(temperature):
   logits = jnp.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
   n = 40_000
-  samples = masking.sample(jax.random.key(1), jnp.broadcast_to(logits, (n, 6)),
-                           temperature=temperature)
+  samples = _sample(jax.random.key(1), jnp.broadcast_to(logits, (n, 6)), temperature=temperature)
   freq = np.bincount(np.asarray(samples), minlength=6)
   probs = lambda t: np.asarray(jax.nn.softmax(logits / t), np.float64)
   expected = probs(temperature) / probs(temperature).sum() * n
@@ -133,7 +135,7 @@ def test_two_level_sampler_matches_softmax_across_blocks():
   """300 entries in blocks of 32 (the last one padded): frequencies follow the softmax."""
   logits = jax.random.normal(jax.random.key(3), (300,))
   n = 90_000
-  samples = masking.sample(jax.random.key(4), jnp.broadcast_to(logits, (n, 300)), block=32)
+  samples = _sample(jax.random.key(4), jnp.broadcast_to(logits, (n, 300)), block=32)
   freq = np.bincount(np.asarray(samples), minlength=300)
   assert freq.shape == (300,)
   probs = np.asarray(jax.nn.softmax(logits), np.float64)
@@ -149,8 +151,7 @@ def test_sampler_never_draws_an_impossible_entry():
   logits[:5] = -np.inf
   logits[0, 0] = logits[1, 69] = logits[2, 64] = logits[3, 63] = 0.0  # one possible entry
   logits[4, [3, 66]] = [50.0, -50.0]  # one entry of negligible but positive probability
-  samples = np.asarray(masking.sample(jax.random.key(5), jnp.asarray(logits, jnp.float32),
-                                      block=8))
+  samples = np.asarray(_sample(jax.random.key(5), jnp.asarray(logits, jnp.float32), block=8))
   assert np.isfinite(logits[np.arange(4000), samples]).all()
   assert samples[:5].tolist() == [0, 69, 64, 63, 3]
 
@@ -158,7 +159,7 @@ def test_sampler_never_draws_an_impossible_entry():
 def test_disallow_correct_never_returns_the_original():
   logits = jnp.zeros((2000, 5)).at[:, 2].set(20.0)  # the original token dominates
   targets = jnp.full((2000,), 2)
-  s = masking.sample(jax.random.key(2), logits, disallow=targets)
+  s = _sample(jax.random.key(2), logits, disallow=targets)
   assert not (np.asarray(s) == 2).any()
   assert set(np.unique(np.asarray(s))) == {0, 1, 3, 4}
 
