@@ -141,7 +141,7 @@ class Checkpointer:
     kept = (f'the last complete checkpoint {self.directory}/{max(complete)} is untouched; '
             if complete else '')
     return (f'the disk holding {self.directory} is full: a checkpoint of this run takes about '
-            f'{size / 1e6:,.0f} MB' + (f' and {free / 1e6:,.0f} MB are free' if free is not None
+            f'{fs.size_text(size)}' + (f' and {fs.size_text(free)} are free' if free is not None
                                        else '') + f'; {kept}free space (or keep fewer checkpoints '
             'with --config.keep_checkpoints) and run the same command again to continue')
 

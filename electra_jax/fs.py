@@ -374,6 +374,14 @@ def free_bytes(path) -> int | None:
   return shutil.disk_usage(path).free
 
 
+def size_text(n: float) -> str:
+  """Bytes for a sentence: '950 bytes', '240 KB', '5.5 MB', '12 GB' (decimal units)."""
+  for unit, scale in (('GB', 1e9), ('MB', 1e6), ('KB', 1e3)):
+    if n >= scale:
+      return f'{n / scale:,.1f} {unit}' if n < 10 * scale else f'{n / scale:,.0f} {unit}'
+  return f'{n:,.0f} bytes'
+
+
 # ---- access to a bucket -----------------------------------------------------------------------
 
 @functools.cache

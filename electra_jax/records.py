@@ -251,10 +251,10 @@ def _disk_full(out_dir: str, source) -> str:
   size = source.total_bytes
   if source.spec == 'builtin':
     size = sum(len(s) + 1 for doc in corpus_lib.builtin_documents() for s in doc)
-  need = (f'; records take about 1.3 times the text, here about {1.3 * size / 1e6:,.0f} MB'
+  need = (f'; records take about 1.3 times the text, here about {fs.size_text(1.3 * size)}'
           if size else '')
   return (f'the disk holding {out_dir} is full' +
-          (f' ({free / 1e6:,.1f} MB free)' if free is not None else '') + need +
+          (f' ({fs.size_text(free)} free)' if free is not None else '') + need +
           '; free space or give another --output, then run the same command again')
 
 
