@@ -273,7 +273,7 @@ print('intact:', bool(np.array_equal(np.asarray(restored['w']), state['w'])), me
                         f'ls -A {disk}/checkpoints')
   assert 'exit=0' in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
   assert (f'DiskFull: the disk holding {disk}/checkpoints is full: a checkpoint of this run takes '
-          f'about 3 MB; the last complete checkpoint {disk}/checkpoints/1 is untouched'
+          f'about 3.1 MB; the last complete checkpoint {disk}/checkpoints/1 is untouched'
           in done.stdout), done.stdout[-2000:] + done.stderr[-3000:]
   assert "intact: True {'step': 1}" in done.stdout, done.stdout[-2000:]
   assert done.stdout.split('exit=0')[1].split() == ['1'], done.stdout  # no unfinished folder
