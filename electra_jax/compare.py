@@ -216,18 +216,23 @@ def _row(name, objective, per_step, steps, held_out, tuned: dict) -> dict:
   for label, result in tuned.items():
     metric, value = next(iter(result['median'].items()))  # the first dev split's first metric
     split, score = metric.split('/', 1) if '/' in metric else ('dev', metric)
-    downstream[label] = {'metric': metric, 'median': value,
-                         'seeds': [s.get(split, {}).get(score) for s in result['seeds']]}
+    d = downstream[label] = {'metric': metric, 'median': value,
+                             'seeds': [s.get(split, {}).get(score) for s in result['seeds']]}
+    if split != 'test' and f'test/{score}' in result['median']:  # a labelled test split
+      d['test_median'] = result['median'][f'test/{score}']
+      d['test_seeds'] = [s.get('test', {}).get(score) for s in result['seeds']]
   return {'run': name, 'objective': objective, 'pretrain_flops': per_step * steps, 'steps': steps,
           **{k: held_out[k] for k in _HELD_OUT if k in held_out}, 'downstream': downstream}
 
 
 def _write(results: list[dict], workdir: str, electra_steps: int, log):
   labels = list(results[0]['downstream'])
+  tested = {label: all('test_median' in r['downstream'][label] for r in results)
+            for label in labels}
   header = ('| run | objective | pre-training FLOPs | steps | held-out MLM loss | disc AUC | '
             'main MLM / all-tokens loss | ' + ' | '.join(
                 f'{label} {results[0]["downstream"][label]["metric"]} (median of seeds)'
-                for label in labels) + ' |')
+                + (' / test median' if tested[label] else '') for label in labels) + ' |')
   lines = [header, '|' + '---|' * (7 + len(labels))]
   fmt = lambda r, k: f'{r[k]:.3f}' if k in r else '-'
   for r in results:
@@ -236,19 +241,38 @@ def _write(results: list[dict], workdir: str, electra_steps: int, log):
     for label in labels:
       d = r['downstream'][label]
       seeds = ', '.join(f'{100 * s:.2f}' for s in d['seeds'] if s is not None)
-      cells.append(f'{100 * d["median"]:.2f} ({seeds})')
+      cells.append(f'{100 * d["median"]:.2f} ({seeds})'
+                   + (f' / {100 * d["test_median"]:.2f}' if tested[label] else ''))
     lines.append(f'| {r["run"]} | {r["objective"]} | {r["pretrain_flops"]:.3g} | {r["steps"]:,} | '
                  f'{fmt(r, "mlm_loss")} | {fmt(r, "disc_auc")} | {main} | ' + ' | '.join(cells)
                  + ' |')
   table = '\n'.join(lines)
+  verdicts = _verdicts(results, labels, tested)
   fs.write_atomic(fs.join(workdir, 'comparison.md'),
                   f'# Objectives at the FLOPs of {electra_steps:,} ELECTRA steps, fine-tuned on '
-                  f'{", ".join(labels)}\n\n{table}\n')
+                  f'{", ".join(labels)}\n\n{table}\n\n' + ''.join(f'- {v}\n' for v in verdicts))
   fs.write_atomic(fs.join(workdir, 'comparison.json'), json.dumps(results, indent=2))
   log(table)
-  for label in labels:
-    scratch = results[-1]['downstream'][label]['median']
-    better = [r['run'] for r in results[:-1] if r['downstream'][label]['median'] >= scratch]
-    log(f'{label}: {len(better)} of {len(results) - 1} pre-trained runs at least as good as '
-        f'random init ({100 * scratch:.2f})' + (f': {", ".join(better)}' if better else ''))
+  for line in verdicts:
+    log(line)
   log(fs.join(workdir, 'comparison.md'))
+
+
+def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
+  """Per task and scored split: the pre-trained runs at least as good as random weights, and
+  ELECTRA's median against BERT MLM's where both ran."""
+  runs, scratch = {r['run']: r for r in results[:-1]}, results[-1]
+  out = []
+  for label in labels:
+    first = scratch['downstream'][label]['metric'].split('/')[0]  # the first dev split
+    for key, split in (('median', first), ('test_median', 'test'))[:1 + tested[label]]:
+      floor = scratch['downstream'][label][key]
+      better = [n for n, r in runs.items() if r['downstream'][label][key] >= floor]
+      out.append(f'{label} ({split}): {len(better)} of {len(runs)} pre-trained runs at least as '
+                 f'good as random init ({100 * floor:.2f})'
+                 + (f': {", ".join(better)}' if better else ''))
+      if 'electra' in runs and 'mlm' in runs:
+        gap = runs['electra']['downstream'][label][key] - runs['mlm']['downstream'][label][key]
+        out.append(f'{label} ({split}): electra {"at least matches" if gap >= 0 else "is below"} '
+                   f'mlm ({100 * gap:+.2f} points)')
+  return out

@@ -65,6 +65,8 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
                                                 seed),
                    dev=_synthetic(tmp_path / f'{label}_dev.csv', 32, 'classification', seed + 1))
     tasks[label] = ft
+  # a labelled test split for the second task: scored, and shown after its dev median
+  tasks['second'].task.test = _synthetic(tmp_path / 'second_test.csv', 32, 'classification', 5)
   workdir = str(tmp_path / 'cmp')
   lines = []
   rows = compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3,
@@ -76,15 +78,28 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
     assert list(r['downstream']) == ['first', 'second']
     for d in r['downstream'].values():
       assert 0 <= d['median'] <= 1 and d['metric'] == 'dev/accuracy' and len(d['seeds']) == 1
+    assert 'test_median' not in r['downstream']['first']
+    assert r['downstream']['second']['test_seeds'] == [r['downstream']['second']['test_median']]
   for run in ('electra', 'mlm', 'random_init'):
     for label in tasks:
       assert os.path.isfile(os.path.join(workdir, f'{run}_{label}', 'results.json'))
   table = open(os.path.join(workdir, 'comparison.md')).read()
   assert table.count('\n| ') == 4 and '| mlm | mlm |' in table  # header + 3 rows
-  assert '| first dev/accuracy (median of seeds) | second dev/accuracy' in table
+  assert ('| first dev/accuracy (median of seeds) | second dev/accuracy (median of seeds) / test '
+          'median |') in table
+  second = [r['downstream']['second'] for r in rows]
+  assert f'{100 * second[1]["median"]:.2f} ({100 * second[1]["seeds"][0]:.2f}) / ' \
+      f'{100 * second[1]["test_median"]:.2f} |' in table
   assert json.load(open(os.path.join(workdir, 'comparison.json')))[1]['run'] == 'mlm'
-  assert any(l.startswith('second: ') and 'pre-trained runs at least as good as random init' in l
-             for l in lines)
+  for split, key in (('dev', 'median'), ('test', 'test_median')):
+    better = [r['run'] for r, d in zip(rows[:2], second) if d[key] >= second[2][key]]
+    verdict = (f'second ({split}): {len(better)} of 2 pre-trained runs at least as good as random '
+               f'init ({100 * second[2][key]:.2f})' + (f': {", ".join(better)}' if better else ''))
+    gap = second[0][key] - second[1][key]
+    versus = (f'second ({split}): electra {"at least matches" if gap >= 0 else "is below"} mlm '
+              f'({100 * gap:+.2f} points)')
+    assert verdict in lines and versus in lines and f'- {verdict}\n' in table, (verdict, lines)
+  assert not any(l.startswith('first (test)') for l in lines)
   # A second call reads the finished runs back: the same table, no fine-tuning again.
   lines.clear()
   again = compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3,
@@ -100,8 +115,9 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
 
 
 def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
-  """`compare.py --finetune_config.word_table_lr=10` (no --finetune_config=FILE) sets the field for
-  both built-in tasks: absl counts the file flag as absent then, and the override was dropped."""
+  """`compare.py --finetune_config.word_table_lr=3` (no --finetune_config=FILE) sets the field for
+  both built-in tasks, over topic's own 10: absl counts the file flag as absent then, and the
+  override was dropped."""
   import sys  # pylint: disable=import-outside-toplevel
   from absl import flags  # pylint: disable=import-outside-toplevel
   from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
@@ -111,9 +127,9 @@ def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
   import builtin  # pylint: disable=import-outside-toplevel
   default = os.path.join(ROOT, 'configs', 'finetune', 'builtin.py')
   argv = cli._resolve_overrides(  # pylint: disable=protected-access
-      ['prog', '--finetune_config.word_table_lr=10', '--finetune_config.epochs=1'],
+      ['prog', '--finetune_config.word_table_lr=3', '--finetune_config.epochs=1'],
       names=['finetune_config'], defaults={'finetune_config': default})
-  assert argv[1:] == ['--finetune_config.optimizer.word_table_lr=10', '--finetune_config.epochs=1']
+  assert argv[1:] == ['--finetune_config.optimizer.word_table_lr=3', '--finetune_config.epochs=1']
   with pytest.raises(UserError, match="unknown config field 'word_tabel_lr'; did you mean "
                      r'--finetune_config.optimizer.word_table_lr\?'):
     cli._resolve_overrides(['prog', '--finetune_config.word_tabel_lr=10'],  # pylint: disable=protected-access
@@ -125,11 +141,15 @@ def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
   assert not fv['finetune_config'].present
   fields = cli.overridden_fields('finetune_config', fv)
   assert sorted(fields) == ['epochs', 'optimizer.word_table_lr']
+  recipes = {label: builtin.get_config(label).optimizer for label in builtin.TASKS}
+  assert (recipes['topic'].word_table_lr, recipes['topic'].layerwise_decay) == (10.0, 1.5)
+  assert (recipes['coherence'].word_table_lr, recipes['coherence'].layerwise_decay) == (1.0, 1.0)
   tasks = {label: compare.with_fields(builtin.get_config(label), holder.value, fields)
            for label in builtin.TASKS}
   assert [t.task.name for t in tasks.values()] == list(builtin.TASKS.values())
   for t in tasks.values():
-    assert t.optimizer.word_table_lr == 10.0 and t.epochs == 1.0 and t.pooling == 'mean'
+    assert t.optimizer.word_table_lr == 3.0 and t.epochs == 1.0 and t.pooling == 'mean'
+  assert tasks['topic'].optimizer.layerwise_decay == 1.5  # fields not given keep each task's own
 
 
 def test_a_misspelt_field_of_a_default_config_file_is_one_sentence(tmp_path):
