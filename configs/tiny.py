@@ -12,7 +12,7 @@ starts at the log-odds of the masked share (log(0.15 / 0.85) = -1.73) instead of
 moves that one bias by about the learning rate per step, so the network reaches the ~12% prior by
 turning every token's vector towards one direction, and its detection stalls there for the first
 thousands of steps; started at the prior it learns to detect from the first steps (held-out AUC
-0.677 instead of 0.599 after the demo's 3,500 steps; README, "What a short pre-training does").
+0.677 instead of 0.599 after the demo's 3,500 steps; docs/short_pretraining.md).
 """
 
 import math

@@ -56,7 +56,7 @@ def default_config() -> ml_collections.ConfigDict:
   m.generator_layers_fraction = 1.0  # generator depth as a fraction of num_layers
   m.untied_generator_embeddings = False  # True: the generator gets its own embedding module
   m.decoder_rows = 'all'  # word-table rows the tied MLM decoder's softmax updates: 'all' (the
-  #   original) or 'batch' (the batch's tokens'; README, "What a short pre-training does")
+  #   original) or 'batch' (the batch's tokens'; docs/short_pretraining.md)
   m.discriminator_mlm = False  # an MLM head on the discriminator (set by the objectives needing it)
   m.gdes = False  # DeBERTa-v3's gradient-disentangled embedding sharing: the discriminator reads
   #   stop_gradient(word table) + its own zero-initialized residual table; the generator owns the

@@ -58,8 +58,8 @@ def default_config() -> ml_collections.ConfigDict:
   o.word_table_lr = 1.0  # a further learning-rate factor of the word embeddings (the paper: 1). The
   #   table feeds a LayerNorm, so only its rows' directions matter, and Adam moves each weight by
   #   about the learning rate whatever its size: pre-training leaves the rows larger than at
-  #   initialization, so they turn more slowly than random weights' (README, "What a short
-  #   pre-training does"). A factor of 10 is the same as starting from a table 10x smaller.
+  #   initialization, so they turn more slowly than random weights' (docs/short_pretraining.md).
+  #   A factor of 10 is the same as starting from a table 10x smaller.
   o.warmup_fraction = 0.1  # share of the steps spent warming up
   o.weight_decay = 0.0  # the paper's 0 (the original code used 0.01)
   o.b1 = 0.9
