@@ -216,11 +216,11 @@ def _row(name, objective, per_step, steps, held_out, tuned: dict) -> dict:
   for label, result in tuned.items():
     metric, value = next(iter(result['median'].items()))  # the first dev split's first metric
     split, score = metric.split('/', 1) if '/' in metric else ('dev', metric)
-    d = downstream[label] = {'metric': metric, 'median': value,
-                             'seeds': [s.get(split, {}).get(score) for s in result['seeds']]}
+    seeds = lambda split, score=score, result=result: [s.get(split, {}).get(score)
+                                                       for s in result['seeds']]
+    d = downstream[label] = {'metric': metric, 'median': value, 'seeds': seeds(split)}
     if split != 'test' and f'test/{score}' in result['median']:  # a labelled test split
-      d['test_median'] = result['median'][f'test/{score}']
-      d['test_seeds'] = [s.get('test', {}).get(score) for s in result['seeds']]
+      d.update(test_median=result['median'][f'test/{score}'], test_seeds=seeds('test'))
   return {'run': name, 'objective': objective, 'pretrain_flops': per_step * steps, 'steps': steps,
           **{k: held_out[k] for k in _HELD_OUT if k in held_out}, 'downstream': downstream}
 
