@@ -137,6 +137,8 @@ def unsupported(o: FlashOptions, length: int, head_dim: int) -> str:
                                       o.block_q_dq, o.block_k_dq)}
   if any(length % b for b in blocks):
     return f'blocks {sorted(blocks)} do not divide the sequence length {length}'
+  if o.interpret:  # Pallas' interpreter takes any blocks that divide the sequence
+    return ''
   if o.backend == 'tpu':
     if any(b % 8 for b in blocks) or any(b % 128 and b != length for b in blocks):
       return f'blocks {sorted(blocks)} are not multiples of 128 (or the whole sequence of {length})'
@@ -316,6 +318,18 @@ def _dims(q, o: FlashOptions):
   return batch, heads, length, head_dim
 
 
+def _cost(q, matmuls: int, exps: int, tensors_read: int, tensors_written: int):
+  """The declared cost of a kernel over [B, H, L, D] q: `matmuls` [L, L, D] products per (row,
+  head), `exps` exponentials per score, and whole q-sized tensors read and written once each (a
+  whole-sequence block is fetched once per (row, head): the pipeline skips unchanged blocks)."""
+  batch, heads, length, head_dim = q.shape if q.ndim == 4 else (1,) + q.shape
+  scores = batch * heads * length * length
+  size = q.size * q.dtype.itemsize
+  return pl.CostEstimate(flops=int(2 * matmuls * scores * head_dim),
+                         transcendentals=int(exps * scores),
+                         bytes_accessed=int((tensors_read + tensors_written) * size))
+
+
 def _forward(seeds, q, k, v, key_mask, o: FlashOptions):
   batch, heads, length, head_dim = _dims(q, o)
   bq = _fit(o.block_q, length)
@@ -330,7 +344,7 @@ def _forward(seeds, q, k, v, key_mask, o: FlashOptions):
       out_specs=[blocked, column, column],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), stat, stat],
       compiler_params=_compiler_params(o, 3), interpret=o.interpret,
-      name='electra_flash_forward')(seeds, q, k, v, key_mask[:, None, :])
+      cost_estimate=_cost(q, 2, 1, 3, 1), name='electra_flash_forward')(seeds, q, k, v, key_mask[:, None, :])
   return out, (m, l)
 
 
@@ -359,7 +373,7 @@ def _backward(seeds, q, k, v, key_mask, out, stats, do, o: FlashOptions):
       out_specs=[k_blocked, k_blocked],
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
       compiler_params=_compiler_params(o, 3), interpret=o.interpret,
-      name='electra_flash_dkv')(seeds, q, k, v, col_mask, do, m_row, l_row, delta_row)
+      cost_estimate=_cost(q, 4, 1, 4, 2), name='electra_flash_dkv')(seeds, q, k, v, col_mask, do, m_row, l_row, delta_row)
 
   bq = _fit(o.block_q_dq, length)
   q_blocked, whole = _block_specs(o, bq, length, head_dim)
@@ -373,7 +387,7 @@ def _backward(seeds, q, k, v, key_mask, out, stats, do, o: FlashOptions):
       out_specs=q_blocked,
       out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
       compiler_params=_compiler_params(o, 3), interpret=o.interpret,
-      name='electra_flash_dq')(seeds, q, k, v, row_mask, do, m, l, delta_col)
+      cost_estimate=_cost(q, 3, 1, 4, 1), name='electra_flash_dq')(seeds, q, k, v, row_mask, do, m, l, delta_col)
   return dq, dk, dv
 
 
@@ -403,6 +417,9 @@ def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, 
   dropout key's `seed_words`; `batch_offset` the global index of row 0. Returns [B, L, H, D]."""
   o = dataclasses.replace(options or FlashOptions(), direction=direction,
                           dropout_rate=dropout_rate if words is not None else 0.0)
+  problem = unsupported(o, q.shape[1], q.shape[-1])
+  if problem:  # the grid would skip the rows past the last whole block
+    raise ValueError(f'the flash attention kernels do not take q of shape {q.shape}: {problem}')
   if words is None:
     words = jnp.zeros((2,), jnp.uint32)
   seeds = jnp.concatenate([words.astype(jnp.uint32),
@@ -452,19 +469,20 @@ def default_options(backend: str) -> FlashOptions:
   return FlashOptions(backend='gpu', interpret=True)
 
 
-def check(options: FlashOptions, dtype=jnp.bfloat16, length: int = 128) -> str:
+def check(options: FlashOptions, dtype=jnp.bfloat16, length: int = 128, dropout_rate: float = 0.1,
+          directions=('', 'ltr'), head_dim: int = 64) -> str:
   """'' when the kernels, compiled for `options` on the default device, give the explicit path's
-  values and gradients (dropout, padding and a direction included) on a small problem; else what
-  went wrong."""
-  shape = (2, length, 2, 64)
+  values and gradients at a run's sequence length, dtype, dropout and directions (two rows, one of
+  them padded, two heads); else what went wrong."""
+  shape = (2, length, 2, head_dim)
   keys = jax.random.split(jax.random.key(0), 4)
   q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
   key_mask = (jnp.arange(length)[None] < jnp.array([length, length // 2 + 3])[:, None])
-  words = seed_words(jax.random.key(1))
+  words = seed_words(jax.random.key(1)) if dropout_rate > 0 else None
   tolerance = 1e-4 if jnp.dtype(dtype) == jnp.float32 else 5e-2
-  for direction in ('', 'ltr'):
+  for direction in directions:
     def run(fn):
-      f = lambda q, k, v: fn(q, k, v, key_mask, direction=direction, dropout_rate=0.1,
+      f = lambda q, k, v: fn(q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate,
                              words=words).astype(jnp.float32)
       out, vjp = jax.vjp(f, q, k, v)
       return (out,) + vjp(do.astype(jnp.float32))
@@ -474,20 +492,23 @@ def check(options: FlashOptions, dtype=jnp.bfloat16, length: int = 128) -> str:
       a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
       err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-6))
       if not np.isfinite(err) or err > tolerance:
-        return f'{name} differs from the explicit path by {err:.2g} (relative, {direction or "both directions"})'
+        return (f'{name} differs from the explicit path by {err:.2g} (relative, '
+                f'{direction or "both directions"}, length {length})')
   return ''
 
 
 @functools.cache
-def kernel_check(backend: str) -> tuple[bool, str]:
-  """(whether the kernels work on this backend, why not), checked once per process. Safe to call
-  while a step is being traced: the check runs in a thread of its own, outside the trace (JAX's
-  tracing state is per thread)."""
+def kernel_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
+                 dropout_rate: float = 0.1, directions=('', 'ltr'),
+                 head_dim: int = 64) -> tuple[bool, str]:
+  """(whether the kernels work on this backend at a run's shape, why not), checked once per
+  process and shape. Safe to call while a step is being traced: the check runs in a thread of its
+  own, outside the trace (JAX's tracing state is per thread)."""
   options = default_options(backend)
 
   def run():
     try:
-      return check(options)
+      return check(options, jnp.dtype(dtype), length, dropout_rate, tuple(directions), head_dim)
     except Exception as e:  # pylint: disable=broad-except
       return f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
 

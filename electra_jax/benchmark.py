@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from electra_jax import flops as flops_lib
+from electra_jax import model as model_lib
 from electra_jax import partitioning
 from electra_jax import pretrain
 from electra_jax import step as step_lib
@@ -46,7 +47,7 @@ def _peer_spec(setup, config, batch_file: str) -> dict:
       'attention_dropout_rate', 'layer_norm_eps', 'generator_hidden_size', 'generator_num_layers',
       'generator_num_heads')}
   spec.update(max_predictions=o.max_predictions, mask_prob=o.mask_prob, mask_id=SPECIAL.mask,
-              special_ids=[SPECIAL.pad, SPECIAL.cls, SPECIAL.sep], dtype=config.model.dtype,
+              special_ids=[SPECIAL.pad, SPECIAL.cls, SPECIAL.sep], dtype=m.dtype,
               batch=batch_file, device='cuda' if jax.default_backend() == 'gpu' else 'cpu')
   return spec
 
@@ -207,7 +208,7 @@ def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) ->
   n = partitioning.make_mesh().devices.size
   heads = m.num_heads
   shape = (d.batch_size // n, d.max_seq_length, heads, m.hidden_size // heads)
-  dtype = jnp.dtype(m.dtype)
+  dtype = jnp.dtype(model_lib.ModelConfig.from_config(m).dtype)  # 'auto' decided for this device
   keys = jax.random.split(jax.random.key(0), 4)
   q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
   key_mask = jnp.asarray(synthetic_batch(shape[0], shape[1], 100)['input_mask'])
@@ -321,7 +322,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   if 'peak_bytes_in_use' in stats:
     memory['device_peak_mb'] = stats['peak_bytes_in_use'] / 1e6
   result = {'devices': mesh.devices.size, 'device_kind': jax.devices()[0].device_kind,
-            'batch_size': d.batch_size, 'seq_len': d.max_seq_length, 'dtype': config.model.dtype,
+            'batch_size': d.batch_size, 'seq_len': d.max_seq_length, 'dtype': setup.model_cfg.dtype,
             'microbatches': setup.microbatches, 'memory': memory,
             'compile_s': compile_s, 'ms_per_step': 1e3 * step_s, 'ms_per_step_runs':
             [1e3 * r for r in runs], 'tokens_per_s': tokens / step_s,

@@ -248,6 +248,33 @@ def exit_now(code: int):
   os._exit(code)  # pylint: disable=protected-access
 
 
+def compile_for_topology(name: str, num_slices: int, config, finetune_init: str | None = None):
+  """--topology: compiles the run of `config` for a Cloud TPU slice on this machine (JAX on the CPU,
+  XLA's TPU compiler from libtpu; pretrain.compile_for_topology / finetune's) and reports."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  if 'jax' not in sys.modules:  # no accelerator of this machine is touched
+    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+  os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
+  from electra_jax import topology  # pylint: disable=import-outside-toplevel
+  try:
+    slice_ = topology.parse(name, num_slices)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  if importlib.util.find_spec('libtpu') is None:
+    raise UserError('--topology compiles with the TPU compiler, which is not installed; '
+                    'pip install -e ".[tpu]" (jax[tpu] brings libtpu)')
+  log = lambda line: print(line, flush=True)
+  try:
+    if finetune_init is None:
+      from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
+      pretrain.compile_for_topology(config, slice_, log)
+    else:
+      from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+      finetune_run.compile_for_topology(config, slice_, log)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+
+
 def fewer_collections():
   """Python's cycle collector walks every tracked object at each full collection; after importing
   JAX and TensorFlow those are ~370K objects that are never garbage, and tracing a step allocates

@@ -19,8 +19,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.save_every = 0  # steps between checkpoints; 0: only at the end
   c.keep_checkpoints = 3  # the latest checkpoints kept on disk
   c.keep_best = ''  # a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it
-  c.microbatches = 1  # gradient accumulation: each step runs its global batch in this many
-  #   sequential parts (the same loss and gradient, activations of batch / microbatches rows)
+  c.microbatches = 0  # gradient accumulation: the global batch in this many sequential parts (same
+  #   loss and gradient); 0: the fewest whose step fits the device's memory (1 on CPUs)
   c.fsdp = False  # True: parameters and optimizer state split over the devices (FSDP / ZeRO-3),
   #   a 1/N share each, gathered per layer in the step; False: replicated (data parallel)
   c.nonfinite = 'stop'  # a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps
@@ -41,7 +41,7 @@ def default_config() -> ml_collections.ConfigDict:
   m.attention_dropout_rate = 0.1  # dropout on attention probabilities
   m.layer_norm_eps = 1e-12  # LayerNorm epsilon
   m.initializer_range = 0.02  # stddev of the truncated normal init (cut at 2 stddev, as TF1)
-  m.dtype = 'float32'  # activations / matmul inputs: 'float32' or 'bfloat16' (losses stay float32)
+  m.dtype = 'auto'  # activations / matmul inputs: bfloat16 or float32; auto: bfloat16 on TPU/GPU
   m.param_dtype = 'float32'  # stored parameters and optimizer state
   m.attention = 'auto'  # 'fused': jax.nn.dot_product_attention (cuDNN flash attention on GPU),
   #   used where no attention dropout is active; 'explicit': einsum + softmax; 'auto': fused on
@@ -112,13 +112,13 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 # Ranges the fields must lie in; checked before a run writes anything (`check`).
-_AT_LEAST_1 = ('train_steps', 'log_every', 'eval_batches', 'keep_checkpoints', 'microbatches',
+_AT_LEAST_1 = ('train_steps', 'log_every', 'eval_batches', 'keep_checkpoints',
                'data.batch_size', 'data.eval_batch_size', 'data.shuffle_buffer', 'data.num_shards',
                'data.num_eval_shards', 'model.vocab_size', 'model.embedding_size',
                'model.hidden_size', 'model.num_layers', 'model.num_heads',
                'model.intermediate_size', 'model.max_position_embeddings',
                'model.type_vocab_size')
-_AT_LEAST_0 = ('seed', 'eval_every', 'save_every', 'data.readers', 'objective.gen_weight',
+_AT_LEAST_0 = ('seed', 'eval_every', 'save_every', 'data.readers', 'microbatches', 'objective.gen_weight',
                'objective.disc_weight')
 _FRACTIONS = {  # (low, high, low included, high included)
     'data.eval_fraction': (0, 1, False, False), 'objective.mask_prob': (0, 1, False, True),

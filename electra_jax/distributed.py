@@ -91,3 +91,19 @@ def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S):
 def is_main() -> bool:
   """True in the process that logs and writes files (process 0)."""
   return jax.process_index() == 0
+
+
+def all_agree(ok: bool, name: str) -> bool:
+  """True when `ok` is True in every process (one verdict for all, e.g. whether the attention
+  kernel passed its check, so that every host compiles the same program). Through the
+  coordination service's key-value store: no device program is compiled for it."""
+  if jax.process_count() == 1:
+    return ok
+  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
+  client = jax_distributed.global_state.client
+  _barriers[name] = _barriers.get(name, 0) + 1
+  key = f'electra_agree_{name}_{_barriers[name]}'
+  client.key_value_set(f'{key}/{jax.process_index()}', '1' if ok else '0')
+  votes = [client.blocking_key_value_get(f'{key}/{p}', BARRIER_TIMEOUT_S * 1000)
+           for p in range(jax.process_count())]
+  return all(v == '1' for v in votes)

@@ -38,6 +38,14 @@ def truncated_normal(stddev: float):
 
 
 ATTENTION = ('auto', 'explicit', 'pallas', 'fused')
+ACCELERATORS = ('tpu', 'gpu', 'cuda', 'rocm')
+
+
+def auto_dtype(platform: str) -> str:
+  """model.dtype='auto': bfloat16 activations on TPUs and GPUs (the MXU's and tensor cores' input;
+  parameters and optimizer state stay float32), float32 on CPUs (where bfloat16 matmuls are only
+  about 2x faster and the tests compare with float32 references)."""
+  return 'bfloat16' if platform in ACCELERATORS else 'float32'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,11 +75,19 @@ class ModelConfig:
   attention: str = 'auto'  # 'explicit' softmax, 'pallas' flash kernel, 'fused' cuDNN, or 'auto'
   remat: bool = False  # recompute each layer's activations in the backward pass
   disc_bias_init: float = 0.0  # initial bias of the replaced-token logit
+  platform: str = ''  # the devices the model is compiled for ('tpu', 'gpu', 'cpu'); '' : JAX's
+  #   default backend when traced. A run compiling for a TPU slice from a CPU host sets 'tpu'.
 
   @classmethod
-  def from_config(cls, model_cfg) -> 'ModelConfig':
+  def from_config(cls, model_cfg, platform: str = '') -> 'ModelConfig':
+    """The model's view of `config.model`; dtype 'auto' becomes bfloat16 on TPUs and GPUs (the
+    platform given, else JAX's default backend) and float32 on CPUs."""
     fields = {f.name for f in dataclasses.fields(cls)}
-    cfg = cls(**{k: v for k, v in model_cfg.items() if k in fields})
+    values = {k: v for k, v in model_cfg.items() if k in fields}
+    if values.get('dtype') == 'auto':
+      values['dtype'] = auto_dtype(platform or jax.default_backend())
+    values['platform'] = platform
+    cfg = cls(**values)
     cfg.validate()
     return cfg
 
@@ -88,9 +104,11 @@ class ModelConfig:
     if self.hidden_size % self.num_heads:
       raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
                        f'model.num_heads {self.num_heads}')
-    for name in ('dtype', 'param_dtype'):
-      if getattr(self, name) not in ('float32', 'bfloat16', 'float16'):
-        raise ValueError(f"model.{name} is {getattr(self, name)!r}; use 'float32' or 'bfloat16'")
+    if self.dtype not in ('float32', 'bfloat16', 'float16'):
+      raise ValueError(f"model.dtype is {self.dtype!r}; use 'auto' (bfloat16 on TPUs and GPUs, "
+                       "float32 on CPUs), 'bfloat16' or 'float32'")
+    if self.param_dtype not in ('float32', 'bfloat16', 'float16'):
+      raise ValueError(f"model.param_dtype is {self.param_dtype!r}; use 'float32' or 'bfloat16'")
     if (self.generator in ('separate', 'two_tower')
         and self.generator_hidden_size % self.generator_num_heads):
       raise ValueError(f'the generator width {self.generator_hidden_size} is not a multiple of its '
@@ -254,44 +272,97 @@ def attention_impl(cfg: ModelConfig, dtype, deterministic: bool, length: int = 0
                    head_dim: int = 64) -> str:
   """The attention path a layer runs: 'explicit', 'pallas' or 'fused' (see attention.py).
 
-  `model.attention='auto'` runs the Pallas flash kernel on GPUs and TPUs (with or without dropout)
-  once it has passed its check against the explicit path on this device (`attention.kernel_check`),
-  and the explicit softmax on CPUs, where XLA's einsums are faster than the kernel's interpreter.
-  'fused' (cuDNN) has no dropout: where attention dropout is active it runs the explicit path.
-  'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests).
+  A run decides `model.attention='auto'` once, before it compiles (`resolve_attention`); a model
+  used outside a run (conversion, tests) decides it here the same way, checking the kernel on the
+  default device. 'fused' (cuDNN) has no dropout: where attention dropout is active it runs the
+  explicit path. 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests).
   """
   active_dropout = not deterministic and cfg.attention_dropout_rate > 0
-  if cfg.attention == 'explicit' or (cfg.attention == 'fused' and active_dropout):
+  impl = cfg.attention
+  if impl == 'auto':
+    impl = _auto_attention(cfg, jnp.dtype(dtype).name, length, head_dim)[0]
+  if impl == 'fused' and active_dropout:
     return 'explicit'
-  if cfg.attention in ('fused', 'pallas'):
-    return cfg.attention
-  backend = jax.default_backend()
-  if backend == 'cpu':
-    return 'explicit'
-  options = attention_lib.default_options(backend)
-  if (not attention_lib.unsupported(options, length, head_dim)
-      and attention_lib.kernel_check(backend)[0]):
-    return 'pallas'
-  return 'fused' if not active_dropout and jnp.dtype(dtype).itemsize == 2 else 'explicit'
+  return impl
+
+
+def _auto_attention(cfg: ModelConfig, dtype: str, length: int, head_dim: int,
+                    check=None) -> tuple[str, str]:
+  """('explicit' | 'pallas' | 'fused', why) for model.attention='auto' on cfg's platform.
+
+  The Pallas flash kernel on GPUs and TPUs, where it takes the shape and passes `check` (default:
+  `attention.kernel_check` on the default device at this shape), else cuDNN's fused attention for
+  16-bit activations (without dropout; the explicit path with it), else the explicit softmax. CPUs
+  run the explicit path, where XLA's einsums are faster than the kernel's interpreter.
+  """
+  backend = cfg.platform or jax.default_backend()
+  fallback = 'fused' if jnp.dtype(dtype).itemsize == 2 else 'explicit'
+  if backend not in ACCELERATORS:
+    return 'explicit', ''
+  problem = attention_lib.unsupported(attention_lib.default_options(backend), length, head_dim)
+  if problem:
+    return fallback, f'the Pallas kernel does not take this shape: {problem}'
+  if check is None:
+    check = lambda: attention_lib.kernel_check(backend, length, dtype, cfg.attention_dropout_rate,
+                                               _directions(cfg), head_dim)
+  ok, why = check()
+  return ('pallas', '') if ok else (fallback, why)
+
+
+def _directions(cfg: ModelConfig) -> tuple:
+  return ('', 'ltr', 'rtl') if cfg.generator == 'two_tower' else ('',)
+
+
+def resolve_attention(cfg: ModelConfig, length: int, checked=True,
+                      agree=lambda ok: ok) -> tuple[ModelConfig, str]:
+  """(cfg with `attention` the path the run takes, the line a run logs about it ('' if none)).
+
+  'auto' on a GPU or TPU checks the kernel against the explicit path at the run's sequence length,
+  dtype, dropout and directions on the device (`checked`), or takes it unchecked when the devices
+  are not here (compiling for a TPU slice from another machine); `agree(ok)` returns the verdict
+  every process takes (all must have passed), so that all hosts compile one program. A kernel
+  forced with model.attention='pallas' must take the shape.
+  """
+  head = cfg.hidden_size // cfg.num_heads
+  backend = cfg.platform or jax.default_backend()
+  if cfg.attention == 'pallas':
+    problem = attention_lib.unsupported(attention_lib.default_options(backend), length, head)
+    if problem:
+      raise ValueError(f'model.attention=pallas: the kernel does not take {length}-token sequences '
+                       f'with heads of {head} on {backend} ({problem}); use model.attention=auto '
+                       'or explicit, or a sequence length the blocks divide')
+  if cfg.attention != 'auto':
+    return cfg, f'attention: {cfg.attention} (model.attention)'
+  verdict = {}
+
+  def check():
+    if not checked:
+      return True, ''
+    ok, why = attention_lib.kernel_check(backend, length, cfg.dtype, cfg.attention_dropout_rate,
+                                         _directions(cfg), head)
+    agreed = agree(ok)
+    if ok and not agreed:
+      why = 'it failed on another process'
+    verdict['why'] = why
+    return agreed, why
+
+  impl, why = _auto_attention(cfg, cfg.dtype, length, head, check)
+  cfg = dataclasses.replace(cfg, attention=impl)
+  if backend not in ACCELERATORS:
+    return cfg, ''
+  if impl == 'pallas':
+    how = ('matched the explicit path at this shape in its start-up check' if checked else
+           'compiled for the slice; its start-up check runs on the TPU itself')
+    return cfg, f'attention: Pallas flash kernel on {backend} ({how})'
+  if 'why' in verdict:
+    return cfg, (f'warning: the Pallas attention kernel failed its check on this {backend} '
+                 f'({why}); attention runs the explicit softmax (cuDNN where no dropout is active)')
+  return cfg, f'attention: explicit softmax ({why})'
 
 
 def attention_note(cfg: ModelConfig, length: int) -> str:
   """The line a run logs about its attention path ('' on a CPU with model.attention=auto)."""
-  if cfg.attention != 'auto':
-    return f'attention: {cfg.attention} (model.attention)'
-  backend = jax.default_backend()
-  if backend == 'cpu':
-    return ''
-  problem = attention_lib.unsupported(attention_lib.default_options(backend), length,
-                                      cfg.hidden_size // cfg.num_heads)
-  if problem:
-    return f'attention: explicit softmax (the Pallas kernel does not take this shape: {problem})'
-  ok, why = attention_lib.kernel_check(backend)
-  if ok:
-    return (f'attention: Pallas flash kernel on {backend} (matched the explicit path in its '
-            'start-up check)')
-  return (f'warning: the Pallas attention kernel failed its check on this {backend} ({why}); '
-          'attention runs the explicit softmax (cuDNN where no dropout is active)')
+  return resolve_attention(cfg, length)[1]
 
 
 class TransformerLayer(nn.Module):
@@ -326,6 +397,8 @@ class TransformerLayer(nn.Module):
     k = split(dense(self.hidden_size, 'key')(x))
     v = split(dense(self.hidden_size, 'value')(x))
     impl = attention_impl(cfg, q.dtype, deterministic, length, head)
+    if impl == 'pallas' and self.is_initializing():  # creating parameters (a few tokens): any
+      impl = 'explicit'  #                              path makes the same ones
     rate = 0.0 if deterministic else cfg.attention_dropout_rate
     # the dropout mask of the probabilities is a hash of this key and (row, head, query, key)
     words = attention_lib.seed_words(self.make_rng('dropout')) if rate > 0 else None
@@ -333,7 +406,7 @@ class TransformerLayer(nn.Module):
       allowed = attention_lib.allowed_mask(input_mask, length, self.direction)
       context = jax.nn.dot_product_attention(q, k, v, mask=allowed)
     elif impl == 'pallas':
-      options = attention_lib.default_options(jax.default_backend())
+      options = attention_lib.default_options(cfg.platform or jax.default_backend())
       context = attention_lib.flash_sharded(q, k, v, input_mask, direction=self.direction,
                                             dropout_rate=rate, words=words, options=options)
     else:

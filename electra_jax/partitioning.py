@@ -30,6 +30,7 @@ FSDP_RULES = (
 
 
 def make_mesh(devices=None) -> Mesh:
+  """A 1-D 'data' mesh of `devices` (default: every device of every process), in their order."""
   devices = jax.devices() if devices is None else list(devices)
   return jax.make_mesh((len(devices),), (DATA,), axis_types=(AxisType.Auto,), devices=devices)
 

@@ -62,8 +62,12 @@ class Setup:
   param_shardings: Any = None  # set by compile_steps: gradients are kept in the parameters' layout
 
 
-def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup:
-  model_cfg = model_lib.ModelConfig.from_config(config.model)
+def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
+                model_cfg: model_lib.ModelConfig | None = None) -> Setup:
+  """The setup of a pre-training run on `platform` ('' : JAX's default backend); `model_cfg`, when
+  given, is the model's view already decided for the run (its attention path resolved).
+  `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
+  model_cfg = model_cfg or model_lib.ModelConfig.from_config(config.model, platform)
   objective_cfg = objectives.ObjectiveConfig.from_config(config.objective)
   model = model_lib.Electra(model_cfg)
   tx, schedule = optim.make_optimizer(config.optimizer)
@@ -79,7 +83,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds) -> Setup
   return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
                seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
                objective_cfg=objective_cfg, special=special, draw=draw,
-               microbatches=config.get('microbatches', 1), fsdp=config.get('fsdp', False))
+               microbatches=max(1, config.get('microbatches', 1)), fsdp=config.get('fsdp', False))
 
 
 def _keys(seed: int):

@@ -72,7 +72,7 @@ def _time_step(config) -> dict:
     profile_dir = _PROFILE_DIR.value or tempfile.mkdtemp(prefix='electra_profile_')
   result = benchmark.benchmark(config, steps=_STEPS.value, repeats=_REPEATS.value,
                                peer=_PEER.value, profile_dir=profile_dir)
-  peak, result['peak_source'] = flops.mesh_peak(jax.devices(), config.model.dtype)
+  peak, result['peak_source'] = flops.mesh_peak(jax.devices(), result['dtype'])
   result['peak_flops_per_s'] = peak
   result['mfu'] = result['model_flops_per_s'] / peak if peak else None
   r = result

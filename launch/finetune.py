@@ -9,6 +9,10 @@
     python launch/finetune.py --workdir=/tmp/electra_sst2 --mode=eval      # dev scores again
     python launch/finetune.py --workdir=/tmp/electra_sst2 --mode=predict   # test predictions
 
+With --topology=<accelerator type> (v4-8, v5e-8, v5p-8, v6e-8, ...) the same command compiles the
+fine-tuning's programs for that Cloud TPU slice here instead (no TPU; only --init's config is read)
+and prints their memory per chip and the estimated step time.
+
 --init is the --workdir of a pre-training run (launch/train.py): its latest checkpoint, its
 vocabulary and its model config are used. Results (each seed and the median) are written to
 <workdir>/results.md and results.json. --mode=eval and --mode=predict use the fine-tunings saved
@@ -35,14 +39,23 @@ _MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'predict'],
                           'again; predict: write their test-set predictions')
 _SEEDS = flags.DEFINE_integer('num_seeds', None, 'fine-tunings from the same checkpoint '
                               '(overrides --config.num_seeds)')
+_TOPOLOGY = flags.DEFINE_string('topology', None, 'compile the fine-tuning for this Cloud TPU slice '
+                                'here and report (v4-8, v5e-8, v5p-8, v6e-8, ...); nothing runs')
+_NUM_SLICES = flags.DEFINE_integer('num_slices', 1, 'with --topology: slices of a multislice run')
 flags.mark_flags_as_required(['workdir'])
 
 
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
-  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
+  if _TOPOLOGY.value:
+    if config is None or _INIT.value is None:
+      raise cli.UserError('--topology compiles a fine-tuning for a slice: give its --config and the '
+                          '--init whose model it fine-tunes')
+    config.init = _INIT.value
+    return cli.compile_for_topology(_TOPOLOGY.value, _NUM_SLICES.value, config, _INIT.value)
+  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   cli.check_paths(_WORKDIR.value, _INIT.value)
   if config is None:  # eval / predict: the config the workdir was fine-tuned with
     config = run.saved_config(_WORKDIR.value, _MODE.value)

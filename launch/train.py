@@ -6,6 +6,12 @@
 
 Re-running the same command with the same --workdir resumes from its latest checkpoint.
 
+Before renting a slice, the same command with --topology=<accelerator type> (v4-8, v5e-8, v5p-8,
+v6e-8, v4-32, ...; --num_slices for multislice) compiles the run's programs for it here, with no
+TPU and no data (pip install -e ".[tpu]"), and prints each program's memory per chip, the largest
+batch that fits and the compiler's estimate of the step's time; exit status 0 when all compile and
+fit, 2 with the fix when not.
+
 Several processes (hosts): on a Cloud TPU pod slice or under SLURM / Open MPI, run the same command
 in every process and they find each other; elsewhere give each process --coordinator_address,
 --num_processes and --process_id (launch/local_cluster.py does so for N processes on this machine).
@@ -29,12 +35,18 @@ _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'processes of a mul
 _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'this process, 0 .. num_processes - 1')
 _HEARTBEAT = flags.DEFINE_integer('heartbeat_timeout_s', 90, 'several processes: seconds without '
                                   'word from a process before the others stop (a lost host)')
+_TOPOLOGY = flags.DEFINE_string('topology', None, 'compile the run for this Cloud TPU slice here '
+                                '(v4-8, v5litepod-8, v5e-8, v5p-8, v6e-8, v4-32, ...) and report; '
+                                'nothing is trained, read or written')
+_NUM_SLICES = flags.DEFINE_integer('num_slices', 1, 'with --topology: slices of a multislice run')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
+  if _TOPOLOGY.value:
+    return cli.compile_for_topology(_TOPOLOGY.value, _NUM_SLICES.value, _CONFIG.value)
   import time  # pylint: disable=import-outside-toplevel
   print(time.strftime('%H:%M:%S ') + f'pre-training in {_WORKDIR.value}: starting JAX and '
         'reading the data', flush=True)

@@ -67,6 +67,17 @@ TEST_MODEL = {
 }
 
 
+def with_fields(c, overrides: dict):
+  """`c` with each dotted field of `overrides` set ({'model.num_layers': 2, ...})."""
+  for key, value in overrides.items():
+    target = c
+    *path, last = key.split('.')
+    for p in path:
+      target = target[p]
+    setattr(target, last, value)
+  return c
+
+
 def test_config(**overrides):
   """A very small pre-training config (fast to compile) for unit and integration tests."""
   c = default_config()
@@ -76,13 +87,7 @@ def test_config(**overrides):
   c.train_steps = 4
   c.log_every = 2
   c.eval_batches = 2
-  for key, value in overrides.items():
-    target = c
-    *path, last = key.split('.')
-    for p in path:
-      target = target[p]
-    setattr(target, last, value)
-  return c
+  return with_fields(c, overrides)
 
 
 test_config.__test__ = False  # not a test

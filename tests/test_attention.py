@@ -6,6 +6,7 @@ mask, the two backward kernels) but not the Triton or Mosaic compilers: `test_ke
 checks that JAX lowers them for both (Triton IR, Mosaic MLIR); only a GPU or TPU can compile them.
 """
 
+import dataclasses
 import functools
 
 import jax
@@ -63,7 +64,8 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction):
   words = attention.seed_words(jax.random.key(3))
   options = attention.FlashOptions(backend=backend, interpret=True, **SMALL)
   if backend == 'gpu':  # (TPU tiles are 128 rows; the interpreter takes these small ones)
-    assert not attention.unsupported(options, q.shape[1], q.shape[-1])
+    compiled = dataclasses.replace(options, interpret=False)
+    assert not attention.unsupported(compiled, q.shape[1], q.shape[-1])
   common = dict(direction=direction, dropout_rate=rate, words=words)
   got = jax.jit(lambda *a: _value_and_grads(
       lambda q, k, v: attention.flash(q, k, v, key_mask, options=options, **common), *a))(
@@ -197,7 +199,7 @@ def test_auto_falls_back_when_the_kernels_fail_their_check(monkeypatch):
   assert model_lib.attention_impl(cfg, jnp.bfloat16, True, 128, 64) == 'fused'
   assert model_lib.attention_note(cfg, 128).startswith(
       'warning: the Pallas attention kernel failed its check on this tpu (')
-  monkeypatch.setattr(attention, 'kernel_check', lambda backend: (True, ''))
+  monkeypatch.setattr(attention, 'kernel_check', lambda backend, *args: (True, ''))
   assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 128, 64) == 'pallas'
   assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 100, 64) == 'explicit'  # shape
   assert model_lib.attention_note(cfg, 128).startswith('attention: Pallas flash kernel on tpu')

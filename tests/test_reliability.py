@@ -161,7 +161,8 @@ def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, reco
   workdir = str(tmp_path / 'locked')
   real = step_lib.build_setup
   with monkeypatch.context() as m:  # a NaN loss at step 3, before the first checkpoint
-    m.setattr(step_lib, 'build_setup', lambda config, special: poisoned_setup(config, [3], real))
+    m.setattr(step_lib, 'build_setup', lambda config, special, *rest: poisoned_setup(
+                          config, [3], lambda c, s: real(c, s, *rest)))
     with pytest.raises(UserError, match='^step 3: the loss, gradient norm or update is not finite'):
       pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
                                                   'data.shuffle_buffer': 50}), workdir,

@@ -366,7 +366,7 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
     ({'data.batch_size': 12}, 'does not divide among 8 devices'),
     ({'microbatches': 4}, 'does not split into microbatches=4 equal parts on 8 devices; use a '
      'multiple of 32'),
-    ({'microbatches': 0}, 'microbatches is 0; it must be a number of at least 1'),
+    ({'microbatches': -1}, 'microbatches is -1; it must be a number of at least 0'),
     ({'model.vocab_size': 100, 'data.records': 'RECORDS'}, 'set --config.model.vocab_size=96'),
     ({'data.max_seq_length': 64, 'model.max_position_embeddings': 64, 'data.records': 'RECORDS'},
      'hold 32-token examples'),
@@ -484,7 +484,8 @@ def test_a_nonfinite_step_changes_nothing_and_is_counted():
 def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir, monkeypatch):
   real = step_lib.build_setup
   monkeypatch.setattr(step_lib, 'build_setup',
-                      lambda config, special: poisoned_setup(config, [3], real))
+                      lambda config, special, *rest: poisoned_setup(
+                          config, [3], lambda c, s: real(c, s, *rest)))
   overrides = {'data.records': records_dir, 'train_steps': 6, 'save_every': 2, 'log_every': 2}
   workdir = str(tmp_path / 'stop')
   with pytest.raises(UserError, match=r'^step 3: the loss, gradient norm or update is not finite .* '

@@ -23,6 +23,7 @@ from electra_jax import UserError
 from electra_jax import user_errors
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import config as config_defaults
+from electra_jax import distributed
 from electra_jax import fs
 from electra_jax import loop as loop_lib
 from electra_jax import metrics as metrics_lib
@@ -188,6 +189,89 @@ def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -
   loss_fn = functools.partial(qa_loss if task.kind == 'qa' else task_loss, model=model, task=task)
   return step_lib.Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule,
                         loss_fn=loss_fn, seed=seed, init_params=init)
+
+
+def batch_shapes(task, rows: int, length: int, sharding) -> dict:
+  """The abstract train batch of `task` (what `encode` gives, per row)."""
+  shape = lambda dims, dtype: jax.ShapeDtypeStruct((rows,) + dims, dtype, sharding=sharding)
+  batch = {k: shape((length,), jnp.int32) for k in _INPUTS}
+  if task.kind == 'qa':
+    batch.update(start_positions=shape((), jnp.int32), end_positions=shape((), jnp.int32),
+                 impossible=shape((), jnp.float32))
+  elif task.kind == 'tagging':
+    batch['labels'] = shape((length,), jnp.int32)
+  else:
+    batch['labels'] = shape((), jnp.float32 if task.kind == 'regression' else jnp.int32)
+  return batch
+
+
+def compile_for_topology(cfg, slice_, log=print) -> dict:
+  """Compiles the fine-tuning of `cfg` for the TPU slice `slice_` (topology.parse) on this machine:
+  the model's sizes come from --init's config (no weights are read), a named task's shape from its
+  definition (your own data: its train file, for the labels). Logs each program's memory per chip
+  and the estimated step; returns 0 when all compile and fit, else raises UserError."""
+  from electra_jax import aot  # pylint: disable=import-outside-toplevel
+  with aot.no_persistent_cache():
+    return _compile_for_topology(cfg, slice_, log)
+
+
+def _compile_for_topology(cfg, slice_, log) -> dict:
+  from electra_jax import aot  # pylint: disable=import-outside-toplevel
+  from electra_jax import flops as flops_lib  # pylint: disable=import-outside-toplevel
+  mesh = partitioning.make_mesh(slice_.devices())
+  _check(cfg, mesh)
+  pretrained = load_pretrained(cfg.init, True, log)
+  task = tasks_lib.named_task(cfg.task)
+  if task is None:
+    with user_errors(ValueError, FileNotFoundError):
+      task, _ = tasks_lib.load(cfg.task, pretrained.config, log)
+  log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
+  with user_errors(ValueError):
+    dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'
+    model_cfg = model_lib.ModelConfig.from_config(
+        {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu')
+    model_cfg, note = model_lib.resolve_attention(model_cfg, cfg.max_seq_length, checked=False)
+  log(note)
+  setup = make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, 1000,
+                     cfg.seed)
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
+  state = jax.eval_shape(init_fn)
+  sharding = partitioning.batch_sharding(mesh)
+  capacity, problems, report = slice_.hbm_bytes, [], {'slice': slice_.name, 'kind': task.kind}
+  log(f'{task.name}: {task.kind} | batch {cfg.batch_size} x {cfg.max_seq_length}, evaluation '
+      f'batch {cfg.eval_batch_size} | {model_cfg.dtype} activations')
+  predict_fn = _predict_fn(setup.model, mesh)
+  programs = (('init', init_fn.lower, None),
+              ('train step', lambda: train_fn.lower(state, batch_shapes(
+                  task, cfg.batch_size, cfg.max_seq_length, sharding)), state),
+              ('prediction', lambda: predict_fn.lower(state.params, batch_shapes(
+                  task, cfg.eval_batch_size, cfg.max_seq_length, sharding)), state.params))
+  for name, lower, args in programs:
+    compiled, seconds, error = aot.timed_compile(lower)
+    if error:
+      log(f'{name}: does not compile ({seconds:.0f} s): {error}')
+      problems.append(f'the {name} does not compile ({error})')
+      continue
+    used = aot.memory(compiled, args)
+    report[name] = {'memory': used, 'hlo': compiled.as_text()}
+    fits = used.total <= aot.MARGIN * capacity
+    log(f'{name}: compiled in {seconds:.0f} s | HBM per chip {used.describe(capacity)}'
+        + ('' if fits else ' | does NOT fit'))
+    if not fits:
+      problems.append(f'the {name} needs {used.total / 2 ** 30:.1f} GiB per chip of '
+                      f'{capacity / 2 ** 30:.0f}; lower the batch size')
+    if name == 'train step':
+      model_flops = 3 * cfg.batch_size * flops_lib.encoder_forward_flops(model_cfg,
+                                                                         cfg.max_seq_length)
+      lines, report['estimate'] = aot.estimate_lines(
+          compiled, slice_.chip, slice_.chips, slice_.num_slices, model_flops,
+          cfg.batch_size * cfg.max_seq_length, slice_.chips * slice_.num_slices)
+      for line in lines:
+        log(line)
+  if problems:
+    raise UserError('; '.join(problems))
+  log(f'{slice_.name}: every program compiles and fits')
+  return report
 
 
 def _global_batch(arrays: dict, rows: np.ndarray, sharding) -> dict:
@@ -536,7 +620,11 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
          if o.get('word_table_lr', 1.0) != 1.0 else '')
       + ('' if task.kind in ('qa', 'tagging') else f', head on {cfg.get("pooling", "cls")}')
       + (f', re-initialized: {cfg.reinit}' if cfg.get('reinit', '') and pretrained.params else ''))
-  note = model_lib.attention_note(pretrained.model_cfg, cfg.max_seq_length)
+  with user_errors(ValueError):  # one path for every host, checked at this length
+    model_cfg, note = model_lib.resolve_attention(
+        pretrained.model_cfg, cfg.max_seq_length,
+        agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
+  pretrained = dataclasses.replace(pretrained, model_cfg=model_cfg)
   if note:
     log(note)
   results = []

@@ -431,12 +431,22 @@ SQUAD = {'squad1': 'v1.1', 'squad2': 'v2.0'}
 def load_squad(cfg) -> tuple[Task, dict[str, list]]:
   """SQuAD questions from the official JSON files (task.train / task.dev) or TFDS."""
   from electra_jax.finetune import squad  # pylint: disable=import-outside-toplevel
-  task = Task(cfg.name, 'qa', (), ('f1', 'exact'), ('dev',), epochs=2.0)
+  task = named_task(cfg)
   if cfg.train:
     return task, {s: squad.read_json(cfg[s]) for s in ('train', 'dev') if cfg[s]}
   version = SQUAD[cfg.name]
   return task, {'train': squad.load_tfds(version, 'train', cfg.tfds_data_dir or None),
                 'dev': squad.load_tfds(version, 'validation', cfg.tfds_data_dir or None)}
+
+
+def named_task(cfg) -> Task | None:
+  """The task of `config.task` when its name defines it (GLUE, SQuAD, the built-in tasks) without
+  reading any data; None for your own data (its labels come from the train file)."""
+  if cfg.name in SQUAD:
+    return Task(cfg.name, 'qa', (), ('f1', 'exact'), ('dev',), epochs=2.0)
+  if cfg.name in GLUE:
+    return glue_task(cfg.name)
+  return {'builtin': BUILTIN, 'builtin_topic': BUILTIN_TOPIC}.get(cfg.name)
 
 
 def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example]]]:

@@ -1,0 +1,225 @@
+"""An estimate of a compiled TPU program's run time from the compiler's own numbers.
+
+XLA's TPU backend annotates each operation of the compiled program with the cycles its cost model
+expects (`estimated_cycles` in the operation's backend config: the model knows the MXU's shape, the
+tiled layouts and the vector units). This module walks the program as it would run (while loops
+times their trip counts, the costlier branch of a conditional) and adds up:
+
+- operations the compiler estimated: their cycles at the chip's clock;
+- Mosaic (Pallas) kernels: the roofline of the cost they declare (`pl.CostEstimate`): the larger of
+  FLOPs at the chip's peak and bytes at its HBM bandwidth. A lower bound: a kernel's vector work
+  (masks, exponentials, the dropout hash) and its MXU shape losses are not in it;
+- collectives (all-reduce, all-gather, reduce-scatter, ...): the bytes each chip sends at the chip's
+  inter-chip bandwidth (and across slices at the data-center network's), counted as if nothing
+  overlapped them (an upper bound: XLA runs them asynchronously beside compute);
+- other operations without an estimate: bytes in and out at HBM bandwidth.
+
+It is an estimate, not a measurement: nothing ran on a TPU.
+"""
+
+import dataclasses
+import json
+import math
+import re
+
+_DTYPE_BYTES = {'pred': 1, 's4': 0.5, 'u4': 0.5, 's8': 1, 'u8': 1, 'f8e4m3fn': 1, 'f8e5m2': 1,
+                'bf16': 2, 'f16': 2, 's16': 2, 'u16': 2, 'f32': 4, 's32': 4, 'u32': 4, 'f64': 8,
+                's64': 8, 'u64': 8, 'c64': 8, 'c128': 16}
+_SHAPE = re.compile(r'\b([a-z]+\d*[a-z\d]*)\[([\d,]*)\]')
+_HEADER = re.compile(r'^(ENTRY )?%(\S+) .*\{\s*$')
+_INSTRUCTION = re.compile(r'^\s*(?:ROOT )?%(\S+) = (.+?) ([a-z][\w\-]*)\((.*)$')
+_COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'collective-permute', 'all-to-all')
+_FREE = {'parameter', 'constant', 'get-tuple-element', 'tuple', 'bitcast', 'copy-start',
+         'copy-done', 'slice-start', 'slice-done', 'partition-id', 'replica-id', 'after-all',
+         'opt-barrier', 'add-dependency', 'iota', 'send-done', 'recv-done'}
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  """What the estimate needs to know of a chip (datasheet values)."""
+  name: str
+  peak_flops: float  # dense bf16 FLOP/s
+  hbm_bytes_per_s: float
+  clock_hz: float  # the TensorCore clock, which the compiler's cycles count
+  ici_bytes_per_s: float  # inter-chip interconnect, per chip
+  dcn_bytes_per_s: float = 25e9  # data-center network per chip's share of its host (multislice)
+
+
+@dataclasses.dataclass
+class Op:
+  name: str  # the HLO instruction
+  opcode: str
+  what: str  # the JAX operation it comes from (metadata op_name), shortened
+  seconds: float  # per execution
+  count: float  # executions per run of the program
+  source: str  # 'compiler' | 'kernel' | 'collective' | 'bytes'
+
+  @property
+  def total(self) -> float:
+    return self.seconds * self.count
+
+
+@dataclasses.dataclass
+class Estimate:
+  ops: list
+  seconds: float
+  by_source: dict
+  unknown_loops: int  # while loops whose trip count was not found (counted once)
+
+  def top(self, n: int = 10) -> list:
+    """The `n` costliest operations, those of one JAX operation and source merged."""
+    merged = {}
+    for op in self.ops:
+      if op.total <= 0:
+        continue
+      key = (op.what, op.opcode if op.source != 'compiler' else 'fusion', op.source)
+      total, count = merged.get(key, (0.0, 0.0))
+      merged[key] = (total + op.total, count + op.count)
+    rows = sorted(merged.items(), key=lambda kv: -kv[1][0])[:n]
+    return [{'what': what, 'kind': kind, 'source': source, 'seconds': total, 'count': count}
+            for (what, kind, source), (total, count) in rows]
+
+
+def _bytes(type_text: str) -> float:
+  total = 0.0
+  for dtype, dims in _SHAPE.findall(type_text):
+    size = _DTYPE_BYTES.get(dtype)
+    if size is None:
+      continue
+    total += size * math.prod(int(d) for d in dims.split(',') if d)
+  return total
+
+
+def _operands(rest: str) -> list:
+  """The %names inside the operand list's parentheses (`rest` starts just after the '(')."""
+  depth, end = 1, len(rest)
+  for i, ch in enumerate(rest):
+    if ch in '({[':
+      depth += 1
+    elif ch in ')}]':
+      depth -= 1
+      if depth == 0:
+        end = i
+        break
+  return re.findall(r'%([\w.\-]+)', rest[:end])
+
+
+def _what(line: str) -> str:
+  m = re.search(r'op_name="([^"]*)"', line)
+  if not m:
+    return '?'
+  name = re.sub(r'^jit\([^)]*\)/', '', m.group(1))
+  name = re.sub(r'layer_\d+', 'layer_*', name)  # the same operation of every layer, together
+  return name[-120:]
+
+
+class _Program:
+  def __init__(self, text: str):
+    self.computations, self.entry, self.types = {}, None, {}
+    current = None
+    for line in text.splitlines():
+      header = _HEADER.match(line)
+      if header and not line.startswith(' '):
+        current = header.group(2)
+        self.computations[current] = []
+        if header.group(1):
+          self.entry = current
+        continue
+      if line.startswith('}'):
+        current = None
+        continue
+      if current is None:
+        continue
+      m = _INSTRUCTION.match(line)
+      if m:
+        name, type_text, opcode, rest = m.groups()
+        self.types[name] = type_text
+        self.computations[current].append((name, type_text, opcode, rest, line))
+
+  def trip_count(self, line: str, condition: str) -> int | None:
+    m = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+    if m:
+      return int(m.group(1))
+    constants = []
+    for _, type_text, opcode, rest, _ in self.computations.get(condition, ()):
+      if opcode == 'constant' and re.match(r'[su]\d+\[\]', type_text):
+        c = re.match(r'\s*(-?\d+)\)', rest)
+        if c:
+          constants.append(int(c.group(1)))
+    compares = any(op == 'compare' for _, _, op, _, _ in self.computations.get(condition, ()))
+    return max(constants) if constants and compares else None
+
+
+def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int = 1) -> Estimate:
+  """The estimated time of one run of the compiled program `hlo_text` (`compiled.as_text()`)."""
+  program = _Program(hlo_text)
+  ops, unknown = [], [0]
+
+  def collective_seconds(opcode: str, type_text: str, operand_bytes: float) -> float:
+    size = max(_bytes(type_text), operand_bytes)
+    n = max(devices_per_slice, 1)
+    factor = {'all-reduce': 2 * (n - 1) / n, 'all-gather': (n - 1) / n,
+              'reduce-scatter': (n - 1) / n}.get(opcode, 1.0)
+    seconds = factor * size / chip.ici_bytes_per_s
+    if num_slices > 1:  # the same data crosses slices over the data-center network
+      seconds += 2 * (num_slices - 1) / num_slices * size / chip.dcn_bytes_per_s
+    return seconds
+
+  def walk(computation: str, count: float, depth: int = 0):
+    if depth > 50:
+      return
+    for name, type_text, opcode, rest, line in program.computations.get(computation, ()):
+      if opcode == 'while':
+        cond = re.search(r'condition=%([\w.\-]+)', line).group(1)
+        body = re.search(r'body=%([\w.\-]+)', line).group(1)
+        trips = program.trip_count(line, cond)
+        if trips is None:
+          unknown[0] += 1
+          trips = 1
+        walk(body, count * trips, depth + 1)
+        walk(cond, count * (trips + 1), depth + 1)
+        continue
+      if opcode == 'conditional':
+        branches = re.search(r'branch_computations=\{([^}]*)\}', line)
+        names = (re.findall(r'%([\w.\-]+)', branches.group(1)) if branches else
+                 re.findall(r'(?:true|false)_computation=%([\w.\-]+)', line))
+        costs = []
+        for branch in names:
+          before = len(ops)
+          walk(branch, count, depth + 1)
+          costs.append((sum(o.total for o in ops[before:]), ops[before:]))
+          del ops[before:]
+        if costs:
+          ops.extend(max(costs, key=lambda c: c[0])[1])
+        continue
+      if opcode == 'call':
+        called = re.search(r'to_apply=%([\w.\-]+)', line)
+        if called:
+          walk(called.group(1), count, depth + 1)
+        continue
+      cycles = re.search(r'"estimated_cycles":"(\d+)"', line)
+      base = opcode[:-6] if opcode.endswith('-start') else opcode
+      if opcode.endswith('-done') or (opcode in _FREE and not cycles):
+        continue
+      if 'custom_call_target="ConcatBitcast"' in line:  # joins async slices (prefetches) in place
+        continue
+      operand_bytes = sum(_bytes(program.types.get(o, '')) for o in _operands(rest))
+      if base in _COLLECTIVES:
+        seconds, source = collective_seconds(base, type_text, operand_bytes), 'collective'
+      elif cycles:
+        seconds, source = int(cycles.group(1)) / chip.clock_hz, 'compiler'
+      elif opcode == 'custom-call' and '"cost_estimate"' in line:
+        declared = json.loads('{' + re.search(r'"cost_estimate":(\{[^}]*\})', line).group(1)[1:])
+        seconds = max(float(declared.get('flops', 0)) / chip.peak_flops,
+                      float(declared.get('bytes_accessed', 0)) / chip.hbm_bytes_per_s)
+        source = 'kernel'
+      else:
+        seconds = (operand_bytes + _bytes(type_text)) / chip.hbm_bytes_per_s
+        source = 'bytes'
+      ops.append(Op(name, opcode, _what(line), seconds, count, source))
+
+  walk(program.entry, 1.0)
+  by_source = {}
+  for op in ops:
+    by_source[op.source] = by_source.get(op.source, 0.0) + op.total
+  return Estimate(ops, sum(by_source.values()), by_source, unknown[0])

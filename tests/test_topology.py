@@ -1,0 +1,322 @@
+"""Compiling the user's run for a Cloud TPU slice on this CPU machine (XLA's TPU compiler from
+libtpu, compile-only devices): the slices by name, the compiled programs' memory and kernels, the
+compiler's estimate, the fewest microbatches that fit, and the attention kernel's safety rules."""
+
+import dataclasses
+import importlib.util
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
+from electra_jax import UserError
+from electra_jax import aot
+from electra_jax import attention
+from electra_jax import hlo_cost
+from electra_jax import model as model_lib
+from electra_jax import partitioning
+from electra_jax import pretrain
+from electra_jax import step as step_lib
+from electra_jax import topology
+
+needs_libtpu = pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
+                                  reason='the TPU compiler (pip install -e ".[tpu]")')
+
+
+def base_like(**overrides):
+  """ELECTRA-Base's structure at a size that compiles in seconds: embeddings as wide as the
+  hidden layers, heads of 64, dropout, a generator of its own, two 128-token blocks per sequence
+  for the attention kernel, FSDP and two microbatches."""
+  c = load_config(f'{ROOT}/configs/base.py')
+  c.model.update(vocab_size=512, embedding_size=128, hidden_size=128, num_layers=2,
+                 max_position_embeddings=256, generator_hidden_fraction=0.5)
+  c.data.update(max_seq_length=256, batch_size=32)
+  c.update(fsdp=True, microbatches=2)
+  return with_fields(c, overrides)
+
+
+# ------------------------------------------------------------------------------------------------
+# Slices by name
+# ------------------------------------------------------------------------------------------------
+
+def test_slices_by_their_gcloud_names():
+  v4 = topology.parse('v4-8')
+  assert (v4.chips, v4.hosts, v4.topology, v4.family) == (4, 1, 'v4:2x2x1', 'v4')
+  assert topology.parse('v5litepod-8') == dataclasses.replace(topology.parse('v5e-8'),
+                                                              name='v5litepod-8')
+  assert topology.parse('v5e-8').topology == 'v5e:2x4'
+  assert (topology.parse('v5p-8').chips, topology.parse('v5p-8').topology) == (4, 'v5:2x2x1')
+  assert topology.parse('v6e-8').hbm_bytes == 32 * topology.GiB
+  pod = topology.parse('v4-32')
+  assert (pod.chips, pod.hosts, pod.topology) == (16, 4, 'v4:2x2x4')
+  assert (topology.parse('v5e-32').chips, topology.parse('v5e-32').hosts) == (32, 8)
+  for bad in ('v5e-7', 'v3-8', 'tpu', 'v4-6'):
+    with pytest.raises(ValueError, match='v4-8|v5e-'):
+      topology.parse(bad)
+  with pytest.raises(ValueError, match='slices'):
+    topology.parse('v5e-8', num_slices=0)
+
+
+@needs_libtpu
+def test_compile_only_devices_of_multi_host_and_multislice_slices():
+  devices = topology.parse('v4-32').devices()
+  assert len(devices) == 16 and {d.device_kind for d in devices} == {'TPU v4'}
+  assert sorted({d.process_index for d in devices}) == [0, 1, 2, 3]  # four hosts
+  two = topology.parse('v5e-8', num_slices=2).devices()
+  assert len(two) == 16 and sorted({d.slice_index for d in two}) == [0, 1]
+  assert [d.slice_index for d in two[:8]] == [0] * 8  # the mesh takes one slice after the other
+
+
+# ------------------------------------------------------------------------------------------------
+# The estimate
+# ------------------------------------------------------------------------------------------------
+
+_HLO = '''HloModule step
+
+%fused_body (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %m = f32[8]{0} multiply(%p, %p)
+}
+
+%body (t: (s32[], f32[1024])) -> (s32[], f32[1024]) {
+  %t = (s32[], f32[1024]{0}) parameter(0)
+  %x = f32[1024]{0} get-tuple-element(%t), index=1
+  %f = f32[1024]{0} fusion(%x), kind=kLoop, calls=%fused_body, metadata={op_name="jit(step)/layer_3/mul"}, backend_config={"window_config":{"estimated_cycles":"1000"}}
+  %i = s32[] get-tuple-element(%t), index=0
+  ROOT %r = (s32[], f32[1024]{0}) tuple(%i, %f)
+}
+
+%cond (t: (s32[], f32[1024])) -> pred[] {
+  %t = (s32[], f32[1024]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %n = s32[] constant(4)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%cheap (a: f32[1024]) -> f32[1024] {
+  %a = f32[1024]{0} parameter(0)
+  ROOT %c = f32[1024]{0} fusion(%a), kind=kLoop, calls=%fused_body, backend_config={"window_config":{"estimated_cycles":"100"}}
+}
+
+%dear (a: f32[1024]) -> f32[1024] {
+  %a = f32[1024]{0} parameter(0)
+  ROOT %d = f32[1024]{0} fusion(%a), kind=kLoop, calls=%fused_body, backend_config={"window_config":{"estimated_cycles":"500"}}
+}
+
+ENTRY %main (a: f32[1024], b: pred[]) -> f32[1024] {
+  %a = f32[1024]{0} parameter(0)
+  %b = pred[] parameter(1)
+  %z = s32[] constant(0)
+  %t = (s32[], f32[1024]{0}) tuple(%z, %a)
+  %w = (s32[], f32[1024]{0}) while(%t), condition=%cond, body=%body
+  %y = f32[1024]{0} get-tuple-element(%w), index=1
+  %k = f32[1024]{0} custom-call(%y), custom_call_target="tpu_custom_call", metadata={op_name="jit(step)/pallas_call"}, backend_config={"custom_call_config":{"body":"x","cost_estimate":{"flops":"2000000","transcendentals":"0","bytes_accessed":"3000"}}}
+  %s = f32[1024]{0} all-reduce(%k), replica_groups={}, to_apply=%fused_body
+  ROOT %c = f32[1024]{0} conditional(%b, %s, %s), branch_computations={%cheap, %dear}
+}
+'''
+
+
+def test_the_estimate_walks_loops_branches_kernels_and_collectives():
+  chip = hlo_cost.Chip('test', peak_flops=1e12, hbm_bytes_per_s=1e9, clock_hz=1e6,
+                       ici_bytes_per_s=1e8)
+  est = hlo_cost.estimate(_HLO, chip, devices_per_slice=4)
+  loop = 4 * 1000 / 1e6  # the body's fusion, four trips
+  kernel = max(2e6 / 1e12, 3000 / 1e9)  # its declared cost: 3 us of bytes
+  collective = 2 * 3 / 4 * 4096 / 1e8  # ring all-reduce of 4 KiB among 4 chips
+  branch = 500 / 1e6  # the dearer branch
+  condition = 5 * (4 + 4 + 1) / 1e9  # the loop's compare, without an estimate: its bytes, 5 times
+  assert est.by_source['compiler'] == pytest.approx(loop + branch)
+  assert est.by_source['bytes'] == pytest.approx(condition)
+  assert est.by_source['kernel'] == pytest.approx(kernel)
+  assert est.by_source['collective'] == pytest.approx(collective)
+  assert est.seconds == pytest.approx(loop + kernel + collective + branch + condition)
+  assert est.unknown_loops == 0
+  top = est.top(2)
+  assert top[0]['what'] == 'layer_*/mul' and top[0]['count'] == 4  # layers merged, trips counted
+  two = hlo_cost.estimate(_HLO, chip, devices_per_slice=4, num_slices=2)
+  assert two.by_source['collective'] > est.by_source['collective']  # the data-center network too
+
+
+# ------------------------------------------------------------------------------------------------
+# The run compiled for v5e-8 and v4-8
+# ------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope='module')
+def v5e_report():
+  lines = []
+  report = pretrain.compile_for_topology(base_like(), topology.parse('v5e-8'), lines.append)
+  return report, lines
+
+
+@needs_libtpu
+def test_base_structure_compiles_for_v5e8_with_every_feature(v5e_report):
+  """Mosaic compiles the Pallas kernels inside the real step (FSDP's gathers, two microbatches,
+  dropout, ELECTRA's generator and discriminator) for eight v5e chips."""
+  report, lines = v5e_report
+  hlo = report['train_hlo']
+  assert report['attention'] == 'pallas' and report['dtype'] == 'bfloat16'
+  assert 'Pallas flash kernel on tpu' in '\n'.join(lines)
+  for kernel in ('electra_flash_forward', 'electra_flash_dkv', 'electra_flash_dq'):
+    assert kernel in hlo
+  assert hlo.count('custom_call_target="tpu_custom_call"') >= 3 * 4  # 2 layers x 2 networks
+  assert 'all-gather' in hlo and 'reduce-scatter' in hlo  # FSDP: weights gathered, grads split
+  assert ' while(' in hlo  # the microbatch loop
+  assert report['microbatches'] == 2
+  memory = report['memory']['train']
+  params = report['parameters']
+  assert params * 4 * 3 / 8 <= memory.state < params * 4 * 3 / 4  # FSDP: about an eighth each
+  assert memory.total < 16 * topology.GiB
+  est = report['estimate']
+  assert est['step_s'] > 0 and 0 < est['mfu'] < 1
+  assert est['by_source_s']['kernel'] > 0 and est['by_source_s']['collective'] > 0
+  assert est['unknown_loops'] == 0
+  assert any('not a measurement' in line for line in lines)
+  assert lines[-1] == 'v5e-8: every program compiles and fits'
+
+
+@needs_libtpu
+def test_v4_8_compiles_the_pretraining_and_a_finetuning_step(pretrained):
+  """The same on v4's megacore chips (4 devices of two cores), data parallel, and the fine-tuning
+  of a classifier on the test model's pre-training."""
+  from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
+  lines = []
+  report = pretrain.compile_for_topology(base_like(fsdp=False, microbatches=1),
+                                         topology.parse('v4-8'), lines.append)
+  assert report['attention'] == 'pallas' and 'electra_flash_dkv' in report['train_hlo']
+  assert 'all-gather' not in report['train_hlo']  # data parallel: the state is replicated
+  assert report['memory']['train'].state >= report['parameters'] * 4 * 3
+  cfg = finetune_config.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32)
+  cfg.task.name = 'builtin'
+  tuned = run.compile_for_topology(cfg, topology.parse('v4-8'), lines.append)
+  assert tuned['kind'] == 'classification'
+  assert 'tpu_custom_call' in tuned['train step']['hlo']
+  assert tuned['estimate']['step_s'] > 0
+
+
+@needs_libtpu
+def test_auto_microbatches_fit_a_batch_too_large_for_one_part():
+  """At 6,144 rows per chip the step needs about 21 GiB of a v5e's 16 (3.5 MB per row, measured
+  at 256 rows): microbatches=1 is refused in one sentence naming the fix, and microbatches=0
+  compiles it, finds it too large, and takes the fewest parts that fit."""
+  config = lambda m: base_like(**{'data.batch_size': 8 * 6144, 'data.eval_batch_size': 64,
+                                  'microbatches': m, 'fsdp': False})
+  lines = []
+  with pytest.raises(UserError, match='microbatches=0'):
+    pretrain.compile_for_topology(config(1), topology.parse('v5e-8'), lines.append)
+  assert any(line.startswith('train step: does not fit') for line in lines)
+  lines = []
+  fitted = pretrain.compile_for_topology(config(0), topology.parse('v5e-8'), lines.append)
+  assert fitted['microbatches'] == 2  # half the activations: about 11 GiB
+  assert fitted['memory']['train'].total <= aot.MARGIN * 16 * topology.GiB
+  assert any(line.startswith('microbatches=auto: 2 parts of 24576 rows') for line in lines)
+
+
+def test_the_launch_script_refuses_an_unknown_slice_in_one_sentence(tmp_path):
+  out = subprocess.run([sys.executable, f'{ROOT}/launch/train.py', f'--config={ROOT}/configs/tiny.py',
+                        f'--workdir={tmp_path}/w', '--topology=v5e-7'],
+                       capture_output=True, text=True, env=CHILD_ENV, timeout=300)
+  assert out.returncode == 2
+  assert out.stderr.strip().splitlines()[-1].startswith("error: v5e-7 is not a v5e slice")
+  assert not (tmp_path / 'w').exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# Picking microbatches, the dtype, and the attention kernel's safety
+# ------------------------------------------------------------------------------------------------
+
+class _Compiled:
+  """A compiled step whose temporaries shrink with its microbatches as a real one's do."""
+
+  def __init__(self, m):
+    self.m = m
+
+  def memory_analysis(self):
+    temps = 2 * 100 + 4000 // self.m  # gradients and their sum, then activations
+    return type('Stats', (), dict(argument_size_in_bytes=400, temp_size_in_bytes=temps,
+                                  generated_code_size_in_bytes=50, output_size_in_bytes=0,
+                                  alias_size_in_bytes=0))()
+
+
+def test_fit_microbatches_takes_the_fewest_parts_that_fit():
+  state = step_lib.TrainState(jnp.zeros(()), {'w': jax.ShapeDtypeStruct((25,), jnp.float32)},
+                              None, jnp.zeros(()), jnp.zeros(()))
+  compiled = []
+  compile_step = lambda m: compiled.append(m) or _Compiled(m)
+  m, _, used = aot.fit_microbatches(compile_step, 64, 8, 2000, state, log=lambda *_: None)
+  # 400 arguments + 50 code + 200 + 4000 / m <= 0.95 * 2000 -> m >= 3.0, and m divides 64 / 8
+  assert m == 4 and used.total <= 1900
+  assert compiled == [1, 4]  # predicted from the first compile, confirmed by the second
+  assert aot.fit_microbatches(compile_step, 64, 8, None, state, log=print)[0] == 1  # no limit
+  with pytest.raises(aot.DoesNotFit, match='fsdp'):
+    aot.fit_microbatches(compile_step, 64, 8, 600, state, log=lambda *_: None)
+
+
+def test_dtype_auto_is_bfloat16_on_accelerators_and_float32_on_cpus():
+  model = test_config().model
+  assert model.dtype == 'auto'
+  assert model_lib.ModelConfig.from_config(model, 'tpu').dtype == 'bfloat16'
+  assert model_lib.ModelConfig.from_config(model, 'gpu').dtype == 'bfloat16'
+  assert model_lib.ModelConfig.from_config(model, 'cpu').dtype == 'float32'
+  assert model_lib.ModelConfig.from_config(model).dtype == 'float32'  # this CPU
+  model.dtype = 'float32'
+  assert model_lib.ModelConfig.from_config(model, 'tpu').dtype == 'float32'  # as asked
+
+
+def test_flash_refuses_shapes_its_blocks_do_not_divide():
+  """At 48 tokens with 32-row blocks the grid would cover rows 0-31 only."""
+  options = dataclasses.replace(attention.default_options('cpu'), block_q=32, block_k=32,
+                                block_k_dkv=32, block_q_dkv=32, block_q_dq=32, block_k_dq=32)
+  q = jnp.zeros((1, 48, 1, 16))
+  with pytest.raises(ValueError, match='do not divide the sequence length 48'):
+    attention.flash(q, q, q, jnp.ones((1, 48)), options=options)
+  cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2, attention='pallas', platform='tpu')
+  with pytest.raises(ValueError, match='model.attention=auto or explicit'):
+    model_lib.resolve_attention(cfg, 200)
+
+
+def test_the_kernel_check_runs_at_the_runs_shape_and_every_host_takes_one_verdict(monkeypatch):
+  calls = []
+  monkeypatch.setattr(attention, 'kernel_check',
+                      lambda *args: calls.append(args) or (True, ''))
+  cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2, dtype='bfloat16', platform='tpu',
+                              attention_dropout_rate=0.1, generator='two_tower')
+  resolved, note = model_lib.resolve_attention(cfg, 512)
+  assert resolved.attention == 'pallas' and 'start-up check' in note
+  assert calls == [('tpu', 512, 'bfloat16', 0.1, ('', 'ltr', 'rtl'), 64)]
+  resolved, note = model_lib.resolve_attention(cfg, 512, agree=lambda ok: False)  # another host
+  assert resolved.attention == 'fused' and 'failed on another process' in note
+  unchecked, note = model_lib.resolve_attention(cfg, 512, checked=False)
+  assert unchecked.attention == 'pallas' and len(calls) == 2 and 'on the TPU itself' in note
+
+
+def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, records_dir):
+  """The compiler rejecting the kernel inside the real step ends in the explicit path, warned."""
+  config = test_config(**{'data.records': records_dir, 'microbatches': 1})
+  mesh = partitioning.make_mesh()
+  from electra_jax.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL, 'cpu', cfg)
+  pallas = dataclasses.replace(model_lib.ModelConfig.from_config(config.model, 'cpu'),
+                               attention='pallas')
+  state = jax.jit(step_lib.compile_steps(make_setup(pallas), mesh)[0])()
+
+  def broken(*args, **kwargs):
+    raise RuntimeError('Mosaic failed to compile the kernel')
+  monkeypatch.setattr(attention, 'flash_sharded', broken)
+  lines = []
+  setup, train, _, _ = pretrain.compile_run(config, make_setup, pallas, mesh, state, None,
+                                            lines.append)
+  assert setup.model_cfg.attention == 'explicit'
+  assert lines[0].startswith('warning: the step did not compile with the Pallas attention kernel '
+                             '(Mosaic failed to compile the kernel)')
+  batch = {k: np.ones((config.data.batch_size, 32), np.int32) for k in ('input_ids', 'input_mask',
+                                                                       'segment_ids')}
+  batch = jax.device_put(batch, partitioning.batch_sharding(mesh))
+  _, metrics = train(state, batch)
+  assert np.isfinite(float(metrics['loss'][0]))
