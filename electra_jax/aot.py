@@ -170,12 +170,15 @@ def largest_batch(used: Memory, rows_per_device: int, limit: float, multiple: in
 def no_persistent_cache():
   """JAX's persistent compilation cache off inside: it cannot load programs compiled for devices
   that are not here (a TPU slice), so writing them would only fill it and warn on every read."""
+  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=import-outside-toplevel
   before = jax.config.jax_enable_compilation_cache
   jax.config.update('jax_enable_compilation_cache', False)
+  compilation_cache.reset_cache()  # JAX decides once per process whether to use it: decide again
   try:
     yield
   finally:
     jax.config.update('jax_enable_compilation_cache', before)
+    compilation_cache.reset_cache()
 
 
 def timed_compile(lower: Callable) -> tuple:
@@ -200,8 +203,9 @@ def estimate_lines(compiled, chip: hlo_cost.Chip, devices_per_slice: int, num_sl
       f'estimated step (an estimate from XLA\'s TPU cost model, not a measurement): '
       f'{ms(est.seconds)} = operations the compiler estimated {ms(src.get("compiler", 0))} + '
       f'Pallas kernels {ms(src.get("kernel", 0))} (roofline of their declared FLOPs and bytes) + '
-      f'collectives {ms(src.get("collective", 0))} (at link bandwidth, none overlapped) + other '
-      f'{ms(src.get("bytes", 0))} (bytes at HBM bandwidth)'
+      f'collectives {ms(src.get("collective", 0))} (at link bandwidth, none overlapped) + '
+      f'operations without an estimate {ms(src.get("roofline", 0))} (roofline of their FLOPs and '
+      'bytes)'
       + (f'; {est.unknown_loops} loop(s) of unknown trip count counted once'
          if est.unknown_loops else ''),
       f'  -> {tokens / est.seconds:,.0f} tokens/s, MFU {100 * mfu:.1f}% (model FLOPs '

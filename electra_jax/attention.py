@@ -10,7 +10,11 @@ regenerate the mask instead of storing it.
 
 - `explicit`: einsums and a softmax in float32; XLA materializes the [B, H, L, L] probabilities.
 - `flash`: a Pallas flash-attention kernel (forward, and a backward of two kernels: dK/dV and dQ)
-  that never writes the probabilities to memory. It lowers to Triton on GPUs and to Mosaic on TPUs;
+  that never writes the probabilities to memory. Every kernel works on [queries, keys] tiles and
+  reads the softmax statistics as columns; the backward's rowsum(dO * O) is computed in the kernels
+  that use it, so nothing is laid out again between them. On TPUs the kernels take
+  [B, heads, L, head] blocks, which the model's projections write directly (`heads_major`). It
+  lowers to Triton on GPUs and to Mosaic on TPUs;
   `interpret=True` runs the same kernels on any backend (the CPU tests do). Under a mesh with a
   'data' axis it runs per device (`shard_map`), each with its rows' global batch indices, so the
   mask does not depend on the number of devices.
@@ -150,13 +154,11 @@ def unsupported(o: FlashOptions, length: int, head_dim: int) -> str:
   return ''
 
 
-def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, transposed, key_mask,
-           key_len):
-  """(additive score mask, dropout multiplier or None) of a [queries, keys] tile (or [keys,
-  queries] when `transposed`) whose first query is q0 and first key k0."""
-  qa, ka = (1, 0) if transposed else (0, 1)
-  query = lax.broadcasted_iota(jnp.int32, shape, qa) + q0
-  key = lax.broadcasted_iota(jnp.int32, shape, ka) + k0
+def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, key_mask, key_len):
+  """(additive score mask, dropout multiplier or None) of a [queries, keys] tile whose first query
+  is q0 and first key k0."""
+  query = lax.broadcasted_iota(jnp.int32, shape, 0) + q0
+  key = lax.broadcasted_iota(jnp.int32, shape, 1) + k0
   allowed = key_mask > 0
   if o.direction == 'ltr':
     allowed = allowed & (key <= query)
@@ -196,7 +198,7 @@ def _forward_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, m_ref, l_re
     acc, m, l = carry
     keys = pl.ds(pl.multiple_of(j * bk, bk), bk)
     s = _nt(q, k_ref[keys, :]) * scale
-    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, False,
+    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape,
                             mask_ref[:, keys], key_len)
     s = s + additive
     m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
@@ -217,31 +219,43 @@ def _forward_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, m_ref, l_re
   l_ref[...] = l
 
 
-def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, m_ref, l_ref, delta_ref,
+def _tn(a, b):
+  """a^T @ b with float32 accumulation (a transposed in the kernel, as the MXU takes it)."""
+  return _nn(a.T, b)
+
+
+def _delta(do, out):
+  """rowsum(dO * O) of a block of queries: the softmax backward's correction, [queries, 1].
+  (= rowsum(dP_dropped * P_dropped); computed where it is used instead of in HBM.)"""
+  return jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=1, keepdims=True)
+
+
+def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, l_ref,
                 dk_ref, dv_ref, *, o: FlashOptions, heads: int, scale: float):
-  """dK and dV of one block of keys, looping over the queries; tiles are [keys, queries]."""
+  """dK and dV of one block of keys, looping over the queries; tiles are [queries, keys], and
+  the products with the keys' side take the tile transposed."""
   b, h, j = _ids()
   bk, bq = k_ref.shape[0], _fit(o.block_q_dkv, q_ref.shape[0])
-  key_len = mask_ref.shape[0]
+  key_len = q_ref.shape[0]
   k, v = k_ref[...], v_ref[...]
-  key_mask = mask_ref[pl.ds(pl.multiple_of(j * bk, bk), bk), :]  # [keys, 1]
+  key_mask = mask_ref[...]  # [1, keys]
 
   def body(i, carry):
     dk, dv = carry
     queries = pl.ds(pl.multiple_of(i * bq, bq), bq)
     q, do = q_ref[queries, :], do_ref[queries, :]
-    s = _nt(k, q) * scale
-    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, True, key_mask,
+    s = _nt(q, k) * scale
+    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, key_mask,
                             key_len)
-    p = jnp.exp(s + additive - m_ref[:, queries]) / l_ref[:, queries]  # [keys, queries]
-    dp = _nt(v, do)  # the gradient of the dropped probabilities
+    p = jnp.exp(s + additive - m_ref[queries, :]) / l_ref[queries, :]  # [queries, keys]
+    dp = _nt(do, v)  # the gradient of the dropped probabilities
     if keep is not None:
-      dv = dv + _nn((p * keep).astype(do.dtype), do)
+      dv = dv + _tn((p * keep).astype(do.dtype), do)
       dp = dp * keep
     else:
-      dv = dv + _nn(p.astype(do.dtype), do)
-    ds = p * (dp - delta_ref[:, queries])
-    dk = dk + _nn(ds.astype(q.dtype), q)
+      dv = dv + _tn(p.astype(do.dtype), do)
+    ds = p * (dp - _delta(do, o_ref[queries, :]))
+    dk = dk + _tn(ds.astype(q.dtype), q)
     return dk, dv
 
   zeros = jnp.zeros(k.shape, jnp.float32)
@@ -250,19 +264,19 @@ def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, m_ref, l_ref, 
   dv_ref[...] = dv.astype(dv_ref.dtype)
 
 
-def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, m_ref, l_ref, delta_ref, dq_ref,
-               *,
+def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, l_ref, dq_ref, *,
                o: FlashOptions, heads: int, scale: float):
   """dQ of one block of queries, looping over the keys."""
   b, h, i = _ids()
   bq, bk = q_ref.shape[0], _fit(o.block_k_dq, k_ref.shape[0])
   key_len = k_ref.shape[0]
-  q, do, m, l, delta = q_ref[...], do_ref[...], m_ref[...], l_ref[...], delta_ref[...]
+  q, do, m, l = q_ref[...], do_ref[...], m_ref[...], l_ref[...]
+  delta = _delta(do, o_ref[...])
 
   def body(j, dq):
     keys = pl.ds(pl.multiple_of(j * bk, bk), bk)
     s = _nt(q, k_ref[keys, :]) * scale
-    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, False,
+    additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape,
                             mask_ref[:, keys], key_len)
     p = jnp.exp(s + additive - m) / l
     dp = _nt(do, v_ref[keys, :])
@@ -300,9 +314,9 @@ def _block_specs(o: FlashOptions, block, length, head_dim):
 
 
 def _stat_specs(block, length):
-  """(column [block, 1] blocks, whole row [1, L]) of a [B, H, L, 1] / [B, H, 1, L] statistic."""
+  """(column [block, 1] blocks, the whole column [L, 1]) of a [B, H, L, 1] statistic."""
   return (pl.BlockSpec((None, None, block, 1), lambda b, h, i: (b, h, i, 0)),
-          pl.BlockSpec((None, None, 1, length), lambda b, h, i: (b, h, 0, 0)))
+          pl.BlockSpec((None, None, length, 1), lambda b, h, i: (b, h, 0, 0)))
 
 
 def _row_mask_spec(length):
@@ -351,43 +365,37 @@ def _forward(seeds, q, k, v, key_mask, o: FlashOptions):
 def _backward(seeds, q, k, v, key_mask, out, stats, do, o: FlashOptions):
   batch, heads, length, head_dim = _dims(q, o)
   scale = 1.0 / math.sqrt(head_dim)
-  # delta = rowsum(dO * O) = rowsum(dP_dropped * P_dropped): one small XLA fusion
-  delta = jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
-  if o.backend != 'tpu':
-    delta = delta.transpose(0, 2, 1)  # [B, L, H] -> [B, H, L]
-  delta_col, delta_row = delta[..., None], delta[:, :, None, :]
-  m, l = stats
-  m_row, l_row = (x.reshape(batch, heads, 1, length) for x in stats)
-  row_mask = key_mask[:, None, :]
-  col_mask = key_mask[:, :, None]
+  m, l = stats  # [B, H, L, 1] columns, read as [queries, 1] blocks by both kernels
+  row_mask = _row_mask_spec(length)
 
   bk = _fit(o.block_k_dkv, length)
   k_blocked, whole = _block_specs(o, bk, length, head_dim)
-  _, stat_row = _stat_specs(bk, length)
-  full_col_mask = pl.BlockSpec((None, length, 1), lambda b, h, i: (b, 0, 0))
+  _, stats_whole = _stat_specs(bk, length)
+  key_block_mask = pl.BlockSpec((None, 1, bk), lambda b, h, j: (b, 0, j))
   dk, dv = pl.pallas_call(
       functools.partial(_dkv_kernel, o=o, heads=heads, scale=scale),
       grid=(batch, heads, length // bk),
-      in_specs=[_seed_spec(o), whole, k_blocked, k_blocked, full_col_mask, whole, stat_row,
-                stat_row, stat_row],
+      in_specs=[_seed_spec(o), whole, k_blocked, k_blocked, key_block_mask, whole, whole,
+                stats_whole, stats_whole],
       out_specs=[k_blocked, k_blocked],
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
       compiler_params=_compiler_params(o, 3), interpret=o.interpret,
-      cost_estimate=_cost(q, 4, 1, 4, 2), name='electra_flash_dkv')(seeds, q, k, v, col_mask, do, m_row, l_row, delta_row)
+      cost_estimate=_cost(q, 4, 1, 5, 2), name='electra_flash_dkv')(
+          seeds, q, k, v, key_mask[:, None, :], do, out, m, l)
 
   bq = _fit(o.block_q_dq, length)
   q_blocked, whole = _block_specs(o, bq, length, head_dim)
   stat_col, _ = _stat_specs(bq, length)
-  row_mask_spec = _row_mask_spec(length)
   dq = pl.pallas_call(
       functools.partial(_dq_kernel, o=o, heads=heads, scale=scale),
       grid=(batch, heads, length // bq),
-      in_specs=[_seed_spec(o), q_blocked, whole, whole, row_mask_spec, q_blocked, stat_col,
-                stat_col, stat_col],
+      in_specs=[_seed_spec(o), q_blocked, whole, whole, row_mask, q_blocked, q_blocked, stat_col,
+                stat_col],
       out_specs=q_blocked,
       out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
       compiler_params=_compiler_params(o, 3), interpret=o.interpret,
-      cost_estimate=_cost(q, 3, 1, 4, 1), name='electra_flash_dq')(seeds, q, k, v, row_mask, do, m, l, delta_col)
+      cost_estimate=_cost(q, 3, 1, 5, 1), name='electra_flash_dq')(
+          seeds, q, k, v, key_mask[:, None, :], do, out, m, l)
   return dq, dk, dv
 
 
@@ -412,12 +420,16 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
-          options: FlashOptions | None = None, batch_offset=0):
-  """The kernels on one device's rows. q, k, v: [B, L, H, D]; key_mask: [B, L]; `words` the
-  dropout key's `seed_words`; `batch_offset` the global index of row 0. Returns [B, L, H, D]."""
+          options: FlashOptions | None = None, batch_offset=0, heads_major: bool = False):
+  """The kernels on one device's rows. q, k, v: [B, L, H, D] ([B, H, L, D] with `heads_major`, the
+  layout the TPU kernels take; only for options.backend 'tpu'); key_mask: [B, L]; `words` the
+  dropout key's `seed_words`; `batch_offset` the global index of row 0. Returns q's layout."""
   o = dataclasses.replace(options or FlashOptions(), direction=direction,
                           dropout_rate=dropout_rate if words is not None else 0.0)
-  problem = unsupported(o, q.shape[1], q.shape[-1])
+  if heads_major and o.backend != 'tpu':
+    raise ValueError('heads_major ([B, H, L, D]) is the layout of the TPU kernels only')
+  length = q.shape[2] if heads_major else q.shape[1]
+  problem = unsupported(o, length, q.shape[-1])
   if problem:  # the grid would skip the rows past the last whole block
     raise ValueError(f'the flash attention kernels do not take q of shape {q.shape}: {problem}')
   if words is None:
@@ -426,19 +438,20 @@ def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, 
                            jnp.asarray(batch_offset, jnp.uint32)[None],
                            jnp.zeros((1,), jnp.uint32)])
   key_mask = key_mask.astype(jnp.int32)
-  if o.backend == 'tpu':  # [B, H, L, D] blocks
+  if o.backend == 'tpu' and not heads_major:  # [B, H, L, D] blocks
     q, k, v = (x.transpose(0, 2, 1, 3) for x in (q, k, v))
     return _flash(seeds, q, k, v, key_mask, o).transpose(0, 2, 1, 3)
   return _flash(seeds, q, k, v, key_mask, o)
 
 
 def flash_sharded(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None,
-                  options: FlashOptions | None = None, axis: str = 'data'):
+                  options: FlashOptions | None = None, axis: str = 'data',
+                  heads_major: bool = False):
   """`flash` on every device's rows of a batch split over the mesh axis `axis` of the mesh in
   context (`jax.sharding.use_abstract_mesh`); without such a mesh, on the whole batch."""
   mesh = jax.sharding.get_abstract_mesh()
   call = functools.partial(flash, direction=direction, dropout_rate=dropout_rate,
-                           options=options)
+                           options=options, heads_major=heads_major)
   if (mesh.empty or axis not in mesh.axis_names or mesh.shape[axis] == 1
       or q.shape[0] % mesh.shape[axis]):  # (e.g. the one-row batch that creates the parameters)
     return call(q, k, v, key_mask, words=words)

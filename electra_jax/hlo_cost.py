@@ -12,7 +12,9 @@ times their trip counts, the costlier branch of a conditional) and adds up:
 - collectives (all-reduce, all-gather, reduce-scatter, ...): the bytes each chip sends at the chip's
   inter-chip bandwidth (and across slices at the data-center network's), counted as if nothing
   overlapped them (an upper bound: XLA runs them asynchronously beside compute);
-- other operations without an estimate: bytes in and out at HBM bandwidth.
+- operations without an estimate (or with the cost model's "unknown", a number near 2^63): the
+  roofline of their matmuls' FLOPs (convolutions and dots inside them) at the chip's peak and their
+  bytes in and out at HBM bandwidth.
 
 It is an estimate, not a measurement: nothing ran on a TPU.
 """
@@ -52,7 +54,7 @@ class Op:
   what: str  # the JAX operation it comes from (metadata op_name), shortened
   seconds: float  # per execution
   count: float  # executions per run of the program
-  source: str  # 'compiler' | 'kernel' | 'collective' | 'bytes'
+  source: str  # 'compiler' | 'kernel' | 'collective' | 'roofline'
 
   @property
   def total(self) -> float:
@@ -102,6 +104,27 @@ def _operands(rest: str) -> list:
         end = i
         break
   return re.findall(r'%([\w.\-]+)', rest[:end])
+
+
+def _dims(type_text: str) -> list:
+  m = _SHAPE.search(type_text)
+  return [int(d) for d in m.group(2).split(',') if d] if m else []
+
+
+def _matmul_flops(program, opcode: str, type_text: str, rest: str, line: str) -> float:
+  """FLOPs of a convolution or dot: 2 x output elements x the contracted size. (XLA writes batched
+  matmuls as convolutions whose windows stand for batch dimensions: those are not multiplied.)"""
+  operands = _operands(rest)
+  lhs = _dims(program.types.get(operands[0], '')) if operands else []
+  out = math.prod(_dims(type_text))
+  if opcode == 'convolution':
+    labels = re.search(r'dim_labels=([^_]+)_', line)
+    if not labels or 'f' not in labels.group(1) or len(lhs) != len(labels.group(1)):
+      return 0.0
+    return 2.0 * out * lhs[labels.group(1).index('f')]
+  contracting = re.search(r'lhs_contracting_dims=\{([\d,]*)\}', line)
+  dims = [int(d) for d in contracting.group(1).split(',') if d] if contracting else []
+  return 2.0 * out * math.prod(lhs[d] for d in dims if d < len(lhs))
 
 
 def _what(line: str) -> str:
@@ -198,6 +221,8 @@ def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int 
           walk(called.group(1), count, depth + 1)
         continue
       cycles = re.search(r'"estimated_cycles":"(\d+)"', line)
+      if cycles and int(cycles.group(1)) >= 2 ** 60:  # the cost model's "unknown"
+        cycles = None
       base = opcode[:-6] if opcode.endswith('-start') else opcode
       if opcode.endswith('-done') or (opcode in _FREE and not cycles):
         continue
@@ -214,8 +239,16 @@ def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int 
                       float(declared.get('bytes_accessed', 0)) / chip.hbm_bytes_per_s)
         source = 'kernel'
       else:
-        seconds = (operand_bytes + _bytes(type_text)) / chip.hbm_bytes_per_s
-        source = 'bytes'
+        flops = 0.0
+        called = re.search(r'calls=%([\w.\-]+)', line) if opcode == 'fusion' else None
+        inner = program.computations.get(called.group(1), ()) if called else (
+            (name, type_text, opcode, rest, line),)
+        for _, t, op, r, l in inner:
+          if op in ('convolution', 'dot'):
+            flops += _matmul_flops(program, op, t, r, l)
+        seconds = max(flops / chip.peak_flops,
+                      (operand_bytes + _bytes(type_text)) / chip.hbm_bytes_per_s)
+        source = 'roofline'
       ops.append(Op(name, opcode, _what(line), seconds, count, source))
 
   walk(program.entry, 1.0)

@@ -167,6 +167,37 @@ def _lpm_bwd(residuals, g):
 low_precision_matmul.defvjp(_lpm_fwd, _lpm_bwd)
 
 
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def low_precision_einsum(spec: str, x, w):
+  """einsum(spec, x, w) for 16-bit x and w with a float32 result, and backward einsums of 16-bit
+  inputs (as `low_precision_matmul`). `spec` is 'ab,bc->ac'-like: every index of an operand
+  appears in the other operand or the output."""
+  return jnp.einsum(spec, x, w, preferred_element_type=jnp.float32)
+
+
+def _lpe_fwd(spec, x, w):
+  return low_precision_einsum(spec, x, w), (x, w)
+
+
+def _lpe_bwd(spec, residuals, g):
+  x, w = residuals
+  inputs, out = spec.split('->')
+  a, b = inputs.split(',')
+  g = g.astype(x.dtype)
+  dx = jnp.einsum(f'{out},{b}->{a}', g, w, preferred_element_type=jnp.float32).astype(x.dtype)
+  dw = jnp.einsum(f'{a},{out}->{b}', x, g, preferred_element_type=jnp.float32).astype(w.dtype)
+  return dx, dw
+
+
+low_precision_einsum.defvjp(_lpe_fwd, _lpe_bwd)
+
+
+def _einsum(spec: str, x, w):
+  if x.dtype == jnp.float32:
+    return jnp.einsum(spec, x, w, preferred_element_type=jnp.float32)
+  return low_precision_einsum(spec, x, w)
+
+
 def random_bits(key, shape) -> jax.Array:
   """uint32 bits for `shape` from a counter-based hash of (key, element index).
 
@@ -222,6 +253,35 @@ class Dense(nn.Module):
     else:
       y = low_precision_matmul(x.astype(dt), kernel.astype(dt))
     return (y + bias.astype(jnp.float32)).astype(dt)
+
+
+class HeadsDense(nn.Module):
+  """Dense's parameters (kernel [in, heads * head], bias) applied so that the heads come out as an
+  axis of their own: x [B, L, in] -> [B, heads, L, head] ('split'), or the inverse projection of
+  attention's output [B, heads, L, head] -> [B * L, features] ('merge'). On TPUs the attention
+  kernel takes [B, heads, L, head] blocks: the projections then write and read that layout
+  themselves instead of XLA transposing [B, L, heads, head] around the kernel."""
+  features: int
+  heads: int
+  cfg: ModelConfig
+  merge: bool = False
+
+  @nn.compact
+  def __call__(self, x):
+    cfg, dt = self.cfg, jnp.dtype(self.cfg.dtype)
+    fan_in = x.shape[1] * x.shape[3] if self.merge else x.shape[-1]
+    kernel = self.param('kernel', truncated_normal(cfg.initializer_range), (fan_in, self.features),
+                        jnp.dtype(cfg.param_dtype))
+    bias = self.param('bias', nn.initializers.zeros, (self.features,), jnp.dtype(cfg.param_dtype))
+    if self.merge:
+      batch, heads, length, head = x.shape
+      w = kernel.astype(dt).reshape(heads, head, self.features)
+      y = _einsum('bhld,hde->ble', x.astype(dt), w) + bias.astype(jnp.float32)
+      return y.astype(dt).reshape(batch * length, self.features)
+    head = self.features // self.heads
+    w = kernel.astype(dt).reshape(fan_in, self.heads, head)
+    y = _einsum('ble,ehd->bhld', x.astype(dt), w)
+    return (y + bias.astype(jnp.float32).reshape(self.heads, 1, head)).astype(dt)
 
 
 def _small_table_lookup(table, ids):
@@ -388,31 +448,47 @@ class TransformerLayer(nn.Module):
     batch, length, _ = x.shape
     x = x.reshape(batch * length, x.shape[-1])
     dense = lambda n, name: Dense(n, cfg, name=name)
-    norm = lambda name: nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype,
-                                     param_dtype=cfg.param_dtype, name=name)
-    drop = lambda y, name: Dropout(cfg.dropout_rate, name=name)(y, deterministic=deterministic)
     head = self.hidden_size // self.num_heads
+    impl = attention_impl(cfg, jnp.dtype(cfg.dtype), deterministic, length, head)
+    if impl == 'pallas' and self.is_initializing():  # creating parameters (a few tokens): any
+      impl = 'explicit'  #                              path makes the same ones
+    options = attention_lib.default_options(cfg.platform or jax.default_backend())
+    rate = 0.0 if deterministic else cfg.attention_dropout_rate
+    # the dropout mask of the probabilities is a hash of this key and (row, head, query, key)
+    words = attention_lib.seed_words(self.make_rng('dropout')) if rate > 0 else None
+    if impl == 'pallas' and options.backend == 'tpu':  # [B, heads, L, head] end to end
+      rows = x.reshape(batch, length, -1)
+      q, k, v = (HeadsDense(self.hidden_size, self.num_heads, cfg, name=n)(rows)
+                 for n in ('query', 'key', 'value'))
+      context = attention_lib.flash_sharded(q, k, v, input_mask, direction=self.direction,
+                                            dropout_rate=rate, words=words, options=options,
+                                            heads_major=True)
+      attended = HeadsDense(self.hidden_size, self.num_heads, cfg, merge=True,
+                            name='attention_output')(context)
+      return self._feed_forward(x, attended, batch, length, deterministic)
     split = lambda y: y.reshape(batch, length, self.num_heads, head)
     q = split(dense(self.hidden_size, 'query')(x))
     k = split(dense(self.hidden_size, 'key')(x))
     v = split(dense(self.hidden_size, 'value')(x))
-    impl = attention_impl(cfg, q.dtype, deterministic, length, head)
-    if impl == 'pallas' and self.is_initializing():  # creating parameters (a few tokens): any
-      impl = 'explicit'  #                              path makes the same ones
-    rate = 0.0 if deterministic else cfg.attention_dropout_rate
-    # the dropout mask of the probabilities is a hash of this key and (row, head, query, key)
-    words = attention_lib.seed_words(self.make_rng('dropout')) if rate > 0 else None
     if impl == 'fused':
       allowed = attention_lib.allowed_mask(input_mask, length, self.direction)
       context = jax.nn.dot_product_attention(q, k, v, mask=allowed)
     elif impl == 'pallas':
-      options = attention_lib.default_options(cfg.platform or jax.default_backend())
       context = attention_lib.flash_sharded(q, k, v, input_mask, direction=self.direction,
                                             dropout_rate=rate, words=words, options=options)
     else:
       context = attention_lib.explicit(q, k, v, input_mask, direction=self.direction,
                                        dropout_rate=rate, words=words)
     attended = dense(self.hidden_size, 'attention_output')(context.reshape(batch * length, -1))
+    return self._feed_forward(x, attended, batch, length, deterministic)
+
+  def _feed_forward(self, x, attended, batch, length, deterministic):
+    """The residual, LayerNorm and feed-forward block after attention, on tokens [B * L, H]."""
+    cfg = self.cfg
+    dense = lambda n, name: Dense(n, cfg, name=name)
+    norm = lambda name: nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype,
+                                     param_dtype=cfg.param_dtype, name=name)
+    drop = lambda y, name: Dropout(cfg.dropout_rate, name=name)(y, deterministic=deterministic)
     x = norm('attention_LayerNorm')(x + drop(attended, 'attention_dropout'))
     inner = gelu(dense(self.intermediate_size, 'intermediate')(x))
     out = dense(self.hidden_size, 'output')(inner)

@@ -135,10 +135,21 @@ def test_sharded_kernels_equal_one_device():
     np.testing.assert_allclose(np.asarray(a), np.asarray(c), atol=1e-5)
 
 
-@pytest.mark.parametrize('generator', ['separate', 'two_tower'])
-def test_model_with_the_kernels_trains_as_the_explicit_path(generator):
+def _tpu_layout(monkeypatch):
+  """The TPU kernels' path on this CPU: [B, heads, L, head] from the projections to the kernels
+  (model.HeadsDense), the kernels in Pallas' interpreter."""
+  tpu = attention.FlashOptions(backend='tpu', interpret=True)
+  monkeypatch.setattr(attention, 'default_options', lambda backend: tpu)
+
+
+@pytest.mark.parametrize('generator, layout', [('separate', 'gpu'), ('two_tower', 'gpu'),
+                                               ('separate', 'tpu'), ('two_tower', 'tpu')])
+def test_model_with_the_kernels_trains_as_the_explicit_path(generator, layout, monkeypatch):
   """model.attention='pallas' (interpreted here) gives the explicit path's logits and parameter
-  gradients in training mode, attention and hidden dropout on, padding and ELECTRIC's towers."""
+  gradients in training mode, attention and hidden dropout on, padding and ELECTRIC's towers; in
+  the GPU kernels' layout and in the TPU kernels' (heads as an axis from the projections on)."""
+  if layout == 'tpu':
+    _tpu_layout(monkeypatch)
   base = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_layers=2, num_heads=2,
               intermediate_size=64, max_position_embeddings=32, generator=generator,
               generator_hidden_fraction=1.0, dropout_rate=0.1, attention_dropout_rate=0.1)
@@ -167,9 +178,12 @@ def test_model_with_the_kernels_trains_as_the_explicit_path(generator):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5)
 
 
-def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path():
+@pytest.mark.parametrize('layout', ['gpu', 'tpu'])
+def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path(layout, monkeypatch):
   """The whole train step (masking, generator, sampling, discriminator, AdamW) with the kernels
-  under the 8-device mesh ends at the explicit path's parameters (dropout on)."""
+  under the 8-device mesh ends at the explicit path's parameters (dropout on), in either layout."""
+  if layout == 'tpu':
+    _tpu_layout(monkeypatch)
   config = test_config(**{'model.attention_dropout_rate': 0.1, 'model.dropout_rate': 0.1})
   mesh = partitioning.make_mesh()
   batch = synthetic_batch(16, 32, 96, seed=1)

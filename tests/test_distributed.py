@@ -143,3 +143,25 @@ def test_the_process_flags_go_together_and_clusters_are_detected(monkeypatch):
     distributed.initialize('127.0.0.1:1234', 2, None)
   with pytest.raises(ValueError, match='--process_id=2 is not one of 0..1'):
     distributed.initialize('127.0.0.1:1234', 2, 2)
+
+
+def test_every_process_takes_one_verdict(tmp_path):
+  """distributed.all_agree: true only when every process says so (the attention kernel's start-up
+  check, so that every host compiles the same program), through the coordination service."""
+  script = tmp_path / 'vote.py'
+  script.write_text(
+      'import sys\n'
+      f'sys.path.insert(0, {ROOT!r})\n'
+      'flags = dict(a[2:].split("=", 1) for a in sys.argv[1:])\n'
+      'from electra_jax import distributed\n'
+      'distributed.initialize(flags["coordinator_address"], int(flags["num_processes"]),\n'
+      '                       int(flags["process_id"]), 60)\n'
+      'me = int(flags["process_id"])\n'
+      'print("agree:", distributed.all_agree(me != 1, "kernel"),\n'
+      '      distributed.all_agree(True, "kernel"), flush=True)\n')
+  out = subprocess.run([sys.executable, CLUSTER, '--num_processes=2', '--devices_per_process=1',
+                        f'--log_dir={tmp_path / "logs"}', '--', str(script)],
+                       capture_output=True, text=True, env=CHILD_ENV, timeout=300)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert 'agree: False True' in out.stdout  # process 1 said no to the first, yes to the second
+  assert 'agree: False True' in (tmp_path / 'logs' / 'process_1.log').read_text()
