@@ -30,8 +30,16 @@ FSDP_RULES = (
 
 
 def make_mesh(devices=None) -> Mesh:
-  """A 1-D 'data' mesh of `devices` (default: every device of every process), in their order."""
+  """A 1-D 'data' mesh of `devices` (default: every device of every process). On several TPU
+  slices (multislice) the devices of one slice are neighbours on the axis, the slices one after
+  another, so that XLA's collectives run within slices over ICI and across them over the network."""
   devices = jax.devices() if devices is None else list(devices)
+  slices = sorted({getattr(d, 'slice_index', 0) for d in devices})
+  if len(slices) > 1:
+    from jax.experimental import mesh_utils  # pylint: disable=import-outside-toplevel
+    ordered = mesh_utils.create_hybrid_device_mesh((len(devices) // len(slices),), (len(slices),),
+                                                   devices)
+    return Mesh(ordered.reshape(-1), (DATA,), axis_types=(AxisType.Auto,))
   return jax.make_mesh((len(devices),), (DATA,), axis_types=(AxisType.Auto,), devices=devices)
 
 

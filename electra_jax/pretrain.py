@@ -393,7 +393,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
   except Exception as e:  # pylint: disable=broad-except
     first = ' '.join(str(e).split())[:400]
     log(f'train step: does not compile ({time.perf_counter() - t:.0f} s): {first}')
-    raise UserError(f'the train step does not compile for {slice_.name}: {first}') from None
+    raise UserError(f'the train step does not compile for {slice_.label}: {first}') from None
   m = setup.microbatches
   fits = used.total <= aot.MARGIN * capacity
   log(f'train step ({m} microbatch{"es" if m > 1 else ""} of {d.batch_size // m} rows, attention '
@@ -423,7 +423,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
                     'lower --config.data.eval_batch_size')
   if problems:
     raise UserError('; '.join(problems))
-  log(f'{slice_.name}: every program compiles and fits')
+  log(f'{slice_.label}: every program compiles and fits')
   return {'slice': slice_.name, 'parameters': n_params, 'microbatches': m,
           'attention': setup.model_cfg.attention, 'dtype': setup.model_cfg.dtype,
           'memory': {'init': aot.memory(init), 'train': used, 'eval': used_eval},

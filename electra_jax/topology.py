@@ -62,6 +62,10 @@ class Slice:
   def hbm_bytes(self) -> int:
     return HBM_BYTES[self.family]
 
+  @property
+  def label(self) -> str:
+    return f'{self.num_slices} x {self.name}' if self.num_slices > 1 else self.name
+
   def describe(self) -> str:
     slices = f'{self.num_slices} slices of ' if self.num_slices > 1 else ''
     hosts = self.hosts * self.num_slices

@@ -68,7 +68,8 @@ def test_compile_only_devices_of_multi_host_and_multislice_slices():
   assert sorted({d.process_index for d in devices}) == [0, 1, 2, 3]  # four hosts
   two = topology.parse('v5e-8', num_slices=2).devices()
   assert len(two) == 16 and sorted({d.slice_index for d in two}) == [0, 1]
-  assert [d.slice_index for d in two[:8]] == [0] * 8  # the mesh takes one slice after the other
+  mesh = partitioning.make_mesh(two)  # (jax.make_mesh takes one slice only)
+  assert [d.slice_index for d in mesh.devices.flat] == [0] * 8 + [1] * 8  # slice after slice
 
 
 # ------------------------------------------------------------------------------------------------

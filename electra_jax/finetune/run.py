@@ -270,7 +270,7 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
         log(line)
   if problems:
     raise UserError('; '.join(problems))
-  log(f'{slice_.name}: every program compiles and fits')
+  log(f'{slice_.label}: every program compiles and fits')
   return report
 
 
