@@ -9,10 +9,12 @@ the one with its best value (checkpoints saved with evaluation metrics carry the
 
 import contextlib
 import math
+import re
 
 import jax
 import orbax.checkpoint as ocp
 
+from electra_jax import UserError
 from electra_jax import distributed
 from electra_jax import fs
 from orbax.checkpoint import checkpoint_managers as policies
@@ -73,12 +75,21 @@ def describe_mismatch(saved: dict, wanted: dict, limit: int = 3) -> str:
   return '; '.join(diffs[:limit]) + more
 
 
+def reason(e: Exception) -> str:
+  """An error of reading a checkpoint in a few words (no object reprs, one line)."""
+  text = ' '.join(re.sub(r'<(bound method|function|built-in)[^>]*>+', '', str(e)).split())
+  return f'{type(e).__name__}: {text.strip(" ;:,")[:200]}'
+
+
 class Checkpointer:
   """Saves and restores {state, meta} under `<workdir>/checkpoints/<step>`."""
 
   def __init__(self, directory: str, keep: int = 3, best_metric: str = '',
                best_mode: str = 'max'):
     self.directory = fs.abspath(directory)
+    if fs.exists(self.directory) and not fs.isdir(self.directory):
+      raise UserError(f'{self.directory} is a file where the run keeps its checkpoints (a folder); '
+                      'move the file away')
     self.best_metric = best_metric
     policy = policies.LatestN(n=keep)
     best_fn = None
@@ -201,11 +212,12 @@ class Checkpointer:
         state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     return out['state'], out['meta']
 
-  def restore_latest(self, target_state, log=print):
+  def restore_latest(self, target_state, log=print, afresh: bool = False):
     """(step, state, meta) of the newest checkpoint that reads back whole; (0, target, {}) if none.
 
-    Raises ShapeMismatch when a checkpoint holds a model of other shapes, and ValueError when
-    checkpoints exist but none can be read.
+    Raises ShapeMismatch when a checkpoint holds a model of other shapes. When checkpoints exist
+    but none can be read: with `afresh` (a run that can train again) they are all moved aside and
+    (0, target, {}) returned, else ValueError.
 
     A damaged checkpoint (a truncated or missing file) is reported and the one before it is used;
     the damaged ones are moved aside to `<step>.damaged` (kept for inspection), so that the steps
@@ -217,16 +229,19 @@ class Checkpointer:
       try:
         state, meta = self.restore(step, target_state)
       except Exception as e:  # pylint: disable=broad-except
-        reason = ' '.join(str(e).split())[:200]
-        log(f'warning: checkpoint {self.directory}/{step} cannot be read ({type(e).__name__}: '
-            f'{reason}); trying the one before it')
+        log(f'warning: checkpoint {self.directory}/{step} cannot be read ({reason(e)}); trying '
+            'the one before it')
         damaged.append(step)
         continue
       self._set_aside(damaged, log)
       return step, state, meta
-    if self.manager.all_steps():
+    if damaged and afresh:
+      self._set_aside(damaged, log)
+      log(f'warning: no checkpoint in {self.directory} could be read; starting from step 0')
+    elif damaged:
       raise ValueError(f'no checkpoint in {self.directory} can be read (see the warnings above); '
-                       'move the folder away to start afresh')
+                       'run the command that wrote them again: it moves the damaged ones aside '
+                       'and trains afresh')
     return 0, target_state, {}
 
   def _set_aside(self, steps: list[int], log):

@@ -7,6 +7,7 @@ A mistake the user can fix (unknown config key, bad value, missing file, ...) pr
 import gc
 import os
 import re
+import signal
 import sys
 import traceback
 
@@ -245,6 +246,11 @@ def exit_now(code: int):
         jax.distributed.shutdown()
     except Exception:  # pylint: disable=broad-except
       pass
+  if 'multiprocessing' in sys.modules:  # worker pools' semaphores released (else the resource
+    try:  # tracker warns of leaked ones): what the interpreter's exit would run for them
+      sys.modules['multiprocessing'].util._exit_function()  # pylint: disable=protected-access
+    except Exception:  # pylint: disable=broad-except
+      pass
   os._exit(code)  # pylint: disable=protected-access
 
 
@@ -283,10 +289,39 @@ def fewer_collections():
   gc.set_threshold(10_000, 10, 10)
 
 
+class Terminated(KeyboardInterrupt):
+  """SIGTERM outside the training loop: stopped like Ctrl-C, what is complete kept."""
+
+
+def _terminate(signum, frame):
+  del signum, frame
+  raise Terminated()
+
+
+def quiet_tpu_runtime():
+  """On a machine without TPU chips where libtpu is installed (the .[tpu] extra), JAX still loads
+  it, and it prints a page of warnings about the TPU environment it cannot find before JAX goes on
+  with the CPU or GPU. One host's settings keep it quiet; no TPU exists to use either way."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  if os.environ.get('JAX_PLATFORMS') or importlib.util.find_spec('libtpu') is None:
+    return
+  try:
+    from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
+    chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
+  except (ImportError, AttributeError):  # another JAX: its own warnings stay
+    return
+  if chips == 0:
+    os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
+    os.environ.setdefault('TPU_HOST_BOUNDS', '1,1,1')
+
+
 def run(main):
   """absl's app.run, with one-sentence errors for bad flags and for UserError, and a prompt exit."""
   def wrapped(argv):
     fewer_collections()
+    signal.signal(signal.SIGTERM, _terminate)  # (the training loop installs its own: it saves)
+    if not ('topology' in flags.FLAGS and flags.FLAGS.topology):
+      quiet_tpu_runtime()
     if not flags.FLAGS['verbosity'].present:  # library INFO chatter (Orbax, ...) only on request
       logging.set_verbosity(logging.WARNING)
       # Orbax's background threads log their failures (a full disk: five tracebacks) before the
@@ -299,16 +334,21 @@ def run(main):
       print(f'error: {e}', file=sys.stderr)
       exit_now(2)
     except OSError as e:  # a bucket or a file out of reach: one sentence, not a traceback
+      import errno  # pylint: disable=import-outside-toplevel
       from electra_jax import fs  # pylint: disable=import-outside-toplevel
+      if e.filename and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        print(f'error: {e.filename}: {e.strerror.lower()}; choose a place this user can write to '
+              '(or read, for an input)', file=sys.stderr)
+        exit_now(2)
       if not (e.filename and fs.remote(str(e.filename))):
         traceback.print_exc()
         exit_now(1)
       print(f'error: {storage_error(e)}', file=sys.stderr)
       exit_now(2)
-    except KeyboardInterrupt:  # what is complete stays; a re-run continues from it
-      print('interrupted: run the same command again to continue from what is complete',
-            file=sys.stderr)
-      exit_now(130)
+    except KeyboardInterrupt as e:  # what is complete stays; a re-run continues from it
+      print(f'{"stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"}: run the '
+            'same command again to continue from what is complete', file=sys.stderr)
+      exit_now(143 if isinstance(e, Terminated) else 130)
     except Exception:  # pylint: disable=broad-except
       traceback.print_exc()
       exit_now(1)

@@ -111,10 +111,13 @@ def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> di
   return finetune_run.finetune(f, workdir, log=log)
 
 
-def _as_tasks(ft_configs) -> dict:
-  """{task label: fine-tuning config}; one config is labelled by its task's name."""
+def as_tasks(ft_configs) -> dict:
+  """{task label: fine-tuning config}; one config is labelled by its task's name (your own data:
+  the name launch/finetune.py gives it, from its train file), so that the fine-tunings of several
+  tasks can share one --workdir and its pre-trainings."""
   if isinstance(ft_configs, ml_collections.ConfigDict):
-    return {ft_configs.task.name: ft_configs}
+    from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+    return {tasks_lib.task_name(ft_configs.task): ft_configs}
   return dict(ft_configs)
 
 
@@ -130,7 +133,7 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
   rate = step_flops(electra) / electra_step_s  # matmul FLOP/s achieved by the measured step
   cfg = model_lib.ModelConfig.from_config(electra.model)
   finetune_s = {}
-  for label, ft in _as_tasks(ft_configs).items():
+  for label, ft in as_tasks(ft_configs).items():
     with user_errors(ValueError, FileNotFoundError):
       task, splits = tasks_lib.load(ft.task, config, log=lambda *_: None)
     forward = flops_lib.encoder_forward_flops(cfg, ft.max_seq_length)
@@ -181,10 +184,15 @@ def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps:
             log=print) -> list[dict]:
   """Pre-trains each run under `workdir` and fine-tunes it on each task of `ft_configs` (a config,
   or {label: config}); returns the table's rows."""
-  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
-  tasks = _as_tasks(ft_configs)
+  from electra_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  tasks = as_tasks(ft_configs)
   rows = plan(config, names, electra_steps)
-  pretrain.make_workdir(workdir)
+  with workdir_lib.claim(workdir, 'comparison'):  # its runs claim their own folders in it
+    return _compare(config, tasks, workdir, rows, electra_steps, log)
+
+
+def _compare(config, tasks: dict, workdir: str, rows: list, electra_steps: int, log) -> list[dict]:
+  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
   base = ml_collections.ConfigDict(config.to_dict())
   if not base.data.records:  # one records folder for every run: the same data, the same split
     base.data.records, _ = pretrain.prepare_data(base, workdir, log)

@@ -16,11 +16,13 @@ import ast
 import dataclasses
 import functools
 import glob
+import contextlib
 import gzip
 import json
 import os
 import re
 import sysconfig
+import zlib
 from typing import Iterator
 
 from electra_jax import fs
@@ -162,19 +164,39 @@ def _raw_position(f) -> int:
   return f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.tell()
 
 
+_UTF16_BOMS = (b'\xff\xfe', b'\xfe\xff')
+
+
 def _is_binary(path: str) -> bool:
-  try:
+  """Whether `path` holds no text (NUL bytes); a damaged .gz file or text in UTF-16/32 raises
+  ValueError naming it."""
+  with _reading(path):
     with _open_binary(path) as f:
-      return b'\0' in f.read(_BINARY_PROBE)
-  except (OSError, EOFError):  # e.g. a .gz that is not gzip
-    return True
+      probe = f.read(_BINARY_PROBE)
+  zeros = lambda half: half.count(0) / max(1, len(half))
+  odd, even = zeros(probe[1::2]), zeros(probe[0::2])
+  if probe.startswith(_UTF16_BOMS) or (len(probe) >= 64 and (
+      (odd > 0.8 and even < 0.1) or (even > 0.8 and odd < 0.1))):  # ASCII text, two bytes each
+    raise ValueError(f'{path} looks like UTF-16 (or UTF-32) text; convert it to UTF-8, e.g. '
+                     f'iconv -f UTF-16 -t UTF-8 {path} > {os.path.splitext(path)[0]}.utf8.txt')
+  return b'\0' in probe
+
+
+@contextlib.contextmanager
+def _reading(path: str):
+  """A .gz file that is cut short or damaged: one sentence naming it, not a traceback."""
+  try:
+    yield
+  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+    raise ValueError(f'{path} is a damaged .gz file ({" ".join(str(e).split())[:100]}); copy it '
+                     f'again (gzip -t {path} checks one)') from None
 
 
 def _raw_lines(path: str, report: ReadReport) -> Iterator[str]:
   """Decoded lines of one file, each at most MAX_LINE_BYTES long, whatever the file holds."""
   limit = MAX_LINE_BYTES
   base = report.bytes_done
-  with _open_binary(path) as f:
+  with _reading(path), _open_binary(path) as f:
     carry, continued, count = b'', False, 0
     while True:
       count += 1
@@ -225,7 +247,7 @@ def resolve_files(pattern: str) -> list[str]:
 def _jsonl_lines(path: str, text_field: str, report: ReadReport) -> Iterator[str]:
   """A JSON-lines file: each object is a document whose `text_field` is split into sentences."""
   base = report.bytes_done
-  with _open_binary(path) as f:
+  with _reading(path), _open_binary(path) as f:
     for number, raw in enumerate(f, 1):
       if number % 1024 == 0:
         report.bytes_done = base + _raw_position(f)
@@ -244,7 +266,8 @@ def _jsonl_lines(path: str, text_field: str, report: ReadReport) -> Iterator[str
       if not isinstance(record, dict) or text_field not in record:
         fields = sorted(record) if isinstance(record, dict) else []
         raise ValueError(f'{path} line {number} has no field {text_field!r} (it has {fields}); '
-                         'set --config.data.text_field to the field that holds the text')
+                         'name the field that holds the text (launch/prepare_data.py '
+                         '--text_field, launch/train.py --config.data.text_field)')
       yield from text_to_sentences(str(record[text_field]))
       yield ''
 

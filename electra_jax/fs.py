@@ -18,11 +18,14 @@ import contextlib
 import functools
 import glob as glob_lib
 import io
+import json
 import os
 import posixpath
 import re
 import shutil
 import tempfile
+
+from electra_jax import UserError
 
 _SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 
@@ -318,6 +321,22 @@ def walk_files(folder) -> list[str]:
 def read_text(path) -> str:
   with open(path) as f:
     return f.read()
+
+
+class DamagedFile(UserError, ValueError):
+  """A file the project wrote (or reads) does not parse: the sentence names it and the fix."""
+
+
+def read_json(path, fix: str):
+  """The JSON value in the file `path`; a file that is empty or does not parse raises DamagedFile
+  naming it and `fix` (what to do about it)."""
+  text = read_text(path)
+  try:
+    return json.loads(text)
+  except ValueError as e:
+    why = ('is empty' if not text.strip() else
+           f'is not valid JSON ({getattr(e, "msg", e)} at line {getattr(e, "lineno", "?")})')
+    raise DamagedFile(f'{path} {why}: the file is damaged; {fix}') from None
 
 
 def read_bytes(path) -> bytes:

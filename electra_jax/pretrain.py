@@ -1,7 +1,7 @@
 """Pre-training: a workdir, its data and its first weights, then the loop.
 
     config -> resolve: fitted to init_from's weights and to the objective (a new config)
-    -> checks: every field, the workdir, the run it already holds
+    -> checks: every field; the workdir claimed (one run at a time), the run it already holds
     -> records: read, or built from the corpus on first use
     -> state: restored from the latest checkpoint, or init_from's weights, or fresh
     -> step.compile_steps over the mesh -> loop.run -> summary.json
@@ -9,7 +9,6 @@
 
 import dataclasses
 import json
-import os
 import time
 
 import jax
@@ -35,6 +34,7 @@ from electra_jax import optim
 from electra_jax import partitioning
 from electra_jax import records as records_lib
 from electra_jax import step as step_lib
+from electra_jax import workdir as workdir_lib
 from electra_jax.tokenizer import SpecialIds
 
 
@@ -129,27 +129,17 @@ def _adopt_init_from(config: ml_collections.ConfigDict, log=print):
   return source
 
 
-def make_workdir(workdir: str):
-  if fs.exists(workdir) and not fs.isdir(workdir):
-    raise UserError(f'--workdir {workdir} is a file; give a folder')
-  try:
-    fs.makedirs(workdir, exist_ok=True)
-    probe = fs.join(workdir, f'.write_test.{jax.process_index()}.{os.getpid()}')
-    with fs.open(probe, 'w') as f:
-      f.write('ok')
-    fs.remove(probe)
-  except OSError as e:
-    raise UserError(f'cannot write to --workdir {workdir} ({e.strerror}); choose a folder you can '
-                    'write to') from None
-
-
 _RUN_IDENTITY = ('seed', 'model', 'objective', 'data')
 _HOW_NOT_WHAT = ('model.remat', 'model.attention')  # the same computation: may change on resume
 
 
-def _has_checkpoint(workdir: str) -> bool:
+def _checkpoint_steps(workdir: str) -> list[int]:
   folder = fs.join(workdir, 'checkpoints')
-  return fs.isdir(folder) and any(n.isdigit() for n in fs.listdir(folder))
+  return sorted(int(n) for n in fs.listdir(folder) if n.isdigit()) if fs.isdir(folder) else []
+
+
+def _has_checkpoint(workdir: str) -> bool:
+  return bool(_checkpoint_steps(workdir))
 
 
 def check_same_run(config, workdir: str, log=print):
@@ -158,8 +148,8 @@ def check_same_run(config, workdir: str, log=print):
   path = fs.join(workdir, 'config.json')
   if not fs.exists(path):
     return
-  with fs.open(path) as f:
-    old = json.load(f)
+  old = fs.read_json(path, 'delete it, and the same command resumes the run from its checkpoints '
+                     '(config.json is written again)')
   new = json.loads(config.to_json())
   diffs = []
   for section in _RUN_IDENTITY:
@@ -443,6 +433,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   mesh = partitioning.make_mesh()
   config, source = resolve(config, log)
   check_config(config, mesh)
+  with workdir_lib.claim(workdir, 'pre-training'):  # one run at a time in a workdir
+    return _train(config, source, workdir, mesh, log)
+
+
+def _train(config, source, workdir: str, mesh, log) -> dict:
   records_dir, meta, readers, eval_batches = _open_workdir(config, workdir, log)
 
   # ---- the state: restored, or init_from's weights, or fresh ----
@@ -491,7 +486,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   distributed.barrier('first_step')
   with user_errors(input_pipeline.DamagedRecords, checkpoint_lib.DiskFull):
     result = loop_lib.run(plan, state, train_fn, batches, start, evaluate=evaluate_now, ckpt=ckpt,
-                          meta=saved_meta, logs=loop_lib.Logs(workdir, main), log=log,
+                          meta=saved_meta, logs=loop_lib.Logs(workdir, distributed.is_main()), log=log,
                           annotate=annotate)
     if result.preempted:
       return {'step': result.step, 'preempted': result.preempted}
@@ -501,22 +496,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
 
 
 def _open_workdir(config, workdir: str, log):
-  """(records folder, its metadata, input readers, held-out batches), the workdir made and its
-  config.json written; a workdir this call made is removed again when the run is refused."""
-  existed = fs.isdir(workdir)
-  make_workdir(workdir)
-  try:
-    check_same_run(config, workdir, log)
-    records_dir, meta = prepare_data(config, workdir, log)
-    with user_errors(ValueError):
-      eval_batches = input_pipeline.held_out_batches(meta, config.data.eval_batch_size,
-                                                     config.eval_batches)
-      readers = input_pipeline.num_readers(meta, config.data.batch_size, config.data.readers)
-      input_pipeline.process_readers(readers, jax.process_index(), jax.process_count())
-  except UserError:
-    if distributed.is_main() and not existed and not fs.listdir(workdir):
-      fs.rmdir(workdir)
-    raise
+  """(records folder, its metadata, input readers, held-out batches), config.json written."""
+  check_same_run(config, workdir, log)
+  latest = max(_checkpoint_steps(workdir), default=0)
+  if latest > config.train_steps:
+    raise UserError(f'the run in {workdir} is at step {latest}, past train_steps='
+                    f'{config.train_steps}; raise --config.train_steps to go on, or use a new '
+                    '--workdir for a shorter run')
+  records_dir, meta = prepare_data(config, workdir, log)
+  with user_errors(ValueError):
+    eval_batches = input_pipeline.held_out_batches(meta, config.data.eval_batch_size,
+                                                   config.eval_batches)
+    readers = input_pipeline.num_readers(meta, config.data.batch_size, config.data.readers)
+    input_pipeline.process_readers(readers, jax.process_index(), jax.process_count())
   if distributed.is_main():  # whole or not at all: other processes may read it in check_same_run
     fs.write_atomic(fs.join(workdir, 'config.json'), config.to_json(indent=2))
   return records_dir, meta, readers, eval_batches
@@ -526,7 +518,7 @@ def _restore(config, workdir: str, ckpt, state, meta: dict, readers: int, log):
   """(start step, state, input readers, input position): from the latest readable checkpoint, whose
   records and readers must be the run's, or (0, `state`, `readers`, 0)."""
   with user_errors(ValueError):
-    start, state, ckpt_meta = ckpt.restore_latest(state, log)
+    start, state, ckpt_meta = ckpt.restore_latest(state, log, afresh=True)
   if not start:
     return 0, state, readers, 0
   d = config.data

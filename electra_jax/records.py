@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import multiprocessing
+import signal
 import os
 import time
 from typing import Callable
@@ -109,7 +110,8 @@ def _write_json(path: str, value):
 
 
 def _read_json(path: str):
-  return json.loads(fs.read_text(path))
+  return fs.read_json(path, f'delete the records folder {fs.dirname(path)} and build it again '
+                            '(the run that made it, or launch/prepare_data.py)')
 
 
 def _counts_path(out_dir: str, shard_file: str) -> str:
@@ -271,6 +273,12 @@ def _progress_line(name, source, shards, elapsed, final=False) -> str:
   return line
 
 
+def _ignore_signals():
+  """In a worker: Ctrl-C and SIGTERM are the parent's to handle (it stops the workers)."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _worker(args):
   out_dir, settings, wanted, name = args
   return write_shards(out_dir, settings, wanted, log=lambda line: print(line, flush=True),
@@ -372,9 +380,12 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
     if workers == 1:
       results = [write_shards(out_dir, settings, missing, log=log, name='worker 1/1')]
     else:
-      with multiprocessing.get_context('spawn').Pool(workers) as pool:
-        # The first worker error is raised here, and leaving the block stops the others.
+      pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
+      try:  # the first worker error is raised here; an interruption reaches this process only
         results = sorted(pool.imap_unordered(_worker, tasks), key=lambda r: r['shards'])
+      finally:  # the workers stopped before an error or interruption goes on
+        pool.terminate()
+        pool.join()
     report = corpus_lib.ReadReport(**results[0]['report'])
     for warning in report.warnings():
       log(f'warning: corpus {settings.source}: {warning}')
@@ -401,12 +412,19 @@ def _finish(out_dir: str, settings: Settings, log) -> dict:
     log(f'warning: corpus {settings.source}: {long_sentences:,} sentence(s) longer than an '
         f'example ({settings.max_seq_length} tokens) went into examples as pieces of {piece} '
         'tokens, so that no more of their text is dropped than of ordinary sentences')
-  if splits['train']['examples'] == 0:
+  documents = splits['train']['documents'] + splits['eval']['documents']
+  if splits['train']['examples'] + splits['eval']['examples'] == 0:
     raise ValueError(f'the corpus {settings.source!r} holds no text; give a corpus with at least '
                      'one non-empty line')
-  if splits['eval']['examples'] == 0:
-    raise ValueError(f'no document of the corpus {settings.source!r} went to the held-out split; '
-                     'raise the eval fraction or use a corpus with more documents')
+  if documents < 2:
+    raise ValueError(f'the corpus {settings.source!r} is one document, and the held-out split '
+                     'needs documents of its own; give several (a blank line or a new file '
+                     'starts one)')
+  for split, other in (('eval', 'train'), ('train', 'eval')):
+    if splits[split]['examples'] == 0:
+      raise ValueError(f'all {documents} documents of the corpus {settings.source!r} went to the '
+                       f'{other} split; {"raise" if split == "eval" else "lower"} the eval '
+                       'fraction or give more documents (a blank line or a new file starts one)')
   tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, _vocab_file(settings)),
                                            lower_case=settings.lower_case)
   metadata = dict(
@@ -462,6 +480,11 @@ def read_metadata(records_dir: str) -> dict:
     raise FileNotFoundError(f'{records_dir} is not a records folder (no {METADATA}); build one '
                             'with launch/prepare_data.py, or leave data.records empty')
   meta = _read_json(path)
+  if not isinstance(meta, dict) or any(
+      not isinstance(meta.get('splits', {}).get(s), dict) for s in SPLITS):
+    raise fs.DamagedFile(f'{path} lacks the description of its splits ({", ".join(SPLITS)}): the '
+                         f'file is damaged; delete the records folder {records_dir} and build it '
+                         'again')
   if meta.get('format') != FORMAT:
     raise FileNotFoundError(f'{records_dir} holds records of format {meta.get("format")}, this '
                             f'version reads format {FORMAT}; rebuild them with '

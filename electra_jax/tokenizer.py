@@ -121,9 +121,18 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
                      f'{len(SPECIAL_TOKENS)} special tokens; give a larger {size_flag}')
   buf = io.BytesIO()
   spm.set_random_generator_seed(seed)
+  failed = []  # an error of reading the corpus, which the trainer's C++ would wrap in its own
+
+  def sentences():
+    try:
+      yield from _bounded(lines, stats)
+    except Exception as e:  # pylint: disable=broad-except
+      failed.append(e)
+      raise
+
   try:
     spm.SentencePieceTrainer.train(
-        sentence_iterator=_bounded(lines, stats),
+        sentence_iterator=sentences(),
         model_writer=buf,
         vocab_size=vocab_size,
         model_type='unigram',
@@ -133,7 +142,11 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
         control_symbols=['[CLS]', '[SEP]', '[MASK]'],
         input_sentence_size=max_sentences, shuffle_input_sentence=True,
         num_threads=os.cpu_count() or 1, minloglevel=2)
-  except RuntimeError as e:
+  except Exception as e:  # pylint: disable=broad-except
+    if failed:
+      raise failed[0] from None
+    if not isinstance(e, RuntimeError):
+      raise
     message = ' '.join(str(e).split())
     if 'Vocabulary size too high' in message:
       most = re.search(r'value <= (\d+)', message)

@@ -47,7 +47,7 @@ def main(argv):
   cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
   from electra_jax import compare  # pylint: disable=import-outside-toplevel
   if flags.FLAGS['finetune_config'].present:
-    tasks = {_FT_CONFIG.value.task.name: _FT_CONFIG.value}
+    tasks = compare.as_tasks(_FT_CONFIG.value)  # named as finetune.py names it (own data: its file)
   else:  # both built-in tasks, each with the --finetune_config.<field> overrides given
     sys.path.insert(0, os.path.join(_ROOT, 'configs', 'finetune'))
     import builtin  # pylint: disable=import-outside-toplevel

@@ -12,17 +12,20 @@ starts it and writes {"env": {...}} to F: the environment variables under which
   server, and passes the requests on to the emulator unchanged;
 - both authenticate with GOOGLE_AUTH_TOKEN_FOR_TESTING (the emulator checks no token).
 
-Four faults of the emulator (2026.7.19) are corrected here, at its HTTP layer only: it serves one
+Five faults of the emulator (2026.7.19) are corrected here, at its HTTP layer only: it serves one
 connection at a time (TensorFlow keeps connections open, so others stalled until timeouts: now a
 thread per connection and HTTP/1.1, which also answers `Expect: 100-continue`); it reads a request
 body by Content-Length where the request also says `Transfer-Encoding: chunked` (HTTP/1.1 says
 chunked wins; libcurl sends both); an upload with an empty body crashed it (directory markers are
-empty objects); and a download lacked the `x-goog-generation` header that GCS sends and
-TensorStore's conditional reads need.
+empty objects); a download lacked the `x-goog-generation` header that GCS sends and
+TensorStore's conditional reads need; and uploads and deletions ignored `ifGenerationMatch`, the
+precondition with which GCS makes a write conditional (412 when the object's generation differs,
+0 meaning "does not exist"): the workdir lock's exclusive create rests on it.
 """
 
 import argparse
 import datetime
+import http
 import http.server
 import json
 import os
@@ -62,11 +65,35 @@ def _patch_emulator():
       response['x-goog-generation'] = obj['generation']
       response['x-goog-metageneration'] = obj['metageneration']
 
-  objects.download = download
+  def precondition(original, name_of):
+    """`original` run only when the object's generation matches `ifGenerationMatch` (if given)."""
+    def handler(request, response, storage, *args, **kwargs):
+      wanted = (request.query.get('ifGenerationMatch') or [None])[0]
+      if wanted is not None:
+        try:
+          current = storage.get_file_obj(request.params['bucket_name'], name_of(request))
+          generation = str(current['generation'])
+        except Exception:  # pylint: disable=broad-except
+          generation = '0'  # no such object
+        if generation != wanted:
+          _ = request.data  # the body read away: the connection's next request starts after it
+          response.status = http.HTTPStatus.PRECONDITION_FAILED
+          response.json({'error': {'code': 412, 'message': 'conditionNotMet'}})
+          return None
+      return original(request, response, storage, *args, **kwargs)
+    return handler
+
+  query_name = lambda request: (request.query.get('name') or [''])[0]
+  replaced = {original_download: download,
+              objects.insert: precondition(objects.insert, query_name),
+              objects.delete: precondition(objects.delete,
+                                           lambda request: request.params['object_id'])}
   for _, methods in emulator.HANDLERS:
     for method, handler in methods.items():
-      if handler is original_download:
-        methods[method] = download
+      if handler in replaced:
+        methods[method] = replaced[handler]
+  objects.download, objects.insert, objects.delete = (
+      replaced[original_download], replaced[objects.insert], replaced[objects.delete])
   emulator._read_data = read_data  # pylint: disable=protected-access
   emulator.Router.handle = handle
   emulator.RequestHandler.protocol_version = 'HTTP/1.1'

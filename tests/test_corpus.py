@@ -84,7 +84,8 @@ def test_jsonl_objects_are_documents_and_a_missing_field_is_one_sentence(tmp_pat
   with pytest.raises(ValueError) as e:
     list(corpus_lib.corpus_lines(str(tmp_path / 'a.jsonl'), text_field='text'))
   assert str(e.value) == (f"{tmp_path / 'a.jsonl'} line 1 has no field 'text' (it has ['body', "
-                          "'id']); set --config.data.text_field to the field that holds the text")
+                          "'id']); name the field that holds the text (launch/prepare_data.py "
+                          "--text_field, launch/train.py --config.data.text_field)")
   (tmp_path / 'c.jsonl').write_text('{"text": "ok"}\nnot json\n')
   with pytest.raises(ValueError, match='c.jsonl line 2 is not JSON'):
     list(corpus_lib.corpus_lines(str(tmp_path / 'c.jsonl')))

@@ -226,3 +226,34 @@ def test_a_missing_bucket_missing_credentials_and_an_object_as_folder_are_one_li
                                      'Google Cloud credentials were found; run `gcloud auth '
                                      'application-default login`')
   assert not fs.exists(f'{BUCKET}/runs/no_credentials')
+
+
+def test_a_workdir_in_a_bucket_is_held_by_one_run():
+  """The lock's exclusive create is GCS's precondition (ifGenerationMatch=0): of runs started
+  together one gets it, the others name it; a write on a generation that changed is refused."""
+  import tensorstore as ts  # pylint: disable=import-outside-toplevel
+  import threading  # pylint: disable=import-outside-toplevel
+  from electra_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  folder = f'{BUCKET}/locked/w{random.randrange(1 << 30)}'
+  store = ts.KvStore.open(folder + '/').result()
+  absent = store.read('probe').result().stamp.generation
+  assert store.write('probe', b'a', if_equal=absent).result().generation
+  assert not store.write('probe', b'b', if_equal=absent).result().generation  # exists: refused
+  assert store.read('probe').result().value == b'a'
+  won, refused = [], []
+
+  def start():
+    try:
+      won.append(workdir_lib.acquire(folder, 'pre-training'))
+    except workdir_lib.Busy as e:
+      refused.append(str(e))
+
+  threads = [threading.Thread(target=start) for _ in range(4)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert len(won) == 1 and len(refused) == 3, refused
+  assert all(f'{folder} is in use by a pre-training run (pid {os.getpid()}' in r for r in refused)
+  won[0].release()
+  assert store.read(workdir_lib.NAME).result().state == 'missing'

@@ -331,3 +331,175 @@ def test_resuming_may_change_how_but_not_what_is_computed(tmp_path, records_dir)
                                             'model.hidden_size': 64}), workdir)
   with open(os.path.join(workdir, 'config.json')) as f:
     assert json.load(f)['model']['remat'] is False
+
+
+def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretrained, records_dir):
+  """A workdir's config.json cut short or empty, records metadata without its splits or cut
+  short, a checkpoints folder that is a file, a fine-tuning --mode on a pre-training workdir or on
+  none, a truncated model.safetensors: each one sentence naming the file and the fix."""
+  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.convert import hf  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  workdir = str(tmp_path / 'w')
+  shutil.copytree(pretrained, workdir)
+  config = test_config(**{'data.records': records_dir})
+  config_json = os.path.join(workdir, 'config.json')
+  for damage in (lambda t: t[:len(t) // 2], lambda t: ''):
+    with open(config_json) as f:
+      text = f.read()
+    with open(config_json, 'w') as f:
+      f.write(damage(text))
+    damaged = re.escape(config_json) + r' (is not valid JSON \(.*\)|is empty): the file is damaged'
+    with pytest.raises(UserError, match=damaged + '; delete it, and the same command resumes'):
+      pretrain.train_and_evaluate(config, workdir, log=_quiet)
+    with pytest.raises(UserError, match=damaged + '; delete it and run'):
+      finetune_run.load_pretrained(workdir, log=_quiet)
+    with pytest.raises(UserError, match=damaged + '; delete it and run'):
+      export.export(workdir, str(tmp_path / 'hf'), log=_quiet)
+    with open(config_json, 'w') as f:
+      f.write(text)
+  assert not os.path.exists(tmp_path / 'hf')
+  records = str(tmp_path / 'records')
+  shutil.copytree(records_dir, records)
+  meta_path = os.path.join(records, 'metadata.json')
+  with open(meta_path) as f:
+    meta = json.load(f)
+  del meta['splits']['eval']
+  with open(meta_path, 'w') as f:
+    json.dump(meta, f)
+  with pytest.raises(UserError, match=re.escape(meta_path) + r' lacks the description of its '
+                     r'splits \(train, eval\): the file is damaged; delete the records folder'):
+    records_lib.read_metadata(records)
+  with open(meta_path, 'w') as f:
+    f.write('{"format": ')
+  with pytest.raises(UserError, match=re.escape(meta_path) + ' is not valid JSON'):
+    records_lib.read_metadata(records)
+  fresh = tmp_path / 'fresh'
+  fresh.mkdir()
+  (fresh / 'checkpoints').write_text('')
+  with pytest.raises(UserError, match=r'/fresh/checkpoints is a file where the run keeps its '
+                     r'checkpoints \(a folder\); move the file away'):
+    pretrain.train_and_evaluate(config, str(fresh), log=_quiet)
+  with pytest.raises(UserError, match=f'{workdir} is a pre-training workdir .*fine-tune it with '
+                     f'--init={workdir} and a new --workdir, then use --mode=eval on that one'):
+    finetune_run.saved_config(workdir, 'eval')
+  with pytest.raises(UserError, match=r'--workdir .*/nowhere does not exist; give the --workdir '
+                     'of a fine-tuning'):
+    finetune_run.saved_config(str(tmp_path / 'nowhere'), 'predict')
+  a_file = tmp_path / 'a_file'
+  a_file.write_text('x')
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  ft = ft_config.default_config()
+  ft.init = workdir
+  with pytest.raises(UserError, match=f'--workdir {a_file} is a file; give a folder'):
+    finetune_run.finetune(ft, str(a_file), log=_quiet)
+  folder = export.export(workdir, str(tmp_path / 'hf'), log=_quiet).folders[0]
+  weights = os.path.join(folder, 'model.safetensors')
+  with open(weights, 'r+b') as f:
+    f.truncate(os.path.getsize(weights) // 2)
+  with pytest.raises(ValueError, match=re.escape(weights) + r' cannot be read \(.*\): the file is '
+                     'damaged or cut short; copy the folder again'):
+    hf.read_folder(folder)
+
+
+def test_fine_tuning_settings_that_leave_nothing_are_refused(pretrained):
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  for field, value, error in (('max_seq_length', 2, r'max_seq_length=2 leaves no room for text'),
+                              ('task.max_train_examples', -5, r'task.max_train_examples is -5; '
+                               r'give 0 \(all\) or a number')):
+    ft = ft_config.default_config()
+    ft.init = pretrained
+    if '.' in field:
+      ft.task[field.split('.')[1]] = value
+    else:
+      ft[field] = value
+    with pytest.raises(UserError, match=error):
+      finetune_run.finetune(ft, '/nonexistent/never/made', log=_quiet)
+  assert not os.path.exists('/nonexistent')
+
+
+def test_a_damaged_corpus_is_named_and_nothing_is_left(tmp_path):
+  """.gz files cut short, damaged or not gzip, UTF-16 text, a JSON-lines corpus with a bad line
+  (its error raised through the vocabulary trainer), a one-document corpus: one sentence each, no
+  records folder left behind."""
+  import gzip  # pylint: disable=import-outside-toplevel
+  text = '\n'.join(' '.join(WORDS[(i + j) % len(WORDS)] for j in range(12)) + '.'
+                   for i in range(3000))
+  data = gzip.compress(text.encode())
+  damaged = bytearray(data)
+  damaged[len(damaged) // 2] ^= 0xFF
+  files = {'cut.txt.gz': data[:len(data) // 2], 'crc.txt.gz': bytes(damaged),
+           'plain.txt.gz': text.encode()[:5000], 'utf16.txt': text[:4000].encode('utf-16'),
+           'utf16le.txt': text[:4000].encode('utf-16-le'),
+           'bad.jsonl': b'{"text": "One line. Two lines."}\nnot json\n',
+           'one.txt': text.encode()}
+  errors = {'cut.txt.gz': r'cut.txt.gz is a damaged .gz file \(Compressed file ended',
+            'crc.txt.gz': r'crc.txt.gz is a damaged .gz file \(',
+            'plain.txt.gz': r'plain.txt.gz is a damaged .gz file \(Not a gzipped file',
+            'utf16.txt': r'utf16.txt looks like UTF-16 \(or UTF-32\) text; convert it to UTF-8',
+            'utf16le.txt': r'utf16le.txt looks like UTF-16',
+            'bad.jsonl': r'bad.jsonl line 2 is not JSON',
+            'one.txt': r"one.txt' is one document, and the held-out split needs documents of its "
+                       'own'}
+  for name, content in files.items():
+    (tmp_path / name).write_bytes(content)
+    out = tmp_path / f'records_{name}'
+    with pytest.raises(ValueError, match=errors[name]):
+      records_lib.prepare(records_lib.Settings(source=str(tmp_path / name), max_seq_length=32,
+                                               vocab_size=60, num_shards=1, num_eval_shards=1),
+                          str(out), log=_quiet)
+    assert not out.exists(), name
+
+
+def test_sigterm_while_records_are_written_says_so_and_leaks_nothing(tmp_path):
+  corpus = tmp_path / 'big.txt'
+  with open(corpus, 'w') as f:
+    for i in range(120_000):
+      f.write(' '.join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(20)) + '.\n\n')
+  proc = subprocess.Popen(
+      [sys.executable, os.path.join(ROOT, 'launch', 'prepare_data.py'), f'--corpus={corpus}',
+       f'--output={tmp_path / "out"}', '--vocab_size=100', '--max_seq_length=64',
+       '--num_shards=16', '--num_workers=2'], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+      text=True, env=CHILD_ENV)
+  for line in proc.stdout:  # the workers have started writing
+    if line.startswith('writing '):
+      break
+  proc.send_signal(15)
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 143, (out[-2000:], err[-2000:])
+  assert err.strip().splitlines()[-1] == ('stopped by SIGTERM: run the same command again to '
+                                          'continue from what is complete'), err
+  assert 'leaked' not in err and 'Traceback' not in err, err
+
+
+def test_checkpoint_errors_read_without_object_reprs_and_compare_names_own_tasks(tmp_path):
+  from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax import compare  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  e = ValueError('Read failed for state/array: <bound method PyCapsule.result of <tensorstore.'
+                 'Future object at 0x7f00>> DATA_LOSS: truncated')
+  assert checkpoint_lib.reason(e) == 'ValueError: Read failed for state/array: DATA_LOSS: truncated'
+  configs = []
+  for task in ('reviews', 'news'):
+    c = ft_config.default_config()
+    c.task.update(name='own', train=str(tmp_path / task / 'train.csv'))
+    configs.append(c)
+  assert [list(compare.as_tasks(c)) for c in configs] == [['reviews'], ['news']]
+
+
+def test_an_export_to_a_place_that_cannot_be_written_is_one_line(tmp_path, pretrained):
+  """Read-only or forbidden (a folder without write permission; as root, which may write there,
+  /sys, which nobody may): the path named, exit 2, no traceback."""
+  locked = tmp_path / 'locked'
+  locked.mkdir()
+  locked.chmod(0o555)
+  out = locked / 'hf'
+  if os.access(locked, os.W_OK):  # root: /sys refuses it as well
+    out = '/sys/fs/electra_jax_test_export'
+  done = _launch('export.py', f'--workdir={pretrained}', f'--out={out}')
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert re.match(rf'error: {re.escape(str(out))}\S*: (permission denied|operation not permitted|'
+                  r'read-only file system); choose a place this user can write to', _last(done)), \
+      done.stderr[-2000:]
+  assert 'Traceback' not in done.stderr

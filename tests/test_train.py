@@ -560,12 +560,18 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before(tmp_path, reco
   assert summary['step'] == 6
   assert os.path.isdir(workdir / 'checkpoints' / '4.damaged')  # set aside; step 4 saved again
   assert os.path.isdir(workdir / 'checkpoints' / '4')
-  for step in (2, 4, 6):  # nothing readable left: refused, nothing restarted from scratch
+  for step in (2, 4, 6):  # nothing readable left: all set aside (kept), trained from step 0
     for p in (workdir / 'checkpoints' / str(step) / 'state').rglob('*'):
       if p.is_file() and p.stat().st_size > 1024:
         p.write_bytes(b'')
-  with pytest.raises(UserError, match='no checkpoint in .* can be read'):
-    pretrain.train_and_evaluate(test_config(**overrides, train_steps=8), str(workdir), log=_quiet)
+  lines = []
+  summary = pretrain.train_and_evaluate(test_config(**overrides, train_steps=6), str(workdir),
+                                         log=lines.append)
+  assert sum(l.startswith('warning: checkpoint') for l in lines) == 3, lines
+  assert any('no checkpoint in' in l and 'starting from step 0' in l for l in lines), lines
+  assert not any('resumed from' in l for l in lines) and summary['step'] == 6
+  assert sorted(os.listdir(workdir / 'checkpoints')) == [
+      '2', '2.damaged', '4', '4.damaged', '4.damaged-1', '6', '6.damaged']
 
 
 def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(

@@ -47,8 +47,8 @@ def _read_config(workdir: str) -> dict:
   if not fs.isfile(path):
     raise UserError(f'{workdir} is not a workdir of launch/train.py or launch/finetune.py (it has '
                     'no config.json); give the --workdir of a run')
-  with fs.open(path) as f:
-    return json.load(f)
+  return fs.read_json(path, f'delete it and run the command that made {workdir} again: it '
+                            'writes config.json again and continues from its checkpoints')
 
 
 def _restore(directory: str, step: int | None, what: str):
@@ -63,8 +63,8 @@ def _restore(directory: str, step: int | None, what: str):
     except Exception as e:  # pylint: disable=broad-except
       others = [s for s in ckpt.all_steps() if s != step]
       raise UserError(
-          f'the checkpoint {directory}/{step} cannot be read ({type(e).__name__}: '
-          f'{" ".join(str(e).split())[:160]}); run the {what} command again to rewrite it'
+          f'the checkpoint {directory}/{step} cannot be read ({checkpoint_lib.reason(e)}); run the '
+          f'{what} command again to rewrite it'
           + (f', or export another step with --step (it has {others})' if others else '')
       ) from None
   finally:

@@ -185,13 +185,15 @@ def save_folder(folder: str, state: dict[str, np.ndarray], config: dict):
 
 def read_folder(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
   """(config.json, state dict) of an HF ELECTRA folder (safetensors, or a PyTorch .bin)."""
-  import json  # pylint: disable=import-outside-toplevel
   path = fs.join(folder, 'config.json')
   if not fs.isfile(path):
     raise FileNotFoundError(f'{folder} has no config.json; give a folder written by '
                             'save_pretrained (or by launch/export.py)')
-  with fs.open(path) as f:
-    config = json.load(f)
+  config = fs.read_json(path, 'copy the folder again, or save the model again with '
+                             'save_pretrained')
+  if not isinstance(config, dict):
+    raise ValueError(f'{path} is not an HF model config (a JSON object); give a folder written by '
+                     'save_pretrained (or by launch/export.py)')
   if config.get('model_type') != 'electra':
     raise ValueError(f'{folder} holds a {config.get("model_type")!r} model '
                      f'({", ".join(config.get("architectures") or ["no architecture named"])}), '
@@ -199,7 +201,12 @@ def read_folder(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
   weights = fs.join(folder, 'model.safetensors')
   if fs.isfile(weights):
     from safetensors.numpy import load  # pylint: disable=import-outside-toplevel
-    state = load(fs.read_bytes(weights))
+    try:
+      state = load(fs.read_bytes(weights))
+    except Exception as e:  # pylint: disable=broad-except  (safetensors' SafetensorError)
+      raise ValueError(f'{weights} cannot be read ({" ".join(str(e).split())[:120]}): the file is '
+                       'damaged or cut short; copy the folder again, or save the model again '
+                       'with save_pretrained') from None
   elif fs.isfile(fs.join(folder, 'pytorch_model.bin')):
     try:
       import torch  # pylint: disable=import-outside-toplevel

@@ -77,11 +77,15 @@ def _is_workdir(folder: str) -> bool:
   path = fs.join(folder, 'config.json')
   if not fs.isfile(path):
     return False
-  with fs.open(path) as f:
-    try:
-      config = json.load(f)
-    except ValueError:
-      return False
+  if fs.isdir(fs.join(folder, 'checkpoints')):  # ours: a damaged config.json is named
+    config = fs.read_json(path, f'delete it and run the launch/train.py command of {folder} again: '
+                                'it writes config.json again and resumes from its checkpoints')
+  else:
+    with fs.open(path) as f:
+      try:
+        config = json.load(f)
+      except ValueError:
+        return False
   return isinstance(config, dict) and 'objective' in config and 'model' in config
 
 
@@ -138,8 +142,9 @@ def _open_workdir(path: str) -> Source:
   import ml_collections  # pylint: disable=import-outside-toplevel
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
-  with fs.open(fs.join(path, 'config.json')) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+  config = ml_collections.ConfigDict(fs.read_json(
+      fs.join(path, 'config.json'), f'delete it and run the launch/train.py command of {path} '
+      'again: it writes config.json again and resumes from its checkpoints'))
   _, _, vocab = records_lib.workdir_vocab(path, config)
   ckpt = checkpoint_lib.Checkpointer(fs.join(path, 'checkpoints'))
   try:

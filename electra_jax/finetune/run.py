@@ -34,6 +34,7 @@ from electra_jax import partitioning
 from electra_jax import records as records_lib
 from electra_jax import step as step_lib
 from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import workdir as workdir_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import heads
@@ -66,9 +67,16 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
                     'launch/train.py), an HF transformers folder or an original checkpoint')
   path = fs.join(init, 'config.json')
   config = None
-  if fs.isfile(path):
+  if fs.isfile(path) and fs.isdir(fs.join(init, 'checkpoints')):  # a pre-training workdir's
+    config = fs.read_json(path, f'delete it and run that pre-training\'s launch/train.py command '
+                                f'again with --workdir={init}: it writes config.json again and '
+                                'resumes from its checkpoints')
+  elif fs.isfile(path):
     with fs.open(path) as f:
-      config = json.load(f)
+      try:
+        config = json.load(f)
+      except ValueError:
+        config = None  # not ours: the other sources say what is wrong with it
   if not (isinstance(config, dict) and 'objective' in config):
     return _load_source(init, from_scratch, log)
   config = ml_collections.ConfigDict(config)
@@ -356,7 +364,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1,
                                      best_metric=task.metrics[0] if cfg.eval_every else '')
   with user_errors(ValueError):
-    start, state, _ = ckpt.restore_latest(init_fn(), log)
+    start, state, _ = ckpt.restore_latest(init_fn(), log, afresh=True)
   if start:
     log(f'seed {seed}: resumed from {ckpt.directory}/{start}')
   scores_at = {}
@@ -512,6 +520,12 @@ def _check(cfg, mesh):
                     'the same learning rate as the rest of the layer)')
   if cfg.get('pooling', 'cls') not in POOLINGS:
     raise UserError(f'pooling is {cfg.pooling!r}; use {" or ".join(POOLINGS)}')
+  if cfg.task.get('max_train_examples', 0) < 0:
+    raise UserError(f'task.max_train_examples is {cfg.task.max_train_examples}; give 0 (all) or '
+                    'a number of examples')
+  if cfg.max_seq_length < 3:
+    raise UserError(f'max_seq_length={cfg.max_seq_length} leaves no room for text ([CLS] and '
+                    '[SEP] take 2 tokens); raise it (the default is 128)')
 
 
 # Fields that change how a fine-tuning is run or reported, not what it computes.
@@ -579,6 +593,12 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
     if not saved:
       raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run --mode=train '
                       'first, with this --workdir')
+  what = 'fine-tuning' if mode == 'train' else f'fine-tuning (--mode={mode})'
+  with workdir_lib.claim(workdir, what):  # one run at a time in a workdir
+    return _finetune(cfg, workdir, log, mode, mesh, saved)
+
+
+def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
   pretrained = load_pretrained(cfg.init, cfg.from_scratch or mode != 'train', log)
   with user_errors(ValueError, FileNotFoundError):
     task, splits = tasks_lib.load(cfg.task, pretrained.config, log)
@@ -586,6 +606,11 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
     return _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log)
   if 'train' not in splits:
     raise UserError('the task has no train split; set --config.task.train')
+  if task.kind in ('classification', 'regression') and cfg.max_seq_length < 5 and any(
+      e.text_b for e in splits['train']):
+    raise UserError(f'max_seq_length={cfg.max_seq_length} leaves a pair of texts no room ([CLS] '
+                    'and two [SEP] take 3 tokens, each text needs one); raise it (the default '
+                    'is 128)')
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
   if cfg.max_seq_length > pretrained.model_cfg.max_position_embeddings:
     raise UserError(f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
@@ -682,9 +707,15 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
 def saved_config(workdir: str, mode: str) -> ml_collections.ConfigDict:
   """The config a fine-tuning workdir was trained with (for --mode=eval/predict without --config)."""
   path = fs.join(workdir, 'config.json')
+  if mode != 'train' and not fs.isdir(workdir):
+    raise UserError(f'--workdir {workdir} does not exist; give the --workdir of a fine-tuning '
+                    '(launch/finetune.py --mode=train)')
   if mode == 'train' or not fs.isfile(path):
     raise UserError(f'--config is required ({path} does not exist); give the fine-tuning config' if
                     mode != 'train' else '--config is required for --mode=train; give a '
                     'configs/finetune/*.py file')
-  with fs.open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+  config = fs.read_json(path, 'give the fine-tuning\'s config file with --config')
+  if isinstance(config, dict) and 'objective' in config and 'task' not in config:
+    raise UserError(f'{workdir} is a pre-training workdir (of launch/train.py); fine-tune it with '
+                    f'--init={workdir} and a new --workdir, then use --mode={mode} on that one')
+  return ml_collections.ConfigDict(config)

@@ -178,12 +178,13 @@ def load_glue_tsv(root: str, name: str, log=print) -> dict[str, list[Example]]:
 
 
 def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool | None = True,
-               header: bool = True) -> list[Example]:
+               header: bool = True, kind: str = 'classification', log=print) -> list[Example]:
   """Rows of a .csv, .tsv or .jsonl file (one object per line).
 
   A .csv/.tsv file's first row names its columns; with `header=False` every row is data and the
-  columns are named by their position (0, 1, ...). `labelled=None`: labels are read where the
-  file has the label column (a test file may or may not have one).
+  columns are named by their position (0, 1, ...). Labels are read as meant (`labels`): `labelled`
+  True requires one in every row; None (a test file) reads them where every row has one and takes
+  a file whose label cells are all empty (or absent) for unlabelled.
   """
   if not fs.isfile(path):
     raise FileNotFoundError(f'the data file {path} does not exist; give the path of a .csv, .tsv '
@@ -192,9 +193,10 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
   if ext not in ('.csv', '.tsv', '.jsonl'):
     raise ValueError(f'the data file {path} is not .csv, .tsv or .jsonl; convert it to one of them')
   first = None  # a header row's cells, shown when a named column is missing
-  with fs.open(path, encoding='utf-8', newline='') as f:
+  line_numbers = None  # of each row: a .jsonl file's lines, a table's data rows
+  with fs.open(path, encoding='utf-8-sig', newline='') as f:  # a byte-order mark is read away
     if ext == '.jsonl':
-      rows = []
+      rows, line_numbers = [], []
       for n, line in enumerate(f, start=1):
         if line.strip():
           try:
@@ -202,6 +204,10 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
           except json.JSONDecodeError as e:
             raise ValueError(f'line {n} of {path} is not JSON ({e.msg}); each line must be one '
                              'object') from None
+          if not isinstance(rows[-1], dict):
+            raise ValueError(f'line {n} of {path} is not a JSON object ({{"text": ..., "label": '
+                             '...}}); each line must be one')
+          line_numbers.append(n)
       columns = sorted(set().union(*(r.keys() for r in rows))) if rows else []
     elif header:
       reader = csv.DictReader(f, delimiter='\t' if ext == '.tsv' else ',')
@@ -211,6 +217,7 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
       rows = [dict(enumerate(r)) for r in csv.reader(f, delimiter='\t' if ext == '.tsv' else ',')
               if r]
       columns = list(range(max((len(r) for r in rows), default=0)))
+  line_numbers = line_numbers or list(range(1, len(rows) + 1))
   if not rows:
     raise ValueError(f'the data file {path} holds no rows; give a file with ' +
                      ('a header row and data' if header else 'data'))
@@ -223,24 +230,97 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
     raise ValueError(f'data row {wider + 1} of {path} has {fields} fields but the header names '
                      f'{len(columns)} ({", ".join(columns)}); quote the fields that hold the '
                      'delimiter, or fix the row')
-  if labelled is None:
-    labelled = bool(label) and all(r.get(label) is not None for r in rows)
+  test = labelled is None
+  if labelled is None:  # a test file: labelled when any row has a label, unlabelled when none
+    labelled = bool(label) and any(not _empty(r.get(label)) for r in rows)
   for column in (text_a, text_b, label if labelled else None):
-    missing = sum(1 for r in rows if r.get(column) is None) if column not in (None, '') else 0
-    if missing and first is not None and len(rows) == missing:
+    absent = [i for i, r in enumerate(rows) if r.get(column) is None] if column not in (
+        None, '') else []
+    if absent and first is not None and len(rows) == len(absent):
+      if ext == '.csv' and any('\t' in c for c in first):
+        raise ValueError(f'the data file {path} looks tab-separated (its first row holds tabs) '
+                         'but is named .csv; name it .tsv')
       raise ValueError(f'the data file {path} has no column {column!r}: its first row '
                        f'({", ".join(first)[:200]}) names the columns; set task.text_a, '
                        'task.text_b and task.label to some of those, or if that row is data, '
                        'set task.header=False and give the columns by position (task.text_a=1 '
                        'task.label=0)')
-    if missing:
+    if absent and len(rows) == len(absent):
       where = 'columns' if header or ext == '.jsonl' else 'number of fields'
       shown = ', '.join(map(str, columns)) if header or ext == '.jsonl' else str(len(columns))
-      raise ValueError(f'the data file {path} has no column {column!r} in {missing} of {len(rows)} '
-                       f'rows (its {where}: {shown}); set the task.text_a, task.text_b and '
-                       'task.label columns')
+      raise ValueError(f'the data file {path} has no column {column!r} (its {where}: {shown}); '
+                       'set the task.text_a, task.text_b and task.label columns')
+    if absent and column != label:  # a missing label is named by labels()
+      raise ValueError(f'{_rows(path, absent, line_numbers)} {"lack" if len(absent) > 1 else "lacks"}'
+                       f' the field {column!r} ({len(absent)} of {len(rows)} rows); fix those rows'
+                       ' (a field that holds the delimiter must be quoted)')
+  labelled = labelled and label not in (None, '')
+  names = (labels(path, [r.get(label) for r in rows], kind, line_numbers, log, test=test)
+           if labelled else None)
   return [Example(str(r[text_a]), str(r[text_b]) if text_b not in (None, '') else None,
-                  r[label] if labelled and label not in (None, '') else None) for r in rows]
+                  names[i] if labelled else None) for i, r in enumerate(rows)]
+
+
+def _rows(path: str, indices: list[int], line_numbers: list[int]) -> str:
+  """'data rows 3, 7 of f.csv' / 'line 4 of f.jsonl' for rows at `indices`."""
+  word = 'line' if path.endswith('.jsonl') else 'data row'
+  return (f'{word}{"s" if len(indices) > 1 else ""} '
+          + ', '.join(str(line_numbers[i]) for i in indices[:5])
+          + (f' and {len(indices) - 5} more' if len(indices) > 5 else '') + f' of {path}')
+
+
+def _empty(value) -> bool:
+  return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _number(value) -> float | None:
+  """`value` as a number (1, "1", 1.0 and " 1 " alike), or None if it is not one."""
+  if isinstance(value, bool):
+    return None
+  if isinstance(value, (int, float)):
+    return float(value)
+  try:
+    return float(str(value).strip())
+  except ValueError:
+    return None
+
+
+def labels(path: str, cells: list, kind: str, line_numbers: list[int], log=print,
+           test: bool = False) -> list:
+  """The labels of a file's rows as meant: whitespace around them dropped, numbers compared as
+  numbers (1, "1" and 1.0 are one class, named '1'), regression targets as floats. A row without a
+  label, or with a label that is not a finite number where a number is needed, is refused naming
+  the file and the rows; classes that differ only in case are named in a warning."""
+  where = lambda rows: _rows(path, rows, line_numbers)
+  empty = [i for i, c in enumerate(cells) if _empty(c)]
+  if empty:
+    fix = ('fill those labels in, or empty every label cell to predict the file without '
+           'scoring it' if test else 'fill the label in or remove the row')
+    raise ValueError(f'{where(empty)} {"have" if len(empty) > 1 else "has"} no label ({len(empty)}'
+                     f' of {len(cells)} rows); {fix}')
+  numbers = [_number(c) for c in cells]
+  bad = [i for i, x in enumerate(numbers) if x is not None and not np.isfinite(x)]
+  if kind == 'regression':
+    bad += [i for i, x in enumerate(numbers) if x is None]
+  if bad:
+    bad = sorted(bad)
+    raise ValueError(f'{where(bad)} {"have" if len(bad) > 1 else "has"} the label '
+                     f'{cells[bad[0]]!r}, not a finite number; '
+                     + ('a regression task needs numeric labels' if kind == 'regression' else
+                        'give each row its class'))
+  if kind == 'regression':
+    return numbers
+  names = [(str(int(x)) if x == int(x) else repr(x)) if x is not None else str(c).strip()
+           for c, x in zip(cells, numbers)]
+  by_case = {}
+  for name in set(names):
+    by_case.setdefault(name.lower(), []).append(name)
+  clashes = [sorted(v) for v in by_case.values() if len(v) > 1]
+  if clashes:
+    log(f'warning: {path}: labels that differ only in case are different classes: '
+        + '; '.join(' / '.join(map(repr, c)) for c in sorted(clashes)[:5])
+        + '; write them alike if they mean the same')
+  return names
 
 
 def _position(path: str, what: str, value: str, width: int) -> int | None:
@@ -289,16 +369,7 @@ def with_test_splits(task: Task, splits: dict) -> Task:
 def own_task(cfg, splits: dict[str, list[Example]]) -> Task:
   """A classification task over the train split's labels, or a regression task."""
   name = task_name(cfg)
-  if cfg.kind == 'regression':
-    for split, examples in splits.items():
-      for i, e in enumerate(examples):
-        if e.label is None:
-          continue
-        try:
-          float(e.label)
-        except (TypeError, ValueError):
-          raise ValueError(f'row {i + 1} of the {split} data has the label {e.label!r}, not a '
-                           'number; a regression task needs numeric labels') from None
+  if cfg.kind == 'regression':  # its labels are numbers (read_table)
     return Task(name, 'regression', (), ('spearman', 'pearson'), ('dev',) if 'dev' in splits else ())
   if cfg.kind != 'classification':
     raise ValueError(f"task.kind is {cfg.kind!r}; use 'classification', 'regression' or "
@@ -487,5 +558,5 @@ def _load(cfg, pretraining, log) -> tuple[Task, dict[str, list[Example]]]:
     if path:
       splits[split] = read_table(path, cfg.text_a, cfg.text_b, cfg.label,
                                  labelled=None if split == 'test' else True,
-                                 header=cfg.get('header', True))
+                                 header=cfg.get('header', True), kind=cfg.kind, log=log)
   return own_task(cfg, splits), splits

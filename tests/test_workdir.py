@@ -1,0 +1,122 @@
+"""One run per workdir: the lock's exclusive create, its holder named, a lock left by a run that is
+gone taken over (its process, or its heartbeat), and the commands refusing a held workdir."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import CHILD_ENV, ROOT, run_config_file, test_config
+from electra_jax import UserError
+from electra_jax import pretrain
+from electra_jax import workdir as workdir_lib
+
+
+def _record(path, **fields):
+  with open(os.path.join(path, workdir_lib.NAME), 'w') as f:
+    json.dump({'what': 'pre-training', 'host': socket.gethostname(), 'pid': os.getpid(),
+               'since': '2026-01-01T00:00:00+00:00', 'heartbeat': time.time(), **fields}, f)
+
+
+def test_the_lock_is_held_by_one_run_and_names_it(tmp_path):
+  held = workdir_lib.acquire(str(tmp_path), 'pre-training')
+  record = json.loads((tmp_path / workdir_lib.NAME).read_text())
+  assert record['pid'] == os.getpid() and record['host'] == socket.gethostname()
+  with pytest.raises(workdir_lib.Busy) as refused:
+    workdir_lib.acquire(str(tmp_path), 'fine-tuning')
+  message = str(refused.value)
+  assert (f'is in use by a pre-training run (pid {os.getpid()} on {socket.gethostname()}, since '
+          f'{record["since"]}' in message and 'use another --workdir' in message), message
+  held.release()
+  assert not os.listdir(tmp_path)  # released: no file left
+  workdir_lib.acquire(str(tmp_path), 'pre-training').release()
+
+
+def test_of_runs_started_together_exactly_one_gets_the_lock(tmp_path):
+  won, refused = [], []
+
+  def start():
+    try:
+      won.append(workdir_lib.acquire(str(tmp_path), 'pre-training'))
+    except workdir_lib.Busy:
+      refused.append(1)
+
+  threads = [threading.Thread(target=start) for _ in range(8)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert len(won) == 1 and len(refused) == 7
+  won[0].release()
+
+
+def test_a_lock_whose_run_is_gone_is_taken_over(tmp_path, capsys):
+  dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
+                        capture_output=True, text=True, check=True)
+  _record(tmp_path, pid=int(dead.stdout))  # this host, a process that has ended
+  workdir_lib.acquire(str(tmp_path), 'pre-training').release()
+  assert f'pid {int(dead.stdout)}' in capsys.readouterr().err
+  _record(tmp_path, host='another-host', pid=1,  # another host, no heartbeat for too long
+          heartbeat=time.time() - workdir_lib.STALE_S - 5)
+  workdir_lib.acquire(str(tmp_path), 'pre-training').release()
+  _record(tmp_path, host='another-host', pid=1, heartbeat=time.time() - 10)  # alive there
+  with pytest.raises(workdir_lib.Busy, match='pid 1 on another-host'):
+    workdir_lib.acquire(str(tmp_path), 'pre-training')
+  (tmp_path / workdir_lib.NAME).write_text('{"what": "pre-')  # a foreign, damaged file
+  workdir_lib.acquire(str(tmp_path), 'pre-training').release()
+  assert 'unreadable lock file' in capsys.readouterr().err
+
+
+def test_the_holder_keeps_its_heartbeat_and_notices_a_takeover(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(workdir_lib, 'HEARTBEAT_S', 0.05)
+  held = workdir_lib.acquire(str(tmp_path), 'pre-training')
+  first = json.loads((tmp_path / workdir_lib.NAME).read_text())['heartbeat']
+  deadline = time.time() + 10
+  while json.loads((tmp_path / workdir_lib.NAME).read_text())['heartbeat'] == first:
+    assert time.time() < deadline, 'the heartbeat was not refreshed'
+    time.sleep(0.02)
+  _record(tmp_path, host='another-host', pid=1)  # taken for stale by another run
+  deadline = time.time() + 10
+  while 'took over' not in capsys.readouterr().err:
+    assert time.time() < deadline, 'the takeover went unnoticed'
+    time.sleep(0.05)
+  held.release()  # conditional on its own record: the other run's lock stays
+  assert json.loads((tmp_path / workdir_lib.NAME).read_text())['host'] == 'another-host'
+
+
+def test_a_held_workdir_refuses_pretraining_and_finetuning(tmp_path, records_dir, pretrained):
+  """A second run while the first holds the workdir: refused before it writes anything, in one
+  line from the command (exit 2); a run past its train_steps is refused before config.json."""
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  held_dir = str(tmp_path / 'w')
+  with workdir_lib.claim(held_dir, 'pre-training'):
+    with pytest.raises(UserError, match='is in use by a pre-training run'):
+      pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), held_dir,
+                                  log=lambda *_: None)
+    ft = ft_config.default_config()
+    ft.init = pretrained
+    with pytest.raises(UserError, match='is in use by a pre-training run'):
+      finetune_run.finetune(ft, held_dir, log=lambda *_: None)
+    assert os.listdir(held_dir) == [workdir_lib.NAME]
+    done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'train.py'),
+                           f'--config={run_config_file(tmp_path, records_dir)}',
+                           f'--workdir={held_dir}'], capture_output=True, text=True,
+                          env=CHILD_ENV, timeout=300, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith(
+        f'error: {held_dir} is in use by a pre-training run (pid {os.getpid()}'), done.stderr
+  assert os.listdir(held_dir) == []  # released
+  copy = str(tmp_path / 'copy')
+  shutil.copytree(pretrained, copy)
+  with pytest.raises(UserError, match=r'is at step \d+, past train_steps=1; raise'):
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir, 'train_steps': 1}),
+                                copy, log=lambda *_: None)
+  with open(os.path.join(pretrained, 'config.json')) as a, open(os.path.join(copy, 'config.json')) as b:
+    assert a.read() == b.read()  # refused before config.json was rewritten
