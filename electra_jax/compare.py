@@ -101,6 +101,7 @@ def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> di
   from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
   f = ml_collections.ConfigDict(ft_config.to_dict())
   f.init, f.from_scratch = init, from_scratch
+  f.baseline = from_scratch and f.get('baseline', True)  # the same splits for all: computed once
   path, saved = fs.join(workdir, 'results.json'), fs.join(workdir, 'config.json')
   if fs.isfile(path) and fs.isfile(saved):
     with fs.open(saved) as c:
@@ -215,8 +216,24 @@ def _compare(config, tasks: dict, workdir: str, rows: list, electra_steps: int, 
                               lambda line: log(f'[random init] {line}'))
              for label, ft in tasks.items()}
   results.append(_row('random init', '-', 0.0, 0, {}, scratch))
+  if all(r.get('baseline') for r in scratch.values()):  # beside them: the bag-of-words model
+    results.append(_baseline_row(scratch))
   _write(results, workdir, electra_steps, log)
   return results
+
+
+def _baseline_row(tuned: dict) -> dict:
+  """The TF-IDF baseline that the fine-tunings computed on the same splits, as a table row."""
+  downstream = {}
+  for label, result in tuned.items():
+    metric = next(iter(result['median']))
+    split, score = metric.split('/', 1)
+    base = result['baseline']
+    d = downstream[label] = {'metric': metric, 'median': base[split][score], 'seeds': []}
+    if 'test' in base and score in base['test']:
+      d.update(test_median=base['test'][score], test_seeds=[])
+  return {'run': 'TF-IDF baseline', 'objective': '-', 'pretrain_flops': 0.0, 'steps': 0,
+          'downstream': downstream}
 
 
 def _row(name, objective, per_step, steps, held_out, tuned: dict) -> dict:
@@ -249,7 +266,7 @@ def _write(results: list[dict], workdir: str, electra_steps: int, log):
     for label in labels:
       d = r['downstream'][label]
       seeds = ', '.join(f'{100 * s:.2f}' for s in d['seeds'] if s is not None)
-      cells.append(f'{100 * d["median"]:.2f} ({seeds})'
+      cells.append(f'{100 * d["median"]:.2f}' + (f' ({seeds})' if seeds else '')
                    + (f' / {100 * d["test_median"]:.2f}' if tested[label] else ''))
     lines.append(f'| {r["run"]} | {r["objective"]} | {r["pretrain_flops"]:.3g} | {r["steps"]:,} | '
                  f'{fmt(r, "mlm_loss")} | {fmt(r, "disc_auc")} | {main} | ' + ' | '.join(cells)
@@ -269,6 +286,8 @@ def _write(results: list[dict], workdir: str, electra_steps: int, log):
 def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
   """Per task and scored split: the pre-trained runs at least as good as random weights, and
   ELECTRA's median against BERT MLM's where both ran."""
+  base = next((r for r in results if r['run'] == 'TF-IDF baseline'), None)
+  results = [r for r in results if r is not base]
   runs, scratch = {r['run']: r for r in results[:-1]}, results[-1]
   out = []
   for label in labels:
@@ -283,4 +302,10 @@ def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
         gap = runs['electra']['downstream'][label][key] - runs['mlm']['downstream'][label][key]
         out.append(f'{label} ({split}): electra {"at least matches" if gap >= 0 else "is below"} '
                    f'mlm ({100 * gap:+.2f} points)')
+      if base is not None and key in base['downstream'][label]:
+        ranked = sorted([(r['downstream'][label][key], n) for n, r in runs.items()] +
+                        [(floor, 'random init'), (base['downstream'][label][key], 'TF-IDF baseline')],
+                        reverse=True)
+        out.append(f'{label} ({split}): ahead is {ranked[0][1]} ({100 * ranked[0][0]:.2f}); the '
+                   f'TF-IDF baseline {100 * base["downstream"][label][key]:.2f}')
   return out

@@ -71,10 +71,16 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
   lines = []
   rows = compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3,
                          log=lines.append)
-  assert [r['run'] for r in rows] == ['electra', 'mlm', 'random init']
+  assert [r['run'] for r in rows] == ['electra', 'mlm', 'random init', 'TF-IDF baseline']
   assert rows[0]['steps'] == 3 and rows[1]['steps'] >= 3 and 'disc_auc' in rows[0]
   assert 'disc_auc' not in rows[1] and 'mlm_loss' in rows[1]
-  for r in rows:
+  scratch = json.load(open(os.path.join(workdir, 'random_init_second', 'results.json')))
+  assert rows[3]['downstream']['second']['median'] == scratch['baseline']['dev']['accuracy']
+  assert rows[3]['downstream']['second']['test_median'] == scratch['baseline']['test']['accuracy']
+  base = rows[3]['downstream']['second']
+  assert any(l.startswith('second (test): ahead is ') and
+             l.endswith(f'the TF-IDF baseline {100 * base["test_median"]:.2f}') for l in lines)
+  for r in rows[:3]:
     assert list(r['downstream']) == ['first', 'second']
     for d in r['downstream'].values():
       assert 0 <= d['median'] <= 1 and d['metric'] == 'dev/accuracy' and len(d['seeds']) == 1
@@ -84,7 +90,8 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
     for label in tasks:
       assert os.path.isfile(os.path.join(workdir, f'{run}_{label}', 'results.json'))
   table = open(os.path.join(workdir, 'comparison.md')).read()
-  assert table.count('\n| ') == 4 and '| mlm | mlm |' in table  # header + 3 rows
+  assert table.count('\n| ') == 5 and '| mlm | mlm |' in table  # header + 4 rows
+  assert f'| TF-IDF baseline | - | 0 | 0 | - | - | - | {100 * rows[3]["downstream"]["first"]["median"]:.2f} |' in table
   assert ('| first dev/accuracy (median of seeds) | second dev/accuracy (median of seeds) / test '
           'median |') in table
   second = [r['downstream']['second'] for r in rows]

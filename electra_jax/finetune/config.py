@@ -26,6 +26,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.log_every = 50  # steps between progress lines
   c.eval_every = 0  # steps between dev scores (0: at the end only); the best checkpoint is kept
   c.save_every = 500  # steps between checkpoints (and at the end, and when stopped by SIGTERM)
+  c.baseline = True  # classification / regression: also score a TF-IDF + logistic (ridge)
+  #                   regression baseline on the same splits (finetune/baseline.py)
 
   t = c.task = ml_collections.ConfigDict()
   t.name = 'sst2'  # a GLUE task (cola sst2 mrpc qqp stsb mnli qnli rte wnli), squad1, squad2,

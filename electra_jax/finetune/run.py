@@ -35,6 +35,7 @@ from electra_jax import records as records_lib
 from electra_jax import step as step_lib
 from electra_jax import tokenizer as tokenizer_lib
 from electra_jax import workdir as workdir_lib
+from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import heads
@@ -529,7 +530,8 @@ def _check(cfg, mesh):
 
 
 # Fields that change how a fine-tuning is run or reported, not what it computes.
-_MAY_CHANGE = ('num_seeds', 'log_every', 'eval_every', 'save_every', 'eval_batch_size')
+_MAY_CHANGE = ('num_seeds', 'log_every', 'eval_every', 'save_every', 'eval_batch_size',
+               'baseline')
 
 
 def _check_same_finetuning(cfg, workdir: str):
@@ -559,7 +561,8 @@ def _scored(task) -> tuple:
   return task.dev_splits + task.test_splits
 
 
-def _table(task, results: list[dict]) -> tuple[str, dict]:
+def _table(task, results: list[dict], base: dict | None = None) -> tuple[str, dict]:
+  """(markdown table of the seeds, their median and the TF-IDF baseline `base`; the medians)."""
   splits = [s for s in _scored(task) if all(s in r for r in results)]
   columns = [(s, m) for s in splits for m in task.metrics]
   median = {f'{s}/{m}': statistics.median(r[s][m] for r in results) for s, m in columns}
@@ -570,6 +573,9 @@ def _table(task, results: list[dict]) -> tuple[str, dict]:
                  + ' |')
   lines.append('| **median** | ' + ' | '.join(f'**{100 * median[f"{s}/{m}"]:.2f}**'
                                                 for s, m in columns) + ' |')
+  if base:
+    lines.append('| TF-IDF baseline | ' + ' | '.join(
+        f'{100 * base[s][m]:.2f}' if s in base else '-' for s, m in columns) + ' |')
   return '\n'.join(lines) + '\n', median
 
 
@@ -664,16 +670,29 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
     results.append(result)
     log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in _scored(task)
                                       if s in result for m, v in result[s].items()))
-  return _write_results(task, results, pretrained.checkpoint, workdir, log)
+  base = None
+  if cfg.get('baseline', True) and task.kind in baseline_lib.KINDS:
+    t = time.time()
+    base = baseline_lib.tfidf(task, splits)
+    log(f'TF-IDF baseline (word and character n-grams, linear model; {time.time() - t:.0f} s): '
+        + ' | '.join(f'{s} {m} {100 * v:.2f}' for s, scored in (base or {}).items()
+                     for m, v in scored.items()))
+  return _write_results(task, results, pretrained.checkpoint, workdir, log, base)
 
 
-def _write_results(task, results, init: str, workdir: str, log) -> dict:
-  table, median = _table(task, results)
+def _write_results(task, results, init: str, workdir: str, log, base: dict | None = None) -> dict:
+  table, median = _table(task, results, base)
   summary = {'task': task.name, 'init': init, 'seeds': results, 'median': median}
+  if base:
+    summary['baseline'] = base
   fs.write_atomic(fs.join(workdir, 'results.json'), metrics_lib.dumps(summary, indent=2))
   fs.write_atomic(fs.join(workdir, 'results.md'),
                   f'# {task.name}, {len(results)} seed(s), from {init}\n\n{table}')
   log(table)
+  metric = task.metrics[0]
+  for split in _scored(task) if base else ():
+    if split in base and f'{split}/{metric}' in median:
+      log(baseline_lib.verdict(split, metric, median[f'{split}/{metric}'], base[split][metric]))
   return summary
 
 

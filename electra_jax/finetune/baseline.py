@@ -1,0 +1,85 @@
+"""The baseline a fine-tuning should beat: TF-IDF features and a linear model, on the same splits.
+
+    scores = baseline.tfidf(task, splits)   # {split: {metric: value}}, or None for QA / tagging
+
+Word unigrams and bigrams plus character 2-5-grams (within words), TF-IDF weighted with sublinear
+term frequencies; logistic regression for classes, ridge regression for numbers. Its one setting,
+the regularization strength, is chosen by 3-fold cross-validation on the train split alone (no dev
+example is seen before scoring), from a fixed grid. A pair task's two texts are joined by a marker
+word. Scored with the task's own metrics on its dev splits and labelled test splits.
+"""
+
+import numpy as np
+
+from electra_jax.finetune import scores
+
+KINDS = ('classification', 'regression')
+_PAIR = ' qqsepqq '  # joins a pair's texts: a word no text holds
+_STRENGTHS = (0.3, 1.0, 3.0, 10.0, 30.0)  # logistic regression's C; ridge's alpha is 1 / C
+
+
+def _texts(examples) -> list[str]:
+  return [e.text_a if not e.text_b else f'{e.text_a}{_PAIR}{e.text_b}' for e in examples]
+
+
+def _targets(task, examples) -> np.ndarray:
+  if task.kind == 'regression':
+    return np.asarray([float(e.label) for e in examples], np.float64)
+  index = {name: i for i, name in enumerate(task.labels)}
+  return np.asarray([index[str(e.label)] for e in examples])
+
+
+def features():
+  """The TF-IDF feature extractor (scikit-learn), not yet fitted."""
+  from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=import-outside-toplevel
+  from sklearn.pipeline import FeatureUnion  # pylint: disable=import-outside-toplevel
+  return FeatureUnion([
+      ('words', TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1,
+                                token_pattern=r'(?u)\b\w+\b')),
+      ('chars', TfidfVectorizer(analyzer='char_wb', ngram_range=(2, 5), sublinear_tf=True,
+                                min_df=2, max_features=300_000)),
+  ])
+
+
+def fit(task, train: list):
+  """(features, model) fitted on the train examples."""
+  from sklearn.linear_model import LogisticRegression, Ridge  # pylint: disable=import-outside-toplevel
+  from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold  # pylint: disable=import-outside-toplevel
+  extract = features()
+  x = extract.fit_transform(_texts(train))
+  y = _targets(task, train)
+  if task.kind == 'regression':
+    model = GridSearchCV(Ridge(), {'alpha': [1 / c for c in _STRENGTHS]},
+                         cv=KFold(3, shuffle=True, random_state=0))
+  else:
+    folds = max(2, min(3, int(np.bincount(y).min())))  # each fold holds every class if it can
+    model = GridSearchCV(LogisticRegression(max_iter=2000), {'C': list(_STRENGTHS)},
+                         cv=StratifiedKFold(folds, shuffle=True, random_state=0),
+                         scoring='accuracy')
+  model.fit(x, y)
+  return extract, model
+
+
+def tfidf(task, splits: dict) -> dict | None:
+  """{split: {metric: value}} of the baseline on the task's dev and labelled test splits; None
+  for a task it does not apply to (extractive QA, tagging) or without a train split."""
+  if task.kind not in KINDS or 'train' not in splits:
+    return None
+  scored = [s for s in task.dev_splits + task.test_splits if s in splits and splits[s]]
+  if not scored:
+    return {}
+  extract, model = fit(task, splits['train'])
+  out = {}
+  for split in scored:
+    examples = splits[split]
+    predictions = model.predict(extract.transform(_texts(examples)))
+    out[split] = scores.compute(task.metrics, _targets(task, examples), predictions)
+  return out
+
+
+def verdict(name: str, metric: str, tuned: float, baseline: float) -> str:
+  """One line saying which of the fine-tuning and the baseline is ahead, in points."""
+  gap = 100 * (tuned - baseline)
+  side = ('ahead of' if gap > 0 else 'behind' if gap < 0 else 'level with')
+  return (f'{name} {metric}: fine-tuned median {100 * tuned:.2f} is {side} the TF-IDF baseline '
+          f'{100 * baseline:.2f} ({gap:+.2f} points)')
