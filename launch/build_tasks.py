@@ -1,0 +1,50 @@
+"""Build the real-text task suite from text this system's packages ship (no download).
+
+    python launch/build_tasks.py --out=/tmp/electra_suite
+    python launch/finetune.py --config=configs/finetune/own.py --init=/tmp/electra_demo \
+        --workdir=/tmp/ft_debian --config.task.train=/tmp/electra_suite/debian_section/train.csv \
+        --config.task.dev=/tmp/electra_suite/debian_section/dev.csv \
+        --config.task.test=/tmp/electra_suite/debian_section/test.csv
+
+Four classification tasks (electra_jax/suite.py): Debian package descriptions by archive section
+(topic) and by role (kind of software), manual pages by section (genre) and translated manual pages
+by language. Each gets fixed train/dev/test CSV files and `corpus.txt`, its train texts unlabelled
+(a pre-training corpus: --config.data.corpus=<out>/<task>/corpus.txt), and <out>/suite.json.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import flags  # pylint: disable=wrong-import-position
+
+from electra_jax import cli  # pylint: disable=wrong-import-position
+
+_OUT = flags.DEFINE_string('out', None, 'the folder to write the tasks to')
+_PACKAGES = flags.DEFINE_string('packages', '/var/lib/apt/lists/*_Packages*',
+                                "apt's package index files (a glob; plain, .gz, .xz or .lz4)")
+_MAN = flags.DEFINE_string('man', '/usr/share/man', 'the folder of the manual pages')
+_PER_CLASS = flags.DEFINE_integer('per_class', 600, 'train examples per class at most (dev and '
+                                  'test: an eighth of it each)')
+flags.mark_flags_as_required(['out'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
+  if _PER_CLASS.value < 8:
+    raise cli.UserError(f'--per_class={_PER_CLASS.value}: give at least 8')
+  from electra_jax import suite  # pylint: disable=import-outside-toplevel
+  cli.check_paths(_OUT.value)
+  try:
+    suite.build(_OUT.value, suite.Sources(packages=_PACKAGES.value, man=_MAN.value,
+                                          per_class=_PER_CLASS.value),
+                log=lambda line: print(line, flush=True))
+  except ValueError as e:
+    raise cli.UserError(str(e)) from None
+  print(f'the suite: {os.path.join(_OUT.value, "suite.json")}')
+
+
+if __name__ == '__main__':
+  cli.run(main)
