@@ -70,6 +70,11 @@ def _load_config(spec: str, name: str):
     raise UserError(f'--{name}={spec}: {e}') from None
 
 
+def load_config_file(spec: str, flag: str = 'config'):
+  """get_config() of a config file (`path[:variant]`), errors as one sentence naming `--flag`."""
+  return _load_config(spec, flag)
+
+
 def _paths(config, prefix: str = '') -> dict:
   """{dotted path: value} of every field and section of a ConfigDict."""
   out = {}

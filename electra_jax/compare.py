@@ -187,16 +187,46 @@ def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps:
   or {label: config}); returns the table's rows."""
   from electra_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   tasks = as_tasks(ft_configs)
-  rows = plan(config, names, electra_steps)
+  plan(config, names, electra_steps)  # every run known before anything is written
   with workdir_lib.claim(workdir, 'comparison'):  # its runs claim their own folders in it
-    return _compare(config, tasks, workdir, rows, electra_steps, log)
+    return _compare(config, tasks, workdir, names, electra_steps, log)
 
 
-def _compare(config, tasks: dict, workdir: str, rows: list, electra_steps: int, log) -> list[dict]:
+def _shared_records(config, workdir: str, log) -> ml_collections.ConfigDict:
+  """`config` with one records folder for every run (built under `workdir` unless given). A
+  corpus too small for the vocabulary asked gets the largest multiple of 64 it can fill."""
   from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
   base = ml_collections.ConfigDict(config.to_dict())
-  if not base.data.records:  # one records folder for every run: the same data, the same split
+  if base.data.records:
+    return base
+  built = fs.join(workdir, 'data', records_lib.PLAN)  # a re-run: the size fitted the first time
+  if fs.isfile(built):
+    earlier = fs.read_json(built, f'delete {fs.dirname(built)} to build the records again')
+    size = earlier.get('vocab_size', base.model.vocab_size)
+    if size < base.model.vocab_size and size % 64 == 0 and not base.data.vocab:
+      log(f'note: the records of {workdir} have a vocabulary of {size} (what the corpus fills); '
+          f'every run uses it instead of {base.model.vocab_size}')
+      base.model.vocab_size = size
+  try:
     base.data.records, _ = pretrain.prepare_data(base, workdir, log)
+  except UserError as e:
+    cause = e.__context__
+    if not (isinstance(cause, tokenizer_lib.VocabTooLarge) and cause.most and cause.most >= 64
+            and not base.data.vocab):
+      raise
+    size = cause.most // 64 * 64
+    log(f'note: the corpus fills at most {cause.most} vocabulary entries; every run of this '
+        f'comparison uses {size} instead of {base.model.vocab_size}')
+    base.model.vocab_size = size
+    base.data.records, _ = pretrain.prepare_data(base, workdir, log)
+  return base
+
+
+def _compare(config, tasks: dict, workdir: str, names, electra_steps: int, log) -> list[dict]:
+  base = _shared_records(config, workdir, log)
+  rows = plan(base, names, electra_steps)
   for row in rows:
     log(f'{row["name"]}: {row["steps"]:,} steps of {row["flops_per_step"] / 1e9:.1f} GFLOP '
         f'({row["config"].objective.name})')
@@ -309,3 +339,59 @@ def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
         out.append(f'{label} ({split}): ahead is {ranked[0][1]} ({100 * ranked[0][0]:.2f}); the '
                    f'TF-IDF baseline {100 * base["downstream"][label][key]:.2f}')
   return out
+
+
+# ---- the real-text suite (launch/build_tasks.py): each task pre-trained on its own texts ---------
+
+def suite_tasks(suite_dir: str, ft_base: ml_collections.ConfigDict) -> list[tuple]:
+  """(task name, its pre-training corpus, its fine-tuning config) per task of the suite that
+  launch/build_tasks.py wrote to `suite_dir`."""
+  path = fs.join(suite_dir, 'suite.json')
+  if not fs.isfile(path):
+    raise UserError(f'{suite_dir} holds no suite.json; build the suite with python '
+                    f'launch/build_tasks.py --out={suite_dir}')
+  described = fs.read_json(path, f'build the suite again: python launch/build_tasks.py '
+                                 f'--out={suite_dir}')
+  out = []
+  for t in described['tasks']:
+    folder = fs.join(suite_dir, t['name'])  # where the suite is now, wherever it was built
+    ft = ml_collections.ConfigDict(ft_base.to_dict())
+    ft.task.update(name='own', kind='classification', header=True, text_a='text', text_b='',
+                   label='label', **{s: fs.join(folder, f'{s}.csv') for s in ('train', 'dev',
+                                                                               'test')})
+    out.append((t['name'], fs.join(folder, 'corpus.txt'), ft))
+  return out
+
+
+def suite_config(config: ml_collections.ConfigDict, corpus: str) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict(config.to_dict())
+  c.data.update(corpus=corpus, records='')
+  return c
+
+
+def compare_suite(config, suite_dir: str, ft_base, workdir: str, names=DEFAULT_RUNS,
+                  electra_steps: int = 2000, log=print) -> dict:
+  """`compare` on every task of a suite, each run pre-trained on the task's own train texts, under
+  `workdir/<task>`; then one table over the tasks (suite.md, suite.json). Returns {task: rows}."""
+  tables = {}
+  for name, corpus, ft in suite_tasks(suite_dir, ft_base):
+    log(f'== {name}: pre-training on {corpus}')
+    tables[name] = compare(suite_config(config, corpus), {name: ft}, fs.join(workdir, name), names,
+                           electra_steps, log=lambda line, name=name: log(f'[{name}] {line}'))
+  lines = ['| run | ' + ' | '.join(f'{n} (dev / test)' for n in tables) + ' |',
+           '|' + '---|' * (len(tables) + 1)]
+  runs = [r['run'] for r in next(iter(tables.values()))]
+  for run in runs:
+    cells = []
+    for name, rows in tables.items():
+      d = next((r['downstream'][name] for r in rows if r['run'] == run), None)
+      cells.append('-' if d is None else f'{100 * d["median"]:.2f}' + (
+          f' / {100 * d["test_median"]:.2f}' if 'test_median' in d else ''))
+    lines.append(f'| {run} | ' + ' | '.join(cells) + ' |')
+  table = '\n'.join(lines)
+  fs.write_atomic(fs.join(workdir, 'suite.md'),
+                  f'# The suite at the FLOPs of {electra_steps:,} ELECTRA steps (median of '
+                  f'seeds, dev / test accuracy)\n\n{table}\n')
+  fs.write_atomic(fs.join(workdir, 'suite.json'), json.dumps(tables, indent=1))
+  log(table)
+  return tables

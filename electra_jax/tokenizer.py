@@ -104,6 +104,14 @@ def _bounded(lines: Iterable[str], stats: dict) -> Iterator[str]:
       yield piece.decode('utf-8', errors='ignore')
 
 
+class VocabTooLarge(ValueError):
+  """The corpus cannot fill a vocabulary of the size asked; `most` is the trainer's largest."""
+
+  def __init__(self, message: str, most: int | None):
+    super().__init__(message)
+    self.most = most
+
+
 def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, *,
                         lower_case: bool = True, seed: int = 0, character_coverage: float = 0.9995,
                         max_sentences: int = 2_000_000, size_flag: str = '--vocab_size',
@@ -150,9 +158,9 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
     message = ' '.join(str(e).split())
     if 'Vocabulary size too high' in message:
       most = re.search(r'value <= (\d+)', message)
-      raise ValueError(f'the corpus is too small for a vocabulary of {vocab_size} entries; lower '
-                       f'{size_flag}' + (f' to at most {most.group(1)}' if most else '') +
-                       ' or use a larger corpus') from None
+      raise VocabTooLarge(f'the corpus is too small for a vocabulary of {vocab_size} entries; '
+                          f'lower {size_flag}' + (f' to at most {most.group(1)}' if most else '')
+                          + ' or use a larger corpus', int(most.group(1)) if most else None) from None
     chars = re.search(r'smaller than required_chars\. \d+ vs (\d+)', message)
     if chars:
       raise ValueError(f'a vocabulary of {vocab_size} entries cannot hold the {chars.group(1)} '

@@ -13,6 +13,14 @@ given, and so is the same model from random weights; --finetune_config.<field>=<
 --finetune_config sets the field for both built-in tasks. The table goes to
 <workdir>/comparison.md and comparison.json; re-running the command resumes. --plan prints each
 run's steps and the estimated time (one ELECTRA step is compiled and timed) and trains nothing.
+
+    python launch/build_tasks.py --out=/tmp/electra_suite
+    python launch/compare.py --workdir=/tmp/suite_cmp --suite=/tmp/electra_suite --runs=electra,mlm --plan
+
+--suite runs the comparison on every task of a suite of launch/build_tasks.py, each run pre-trained
+on that task's own train texts (<workdir>/<task>/), fine-tuned with configs/finetune/own.py (or
+--finetune_config), beside random weights and the TF-IDF baseline; one table over the tasks goes to
+<workdir>/suite.md.
 """
 
 import os
@@ -35,6 +43,8 @@ _RUNS = flags.DEFINE_list('runs', 'electra,electra_15,mlm,replace_mlm,all_tokens
                           'runs to compare')
 _STEPS = flags.DEFINE_integer('electra_steps', 2000, 'the budget: FLOPs of this many ELECTRA steps')
 _SEEDS = flags.DEFINE_integer('num_seeds', 3, 'fine-tunings per run (the same seeds for all)')
+_SUITE = flags.DEFINE_string('suite', None, 'a folder written by launch/build_tasks.py: compare on '
+                             'each of its tasks, pre-training on its own texts')
 _PLAN = flags.DEFINE_bool('plan', False, 'print the steps and estimated time; train nothing')
 flags.mark_flags_as_required(['workdir'])
 
@@ -46,6 +56,9 @@ def main(argv):
     raise cli.UserError('--electra_steps and --num_seeds must be at least 1')
   cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
   from electra_jax import compare  # pylint: disable=import-outside-toplevel
+  log = lambda line: print(line, flush=True)
+  if _SUITE.value:
+    return _suite(compare, log)
   if flags.FLAGS['finetune_config'].present:
     tasks = compare.as_tasks(_FT_CONFIG.value)  # named as finetune.py names it (own data: its file)
   else:  # both built-in tasks, each with the --finetune_config.<field> overrides given
@@ -56,12 +69,33 @@ def main(argv):
              for label in builtin.TASKS}
   for ft in tasks.values():
     ft.num_seeds = _SEEDS.value
-  log = lambda line: print(line, flush=True)
   if _PLAN.value:
     compare.print_plan(_CONFIG.value, tasks, _RUNS.value, _STEPS.value,
                        compare.measure_electra_step(_CONFIG.value), log)
     return
   compare.compare(_CONFIG.value, tasks, _WORKDIR.value, _RUNS.value, _STEPS.value, log=log)
+
+
+def _suite(compare, log):
+  if flags.FLAGS['finetune_config'].present:
+    ft = _FT_CONFIG.value
+  else:  # your own data's defaults, with the --finetune_config.<field> overrides given
+    own = cli.load_config_file(os.path.join(_ROOT, 'configs', 'finetune', 'own.py'),
+                               'finetune_config')
+    ft = compare.with_fields(own, _FT_CONFIG.value, cli.overridden_fields('finetune_config'))
+  ft.num_seeds = _SEEDS.value
+  if not _PLAN.value:
+    compare.compare_suite(_CONFIG.value, _SUITE.value, ft, _WORKDIR.value, _RUNS.value,
+                          _STEPS.value, log=log)
+    return
+  step_s = compare.measure_electra_step(_CONFIG.value)
+  total = 0.0
+  for name, corpus, task_ft in compare.suite_tasks(_SUITE.value, ft):
+    log(f'== {name} (pre-training on {corpus})')
+    total += compare.print_plan(compare.suite_config(_CONFIG.value, corpus), {name: task_ft},
+                                _RUNS.value, _STEPS.value, step_s, log)
+  log(f'the whole suite: estimated {total / 60:.1f} min (one ELECTRA step measured once; the '
+      'records and vocabulary of each task come on top)')
 
 
 if __name__ == '__main__':

@@ -172,3 +172,55 @@ def test_a_misspelt_field_of_a_default_config_file_is_one_sentence(tmp_path):
       "error: unknown config field 'word_tabel_lr'; did you mean "
       '--finetune_config.optimizer.word_table_lr?'], done.stderr
   assert not os.path.exists(tmp_path / 'cmp')
+
+
+def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
+  """compare.py --suite: each task's runs pre-train on that task's corpus (records of their own),
+  fine-tune on its files, beside random weights and the TF-IDF baseline; one table over tasks."""
+  import csv  # pylint: disable=import-outside-toplevel
+  from electra_jax import suite  # pylint: disable=import-outside-toplevel
+  suite_dir = str(tmp_path / 'suite')
+  described = []
+  for name, seed in (('first', 0), ('second', 1)):
+    with open(_synthetic(tmp_path / f'{name}.csv', 160, 'classification', seed)) as f:
+      rows = list(csv.DictReader(f))
+    examples = tuple((r['text'], r['label'], f'{i}') for i, r in enumerate(rows))
+    described.append(suite.write(suite.Task(name, 'test', 'synthetic', examples), suite_dir,
+                                 per_class=64, min_class=4))
+  with open(os.path.join(suite_dir, 'suite.json'), 'w') as f:
+    json.dump({'tasks': described}, f)
+  ft = ft_config_lib.default_config()
+  ft.update(batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0, num_seeds=1)
+  workdir = str(tmp_path / 'cmp')
+  lines = []
+  tables = compare.compare_suite(test_config(), suite_dir, ft, workdir, ('electra',),
+                                 electra_steps=2, log=lines.append)
+  assert list(tables) == ['first', 'second']
+  for name in tables:
+    assert [r['run'] for r in tables[name]] == ['electra', 'random init', 'TF-IDF baseline']
+    meta = json.load(open(os.path.join(workdir, name, 'data', 'metadata.json')))
+    assert meta['source'] == os.path.join(suite_dir, name, 'corpus.txt')  # its own texts
+  table = open(os.path.join(workdir, 'suite.md')).read()
+  assert '| run | first (dev / test) | second (dev / test) |' in table
+  base = tables['second'][2]['downstream']['second']
+  assert f'| TF-IDF baseline | ' in table and f'{100 * base["median"]:.2f} / ' \
+      f'{100 * base["test_median"]:.2f} |' in table
+  assert any(l.startswith('[second] electra: 2 steps') for l in lines), lines
+
+
+def test_a_corpus_too_small_for_the_vocabulary_gets_the_size_it_fills(tmp_path):
+  from conftest import write_corpus  # pylint: disable=import-outside-toplevel
+  corpus = write_corpus(str(tmp_path / 'small.txt'))
+  config = test_config(**{'data.corpus': corpus, 'data.records': '', 'model.vocab_size': 4096})
+  lines = []
+  base = compare._shared_records(config, str(tmp_path / 'w'), lines.append)  # pylint: disable=protected-access
+  size = base.model.vocab_size
+  assert size % 64 == 0 and 64 <= size < 4096 and config.model.vocab_size == 4096
+  assert any(l.startswith('note: the corpus fills at most') and f'uses {size} instead of 4096' in l
+             for l in lines), lines
+  from electra_jax import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  vocab = tokenizer_lib.load_tokenizer(os.path.join(base.data.records, 'vocab.model'))
+  assert vocab.vocab_size == size
+  lines.clear()  # a re-run finds the records built with the fitted size
+  again = compare._shared_records(config, str(tmp_path / 'w'), lines.append)  # pylint: disable=protected-access
+  assert again.model.vocab_size == size and any('have a vocabulary of' in l for l in lines)
