@@ -438,6 +438,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
 
 
 def _train(config, source, workdir: str, mesh, log) -> dict:
+  main = distributed.is_main()
   records_dir, meta, readers, eval_batches = _open_workdir(config, workdir, log)
 
   # ---- the state: restored, or init_from's weights, or fresh ----
@@ -486,7 +487,7 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   distributed.barrier('first_step')
   with user_errors(input_pipeline.DamagedRecords, checkpoint_lib.DiskFull):
     result = loop_lib.run(plan, state, train_fn, batches, start, evaluate=evaluate_now, ckpt=ckpt,
-                          meta=saved_meta, logs=loop_lib.Logs(workdir, distributed.is_main()), log=log,
+                          meta=saved_meta, logs=loop_lib.Logs(workdir, main), log=log,
                           annotate=annotate)
     if result.preempted:
       return {'step': result.step, 'preempted': result.preempted}

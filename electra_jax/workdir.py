@@ -157,6 +157,14 @@ def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
              'is another run starting there?')
 
 
+def read_config(path: str):
+  """The config.json of the run in workdir `path` (a dict), or one sentence when it is damaged:
+  the run's own command writes it again and resumes from the checkpoints."""
+  return fs.read_json(fs.join(path, 'config.json'),
+                      f'delete it and run the command that made {path} again: it writes '
+                      'config.json again and resumes from its checkpoints')
+
+
 def make(path: str):
   """Makes the folder `path` (and its parents), or one sentence on why it cannot be written."""
   if fs.exists(path) and not fs.isdir(path):

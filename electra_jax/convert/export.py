@@ -27,6 +27,7 @@ from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import fs
 from electra_jax import model as model_lib
 from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import workdir as workdir_lib
 from electra_jax.convert import hf
 from electra_jax.convert import original
 from electra_jax.convert import vocab as vocab_lib
@@ -47,8 +48,7 @@ def _read_config(workdir: str) -> dict:
   if not fs.isfile(path):
     raise UserError(f'{workdir} is not a workdir of launch/train.py or launch/finetune.py (it has '
                     'no config.json); give the --workdir of a run')
-  return fs.read_json(path, f'delete it and run the command that made {workdir} again: it '
-                            'writes config.json again and continues from its checkpoints')
+  return workdir_lib.read_config(workdir)
 
 
 def _restore(directory: str, step: int | None, what: str):

@@ -23,6 +23,7 @@ import numpy as np
 from electra_jax import fs
 from electra_jax import model as model_lib
 from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import workdir as workdir_lib
 from electra_jax.convert import hf
 from electra_jax.convert import original
 from electra_jax.convert import vocab as vocab_lib
@@ -78,8 +79,7 @@ def _is_workdir(folder: str) -> bool:
   if not fs.isfile(path):
     return False
   if fs.isdir(fs.join(folder, 'checkpoints')):  # ours: a damaged config.json is named
-    config = fs.read_json(path, f'delete it and run the launch/train.py command of {folder} again: '
-                                'it writes config.json again and resumes from its checkpoints')
+    config = workdir_lib.read_config(folder)
   else:
     with fs.open(path) as f:
       try:
@@ -142,9 +142,7 @@ def _open_workdir(path: str) -> Source:
   import ml_collections  # pylint: disable=import-outside-toplevel
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
-  config = ml_collections.ConfigDict(fs.read_json(
-      fs.join(path, 'config.json'), f'delete it and run the launch/train.py command of {path} '
-      'again: it writes config.json again and resumes from its checkpoints'))
+  config = ml_collections.ConfigDict(workdir_lib.read_config(path))
   _, _, vocab = records_lib.workdir_vocab(path, config)
   ckpt = checkpoint_lib.Checkpointer(fs.join(path, 'checkpoints'))
   try:

@@ -69,9 +69,7 @@ def load_pretrained(init: str, from_scratch: bool = False, log=print) -> Pretrai
   path = fs.join(init, 'config.json')
   config = None
   if fs.isfile(path) and fs.isdir(fs.join(init, 'checkpoints')):  # a pre-training workdir's
-    config = fs.read_json(path, f'delete it and run that pre-training\'s launch/train.py command '
-                                f'again with --workdir={init}: it writes config.json again and '
-                                'resumes from its checkpoints')
+    config = workdir_lib.read_config(init)
   elif fs.isfile(path):
     with fs.open(path) as f:
       try:
