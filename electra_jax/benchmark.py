@@ -129,7 +129,8 @@ def step_memory(config) -> dict:
     return int(np.prod(shape)) * leaf.dtype.itemsize
 
   leaves = jax.tree.leaves(state)
-  return {'devices': mesh.devices.size, 'fsdp': setup.fsdp, 'batch_size': d.batch_size,
+  return {'devices': mesh.devices.size, 'fsdp': step_lib.uses_fsdp(setup, mesh),
+          'batch_size': d.batch_size,
           'seq_len': d.max_seq_length, 'compile_s': compile_s,
           'parameters': sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params)),
           'state_mb': sum(int(np.prod(x.shape)) * x.dtype.itemsize for x in leaves) / 1e6,

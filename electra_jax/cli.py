@@ -90,6 +90,8 @@ def _check_value(flag: str, path: str, old, text: str):
   kinds = ((bool, 'true or false', lambda t: t.lower() in ('true', 'false', '1', '0')),
            (int, 'an integer', lambda t: re.fullmatch(r'[+-]?\d[\d_]*', t)),
            (float, 'a number', lambda t: _is_float(t)))
+  if old is None and path == 'fsdp':  # a bool whose default (None) means auto
+    old = False
   for kind, words, ok in kinds:
     if isinstance(old, kind):
       if not ok(text.strip()):

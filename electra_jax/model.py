@@ -167,37 +167,6 @@ def _lpm_bwd(residuals, g):
 low_precision_matmul.defvjp(_lpm_fwd, _lpm_bwd)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def low_precision_einsum(spec: str, x, w):
-  """einsum(spec, x, w) for 16-bit x and w with a float32 result, and backward einsums of 16-bit
-  inputs (as `low_precision_matmul`). `spec` is 'ab,bc->ac'-like: every index of an operand
-  appears in the other operand or the output."""
-  return jnp.einsum(spec, x, w, preferred_element_type=jnp.float32)
-
-
-def _lpe_fwd(spec, x, w):
-  return low_precision_einsum(spec, x, w), (x, w)
-
-
-def _lpe_bwd(spec, residuals, g):
-  x, w = residuals
-  inputs, out = spec.split('->')
-  a, b = inputs.split(',')
-  g = g.astype(x.dtype)
-  dx = jnp.einsum(f'{out},{b}->{a}', g, w, preferred_element_type=jnp.float32).astype(x.dtype)
-  dw = jnp.einsum(f'{a},{out}->{b}', x, g, preferred_element_type=jnp.float32).astype(w.dtype)
-  return dx, dw
-
-
-low_precision_einsum.defvjp(_lpe_fwd, _lpe_bwd)
-
-
-def _einsum(spec: str, x, w):
-  if x.dtype == jnp.float32:
-    return jnp.einsum(spec, x, w, preferred_element_type=jnp.float32)
-  return low_precision_einsum(spec, x, w)
-
-
 def random_bits(key, shape) -> jax.Array:
   """uint32 bits for `shape` from a counter-based hash of (key, element index).
 
@@ -255,35 +224,6 @@ class Dense(nn.Module):
     return (y + bias.astype(jnp.float32)).astype(dt)
 
 
-class HeadsDense(nn.Module):
-  """Dense's parameters (kernel [in, heads * head], bias) applied so that the heads come out as an
-  axis of their own: x [B, L, in] -> [B, heads, L, head] ('split'), or the inverse projection of
-  attention's output [B, heads, L, head] -> [B * L, features] ('merge'). On TPUs the attention
-  kernel takes [B, heads, L, head] blocks: the projections then write and read that layout
-  themselves instead of XLA transposing [B, L, heads, head] around the kernel."""
-  features: int
-  heads: int
-  cfg: ModelConfig
-  merge: bool = False
-
-  @nn.compact
-  def __call__(self, x):
-    cfg, dt = self.cfg, jnp.dtype(self.cfg.dtype)
-    fan_in = x.shape[1] * x.shape[3] if self.merge else x.shape[-1]
-    kernel = self.param('kernel', truncated_normal(cfg.initializer_range), (fan_in, self.features),
-                        jnp.dtype(cfg.param_dtype))
-    bias = self.param('bias', nn.initializers.zeros, (self.features,), jnp.dtype(cfg.param_dtype))
-    if self.merge:
-      batch, heads, length, head = x.shape
-      w = kernel.astype(dt).reshape(heads, head, self.features)
-      y = _einsum('bhld,hde->ble', x.astype(dt), w) + bias.astype(jnp.float32)
-      return y.astype(dt).reshape(batch * length, self.features)
-    head = self.features // self.heads
-    w = kernel.astype(dt).reshape(fan_in, self.heads, head)
-    y = _einsum('ble,ehd->bhld', x.astype(dt), w)
-    return (y + bias.astype(jnp.float32).reshape(self.heads, 1, head)).astype(dt)
-
-
 def _small_table_lookup(table, ids):
   """table[ids] for a table of a few rows (token types) as a sum of selections: the same values for
   ids in range, and a gradient of one reduction per row instead of a scatter-add whose every token
@@ -329,25 +269,31 @@ class Embeddings(nn.Module):
 
 
 def attention_impl(cfg: ModelConfig, dtype, deterministic: bool, length: int = 0,
-                   head_dim: int = 64) -> str:
+                   head_dim: int = 64, heads: int = 1) -> str:
   """The attention path a layer runs: 'explicit', 'pallas' or 'fused' (see attention.py).
 
   A run decides `model.attention='auto'` once, before it compiles (`resolve_attention`); a model
   used outside a run (conversion, tests) decides it here the same way, checking the kernel on the
   default device. 'fused' (cuDNN) has no dropout: where attention dropout is active it runs the
-  explicit path. 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests).
+  explicit path. 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests). A
+  network whose heads the kernels do not take (on TPUs: heads of 64 in an odd number) runs the
+  explicit path.
   """
   active_dropout = not deterministic and cfg.attention_dropout_rate > 0
   impl = cfg.attention
   if impl == 'auto':
-    impl = _auto_attention(cfg, jnp.dtype(dtype).name, length, head_dim)[0]
+    impl = _auto_attention(cfg, jnp.dtype(dtype).name, length, head_dim, heads=heads)[0]
   if impl == 'fused' and active_dropout:
+    return 'explicit'
+  if impl == 'pallas' and length and attention_lib.unsupported(
+      attention_lib.default_options(cfg.platform or jax.default_backend()), length, head_dim,
+      heads):
     return 'explicit'
   return impl
 
 
 def _auto_attention(cfg: ModelConfig, dtype: str, length: int, head_dim: int,
-                    check=None) -> tuple[str, str]:
+                    check=None, heads: int = 0) -> tuple[str, str]:
   """('explicit' | 'pallas' | 'fused', why) for model.attention='auto' on cfg's platform.
 
   The Pallas flash kernel on GPUs and TPUs, where it takes the shape and passes `check` (default:
@@ -359,7 +305,8 @@ def _auto_attention(cfg: ModelConfig, dtype: str, length: int, head_dim: int,
   fallback = 'fused' if jnp.dtype(dtype).itemsize == 2 else 'explicit'
   if backend not in ACCELERATORS:
     return 'explicit', ''
-  problem = attention_lib.unsupported(attention_lib.default_options(backend), length, head_dim)
+  problem = attention_lib.unsupported(attention_lib.default_options(backend), length, head_dim,
+                                      heads or cfg.num_heads)
   if problem:
     return fallback, f'the Pallas kernel does not take this shape: {problem}'
   if check is None:
@@ -386,7 +333,8 @@ def resolve_attention(cfg: ModelConfig, length: int, checked=True,
   head = cfg.hidden_size // cfg.num_heads
   backend = cfg.platform or jax.default_backend()
   if cfg.attention == 'pallas':
-    problem = attention_lib.unsupported(attention_lib.default_options(backend), length, head)
+    problem = attention_lib.unsupported(attention_lib.default_options(backend), length, head,
+                                        cfg.num_heads)
     if problem:
       raise ValueError(f'model.attention=pallas: the kernel does not take {length}-token sequences '
                        f'with heads of {head} on {backend} ({problem}); use model.attention=auto '
@@ -449,23 +397,14 @@ class TransformerLayer(nn.Module):
     x = x.reshape(batch * length, x.shape[-1])
     dense = lambda n, name: Dense(n, cfg, name=name)
     head = self.hidden_size // self.num_heads
-    impl = attention_impl(cfg, jnp.dtype(cfg.dtype), deterministic, length, head)
+    impl = attention_impl(cfg, jnp.dtype(cfg.dtype), deterministic, length, head,
+                          self.num_heads)
     if impl == 'pallas' and self.is_initializing():  # creating parameters (a few tokens): any
       impl = 'explicit'  #                              path makes the same ones
     options = attention_lib.default_options(cfg.platform or jax.default_backend())
     rate = 0.0 if deterministic else cfg.attention_dropout_rate
     # the dropout mask of the probabilities is a hash of this key and (row, head, query, key)
     words = attention_lib.seed_words(self.make_rng('dropout')) if rate > 0 else None
-    if impl == 'pallas' and options.backend == 'tpu':  # [B, heads, L, head] end to end
-      rows = x.reshape(batch, length, -1)
-      q, k, v = (HeadsDense(self.hidden_size, self.num_heads, cfg, name=n)(rows)
-                 for n in ('query', 'key', 'value'))
-      context = attention_lib.flash_sharded(q, k, v, input_mask, direction=self.direction,
-                                            dropout_rate=rate, words=words, options=options,
-                                            heads_major=True)
-      attended = HeadsDense(self.hidden_size, self.num_heads, cfg, merge=True,
-                            name='attention_output')(context)
-      return self._feed_forward(x, attended, batch, length, deterministic)
     split = lambda y: y.reshape(batch, length, self.num_heads, head)
     q = split(dense(self.hidden_size, 'query')(x))
     k = split(dense(self.hidden_size, 'key')(x))

@@ -363,7 +363,8 @@ def _compile_for_topology(config, slice_, log) -> dict:
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   rows = d.batch_size // mesh.devices.size
   log(f'{n_params:,} parameters | {model_cfg.dtype} activations, {model_cfg.param_dtype} '
-      f'parameters and Adam moments{" split by FSDP" if setup.fsdp else ""} | batch '
+      f'parameters and Adam moments{" split by FSDP" if step_lib.uses_fsdp(setup, mesh) else ""}'
+      f' | batch '
       f'{d.batch_size} x {d.max_seq_length} ({rows} rows per chip)')
   capacity = slice_.hbm_bytes
   problems = []
@@ -552,7 +553,8 @@ def _describe_run(config, setup, state, mesh, readers: int, start: int, log):
                                            config.objective.name)
   hosts = (f'{jax.process_count()} processes, ' if jax.process_count() > 1 else '')
   log(f'{n_params:,} parameters | {hosts}{mesh.devices.size} x {jax.devices()[0].device_kind}'
-      f'{" (FSDP)" if setup.fsdp else ""} | batch {d.batch_size} x {d.max_seq_length}, '
+      f'{" (FSDP)" if step_lib.uses_fsdp(setup, mesh) else ""} | batch {d.batch_size} x '
+      f'{d.max_seq_length}, '
       f'{readers} input reader(s) | {step_flops / 1e9:.1f} GFLOP/step | '
       f'steps {start} -> {config.train_steps}')
   peak, peak_source = flops_lib.mesh_peak(mesh.devices.flat, setup.model_cfg.dtype)

@@ -58,7 +58,8 @@ class Setup:
   special: SpecialIds | None = None  # pre-training only
   draw: Callable | None = None  # (rng, global batch) -> objectives.Draws: masking, normalizers
   microbatches: int = 1  # gradient accumulation: sequential parts of the global batch per step
-  fsdp: bool = False  # parameters and optimizer state split over the devices (partitioning.py)
+  fsdp: bool | None = False  # parameters and optimizer state split over the devices
+  #   (partitioning.py); None: decided for the mesh (`uses_fsdp`)
   param_shardings: Any = None  # set by compile_steps: gradients are kept in the parameters' layout
 
 
@@ -83,7 +84,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
   return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
                seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
                objective_cfg=objective_cfg, special=special, draw=draw,
-               microbatches=max(1, config.get('microbatches', 1)), fsdp=config.get('fsdp', False))
+               microbatches=max(1, config.get('microbatches', 1)), fsdp=config.get('fsdp', None))
 
 
 def _keys(seed: int):
@@ -193,11 +194,20 @@ def accumulate(total, new):
   return jax.tree.map(jnp.add, total, new)
 
 
+def uses_fsdp(setup: Setup, mesh) -> bool:
+  """Whether the run splits its state over the mesh: config.fsdp, or where it is None (auto), on
+  TPU slices of more than one chip."""
+  if setup.fsdp is not None:
+    return bool(setup.fsdp)
+  return mesh.devices.size > 1 and mesh.devices.flat[0].platform == 'tpu'
+
+
 def compile_steps(setup: Setup, mesh):
   """(init, train_step, eval_step) jitted over the mesh: batch split on 'data', state replicated
-  (or split by FSDP's rules with `setup.fsdp`)."""
+  (or split by FSDP's rules, `uses_fsdp`)."""
   data = partitioning.batch_sharding(mesh)
   repl = partitioning.replicated(mesh)
+  setup = dataclasses.replace(setup, fsdp=uses_fsdp(setup, mesh))
   state = partitioning.state_shardings(jax.eval_shape(functools.partial(init_state, setup)), mesh,
                                        setup.fsdp)
   if setup.fsdp:

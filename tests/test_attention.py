@@ -40,15 +40,16 @@ def _value_and_grads(fn, q, k, v, do):
   return (out,) + vjp(do)
 
 
-@pytest.mark.parametrize('backend, dtype, rate, direction', [
-    ('gpu', jnp.float32, 0.1, ''),
-    ('gpu', jnp.float32, 0.1, 'ltr'),
-    ('gpu', jnp.float32, 0.0, ''),
-    ('tpu', jnp.float32, 0.1, 'rtl'),
-    ('gpu', jnp.bfloat16, 0.1, ''),
-    ('tpu', jnp.bfloat16, 0.1, 'ltr'),
+@pytest.mark.parametrize('backend, dtype, rate, direction, heads, head_dim', [
+    ('gpu', jnp.float32, 0.1, '', 2, 16),
+    ('gpu', jnp.float32, 0.1, 'ltr', 2, 16),
+    ('gpu', jnp.float32, 0.0, '', 2, 16),
+    ('tpu', jnp.float32, 0.1, 'rtl', 2, 16),  # both heads in one program (32 lanes: the width)
+    ('gpu', jnp.bfloat16, 0.1, '', 2, 16),
+    ('tpu', jnp.bfloat16, 0.1, 'ltr', 2, 16),
+    ('tpu', jnp.float32, 0.1, '', 6, 64),  # three programs of two heads each (128 lanes)
 ])
-def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction):
+def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction, heads, head_dim):
   """Output and dQ, dK, dV of the kernels equal the explicit einsum + softmax + the same hashed
   dropout mask: float32 to 1e-5, bfloat16 to bfloat16's rounding of the operands.
 
@@ -57,7 +58,7 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction):
   the original, which float32 holds to about 1e-3 only, so its values depend on the order of the
   additions (and on the CPU the compiler's choice of fused multiply-adds: on one machine they
   differed by 7e-5 of the largest gradient). Such rows' outputs are never used."""
-  q, k, v, do, key_mask = _problem(dtype)
+  q, k, v, do, key_mask = _problem(dtype, heads=heads, head_dim=head_dim)
   live = attention.allowed_mask(key_mask, q.shape[1], direction).any(-1)  # [B, 1, L]
   live = jnp.transpose(live, (0, 2, 1))[..., None]  # [B, L, 1, 1], like q
   do = jnp.where(live, do, jnp.zeros_like(do))  # dead rows send no gradient
@@ -136,8 +137,8 @@ def test_sharded_kernels_equal_one_device():
 
 
 def _tpu_layout(monkeypatch):
-  """The TPU kernels' path on this CPU: [B, heads, L, head] from the projections to the kernels
-  (model.HeadsDense), the kernels in Pallas' interpreter."""
+  """The TPU kernels' path on this CPU: heads grouped into lane blocks, the kernels in Pallas'
+  interpreter."""
   tpu = attention.FlashOptions(backend='tpu', interpret=True)
   monkeypatch.setattr(attention, 'default_options', lambda backend: tpu)
 
@@ -147,7 +148,7 @@ def _tpu_layout(monkeypatch):
 def test_model_with_the_kernels_trains_as_the_explicit_path(generator, layout, monkeypatch):
   """model.attention='pallas' (interpreted here) gives the explicit path's logits and parameter
   gradients in training mode, attention and hidden dropout on, padding and ELECTRIC's towers; in
-  the GPU kernels' layout and in the TPU kernels' (heads as an axis from the projections on)."""
+  the GPU kernels' layout and in the TPU kernels' (both heads in one program)."""
   if layout == 'tpu':
     _tpu_layout(monkeypatch)
   base = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_layers=2, num_heads=2,
@@ -252,3 +253,9 @@ def test_options_reject_shapes_the_kernels_do_not_take():
   tpu = attention.default_options('tpu')
   assert not attention.unsupported(tpu, 512, 64)
   assert attention.unsupported(tpu, 200, 64)
+  # on TPUs heads go two by two into 128 lanes (or one program takes the whole width)
+  assert attention.group_size(tpu, 12, 64) == 2 and attention.group_size(tpu, 4, 128) == 1
+  assert attention.group_size(tpu, 1, 64) == 1 and attention.group_size(gpu, 12, 64) == 1
+  assert not attention.unsupported(tpu, 512, 64, heads=1)
+  assert 'lanes' in attention.unsupported(tpu, 512, 64, heads=3)
+  assert 'lanes' in attention.unsupported(tpu, 512, 48, heads=4)

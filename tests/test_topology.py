@@ -15,6 +15,7 @@ import pytest
 from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
 from electra_jax import UserError
 from electra_jax import aot
+from electra_jax import cli as cli_lib
 from electra_jax import attention
 from electra_jax import hlo_cost
 from electra_jax import model as model_lib
@@ -307,6 +308,27 @@ def test_dtype_auto_is_bfloat16_on_accelerators_and_float32_on_cpus():
   assert model_lib.ModelConfig.from_config(model).dtype == 'float32'  # this CPU
   model.dtype = 'float32'
   assert model_lib.ModelConfig.from_config(model, 'tpu').dtype == 'float32'  # as asked
+
+
+@needs_libtpu
+def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
+  """config.fsdp=None (the default): FSDP on a TPU slice of several chips (each updates its share
+  of the state), replicated on one chip and on CPUs; True or False as asked."""
+  from electra_jax.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  config = test_config()
+  assert config.fsdp is None
+  setup = step_lib.build_setup(config, SPECIAL, 'tpu')
+  chips = topology.parse('v5e-8').devices()
+  assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips))
+  assert not step_lib.uses_fsdp(setup, partitioning.make_mesh(chips[:1]))
+  assert not step_lib.uses_fsdp(setup, partitioning.make_mesh())  # this CPU's 8 devices
+  for asked in (True, False):
+    config.fsdp = asked
+    setup = step_lib.build_setup(config, SPECIAL, 'tpu')
+    assert step_lib.uses_fsdp(setup, partitioning.make_mesh()) is asked
+    assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips)) is asked
+  with pytest.raises(UserError, match='fsdp takes true or false'):
+    cli_lib._check_value('config', 'fsdp', None, 'maybe')
 
 
 def test_flash_refuses_shapes_its_blocks_do_not_divide():
