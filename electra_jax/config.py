@@ -21,11 +21,8 @@ def default_config() -> ml_collections.ConfigDict:
   c.keep_best = ''  # a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it
   c.microbatches = 0  # gradient accumulation: the global batch in this many sequential parts (same
   #   loss and gradient); 0: the fewest whose step fits the device's memory (1 on CPUs)
-  c.fsdp = ml_collections.FieldReference(None, field_type=bool)  # True: parameters and optimizer
-  #   state split over the devices (FSDP / ZeRO-3), a 1/N share each, gathered whole once per step,
-  #   each device updating its share; False: replicated (data parallel), every device updating all;
-  #   None (auto): split on a TPU slice of several chips (the update's pass over the state, 11 ms
-  #   of a Base step on v5e-8 when replicated, is then split 8 ways), replicated elsewhere
+  c.fsdp = ml_collections.FieldReference(None, field_type=bool)  # True: state split over the
+  #   devices (FSDP, partitioning.py); False: replicated; None (auto): split on TPU slices only
   c.nonfinite = 'stop'  # a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps
   c.init_from = ''  # start from other weights: an HF folder, launch/export.py's, an original ckpt
   c.init_generator = ''  # with an HF discriminator folder: its generator's folder ('' : fresh)

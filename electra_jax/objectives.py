@@ -30,11 +30,17 @@ class ObjectiveConfig:
   disc_weight: float = 50.0
   temperature: float = 1.0
   disallow_correct: bool = False
+  sampler: str = 'cdf'  # the generator's draw: 'cdf' (masking.sample_with) on CPUs, 'gumbel'
+  #   (masking.sample_gumbel) on GPUs and TPUs: the same distribution, each the faster there
 
   @classmethod
-  def from_config(cls, objective_cfg) -> 'ObjectiveConfig':
+  def from_config(cls, objective_cfg, platform: str = '') -> 'ObjectiveConfig':
+    """The objective's view of `config.objective` for a run on `platform` ('' : JAX's default
+    backend), which picks the sampler."""
     fields = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in objective_cfg.items() if k in fields})
+    values = {k: v for k, v in objective_cfg.items() if k in fields}
+    accelerator = (platform or jax.default_backend()) in model_lib.ACCELERATORS
+    return cls(**values, sampler='gumbel' if accelerator else 'cdf')
 
 
 def ratio(numerator, denominator):
@@ -58,6 +64,7 @@ class Draws(NamedTuple):
   accumulation) masks, samples and normalizes exactly as the whole batch would."""
   masked: masking.Masked  # [B, ..] the selected slots and the generator's input
   sample_uniform: jax.Array  # [B, N] one number in [0, 1) per slot: the generator's sample
+  sample_seeds: jax.Array  # [B, N, 2] uint32 per slot: the same sample's seeds (sampler 'gumbel')
   counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
   rows: jax.Array | None = None  # [V] bool: the vocabulary's tokens present in the global batch
 
@@ -84,8 +91,10 @@ def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int)
             'selected': jnp.sum(tokens * masking.selected(masked, tokens.shape[1])),
             'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32))}
   uniform = jax.random.uniform(sample_rng, masked.weights.shape, jnp.float32)
+  seeds = jax.random.bits(jax.random.fold_in(sample_rng, 1), masked.weights.shape + (2,),
+                          jnp.uint32)
   rows = jnp.zeros((vocab_size,), jnp.bool_).at[batch['input_ids'].reshape(-1)].set(True)
-  return Draws(masked, uniform, counts, rows)
+  return Draws(masked, uniform, seeds, counts, rows)
 
 
 def _network_rngs(rng):
@@ -117,6 +126,16 @@ def _mlm_terms(logits, targets, weights, count, prefix='mlm'):
                 f'{prefix}_accuracy': ratio(correct * weights, weights)}
 
 
+def _sample(draws: Draws, logits, cfg: ObjectiveConfig, targets):
+  """The generator's draw at every slot, by the run's sampler."""
+  disallow = targets if cfg.disallow_correct else None
+  if cfg.sampler == 'gumbel':
+    return masking.sample_gumbel(draws.sample_seeds, logits, temperature=cfg.temperature,
+                                 disallow=disallow)
+  return masking.sample_with(draws.sample_uniform, logits, temperature=cfg.temperature,
+                             disallow=disallow)
+
+
 def _generate(apply, rng, batch, draws: Draws, cfg: ObjectiveConfig, rows=None):
   """The generator's MLM at the masked positions, and its samples written into the original."""
   masked = draws.masked
@@ -125,8 +144,7 @@ def _generate(apply, rng, batch, draws: Draws, cfg: ObjectiveConfig, rows=None):
   mlm_loss, metrics = _mlm_terms(gen_logits, masked.target_ids, masked.weights,
                                  draws.counts['slots'])
   # Sample replacements (no gradient flows through the sample) and write them into the original.
-  sampled = masking.sample_with(draws.sample_uniform, gen_logits, temperature=cfg.temperature,
-                                disallow=masked.target_ids if cfg.disallow_correct else None)
+  sampled = _sample(draws, gen_logits, cfg, masked.target_ids)
   metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
                                           masked.weights)
   disc_ids, is_replaced = masking.replace_tokens(batch['input_ids'], masked.positions,
@@ -274,8 +292,7 @@ def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objectiv
                                    draws.counts['candidates'])
 
   chosen = jnp.take_along_axis(logits, masked.positions[..., None], axis=1)
-  sampled = masking.sample_with(draws.sample_uniform, chosen, temperature=cfg.temperature,
-                                disallow=masked.target_ids if cfg.disallow_correct else None)
+  sampled = _sample(draws, chosen, cfg, masked.target_ids)
   metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
                                           masked.weights)
   disc_ids, _ = masking.replace_tokens(ids, masked.positions, masked.weights, sampled)

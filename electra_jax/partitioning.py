@@ -7,7 +7,9 @@ replicated (data parallelism: one gradient all-reduce per step). With `config.fs
 and its Adam moments are split along one dimension over the same 'data' axis (ZeRO-3 / FSDP): a
 device holds 1/N of the state, XLA all-gathers a layer's weights where they are used and
 reduce-scatters the gradients. The same step, the same numbers; only the memory and the traffic
-differ.
+differ. `config.fsdp=None` (the default) splits the state on TPU slices of several chips, where
+each chip then updates only its share (replicated, the optimizer's pass over the state was 11 ms of
+Base's 143 ms step on v5e-8 by XLA's estimate), and replicates it on CPUs and GPUs.
 """
 
 import re

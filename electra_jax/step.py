@@ -69,7 +69,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
   given, is the model's view already decided for the run (its attention path resolved).
   `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
   model_cfg = model_cfg or model_lib.ModelConfig.from_config(config.model, platform)
-  objective_cfg = objectives.ObjectiveConfig.from_config(config.objective)
+  objective_cfg = objectives.ObjectiveConfig.from_config(config.objective, platform)
   model = model_lib.Electra(model_cfg)
   tx, schedule = optim.make_optimizer(config.optimizer)
   objective = objectives.get_objective(config.objective.name)
@@ -149,15 +149,16 @@ def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
   def split(x):  # [B, ..] -> [M, B / M, ..]
     return x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
 
-  def part(k, rows, masked, uniform):
-    part_draws = draws._replace(masked=masked, sample_uniform=uniform)
+  def part(k, rows, masked, uniform, seeds):
+    part_draws = draws._replace(masked=masked, sample_uniform=uniform, sample_seeds=seeds)
     return grad_fn(params, rows, jax.random.fold_in(rng, k), draws=part_draws)
 
   def body(total, xs):
     (loss, metrics), grads = part(*xs)
     return jax.tree.map(jnp.add, total, ((loss, metrics), _like_params(setup, grads))), None
 
-  xs = (jnp.arange(m), *jax.tree.map(split, (batch, draws.masked, draws.sample_uniform)))
+  xs = (jnp.arange(m), *jax.tree.map(split, (batch, draws.masked, draws.sample_uniform,
+                                             draws.sample_seeds)))
   zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
                        jax.eval_shape(part, *jax.tree.map(lambda x: x[0], xs)))
   ((loss, metrics), grads), _ = jax.lax.scan(body, zeros, xs)

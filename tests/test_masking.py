@@ -1,5 +1,7 @@
 """Statistics of dynamic masking, Gumbel sampling and replacement (reference section 2 and 3)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +14,17 @@ from electra_jax.benchmark import SPECIAL, synthetic_batch
 PAD, CLS, SEP, MASK = SPECIAL.pad, SPECIAL.cls, SPECIAL.sep, SPECIAL.mask
 # the sampler as the step runs it: one compiled program (run eagerly, each operation is one)
 _sample = jax.jit(masking.sample, static_argnames=('temperature', 'block'))
+
+
+@functools.partial(jax.jit, static_argnames=('temperature', 'block'))
+def _gumbel(rng, logits, temperature=1.0, disallow=None, block=None):
+  """The Gumbel-max sampler (GPUs and TPUs) with two seed words per row drawn from `rng`."""
+  del block
+  seeds = jax.random.bits(rng, logits.shape[:-1] + (2,), jnp.uint32)
+  return masking.sample_gumbel(seeds, logits, temperature=temperature, disallow=disallow)
+
+
+SAMPLERS = pytest.mark.parametrize('sampler', [_sample, _gumbel], ids=['cdf', 'gumbel'])
 
 
 def _batch(batch_size=64, length=128, vocab=1000, seed=0):
@@ -117,11 +130,12 @@ def test_row_without_candidates_gets_no_prediction():
   assert float(m.weights[1].sum()) == 2
 
 
+@SAMPLERS
 @pytest.mark.parametrize('temperature', [1.0, 2.0])
-def test_sampler_matches_softmax(temperature):
+def test_sampler_matches_softmax(temperature, sampler):
   logits = jnp.array([2.0, 1.0, 0.5, 0.0, -1.0, -3.0])
   n = 40_000
-  samples = _sample(jax.random.key(1), jnp.broadcast_to(logits, (n, 6)), temperature=temperature)
+  samples = sampler(jax.random.key(1), jnp.broadcast_to(logits, (n, 6)), temperature=temperature)
   freq = np.bincount(np.asarray(samples), minlength=6)
   probs = lambda t: np.asarray(jax.nn.softmax(logits / t), np.float64)
   expected = probs(temperature) / probs(temperature).sum() * n
@@ -131,11 +145,13 @@ def test_sampler_matches_softmax(temperature):
   assert stats.chisquare(freq, wrong).pvalue < 1e-6
 
 
-def test_two_level_sampler_matches_softmax_across_blocks():
-  """300 entries in blocks of 32 (the last one padded): frequencies follow the softmax."""
+@SAMPLERS
+def test_two_level_sampler_matches_softmax_across_blocks(sampler):
+  """300 entries in blocks of 32 (the last one padded): frequencies follow the softmax (and the
+  Gumbel sampler's hashed noise, entry by entry)."""
   logits = jax.random.normal(jax.random.key(3), (300,))
   n = 90_000
-  samples = _sample(jax.random.key(4), jnp.broadcast_to(logits, (n, 300)), block=32)
+  samples = sampler(jax.random.key(4), jnp.broadcast_to(logits, (n, 300)), block=32)
   freq = np.bincount(np.asarray(samples), minlength=300)
   assert freq.shape == (300,)
   probs = np.asarray(jax.nn.softmax(logits), np.float64)
@@ -144,22 +160,24 @@ def test_two_level_sampler_matches_softmax_across_blocks():
   assert stats.chisquare(freq, shifted / shifted.sum() * n).pvalue < 1e-6
 
 
-def test_sampler_never_draws_an_impossible_entry():
+@SAMPLERS
+def test_sampler_never_draws_an_impossible_entry(sampler):
   rng = np.random.default_rng(0)
   logits = np.where(rng.random((4000, 70)) < 0.9, -np.inf, rng.normal(0, 8, (4000, 70)))
   logits[:, 69] = np.where(np.isinf(logits).all(-1), 0.0, logits[:, 69])
   logits[:5] = -np.inf
   logits[0, 0] = logits[1, 69] = logits[2, 64] = logits[3, 63] = 0.0  # one possible entry
   logits[4, [3, 66]] = [50.0, -50.0]  # one entry of negligible but positive probability
-  samples = np.asarray(_sample(jax.random.key(5), jnp.asarray(logits, jnp.float32), block=8))
+  samples = np.asarray(sampler(jax.random.key(5), jnp.asarray(logits, jnp.float32), block=8))
   assert np.isfinite(logits[np.arange(4000), samples]).all()
   assert samples[:5].tolist() == [0, 69, 64, 63, 3]
 
 
-def test_disallow_correct_never_returns_the_original():
+@SAMPLERS
+def test_disallow_correct_never_returns_the_original(sampler):
   logits = jnp.zeros((2000, 5)).at[:, 2].set(20.0)  # the original token dominates
   targets = jnp.full((2000,), 2)
-  s = _sample(jax.random.key(2), logits, disallow=targets)
+  s = sampler(jax.random.key(2), logits, disallow=targets)
   assert not (np.asarray(s) == 2).any()
   assert set(np.unique(np.asarray(s))) == {0, 1, 3, 4}
 

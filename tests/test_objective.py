@@ -391,3 +391,13 @@ def test_electric_noise_correction_and_labels():
   for name in ('cloze_ltr', 'cloze_rtl', 'generator_predictions'):
     assert _norm(detect[name]) == 0 and _norm(cloze[name]) > 0, name  # log q: no gradient
   assert _norm(cloze['discriminator']) == 0 and _norm(detect['discriminator']) > 0
+
+
+def test_the_sampler_is_the_faster_one_on_each_platform():
+  """The Gumbel-max sampler on GPUs and TPUs (one fused pass), the inverted CDF on CPUs (no
+  logarithm per entry); both draw from the generator's softmax (tests/test_masking.py)."""
+  o = test_config().objective
+  assert objectives.ObjectiveConfig.from_config(o, 'tpu').sampler == 'gumbel'
+  assert objectives.ObjectiveConfig.from_config(o, 'cuda').sampler == 'gumbel'
+  assert objectives.ObjectiveConfig.from_config(o, 'cpu').sampler == 'cdf'
+  assert objectives.ObjectiveConfig.from_config(o).sampler == 'cdf'  # this CPU
