@@ -211,7 +211,9 @@ class Dense(nn.Module):
   bias_init: float = 0.0
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, add_bias: bool = True):
+    """`add_bias=False` keeps the bias as a parameter but leaves it out of the output (the
+    attention keys': see TransformerLayer)."""
     cfg, dt = self.cfg, jnp.dtype(self.cfg.dtype)
     kernel = self.param('kernel', truncated_normal(cfg.initializer_range),
                         (x.shape[-1], self.features), jnp.dtype(cfg.param_dtype))
@@ -221,7 +223,7 @@ class Dense(nn.Module):
       y = jnp.dot(x.astype(dt), kernel.astype(dt), preferred_element_type=jnp.float32)
     else:
       y = low_precision_matmul(x.astype(dt), kernel.astype(dt))
-    return (y + bias.astype(jnp.float32)).astype(dt)
+    return (y + bias.astype(jnp.float32) if add_bias else y).astype(dt)
 
 
 def _small_table_lookup(table, ids):
@@ -407,7 +409,12 @@ class TransformerLayer(nn.Module):
     words = attention_lib.seed_words(self.make_rng('dropout')) if rate > 0 else None
     split = lambda y: y.reshape(batch, length, self.num_heads, head)
     q = split(dense(self.hidden_size, 'query')(x))
-    k = split(dense(self.hidden_size, 'key')(x))
+    # The key's bias adds q . b to every score of a query: a constant per row, which the softmax
+    # removes (also under the mask and before dropout). It stays a parameter (checkpoints, HF,
+    # the original's weights) and is not computed: the outputs are the same, and its gradient,
+    # zero in exact arithmetic, is exactly zero instead of rounding noise (and costs no pass over
+    # the keys' gradient: 0.12 ms per Base layer on a v5e chip by XLA's estimate).
+    k = split(dense(self.hidden_size, 'key')(x, add_bias=False))
     v = split(dense(self.hidden_size, 'value')(x))
     if impl == 'fused':
       allowed = attention_lib.allowed_mask(input_mask, length, self.direction)

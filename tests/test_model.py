@@ -181,6 +181,39 @@ def test_padding_does_not_change_real_token_outputs():
   np.testing.assert_allclose(f(ids)[0, :5], f(other)[0, :5], atol=1e-5)
 
 
+def test_the_key_bias_changes_no_output_and_gets_a_zero_gradient():
+  """The key's bias adds q . b to every score of a query, which the softmax removes (under the
+  padding mask, a direction and dropout too): the layers leave it out, so its gradient is zero,
+  while the query's and value's biases learn."""
+  from electra_jax import attention  # pylint: disable=import-outside-toplevel
+  q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 16, 2, 8))
+  b = jax.random.normal(jax.random.key(1), (2, 8)) * 3
+  key_mask = jnp.arange(16)[None] < jnp.array([[16], [9]])
+  for direction in ('', 'ltr'):
+    common = dict(direction=direction, dropout_rate=0.1,
+                  words=attention.seed_words(jax.random.key(2)))
+    np.testing.assert_allclose(attention.explicit(q, k + b, v, key_mask, **common),
+                               attention.explicit(q, k, v, key_mask, **common), atol=2e-5)
+  c = test_config()
+  cfg = model_lib.ModelConfig.from_config(c.model)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  batch = synthetic_batch(2, 16, cfg.vocab_size)
+  def loss(p):
+    out = model_lib.Electra(cfg).apply({'params': p}, batch['input_ids'], batch['segment_ids'],
+                                       batch['input_mask'], method=model_lib.Electra.discriminator_logits,
+                                       rngs={'dropout': jax.random.key(3)})
+    return jnp.sum(out * jnp.arange(16))
+  grads = jax.grad(loss)(params)
+  flat = {'/'.join(str(getattr(k, 'key', k)) for k in path): g
+          for path, g in jax.tree_util.tree_leaves_with_path(grads)}
+  disc = {n: g for n, g in flat.items() if n.startswith('discriminator/')}
+  keys = [n for n in disc if n.endswith('key/bias')]
+  assert keys and all(not np.asarray(disc[n]).any() for n in keys)
+  for name in ('query/bias', 'value/bias', 'key/kernel'):
+    learning = [np.abs(np.asarray(disc[n])).max() > 0 for n in disc if n.endswith(name)]
+    assert learning and all(learning), name
+
+
 def test_token_types_by_selection_equal_a_gather_in_value_and_gradient():
   """The embeddings look token types up by selection (no scatter in the backward): the same
   vectors as a gather and the same table gradient."""
