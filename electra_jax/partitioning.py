@@ -26,7 +26,10 @@ FSDP_RULES = (
     (r'(LayerNorm|layer_norm|norm)[^/]*/(scale|bias)$', ()),
     (r'bias$', ()),
     (r'embedding$', (0, -1)),  # [rows, width]: the vocabulary (or position) rows first
-    (r'kernel$', (-1, 0)),  # [in, out] (or [in, heads, head]): the output features first
+    (r'kernel$', (0, -1)),  # [in, out]: the input features first, so that a share keeps whole
+    #   rows: its minor dimension (768 in Base) stays a multiple of the TPU's 128 lanes, where a
+    #   share of the outputs (768 / 8 = 96) made XLA lay every share out again before and after
+    #   the update (1,000 copies, 1.3 ms of a Base step on v5e-8 by the estimate)
     (r'.*', (0, -1)),
 )
 

@@ -401,3 +401,17 @@ def test_the_sampler_is_the_faster_one_on_each_platform():
   assert objectives.ObjectiveConfig.from_config(o, 'cuda').sampler == 'gumbel'
   assert objectives.ObjectiveConfig.from_config(o, 'cpu').sampler == 'cdf'
   assert objectives.ObjectiveConfig.from_config(o).sampler == 'cdf'  # this CPU
+
+
+def test_mlm_cross_entropy_by_selection_equals_optax_in_value_and_gradient():
+  """The MLM loss takes the target's logit by selection (no gather or scatter): the same loss and
+  gradient as optax's integer-label cross-entropy."""
+  import optax  # pylint: disable=import-outside-toplevel
+  logits = jax.random.normal(jax.random.key(0), (4, 7, 50)) * 3
+  targets = jax.random.randint(jax.random.key(1), (4, 7), 0, 50)
+  weights = (jax.random.uniform(jax.random.key(2), (4, 7)) < 0.7).astype(jnp.float32)
+  ours = lambda l: objectives._mlm_terms(l, targets, weights, jnp.sum(weights))[0]
+  theirs = lambda l: jnp.sum(optax.softmax_cross_entropy_with_integer_labels(l, targets)
+                             * weights) / (jnp.sum(weights) + 1e-6)
+  np.testing.assert_allclose(ours(logits), theirs(logits), rtol=1e-6)
+  np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(theirs)(logits), atol=1e-7)

@@ -137,8 +137,10 @@ def test_the_memory_benchmark_sizes_the_fsdp_split_without_running_a_step():
 
 def test_fsdp_rules_split_one_dimension_the_devices_divide():
   spec = partitioning.leaf_spec
-  assert spec('discriminator/layer_0/attention/query/kernel', (64, 2, 32), 8) == \
-      partitioning.P(None, None, 'data')
+  assert spec('discriminator/layer_0/attention/query/kernel', (64, 32), 8) == \
+      partitioning.P('data', None)  # whole rows: the minor dimension stays whole
+  assert spec('discriminator/layer_0/attention/query/kernel', (12, 64), 8) == \
+      partitioning.P(None, 'data')  # the rows do not divide: the columns
   assert spec('discriminator/layer_0/ffn/kernel', (64, 12), 8) == partitioning.P('data', None)
   assert spec('embeddings/word_embeddings/embedding', (30522, 128), 8) == \
       partitioning.P(None, 'data')  # 30,522 rows do not divide by 8: the width does
