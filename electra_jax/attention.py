@@ -62,9 +62,16 @@ def threshold(rate: float) -> int:
   return min(round(rate * 2.0 ** 32), 2 ** 32 - 1)
 
 
+def keyed_hash(words, x):
+  """uint32 bits of `x` (uint32) under the two key words: two rounds of `mix32`, each keyed by
+  one word, so that the streams of different keys are unrelated. The hidden-state dropout, the
+  attention rows' seeds and the generator's Gumbel noise all draw from it."""
+  return mix32(mix32(x ^ words[0]) + words[1])
+
+
 def row_seed(words, row):
   """The seed of one (batch row, head) pair: row = b * heads + h (uint32)."""
-  return mix32(mix32(row ^ words[0]) + words[1])
+  return keyed_hash(words, row)
 
 
 def keep_bits(seed, query, key, key_len: int):
@@ -343,9 +350,8 @@ class _Shape:
   head_dim: int
   group: int
 
-  @property
-  def grid(self):
-    return lambda block: (self.batch, self.heads // self.group, self.length // block)
+  def grid(self, block):
+    return self.batch, self.heads // self.group, self.length // block
 
   def blocked(self, block):
     """Blocks of `block` positions x the group's lanes of a q-like [B, L, heads * head] tensor."""

@@ -79,6 +79,8 @@ def _paths(config, prefix: str = '') -> dict:
   """{dotted path: value} of every field and section of a ConfigDict."""
   out = {}
   for key, value in config.items():
+    if value is None:  # a typed field whose default means auto (fsdp): its type's value stands in
+      value = config.get_ref(key).get_type()()
     out[prefix + key] = value
     if hasattr(value, 'items'):
       out.update(_paths(value, f'{prefix}{key}.'))
@@ -90,8 +92,6 @@ def _check_value(flag: str, path: str, old, text: str):
   kinds = ((bool, 'true or false', lambda t: t.lower() in ('true', 'false', '1', '0')),
            (int, 'an integer', lambda t: re.fullmatch(r'[+-]?\d[\d_]*', t)),
            (float, 'a number', lambda t: _is_float(t)))
-  if old is None and path == 'fsdp':  # a bool whose default (None) means auto
-    old = False
   for kind, words, ok in kinds:
     if isinstance(old, kind):
       if not ok(text.strip()):

@@ -20,6 +20,8 @@ from typing import NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 
+from electra_jax.attention import keyed_hash
+
 
 class Masked(NamedTuple):
   input_ids: jax.Array  # [B, L] the generator's input: selected tokens -> [MASK] (mostly)
@@ -107,15 +109,10 @@ def sample_gumbel(seeds: jax.Array, logits: jax.Array, *, temperature: float = 1
     logits = jnp.where(jnp.arange(vocab) == disallow[..., None], -jnp.inf, logits)
   index = jax.lax.broadcasted_iota(jnp.uint32, logits.shape, logits.ndim - 1)
   seeds = seeds.astype(jnp.uint32)
-  bits = _mix32(_mix32(index ^ seeds[..., 0:1]) + seeds[..., 1:2])
+  bits = keyed_hash((seeds[..., 0:1], seeds[..., 1:2]), index)
   # 23 bits in (0, 1), both ends excluded in float32 (2^-24 ... 1 - 2^-24): the noise stays finite
   uniform = (bits >> 9).astype(jnp.float32) * 2.0 ** -23 + 2.0 ** -24
   return jnp.argmax(logits - jnp.log(-jnp.log(uniform)), -1).astype(jnp.int32)
-
-
-def _mix32(x):
-  from electra_jax.attention import mix32  # pylint: disable=import-outside-toplevel
-  return mix32(x)
 
 
 def sample_with(uniform: jax.Array, logits: jax.Array, *, temperature: float = 1.0,

@@ -177,8 +177,7 @@ def random_bits(key, shape) -> jax.Array:
   """
   seed = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
   index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
-  mix = attention_lib.mix32
-  return mix(mix(index ^ seed[0]) + seed[-1])
+  return attention_lib.keyed_hash((seed[0], seed[-1]), index)
 
 
 def gelu(x):

@@ -63,8 +63,9 @@ class Draws(NamedTuple):
   Drawn once for the whole global batch, so that a step split into microbatches (gradient
   accumulation) masks, samples and normalizes exactly as the whole batch would."""
   masked: masking.Masked  # [B, ..] the selected slots and the generator's input
-  sample_uniform: jax.Array  # [B, N] one number in [0, 1) per slot: the generator's sample
-  sample_seeds: jax.Array  # [B, N, 2] uint32 per slot: the same sample's seeds (sampler 'gumbel')
+  sample_uniform: jax.Array | None  # [B, N] one number in [0, 1) per slot: the generator's draw
+  #   by the inverted CDF (sampler 'cdf'; else None)
+  sample_seeds: jax.Array | None  # [B, N, 2] uint32 per slot: its seeds (sampler 'gumbel'; else None)
   counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
   rows: jax.Array | None = None  # [V] bool: the vocabulary's tokens present in the global batch
 
@@ -90,9 +91,12 @@ def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int)
   counts = {'slots': jnp.sum(masked.weights), 'tokens': jnp.sum(tokens),
             'selected': jnp.sum(tokens * masking.selected(masked, tokens.shape[1])),
             'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32))}
-  uniform = jax.random.uniform(sample_rng, masked.weights.shape, jnp.float32)
-  seeds = jax.random.bits(jax.random.fold_in(sample_rng, 1), masked.weights.shape + (2,),
-                          jnp.uint32)
+  uniform = seeds = None  # the sampler's numbers only
+  if cfg.sampler == 'gumbel':
+    seeds = jax.random.bits(jax.random.fold_in(sample_rng, 1), masked.weights.shape + (2,),
+                            jnp.uint32)
+  else:
+    uniform = jax.random.uniform(sample_rng, masked.weights.shape, jnp.float32)
   rows = jnp.zeros((vocab_size,), jnp.bool_).at[batch['input_ids'].reshape(-1)].set(True)
   return Draws(masked, uniform, seeds, counts, rows)
 

@@ -362,10 +362,10 @@ def _compile_for_topology(config, slice_, log) -> dict:
   state = jax.eval_shape(init_fn)
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   rows = d.batch_size // mesh.devices.size
+  split = ' split by FSDP' if step_lib.uses_fsdp(setup, mesh) else ''
   log(f'{n_params:,} parameters | {model_cfg.dtype} activations, {model_cfg.param_dtype} '
-      f'parameters and Adam moments{" split by FSDP" if step_lib.uses_fsdp(setup, mesh) else ""}'
-      f' | batch '
-      f'{d.batch_size} x {d.max_seq_length} ({rows} rows per chip)')
+      f'parameters and Adam moments{split} | batch {d.batch_size} x {d.max_seq_length} ({rows} '
+      'rows per chip)')
   capacity = slice_.hbm_bytes
   problems = []
   if error:

@@ -327,8 +327,12 @@ def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
     setup = step_lib.build_setup(config, SPECIAL, 'tpu')
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh()) is asked
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips)) is asked
+  argv = cli_lib._resolve_overrides(  # pylint: disable=protected-access
+      ['prog', f'--config={ROOT}/configs/base.py', '--config.fsdp=True'], names=['config'])
+  assert argv[2] == '--config.fsdp=True'  # None (auto) takes a bool as its type says
   with pytest.raises(UserError, match='fsdp takes true or false'):
-    cli_lib._check_value('config', 'fsdp', None, 'maybe')
+    cli_lib._resolve_overrides(  # pylint: disable=protected-access
+        ['prog', f'--config={ROOT}/configs/base.py', '--config.fsdp=maybe'], names=['config'])
 
 
 def test_flash_refuses_shapes_its_blocks_do_not_divide():
