@@ -226,6 +226,47 @@ def test_token_types_by_selection_equal_a_gather_in_value_and_gradient():
   np.testing.assert_allclose(mine, gathered, rtol=1e-5, atol=1e-6)
 
 
+def test_gelu_with_the_saved_slope_equals_autodiff_of_the_exact_formula():
+  """GELU's backward multiplies by the derivative saved in the forward pass: the same values and
+  gradients as autodiff of 0.5 x (1 + erf(x / sqrt 2)) in float32, and in bfloat16 within the
+  roundings of the cotangent, the saved derivative and their product (2^-9 each)."""
+  x = jnp.linspace(-6.0, 6.0, 4001)
+  exact = lambda x: 0.5 * x * (1.0 + jax.lax.erf(x * 2.0 ** -0.5))
+  cot = jax.random.normal(jax.random.key(0), x.shape)
+  np.testing.assert_allclose(model_lib.gelu(x), exact(x), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(model_lib.gelu(x), jax.nn.gelu(x, approximate=False), atol=1e-6)
+  grad = lambda f, x: jax.grad(lambda x: jnp.sum(f(x).astype(jnp.float32) * cot))(x)
+  np.testing.assert_allclose(grad(model_lib.gelu, x), grad(exact, x), rtol=1e-5, atol=1e-6)
+  low = grad(model_lib.gelu, x.astype(jnp.bfloat16)).astype(jnp.float32)
+  reference = grad(exact, x.astype(jnp.bfloat16).astype(jnp.float32))
+  np.testing.assert_allclose(low, reference, rtol=2 ** -6, atol=1e-3)
+
+
+@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
+def test_layer_norm_equals_flax_in_value_and_gradient(dtype):
+  """The LayerNorm with its own backward pass: Flax's LayerNorm's parameters (names, shapes,
+  initial values), the same outputs bit for bit, the same gradients (float32: to rounding; bf16:
+  the input's gradient to one bf16 rounding)."""
+  import flax.linen as nn
+  x = (jax.random.normal(jax.random.key(0), (4, 9, 48)) * 3 + 1).astype(dtype)
+  ours, flax_norm = model_lib.LayerNorm(1e-12, dtype=dtype), nn.LayerNorm(1e-12, dtype=dtype)
+  params = ours.init(jax.random.key(1), x)
+  reference = flax_norm.init(jax.random.key(1), x)
+  assert jax.tree.map(lambda a, b: bool((a == b).all()), params, reference) == {
+      'params': {'scale': True, 'bias': True}}
+  params = jax.tree.map(lambda t: t + jax.random.normal(jax.random.key(2), t.shape), params)
+  np.testing.assert_array_equal(ours.apply(params, x), flax_norm.apply(params, x))
+  cot = jax.random.normal(jax.random.key(3), x.shape)
+  grads = lambda m: jax.grad(lambda p, x: jnp.sum(m.apply(p, x).astype(jnp.float32) * cot),
+                             argnums=(0, 1))(params, x)
+  (ours_p, ours_x), (flax_p, flax_x) = grads(ours), grads(flax_norm)
+  for a, b in zip(jax.tree.leaves(ours_p), jax.tree.leaves(flax_p)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+  scale = float(jnp.abs(flax_x.astype(jnp.float32)).max())
+  atol = 1e-5 * scale if dtype == jnp.float32 else 2 ** -7 * scale
+  np.testing.assert_allclose(ours_x.astype(jnp.float32), flax_x.astype(jnp.float32), atol=atol)
+
+
 def test_dropout_rate_scale_and_independence():
   x = jnp.ones((64, 128, 256))
   drop = model_lib.Dropout(0.1)
