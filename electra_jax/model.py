@@ -77,9 +77,11 @@ class ModelConfig:
   disc_bias_init: float = 0.0  # initial bias of the replaced-token logit
   platform: str = ''  # the devices the model is compiled for ('tpu', 'gpu', 'cpu'); '' : JAX's
   #   default backend when traced. A run compiling for a TPU slice from a CPU host sets 'tpu'.
+  chip: str = ''  # their device kind ('TPU v6 lite', ...; JAX's default devices' when platform is
+  #   ''): see `writes_for_backward`
 
   @classmethod
-  def from_config(cls, model_cfg, platform: str = '') -> 'ModelConfig':
+  def from_config(cls, model_cfg, platform: str = '', chip: str = '') -> 'ModelConfig':
     """The model's view of `config.model`; dtype 'auto' becomes bfloat16 on TPUs and GPUs (the
     platform given, else JAX's default backend) and float32 on CPUs."""
     fields = {f.name for f in dataclasses.fields(cls)}
@@ -87,9 +89,23 @@ class ModelConfig:
     if values.get('dtype') == 'auto':
       values['dtype'] = auto_dtype(platform or jax.default_backend())
     values['platform'] = platform
+    values['chip'] = chip or ('' if platform else jax.devices()[0].device_kind)
     cfg = cls(**values)
     cfg.validate()
     return cfg
+
+  @property
+  def writes_for_backward(self) -> bool:
+    """Whether the forward pass writes GELU's derivative and the dropout masks for the backward
+    pass (True) or the backward pass recomputes them beside its matmuls (False).
+
+    By XLA's TPU cost model for Base: on a v6e chip, whose MXU is 4.7x v5e's and whose vector
+    units are not, recomputing erf and the dropout hash is what the matmuls wait for (writing
+    them: a discriminator layer 3.05 -> 2.67 ms); on v5e the recomputation hides under the
+    matmuls and the extra writes cost HBM time (5.89 -> 6.15 ms), so v4/v5 chips recompute.
+    On CPUs writing them made a Small step about 8% faster. GPUs recompute (not measured)."""
+    backend = self.platform or jax.default_backend()
+    return backend == 'cpu' or (backend == 'tpu' and self.chip.startswith('TPU v6'))
 
   def validate(self):
     if self.generator not in ('separate', 'tied', 'uniform', 'two_tower'):
@@ -141,23 +157,29 @@ class ModelConfig:
     return max(1, self.generator_hidden_size // 64)
 
 
-@jax.custom_vjp
-def low_precision_matmul(x, w):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def low_precision_matmul(x, w, write_cotangent: bool = False):
   """x @ w for bfloat16 x and w, float32 result; the backward matmuls also take bfloat16 inputs.
 
   Plain autodiff would multiply the float32 cotangent with the bfloat16 operands in float32;
   rounding the cotangent to bfloat16 first (standard mixed precision) keeps every matmul fast.
+  `write_cotangent` writes the rounded cotangent once for both backward matmuls; otherwise XLA
+  computes it inside each of them (right for a layer's cheap cotangents, but the vocabulary
+  logits' softmax gradient is an exp per entry: 0.3 ms per pass for Base on a v6e chip).
   """
+  del write_cotangent
   return jnp.dot(x, w, preferred_element_type=jnp.float32)
 
 
-def _lpm_fwd(x, w):
-  return low_precision_matmul(x, w), (x, w)
+def _lpm_fwd(x, w, write_cotangent):
+  return low_precision_matmul(x, w, write_cotangent), (x, w)
 
 
-def _lpm_bwd(residuals, g):
+def _lpm_bwd(write_cotangent, residuals, g):
   x, w = residuals
   g = g.astype(x.dtype)
+  if write_cotangent:
+    g = jax.lax.optimization_barrier(g)
   dx = jnp.dot(g, w.T, preferred_element_type=jnp.float32).astype(x.dtype)
   dw = jnp.dot(x.reshape(-1, x.shape[-1]).T, g.reshape(-1, g.shape[-1]),
                preferred_element_type=jnp.float32).astype(w.dtype)
@@ -180,6 +202,12 @@ def random_bits(key, shape) -> jax.Array:
   return attention_lib.keyed_hash((seed[0], seed[-1]), index)
 
 
+def gelu(x):
+  """Exact GELU in the original's (and HF's) form, 0.5 x (1 + erf(x / sqrt 2)). XLA evaluates erf
+  with a polynomial; jax.nn.gelu's erfc form costs an extra exp on the CPU backend."""
+  return 0.5 * x * (1.0 + jax.lax.erf(x * (2.0 ** -0.5)))
+
+
 def _gelu_and_slope(x):
   """GELU(x) = x Phi(x) and its derivative Phi(x) + x phi(x), in float32, returned in x's dtype."""
   xf = x.astype(jnp.float32)
@@ -189,16 +217,12 @@ def _gelu_and_slope(x):
 
 
 @jax.custom_vjp
-def gelu(x):
-  """Exact GELU in the original's (and HF's) form, 0.5 x (1 + erf(x / sqrt 2)), computed in
-  float32. XLA evaluates erf with a polynomial; jax.nn.gelu's erfc form costs an extra exp on the
-  CPU backend.
-
-  The backward pass multiplies by the derivative saved from the forward pass (in x's dtype, in
-  place of x), and the optimization barrier makes the forward pass write GELU and its derivative
-  once: otherwise XLA recomputes erf in each of the three matmuls that read them (the output
-  dense forward, its kernel's gradient and the input's gradient): a Base layer's feed-forward
-  block 1.39 -> 1.08 ms on a v6e chip by XLA's estimate."""
+def gelu_writing_slope(x):
+  """`gelu` computed in float32, whose backward pass multiplies by the derivative written by the
+  forward pass (in x's dtype, in place of x). The optimization barrier makes the forward pass
+  write GELU and its derivative once: otherwise XLA recomputes erf in each of the three matmuls
+  that read them (the output dense forward, its kernel's gradient and the input's gradient).
+  See `ModelConfig.writes_for_backward` for where that pays."""
   return _gelu_and_slope(x)[0]
 
 
@@ -207,12 +231,21 @@ def _gelu_forward(x):
   return out, slope
 
 
-gelu.defvjp(_gelu_forward, lambda slope, g: (g * slope,))
+gelu_writing_slope.defvjp(_gelu_forward, lambda slope, g: (g * slope,))
+
+
+def gelu_for(cfg: ModelConfig):
+  """The GELU the model's layers use: `gelu_writing_slope` where the forward pass writes for the
+  backward (`ModelConfig.writes_for_backward`), else `gelu`: the same values either way."""
+  return gelu_writing_slope if cfg.writes_for_backward else gelu
 
 
 class Dropout(nn.Module):
-  """Inverted dropout, keep probability 1 - rate, masks from `random_bits` of a 'dropout' key."""
+  """Inverted dropout, keep probability 1 - rate, masks from `random_bits` of a 'dropout' key.
+  `write_mask`: the mask is written once (one byte per entry) and read by the backward pass;
+  otherwise XLA recomputes the hash there (0.05 ms per Base dropout on a v6e chip, estimated)."""
   rate: float
+  write_mask: bool = False
 
   @nn.compact
   def __call__(self, x, deterministic: bool):
@@ -220,9 +253,8 @@ class Dropout(nn.Module):
       return x
     threshold = jnp.uint32(attention_lib.threshold(self.rate))
     keep = random_bits(self.make_rng('dropout'), x.shape) >= threshold
-    # the mask is written once (one byte per entry) and read by the backward pass: without the
-    # barrier XLA recomputes the hash there (0.05 ms per Base dropout on a v6e chip, estimated)
-    keep = jax.lax.optimization_barrier(keep)
+    if self.write_mask:
+      keep = jax.lax.optimization_barrier(keep)
     return jnp.where(keep, x / jnp.asarray(1.0 - self.rate, x.dtype), jnp.zeros_like(x))
 
 
@@ -336,7 +368,7 @@ class Embeddings(nn.Module):
     self.token_type_embeddings = self.param('token_type_embeddings', init,
                                             (cfg.type_vocab_size, self.embedding_size), dt)
     self.LayerNorm = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=dt)
-    self.dropout = Dropout(cfg.dropout_rate)
+    self.dropout = Dropout(cfg.dropout_rate, cfg.writes_for_backward)
 
   def __call__(self, input_ids, segment_ids, deterministic: bool, residual=None):
     """With `residual` (GDES), the word table is stop_gradient(table) + residual."""
@@ -518,9 +550,10 @@ class TransformerLayer(nn.Module):
     dense = lambda n, name: Dense(n, cfg, name=name)
     norm = lambda name: LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype,
                                   param_dtype=cfg.param_dtype, name=name)
-    drop = lambda y, name: Dropout(cfg.dropout_rate, name=name)(y, deterministic=deterministic)
+    drop = lambda y, name: Dropout(cfg.dropout_rate, cfg.writes_for_backward, name=name)(
+        y, deterministic=deterministic)
     x = norm('attention_LayerNorm')(x + drop(attended, 'attention_dropout'))
-    inner = gelu(dense(self.intermediate_size, 'intermediate')(x))
+    inner = gelu_for(cfg)(dense(self.intermediate_size, 'intermediate')(x))
     out = dense(self.hidden_size, 'output')(inner)
     return norm('output_LayerNorm')(x + drop(out, 'output_dropout')).reshape(batch, length, -1)
 
@@ -562,7 +595,7 @@ class DiscriminatorHead(nn.Module):
   @nn.compact
   def __call__(self, hidden):
     cfg = self.cfg
-    h = gelu(Dense(cfg.hidden_size, cfg, name='dense')(hidden))
+    h = gelu_for(cfg)(Dense(cfg.hidden_size, cfg, name='dense')(hidden))
     return Dense(1, cfg, name='dense_prediction', bias_init=cfg.disc_bias_init)(h)[..., 0].astype(
         jnp.float32)
 
@@ -577,7 +610,7 @@ class GeneratorHead(nn.Module):
     cfg = self.cfg
     if rows is not None:
       table = jnp.where(rows[:, None], table, jax.lax.stop_gradient(table))
-    h = gelu(Dense(table.shape[1], cfg, name='dense')(hidden))
+    h = gelu_for(cfg)(Dense(table.shape[1], cfg, name='dense')(hidden))
     h = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                   name='LayerNorm')(h)
     bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,), cfg.param_dtype)
@@ -585,7 +618,7 @@ class GeneratorHead(nn.Module):
     if h.dtype == jnp.float32:
       logits = jnp.einsum('bne,ve->bnv', h, table, preferred_element_type=jnp.float32)
     else:
-      logits = low_precision_matmul(h, table.T)
+      logits = low_precision_matmul(h, table.T, True)
     return logits + bias.astype(jnp.float32)
 
 

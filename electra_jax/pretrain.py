@@ -250,12 +250,12 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
   return metrics_lib.summarize(total)
 
 
-def model_for_run(config, platform: str, checked: bool = True, log=print):
-  """The model's view of the run on `platform`: dtype 'auto' and attention 'auto' decided (the
-  attention kernel checked at the run's shape on the device when `checked`; every process takes
-  one verdict), the attention line logged."""
+def model_for_run(config, platform: str, checked: bool = True, log=print, chip: str = ''):
+  """The model's view of the run on `platform` (devices of kind `chip`): dtype 'auto' and
+  attention 'auto' decided (the attention kernel checked at the run's shape on the device when
+  `checked`; every process takes one verdict), the attention line logged."""
   with user_errors(ValueError):
-    model_cfg = model_lib.ModelConfig.from_config(config.model, platform)
+    model_cfg = model_lib.ModelConfig.from_config(config.model, platform, chip)
     model_cfg, note = model_lib.resolve_attention(
         model_cfg, config.data.max_seq_length, checked,
         agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
@@ -354,7 +354,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
   check_config(config, mesh, data=False)
   d = config.data
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
-  model_cfg = model_for_run(config, 'tpu', checked=False, log=log)
+  model_cfg = model_for_run(config, 'tpu', checked=False, log=log, chip=devices[0].device_kind)
   make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL_IDS, 'tpu', cfg)
   setup = make_setup(model_cfg)
   init_fn, _, _ = step_lib.compile_steps(setup, mesh)
@@ -445,7 +445,7 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   # ---- the state: restored, or init_from's weights, or fresh ----
   special = SpecialIds(**meta['special_ids'])
   platform = mesh.devices.flat[0].platform
-  model_cfg = model_for_run(config, platform, log=log)
+  model_cfg = model_for_run(config, platform, log=log, chip=mesh.devices.flat[0].device_kind)
   make_setup = lambda cfg: step_lib.build_setup(config, special, platform, cfg)
   setup = make_setup(model_cfg)
   init_fn, _, _ = step_lib.compile_steps(setup, mesh)

@@ -226,20 +226,48 @@ def test_token_types_by_selection_equal_a_gather_in_value_and_gradient():
   np.testing.assert_allclose(mine, gathered, rtol=1e-5, atol=1e-6)
 
 
-def test_gelu_with_the_saved_slope_equals_autodiff_of_the_exact_formula():
-  """GELU's backward multiplies by the derivative saved in the forward pass: the same values and
-  gradients as autodiff of 0.5 x (1 + erf(x / sqrt 2)) in float32, and in bfloat16 within the
-  roundings of the cotangent, the saved derivative and their product (2^-9 each)."""
+def test_gelu_writing_its_slope_equals_autodiff_of_the_exact_formula():
+  """GELU whose backward multiplies by the derivative written in the forward pass: the same values
+  and gradients as autodiff of 0.5 x (1 + erf(x / sqrt 2)) in float32, and in bfloat16 within the
+  roundings of the cotangent, the written derivative and their product (2^-9 each)."""
   x = jnp.linspace(-6.0, 6.0, 4001)
   exact = lambda x: 0.5 * x * (1.0 + jax.lax.erf(x * 2.0 ** -0.5))
   cot = jax.random.normal(jax.random.key(0), x.shape)
-  np.testing.assert_allclose(model_lib.gelu(x), exact(x), rtol=1e-6, atol=1e-7)
-  np.testing.assert_allclose(model_lib.gelu(x), jax.nn.gelu(x, approximate=False), atol=1e-6)
+  writing = model_lib.gelu_writing_slope
+  np.testing.assert_array_equal(writing(x), model_lib.gelu(x))
+  np.testing.assert_allclose(writing(x), jax.nn.gelu(x, approximate=False), atol=1e-6)
   grad = lambda f, x: jax.grad(lambda x: jnp.sum(f(x).astype(jnp.float32) * cot))(x)
-  np.testing.assert_allclose(grad(model_lib.gelu, x), grad(exact, x), rtol=1e-5, atol=1e-6)
-  low = grad(model_lib.gelu, x.astype(jnp.bfloat16)).astype(jnp.float32)
+  np.testing.assert_allclose(grad(writing, x), grad(exact, x), rtol=1e-5, atol=1e-6)
+  low = grad(writing, x.astype(jnp.bfloat16)).astype(jnp.float32)
   reference = grad(exact, x.astype(jnp.bfloat16).astype(jnp.float32))
   np.testing.assert_allclose(low, reference, rtol=2 ** -6, atol=1e-3)
+
+
+def test_writing_for_the_backward_pass_changes_no_value_and_follows_the_chip():
+  """v6 TPUs and CPUs write GELU's slope and the dropout masks in the forward pass, other chips
+  recompute them: the same outputs bit for bit and the same gradients either way."""
+  policy = lambda platform, chip: model_lib.ModelConfig(platform=platform, chip=chip)
+  assert policy('tpu', 'TPU v6 lite').writes_for_backward
+  assert policy('cpu', 'cpu').writes_for_backward
+  for platform, chip in (('tpu', 'TPU v5 lite'), ('tpu', 'TPU v4'), ('gpu', 'NVIDIA H100')):
+    assert not policy(platform, chip).writes_for_backward
+  c = test_config()
+  c.model.attention, c.model.dtype = 'explicit', 'float32'
+  written = model_lib.ModelConfig.from_config(c.model, 'cpu', 'cpu')
+  recomputed = model_lib.ModelConfig.from_config(c.model, 'gpu', 'NVIDIA H100')
+  assert written.dtype == recomputed.dtype == 'float32'
+  params = model_lib.init_params(written, jax.random.key(0))
+  batch = synthetic_batch(2, 16, written.vocab_size)
+  def loss(p, cfg):
+    out = model_lib.Electra(cfg).apply({'params': p}, batch['input_ids'], batch['segment_ids'],
+                                       batch['input_mask'], method=model_lib.Electra.discriminator_logits,
+                                       rngs={'dropout': jax.random.key(3)})
+    return jnp.sum(out * jnp.arange(16)), out
+  (_, a), grads_a = jax.value_and_grad(loss, has_aux=True)(params, written)
+  (_, b), grads_b = jax.value_and_grad(loss, has_aux=True)(params, recomputed)
+  np.testing.assert_array_equal(a, b)
+  for x, y in zip(jax.tree.leaves(grads_a), jax.tree.leaves(grads_b)):
+    np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
