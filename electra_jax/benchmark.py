@@ -298,16 +298,8 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
     np.savez(batch_file, **host_batch)
     peer_runner = Peer({**_peer_spec(setup, config, batch_file),
                         'compile': peer == 'hf-compile'})
-  runs, peer_runs = [], []
   try:
-    for _ in range(repeats):
-      t = time.perf_counter()
-      for _ in range(steps):
-        state, m = train_fn(state, batch)
-      jax.block_until_ready(m)
-      runs.append((time.perf_counter() - t) / steps)
-      if peer_runner:
-        peer_runs.append(peer_runner.run(steps))
+    state, runs, peer_runs = _timed_runs(train_fn, state, batch, steps, repeats, peer_runner)
   finally:
     if peer_runner:
       peer_runner.close()
@@ -342,6 +334,21 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
                       'ratios': [p / o for o, p in zip(runs, peer_runs)]}
     result['speedup_over_peer'] = peer_s / step_s
   return result
+
+
+def _timed_runs(train_fn, state, batch, steps: int, repeats: int, peer_runner):
+  """`repeats` timed runs of `steps` steps (seconds per step), each followed by one of the
+  peer's when there is one: (the state after them, our runs, the peer's runs)."""
+  runs, peer_runs = [], []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    for _ in range(steps):
+      state, m = train_fn(state, batch)
+    jax.block_until_ready(m)
+    runs.append((time.perf_counter() - t) / steps)
+    if peer_runner:
+      peer_runs.append(peer_runner.run(steps))
+  return state, runs, peer_runs
 
 
 def _profile(train_fn, state, batch, steps: int, directory: str) -> dict:

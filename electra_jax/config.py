@@ -9,24 +9,8 @@ override of the source reaches them, and setting a derived field never changes i
 import ml_collections
 
 
-def default_config() -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict()
-  c.seed = 0  # every random choice comes from a key derived from (seed, step)
-  c.train_steps = 1_000_000  # optimizer steps
-  c.log_every = 100  # steps between progress lines / metric records (the only device reads)
-  c.eval_every = 0  # steps between held-out evaluations; 0: only at the end
-  c.eval_batches = 20  # batches per held-out evaluation
-  c.save_every = 0  # steps between checkpoints; 0: only at the end
-  c.keep_checkpoints = 3  # the latest checkpoints kept on disk
-  c.keep_best = ''  # a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it
-  c.microbatches = 0  # gradient accumulation: the global batch in this many sequential parts (same
-  #   loss and gradient); 0: the fewest whose step fits the device's memory (1 on CPUs)
-  c.fsdp = ml_collections.FieldReference(None, field_type=bool)  # True: state split over the
-  #   devices (FSDP, partitioning.py); False: replicated; None (auto): split on TPU slices only
-  c.nonfinite = 'stop'  # a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps
-  c.init_from = ''  # start from other weights: an HF folder, launch/export.py's, an original ckpt
-  c.init_generator = ''  # with an HF discriminator folder: its generator's folder ('' : fresh)
-
+def _model_fields(c: ml_collections.ConfigDict):
+  """config.model: the two networks' shapes, precision and kernels."""
   # ---- model: both networks are BERT-style post-LayerNorm encoders -------------------------------
   m = c.model = ml_collections.ConfigDict()
   m.vocab_size = 30522  # rows of the shared word-embedding table; must equal the tokenizer's size
@@ -63,6 +47,9 @@ def default_config() -> ml_collections.ConfigDict:
   #   table. Embedding sharing (False, the original) and no sharing (untied_generator_embeddings)
   #   are the alternatives.
 
+
+def _objective_fields(c: ml_collections.ConfigDict):
+  """config.objective: the pre-training objective."""
   # ---- objective: replaced token detection ---------------------------------------------------------
   o = c.objective = ml_collections.ConfigDict()
   o.name = 'electra'  # electra | electra_15 | mlm | replace_mlm | all_tokens_mlm | electric
@@ -75,6 +62,9 @@ def default_config() -> ml_collections.ConfigDict:
   o.temperature = 1.0  # generator sampling temperature
   o.disallow_correct = False  # True: the sample can never be the original token
 
+
+def _optimizer_fields(c: ml_collections.ConfigDict):
+  """config.optimizer: AdamW and its schedule."""
   # ---- optimizer: AdamW as in the original release -------------------------------------------------
   opt = c.optimizer = ml_collections.ConfigDict()
   opt.learning_rate = 5e-4  # peak learning rate
@@ -89,6 +79,9 @@ def default_config() -> ml_collections.ConfigDict:
   opt.weight_decay = 0.01  # decoupled, multiplied by lr; not on LayerNorm parameters and biases
   opt.grad_clip_norm = 1.0  # global-norm clip over all parameters; 0 disables
 
+
+def _data_fields(c: ml_collections.ConfigDict):
+  """config.data: the corpus, its tokenizer, records and batches."""
   # ---- data ------------------------------------------------------------------------------------------
   d = c.data = ml_collections.ConfigDict()
   d.corpus = 'builtin'  # 'builtin' (Python's own docs) or a file, folder or glob: .txt .gz .jsonl
@@ -106,6 +99,28 @@ def default_config() -> ml_collections.ConfigDict:
   #   batches depend on it, never on the number of processes (which must divide it)
   d.num_shards = 4  # train shard files when records are built from `corpus` (>= readers)
   d.num_eval_shards = 1  # held-out shard files when records are built
+
+
+def default_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0  # every random choice comes from a key derived from (seed, step)
+  c.train_steps = 1_000_000  # optimizer steps
+  c.log_every = 100  # steps between progress lines / metric records (the only device reads)
+  c.eval_every = 0  # steps between held-out evaluations; 0: only at the end
+  c.eval_batches = 20  # batches per held-out evaluation
+  c.save_every = 0  # steps between checkpoints; 0: only at the end
+  c.keep_checkpoints = 3  # the latest checkpoints kept on disk
+  c.keep_best = ''  # a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it
+  c.microbatches = 0  # gradient accumulation: the global batch in this many sequential parts (same
+  #   loss and gradient); 0: the fewest whose step fits the device's memory (1 on CPUs)
+  c.fsdp = ml_collections.FieldReference(None, field_type=bool)  # True: state split over the
+  #   devices (FSDP, partitioning.py); False: replicated; None (auto): split on TPU slices only
+  c.nonfinite = 'stop'  # a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps
+  c.init_from = ''  # start from other weights: an HF folder, launch/export.py's, an original ckpt
+  c.init_generator = ''  # with an HF discriminator folder: its generator's folder ('' : fresh)
+  for fields in (_model_fields, _objective_fields, _optimizer_fields, _data_fields):
+    fields(c)
+  o, d = c.objective, c.data
   o.max_predictions = ((o.get_ref('mask_prob') + 0.005) * d.get_ref('max_seq_length')).to_int()
   # ^ N: prediction slots per sequence, int((mask_prob + 0.005) * max_seq_length) as the original
   return c

@@ -173,25 +173,60 @@ class _Program:
     return max(constants) if constants and compares else None
 
 
+def _collective_seconds(chip: Chip, opcode: str, type_text: str, operand_bytes: float,
+                        devices_per_slice: int, num_slices: int) -> float:
+  size = max(_bytes(type_text), operand_bytes)
+  n = max(devices_per_slice, 1)
+  factor = {'all-reduce': 2 * (n - 1) / n, 'all-gather': (n - 1) / n,
+            'reduce-scatter': (n - 1) / n}.get(opcode, 1.0)
+  seconds = factor * size / chip.ici_bytes_per_s
+  if num_slices > 1:  # the same data crosses slices over the data-center network
+    seconds += 2 * (num_slices - 1) / num_slices * size / chip.dcn_bytes_per_s
+  return seconds
+
+
+def _op_cost(program: _Program, chip: Chip, instruction: tuple, devices_per_slice: int,
+             num_slices: int):
+  """(seconds, source) of one run of one instruction, or None for one that costs nothing."""
+  name, type_text, opcode, rest, line = instruction
+  cycles = re.search(r'"estimated_cycles":"(\d+)"', line)
+  if cycles and int(cycles.group(1)) >= 2 ** 60:  # the cost model's "unknown"
+    cycles = None
+  base = opcode[:-6] if opcode.endswith('-start') else opcode
+  if opcode.endswith('-done') or (opcode in _FREE and not cycles):
+    return None
+  if 'custom_call_target="ConcatBitcast"' in line:  # joins async slices (prefetches) in place
+    return None
+  operand_bytes = sum(_bytes(program.types.get(o, '')) for o in _operands(rest))
+  if base in _COLLECTIVES:
+    return _collective_seconds(chip, base, type_text, operand_bytes, devices_per_slice,
+                               num_slices), 'collective'
+  if cycles:
+    return int(cycles.group(1)) / chip.clock_hz, 'compiler'
+  if opcode == 'custom-call' and '"cost_estimate"' in line:
+    declared = json.loads('{' + re.search(r'"cost_estimate":(\{[^}]*\})', line).group(1)[1:])
+    return max(float(declared.get('flops', 0)) / chip.peak_flops,
+               float(declared.get('bytes_accessed', 0)) / chip.hbm_bytes_per_s), 'kernel'
+  flops = 0.0
+  called = re.search(r'calls=%([\w.\-]+)', line) if opcode == 'fusion' else None
+  inner = program.computations.get(called.group(1), ()) if called else (instruction,)
+  for _, t, op, r, l in inner:
+    if op in ('convolution', 'dot'):
+      flops += _matmul_flops(program, op, t, r, l)
+  return max(flops / chip.peak_flops,
+             (operand_bytes + _bytes(type_text)) / chip.hbm_bytes_per_s), 'roofline'
+
+
 def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int = 1) -> Estimate:
   """The estimated time of one run of the compiled program `hlo_text` (`compiled.as_text()`)."""
   program = _Program(hlo_text)
   ops, unknown = [], [0]
 
-  def collective_seconds(opcode: str, type_text: str, operand_bytes: float) -> float:
-    size = max(_bytes(type_text), operand_bytes)
-    n = max(devices_per_slice, 1)
-    factor = {'all-reduce': 2 * (n - 1) / n, 'all-gather': (n - 1) / n,
-              'reduce-scatter': (n - 1) / n}.get(opcode, 1.0)
-    seconds = factor * size / chip.ici_bytes_per_s
-    if num_slices > 1:  # the same data crosses slices over the data-center network
-      seconds += 2 * (num_slices - 1) / num_slices * size / chip.dcn_bytes_per_s
-    return seconds
-
   def walk(computation: str, count: float, depth: int = 0):
     if depth > 50:
       return
-    for name, type_text, opcode, rest, line in program.computations.get(computation, ()):
+    for instruction in program.computations.get(computation, ()):
+      name, _, opcode, _, line = instruction
       if opcode == 'while':
         cond = re.search(r'condition=%([\w.\-]+)', line).group(1)
         body = re.search(r'body=%([\w.\-]+)', line).group(1)
@@ -201,8 +236,7 @@ def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int 
           trips = 1
         walk(body, count * trips, depth + 1)
         walk(cond, count * (trips + 1), depth + 1)
-        continue
-      if opcode == 'conditional':
+      elif opcode == 'conditional':
         branches = re.search(r'branch_computations=\{([^}]*)\}', line)
         names = (re.findall(r'%([\w.\-]+)', branches.group(1)) if branches else
                  re.findall(r'(?:true|false)_computation=%([\w.\-]+)', line))
@@ -214,42 +248,14 @@ def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int 
           del ops[before:]
         if costs:
           ops.extend(max(costs, key=lambda c: c[0])[1])
-        continue
-      if opcode == 'call':
+      elif opcode == 'call':
         called = re.search(r'to_apply=%([\w.\-]+)', line)
         if called:
           walk(called.group(1), count, depth + 1)
-        continue
-      cycles = re.search(r'"estimated_cycles":"(\d+)"', line)
-      if cycles and int(cycles.group(1)) >= 2 ** 60:  # the cost model's "unknown"
-        cycles = None
-      base = opcode[:-6] if opcode.endswith('-start') else opcode
-      if opcode.endswith('-done') or (opcode in _FREE and not cycles):
-        continue
-      if 'custom_call_target="ConcatBitcast"' in line:  # joins async slices (prefetches) in place
-        continue
-      operand_bytes = sum(_bytes(program.types.get(o, '')) for o in _operands(rest))
-      if base in _COLLECTIVES:
-        seconds, source = collective_seconds(base, type_text, operand_bytes), 'collective'
-      elif cycles:
-        seconds, source = int(cycles.group(1)) / chip.clock_hz, 'compiler'
-      elif opcode == 'custom-call' and '"cost_estimate"' in line:
-        declared = json.loads('{' + re.search(r'"cost_estimate":(\{[^}]*\})', line).group(1)[1:])
-        seconds = max(float(declared.get('flops', 0)) / chip.peak_flops,
-                      float(declared.get('bytes_accessed', 0)) / chip.hbm_bytes_per_s)
-        source = 'kernel'
       else:
-        flops = 0.0
-        called = re.search(r'calls=%([\w.\-]+)', line) if opcode == 'fusion' else None
-        inner = program.computations.get(called.group(1), ()) if called else (
-            (name, type_text, opcode, rest, line),)
-        for _, t, op, r, l in inner:
-          if op in ('convolution', 'dot'):
-            flops += _matmul_flops(program, op, t, r, l)
-        seconds = max(flops / chip.peak_flops,
-                      (operand_bytes + _bytes(type_text)) / chip.hbm_bytes_per_s)
-        source = 'roofline'
-      ops.append(Op(name, opcode, _what(line), seconds, count, source))
+        cost = _op_cost(program, chip, instruction, devices_per_slice, num_slices)
+        if cost:
+          ops.append(Op(name, opcode, _what(line), cost[0], count, cost[1]))
 
   walk(program.entry, 1.0)
   by_source = {}

@@ -115,7 +115,7 @@ def test_no_function_is_longer_than_a_screen():
     for node in ast.walk(ast.parse(open(path).read())):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         lines = node.end_lineno - node.lineno + 1
-        if lines > 100:
+        if lines > 80:
           long.append(f'{name}.{node.name} ({lines} lines)')
   assert not long, long
 

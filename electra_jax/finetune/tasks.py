@@ -177,21 +177,9 @@ def load_glue_tsv(root: str, name: str, log=print) -> dict[str, list[Example]]:
   return out
 
 
-def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool | None = True,
-               header: bool = True, kind: str = 'classification', log=print) -> list[Example]:
-  """Rows of a .csv, .tsv or .jsonl file (one object per line).
-
-  A .csv/.tsv file's first row names its columns; with `header=False` every row is data and the
-  columns are named by their position (0, 1, ...). Labels are read as meant (`labels`): `labelled`
-  True requires one in every row; None (a test file) reads them where every row has one and takes
-  a file whose label cells are all empty (or absent) for unlabelled.
-  """
-  if not fs.isfile(path):
-    raise FileNotFoundError(f'the data file {path} does not exist; give the path of a .csv, .tsv '
-                            'or .jsonl file')
-  ext = os.path.splitext(path)[1].lower()
-  if ext not in ('.csv', '.tsv', '.jsonl'):
-    raise ValueError(f'the data file {path} is not .csv, .tsv or .jsonl; convert it to one of them')
+def _read_rows(path: str, ext: str, header: bool):
+  """(rows as dicts, the column names, the header row's cells or None, the line number of each
+  row or None) of a .jsonl file, or a .csv/.tsv file with or without a header row."""
   first = None  # a header row's cells, shown when a named column is missing
   line_numbers = None  # of each row: a .jsonl file's lines, a table's data rows
   with fs.open(path, encoding='utf-8-sig', newline='') as f:  # a byte-order mark is read away
@@ -217,6 +205,25 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
       rows = [dict(enumerate(r)) for r in csv.reader(f, delimiter='\t' if ext == '.tsv' else ',')
               if r]
       columns = list(range(max((len(r) for r in rows), default=0)))
+  return rows, columns, first, line_numbers
+
+
+def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool | None = True,
+               header: bool = True, kind: str = 'classification', log=print) -> list[Example]:
+  """Rows of a .csv, .tsv or .jsonl file (one object per line).
+
+  A .csv/.tsv file's first row names its columns; with `header=False` every row is data and the
+  columns are named by their position (0, 1, ...). Labels are read as meant (`labels`): `labelled`
+  True requires one in every row; None (a test file) reads them where every row has one and takes
+  a file whose label cells are all empty (or absent) for unlabelled.
+  """
+  if not fs.isfile(path):
+    raise FileNotFoundError(f'the data file {path} does not exist; give the path of a .csv, .tsv '
+                            'or .jsonl file')
+  ext = os.path.splitext(path)[1].lower()
+  if ext not in ('.csv', '.tsv', '.jsonl'):
+    raise ValueError(f'the data file {path} is not .csv, .tsv or .jsonl; convert it to one of them')
+  rows, columns, first, line_numbers = _read_rows(path, ext, header)
   line_numbers = line_numbers or list(range(1, len(rows) + 1))
   if not rows:
     raise ValueError(f'the data file {path} holds no rows; give a file with ' +
