@@ -6,6 +6,7 @@ import math
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from electra_jax import fs
@@ -21,6 +22,12 @@ EVAL_METRICS = {
     'disc_precision': 'max', 'disc_recall': 'max', 'disc_auc': 'max',
     'main_mlm_loss': 'min', 'main_mlm_accuracy': 'max', 'all_tokens_loss': 'min',
 }
+
+
+def ratio(numerator, denominator):
+  """A metric as the step returns it: [sum of the numerator, sum of the denominator] in float32,
+  summed over microbatches, devices and log intervals, divided when read (`summarize`)."""
+  return jnp.stack([jnp.sum(numerator), jnp.sum(denominator)]).astype(jnp.float32)
 
 
 def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:

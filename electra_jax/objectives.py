@@ -13,6 +13,7 @@ import optax
 
 from electra_jax import masking
 from electra_jax import model as model_lib
+from electra_jax.metrics import ratio
 from electra_jax.tokenizer import SpecialIds
 
 AUC_BINS = 4096  # histogram bins of discriminator logits in [-AUC_RANGE, AUC_RANGE]
@@ -41,10 +42,6 @@ class ObjectiveConfig:
     values = {k: v for k, v in objective_cfg.items() if k in fields}
     accelerator = (platform or jax.default_backend()) in model_lib.ACCELERATORS
     return cls(**values, sampler='gumbel' if accelerator else 'cdf')
-
-
-def ratio(numerator, denominator):
-  return jnp.stack([jnp.sum(numerator), jnp.sum(denominator)]).astype(jnp.float32)
 
 
 def logit_histograms(logits, labels, weights):

@@ -19,6 +19,7 @@ import ml_collections
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
 from electra_jax import objectives
 from electra_jax import optim
@@ -122,10 +123,10 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   params, opt_state = jax.lax.cond(finite, apply, lambda p, o: (p, o), state.params,
                                    state.opt_state)
   metrics = jax.tree.map(lambda m: jnp.where(finite, m, jnp.zeros_like(m)), metrics)
-  metrics['grad_norm'] = objectives.ratio(jnp.where(finite, grad_norm, 0.0), finite)
-  metrics['learning_rate'] = objectives.ratio(setup.schedule(state.step), 1.0)
+  metrics['grad_norm'] = metrics_lib.ratio(jnp.where(finite, grad_norm, 0.0), finite)
+  metrics['learning_rate'] = metrics_lib.ratio(setup.schedule(state.step), 1.0)
   bad = jnp.logical_not(finite).astype(jnp.int32)
-  metrics['nonfinite_steps'] = objectives.ratio(bad, 1.0)  # summed: a count per log interval
+  metrics['nonfinite_steps'] = metrics_lib.ratio(bad, 1.0)  # summed: a count per log interval
   first = jnp.where((state.first_nonfinite < 0) & (bad > 0), state.step + 1, state.first_nonfinite)
   return TrainState(state.step + 1, params, opt_state, state.nonfinite_steps + bad, first), metrics
 
@@ -162,7 +163,7 @@ def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
   zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
                        jax.eval_shape(part, *jax.tree.map(lambda x: x[0], xs)))
   ((loss, metrics), grads), _ = jax.lax.scan(body, zeros, xs)
-  metrics['loss'] = objectives.ratio(loss, 1.0)  # a sum of parts, not a mean of M ratios
+  metrics['loss'] = metrics_lib.ratio(loss, 1.0)  # a sum of parts, not a mean of M ratios
   return (loss, metrics), grads
 
 

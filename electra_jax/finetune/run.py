@@ -28,7 +28,6 @@ from electra_jax import fs
 from electra_jax import loop as loop_lib
 from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
-from electra_jax import objectives
 from electra_jax import optim
 from electra_jax import partitioning
 from electra_jax import records as records_lib
@@ -148,8 +147,8 @@ def qa_loss(params, batch, rng, deterministic=False, *, model, task):
   if 'null_logit' in out:
     null = optax.sigmoid_binary_cross_entropy(out['null_logit'], batch['impossible'])
     loss = loss + 0.5 * jnp.mean(null)
-    metrics['null_loss'] = objectives.ratio(jnp.mean(null), 1.0)
-  return loss, {'loss': objectives.ratio(loss, 1.0), **metrics}
+    metrics['null_loss'] = metrics_lib.ratio(jnp.mean(null), 1.0)
+  return loss, {'loss': metrics_lib.ratio(loss, 1.0), **metrics}
 
 
 def task_loss(params, batch, rng, deterministic=False, *, model, task):
@@ -160,13 +159,14 @@ def task_loss(params, batch, rng, deterministic=False, *, model, task):
   labels = batch['labels']
   if task.kind == 'regression':
     loss = jnp.mean(jnp.square(logits[:, 0] - labels))
-    return loss, {'loss': objectives.ratio(loss, 1.0)}
+    return loss, {'loss': metrics_lib.ratio(loss, 1.0)}
   weights = (labels >= 0).astype(jnp.float32)
   labels = jnp.maximum(labels, 0)
   per_item = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
   loss = jnp.sum(per_item * weights) / jnp.maximum(jnp.sum(weights), 1.0)
   correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32) * weights
-  return loss, {'loss': objectives.ratio(loss, 1.0), 'accuracy': objectives.ratio(correct, weights)}
+  return loss, {'loss': metrics_lib.ratio(loss, 1.0),
+                'accuracy': metrics_lib.ratio(correct, weights)}
 
 
 def make_setup(cfg, pretrained: Pretrained, task, total_steps: int, seed: int) -> step_lib.Setup:
