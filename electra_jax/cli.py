@@ -282,8 +282,8 @@ def compile_for_topology(name: str, num_slices: int, config, finetune_init: str 
       from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
       pretrain.compile_for_topology(config, slice_, log)
     else:
-      from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
-      finetune_run.compile_for_topology(config, slice_, log)
+      from electra_jax.finetune import topology as finetune_topology  # pylint: disable=import-outside-toplevel
+      finetune_topology.compile_for_topology(config, slice_, log)
   except ValueError as e:
     raise UserError(str(e)) from None
 

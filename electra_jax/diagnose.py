@@ -176,7 +176,7 @@ def _probe_data(config, workdir: str, task_name: str):
   """(task, {'train': Encoded, 'dev': Encoded}) of a classification task, encoded with the
   pre-training's vocabulary at its sequence length."""
   from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import encode as encode_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   cfg = finetune_config.default_config().task
   cfg.name = task_name
@@ -185,14 +185,15 @@ def _probe_data(config, workdir: str, task_name: str):
       task, splits = tasks_lib.load(cfg, config, log=lambda *_: None)
     except ValueError as e:
       raise ValueError(f'--probe={task_name}: {e}') from None
-    if task.kind != 'classification' or not {'train', 'dev'} <= set(splits):
+    if kinds.get(task.kind).baseline != 'classes' or not {'train', 'dev'} <= set(splits):
       what = f'a {task.kind} task' + ('' if 'dev' in splits else ' without a dev split')
       raise ValueError(f'--probe={task_name} is {what}; the probe needs a classification task '
                        'with train and dev splits (builtin, builtin_topic, a GLUE classification '
                        'task)')
     vocab = records_lib.workdir_vocab(workdir, config)[2]
   tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case=config.data.lower_case)
-  return task, {s: encode_lib.encode(splits[s], task, tokenizer, config.data.max_seq_length)
+  return task, {s: kinds.get(task.kind).encode(task, splits[s], tokenizer,
+                                              config.data.max_seq_length, False)
                 for s in ('train', 'dev')}
 
 

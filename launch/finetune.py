@@ -55,10 +55,11 @@ def main(argv):
                           '--init whose model it fine-tunes')
     config.init = _INIT.value
     return cli.compile_for_topology(_TOPOLOGY.value, _NUM_SLICES.value, config, _INIT.value)
+  from electra_jax.finetune import config as config_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   cli.check_paths(_WORKDIR.value, _INIT.value)
   if config is None:  # eval / predict: the config the workdir was fine-tuned with
-    config = run.saved_config(_WORKDIR.value, _MODE.value)
+    config = config_lib.saved_config(_WORKDIR.value, _MODE.value)
   if _INIT.value is not None:
     config.init = _INIT.value
   if _SEEDS.value is not None:

@@ -20,6 +20,8 @@ from electra_jax.convert import export as export_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import heads
+from electra_jax.finetune import kinds
+from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import run
 from electra_jax.finetune import scores
 from electra_jax.finetune import tasks as tasks_lib
@@ -175,9 +177,9 @@ class _Tokenizer:
 
 def test_encode_lays_out_cls_a_sep_b_sep_and_doubles_swapped_pairs():
   tok = _Tokenizer()
-  task = tasks_lib.Task('t', 'classification', ('no', 'yes'), ('accuracy',))
+  task = tasks_lib.Task('t', 'classification', ('no', 'yes'), ('accuracy',), swap_pairs=True)
   examples = [tasks_lib.Example('a bb', 'ccc', 'yes'), tasks_lib.Example('dddd ' * 9, None, 'no')]
-  out = encode_lib.encode(examples, task, tok, 8, swap_pairs=True)
+  out = kinds.get('classification').encode(task, examples, tok, 8, train=True)
   assert len(out) == 3 and out.truncated == 1
   np.testing.assert_array_equal(out.input_ids[0], [2, 11, 12, 3, 13, 3, 0, 0])
   np.testing.assert_array_equal(out.segment_ids[0], [0, 0, 0, 0, 1, 1, 0, 0])
@@ -298,7 +300,8 @@ def test_labels_are_read_as_meant(tmp_path):
   for name, text, kind, test, error in cases:
     (tmp_path / name).write_text(text)
     with pytest.raises(ValueError, match=error):
-      tasks_lib.read_table(str(tmp_path / name), 'text', '', 'label', kind=kind,
+      tasks_lib.read_table(str(tmp_path / name), 'text', '', 'label',
+                           numeric=kind == 'regression',
                            labelled=None if test else True)
 
 
@@ -399,10 +402,10 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   assert any(re.match(r'^\d\d:\d\d:\d\d seed 1 \| step 180/180 ', l) for l in lines), lines
   # The saved fine-tunings score the same again, and predict the test file.
   workdir = str(tmp_path / 'ft')
-  again = run.finetune(run.saved_config(workdir, 'eval'), workdir, log=_quiet, mode='eval')
+  again = run.finetune(config_lib.saved_config(workdir, 'eval'), workdir, log=_quiet, mode='eval')
   for before, after in zip(summary['seeds'], again['seeds']):
     assert after['dev'] == pytest.approx(before['dev'])
-  out = run.finetune(run.saved_config(workdir, 'predict'), workdir, log=_quiet, mode='predict')
+  out = run.finetune(config_lib.saved_config(workdir, 'predict'), workdir, log=_quiet, mode='predict')
   assert len(out['predictions']) == 2
   with open(out['predictions'][0]) as f:
     rows = list(csv.reader(f, delimiter='\t'))
@@ -421,10 +424,10 @@ def _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp
   saved = json.load(open(path))
   del saved['pooling'], saved['task']['header']  # as written before these fields existed
   json.dump(saved, open(path, 'w'))
-  run._check_same_finetuning(cfg, workdir)  # pylint: disable=protected-access
+  config_lib.check_same_finetuning(cfg, workdir)
   cfg.pooling = 'mean'
   with pytest.raises(UserError, match=r"different config \(pooling 'cls' -> 'mean'\)"):
-    run._check_same_finetuning(cfg, workdir)  # pylint: disable=protected-access
+    config_lib.check_same_finetuning(cfg, workdir)
   saved['pooling'] = 'mean'
   json.dump(saved, open(path, 'w'))
   with pytest.raises(UserError, match=r"pooling='mean', and HF's ElectraForSequenceClassification"):
@@ -451,7 +454,7 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
   ckpt.close()
   params, labels = state['params'], meta['labels']
   assert meta['kind'] == kind and (labels == ['no', 'yes'] or kind != 'classification')
-  cfg = run.load_pretrained(pretrained, from_scratch=True, log=_quiet).model_cfg
+  cfg = pretrained_lib.load(pretrained, from_scratch=True, log=_quiet).model_cfg
   outputs = 1 if kind == 'regression' else len(labels)
   model = heads.Classifier(cfg, outputs, per_token=kind == 'tagging')
   tok = transformers.AutoTokenizer.from_pretrained(out)
@@ -524,11 +527,12 @@ def test_glue_test_predictions_are_leaderboard_files(tmp_path):
   task = tasks_lib.glue_task('mnli')
   examples = [tasks_lib.Example('a', 'b', None, 12), tasks_lib.Example('c', 'd', None, 13)]
   logits = np.array([[0.0, 0.0, 5.0], [9.0, 0.0, 0.0]])
-  path = run.write_predictions(task, 'test_mismatched', logits, examples, str(tmp_path))
+  path = kinds.get('classification').write_predictions(task, 'test_mismatched', logits, examples,
+                                                       str(tmp_path))
   assert os.path.basename(path) == 'MNLI-mm.tsv'
   assert open(path).read() == 'index\tprediction\n12\tcontradiction\n13\tentailment\n'
-  path = run.write_predictions(tasks_lib.glue_task('stsb'), 'test', np.array([[0.5]]),
-                               examples[:1], str(tmp_path))
+  path = kinds.get('regression').write_predictions(tasks_lib.glue_task('stsb'), 'test',
+                                                   np.array([[0.5]]), examples[:1], str(tmp_path))
   assert open(path).read() == 'index\tprediction\n12\t2.500\n'
 
 
@@ -670,6 +674,7 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
 
 
 def test_encode_tagged_puts_each_tag_on_the_first_sub_token_and_cuts_long_sentences():
+  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
   tok = _Tokenizer()
   tok.encode_batch = lambda words: [[10 + i for i in range(len(w) // 3)] for w in words]
   task = tasks_lib.Task('t', 'tagging', ('O', 'S-X'), ('f1',))
@@ -683,7 +688,7 @@ def test_encode_tagged_puts_each_tag_on_the_first_sub_token_and_cuts_long_senten
   assert out.truncated == 1 and list(out.word_positions[1]) == [1, 4]  # the third word is cut
   logits = np.zeros((2, 8, 2))
   logits[1, 4, 1] = 1.0
-  assert run.word_tags(task, logits, out, examples)[1] == ('O', 'S-X', 'O')
+  assert tagging.word_tags(task, logits, out, examples)[1] == ('O', 'S-X', 'O')
 
 
 def test_finetuning_learns_a_synthetic_tagging_task(tmp_path, pretrained):
@@ -697,7 +702,7 @@ def test_finetuning_learns_a_synthetic_tagging_task(tmp_path, pretrained):
   cfg.optimizer.learning_rate = 2e-3
   summary = run.finetune(cfg, str(tmp_path / 'ft'), log=_quiet)
   assert summary['seeds'][0]['dev']['f1'] > 0.7, summary['seeds']  # tagging all O scores 0
-  out = run.finetune(run.saved_config(str(tmp_path / 'ft'), 'predict'), str(tmp_path / 'ft'),
+  out = run.finetune(config_lib.saved_config(str(tmp_path / 'ft'), 'predict'), str(tmp_path / 'ft'),
                      log=_quiet, mode='predict')
   lines = open(out['predictions'][0]).read().split('\n\n')
   assert len([l for l in lines if l.strip()]) == 8

@@ -116,7 +116,7 @@ from electra_jax.convert import export as export_lib  # noqa: E402  pylint: disa
 from electra_jax.convert import original  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.convert import sources  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.convert import vocab as vocab_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.finetune import run as finetune_run  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.finetune import pretrained as finetune_pretrained  # noqa: E402  pylint: disable=wrong-import-position
 
 TEXTS = ['The cat sat on a mat, while dogs ran past green trees.',
          '  Kings   build castles;\tmerchants sell silk!\n',
@@ -235,7 +235,7 @@ def test_import_of_an_export_is_exact_and_reads_the_sizes(pretrained, exported):
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back)):
     np.testing.assert_array_equal(np.asarray(a), b)
   # Fine-tuning from the export starts from the same discriminator as from the workdir.
-  from_export = finetune_run.load_pretrained(exported, log=lambda *_: None)
+  from_export = finetune_pretrained.load(exported, log=lambda *_: None)
   for name in ('embeddings', 'discriminator'):
     for a, b in zip(jax.tree.leaves(params[name]), jax.tree.leaves(from_export.params[name])):
       np.testing.assert_array_equal(np.asarray(a), b)
@@ -346,7 +346,7 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
                                      str(tmp_path / 'continued'), log=lines.append)
   assert summary['step'] == 2 and any(l.startswith('initial weights: original TensorFlow') for l in
                                       lines), lines
-  loaded = finetune_run.load_pretrained(folder, log=lambda *_: None)
+  loaded = finetune_pretrained.load(folder, log=lambda *_: None)
   np.testing.assert_array_equal(loaded.params['embeddings']['word_embeddings'],
                                 params['embeddings']['word_embeddings'][:cfg.vocab_size])
 

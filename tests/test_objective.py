@@ -280,7 +280,7 @@ def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
   import json  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
   from electra_jax.convert import export as export_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
   lines = []
   workdir = str(tmp_path / 'mlm')
   summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
@@ -291,7 +291,7 @@ def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
   assert any(l.startswith('summary (held-out') and 'MLM loss' in l for l in lines), lines
   assert os.path.isfile(os.path.join(workdir, 'curves.png'))
   # What a BERT run made fine-tunes and exports like any other (its MLM network is full size).
-  assert finetune_run.load_pretrained(workdir, log=lambda *_: None).params is not None
+  assert finetune_pretrained.load(workdir, log=lambda *_: None).params is not None
   done = export_lib.export(workdir, str(tmp_path / 'hf'), log=lambda *_: None)
   with open(os.path.join(done.folders[1], 'config.json')) as f:
     assert json.load(f)['hidden_size'] == 32  # the generator folder holds the full-size MLM
@@ -344,7 +344,7 @@ def test_gdes_disentangles_the_embedding_gradients():
 def test_gdes_run_fine_tunes_from_the_discriminators_table(tmp_path, records_dir):
   import os  # pylint: disable=import-outside-toplevel
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / 'gdes')
   pretrain.train_and_evaluate(test_config(**{'data.records': records_dir, 'model.gdes': True}),
                            workdir, log=lambda *_: None)
@@ -352,7 +352,7 @@ def test_gdes_run_fine_tunes_from_the_discriminators_table(tmp_path, records_dir
   params = ckpt.restore_arrays(ckpt.latest_step())[0]['params']
   ckpt.close()
   assert np.abs(np.asarray(params['embeddings_residual'])).max() > 0  # trained by detection
-  loaded = finetune_run.load_pretrained(workdir, log=lambda *_: None).params
+  loaded = finetune_pretrained.load(workdir, log=lambda *_: None).params
   np.testing.assert_allclose(
       loaded['embeddings']['word_embeddings'],
       np.asarray(params['embeddings']['word_embeddings']) + params['embeddings_residual'],

@@ -339,6 +339,8 @@ def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretra
   none, a truncated model.safetensors: each one sentence naming the file and the fix."""
   from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
   from electra_jax.convert import hf  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / 'w')
   shutil.copytree(pretrained, workdir)
@@ -353,7 +355,7 @@ def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretra
     with pytest.raises(UserError, match=damaged + '; delete it, and the same command resumes'):
       pretrain.train_and_evaluate(config, workdir, log=_quiet)
     with pytest.raises(UserError, match=damaged + '; delete it and run'):
-      finetune_run.load_pretrained(workdir, log=_quiet)
+      finetune_pretrained.load(workdir, log=_quiet)
     with pytest.raises(UserError, match=damaged + '; delete it and run'):
       export.export(workdir, str(tmp_path / 'hf'), log=_quiet)
     with open(config_json, 'w') as f:
@@ -382,14 +384,13 @@ def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretra
     pretrain.train_and_evaluate(config, str(fresh), log=_quiet)
   with pytest.raises(UserError, match=f'{workdir} is a pre-training workdir .*fine-tune it with '
                      f'--init={workdir} and a new --workdir, then use --mode=eval on that one'):
-    finetune_run.saved_config(workdir, 'eval')
+    finetune_config.saved_config(workdir, 'eval')
   with pytest.raises(UserError, match=r'--workdir .*/nowhere does not exist; give the --workdir '
                      'of a fine-tuning'):
-    finetune_run.saved_config(str(tmp_path / 'nowhere'), 'predict')
+    finetune_config.saved_config(str(tmp_path / 'nowhere'), 'predict')
   a_file = tmp_path / 'a_file'
   a_file.write_text('x')
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  ft = ft_config.default_config()
+  ft = finetune_config.default_config()
   ft.init = workdir
   with pytest.raises(UserError, match=f'--workdir {a_file} is a file; give a folder'):
     finetune_run.finetune(ft, str(a_file), log=_quiet)

@@ -160,7 +160,7 @@ def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswe
   assert dev['exact'] > 0.6, dev  # a uniform guess among the 5 words scores 0.2
   if unanswerable:
     assert dev['no_answer_exact'] > 0.6 and dev['has_answer_f1'] > 0.6, dev
-  out = run.finetune(run.saved_config(str(tmp_path / 'ft'), 'predict'), str(tmp_path / 'ft'),
+  out = run.finetune(config_lib.saved_config(str(tmp_path / 'ft'), 'predict'), str(tmp_path / 'ft'),
                      log=lambda *_: None, mode='predict')
   answers = json.load(open(out['predictions'][0]))
   assert len(answers) == 64

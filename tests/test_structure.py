@@ -1,5 +1,6 @@
 """The package's shape: no import cycles, each module importable alone, one TensorFlow importer,
-no function longer than a screen."""
+no function longer than a screen, a fine-tuning task's kind named only in its own module, a
+fine-tuning driver of at most 250 lines."""
 
 import ast
 import os
@@ -118,6 +119,42 @@ def test_no_function_is_longer_than_a_screen():
         if lines > 80:
           long.append(f'{name}.{node.name} ({lines} lines)')
   assert not long, long
+
+
+def _names_a_kind(node, kinds: set) -> bool:
+  """Whether `node` is a string naming a kind, or a tuple, list or set holding one."""
+  if isinstance(node, ast.Constant):
+    return node.value in kinds
+  return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(
+      _names_a_kind(e, kinds) for e in node.elts)
+
+
+def test_no_branch_on_a_task_kind_outside_its_module():
+  """Comparisons with a fine-tuning task kind's name ('regression', 'qa', ...) happen only in the
+  kind's module (finetune/kinds.REGISTRY) and the registry: the driver, the loaders, the export
+  and the baseline ask the kind object."""
+  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
+  names = set(kinds.REGISTRY)
+  owners = {f'electra_jax.finetune.{m}' for m in kinds.REGISTRY.values()} | {
+      'electra_jax.finetune.kinds'}
+  found = []
+  for name, path in _modules().items():
+    if name in owners:
+      continue
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.Compare) and any(
+          _names_a_kind(x, names) for x in [node.left] + node.comparators):
+        found.append(f'{name}:{node.lineno}')
+  assert not found, f'a task kind compared outside its module: {found}'
+  # What it looks for: the branches run.py had, such as this one, are found.
+  planted = ast.parse("if task.kind in ('classification', 'regression'):\n  pass\n")
+  assert any(isinstance(n, ast.Compare) and _names_a_kind(n.comparators[0], names)
+             for n in ast.walk(planted))
+
+
+def test_the_finetuning_driver_is_short():
+  lines = len(open(os.path.join(PACKAGE, 'finetune', 'run.py')).read().splitlines())
+  assert lines <= 250, f'finetune/run.py has {lines} lines; move what is not the driver out'
 
 
 def test_tensorflow_loads_without_keras_which_stays_importable():

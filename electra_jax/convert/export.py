@@ -40,7 +40,7 @@ class Exported:
   cfg: model_lib.ModelConfig
   params: Any  # our parameters that were exported (Electra's, or a fine-tuned Classifier's)
   tokenizer: Any
-  kind: str  # 'pretraining' | 'classification' | 'regression' | 'tagging'
+  kind: str  # 'pretraining' or the fine-tuned task's kind (finetune/kinds.py)
 
 
 def _read_config(workdir: str) -> dict:
@@ -192,13 +192,12 @@ def _original_checkpoint(path: str, out: str, log) -> Exported:
 
 
 def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
-  if (config.get('pooling', 'cls') != 'cls' and config.task.get('kind') != 'tagging'
-      and not config.task.name.startswith('squad')):
-    raise UserError(f'{workdir} was fine-tuned with pooling={config.pooling!r}, and HF\'s '
-                    'ElectraForSequenceClassification reads [CLS] alone; fine-tune with '
-                    '--config.pooling=cls to export the classifier, or export the pre-trained '
-                    'model')
-  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import pretrained as pretrained_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
+  named = tasks.named_task(config.task)
+  kinds.get(named.kind if named else config.task.get('kind', 'classification')).check_export(
+      config, workdir)
   seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))
   if not seeds:
     raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run launch/finetune.py '
@@ -207,27 +206,24 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
     seed = _best_seed(workdir, seeds)
   elif seed not in seeds:
     raise UserError(f'--seed {seed} is not among the fine-tunings in {workdir} ({seeds})')
-  pretrained = run.load_pretrained(config.init, from_scratch=True, log=log)
+  pretrained = pretrained_lib.load(config.init, from_scratch=True, log=log)
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
   step, state, meta = _restore(fs.join(workdir, f'seed_{seed}', 'checkpoints'), step,
                                'fine-tuning')
-  kind = meta.get('kind')
-  if kind == 'qa' or 'classifier' not in state['params']:
-    raise UserError('a question-answering fine-tuning has ELECTRA\'s SQuAD head (end conditioned on '
-                    'the start, answerability), which no HF transformers class holds; export the '
-                    'pre-trained model and fine-tune with HF\'s own head there')
-  if kind is None:
+  if meta.get('kind') is None:
     raise UserError(f'{workdir}/seed_{seed} was saved without its task kind; fine-tune again to '
                     'export it')
+  kind = kinds.get(meta['kind'])
+  kind.check_export(config, workdir)
   cfg = pretrained.model_cfg
   params = state['params']
-  state, fields = hf.head_to_hf(params, cfg, kind, [str(x) for x in meta['labels']])
-  _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields,
-                            'classifier_dropout': finetune_config.dropout_rate(config, cfg)},
-               tokenizer, pretrained.lower_case, cfg)
-  log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}, '
-      f'{fields["num_labels"]} output(s)')
-  return Exported([out], cfg, params, tokenizer, kind)
+  state, fields = kind.to_hf(params, cfg, [str(x) for x in meta['labels']],
+                             finetune_config.dropout_rate(config, cfg))
+  _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
+               pretrained.lower_case, cfg)
+  log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}'
+      + (f', {fields["num_labels"]} output(s)' if 'num_labels' in fields else ''))
+  return Exported([out], cfg, params, tokenizer, meta['kind'])
 
 
 def _best_seed(workdir: str, seeds: list[int]) -> int:
@@ -284,31 +280,36 @@ def _local_folder(folder: str):
 def _compare(done, folder, local, transformers, torch, sentences, firsts, seconds, length,
              log) -> dict:
   """The export in `local` (a copy of `folder`) against our model: token ids and logits."""
-  from electra_jax.finetune import heads  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
   tok = transformers.AutoTokenizer.from_pretrained(local)
   same = sum(tok(t, add_special_tokens=False)['input_ids'] == done.tokenizer.encode(t)
              for t in sentences)
   batch = tok(firsts, seconds, padding=True, truncation=True, max_length=length,
               return_tensors='np')
   ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
+  kind = None if done.kind == 'pretraining' else kinds.get(done.kind)
+  if kind is not None:  # the batch as the task's model takes it
+    ids, segments, mask = kind.hf_inputs(ids, segments, mask)
   config = transformers.AutoConfig.from_pretrained(local)
   arch = config.architectures[0]
   with torch.no_grad():
-    theirs = getattr(transformers, arch).from_pretrained(local).eval()(
-        **{k: torch.from_numpy(v).long() for k, v in batch.items()}).logits.numpy()
-  if done.kind == 'pretraining':
+    theirs = getattr(transformers, arch).from_pretrained(local).eval()(**{
+        'input_ids': torch.from_numpy(ids).long(), 'token_type_ids': torch.from_numpy(
+            segments).long(), 'attention_mask': torch.from_numpy(mask).long()}).logits.numpy()
+  if kind is None:
     positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
     gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
                                                   positions)
     ours = np.asarray(gen if arch == 'ElectraForMaskedLM' else disc)
+    real = mask > 0  # the real tokens
   else:
-    model = heads.Classifier(done.cfg, theirs.shape[-1], per_token=done.kind == 'tagging')
+    model = kind.check_model(done.cfg, theirs.shape[-1])
     ours = np.asarray(model.apply({'params': done.params}, ids, segments, mask))
-  real = mask > 0 if done.kind in ('pretraining', 'tagging') else slice(None)  # real tokens
+    real = kind.compared(mask)
   diff = float(np.max(np.abs(ours[real] - theirs[real])))
   largest = float(np.max(np.abs(theirs[real])))
   log(f'{folder}: {arch}: tokenizer ids equal ours on {same} of {len(sentences)} sentences; '
-      f'logits on {len(firsts)} pairs ({ids.shape[1]} tokens, padded): max |ours - HF| '
+      f'logits on {len(firsts)} pairs ({ids.shape[-1]} tokens, padded): max |ours - HF| '
       f'{diff:.2e} (largest |logit| {largest:.1f})')
   return {'same_ids': same, 'texts': len(sentences), 'max_abs_diff': diff,
           'max_abs_logit': largest}

@@ -263,7 +263,9 @@ def model_fields(config: dict, generator: dict | None = None) -> dict:
 _GELU_IS_IDENTITY_ABOVE = 6.0
 
 
-def _shift(params, cfg: model_lib.ModelConfig) -> np.ndarray:
+def identity_shift(params, cfg: model_lib.ModelConfig) -> np.ndarray:
+  """Per feature, a value that moves anything the encoder's last LayerNorm can output to where
+  GELU is the identity in float32 (|gamma| sqrt(H - 1) + |beta|, plus 6)."""
   norm = params['discriminator'][f'layer_{cfg.num_layers - 1}']['output_LayerNorm']
   bound = (np.abs(np.asarray(norm['scale'], np.float64)) * np.sqrt(cfg.hidden_size - 1)
            + np.abs(np.asarray(norm['bias'], np.float64)))
@@ -281,25 +283,13 @@ def encoder_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
   return out
 
 
-def head_to_hf(params, cfg: model_lib.ModelConfig, kind: str,
-               labels: list[str]) -> tuple[dict[str, np.ndarray], dict]:
-  """(state dict, config fields) of a fine-tuned Classifier as ElectraForSequenceClassification
-  ('classification', 'regression') or ElectraForTokenClassification ('tagging')."""
-  kernel = np.asarray(params['classifier']['kernel'], np.float32)  # [H, outputs]
-  bias = np.asarray(params['classifier']['bias'], np.float32)
-  state = encoder_to_hf(params, cfg)
-  names = labels if kind != 'regression' else ['score']
-  fields = {'num_labels': len(names), 'id2label': dict(enumerate(names)),
-            'label2id': {n: i for i, n in enumerate(names)}}
-  if kind == 'tagging':
-    state.update({'classifier.weight': kernel.T, 'classifier.bias': bias})
-    return state, {**fields, 'architectures': ['ElectraForTokenClassification']}
-  shift = _shift(params, cfg).astype(np.float32)  # the stored value is the one subtracted
-  state.update({'classifier.dense.weight': np.eye(cfg.hidden_size, dtype=np.float32),
-                'classifier.dense.bias': shift,
-                'classifier.out_proj.weight': kernel.T,
-                'classifier.out_proj.bias': (bias.astype(np.float64) - shift.astype(np.float64)
-                                             @ kernel.astype(np.float64)).astype(np.float32)})
-  problem = 'regression' if kind == 'regression' else 'single_label_classification'
-  return state, {**fields, 'architectures': ['ElectraForSequenceClassification'],
-                 'problem_type': problem}
+def labelled(names: list[str]) -> dict:
+  """HF config fields of a head whose outputs are named `names`."""
+  return {'num_labels': len(names), 'id2label': dict(enumerate(names)),
+          'label2id': {n: i for i, n in enumerate(names)}}
+
+
+def dense(params, name: str = 'classifier') -> tuple[np.ndarray, np.ndarray]:
+  """(kernel [in, out], bias) of a head's dense layer, float32."""
+  return (np.asarray(params[name]['kernel'], np.float32),
+          np.asarray(params[name]['bias'], np.float32))

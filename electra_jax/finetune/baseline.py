@@ -1,6 +1,7 @@
 """The baseline a fine-tuning should beat: TF-IDF features and a linear model, on the same splits.
 
-    scores = baseline.tfidf(task, splits)   # {split: {metric: value}}, or None for QA / tagging
+    scores = baseline.tfidf(task, splits)   # {split: {metric: value}}, or None where it does not
+                                            # apply (the kind's `baseline` is '': QA, tagging, ...)
 
 Word unigrams and bigrams plus character 2-5-grams (within words), TF-IDF weighted with sublinear
 term frequencies; logistic regression for classes, ridge regression for numbers. Its one setting,
@@ -9,11 +10,13 @@ example is seen before scoring), from a fixed grid. A pair task's two texts are 
 word. Scored with the task's own metrics on its dev splits and labelled test splits.
 """
 
+import time
+
 import numpy as np
 
+from electra_jax.finetune import kinds
 from electra_jax.finetune import scores
 
-KINDS = ('classification', 'regression')
 _PAIR = ' qqsepqq '  # joins a pair's texts: a word no text holds
 _STRENGTHS = (0.3, 1.0, 3.0, 10.0, 30.0)  # logistic regression's C; ridge's alpha is 1 / C
 
@@ -22,8 +25,12 @@ def _texts(examples) -> list[str]:
   return [e.text_a if not e.text_b else f'{e.text_a}{_PAIR}{e.text_b}' for e in examples]
 
 
+def _numbers(task) -> bool:
+  return kinds.get(task.kind).baseline == 'numbers'
+
+
 def _targets(task, examples) -> np.ndarray:
-  if task.kind == 'regression':
+  if _numbers(task):
     return np.asarray([float(e.label) for e in examples], np.float64)
   index = {name: i for i, name in enumerate(task.labels)}
   return np.asarray([index[str(e.label)] for e in examples])
@@ -48,7 +55,7 @@ def fit(task, train: list):
   extract = features()
   x = extract.fit_transform(_texts(train))
   y = _targets(task, train)
-  if task.kind == 'regression':
+  if _numbers(task):
     model = GridSearchCV(Ridge(), {'alpha': [1 / c for c in _STRENGTHS]},
                          cv=KFold(3, shuffle=True, random_state=0))
   else:
@@ -62,8 +69,8 @@ def fit(task, train: list):
 
 def tfidf(task, splits: dict) -> dict | None:
   """{split: {metric: value}} of the baseline on the task's dev and labelled test splits; None
-  for a task it does not apply to (extractive QA, tagging) or without a train split."""
-  if task.kind not in KINDS or 'train' not in splits:
+  for a task it does not apply to (its kind's `baseline` is '') or without a train split."""
+  if not kinds.get(task.kind).baseline or 'train' not in splits:
     return None
   scored = [s for s in task.dev_splits + task.test_splits if s in splits and splits[s]]
   if not scored:
@@ -75,6 +82,19 @@ def tfidf(task, splits: dict) -> dict | None:
     predictions = model.predict(extract.transform(_texts(examples)))
     out[split] = scores.compute(task.metrics, _targets(task, examples), predictions)
   return out
+
+
+def reported(task, splits: dict, log) -> dict | None:
+  """`tfidf`, its scores and time logged in one line (None, and nothing logged, where it does
+  not apply)."""
+  if not kinds.get(task.kind).baseline:
+    return None
+  t = time.time()
+  base = tfidf(task, splits)
+  log(f'TF-IDF baseline (word and character n-grams, linear model; {time.time() - t:.0f} s): '
+      + ' | '.join(f'{s} {m} {100 * v:.2f}' for s, scored in (base or {}).items()
+                   for m, v in scored.items()))
+  return base
 
 
 def verdict(name: str, metric: str, tuned: float, baseline: float) -> str:

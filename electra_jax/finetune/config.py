@@ -1,10 +1,18 @@
-"""The one fine-tuning config: every field, its default and what it means.
+"""The one fine-tuning config: every field, its default and what it means, and its checks.
 
 The model (sizes, vocabulary) comes from the pre-training run named by `init`; what is set here is
 the task and the recipe. Zeros mean "the paper's value for this model size / task".
 """
 
+import json
+
 import ml_collections
+
+from electra_jax import UserError
+from electra_jax import user_errors
+from electra_jax import fs
+from electra_jax import partitioning
+from electra_jax.finetune import heads
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -77,9 +85,116 @@ def dropout_rate(cfg, model_cfg) -> float:
   return model_cfg.dropout_rate if cfg.dropout_rate < 0 else cfg.dropout_rate
 
 
+def check_for_model(cfg, model_cfg):
+  """Refuses (UserError) settings the pre-trained model cannot take."""
+  if cfg.max_seq_length > model_cfg.max_position_embeddings:
+    raise UserError(f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
+                    f'{model_cfg.max_position_embeddings} positions; lower it')
+  with user_errors(ValueError):
+    heads.reinit_parts(cfg.get('reinit', ''), model_cfg.num_layers)
+
+
+def optimizer_config(cfg, model_cfg, total_steps: int) -> ml_collections.ConfigDict:
+  """The optimizer of a fine-tuning of `total_steps` as optim.make_optimizer takes it: the
+  original's schedule (linear warm-up, linear decay to 0), the paper's rates where `cfg` says 0."""
+  o = cfg.optimizer
+  return ml_collections.ConfigDict(dict(
+      learning_rate=o.learning_rate or paper_learning_rate(model_cfg.hidden_size),
+      warmup_steps=int(o.warmup_fraction * total_steps), decay_steps=total_steps, decay_power=1.0,
+      schedule='original', b1=o.b1, b2=o.b2, eps=o.eps, bias_correction=o.bias_correction,
+      weight_decay=o.weight_decay, grad_clip_norm=o.grad_clip_norm))
+
+
+def recipe(cfg, task, model_cfg, pretrained: bool) -> str:
+  """The recipe in one line: epochs, batch, learning rate, layer-wise decay, dropout, and what
+  departs from the paper's."""
+  o = cfg.optimizer
+  return (f'recipe: {cfg.epochs or task.epochs:g} epochs of batch {cfg.batch_size}, learning rate '
+          f'{o.learning_rate or paper_learning_rate(model_cfg.hidden_size):g}, layer-wise decay '
+          f'{o.layerwise_decay or paper_layerwise_decay(model_cfg.num_layers):g}, dropout '
+          f'{dropout_rate(cfg, model_cfg):g}'
+          + (f', word table at {o.word_table_lr:g}x the learning rate'
+             if o.get('word_table_lr', 1.0) != 1.0 else '')
+          + (f', re-initialized: {cfg.reinit}' if cfg.get('reinit', '') and pretrained else ''))
+
+
 def paper_learning_rate(hidden_size: int) -> float:
   return 3e-4 if hidden_size <= 256 else 1e-4 if hidden_size <= 768 else 5e-5
 
 
 def paper_layerwise_decay(num_layers: int) -> float:
   return 0.9 if num_layers >= 24 else 0.8
+
+
+POOLINGS = ('cls', 'mean')
+
+
+def check(cfg, mesh):
+  """Refuses (UserError) a fine-tuning config whose values cannot run, naming the fix."""
+  for what, value in (('batch_size', cfg.batch_size), ('eval_batch_size', cfg.eval_batch_size)):
+    with user_errors(ValueError):
+      partitioning.check_batch_size(value, mesh, what)
+  if cfg.num_seeds < 1 or cfg.log_every < 1:
+    raise UserError('num_seeds and log_every must be at least 1')
+  if cfg.get('eval_every', 0) < 0 or cfg.get('save_every', 0) < 0:
+    raise UserError('eval_every and save_every must be 0 (off) or more')
+  if not (cfg.dropout_rate == -1 or 0 <= cfg.dropout_rate < 1):
+    raise UserError(f'dropout_rate is {cfg.dropout_rate}; use a rate in [0, 1), or -1 for the '
+                    'rate the model was pre-trained with')
+  factor = cfg.optimizer.get('word_table_lr', 1.0)
+  if not (isinstance(factor, (int, float)) and 0 < factor < float('inf')):
+    raise UserError(f'optimizer.word_table_lr is {factor!r}; give a positive factor (1: '
+                    'the same learning rate as the rest of the layer)')
+  if cfg.get('pooling', 'cls') not in POOLINGS:
+    raise UserError(f'pooling is {cfg.pooling!r}; use {" or ".join(POOLINGS)}')
+  if cfg.task.get('max_train_examples', 0) < 0:
+    raise UserError(f'task.max_train_examples is {cfg.task.max_train_examples}; give 0 (all) or '
+                    'a number of examples')
+  if cfg.max_seq_length < 3:
+    raise UserError(f'max_seq_length={cfg.max_seq_length} leaves no room for text ([CLS] and '
+                    '[SEP] take 2 tokens); raise it (the default is 128)')
+
+
+# Fields that change how a fine-tuning is run or reported, not what it computes.
+_MAY_CHANGE = ('num_seeds', 'log_every', 'eval_every', 'save_every', 'eval_batch_size',
+               'baseline')
+
+
+def check_same_finetuning(cfg, workdir: str):
+  """A re-run in a workdir holding fine-tunings continues them (a killed seed resumes, a finished
+  one is scored again): refused when the config would compute something else."""
+  path = fs.join(workdir, 'config.json')
+  if not fs.isfile(path) or not any(n.startswith('seed_') for n in fs.listdir(workdir)):
+    return
+  with fs.open(path) as f:
+    before = _with_defaults(json.loads(default_config().to_json()), json.load(f))
+  after = json.loads(cfg.to_json())
+  diffs = [f'{k} {before.get(k)!r} -> {after.get(k)!r}' for k in sorted(set(before) | set(after))
+           if k not in _MAY_CHANGE and before.get(k) != after.get(k)]
+  if diffs:
+    raise UserError(f'--workdir {workdir} holds fine-tunings with a different config '
+                    f'({"; ".join(diffs)}); use a new --workdir, or the same config to continue')
+
+
+def _with_defaults(defaults: dict, saved: dict) -> dict:
+  """`saved` with the fields an earlier version did not have at their defaults (which is what
+  that version computed)."""
+  return {**defaults, **{k: _with_defaults(defaults[k], v) if isinstance(v, dict) and isinstance(
+      defaults.get(k), dict) else v for k, v in saved.items()}}
+
+
+def saved_config(workdir: str, mode: str) -> ml_collections.ConfigDict:
+  """The config a fine-tuning workdir was trained with (for --mode=eval/predict without --config)."""
+  path = fs.join(workdir, 'config.json')
+  if mode != 'train' and not fs.isdir(workdir):
+    raise UserError(f'--workdir {workdir} does not exist; give the --workdir of a fine-tuning '
+                    '(launch/finetune.py --mode=train)')
+  if mode == 'train' or not fs.isfile(path):
+    raise UserError(f'--config is required ({path} does not exist); give the fine-tuning config' if
+                    mode != 'train' else '--config is required for --mode=train; give a '
+                    'configs/finetune/*.py file')
+  config = fs.read_json(path, 'give the fine-tuning\'s config file with --config')
+  if isinstance(config, dict) and 'objective' in config and 'task' not in config:
+    raise UserError(f'{workdir} is a pre-training workdir (of launch/train.py); fine-tune it with '
+                    f'--init={workdir} and a new --workdir, then use --mode={mode} on that one')
+  return ml_collections.ConfigDict(config)

@@ -13,10 +13,10 @@ from electra_jax.finetune.tasks import Example, Task
 
 @dataclasses.dataclass
 class Encoded:
-  input_ids: np.ndarray  # [N, L] int32
+  input_ids: np.ndarray  # [N, L] int32 (multiple choice: [N, candidates, L])
   segment_ids: np.ndarray
   input_mask: np.ndarray
-  labels: np.ndarray  # [N] int32 class index, or float32 target (regression); -1 / nan if none
+  labels: np.ndarray  # [N] int32 class index, or float32 target (regression); -1 / nan if none;
   #                     tagging: [N, L] int32 tag index at each word's first token, -1 elsewhere
   truncated: int  # examples cut to fit
   word_positions: list | None = None  # tagging: the first token's position of each kept word
@@ -43,22 +43,24 @@ def truncate_pair(a: list, b: list | None, budget: int) -> tuple[list, list | No
   return a, b, cut
 
 
-def encode(examples: list[Example], task: Task, tokenizer, max_len: int, *,
-           swap_pairs: bool = False) -> Encoded:
+def swapped(examples: list[Example]) -> list[Example]:
+  """The examples, then each pair again with its texts in the other order (MRPC and STS-B train on
+  both orders)."""
+  return list(examples) + [Example(e.text_b, e.text_a, e.label, e.idx) for e in examples
+                           if e.text_b is not None]
+
+
+def encode(examples: list[Example], tokenizer, max_len: int, labels: np.ndarray) -> Encoded:
+  """Texts (pairs) as [CLS] a [SEP] (b [SEP]), padded to `max_len`, with `labels` (one per example,
+  the kind's targets)."""
   special = tokenizer.special
-  if swap_pairs:  # MRPC and STS-B: both orders of each pair are trained on
-    examples = list(examples) + [Example(e.text_b, e.text_a, e.label, e.idx) for e in examples
-                                 if e.text_b is not None]
   ids_a = tokenizer.encode_batch([e.text_a for e in examples])
   pairs = [i for i, e in enumerate(examples) if e.text_b is not None]
   ids_b = dict(zip(pairs, tokenizer.encode_batch([examples[i].text_b for i in pairs])))
   n = len(examples)
   out = Encoded(np.full((n, max_len), special.pad, np.int32), np.zeros((n, max_len), np.int32),
-                np.zeros((n, max_len), np.int32),
-                np.full(n, -1, np.int32) if task.kind == 'classification'
-                else np.full(n, np.nan, np.float32), 0)
-  index = {name: i for i, name in enumerate(task.labels)}
-  for i, e in enumerate(examples):
+                np.zeros((n, max_len), np.int32), labels, 0)
+  for i in range(n):
     b = ids_b.get(i)
     a, b, cut = truncate_pair(ids_a[i], b, max_len - (3 if b is not None else 2))
     out.truncated += cut
@@ -70,9 +72,6 @@ def encode(examples: list[Example], task: Task, tokenizer, max_len: int, *,
     out.input_ids[i, :len(tokens)] = tokens
     out.segment_ids[i, :len(tokens)] = segments
     out.input_mask[i, :len(tokens)] = 1
-    if e.label is not None:
-      out.labels[i] = (index[str(e.label)] if task.kind == 'classification'
-                       else float(e.label) / task.label_scale)
   return out
 
 

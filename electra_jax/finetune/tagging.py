@@ -1,12 +1,21 @@
-"""Token tagging: CoNLL files, BIOES tags, and entity-level precision / recall / F1.
+"""Token tagging: CoNLL files, BIOES tags, a tag per word from its first sub-token, and
+entity-level precision / recall / F1; exported as HF's ElectraForTokenClassification.
 
 A chunk (an entity, a phrase) is read from tags the way conlleval reads them: B-X or S-X starts one,
 I-X or E-X continues one of type X (an I-X after O or after another type starts one, as IOB1 files
 have it), E-X and S-X end one. Files in IOB1, IOB2 or BIOES all become BIOES.
 """
 
+import jax.numpy as jnp
+import numpy as np
 
 from electra_jax import fs
+from electra_jax.convert import hf
+from electra_jax.finetune import classification
+from electra_jax.finetune import encode as encode_lib
+from electra_jax.finetune import heads
+from electra_jax.finetune import kinds
+from electra_jax.finetune import tasks as tasks_lib
 
 
 def read_conll(path: str, column: int = -1) -> list[tuple[tuple, tuple]]:
@@ -83,3 +92,88 @@ def entity_scores(gold: list, predicted: list) -> dict[str, float]:
   recall = correct / wanted if wanted else 0.0
   f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
   return {'precision': precision, 'recall': recall, 'f1': f1}
+
+
+def load_tagging(cfg) -> tuple:
+  """(task, {split: examples}) of CoNLL files (CoNLL-2000 chunking, CoNLL-2003 NER, ...) as a BIOES
+  tagging task."""
+  splits = {}
+  for split in ('train', 'dev', 'test'):
+    if cfg[split]:
+      splits[split] = [tasks_lib.Example(words, None, to_bioes(tags))  # a test file's tags: scored
+                       for words, tags in read_conll(cfg[split], cfg.tag_column)]
+  tags = {t for e in splits['train'] for t in e.label} - {'O'}
+  if not tags:
+    raise ValueError(f'the train data {cfg.train} tags no chunk (every tag is O); check '
+                     'task.tag_column')
+  labels = ('O',) + tuple(sorted(tags))
+  for split, examples in splits.items():
+    unseen = sorted({t for e in examples if e.label for t in e.label} - set(labels))
+    if unseen:
+      raise ValueError(f'the {split} data has tag(s) {unseen[:5]} never seen in the train data; '
+                       'fix the tags or add training sentences with them')
+  return tasks_lib.Task(tasks_lib.task_name(cfg), 'tagging', labels, ('f1', 'precision', 'recall'),
+                        ('dev',) if 'dev' in splits else ()), splits
+
+
+def word_tags(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list) -> list[tuple]:
+  """Each word's predicted tag (at its first token); 'O' for words cut by truncation."""
+  ids = logits.argmax(-1)
+  out = []
+  for i, e in enumerate(examples):
+    tags = [task.labels[t] for t in ids[i, data.word_positions[i]]]
+    out.append(tuple(tags + ['O'] * (len(e.text_a) - len(tags))))
+  return out
+
+
+class Tagging(kinds.Kind):
+  name = 'tagging'
+  own_data = 'CoNLL files (a word and its tag per line)'
+  hf_class = 'ElectraForTokenClassification'
+
+  def load(self, cfg, log=print):
+    return load_tagging(cfg)
+
+  def model(self, model_cfg, task, cfg, rate: float):
+    return heads.Classifier(model_cfg, len(task.labels), rate, per_token=True)
+
+  def loss(self, params, batch, rng, deterministic=False, *, model, task):
+    """Cross-entropy over the scored tokens (each word's first)."""
+    return classification.class_loss(
+        classification.logits_of(params, batch, rng, deterministic, model), batch['labels'])
+
+  def label_shapes(self, task, length: int) -> dict:
+    return {'labels': ((length,), jnp.int32)}
+
+  def encode(self, task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
+    return encode_lib.encode_tagged(examples, task, tokenizer, max_len)
+
+  def scores(self, task, outputs, data, examples: list, cfg=None) -> dict:
+    return entity_scores([e.label for e in examples], word_tags(task, outputs, data, examples))
+
+  def write_predictions(self, task, split: str, outputs, examples: list, folder: str, data=None,
+                        cfg=None) -> str:
+    """CoNLL lines: each word and its predicted tag, a blank line after each sentence."""
+    fs.makedirs(folder, exist_ok=True)
+    path = fs.join(folder, f'{split}_predictions.txt')
+    fs.write_atomic(path, ''.join(''.join(f'{w} {t}\n' for w, t in zip(e.text_a, tags)) + '\n'
+                                  for e, tags in zip(examples,
+                                                     word_tags(task, outputs, data, examples))))
+    return path
+
+  def check_model(self, model_cfg, outputs: int):
+    return heads.Classifier(model_cfg, outputs, per_token=True)
+
+  def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
+    """ElectraForTokenClassification: the same head as ours, one dense on every token."""
+    kernel, bias = hf.dense(params)
+    state = hf.encoder_to_hf(params, model_cfg)
+    state.update({'classifier.weight': kernel.T, 'classifier.bias': bias})
+    return state, {**hf.labelled(labels), 'architectures': [self.hf_class],
+                   'classifier_dropout': dropout}
+
+  def compared(self, mask):
+    return mask > 0  # the real tokens
+
+
+KIND = Tagging()

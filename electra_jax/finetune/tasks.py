@@ -14,20 +14,22 @@ from typing import Any
 import numpy as np
 
 from electra_jax import fs
+from electra_jax.finetune import kinds
 
 
 @dataclasses.dataclass(frozen=True)
 class Example:
   text_a: Any  # the text; tagging: the sentence's words (a tuple)
-  text_b: str | None
-  label: Any  # a class name, a number (regression) or the words' BIOES tags; None if unlabelled
+  text_b: Any  # the second text or None; multiple choice: the candidates (a tuple)
+  label: Any  # a class name, a number (regression), the words' BIOES tags or the right candidate's
+  #             index; None if unlabelled
   idx: int | None = None  # the row's id in its source (GLUE's test index, for leaderboard files)
 
 
 @dataclasses.dataclass(frozen=True)
 class Task:
   name: str
-  kind: str  # 'classification' | 'regression' | 'tagging' | 'qa'
+  kind: str  # a name of finetune/kinds.REGISTRY: 'classification', 'regression', 'tagging', ...
   labels: tuple  # class names in output order (classification)
   metrics: tuple  # scores.SCORES names; the first is the task's headline score
   dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched); the first
@@ -209,13 +211,15 @@ def _read_rows(path: str, ext: str, header: bool):
 
 
 def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool | None = True,
-               header: bool = True, kind: str = 'classification', log=print) -> list[Example]:
+               header: bool = True, numeric: bool = False, choices: tuple = (),
+               log=print) -> list[Example]:
   """Rows of a .csv, .tsv or .jsonl file (one object per line).
 
   A .csv/.tsv file's first row names its columns; with `header=False` every row is data and the
-  columns are named by their position (0, 1, ...). Labels are read as meant (`labels`): `labelled`
-  True requires one in every row; None (a test file) reads them where every row has one and takes
-  a file whose label cells are all empty (or absent) for unlabelled.
+  columns are named by their position (0, 1, ...). Labels are read as meant (`labels`; `numeric`:
+  as numbers): `labelled` True requires one in every row; None (a test file) reads them where every
+  row has one and takes a file whose label cells are all empty (or absent) for unlabelled.
+  `choices`: columns whose texts become the example's `text_b`, a tuple (multiple choice).
   """
   if not fs.isfile(path):
     raise FileNotFoundError(f'the data file {path} does not exist; give the path of a .csv, .tsv '
@@ -231,6 +235,7 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
   if not header and ext != '.jsonl':
     text_a, text_b, label = (_position(path, what, value, len(columns)) for what, value in
                              (('text_a', text_a), ('text_b', text_b), ('label', label)))
+    choices = tuple(_position(path, 'choices', value, len(columns)) for value in choices)
   wider = next((i for i, r in enumerate(rows) if r.get(None)), None)  # csv's key for extra fields
   if wider is not None:
     fields = len(columns) + len(rows[wider][None])
@@ -240,7 +245,7 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
   test = labelled is None
   if labelled is None:  # a test file: labelled when any row has a label, unlabelled when none
     labelled = bool(label) and any(not _empty(r.get(label)) for r in rows)
-  for column in (text_a, text_b, label if labelled else None):
+  for column in (text_a, text_b, *choices, label if labelled else None):
     absent = [i for i, r in enumerate(rows) if r.get(column) is None] if column not in (
         None, '') else []
     if absent and first is not None and len(rows) == len(absent):
@@ -249,7 +254,8 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
                          'but is named .csv; name it .tsv')
       raise ValueError(f'the data file {path} has no column {column!r}: its first row '
                        f'({", ".join(first)[:200]}) names the columns; set task.text_a, '
-                       'task.text_b and task.label to some of those, or if that row is data, '
+                       f'task.text_b{", task.choices" if choices else ""} and task.label to some '
+                       'of those, or if that row is data, '
                        'set task.header=False and give the columns by position (task.text_a=1 '
                        'task.label=0)')
     if absent and len(rows) == len(absent):
@@ -262,10 +268,12 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
                        f' the field {column!r} ({len(absent)} of {len(rows)} rows); fix those rows'
                        ' (a field that holds the delimiter must be quoted)')
   labelled = labelled and label not in (None, '')
-  names = (labels(path, [r.get(label) for r in rows], kind, line_numbers, log, test=test)
+  names = (labels(path, [r.get(label) for r in rows], numeric, line_numbers, log, test=test)
            if labelled else None)
-  return [Example(str(r[text_a]), str(r[text_b]) if text_b not in (None, '') else None,
-                  names[i] if labelled else None) for i, r in enumerate(rows)]
+  second = lambda r: (tuple(str(r[c]) for c in choices) if choices else
+                      str(r[text_b]) if text_b not in (None, '') else None)
+  return [Example(str(r[text_a]), second(r), names[i] if labelled else None)
+          for i, r in enumerate(rows)]
 
 
 def _rows(path: str, indices: list[int], line_numbers: list[int]) -> str:
@@ -292,10 +300,10 @@ def _number(value) -> float | None:
     return None
 
 
-def labels(path: str, cells: list, kind: str, line_numbers: list[int], log=print,
+def labels(path: str, cells: list, numeric: bool, line_numbers: list[int], log=print,
            test: bool = False) -> list:
   """The labels of a file's rows as meant: whitespace around them dropped, numbers compared as
-  numbers (1, "1" and 1.0 are one class, named '1'), regression targets as floats. A row without a
+  numbers (1, "1" and 1.0 are one class, named '1'), `numeric` targets as floats. A row without a
   label, or with a label that is not a finite number where a number is needed, is refused naming
   the file and the rows; classes that differ only in case are named in a warning."""
   where = lambda rows: _rows(path, rows, line_numbers)
@@ -307,15 +315,15 @@ def labels(path: str, cells: list, kind: str, line_numbers: list[int], log=print
                      f' of {len(cells)} rows); {fix}')
   numbers = [_number(c) for c in cells]
   bad = [i for i, x in enumerate(numbers) if x is not None and not np.isfinite(x)]
-  if kind == 'regression':
+  if numeric:
     bad += [i for i, x in enumerate(numbers) if x is None]
   if bad:
     bad = sorted(bad)
     raise ValueError(f'{where(bad)} {"have" if len(bad) > 1 else "has"} the label '
                      f'{cells[bad[0]]!r}, not a finite number; '
-                     + ('a regression task needs numeric labels' if kind == 'regression' else
+                     + ('a regression task needs numeric labels' if numeric else
                         'give each row its class'))
-  if kind == 'regression':
+  if numeric:
     return numbers
   names = [(str(int(x)) if x == int(x) else repr(x)) if x is not None else str(c).strip()
            for c, x in zip(cells, numbers)]
@@ -373,14 +381,18 @@ def with_test_splits(task: Task, splits: dict) -> Task:
   return dataclasses.replace(task, test_splits=labelled)
 
 
-def own_task(cfg, splits: dict[str, list[Example]]) -> Task:
-  """A classification task over the train split's labels, or a regression task."""
-  name = task_name(cfg)
-  if cfg.kind == 'regression':  # its labels are numbers (read_table)
-    return Task(name, 'regression', (), ('spearman', 'pearson'), ('dev',) if 'dev' in splits else ())
-  if cfg.kind != 'classification':
-    raise ValueError(f"task.kind is {cfg.kind!r}; use 'classification', 'regression' or "
-                     "'tagging'")
+def read_splits(cfg, numeric: bool = False, choices: tuple = (), log=print) -> dict:
+  """{split: examples} of your own files task.train / dev / test (see `read_table`)."""
+  return {split: read_table(cfg[split], cfg.text_a, cfg.text_b, cfg.label,
+                            labelled=None if split == 'test' else True,
+                            header=cfg.get('header', True), numeric=numeric, choices=choices,
+                            log=log)
+          for split in ('train', 'dev', 'test') if cfg[split]}
+
+
+def class_names(splits: dict[str, list[Example]]) -> tuple:
+  """The train split's labels, sorted: ValueError when fewer than 2, or when another split has a
+  label the train split lacks."""
   labels = tuple(sorted({str(e.label) for e in splits['train']}))
   if len(labels) < 2:
     raise ValueError(f'the train data has {len(labels)} distinct label(s); a classification task '
@@ -391,8 +403,7 @@ def own_task(cfg, splits: dict[str, list[Example]]) -> Task:
       raise ValueError(f'the {split} data has label(s) {unseen[:5]} never seen in the train data '
                        f'(whose labels are {list(labels)[:10]}); fix the labels or add training '
                        'examples of them')
-  metrics = ('accuracy', 'f1') if len(labels) == 2 else ('accuracy',)
-  return Task(name, 'classification', labels, metrics, ('dev',) if 'dev' in splits else ())
+  return labels
 
 
 BUILTIN = Task('builtin', 'classification', ('random', 'next'), ('accuracy',), ('dev',))
@@ -481,28 +492,6 @@ def load_builtin_topic(seed: int, max_train: int = 4000, per_topic: int = 450
   return out
 
 
-def load_tagging(cfg) -> tuple[Task, dict[str, list[Example]]]:
-  """CoNLL files (CoNLL-2000 chunking, CoNLL-2003 NER, ...) as a BIOES tagging task."""
-  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
-  splits = {}
-  for split in ('train', 'dev', 'test'):
-    if cfg[split]:
-      splits[split] = [Example(words, None, tagging.to_bioes(tags))  # a test file's tags: scored
-                       for words, tags in tagging.read_conll(cfg[split], cfg.tag_column)]
-  tags = {t for e in splits['train'] for t in e.label} - {'O'}
-  if not tags:
-    raise ValueError(f'the train data {cfg.train} tags no chunk (every tag is O); check '
-                     'task.tag_column')
-  labels = ('O',) + tuple(sorted(tags))
-  for split, examples in splits.items():
-    unseen = sorted({t for e in examples if e.label for t in e.label} - set(labels))
-    if unseen:
-      raise ValueError(f'the {split} data has tag(s) {unseen[:5]} never seen in the train data; '
-                       'fix the tags or add training sentences with them')
-  return Task(task_name(cfg), 'tagging', labels, ('f1', 'precision', 'recall'),
-              ('dev',) if 'dev' in splits else ()), splits
-
-
 SQUAD = {'squad1': 'v1.1', 'squad2': 'v2.0'}
 
 
@@ -553,17 +542,8 @@ def _load(cfg, pretraining, log) -> tuple[Task, dict[str, list[Example]]]:
     return glue_task(cfg.name), load_glue_tsv(cfg.glue_dir, cfg.name, log)
   if cfg.name in GLUE and not cfg.train:
     return glue_task(cfg.name), load_glue(cfg.name, cfg.tfds_data_dir or None)
-  if cfg.kind == 'tagging' and cfg.train:
-    return load_tagging(cfg)
   if not cfg.train:
     raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(GLUE)}), squad1, '
                      'squad2, builtin or builtin_topic; for your own data set task.train (and task.dev, '
                      'task.test) to .csv/.tsv/.jsonl (or CoNLL) files')
-  splits = {}
-  for split in ('train', 'dev', 'test'):
-    path = cfg[split]
-    if path:
-      splits[split] = read_table(path, cfg.text_a, cfg.text_b, cfg.label,
-                                 labelled=None if split == 'test' else True,
-                                 header=cfg.get('header', True), kind=cfg.kind, log=log)
-  return own_task(cfg, splits), splits
+  return kinds.get(cfg.kind).load(cfg, log)

@@ -1,0 +1,143 @@
+"""Classification: one class per text or pair of texts (GLUE's classification tasks, the built-in
+tasks, your own labelled files), read from [CLS] (or the mean of the tokens), scored by accuracy,
+F1 or Matthews correlation; exported as HF's ElectraForSequenceClassification.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from electra_jax import UserError
+from electra_jax import fs
+from electra_jax import metrics as metrics_lib
+from electra_jax.convert import hf
+from electra_jax.finetune import encode as encode_lib
+from electra_jax.finetune import heads
+from electra_jax.finetune import kinds
+from electra_jax.finetune import scores as scores_lib
+from electra_jax.finetune import tasks as tasks_lib
+
+# Leaderboard file names of GLUE's test splits.
+LEADERBOARD = {'cola': 'CoLA', 'sst2': 'SST-2', 'mrpc': 'MRPC', 'qqp': 'QQP', 'stsb': 'STS-B',
+               'qnli': 'QNLI', 'rte': 'RTE', 'wnli': 'WNLI', 'mnli/test_matched': 'MNLI-m',
+               'mnli/test_mismatched': 'MNLI-mm'}
+
+
+def class_loss(logits, labels):
+  """Mean cross-entropy over the items whose label is not -1 (examples, or tagged tokens), and
+  their accuracy."""
+  weights = (labels >= 0).astype(jnp.float32)
+  labels = jnp.maximum(labels, 0)
+  per_item = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+  loss = jnp.sum(per_item * weights) / jnp.maximum(jnp.sum(weights), 1.0)
+  correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32) * weights
+  return loss, {'loss': metrics_lib.ratio(loss, 1.0),
+                'accuracy': metrics_lib.ratio(correct, weights)}
+
+
+def logits_of(params, batch, rng, deterministic, model):
+  return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
+                     batch['input_mask'], deterministic, rngs={'dropout': rng})
+
+
+class Classification(kinds.Kind):
+  name = 'classification'
+  baseline = 'classes'
+  own_data = 'a text (pair) and its class per row'
+  hf_class = 'ElectraForSequenceClassification'
+  problem_type = 'single_label_classification'
+
+  def load(self, cfg, log=print):
+    splits = tasks_lib.read_splits(cfg, log=log)
+    labels = tasks_lib.class_names(splits)
+    metrics = ('accuracy', 'f1') if len(labels) == 2 else ('accuracy',)
+    return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, labels, metrics,
+                          ('dev',) if 'dev' in splits else ()), splits
+
+  def outputs(self, task) -> int:
+    return len(task.labels)
+
+  def model(self, model_cfg, task, cfg, rate: float):
+    return heads.Classifier(model_cfg, self.outputs(task), rate, pooling=cfg.get('pooling', 'cls'))
+
+  def loss(self, params, batch, rng, deterministic=False, *, model, task):
+    return class_loss(logits_of(params, batch, rng, deterministic, model), batch['labels'])
+
+  def label_shapes(self, task, length: int) -> dict:
+    return {'labels': ((), jnp.int32)}
+
+  def targets(self, task, examples: list) -> np.ndarray:
+    index = {name: i for i, name in enumerate(task.labels)}
+    return np.asarray([index[str(e.label)] if e.label is not None else -1 for e in examples],
+                      np.int32)
+
+  def encode(self, task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
+    if train and task.swap_pairs:
+      examples = encode_lib.swapped(examples)
+    return encode_lib.encode(examples, tokenizer, max_len, self.targets(task, examples))
+
+  def predictions(self, task, logits) -> np.ndarray:
+    return logits.argmax(-1)
+
+  def scores(self, task, outputs, data, examples: list, cfg=None) -> dict:
+    return scores_lib.compute(task.metrics, data.labels, self.predictions(task, outputs))
+
+  def shown(self, task, logits) -> list[str]:
+    """The predictions as written to a file."""
+    return [task.labels[i] for i in self.predictions(task, logits)]
+
+  def write_predictions(self, task, split: str, outputs, examples: list, folder: str, data=None,
+                        cfg=None) -> str:
+    """GLUE's test splits: the leaderboard's `<Task>.tsv` (index, prediction); other data: a TSV
+    of index, prediction and the text(s)."""
+    fs.makedirs(folder, exist_ok=True)
+    name = LEADERBOARD.get(f'{task.name}/{split}', LEADERBOARD.get(task.name))
+    glue = name is not None and split.startswith('test') and task.name in tasks_lib.GLUE
+    path = fs.join(folder, f'{name}.tsv' if glue else f'{split}_predictions.tsv')
+    lines = ['index\tprediction\n' if glue else 'index\tprediction\ttext_a\ttext_b\n']
+    clean = lambda t: (t or '').replace('\t', ' ').replace('\n', ' ')
+    for i, (e, v) in enumerate(zip(examples, self.shown(task, outputs))):
+      index = e.idx if e.idx is not None else i
+      lines.append(f'{index}\t{v}\n' if glue else
+                   f'{index}\t{v}\t{clean(e.text_a)}\t{clean(e.text_b)}\n')
+    fs.write_atomic(path, ''.join(lines))
+    return path
+
+  def check(self, cfg, splits: dict):
+    if cfg.max_seq_length < 5 and any(e.text_b for e in splits['train']):
+      raise UserError(f'max_seq_length={cfg.max_seq_length} leaves a pair of texts no room '
+                      '([CLS] and two [SEP] take 3 tokens, each text needs one); raise it (the '
+                      'default is 128)')
+
+  def describe(self, cfg) -> str:
+    return f', head on {cfg.get("pooling", "cls")}'
+
+  def check_export(self, config, workdir: str):
+    if config.get('pooling', 'cls') != 'cls':
+      raise UserError(f'{workdir} was fine-tuned with pooling={config.pooling!r}, and HF\'s '
+                      f'{self.hf_class} reads [CLS] alone; fine-tune with --config.pooling=cls to '
+                      'export the classifier, or export the pre-trained model')
+
+  def check_model(self, model_cfg, outputs: int):
+    return heads.Classifier(model_cfg, outputs)
+
+  def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
+    """ElectraForSequenceClassification's head is dense -> GELU -> dense where ours is one dense:
+    its first dense is the identity shifted to where GELU is the identity, its second ours less
+    the shift."""
+    kernel, bias = hf.dense(params)
+    state = hf.encoder_to_hf(params, model_cfg)
+    shift = hf.identity_shift(params, model_cfg).astype(np.float32)  # the value subtracted
+    state.update({'classifier.dense.weight': np.eye(model_cfg.hidden_size, dtype=np.float32),
+                  'classifier.dense.bias': shift,
+                  'classifier.out_proj.weight': kernel.T,
+                  'classifier.out_proj.bias': (bias.astype(np.float64) - shift.astype(np.float64)
+                                               @ kernel.astype(np.float64)).astype(np.float32)})
+    return state, {**hf.labelled(self.names(labels)), 'architectures': [self.hf_class],
+                   'problem_type': self.problem_type, 'classifier_dropout': dropout}
+
+  def names(self, labels: list[str]) -> list[str]:
+    return labels
+
+
+KIND = Classification()

@@ -1,0 +1,120 @@
+"""Kinds of fine-tuning task: each is one module under electra_jax/finetune/ defining `KIND`, an
+object with the interface below, and one line of `REGISTRY`. The driver (run.py), the export
+(convert/export.py), the loaders (tasks.py) and the baseline ask the task's kind; none of them
+names a kind.
+
+    kind = kinds.get(task.kind)
+    kind.encode(task, examples, tokenizer, max_len, train, cfg)  -> encoded arrays (`.arrays()`)
+    kind.model(model_cfg, task, cfg, rate)                       -> the encoder with the head
+    kind.loss(params, batch, rng, deterministic, model=, task=)  -> (loss, metrics)
+    kind.scores(task, outputs, data, examples, cfg)              -> {metric: value}
+    kind.write_predictions(task, split, outputs, examples, folder, data, cfg) -> the file written
+    kind.to_hf(params, model_cfg, labels, config)                -> (HF state dict, config fields)
+"""
+
+import importlib
+
+import jax
+import jax.numpy as jnp
+
+from electra_jax import UserError
+
+# name (task.kind) -> the module of electra_jax/finetune/ that defines it as KIND
+REGISTRY = {
+    'classification': 'classification',
+    'regression': 'regression',
+    'tagging': 'tagging',
+    'qa': 'qa',
+}
+
+INPUTS = ('input_ids', 'segment_ids', 'input_mask')
+
+
+class Kind:
+  """A kind of task. The defaults are those of a task scored on whole examples."""
+  name = ''
+  baseline = ''  # the TF-IDF baseline's targets (finetune/baseline.py): 'classes', 'numbers' or
+  #                '' (it does not apply)
+  predicts_dev = False  # --mode=predict also writes the dev split's predictions
+  own_data = ''  # what task.train holds for this kind, for messages ('' : not your own data)
+  hf_class = ''  # the HF transformers class it is exported as ('' : none)
+  init_shape = (1, 8)  # of the token ids the model is initialized on
+
+  def load(self, cfg, log=print):
+    """(task, {split: examples}) of your own files task.train / dev / test."""
+    raise ValueError(f'task.kind={self.name!r} reads no files of your own; use '
+                     f'{", ".join(k for k in REGISTRY if get(k).own_data)}')
+
+  def model(self, model_cfg, task, cfg, rate: float):
+    raise NotImplementedError
+
+  def loss(self, params, batch, rng, deterministic=False, *, model, task):
+    raise NotImplementedError
+
+  def label_shapes(self, task, length: int) -> dict:
+    """{name: (shape per row, dtype)} of the labels in a train batch."""
+    raise NotImplementedError
+
+  def batch_shapes(self, task, rows: int, length: int, sharding) -> dict:
+    """The abstract train batch (what `encode` gives, per row)."""
+    shape = lambda dims, dtype: jax.ShapeDtypeStruct((rows,) + dims, dtype, sharding=sharding)
+    fields = {**{k: ((length,), jnp.int32) for k in INPUTS}, **self.label_shapes(task, length)}
+    return {k: shape(dims, dtype) for k, (dims, dtype) in fields.items()}
+
+  def encode(self, task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
+    raise NotImplementedError
+
+  def notes(self, split: str, data, examples: list, max_len: int) -> list[str]:
+    """Lines for the log about how the split was encoded (examples cut to fit)."""
+    if not getattr(data, 'truncated', 0):
+      return []
+    return [f'{split}: {data.truncated} of {len(data)} examples cut to {max_len} tokens (the '
+            'longer text loses its last tokens first)']
+
+  def scores(self, task, outputs, data, examples: list, cfg=None) -> dict:
+    raise NotImplementedError
+
+  def write_predictions(self, task, split: str, outputs, examples: list, folder: str, data=None,
+                        cfg=None) -> str:
+    raise NotImplementedError
+
+  def check(self, cfg, splits: dict):
+    """Refuses (UserError) a config that cannot fine-tune these splits."""
+
+  def describe(self, cfg) -> str:
+    """The kind's part of the recipe line ('' or ', head on cls')."""
+    return ''
+
+  def check_export(self, config, workdir: str):
+    """Refuses (UserError) a fine-tuning whose head HF transformers cannot hold."""
+
+  def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
+    """(state dict, config fields) of the fine-tuned model as HF's task class (`hf_class`), its
+    head's dropout `dropout`."""
+    raise UserError(f'a {self.name} fine-tuning has no HF transformers class to export to; export '
+                    'the pre-trained model instead')
+
+  def hf_inputs(self, ids, segments, mask) -> tuple:
+    """A tokenized batch of text pairs laid out as this kind's model and HF's take it."""
+    return ids, segments, mask
+
+  def check_model(self, model_cfg, outputs: int):
+    """Our model of an export with `outputs` logits, to compare with HF's."""
+    raise NotImplementedError
+
+  def compared(self, mask):
+    """Which outputs an export check compares (all; per-token heads: the real tokens)."""
+    return slice(None)
+
+
+def get(name: str) -> Kind:
+  """The kind registered as `name`; ValueError naming the kinds otherwise."""
+  if name not in REGISTRY:
+    own = [k for k in REGISTRY if _module(k).KIND.own_data]
+    raise ValueError(f'task.kind is {name!r}; use {", ".join(map(repr, own[:-1]))} or '
+                     f'{own[-1]!r}')
+  return _module(name).KIND
+
+
+def _module(name: str):
+  return importlib.import_module(f'electra_jax.finetune.{REGISTRY[name]}')

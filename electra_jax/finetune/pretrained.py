@@ -1,0 +1,101 @@
+"""The model a fine-tuning starts from: the discriminator, vocabulary and model config of a
+pre-training workdir (its latest checkpoint) or of weights made elsewhere (convert/sources.py).
+"""
+
+import dataclasses
+import functools
+import json
+
+import jax
+import ml_collections
+import numpy as np
+
+from electra_jax import UserError
+from electra_jax import user_errors
+from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import config as config_defaults
+from electra_jax import fs
+from electra_jax import model as model_lib
+from electra_jax import records as records_lib
+from electra_jax import step as step_lib
+from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import workdir as workdir_lib
+from electra_jax.convert import sources
+
+
+@dataclasses.dataclass
+class Pretrained:
+  model_cfg: model_lib.ModelConfig
+  params: dict | None  # {'embeddings': ..., 'discriminator': ...}; None from scratch
+  vocab: str
+  lower_case: bool
+  checkpoint: str
+  config: ml_collections.ConfigDict | None  # of the pre-training run, when known
+
+
+def load(init: str, from_scratch: bool = False, log=print) -> Pretrained:
+  """The discriminator, vocabulary and model config of `init`: the workdir of a pre-training run
+  (its latest checkpoint), or weights made elsewhere (an HF transformers folder, a folder of
+  launch/export.py, an original TensorFlow checkpoint; see electra_jax/convert/sources.py)."""
+  if not init:
+    raise UserError('init is empty; set --init to a pre-training workdir (the --workdir of '
+                    'launch/train.py), an HF transformers folder or an original checkpoint')
+  path = fs.join(init, 'config.json')
+  config = None
+  if fs.isfile(path) and fs.isdir(fs.join(init, 'checkpoints')):  # a pre-training workdir's
+    config = workdir_lib.read_config(init)
+  elif fs.isfile(path):
+    with fs.open(path) as f:
+      try:
+        config = json.load(f)
+      except ValueError:
+        config = None  # not ours: the other sources say what is wrong with it
+  if not (isinstance(config, dict) and 'objective' in config):
+    return _load_source(init, from_scratch, log)
+  config = ml_collections.ConfigDict(config)
+  with user_errors(ValueError, FileNotFoundError):
+    _, meta, vocab = records_lib.workdir_vocab(init, config)
+  setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
+  params, where = None, 'random initial weights (from_scratch)'
+  if not from_scratch:
+    ckpt = checkpoint_lib.Checkpointer(fs.join(init, 'checkpoints'))
+    if ckpt.latest_step() is None:
+      raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves at '
+                      'the end, at save_every steps and when stopped)')
+    try:
+      step, state, _ = ckpt.restore_latest(jax.jit(functools.partial(
+          step_lib.init_state, setup))(), log)
+    except ValueError as e:
+      raise UserError(str(e)) from None
+    finally:
+      ckpt.close()
+    params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
+    if 'embeddings_residual' in state.params:  # GDES: the discriminator's own word table
+      params['embeddings'] = {**params['embeddings'], 'word_embeddings': (
+          params['embeddings']['word_embeddings'] + state.params['embeddings_residual'])}
+    where = fs.join(ckpt.directory, str(step))
+  return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where, config)
+
+
+def _load_source(init: str, from_scratch: bool, log) -> Pretrained:
+  with user_errors(ValueError, FileNotFoundError):
+    source = sources.open_source(init)
+    if source.vocab is None:
+      raise ValueError(f'{init} has no vocabulary file (vocab.txt or a SentencePiece .model) '
+                       'beside its weights; copy the one it was trained with there')
+    config = config_defaults.default_config()
+    # An original checkpoint does not record its heads: width / 64, as every released model.
+    config.model.update({'num_heads': max(1, source.fields['hidden_size'] // 64), **source.fields})
+    config.data.vocab, config.data.lower_case = source.vocab, source.lower_case
+    model_cfg = model_lib.ModelConfig.from_config(config.model)
+    params, where = None, 'random initial weights (from_scratch)'
+    if not from_scratch:
+      shapes = jax.eval_shape(lambda k: model_lib.init_params(model_cfg, k), jax.random.key(0))
+      params = source.params(model_cfg, fill=jax.tree.map(
+          lambda x: np.zeros(x.shape, np.float32), shapes))
+      params = {k: params[k] for k in ('embeddings', 'discriminator')}
+      where = source.describe().split(' (')[0]
+      for note in source.notes:
+        log(note)
+  # The pre-training config is unknown: the builtin task uses its default held-out split.
+  return Pretrained(model_cfg, params, source.vocab, source.lower_case, where, None)

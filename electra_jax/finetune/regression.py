@@ -1,0 +1,56 @@
+"""Regression: one number per text or pair of texts (STS-B, your own files with numeric labels),
+a single output from [CLS] trained by squared error, scored by Spearman and Pearson correlation;
+exported as HF's ElectraForSequenceClassification with problem_type 'regression'.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+
+from electra_jax import metrics as metrics_lib
+from electra_jax.finetune import classification
+from electra_jax.finetune import scores as scores_lib
+from electra_jax.finetune import tasks as tasks_lib
+
+
+class Regression(classification.Classification):
+  name = 'regression'
+  baseline = 'numbers'
+  own_data = 'a text (pair) and its number per row'
+  problem_type = 'regression'
+
+  def load(self, cfg, log=print):
+    splits = tasks_lib.read_splits(cfg, numeric=True, log=log)
+    return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, (), ('spearman', 'pearson'),
+                          ('dev',) if 'dev' in splits else ()), splits
+
+  def outputs(self, task) -> int:
+    return 1
+
+  def loss(self, params, batch, rng, deterministic=False, *, model, task):
+    logits = classification.logits_of(params, batch, rng, deterministic, model)
+    loss = jnp.mean(jnp.square(logits[:, 0] - batch['labels']))
+    return loss, {'loss': metrics_lib.ratio(loss, 1.0)}
+
+  def label_shapes(self, task, length: int) -> dict:
+    return {'labels': ((), jnp.float32)}
+
+  def targets(self, task, examples: list) -> np.ndarray:
+    """Each label divided by the task's scale (STS-B: 5, to [0, 1]); NaN where none."""
+    return np.asarray([float(e.label) / task.label_scale if e.label is not None else np.nan
+                       for e in examples], np.float32)
+
+  def predictions(self, task, logits) -> np.ndarray:
+    return logits[:, 0] * task.label_scale
+
+  def scores(self, task, outputs, data, examples: list, cfg=None) -> dict:
+    return scores_lib.compute(task.metrics, data.labels * task.label_scale,
+                              self.predictions(task, outputs))
+
+  def shown(self, task, logits) -> list[str]:
+    return [f'{v:.3f}' for v in self.predictions(task, logits)]
+
+  def names(self, labels: list[str]) -> list[str]:
+    return ['score']
+
+
+KIND = Regression()

@@ -1,0 +1,88 @@
+"""Compiling a fine-tuning for a Cloud TPU slice on this machine (launch/finetune.py --topology):
+the model's sizes from --init's config (no weights read), the task's shapes from its definition.
+"""
+
+import dataclasses
+
+import jax
+
+from electra_jax import UserError
+from electra_jax import user_errors
+from electra_jax import aot
+from electra_jax import flops as flops_lib
+from electra_jax import model as model_lib
+from electra_jax import partitioning
+from electra_jax import step as step_lib
+from electra_jax.finetune import batches
+from electra_jax.finetune import config as config_lib
+from electra_jax.finetune import kinds
+from electra_jax.finetune import pretrained as pretrained_lib
+from electra_jax.finetune import run
+from electra_jax.finetune import tasks as tasks_lib
+
+
+def compile_for_topology(cfg, slice_, log=print) -> dict:
+  """Compiles the fine-tuning of `cfg` for the TPU slice `slice_` (topology.parse) on this machine:
+  the model's sizes come from --init's config (no weights are read), a named task's shape from its
+  definition (your own data: its train file, for the labels). Logs each program's memory per chip
+  and the estimated step; returns 0 when all compile and fit, else raises UserError."""
+  with aot.no_persistent_cache():
+    return _compile_for_topology(cfg, slice_, log)
+
+
+def _compile_for_topology(cfg, slice_, log) -> dict:
+  mesh = partitioning.make_mesh(slice_.devices())
+  config_lib.check(cfg, mesh)
+  pretrained = pretrained_lib.load(cfg.init, True, log)
+  task = tasks_lib.named_task(cfg.task)
+  if task is None:
+    with user_errors(ValueError, FileNotFoundError):
+      task, _ = tasks_lib.load(cfg.task, pretrained.config, log)
+  log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
+  with user_errors(ValueError):
+    dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'
+    model_cfg = model_lib.ModelConfig.from_config(
+        {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu')
+    model_cfg, note = model_lib.resolve_attention(model_cfg, cfg.max_seq_length, checked=False)
+  log(note)
+  setup = run.make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, 1000,
+                         cfg.seed)
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
+  state = jax.eval_shape(init_fn)
+  sharding = partitioning.batch_sharding(mesh)
+  kind = kinds.get(task.kind)
+  capacity, problems, report = slice_.hbm_bytes, [], {'slice': slice_.name, 'kind': task.kind}
+  log(f'{task.name}: {task.kind} | batch {cfg.batch_size} x {cfg.max_seq_length}, evaluation '
+      f'batch {cfg.eval_batch_size} | {model_cfg.dtype} activations')
+  predict_fn = batches.predict_fn(setup.model, mesh)
+  programs = (('init', init_fn.lower, None),
+              ('train step', lambda: train_fn.lower(state, kind.batch_shapes(
+                  task, cfg.batch_size, cfg.max_seq_length, sharding)), state),
+              ('prediction', lambda: predict_fn.lower(state.params, kind.batch_shapes(
+                  task, cfg.eval_batch_size, cfg.max_seq_length, sharding)), state.params))
+  for name, lower, args in programs:
+    compiled, seconds, error = aot.timed_compile(lower)
+    if error:
+      log(f'{name}: does not compile ({seconds:.0f} s): {error}')
+      problems.append(f'the {name} does not compile ({error})')
+      continue
+    used = aot.memory(compiled, args)
+    report[name] = {'memory': used, 'hlo': compiled.as_text()}
+    fits = used.total <= aot.MARGIN * capacity
+    log(f'{name}: compiled in {seconds:.0f} s | HBM per chip {used.describe(capacity)}'
+        + ('' if fits else ' | does NOT fit'))
+    if not fits:
+      problems.append(f'the {name} needs {used.total / 2 ** 30:.1f} GiB per chip of '
+                      f'{capacity / 2 ** 30:.0f}; lower the batch size')
+    if name == 'train step':
+      model_flops = 3 * cfg.batch_size * flops_lib.encoder_forward_flops(model_cfg,
+                                                                         cfg.max_seq_length)
+      lines, report['estimate'] = aot.estimate_lines(
+          compiled, slice_.chip, slice_.chips, slice_.num_slices, model_flops,
+          cfg.batch_size * cfg.max_seq_length, slice_.chips * slice_.num_slices)
+      for line in lines:
+        log(line)
+  if problems:
+    raise UserError('; '.join(problems))
+  log(f'{slice_.label}: every program compiles and fits')
+  return report
