@@ -8,6 +8,10 @@ Files are .csv or .tsv with a header row, or .jsonl; `task.text_b` names a secon
 pair tasks. Without a header row: --config.task.header=False --config.task.text_a=1
 --config.task.label=0 (columns by position). Class names are those of the train split; a dev label
 never seen in train is refused. A test file with labels is scored beside dev.
+
+Multiple choice: --config.task.kind=multiple_choice --config.task.text_a=context
+--config.task.choices=ending0,ending1,ending2,ending3 --config.task.label=label (the right
+candidate's index, 0 first).
 """
 
 from electra_jax.finetune.config import default_config

@@ -9,6 +9,7 @@
                   encoding, head, loss, scores, prediction files and HF export:
                   classification.py regression.py tagging.py (CoNLL, BIOES, entity F1)
                   qa.py (with squad.py: windows, span decoding, official EM / F1)
+                  multiple_choice.py
     encode.py     text pairs -> [CLS] a [SEP] b [SEP] id arrays, truncated by the documented rule;
                   tagged sentences -> tags on each word's first sub-token
     heads.py      the discriminator encoder with a classifier head (parameter names of pre-training)

@@ -50,7 +50,10 @@ def default_config() -> ml_collections.ConfigDict:
   t.text_a = 'text'  # the column holding the text (header=False: its position, 0 first)
   t.text_b = ''  # a second text column for pair tasks ('' = single text)
   t.label = 'label'  # the label column
-  t.kind = 'classification'  # 'classification' (names), 'regression' (numbers), 'tagging' (CoNLL)
+  t.kind = 'classification'  # 'classification' (names), 'regression' (numbers), 'tagging' (CoNLL),
+  #                            'multiple_choice' (a context and candidates: finetune/multiple_choice.py)
+  t.choices = ''  # multiple choice: the candidates' columns, comma separated (the label: the right
+  #                 one's index, 0 first)
   t.tag_column = -1  # tagging: the column of a CoNLL line that holds the tag (-1: the last)
 
   q = c.qa = ml_collections.ConfigDict()  # SQuAD (task.name squad1 / squad2)

@@ -25,6 +25,7 @@ REGISTRY = {
     'regression': 'regression',
     'tagging': 'tagging',
     'qa': 'qa',
+    'multiple_choice': 'multiple_choice',
 }
 
 INPUTS = ('input_ids', 'segment_ids', 'input_mask')

@@ -7,7 +7,7 @@
     -> dev predictions -> scores per seed -> median -> results.md / .json       (results.py)
 
 Nothing here depends on the kind of task: its module (classification.py, regression.py, tagging.py,
-qa.py) encodes, builds the head and its loss, scores and writes predictions.
+qa.py, multiple_choice.py) encodes, builds the head and its loss, scores and writes predictions.
 """
 
 import dataclasses
