@@ -1,107 +1,42 @@
-"""Self-attention with dropout on the probabilities: the explicit softmax and a fused Pallas kernel.
+"""Self-attention with dropout on the probabilities: its paths, and the choice among them.
 
-Both compute, per batch row b and head h,
+Every path computes, per batch row b and head h,
 
     context = dropout(softmax(q k^T / sqrt(d) + mask)) v,   mask: 0 where allowed, -10000 elsewhere
 
-with the same dropout mask: the keep bit of probability (b, h, i, j) is a counter-based hash of the
-dropout key and those four indices (`keep_bits`), so any implementation, and the backward pass,
-regenerate the mask instead of storing it.
+with the same dropout mask (attention_masks.py: a hash of the key and the four indices, so the
+backward pass regenerates it). The paths, in `PATHS` (name, what it runs, whether it draws dropout,
+the shapes it takes, its start-up check):
 
 - `explicit`: einsums and a softmax in float32; XLA materializes the [B, H, L, L] probabilities.
-- `flash`: a Pallas flash-attention kernel (forward, and a backward of two kernels: dK/dV and dQ)
-  that never writes the probabilities to memory. Every kernel works on [queries, keys] tiles and
-  reads the softmax statistics as columns; the backward's rowsum(dO * O) is computed in the kernels
-  that use it, so nothing is laid out again between them. The kernels read q, k, v as the
-  projections write them, [B, L, heads * head]: one head per program on GPUs, on TPUs a group of
-  heads that fills the 128 lanes (two heads of 64), so no transpose and no half-empty lane tiles
-  surround them. It lowers to Triton on GPUs and to Mosaic on TPUs;
-  `interpret=True` runs the same kernels on any backend (the CPU tests do). Under a mesh with a
-  'data' axis it runs per device (`shard_map`), each with its rows' global batch indices, so the
-  mask does not depend on the number of devices.
+  Every platform, every shape.
+- `pallas`: the flash kernels of flash.py (Triton on GPUs, Mosaic on TPUs, Pallas' interpreter
+  elsewhere): the probabilities never reach memory. It takes the shapes its blocks divide, and a
+  run uses it only after it matched the explicit path on the device (`kernel_check`).
 - `fused`: `jax.nn.dot_product_attention` (cuDNN's kernel on GPUs), without dropout.
 
-The padding mask is additive (-10000) as in the original, so fully masked rows (padding queries)
-give the same values on every path.
+`model.attention='auto'` is decided once per run, before it compiles (`resolve`): the kernel on
+GPUs and TPUs where it takes the shape and passes its check, else cuDNN for 16-bit activations
+(without dropout), else the explicit softmax; CPUs run the explicit path. A layer asks for its path
+in one call (`attend`). The padding mask is additive (-10000) as in the original, so fully masked
+rows (padding queries) give the same values on every path.
 """
 
 import concurrent.futures
 import dataclasses
 import functools
 import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
-from jax.experimental import pallas as pl
 
-MASK_VALUE = -10000.0  # added to the scores of keys a query may not attend to, as the original
+from electra_jax import flash as flash_lib
+from electra_jax.attention_masks import MASK_VALUE, allowed_mask, probs_keep, seed_words, threshold
 
+ACCELERATORS = ('tpu', 'gpu', 'cuda', 'rocm')
 
-# ------------------------------------------------------------------------------------------------
-# Counter-based random bits
-# ------------------------------------------------------------------------------------------------
-
-def mix32(x):
-  """A 32-bit integer finalizer (xorshift-multiply): a bijection whose output bits all depend on
-  every input bit."""
-  x = (x ^ (x >> 16)) * jnp.uint32(0x7FEB352D)
-  x = (x ^ (x >> 15)) * jnp.uint32(0x846CA68B)
-  return x ^ (x >> 16)
-
-
-def seed_words(key) -> jax.Array:
-  """The two uint32 words of a JAX key (threefry's key data), as the hashes use them."""
-  words = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
-  return jnp.stack([words[0], words[-1]])
-
-
-def threshold(rate: float) -> int:
-  """Bits below this value drop an element: P(drop) = rate to within 2^-32."""
-  return min(round(rate * 2.0 ** 32), 2 ** 32 - 1)
-
-
-def keyed_hash(words, x):
-  """uint32 bits of `x` (uint32) under the two key words: two rounds of `mix32`, each keyed by
-  one word, so that the streams of different keys are unrelated. The hidden-state dropout, the
-  attention rows' seeds and the generator's Gumbel noise all draw from it."""
-  return mix32(mix32(x ^ words[0]) + words[1])
-
-
-def row_seed(words, row):
-  """The seed of one (batch row, head) pair: row = b * heads + h (uint32)."""
-  return keyed_hash(words, row)
-
-
-def keep_bits(seed, query, key, key_len: int):
-  """uint32 bits of probability (query, key) of one (batch row, head) seeded by `row_seed`."""
-  return mix32((query * key_len + key).astype(jnp.uint32) ^ seed)
-
-
-def probs_keep(words, shape, batch_offset=0) -> jax.Array:
-  """The keep bits of a whole [B, H, Lq, Lk] probability tensor (the explicit path's mask)."""
-  b, h, lq, lk = shape
-  rows = ((lax.broadcasted_iota(jnp.uint32, (b, h, 1, 1), 0) + jnp.uint32(batch_offset)) * h
-          + lax.broadcasted_iota(jnp.uint32, (b, h, 1, 1), 1))
-  query = lax.broadcasted_iota(jnp.int32, (1, 1, lq, lk), 2)
-  key = lax.broadcasted_iota(jnp.int32, (1, 1, lq, lk), 3)
-  return keep_bits(row_seed(words, rows), query, key, lk)
-
-
-def allowed_mask(key_mask, length: int, direction: str = ''):
-  """[B, 1, L, L] (or [B, 1, 1, L]) bool: which keys each query may attend to. `direction` 'ltr'
-  lets a position see itself and its left, 'rtl' itself and its right (ELECTRIC's towers)."""
-  allowed = key_mask[:, None, None, :] > 0
-  if direction:
-    q, k = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
-    allowed = allowed & ((k <= q) if direction == 'ltr' else (k >= q))
-  return allowed
-
-
-# ------------------------------------------------------------------------------------------------
-# The explicit path (and the reference of the kernel's tests)
-# ------------------------------------------------------------------------------------------------
 
 def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
   """q, k, v: [B, L, H, D]; key_mask: [B, L]; words: `seed_words` of the dropout key (None: no
@@ -117,405 +52,34 @@ def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.
   return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
                     preferred_element_type=jnp.float32).astype(v.dtype)
 
+def fused(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
+  """`jax.nn.dot_product_attention` (cuDNN's kernel on GPUs); it has no dropout."""
+  del dropout_rate, words
+  return jax.nn.dot_product_attention(q, k, v, mask=allowed_mask(key_mask, q.shape[1], direction))
 
-# ------------------------------------------------------------------------------------------------
-# The Pallas flash-attention kernels
-# ------------------------------------------------------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class FlashOptions:
-  """Static settings of the kernels (hashable: they key the compiled programs)."""
-  dropout_rate: float = 0.0
-  direction: str = ''
-  block_q: int = 128  # forward: queries per program
-  block_k: int = 64  # forward: keys per inner step
-  block_k_dkv: int = 128  # dK/dV: keys per program
-  block_q_dkv: int = 32  # dK/dV: queries per inner step
-  block_q_dq: int = 128  # dQ: queries per program
-  block_k_dq: int = 32  # dQ: keys per inner step
-  backend: str = 'gpu'  # 'gpu' (Triton; [B, L, H, D] blocks) or 'tpu' (Mosaic; [B, H, L, D])
-  interpret: bool = False  # run the kernels with Pallas' interpreter (any backend, for tests)
-  num_warps: int = 4  # Triton only
-  num_stages: int = 2  # Triton only
-
-
-def _fit(block: int, length: int) -> int:
-  return min(block, length)
-
-
-def group_size(o: FlashOptions, heads: int, head_dim: int) -> int:
-  """Heads per kernel program. On TPUs a block's last dimension is a multiple of the 128 lanes (or
-  the whole width): with heads of 64, two heads side by side fill them, read from the projections'
-  [B, L, heads * head] output as it is (no transpose, no half-empty lanes). 0 when no grouping
-  fits. Triton (GPUs) takes one head per program."""
-  if o.backend != 'tpu':
-    return 1
-  if heads * head_dim <= 128:
-    return heads
-  if head_dim % 128 == 0:
-    return 1
-  group = 128 // head_dim
-  return group if 128 % head_dim == 0 and heads % group == 0 else 0
-
-
-def unsupported(o: FlashOptions, length: int, head_dim: int, heads: int = 1) -> str:
-  """'' when the kernels take this shape, else why not (the caller then uses another path)."""
-  blocks = {_fit(b, length) for b in (o.block_q, o.block_k, o.block_k_dkv, o.block_q_dkv,
-                                      o.block_q_dq, o.block_k_dq)}
-  if any(length % b for b in blocks):
-    return f'blocks {sorted(blocks)} do not divide the sequence length {length}'
-  if not group_size(o, heads, head_dim):
-    return (f'{heads} heads of {head_dim} do not group into blocks of 128 lanes (a head size that '
-            'divides 128 and a head count its groups divide, or a multiple of 128)')
-  if o.interpret:  # Pallas' interpreter takes any blocks that divide the sequence
-    return ''
-  if o.backend == 'tpu':
-    if any(b % 8 for b in blocks) or any(b % 128 and b != length for b in blocks):
-      return f'blocks {sorted(blocks)} are not multiples of 128 (or the whole sequence of {length})'
-    return ''
-  if any(b < 16 or b & (b - 1) for b in blocks):
-    return f'blocks {sorted(blocks)} are not powers of two >= 16'
-  if head_dim < 16 or head_dim & (head_dim - 1):
-    return f'head size {head_dim} is not a power of two >= 16'
-  return ''
-
-
-def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, key_mask, key_len):
-  """(additive score mask, dropout multiplier or None) of a [queries, keys] tile whose first query
-  is q0 and first key k0."""
-  query = lax.broadcasted_iota(jnp.int32, shape, 0) + q0
-  key = lax.broadcasted_iota(jnp.int32, shape, 1) + k0
-  allowed = key_mask > 0
-  if o.direction == 'ltr':
-    allowed = allowed & (key <= query)
-  elif o.direction == 'rtl':
-    allowed = allowed & (key >= query)
-  additive = jnp.where(allowed, 0.0, MASK_VALUE)
-  if o.dropout_rate <= 0:
-    return additive, None
-  row = (b + seeds_ref[2]) * jnp.uint32(heads) + h
-  seed = row_seed((seeds_ref[0], seeds_ref[1]), row)
-  keep = keep_bits(seed, query, key, key_len) >= jnp.uint32(threshold(o.dropout_rate))
-  return additive, jnp.where(keep, 1.0 / (1.0 - o.dropout_rate), 0.0)
-
-
-def _heads(group: int, head_dim: int):
-  """(index in the group, the head's global index, its lanes) of each head of this program."""
-  b = pl.program_id(0).astype(jnp.uint32)
-  first = pl.program_id(1).astype(jnp.uint32) * jnp.uint32(group)
-  return b, [(g, first + jnp.uint32(g), pl.ds(g * head_dim, head_dim)) for g in range(group)]
-
-
-def _nt(a, b):
-  """a @ b^T with float32 accumulation."""
-  return lax.dot_general(a, b, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-
-
-def _nn(a, b):
-  return lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
-
-
-def _forward_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, m_ref, l_ref, *,
-                    o: FlashOptions, heads: int, head_dim: int, scale: float):
-  group = m_ref.shape[0]
-  b, members = _heads(group, head_dim)
-  i = pl.program_id(2)
-  bq, bk = q_ref.shape[0], _fit(o.block_k, k_ref.shape[0])
-  key_len = k_ref.shape[0]
-  for g, h, lanes in members:
-    q = q_ref[:, lanes]
-
-    def body(j, carry, h=h, lanes=lanes, q=q):
-      acc, m, l = carry
-      keys = pl.ds(pl.multiple_of(j * bk, bk), bk)
-      s = _nt(q, k_ref[keys, lanes]) * scale
-      additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape,
-                              mask_ref[:, keys], key_len)
-      s = s + additive
-      m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
-      p = jnp.exp(s - m_new)
-      correction = jnp.exp(m - m_new)
-      l = correction * l + jnp.sum(p, axis=1, keepdims=True)
-      if keep is not None:
-        p = p * keep
-      acc = correction * acc + _nn(p.astype(v_ref.dtype), v_ref[keys, lanes])
-      return acc, m_new, l
-
-    init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq, 1), -jnp.inf, jnp.float32),
-            jnp.zeros((bq, 1), jnp.float32))
-    acc, m, l = lax.fori_loop(0, key_len // bk, body, init)
-    o_ref[:, lanes] = (acc / l).astype(o_ref.dtype)
-    # the softmax's statistics, kept apart: m + log(l) would round at the magnitude of the mask
-    m_ref[g] = m
-    l_ref[g] = l
-
-
-def _tn(a, b):
-  """a^T @ b with float32 accumulation (a transposed in the kernel, as the MXU takes it)."""
-  return _nn(a.T, b)
-
-
-def _delta(do, out):
-  """rowsum(dO * O) of a block of queries: the softmax backward's correction, [queries, 1].
-  (= rowsum(dP_dropped * P_dropped); computed where it is used instead of in HBM.)"""
-  return jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=1, keepdims=True)
-
-
-def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, l_ref,
-                dk_ref, dv_ref, *, o: FlashOptions, heads: int, head_dim: int, scale: float):
-  """dK and dV of one block of keys, looping over the queries; tiles are [queries, keys], and
-  the products with the keys' side take the tile transposed."""
-  group = m_ref.shape[0]
-  b, members = _heads(group, head_dim)
-  j = pl.program_id(2)
-  bk, bq = k_ref.shape[0], _fit(o.block_q_dkv, q_ref.shape[0])
-  key_len = q_ref.shape[0]
-  key_mask = mask_ref[...]  # [1, keys]
-  for g, h, lanes in members:
-    k, v = k_ref[:, lanes], v_ref[:, lanes]
-
-    def body(i, carry, g=g, h=h, lanes=lanes, k=k, v=v):
-      dk, dv = carry
-      queries = pl.ds(pl.multiple_of(i * bq, bq), bq)
-      q, do = q_ref[queries, lanes], do_ref[queries, lanes]
-      s = _nt(q, k) * scale
-      additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, key_mask,
-                              key_len)
-      p = jnp.exp(s + additive - m_ref[g, queries, :]) / l_ref[g, queries, :]  # [queries, keys]
-      dp = _nt(do, v)  # the gradient of the dropped probabilities
-      if keep is not None:
-        dv = dv + _tn((p * keep).astype(do.dtype), do)
-        dp = dp * keep
-      else:
-        dv = dv + _tn(p.astype(do.dtype), do)
-      ds = p * (dp - _delta(do, o_ref[queries, lanes]))
-      dk = dk + _tn(ds.astype(q.dtype), q)
-      return dk, dv
-
-    zeros = jnp.zeros(k.shape, jnp.float32)
-    dk, dv = lax.fori_loop(0, q_ref.shape[0] // bq, body, (zeros, zeros))
-    dk_ref[:, lanes] = (dk * scale).astype(dk_ref.dtype)
-    dv_ref[:, lanes] = dv.astype(dv_ref.dtype)
-
-
-def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, l_ref, dq_ref, *,
-               o: FlashOptions, heads: int, head_dim: int, scale: float):
-  """dQ of one block of queries, looping over the keys."""
-  group = m_ref.shape[0]
-  b, members = _heads(group, head_dim)
-  i = pl.program_id(2)
-  bq, bk = q_ref.shape[0], _fit(o.block_k_dq, k_ref.shape[0])
-  key_len = k_ref.shape[0]
-  for g, h, lanes in members:
-    q, do, m, l = q_ref[:, lanes], do_ref[:, lanes], m_ref[g], l_ref[g]
-    delta = _delta(do, o_ref[:, lanes])
-
-    def body(j, dq, h=h, lanes=lanes, q=q, do=do, m=m, l=l, delta=delta):
-      keys = pl.ds(pl.multiple_of(j * bk, bk), bk)
-      s = _nt(q, k_ref[keys, lanes]) * scale
-      additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape,
-                              mask_ref[:, keys], key_len)
-      p = jnp.exp(s + additive - m) / l
-      dp = _nt(do, v_ref[keys, lanes])
-      if keep is not None:
-        dp = dp * keep
-      ds = p * (dp - delta)
-      return dq + _nn(ds.astype(k_ref.dtype), k_ref[keys, lanes])
-
-    dq = lax.fori_loop(0, key_len // bk, body, jnp.zeros(q.shape, jnp.float32))
-    dq_ref[:, lanes] = (dq * scale).astype(dq_ref.dtype)
-
-
-def _compiler_params(o: FlashOptions, grid_rank: int):
-  if o.backend == 'tpu':
-    from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
-    return pltpu.CompilerParams(dimension_semantics=('parallel',) * grid_rank)
-  from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
-  return plgpu.CompilerParams(num_warps=o.num_warps, num_stages=o.num_stages)
-
-
-def _seed_spec(o: FlashOptions):
-  if o.backend == 'tpu':
-    from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
-    return pl.BlockSpec(memory_space=pltpu.SMEM)
-  return pl.BlockSpec((4,), lambda *_: (0,))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Shape:
-  """The kernels' view of q: [batch, length, heads * head], `group` heads per program."""
-  batch: int
-  length: int
-  heads: int
-  head_dim: int
-  group: int
-
-  def grid(self, block):
-    return self.batch, self.heads // self.group, self.length // block
-
-  def blocked(self, block):
-    """Blocks of `block` positions x the group's lanes of a q-like [B, L, heads * head] tensor."""
-    return pl.BlockSpec((None, block, self.group * self.head_dim), lambda b, g, i: (b, i, g))
-
-  def whole(self):
-    return pl.BlockSpec((None, self.length, self.group * self.head_dim), lambda b, g, i: (b, 0, g))
-
-  def stat_blocked(self, block):
-    """Columns [group, block, 1] of a [B, heads, L, 1] statistic."""
-    return pl.BlockSpec((None, self.group, block, 1), lambda b, g, i: (b, g, i, 0))
-
-  def stat_whole(self):
-    return pl.BlockSpec((None, self.group, self.length, 1), lambda b, g, i: (b, g, 0, 0))
-
-  def cost(self, matmuls: int, exps: int, tensors_read: int, tensors_written: int, itemsize: int):
-    """The declared cost of a kernel: `matmuls` [L, L, D] products per (row, head), `exps`
-    exponentials per score, and whole q-sized tensors read and written once each (a
-    whole-sequence block is fetched once per (row, head group): the pipeline skips unchanged
-    blocks)."""
-    scores = self.batch * self.heads * self.length * self.length
-    size = self.batch * self.length * self.heads * self.head_dim * itemsize
-    return pl.CostEstimate(flops=int(2 * matmuls * scores * self.head_dim),
-                           transcendentals=int(exps * scores),
-                           bytes_accessed=int((tensors_read + tensors_written) * size))
-
-
-def _row_mask_spec(length):
-  """The key mask as a row [1, L] of a [B, 1, L] array."""
-  return pl.BlockSpec((None, 1, length), lambda b, g, i: (b, 0, 0))
-
-
-def _forward(seeds, q, k, v, key_mask, o: FlashOptions, shape: _Shape):
-  bq = _fit(o.block_q, shape.length)
-  kernel = functools.partial(_forward_kernel, o=o, heads=shape.heads, head_dim=shape.head_dim,
-                             scale=1.0 / math.sqrt(shape.head_dim))
-  stat = jax.ShapeDtypeStruct((shape.batch, shape.heads, shape.length, 1), jnp.float32)
-  out, m, l = pl.pallas_call(
-      kernel, grid=shape.grid(bq),
-      in_specs=[_seed_spec(o), shape.blocked(bq), shape.whole(), shape.whole(),
-                _row_mask_spec(shape.length)],
-      out_specs=[shape.blocked(bq), shape.stat_blocked(bq), shape.stat_blocked(bq)],
-      out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), stat, stat],
-      compiler_params=_compiler_params(o, 3), interpret=o.interpret,
-      cost_estimate=shape.cost(2, 1, 3, 1, q.dtype.itemsize), name='electra_flash_forward')(
-          seeds, q, k, v, key_mask[:, None, :])
-  return out, (m, l)
-
-
-def _backward(seeds, q, k, v, key_mask, out, stats, do, o: FlashOptions, shape: _Shape):
-  scale = 1.0 / math.sqrt(shape.head_dim)
-  m, l = stats  # [B, H, L, 1] columns, read as [queries, 1] blocks by both kernels
-  kw = dict(o=o, heads=shape.heads, head_dim=shape.head_dim, scale=scale)
-  bk = _fit(o.block_k_dkv, shape.length)
-  key_block_mask = pl.BlockSpec((None, 1, bk), lambda b, g, j: (b, 0, j))
-  whole, stat_whole = shape.whole(), shape.stat_whole()
-  dk, dv = pl.pallas_call(
-      functools.partial(_dkv_kernel, **kw), grid=shape.grid(bk),
-      in_specs=[_seed_spec(o), whole, shape.blocked(bk), shape.blocked(bk), key_block_mask, whole,
-                whole, stat_whole, stat_whole],
-      out_specs=[shape.blocked(bk), shape.blocked(bk)],
-      out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
-      compiler_params=_compiler_params(o, 3), interpret=o.interpret,
-      cost_estimate=shape.cost(4, 1, 5, 2, q.dtype.itemsize), name='electra_flash_dkv')(
-          seeds, q, k, v, key_mask[:, None, :], do, out, m, l)
-
-  bq = _fit(o.block_q_dq, shape.length)
-  blocked = shape.blocked(bq)
-  dq = pl.pallas_call(
-      functools.partial(_dq_kernel, **kw), grid=shape.grid(bq),
-      in_specs=[_seed_spec(o), blocked, whole, whole, _row_mask_spec(shape.length), blocked,
-                blocked, shape.stat_blocked(bq), shape.stat_blocked(bq)],
-      out_specs=blocked,
-      out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
-      compiler_params=_compiler_params(o, 3), interpret=o.interpret,
-      cost_estimate=shape.cost(3, 1, 5, 1, q.dtype.itemsize), name='electra_flash_dq')(
-          seeds, q, k, v, key_mask[:, None, :], do, out, m, l)
-  return dq, dk, dv
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _flash(seeds, q, k, v, key_mask, o: FlashOptions, shape: _Shape):
-  return _forward(seeds, q, k, v, key_mask, o, shape)[0]
-
-
-def _flash_fwd(seeds, q, k, v, key_mask, o, shape):
-  out, stats = _forward(seeds, q, k, v, key_mask, o, shape)
-  return out, (seeds, q, k, v, key_mask, out, stats)
-
-
-def _flash_bwd(o, shape, residuals, do):
-  seeds, q, k, v, key_mask, out, stats = residuals
-  dq, dk, dv = _backward(seeds, q, k, v, key_mask, out, stats, do, o, shape)
-  return (np.zeros(seeds.shape, jax.dtypes.float0), dq, dk, dv,
-          np.zeros(key_mask.shape, jax.dtypes.float0))
-
-
-_flash.defvjp(_flash_fwd, _flash_bwd)
-
-
-def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
-          options: FlashOptions | None = None, batch_offset=0):
-  """The kernels on one device's rows. q, k, v: [B, L, H, D]; key_mask: [B, L]; `words` the
-  dropout key's `seed_words`; `batch_offset` the global index of row 0. Returns [B, L, H, D].
-
-  The kernels read q, k, v as [B, L, H * D] (a free reshape of the projections' output): a program
-  takes a block of positions of one head on GPUs, of a group of heads filling the 128 lanes on
-  TPUs (`group_size`)."""
-  o = dataclasses.replace(options or FlashOptions(), direction=direction,
-                          dropout_rate=dropout_rate if words is not None else 0.0)
-  batch, length, heads, head_dim = q.shape
-  problem = unsupported(o, length, head_dim, heads)
-  if problem:  # the grid would skip the rows past the last whole block
-    raise ValueError(f'the flash attention kernels do not take q of shape {q.shape}: {problem}')
-  shape = _Shape(batch, length, heads, head_dim, group_size(o, heads, head_dim))
-  if words is None:
-    words = jnp.zeros((2,), jnp.uint32)
-  seeds = jnp.concatenate([words.astype(jnp.uint32),
-                           jnp.asarray(batch_offset, jnp.uint32)[None],
-                           jnp.zeros((1,), jnp.uint32)])
-  flat = lambda x: x.reshape(batch, length, heads * head_dim)
-  out = _flash(seeds, flat(q), flat(k), flat(v), key_mask.astype(jnp.int32), o, shape)
-  return out.reshape(q.shape)
-
-
-def flash_sharded(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None,
-                  options: FlashOptions | None = None, axis: str = 'data'):
-  """`flash` on every device's rows of a batch split over the mesh axis `axis` of the mesh in
-  context (`jax.sharding.use_abstract_mesh`); without such a mesh, on the whole batch."""
-  mesh = jax.sharding.get_abstract_mesh()
-  call = functools.partial(flash, direction=direction, dropout_rate=dropout_rate,
-                           options=options)
-  if (mesh.empty or axis not in mesh.axis_names or mesh.shape[axis] == 1
-      or q.shape[0] % mesh.shape[axis]):  # (e.g. the one-row batch that creates the parameters)
-    return call(q, k, v, key_mask, words=words)
-  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
-  has_words = words is not None
-
-  def local(q, k, v, key_mask, words):
-    offset = lax.axis_index(axis) * q.shape[0]
-    return call(q, k, v, key_mask, words=words if has_words else None, batch_offset=offset)
-
-  words = words if has_words else jnp.zeros((2,), jnp.uint32)
-  return jax.shard_map(local, mesh=mesh, in_specs=(P(axis),) * 4 + (P(),), out_specs=P(axis),
-                       check_vma=False)(q, k, v, key_mask, words)
-
-
-# ------------------------------------------------------------------------------------------------
-# Choosing the kernels on a device
-# ------------------------------------------------------------------------------------------------
-
-def default_options(backend: str) -> FlashOptions:
+def default_options(backend: str) -> flash_lib.FlashOptions:
   """Block sizes per backend: Triton tiles on GPUs (FlashAttention-2's shapes for head size 64),
   128-row tiles on TPUs (the MXU's), and the interpreter (same kernels, GPU layout) elsewhere."""
   if backend == 'tpu':
-    return FlashOptions(backend='tpu', block_q=128, block_k=128, block_k_dkv=128, block_q_dkv=128,
-                        block_q_dq=128, block_k_dq=128)
+    return flash_lib.FlashOptions(backend='tpu', block_q=128, block_k=128, block_k_dkv=128,
+                                  block_q_dkv=128, block_q_dq=128, block_k_dq=128)
   if backend in ('gpu', 'cuda', 'rocm'):
-    return FlashOptions(backend='gpu')
-  return FlashOptions(backend='gpu', interpret=True)
+    return flash_lib.FlashOptions(backend='gpu')
+  return flash_lib.FlashOptions(backend='gpu', interpret=True)
 
 
-def check(options: FlashOptions, dtype=jnp.bfloat16, length: int = 128, dropout_rate: float = 0.1,
-          directions=('', 'ltr'), head_dim: int = 64) -> str:
+def _kernel(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None, platform=''):
+  return flash_lib.flash_sharded(q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate,
+                                 words=words, options=default_options(platform))
+
+
+def _kernel_problem(platform: str, length: int, head_dim: int, heads: int) -> str:
+  return flash_lib.unsupported(default_options(platform), length, head_dim, heads)
+
+
+def check(options: flash_lib.FlashOptions, dtype=jnp.bfloat16, length: int = 128,
+          dropout_rate: float = 0.1, directions=('', 'ltr'), head_dim: int = 64) -> str:
   """'' when the kernels, compiled for `options` on the default device, give the explicit path's
   values and gradients at a run's sequence length, dtype, dropout and directions (two rows, one of
   them padded, two heads); else what went wrong."""
@@ -531,7 +95,7 @@ def check(options: FlashOptions, dtype=jnp.bfloat16, length: int = 128, dropout_
                              words=words).astype(jnp.float32)
       out, vjp = jax.vjp(f, q, k, v)
       return (out,) + vjp(do.astype(jnp.float32))
-    got = jax.jit(lambda: run(functools.partial(flash, options=options)))()
+    got = jax.jit(lambda: run(functools.partial(flash_lib.flash, options=options)))()
     want = jax.jit(lambda: run(explicit))()
     for name, a, b in zip(('output', 'dq', 'dk', 'dv'), got, want):
       a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
@@ -560,3 +124,148 @@ def kernel_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
     problem = pool.submit(run).result()
   return not problem, problem
+
+
+@dataclasses.dataclass(frozen=True)
+class Path:
+  """One way to compute attention."""
+  name: str
+  run: Callable  # (q, k, v, key_mask, *, direction, dropout_rate, words, platform) -> context
+  dropout: bool  # it draws attention dropout (a path without runs the explicit one where needed)
+  problem: Callable = lambda platform, length, head_dim, heads: ''  # why it does not take a shape
+  check: Callable = lambda *_: (True, '')  # (platform, length, dtype, dropout rate, directions,
+  #   head size) -> (whether it matched the explicit path on the device, why not)
+
+
+def _anywhere(fn):
+  """A path that runs the same on every platform."""
+  return lambda q, k, v, key_mask, platform='', **kw: fn(q, k, v, key_mask, **kw)
+
+
+PATHS = {
+    'explicit': Path('explicit', _anywhere(explicit), dropout=True),
+    'pallas': Path('pallas', _kernel, dropout=True, problem=_kernel_problem,
+                   check=lambda *a: kernel_check(*a)),  # looked up when called
+    'fused': Path('fused', _anywhere(fused), dropout=False),
+}
+
+
+def choices() -> tuple:
+  """The values of model.attention: 'auto' and the registered paths."""
+  return ('auto',) + tuple(PATHS)
+
+
+def path_name(cfg, dtype, deterministic: bool, length: int = 0, head_dim: int = 64,
+              heads: int = 1) -> str:
+  """The name of the path (`PATHS`) a layer runs.
+
+  A run decides `model.attention='auto'` once, before it compiles (`resolve`); a model
+  used outside a run (conversion, tests) decides it here the same way, checking the kernel on the
+  default device. 'fused' (cuDNN) has no dropout: where attention dropout is active it runs the
+  explicit path. 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests). A
+  network whose heads the kernels do not take (on TPUs: heads of 64 in an odd number) runs the
+  explicit path.
+  """
+  active_dropout = not deterministic and cfg.attention_dropout_rate > 0
+  impl = cfg.attention
+  if impl == 'auto':
+    impl = _auto(cfg, jnp.dtype(dtype).name, length, head_dim, heads=heads)[0]
+  path = PATHS[impl]
+  if active_dropout and not path.dropout:
+    return 'explicit'
+  if length and path.problem(cfg.platform or jax.default_backend(), length, head_dim, heads):
+    return 'explicit'
+  return impl
+
+
+def _auto(cfg, dtype: str, length: int, head_dim: int, check=None,
+          heads: int = 0) -> tuple[str, str]:
+  """('explicit' | 'pallas' | 'fused', why) for model.attention='auto' on cfg's platform.
+
+  The Pallas flash kernel on GPUs and TPUs, where it takes the shape and passes `check` (default:
+  the kernel's `kernel_check` on the default device at this shape), else cuDNN's fused attention for
+  16-bit activations (without dropout; the explicit path with it), else the explicit softmax. CPUs
+  run the explicit path, where XLA's einsums are faster than the kernel's interpreter.
+  """
+  backend = cfg.platform or jax.default_backend()
+  fallback = 'fused' if jnp.dtype(dtype).itemsize == 2 else 'explicit'
+  if backend not in ACCELERATORS:
+    return 'explicit', ''
+  problem = PATHS['pallas'].problem(backend, length, head_dim, heads or cfg.num_heads)
+  if problem:
+    return fallback, f'the Pallas kernel does not take this shape: {problem}'
+  if check is None:
+    check = lambda: PATHS['pallas'].check(backend, length, dtype, cfg.attention_dropout_rate,
+                                          _directions(cfg), head_dim)
+  ok, why = check()
+  return ('pallas', '') if ok else (fallback, why)
+
+
+def _directions(cfg) -> tuple:
+  return ('', 'ltr', 'rtl') if cfg.generator == 'two_tower' else ('',)
+
+
+def resolve(cfg, length: int, checked=True, agree=lambda ok: ok) -> tuple:
+  """(cfg with `attention` the path the run takes, the line a run logs about it ('' if none)).
+
+  'auto' on a GPU or TPU checks the kernel against the explicit path at the run's sequence length,
+  dtype, dropout and directions on the device (`checked`), or takes it unchecked when the devices
+  are not here (compiling for a TPU slice from another machine); `agree(ok)` returns the verdict
+  every process takes (all must have passed), so that all hosts compile one program. A kernel
+  forced with model.attention='pallas' must take the shape.
+  """
+  head = cfg.hidden_size // cfg.num_heads
+  backend = cfg.platform or jax.default_backend()
+  if cfg.attention == 'pallas':
+    problem = PATHS['pallas'].problem(backend, length, head, cfg.num_heads)
+    if problem:
+      raise ValueError(f'model.attention=pallas: the kernel does not take {length}-token sequences '
+                       f'with heads of {head} on {backend} ({problem}); use model.attention=auto '
+                       'or explicit, or a sequence length the blocks divide')
+  if cfg.attention != 'auto':
+    return cfg, f'attention: {cfg.attention} (model.attention)'
+  verdict = {}
+
+  def check():
+    if not checked:
+      return True, ''
+    ok, why = kernel_check(backend, length, cfg.dtype, cfg.attention_dropout_rate,
+                                 _directions(cfg), head)
+    agreed = agree(ok)
+    if ok and not agreed:
+      why = 'it failed on another process'
+    verdict['why'] = why
+    return agreed, why
+
+  impl, why = _auto(cfg, cfg.dtype, length, head, check)
+  cfg = dataclasses.replace(cfg, attention=impl)
+  if backend not in ACCELERATORS:
+    return cfg, ''
+  if impl == 'pallas':
+    how = ('matched the explicit path at this shape in its start-up check' if checked else
+           'compiled for the slice; its start-up check runs on the TPU itself')
+    return cfg, f'attention: Pallas flash kernel on {backend} ({how})'
+  if 'why' in verdict:
+    return cfg, (f'warning: the Pallas attention kernel failed its check on this {backend} '
+                 f'({why}); attention runs the explicit softmax (cuDNN where no dropout is active)')
+  return cfg, f'attention: explicit softmax ({why})'
+
+
+def note(cfg, length: int) -> str:
+  """The line a run logs about its attention path ('' on a CPU with model.attention=auto)."""
+  return resolve(cfg, length)[1]
+
+
+def attend(cfg, q, k, v, key_mask, *, direction: str = '', deterministic: bool = True, words=None,
+           initializing: bool = False):
+  """The layer's attention on the path `cfg` gives for this shape: q, k, v [B, L, H, D], key_mask
+  [B, L]; dropout at cfg.attention_dropout_rate unless `deterministic` (its mask drawn from
+  `words`). While parameters are created (`initializing`, a few tokens) any path makes the same
+  ones: the explicit one runs."""
+  length, heads, head_dim = q.shape[1:]
+  name = path_name(cfg, jnp.dtype(cfg.dtype), deterministic, length, head_dim, heads)
+  if name == 'pallas' and initializing:
+    name = 'explicit'
+  rate = 0.0 if deterministic else cfg.attention_dropout_rate
+  return PATHS[name].run(q, k, v, key_mask, direction=direction, dropout_rate=rate, words=words,
+                         platform=cfg.platform or jax.default_backend())

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax import attention as attention_lib
+from electra_jax import attention_masks
 
 
 def truncated_normal(stddev: float):
@@ -37,15 +38,13 @@ def truncated_normal(stddev: float):
   return init
 
 
-ATTENTION = ('auto', 'explicit', 'pallas', 'fused')
-ACCELERATORS = ('tpu', 'gpu', 'cuda', 'rocm')
 
 
 def auto_dtype(platform: str) -> str:
   """model.dtype='auto': bfloat16 activations on TPUs and GPUs (the MXU's and tensor cores' input;
   parameters and optimizer state stay float32), float32 on CPUs (where bfloat16 matmuls are only
   about 2x faster and the tests compare with float32 references)."""
-  return 'bfloat16' if platform in ACCELERATORS else 'float32'
+  return 'bfloat16' if platform in attention_lib.ACCELERATORS else 'float32'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,9 +113,9 @@ class ModelConfig:
     if self.decoder_rows not in ('all', 'batch'):
       raise ValueError(f"model.decoder_rows is {self.decoder_rows!r}; use 'all' (every row, the "
                        "original) or 'batch' (the rows of the batch's tokens)")
-    if self.attention not in ATTENTION:
+    if self.attention not in attention_lib.choices():
       raise ValueError(f"model.attention is {self.attention!r}; use one of "
-                       f"{', '.join(repr(a) for a in ATTENTION)}")
+                       f"{', '.join(repr(a) for a in attention_lib.choices())}")
     if self.hidden_size % self.num_heads:
       raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
                        f'model.num_heads {self.num_heads}')
@@ -199,7 +198,7 @@ def random_bits(key, shape) -> jax.Array:
   """
   seed = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
   index = jax.lax.iota(jnp.uint32, math.prod(shape)).reshape(shape)
-  return attention_lib.keyed_hash((seed[0], seed[-1]), index)
+  return attention_masks.keyed_hash((seed[0], seed[-1]), index)
 
 
 def gelu(x):
@@ -247,7 +246,7 @@ class Dropout(nn.Module):
   def __call__(self, x, deterministic: bool):
     if deterministic or self.rate == 0.0:
       return x
-    threshold = jnp.uint32(attention_lib.threshold(self.rate))
+    threshold = jnp.uint32(attention_masks.threshold(self.rate))
     keep = random_bits(self.make_rng('dropout'), x.shape) >= threshold
     if self.write_mask:
       keep = jax.lax.optimization_barrier(keep)
@@ -381,111 +380,6 @@ class Embeddings(nn.Module):
     return self.word_embeddings
 
 
-def attention_impl(cfg: ModelConfig, dtype, deterministic: bool, length: int = 0,
-                   head_dim: int = 64, heads: int = 1) -> str:
-  """The attention path a layer runs: 'explicit', 'pallas' or 'fused' (see attention.py).
-
-  A run decides `model.attention='auto'` once, before it compiles (`resolve_attention`); a model
-  used outside a run (conversion, tests) decides it here the same way, checking the kernel on the
-  default device. 'fused' (cuDNN) has no dropout: where attention dropout is active it runs the
-  explicit path. 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests). A
-  network whose heads the kernels do not take (on TPUs: heads of 64 in an odd number) runs the
-  explicit path.
-  """
-  active_dropout = not deterministic and cfg.attention_dropout_rate > 0
-  impl = cfg.attention
-  if impl == 'auto':
-    impl = _auto_attention(cfg, jnp.dtype(dtype).name, length, head_dim, heads=heads)[0]
-  if impl == 'fused' and active_dropout:
-    return 'explicit'
-  if impl == 'pallas' and length and attention_lib.unsupported(
-      attention_lib.default_options(cfg.platform or jax.default_backend()), length, head_dim,
-      heads):
-    return 'explicit'
-  return impl
-
-
-def _auto_attention(cfg: ModelConfig, dtype: str, length: int, head_dim: int,
-                    check=None, heads: int = 0) -> tuple[str, str]:
-  """('explicit' | 'pallas' | 'fused', why) for model.attention='auto' on cfg's platform.
-
-  The Pallas flash kernel on GPUs and TPUs, where it takes the shape and passes `check` (default:
-  `attention.kernel_check` on the default device at this shape), else cuDNN's fused attention for
-  16-bit activations (without dropout; the explicit path with it), else the explicit softmax. CPUs
-  run the explicit path, where XLA's einsums are faster than the kernel's interpreter.
-  """
-  backend = cfg.platform or jax.default_backend()
-  fallback = 'fused' if jnp.dtype(dtype).itemsize == 2 else 'explicit'
-  if backend not in ACCELERATORS:
-    return 'explicit', ''
-  problem = attention_lib.unsupported(attention_lib.default_options(backend), length, head_dim,
-                                      heads or cfg.num_heads)
-  if problem:
-    return fallback, f'the Pallas kernel does not take this shape: {problem}'
-  if check is None:
-    check = lambda: attention_lib.kernel_check(backend, length, dtype, cfg.attention_dropout_rate,
-                                               _directions(cfg), head_dim)
-  ok, why = check()
-  return ('pallas', '') if ok else (fallback, why)
-
-
-def _directions(cfg: ModelConfig) -> tuple:
-  return ('', 'ltr', 'rtl') if cfg.generator == 'two_tower' else ('',)
-
-
-def resolve_attention(cfg: ModelConfig, length: int, checked=True,
-                      agree=lambda ok: ok) -> tuple[ModelConfig, str]:
-  """(cfg with `attention` the path the run takes, the line a run logs about it ('' if none)).
-
-  'auto' on a GPU or TPU checks the kernel against the explicit path at the run's sequence length,
-  dtype, dropout and directions on the device (`checked`), or takes it unchecked when the devices
-  are not here (compiling for a TPU slice from another machine); `agree(ok)` returns the verdict
-  every process takes (all must have passed), so that all hosts compile one program. A kernel
-  forced with model.attention='pallas' must take the shape.
-  """
-  head = cfg.hidden_size // cfg.num_heads
-  backend = cfg.platform or jax.default_backend()
-  if cfg.attention == 'pallas':
-    problem = attention_lib.unsupported(attention_lib.default_options(backend), length, head,
-                                        cfg.num_heads)
-    if problem:
-      raise ValueError(f'model.attention=pallas: the kernel does not take {length}-token sequences '
-                       f'with heads of {head} on {backend} ({problem}); use model.attention=auto '
-                       'or explicit, or a sequence length the blocks divide')
-  if cfg.attention != 'auto':
-    return cfg, f'attention: {cfg.attention} (model.attention)'
-  verdict = {}
-
-  def check():
-    if not checked:
-      return True, ''
-    ok, why = attention_lib.kernel_check(backend, length, cfg.dtype, cfg.attention_dropout_rate,
-                                         _directions(cfg), head)
-    agreed = agree(ok)
-    if ok and not agreed:
-      why = 'it failed on another process'
-    verdict['why'] = why
-    return agreed, why
-
-  impl, why = _auto_attention(cfg, cfg.dtype, length, head, check)
-  cfg = dataclasses.replace(cfg, attention=impl)
-  if backend not in ACCELERATORS:
-    return cfg, ''
-  if impl == 'pallas':
-    how = ('matched the explicit path at this shape in its start-up check' if checked else
-           'compiled for the slice; its start-up check runs on the TPU itself')
-    return cfg, f'attention: Pallas flash kernel on {backend} ({how})'
-  if 'why' in verdict:
-    return cfg, (f'warning: the Pallas attention kernel failed its check on this {backend} '
-                 f'({why}); attention runs the explicit softmax (cuDNN where no dropout is active)')
-  return cfg, f'attention: explicit softmax ({why})'
-
-
-def attention_note(cfg: ModelConfig, length: int) -> str:
-  """The line a run logs about its attention path ('' on a CPU with model.attention=auto)."""
-  return resolve_attention(cfg, length)[1]
-
-
 class TransformerLayer(nn.Module):
   """One post-LayerNorm BERT layer: self-attention and a GELU feed-forward block."""
   cfg: ModelConfig
@@ -510,14 +404,9 @@ class TransformerLayer(nn.Module):
     x = x.reshape(batch * length, x.shape[-1])
     dense = lambda n, name: Dense(n, cfg, name=name)
     head = self.hidden_size // self.num_heads
-    impl = attention_impl(cfg, jnp.dtype(cfg.dtype), deterministic, length, head,
-                          self.num_heads)
-    if impl == 'pallas' and self.is_initializing():  # creating parameters (a few tokens): any
-      impl = 'explicit'  #                              path makes the same ones
-    options = attention_lib.default_options(cfg.platform or jax.default_backend())
-    rate = 0.0 if deterministic else cfg.attention_dropout_rate
     # the dropout mask of the probabilities is a hash of this key and (row, head, query, key)
-    words = attention_lib.seed_words(self.make_rng('dropout')) if rate > 0 else None
+    rate = 0.0 if deterministic else cfg.attention_dropout_rate
+    words = attention_masks.seed_words(self.make_rng('dropout')) if rate > 0 else None
     split = lambda y: y.reshape(batch, length, self.num_heads, head)
     q = split(dense(self.hidden_size, 'query')(x))
     # The key's bias adds q . b to every score of a query: a constant per row, which the softmax
@@ -527,15 +416,9 @@ class TransformerLayer(nn.Module):
     # the keys' gradient: 0.12 ms per Base layer on a v5e chip by XLA's estimate).
     k = split(dense(self.hidden_size, 'key')(x, add_bias=False))
     v = split(dense(self.hidden_size, 'value')(x))
-    if impl == 'fused':
-      allowed = attention_lib.allowed_mask(input_mask, length, self.direction)
-      context = jax.nn.dot_product_attention(q, k, v, mask=allowed)
-    elif impl == 'pallas':
-      context = attention_lib.flash_sharded(q, k, v, input_mask, direction=self.direction,
-                                            dropout_rate=rate, words=words, options=options)
-    else:
-      context = attention_lib.explicit(q, k, v, input_mask, direction=self.direction,
-                                       dropout_rate=rate, words=words)
+    context = attention_lib.attend(cfg, q, k, v, input_mask, direction=self.direction,
+                                   deterministic=deterministic, words=words,
+                                   initializing=self.is_initializing())
     attended = dense(self.hidden_size, 'attention_output')(context.reshape(batch * length, -1))
     return self._feed_forward(x, attended, batch, length, deterministic)
 

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from electra_jax import attention as attention_lib
 from electra_jax import masking
 from electra_jax import model as model_lib
 from electra_jax.metrics import ratio
@@ -40,7 +41,7 @@ class ObjectiveConfig:
     backend), which picks the sampler."""
     fields = {f.name for f in dataclasses.fields(cls)}
     values = {k: v for k, v in objective_cfg.items() if k in fields}
-    accelerator = (platform or jax.default_backend()) in model_lib.ACCELERATORS
+    accelerator = (platform or jax.default_backend()) in attention_lib.ACCELERATORS
     return cls(**values, sampler='gumbel' if accelerator else 'cdf')
 
 

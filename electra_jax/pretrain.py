@@ -19,6 +19,7 @@ import numpy as np
 from electra_jax import UserError
 from electra_jax import user_errors
 from electra_jax import aot
+from electra_jax import attention as attention_lib
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import config as config_lib
 from electra_jax import corpus as corpus_lib
@@ -256,7 +257,7 @@ def model_for_run(config, platform: str, checked: bool = True, log=print, chip: 
   `checked`; every process takes one verdict), the attention line logged."""
   with user_errors(ValueError):
     model_cfg = model_lib.ModelConfig.from_config(config.model, platform, chip)
-    model_cfg, note = model_lib.resolve_attention(
+    model_cfg, note = attention_lib.resolve(
         model_cfg, config.data.max_seq_length, checked,
         agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
   if note:

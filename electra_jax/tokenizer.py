@@ -37,6 +37,9 @@ class SpecialIds:
     return dataclasses.asdict(self)
 
 
+SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)  # of every SentencePiece model made here
+
+
 def file_fingerprint(path: str) -> str:
   return hashlib.sha256(fs.read_bytes(path)).hexdigest()[:16]
 

@@ -15,14 +15,12 @@ built-in corpus in a temporary folder) at the config's global batch.
 
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import flags  # pylint: disable=wrong-import-position
-from ml_collections import config_flags  # pylint: disable=wrong-import-position
+from absl import flags
+from ml_collections import config_flags
 
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run')
@@ -65,7 +63,8 @@ def _records(config, log) -> str:
 
 def _time_step(config) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax import benchmark, flops  # pylint: disable=import-outside-toplevel
+  from electra_jax import flops  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   profile_dir = ''
   if _PROFILE.value:
     import tempfile  # pylint: disable=import-outside-toplevel
@@ -111,7 +110,7 @@ def _time_step(config) -> dict:
 
 
 def _print_profile(p: dict, step_ms: float):
-  from electra_jax import profiling  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import profiling  # pylint: disable=import-outside-toplevel
   print(f'profile of {p["steps"]} steps ({p["directory"]}): {p["busy_ms_per_step"]:.1f} ms of '
         f'kernel time per step ({p["wall_ms_per_step"]:.1f} ms wall while tracing, '
         f'{step_ms:.1f} untraced)')
@@ -129,7 +128,7 @@ def _print_profile(p: dict, step_ms: float):
 
 
 def _time_input(config) -> dict:
-  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   records_dir = _records(config, lambda line: print(line, flush=True))
   r = benchmark.benchmark_input(records_dir, config.data.batch_size, batches=_BATCHES.value,
                                 repeats=_REPEATS.value, seed=config.seed,
@@ -144,7 +143,7 @@ def _time_input(config) -> dict:
 def _time_checkpoint(config) -> dict:
   import shutil  # pylint: disable=import-outside-toplevel
   import tempfile  # pylint: disable=import-outside-toplevel
-  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   directory = tempfile.mkdtemp(prefix='electra_ckpt_bench_')
   try:
     r = benchmark.benchmark_checkpoint(config, os.path.join(directory, 'c'), _REPEATS.value)
@@ -159,7 +158,7 @@ def _time_checkpoint(config) -> dict:
 
 
 def _memory(config) -> dict:
-  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   r = benchmark.step_memory(config)
   m = r['memory']
   print(f'{r["parameters"]:,} parameters on {r["devices"]} devices'
@@ -174,7 +173,7 @@ def _memory(config) -> dict:
 
 
 def _attention(config) -> list:
-  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   blocks = [dict(zip(('block_q', 'block_k', 'block_k_dkv', 'block_q_dkv', 'block_q_dq',
                       'block_k_dq'), map(int, spec.split(','))))
             for spec in _BLOCKS.value.split(';') if spec.strip()]
@@ -192,7 +191,7 @@ def _attention(config) -> list:
 
 
 def _max_batch(config) -> dict:
-  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   r = benchmark.max_batch(config, _MEMORY_GB.value * 1e3 or None)
   print(f'step memory per device = {r["fixed_mb"]:,.0f} MB + {r["mb_per_row"]:,.1f} MB per row of '
         f'{config.data.max_seq_length} tokens (XLA buffer assignment; compiled at '

@@ -6,20 +6,18 @@
         --config.task.dev=/tmp/electra_suite/debian_section/dev.csv \
         --config.task.test=/tmp/electra_suite/debian_section/test.csv
 
-Four classification tasks (electra_jax/suite.py): Debian package descriptions by archive section
+Four classification tasks (electra_jax/tools/suite.py): Debian package descriptions by archive section
 (topic) and by role (kind of software), manual pages by section (genre) and translated manual pages
 by language. Each gets fixed train/dev/test CSV files and `corpus.txt`, its train texts unlabelled
 (a pre-training corpus: --config.data.corpus=<out>/<task>/corpus.txt), and <out>/suite.json.
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import flags  # pylint: disable=wrong-import-position
+from absl import flags
 
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _OUT = flags.DEFINE_string('out', None, 'the folder to write the tasks to')
 _PACKAGES = flags.DEFINE_string('packages', '/var/lib/apt/lists/*_Packages*',
@@ -35,7 +33,7 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
   if _PER_CLASS.value < 8:
     raise cli.UserError(f'--per_class={_PER_CLASS.value}: give at least 8')
-  from electra_jax import suite  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import suite  # pylint: disable=import-outside-toplevel
   cli.check_paths(_OUT.value)
   try:
     suite.build(_OUT.value, suite.Sources(packages=_PACKAGES.value, man=_MAN.value,

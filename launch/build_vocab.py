@@ -8,13 +8,11 @@ A BERT WordPiece vocab.txt needs no building: pass it as --config.data.vocab dir
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import flags  # pylint: disable=wrong-import-position
+from absl import flags
 
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _CORPUS = flags.DEFINE_string('corpus', 'builtin', "a file, folder or glob of text, or 'builtin'")
 _TEXT_FIELD = flags.DEFINE_string('text_field', 'text', 'the field of .jsonl objects holding text')

@@ -22,11 +22,10 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import flags  # pylint: disable=wrong-import-position
+from absl import flags
 
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TINY = os.path.join(_ROOT, 'configs', 'tiny.py')

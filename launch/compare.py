@@ -23,14 +23,12 @@ on that task's own train texts (<workdir>/<task>/), fine-tuned with configs/fine
 <workdir>/suite.md.
 """
 
+import importlib.util
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from absl import flags
 
-from absl import flags  # pylint: disable=wrong-import-position
-
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONFIG = cli.define_config_file(
@@ -55,15 +53,17 @@ def main(argv):
   if _STEPS.value < 1 or _SEEDS.value < 1:
     raise cli.UserError('--electra_steps and --num_seeds must be at least 1')
   cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
-  from electra_jax import compare  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
   log = lambda line: print(line, flush=True)
   if _SUITE.value:
     return _suite(compare, log)
   if flags.FLAGS['finetune_config'].present:
     tasks = compare.as_tasks(_FT_CONFIG.value)  # named as finetune.py names it (own data: its file)
   else:  # both built-in tasks, each with the --finetune_config.<field> overrides given
-    sys.path.insert(0, os.path.join(_ROOT, 'configs', 'finetune'))
-    import builtin  # pylint: disable=import-outside-toplevel
+    spec = importlib.util.spec_from_file_location(
+        'builtin', os.path.join(_ROOT, 'configs', 'finetune', 'builtin.py'))
+    builtin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builtin)
     fields = cli.overridden_fields('finetune_config')
     tasks = {label: compare.with_fields(builtin.get_config(label), _FT_CONFIG.value, fields)
              for label in builtin.TASKS}

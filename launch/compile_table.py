@@ -12,14 +12,12 @@ are XLA's TPU cost model's estimate (electra_jax/hlo_cost.py), not measurements.
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import flags  # pylint: disable=wrong-import-position
+from absl import flags
 
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _PRESETS = flags.DEFINE_list('presets', ['small', 'base', 'large'], 'configs/<name>.py presets')
 _SLICES = flags.DEFINE_list('slices', ['v4-8', 'v5e-8', 'v5p-8', 'v6e-8', 'v4-32'],

@@ -15,14 +15,9 @@ checkpoints (--config.save_every, --config.keep_checkpoints) to see a run's cour
         -> also a linear probe per layer on a classification task's frozen features (dev accuracy)
 """
 
-import os
-import sys
+from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags  # pylint: disable=wrong-import-position
-
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py')
 _BATCHES = flags.DEFINE_integer('batches', 4, 'held-out batches measured')
@@ -38,7 +33,7 @@ def main(argv):
   if _BATCHES.value < 1 or _BATCH_SIZE.value < 2:
     raise cli.UserError('--batches must be at least 1 and --batch_size at least 2')
   cli.check_paths(_WORKDIR.value)
-  from electra_jax import diagnose  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import diagnose  # pylint: disable=import-outside-toplevel
   diagnose.diagnose(_WORKDIR.value, _BATCHES.value, _BATCH_SIZE.value,
                     log=lambda line: print(line, flush=True), probe=_PROBE.value)
 

@@ -13,14 +13,11 @@ folder, with vocab.txt). The latest checkpoint is exported unless --step.
 """
 
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import flags  # pylint: disable=wrong-import-position
+from absl import flags
 
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py or finetune.py, '
                                 'or an original TF checkpoint')

@@ -21,15 +21,10 @@ another test file); predictions go to <workdir>/seed_<k>/predictions/ (GLUE's te
 leaderboard's <Task>.tsv files).
 """
 
-import os
-import sys
+from absl import flags
+from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags  # pylint: disable=wrong-import-position
-from ml_collections import config_flags  # pylint: disable=wrong-import-position
-
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/finetune/*.py file[:task]')
 _INIT = flags.DEFINE_string('init', None, 'the --workdir of a pre-training run')

@@ -8,6 +8,9 @@
 # Each section prints its results and writes JSON next to OUT (default /tmp/electra_gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The launch scripts import the installed package; a GPU image that has the dependencies but not
+# this package (pip install -e .) runs them from the checkout.
+python3 -c 'import electra_jax' 2>/dev/null || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-/tmp/electra_gpu}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}

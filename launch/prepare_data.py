@@ -11,13 +11,11 @@ complete shards; the same command run again writes just the missing ones.
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import flags  # pylint: disable=wrong-import-position
+from absl import flags
 
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _CORPUS = flags.DEFINE_string('corpus', None, "a file, folder or glob of .txt/.gz/.jsonl[.gz] "
                               "files, or 'builtin'")

@@ -17,15 +17,10 @@ in every process and they find each other; elsewhere give each process --coordin
 --num_processes and --process_id (launch/local_cluster.py does so for N processes on this machine).
 """
 
-import os
-import sys
+from absl import flags
+from ml_collections import config_flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import flags  # pylint: disable=wrong-import-position
-from ml_collections import config_flags  # pylint: disable=wrong-import-position
-
-from electra_jax import cli  # pylint: disable=wrong-import-position
+from electra_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for data, checkpoints, logs and plots')

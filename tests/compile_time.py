@@ -19,7 +19,7 @@ import jax  # noqa: E402  pylint: disable=wrong-import-position
 from conftest import test_config  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import partitioning  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.benchmark import SPECIAL, synthetic_batch  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.tools.benchmark import SPECIAL, synthetic_batch  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def main():

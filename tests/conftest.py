@@ -113,7 +113,7 @@ def poisoned_setup(config, bad_steps, build=None):
   import dataclasses  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from electra_jax import step as step_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
   setup = (build or step_lib.build_setup)(config, SPECIAL)
   train_key = step_lib._keys(config.seed)[1]  # pylint: disable=protected-access
   bad = jnp.stack([jax.random.key_data(jax.random.fold_in(train_key, s - 1)) for s in bad_steps])

@@ -17,10 +17,12 @@ from jax import export
 
 from conftest import test_config
 from electra_jax import attention
+from electra_jax import attention_masks
+from electra_jax import flash
 from electra_jax import model as model_lib
 from electra_jax import partitioning
 from electra_jax import step as step_lib
-from electra_jax.benchmark import SPECIAL, synthetic_batch
+from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 # small tiles, so every loop of every kernel runs several steps
 SMALL = dict(block_q=32, block_k=16, block_k_dkv=32, block_q_dkv=16, block_q_dq=16, block_k_dq=32)
@@ -59,17 +61,17 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction, heads,
   additions (and on the CPU the compiler's choice of fused multiply-adds: on one machine they
   differed by 7e-5 of the largest gradient). Such rows' outputs are never used."""
   q, k, v, do, key_mask = _problem(dtype, heads=heads, head_dim=head_dim)
-  live = attention.allowed_mask(key_mask, q.shape[1], direction).any(-1)  # [B, 1, L]
+  live = attention_masks.allowed_mask(key_mask, q.shape[1], direction).any(-1)  # [B, 1, L]
   live = jnp.transpose(live, (0, 2, 1))[..., None]  # [B, L, 1, 1], like q
   do = jnp.where(live, do, jnp.zeros_like(do))  # dead rows send no gradient
-  words = attention.seed_words(jax.random.key(3))
-  options = attention.FlashOptions(backend=backend, interpret=True, **SMALL)
+  words = attention_masks.seed_words(jax.random.key(3))
+  options = flash.FlashOptions(backend=backend, interpret=True, **SMALL)
   if backend == 'gpu':  # (TPU tiles are 128 rows; the interpreter takes these small ones)
     compiled = dataclasses.replace(options, interpret=False)
-    assert not attention.unsupported(compiled, q.shape[1], q.shape[-1])
+    assert not flash.unsupported(compiled, q.shape[1], q.shape[-1])
   common = dict(direction=direction, dropout_rate=rate, words=words)
   got = jax.jit(lambda *a: _value_and_grads(
-      lambda q, k, v: attention.flash(q, k, v, key_mask, options=options, **common), *a))(
+      lambda q, k, v: flash.flash(q, k, v, key_mask, options=options, **common), *a))(
           q, k, v, do)
   want = jax.jit(lambda *a: _value_and_grads(
       lambda q, k, v: attention.explicit(q, k, v, key_mask, **common), *a))(q, k, v, do)
@@ -89,22 +91,22 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction, heads,
 def test_dropout_mask_statistics():
   """Keep rate 1 - p to within sampling error; neighbouring queries, keys, heads and batch rows
   and another key's mask are uncorrelated."""
-  words = attention.seed_words(jax.random.key(0))
+  words = attention_masks.seed_words(jax.random.key(0))
   shape = (8, 4, 128, 128)
-  keep = np.asarray(attention.probs_keep(words, shape) >= attention.threshold(0.1))
+  keep = np.asarray(attention_masks.probs_keep(words, shape) >= attention_masks.threshold(0.1))
   n = keep.size
   assert abs(keep.mean() - 0.9) < 4 * np.sqrt(0.09 / n)
   k = keep.astype(np.float64)
   for axis in range(4):
     a, b = np.moveaxis(k, axis, 0)[1:], np.moveaxis(k, axis, 0)[:-1]
     assert abs(np.corrcoef(a.ravel(), b.ravel())[0, 1]) < 0.01, axis
-  other = np.asarray(attention.probs_keep(attention.seed_words(jax.random.key(1)), shape)
-                     >= attention.threshold(0.1)).astype(np.float64)
+  other = np.asarray(attention_masks.probs_keep(attention_masks.seed_words(jax.random.key(1)), shape)
+                     >= attention_masks.threshold(0.1)).astype(np.float64)
   assert abs(np.corrcoef(k.ravel(), other.ravel())[0, 1]) < 0.01
   # rows of a batch split over devices get their global indices: row 3 of the whole = row 1 of
   # the part starting at row 2
-  part = np.asarray(attention.probs_keep(words, (2, 4, 128, 128), batch_offset=2))
-  np.testing.assert_array_equal(part[1], np.asarray(attention.probs_keep(words, shape))[3])
+  part = np.asarray(attention_masks.probs_keep(words, (2, 4, 128, 128), batch_offset=2))
+  np.testing.assert_array_equal(part[1], np.asarray(attention_masks.probs_keep(words, shape))[3])
 
 
 def test_sharded_kernels_equal_one_device():
@@ -112,8 +114,8 @@ def test_sharded_kernels_equal_one_device():
   values and gradients equal the unsharded kernels and the explicit path."""
   mesh = partitioning.make_mesh()
   q, k, v, do, key_mask = _problem(jnp.float32, length=32, batch=8)
-  words = attention.seed_words(jax.random.key(5))
-  options = attention.FlashOptions(backend='gpu', interpret=True, **SMALL)
+  words = attention_masks.seed_words(jax.random.key(5))
+  options = flash.FlashOptions(backend='gpu', interpret=True, **SMALL)
 
   def run(fn, *args):
     return _value_and_grads(lambda q, k, v: fn(q, k, v, key_mask, dropout_rate=0.1, words=words),
@@ -121,14 +123,14 @@ def test_sharded_kernels_equal_one_device():
 
   data = partitioning.batch_sharding(mesh)
   sharded = jax.jit(partitioning.on_mesh(
-      lambda *a: run(functools.partial(attention.flash_sharded, options=options), *a), mesh),
+      lambda *a: run(functools.partial(flash.flash_sharded, options=options), *a), mesh),
       in_shardings=(data,) * 4, out_shardings=data)
   jaxpr = jax.make_jaxpr(partitioning.on_mesh(
-      lambda *a: run(functools.partial(attention.flash_sharded, options=options), *a), mesh))(
+      lambda *a: run(functools.partial(flash.flash_sharded, options=options), *a), mesh))(
           q, k, v, do)
   assert 'shard_map' in str(jaxpr)
   got = sharded(q, k, v, do)
-  whole = jax.jit(lambda *a: run(functools.partial(attention.flash, options=options), *a))(
+  whole = jax.jit(lambda *a: run(functools.partial(flash.flash, options=options), *a))(
       q, k, v, do)
   want = jax.jit(lambda *a: run(attention.explicit, *a))(q, k, v, do)
   for a, b, c in zip(got, whole, want):
@@ -139,7 +141,7 @@ def test_sharded_kernels_equal_one_device():
 def _tpu_layout(monkeypatch):
   """The TPU kernels' path on this CPU: heads grouped into lane blocks, the kernels in Pallas'
   interpreter."""
-  tpu = attention.FlashOptions(backend='tpu', interpret=True)
+  tpu = flash.FlashOptions(backend='tpu', interpret=True)
   monkeypatch.setattr(attention, 'default_options', lambda backend: tpu)
 
 
@@ -206,18 +208,50 @@ def test_auto_falls_back_when_the_kernels_fail_their_check(monkeypatch):
   """On a device where the kernels do not compile or disagree with the explicit path, 'auto' keeps
   the explicit softmax (and cuDNN where no dropout is active) and says why."""
   cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2)
-  assert model_lib.attention_note(cfg, 128) == ''  # a CPU: the explicit path, nothing to say
+  assert attention.note(cfg, 128) == ''  # a CPU: the explicit path, nothing to say
   ok, why = attention.kernel_check('tpu')  # Mosaic kernels cannot run on the CPU backend
   assert not ok and why
   monkeypatch.setattr(jax, 'default_backend', lambda: 'tpu')
-  assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 128, 64) == 'explicit'
-  assert model_lib.attention_impl(cfg, jnp.bfloat16, True, 128, 64) == 'fused'
-  assert model_lib.attention_note(cfg, 128).startswith(
+  assert attention.path_name(cfg, jnp.bfloat16, False, 128, 64) == 'explicit'
+  assert attention.path_name(cfg, jnp.bfloat16, True, 128, 64) == 'fused'
+  assert attention.note(cfg, 128).startswith(
       'warning: the Pallas attention kernel failed its check on this tpu (')
   monkeypatch.setattr(attention, 'kernel_check', lambda backend, *args: (True, ''))
-  assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 128, 64) == 'pallas'
-  assert model_lib.attention_impl(cfg, jnp.bfloat16, False, 100, 64) == 'explicit'  # shape
-  assert model_lib.attention_note(cfg, 128).startswith('attention: Pallas flash kernel on tpu')
+  assert attention.path_name(cfg, jnp.bfloat16, False, 128, 64) == 'pallas'
+  assert attention.path_name(cfg, jnp.bfloat16, False, 100, 64) == 'explicit'  # shape
+  assert attention.note(cfg, 128).startswith('attention: Pallas flash kernel on tpu')
+
+
+def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
+  """A path added to attention.PATHS alone (here the explicit softmax, counted) is a value of
+  model.attention: each layer's attention runs on it, with the same outputs as the explicit
+  path; one that draws no dropout gives way to the explicit path where dropout is active."""
+  calls = []
+
+  def counted(q, k, v, key_mask, platform='', **kw):
+    calls.append(q.shape)
+    return attention.explicit(q, k, v, key_mask, **kw)
+
+  monkeypatch.setitem(attention.PATHS, 'counted', attention.Path('counted', counted, dropout=True))
+  config = test_config()
+  batch = synthetic_batch(4, config.data.max_seq_length, config.model.vocab_size)
+  args = (batch['input_ids'], batch['segment_ids'], batch['input_mask'],
+          np.broadcast_to(np.arange(config.data.max_seq_length), batch['input_ids'].shape))
+  base = model_lib.ModelConfig.from_config(config.model)
+  params = model_lib.init_params(base, jax.random.key(0))
+  out = {a: model_lib.Electra(dataclasses.replace(base, attention=a)).apply({'params': params},
+                                                                            *args)
+         for a in ('explicit', 'counted')}
+  layers = base.num_layers + base.generator_num_layers  # the discriminator's and the generator's
+  assert len(calls) == layers, (len(calls), layers)
+  for a, b in zip(out['explicit'], out['counted']):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  monkeypatch.setitem(attention.PATHS, 'counted', attention.Path('counted', counted, dropout=False))
+  assert attention.path_name(dataclasses.replace(base, attention='counted'), jnp.float32,
+                             deterministic=False) == 'explicit'
+  with pytest.raises(ValueError, match="model.attention is 'nowhere'; use one of 'auto', "
+                     "'explicit', 'pallas', 'fused', 'counted'"):
+    dataclasses.replace(base, attention='nowhere').validate()
 
 
 @pytest.mark.parametrize('platform, backend', [('cuda', 'gpu'), ('tpu', 'tpu')])
@@ -227,7 +261,7 @@ def test_kernels_lower_for_gpu_and_tpu(platform, backend):
   options = attention.default_options(backend)
 
   def loss(q, k, v, key_mask, words):
-    out = attention.flash(q, k, v, key_mask, dropout_rate=0.1, words=words, options=options)
+    out = flash.flash(q, k, v, key_mask, dropout_rate=0.1, words=words, options=options)
     return jnp.sum(out.astype(jnp.float32))
 
   target = {'gpu': '__gpu$xla.gpu.triton', 'tpu': 'tpu_custom_call'}[backend]
@@ -245,17 +279,17 @@ def test_kernels_lower_for_gpu_and_tpu(platform, backend):
 
 def test_options_reject_shapes_the_kernels_do_not_take():
   gpu = attention.default_options('gpu')
-  assert not attention.unsupported(gpu, 512, 64)
-  assert not attention.unsupported(gpu, 32, 16)
-  assert 'power' in attention.unsupported(gpu, 48, 64) or 'divide' in attention.unsupported(
+  assert not flash.unsupported(gpu, 512, 64)
+  assert not flash.unsupported(gpu, 32, 16)
+  assert 'power' in flash.unsupported(gpu, 48, 64) or 'divide' in flash.unsupported(
       gpu, 48, 64)
-  assert 'head size' in attention.unsupported(gpu, 512, 48)
+  assert 'head size' in flash.unsupported(gpu, 512, 48)
   tpu = attention.default_options('tpu')
-  assert not attention.unsupported(tpu, 512, 64)
-  assert attention.unsupported(tpu, 200, 64)
+  assert not flash.unsupported(tpu, 512, 64)
+  assert flash.unsupported(tpu, 200, 64)
   # on TPUs heads go two by two into 128 lanes (or one program takes the whole width)
-  assert attention.group_size(tpu, 12, 64) == 2 and attention.group_size(tpu, 4, 128) == 1
-  assert attention.group_size(tpu, 1, 64) == 1 and attention.group_size(gpu, 12, 64) == 1
-  assert not attention.unsupported(tpu, 512, 64, heads=1)
-  assert 'lanes' in attention.unsupported(tpu, 512, 64, heads=3)
-  assert 'lanes' in attention.unsupported(tpu, 512, 48, heads=4)
+  assert flash.group_size(tpu, 12, 64) == 2 and flash.group_size(tpu, 4, 128) == 1
+  assert flash.group_size(tpu, 1, 64) == 1 and flash.group_size(gpu, 12, 64) == 1
+  assert not flash.unsupported(tpu, 512, 64, heads=1)
+  assert 'lanes' in flash.unsupported(tpu, 512, 64, heads=3)
+  assert 'lanes' in flash.unsupported(tpu, 512, 48, heads=4)

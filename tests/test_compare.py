@@ -7,7 +7,7 @@ import pytest
 
 from conftest import test_config
 from electra_jax import UserError
-from electra_jax import compare
+from electra_jax.tools import compare
 from electra_jax.finetune import config as ft_config_lib
 from test_finetune import _synthetic
 
@@ -178,7 +178,7 @@ def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
   """compare.py --suite: each task's runs pre-train on that task's corpus (records of their own),
   fine-tune on its files, beside random weights and the TF-IDF baseline; one table over tasks."""
   import csv  # pylint: disable=import-outside-toplevel
-  from electra_jax import suite  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import suite  # pylint: disable=import-outside-toplevel
   suite_dir = str(tmp_path / 'suite')
   described = []
   for name, seed in (('first', 0), ('second', 1)):

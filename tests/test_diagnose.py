@@ -8,7 +8,7 @@ import pytest
 
 from conftest import test_config
 from electra_jax import UserError
-from electra_jax import diagnose
+from electra_jax.tools import diagnose
 
 
 def test_the_measures_on_vectors_whose_answer_is_known():

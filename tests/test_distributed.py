@@ -14,7 +14,7 @@ from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import distributed
 from electra_jax import pretrain
 from electra_jax import step as step_lib
-from electra_jax.benchmark import SPECIAL
+from electra_jax.tokenizer import SPECIAL
 
 CLUSTER = os.path.join(ROOT, 'launch', 'local_cluster.py')
 # (run_config_file's decay horizon is fixed: runs of different lengths share their learning rates

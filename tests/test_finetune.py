@@ -15,7 +15,7 @@ from electra_jax import UserError
 from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax import checkpoint as checkpoint_lib
-from electra_jax.benchmark import SPECIAL
+from electra_jax.tokenizer import SPECIAL
 from electra_jax.convert import export as export_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib

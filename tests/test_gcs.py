@@ -19,7 +19,7 @@ from electra_jax import fs
 from electra_jax import records
 from electra_jax import pretrain
 from electra_jax import step as step_lib
-from electra_jax.benchmark import SPECIAL
+from electra_jax.tokenizer import SPECIAL
 
 BUCKET = 'gs://electra-test'
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import test_config
 from electra_jax import model as model_lib
 from electra_jax import partitioning
-from electra_jax.benchmark import synthetic_batch
+from electra_jax.tools.benchmark import synthetic_batch
 from electra_jax.convert import hf
 
 torch = pytest.importorskip('torch', reason='parity tests need the test extra: pip install -e ".[test]"')
@@ -405,13 +405,13 @@ def test_gdes_exports_the_discriminators_own_word_table(tmp_path):
 def test_benchmark_peer_runs_the_same_step():
   """`launch/benchmark.py --peer=hf`: the PyTorch step starts from the loss ours starts from (MLM
   near ln V plus 50 x detection near ln 2, with its own random weights) and is timed."""
-  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   config = test_config()
   result = benchmark.benchmark(config, steps=1, warmup=1, repeats=2, peer='hf')
   peer = result['peer']
   assert len(peer['ms_per_step_runs']) == 2 and min(peer['ms_per_step_runs']) > 0
   assert result['speedup_over_peer'] > 0
-  setup = step_lib.build_setup(config, benchmark.SPECIAL)
+  setup = step_lib.build_setup(config, tokenizer_lib.SPECIAL)
   batch = synthetic_batch(16, 32, config.model.vocab_size)
   ours = float(jax.jit(lambda: setup.loss_fn(setup.init_params(jax.random.key(0)), batch,
                                              jax.random.key(1))[0])())

@@ -10,9 +10,11 @@ import pytest
 
 from configs import base, large, small, tiny
 from conftest import test_config
+from electra_jax import attention
+from electra_jax import attention_masks
 from electra_jax import model as model_lib
 from electra_jax import objectives
-from electra_jax.benchmark import SPECIAL, synthetic_batch
+from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 
 def _count(tree):
@@ -191,7 +193,7 @@ def test_the_key_bias_changes_no_output_and_gets_a_zero_gradient():
   key_mask = jnp.arange(16)[None] < jnp.array([[16], [9]])
   for direction in ('', 'ltr'):
     common = dict(direction=direction, dropout_rate=0.1,
-                  words=attention.seed_words(jax.random.key(2)))
+                  words=attention_masks.seed_words(jax.random.key(2)))
     np.testing.assert_allclose(attention.explicit(q, k + b, v, key_mask, **common),
                                attention.explicit(q, k, v, key_mask, **common), atol=2e-5)
   c = test_config()
@@ -329,7 +331,7 @@ def test_fused_attention_equals_the_explicit_softmax(generator):
       {'params': params}, *args) for a in ('explicit', 'fused')}
   for explicit, fused in zip(out['explicit'], out['fused']):
     np.testing.assert_allclose(np.asarray(fused), np.asarray(explicit), atol=2e-5)
-  impl = model_lib.attention_impl
+  impl = attention.path_name
   assert impl(model_lib.ModelConfig(**base, attention='fused'), jnp.bfloat16, False) == 'explicit'
   assert impl(model_lib.ModelConfig(**base, attention='fused', attention_dropout_rate=0.0),
               jnp.float32, deterministic=False) == 'fused'

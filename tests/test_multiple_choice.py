@@ -13,7 +13,7 @@ import pytest
 from conftest import WORDS
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
-from electra_jax.benchmark import SPECIAL
+from electra_jax.tokenizer import SPECIAL
 from electra_jax.convert import export as export_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import heads

@@ -9,7 +9,7 @@ import pytest
 from conftest import OBJECTIVE_RUN, objective_config, test_config
 from electra_jax import model as model_lib
 from electra_jax import objectives
-from electra_jax.benchmark import SPECIAL, synthetic_batch
+from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 
 def _setup(**overrides):

@@ -26,7 +26,7 @@ from electra_jax import records as records_lib
 from electra_jax import tokenizer as tokenizer_lib
 from electra_jax import pretrain
 from electra_jax import step as step_lib
-from electra_jax.benchmark import SPECIAL, synthetic_batch
+from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 
 def _quiet(*_):
@@ -476,7 +476,7 @@ def test_sigterm_while_records_are_written_says_so_and_leaks_nothing(tmp_path):
 
 def test_checkpoint_errors_read_without_object_reprs_and_compare_names_own_tasks(tmp_path):
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax import compare  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
   e = ValueError('Read failed for state/array: <bound method PyCapsule.result of <tensorstore.'
                  'Future object at 0x7f00>> DATA_LOSS: truncated')

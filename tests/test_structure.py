@@ -157,6 +157,20 @@ def test_the_finetuning_driver_is_short():
   assert lines <= 250, f'finetune/run.py has {lines} lines; move what is not the driver out'
 
 
+def test_the_library_never_imports_its_tools_and_scripts_import_the_installed_package():
+  """electra_jax/tools/ (benchmark, compare, diagnose, ...) sits on the library; nothing of the
+  library imports it. launch/ scripts import the installed package (no sys.path edits)."""
+  modules = _modules()
+  into_tools = sorted(f'{name}:{line}' for name, path in modules.items()
+                      if not name.startswith('electra_jax.tools')
+                      for m, line in _imports(path, modules) if m.startswith('electra_jax.tools'))
+  assert not into_tools, f'the library imports electra_jax.tools: {into_tools}'
+  launch = os.path.join(ROOT, 'launch')
+  edits = sorted(name for name in os.listdir(launch) if name.endswith('.py')
+                 and 'sys.path' in open(os.path.join(launch, name)).read())
+  assert not edits, f'launch scripts that edit sys.path: {edits}'
+
+
 def test_tensorflow_loads_without_keras_which_stays_importable():
   """TensorFlow, loaded for data, leaves out the Keras it would import eagerly; a program that
   wants Keras afterwards still gets it, through `tf.keras` or `import keras`."""

@@ -18,6 +18,7 @@ from electra_jax import UserError
 from electra_jax import aot
 from electra_jax import cli as cli_lib
 from electra_jax import attention
+from electra_jax import flash
 from electra_jax import hlo_cost
 from electra_jax import model as model_lib
 from electra_jax import partitioning
@@ -317,7 +318,7 @@ def test_dtype_auto_is_bfloat16_on_accelerators_and_float32_on_cpus():
 def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
   """config.fsdp=None (the default): FSDP on a TPU slice of several chips (each updates its share
   of the state), replicated on one chip and on CPUs; True or False as asked."""
-  from electra_jax.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
   config = test_config()
   assert config.fsdp is None
   setup = step_lib.build_setup(config, SPECIAL, 'tpu')
@@ -344,10 +345,10 @@ def test_flash_refuses_shapes_its_blocks_do_not_divide():
                                 block_k_dkv=32, block_q_dkv=32, block_q_dq=32, block_k_dq=32)
   q = jnp.zeros((1, 48, 1, 16))
   with pytest.raises(ValueError, match='do not divide the sequence length 48'):
-    attention.flash(q, q, q, jnp.ones((1, 48)), options=options)
+    flash.flash(q, q, q, jnp.ones((1, 48)), options=options)
   cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2, attention='pallas', platform='tpu')
   with pytest.raises(ValueError, match='model.attention=auto or explicit'):
-    model_lib.resolve_attention(cfg, 200)
+    attention.resolve(cfg, 200)
 
 
 def test_the_kernel_check_runs_at_the_runs_shape_and_every_host_takes_one_verdict(monkeypatch):
@@ -356,12 +357,12 @@ def test_the_kernel_check_runs_at_the_runs_shape_and_every_host_takes_one_verdic
                       lambda *args: calls.append(args) or (True, ''))
   cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2, dtype='bfloat16', platform='tpu',
                               attention_dropout_rate=0.1, generator='two_tower')
-  resolved, note = model_lib.resolve_attention(cfg, 512)
+  resolved, note = attention.resolve(cfg, 512)
   assert resolved.attention == 'pallas' and 'start-up check' in note
   assert calls == [('tpu', 512, 'bfloat16', 0.1, ('', 'ltr', 'rtl'), 64)]
-  resolved, note = model_lib.resolve_attention(cfg, 512, agree=lambda ok: False)  # another host
+  resolved, note = attention.resolve(cfg, 512, agree=lambda ok: False)  # another host
   assert resolved.attention == 'fused' and 'failed on another process' in note
-  unchecked, note = model_lib.resolve_attention(cfg, 512, checked=False)
+  unchecked, note = attention.resolve(cfg, 512, checked=False)
   assert unchecked.attention == 'pallas' and len(calls) == 2 and 'on the TPU itself' in note
 
 
@@ -369,7 +370,7 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
   """The compiler rejecting the kernel inside the real step ends in the explicit path, warned."""
   config = test_config(**{'data.records': records_dir, 'microbatches': 1})
   mesh = partitioning.make_mesh()
-  from electra_jax.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
   make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL, 'cpu', cfg)
   pallas = dataclasses.replace(model_lib.ModelConfig.from_config(config.model, 'cpu'),
                                attention='pallas')

@@ -29,7 +29,7 @@ from electra_jax import tf_import
 from electra_jax import tokenizer as tokenizer_lib
 from electra_jax import pretrain
 from electra_jax import step as step_lib
-from electra_jax.benchmark import SPECIAL, synthetic_batch
+from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 
 def _run_steps(config, devices, batches):
@@ -124,7 +124,7 @@ def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_de
 
 
 def test_the_memory_benchmark_sizes_the_fsdp_split_without_running_a_step():
-  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   config = test_config()  # the steps of the FSDP test, compiled for abstract arrays
   dp = benchmark.step_memory(config)
   config.fsdp = True

@@ -18,11 +18,11 @@ import jax
 
 from electra_jax import UserError
 from electra_jax import user_errors
+from electra_jax import attention as attention_lib
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import distributed
 from electra_jax import fs
 from electra_jax import loop as loop_lib
-from electra_jax import model as model_lib
 from electra_jax import optim
 from electra_jax import partitioning
 from electra_jax import step as step_lib
@@ -198,7 +198,7 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
   log(config_lib.recipe(cfg, task, pretrained.model_cfg, bool(pretrained.params))
       + kind.describe(cfg))
   with user_errors(ValueError):  # one path for every host, checked at this length
-    model_cfg, note = model_lib.resolve_attention(
+    model_cfg, note = attention_lib.resolve(
         pretrained.model_cfg, cfg.max_seq_length,
         agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
   pretrained = dataclasses.replace(pretrained, model_cfg=model_cfg)

@@ -9,6 +9,7 @@ import jax
 from electra_jax import UserError
 from electra_jax import user_errors
 from electra_jax import aot
+from electra_jax import attention as attention_lib
 from electra_jax import flops as flops_lib
 from electra_jax import model as model_lib
 from electra_jax import partitioning
@@ -43,7 +44,7 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
     dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'
     model_cfg = model_lib.ModelConfig.from_config(
         {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu')
-    model_cfg, note = model_lib.resolve_attention(model_cfg, cfg.max_seq_length, checked=False)
+    model_cfg, note = attention_lib.resolve(model_cfg, cfg.max_seq_length, checked=False)
   log(note)
   setup = run.make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, 1000,
                          cfg.seed)

@@ -172,7 +172,7 @@ def print_plan(config, ft_configs, names, electra_steps: int, electra_step_s: fl
 
 def measure_electra_step(config) -> float:
   """Seconds of one ELECTRA step of `config` on this machine (compiled, then 3 steps timed)."""
-  from electra_jax import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   return benchmark.benchmark(run_config(config, 'electra'), steps=3, warmup=1,
                              repeats=1)['ms_per_step'] / 1e3
 

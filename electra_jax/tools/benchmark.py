@@ -19,9 +19,7 @@ from electra_jax import model as model_lib
 from electra_jax import partitioning
 from electra_jax import pretrain
 from electra_jax import step as step_lib
-from electra_jax.tokenizer import SpecialIds
-
-SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)
+from electra_jax.tokenizer import SPECIAL
 
 
 def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0) -> dict:
@@ -53,7 +51,7 @@ def _peer_spec(setup, config, batch_file: str) -> dict:
 
 
 class Peer:
-  """The PyTorch peer (electra_jax/peer_hf.py) in a child process, timed on request."""
+  """The PyTorch peer (electra_jax/tools/peer_hf.py) in a child process, timed on request."""
 
   def __init__(self, spec: dict):
     import subprocess  # pylint: disable=import-outside-toplevel
@@ -63,7 +61,7 @@ class Peer:
       if importlib.util.find_spec(name) is None:
         raise ValueError(f'--peer=hf needs torch and transformers ({name} is missing); install '
                          'the test extra: pip install -e ".[test]"')
-    self.proc = subprocess.Popen([sys.executable, '-m', 'electra_jax.peer_hf', json.dumps(spec)],
+    self.proc = subprocess.Popen([sys.executable, '-m', 'electra_jax.tools.peer_hf', json.dumps(spec)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     self.info = self._read()
 
@@ -204,6 +202,8 @@ def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) ->
   relative to its largest value (output and gradients; dropout masks are the same on both)."""
   import dataclasses  # pylint: disable=import-outside-toplevel
   from electra_jax import attention  # pylint: disable=import-outside-toplevel
+  from electra_jax import attention_masks  # pylint: disable=import-outside-toplevel
+  from electra_jax import flash  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   m, d = config.model, config.data
   n = partitioning.make_mesh().devices.size
@@ -213,18 +213,17 @@ def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) ->
   keys = jax.random.split(jax.random.key(0), 4)
   q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
   key_mask = jnp.asarray(synthetic_batch(shape[0], shape[1], 100)['input_mask'])
-  words = attention.seed_words(jax.random.key(1))
+  words = attention_masks.seed_words(jax.random.key(1))
   rate = m.attention_dropout_rate
   options = attention.default_options(jax.default_backend())
   paths = [('explicit', rate, attention.explicit), ('pallas', rate,
-           functools.partial(attention.flash, options=options))]
+           functools.partial(flash.flash, options=options))]
   for spec in blocks:
     o = dataclasses.replace(options, **spec)
-    paths.append((f'pallas {spec}', rate, functools.partial(attention.flash, options=o)))
+    paths.append((f'pallas {spec}', rate, functools.partial(flash.flash, options=o)))
   if jax.default_backend() != 'cpu':
     paths.append(('fused (cuDNN), no dropout', 0.0,
-                  lambda q, k, v, mask, **_: jax.nn.dot_product_attention(
-                      q, k, v, mask=attention.allowed_mask(mask, shape[1]))))
+                  attention.fused))
     paths.append(('explicit, no dropout', 0.0, attention.explicit))
 
   def fwd_bwd(fn, rate):
@@ -353,7 +352,7 @@ def _timed_runs(train_fn, state, batch, steps: int, repeats: int, peer_runner):
 
 def _profile(train_fn, state, batch, steps: int, directory: str) -> dict:
   """Kernel times per step of `steps` steps traced with jax.profiler into `directory`."""
-  from electra_jax import profiling  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import profiling  # pylint: disable=import-outside-toplevel
   t = time.perf_counter()
   with jax.profiler.trace(directory, create_perfetto_trace=True):
     for _ in range(steps):

@@ -1,0 +1,70 @@
+"""What every attention path shares: the additive padding mask and which keys a query may see,
+and the counter-based random bits of the dropout masks.
+
+The keep bit of probability (b, h, i, j) is a hash of the dropout key and those four indices
+(`keep_bits`), so any implementation, and the backward pass, regenerate the mask instead of
+storing it. The hidden-state dropout and the generator's Gumbel noise draw from the same hash
+(`keyed_hash`).
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+MASK_VALUE = -10000.0  # added to the scores of keys a query may not attend to, as the original
+
+
+def mix32(x):
+  """A 32-bit integer finalizer (xorshift-multiply): a bijection whose output bits all depend on
+  every input bit."""
+  x = (x ^ (x >> 16)) * jnp.uint32(0x7FEB352D)
+  x = (x ^ (x >> 15)) * jnp.uint32(0x846CA68B)
+  return x ^ (x >> 16)
+
+
+def seed_words(key) -> jax.Array:
+  """The two uint32 words of a JAX key (threefry's key data), as the hashes use them."""
+  words = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
+  return jnp.stack([words[0], words[-1]])
+
+
+def threshold(rate: float) -> int:
+  """Bits below this value drop an element: P(drop) = rate to within 2^-32."""
+  return min(round(rate * 2.0 ** 32), 2 ** 32 - 1)
+
+
+def keyed_hash(words, x):
+  """uint32 bits of `x` (uint32) under the two key words: two rounds of `mix32`, each keyed by
+  one word, so that the streams of different keys are unrelated. The hidden-state dropout, the
+  attention rows' seeds and the generator's Gumbel noise all draw from it."""
+  return mix32(mix32(x ^ words[0]) + words[1])
+
+
+def row_seed(words, row):
+  """The seed of one (batch row, head) pair: row = b * heads + h (uint32)."""
+  return keyed_hash(words, row)
+
+
+def keep_bits(seed, query, key, key_len: int):
+  """uint32 bits of probability (query, key) of one (batch row, head) seeded by `row_seed`."""
+  return mix32((query * key_len + key).astype(jnp.uint32) ^ seed)
+
+
+def probs_keep(words, shape, batch_offset=0) -> jax.Array:
+  """The keep bits of a whole [B, H, Lq, Lk] probability tensor (the explicit path's mask)."""
+  b, h, lq, lk = shape
+  rows = ((lax.broadcasted_iota(jnp.uint32, (b, h, 1, 1), 0) + jnp.uint32(batch_offset)) * h
+          + lax.broadcasted_iota(jnp.uint32, (b, h, 1, 1), 1))
+  query = lax.broadcasted_iota(jnp.int32, (1, 1, lq, lk), 2)
+  key = lax.broadcasted_iota(jnp.int32, (1, 1, lq, lk), 3)
+  return keep_bits(row_seed(words, rows), query, key, lk)
+
+
+def allowed_mask(key_mask, length: int, direction: str = ''):
+  """[B, 1, L, L] (or [B, 1, 1, L]) bool: which keys each query may attend to. `direction` 'ltr'
+  lets a position see itself and its left, 'rtl' itself and its right (ELECTRIC's towers)."""
+  allowed = key_mask[:, None, None, :] > 0
+  if direction:
+    q, k = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
+    allowed = allowed & ((k <= q) if direction == 'ltr' else (k >= q))
+  return allowed
