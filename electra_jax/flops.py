@@ -15,6 +15,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from electra_jax import objectives
 from electra_jax.model import ModelConfig
 
 _SOFTMAX, _LAYER_NORM, _GELU, _DROPOUT = 5, 5, 8, 4
@@ -123,18 +124,14 @@ def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
 
 def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
                       num_predictions: int, objective: str = 'electra') -> float:
-  """Matmul FLOPs of one train step (forward + backward = 3 x forward) of `objective`."""
+  """Matmul FLOPs of one train step (forward + backward = 3 x forward) of `objective`: the main
+  network, its heads (the objective's `head_flops`) and, where it has one, the generator."""
   h, e, v, s, n = cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, seq_len, num_predictions
-  encoder = _encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s)
-  if objective == 'mlm':  # BERT: one pass of the full-size network, the MLM head at N positions
-    return 3.0 * batch_size * (encoder + n * (2 * h * e + 2 * e * v))
-  fwd = encoder
-  if objective == 'replace_mlm':  # the discriminator's MLM head at the N positions
-    fwd += n * (2 * h * e + 2 * e * v)
-  elif objective == 'all_tokens_mlm':  # its MLM head at every position, the copy gate too
-    fwd += s * (2 * h * e + 2 * e * v) + (2 * h * h + 2 * h) * s
-  else:  # the detection head at every position
-    fwd += (2 * h * h + 2 * h) * s
+  entry = objectives.get(objective)
+  fwd = _encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s)
+  fwd += entry.head_flops(h, e, v, s, n)
+  if not entry.generator:
+    return 3.0 * batch_size * fwd
   if cfg.generator == 'two_tower':  # ELECTRIC: two towers, the cloze head at every position
     hg = cfg.generator_hidden_size
     fwd += 2 * _encoder_matmuls(hg, cfg.generator_num_layers, 4 * hg, e, s)

@@ -312,36 +312,85 @@ def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objectiv
   return loss, {'loss': ratio(loss, 1.0), **metrics, **disc_metrics}
 
 
-# Objectives and the model they need: BERT MLM is the discriminator-size network with the MLM head
-# (the generator *is* the discriminator); Replace / All-Tokens MLM add an MLM head to it; ELECTRIC
-# samples from a two-tower cloze generator.
-OBJECTIVES = {
-    'electra': (electra_loss, {}),
-    'electra_15': (electra_15_loss, {}),
-    'mlm': (mlm_loss, {'generator': 'tied', 'untied_generator_embeddings': False}),
-    'replace_mlm': (replace_mlm_loss, {'discriminator_mlm': True}),
-    'all_tokens_mlm': (all_tokens_mlm_loss, {'discriminator_mlm': True}),
-    'electric': (electric_loss, {'generator': 'two_tower', 'untied_generator_embeddings': False}),
-}
+def detection_head_flops(h: int, e: int, v: int, seq_len: int, predictions: int) -> float:
+  """Forward matmul FLOPs per example of the detection head (dense H -> H, then H -> 1, at every
+  position)."""
+  return (2 * h * h + 2 * h) * seq_len
+
+
+def mlm_head_flops(h: int, e: int, v: int, positions: int) -> float:
+  """Forward matmul FLOPs per example of an MLM head (dense H -> E, then the tied E -> V decoder)
+  at `positions` tokens."""
+  return positions * (2 * h * e + 2 * e * v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """One pre-training objective: all the rest of the code asks of it (the step its loss, the run
+  its model fields, flops.py its heads' FLOPs, the compare tool its runs)."""
+  name: str
+  loss: Callable  # (params, batch, rng, *, model, cfg, special, deterministic, draws) ->
+  #                 (loss, metric sums)
+  model: dict = dataclasses.field(default_factory=dict)  # model fields it needs (fit_model_config)
+  head_flops: Callable = detection_head_flops  # (H, E, V, seq_len, predictions) -> forward
+  #   matmul FLOPs per example of its heads on the main network
+  generator: bool = True  # a generator network runs beside the main one (BERT MLM: the main
+  #   network is the generator)
+  variants: dict = dataclasses.field(default_factory=dict)  # the compare tool's further runs:
+  #   {run name: model overrides}
+
+
+# BERT MLM is the discriminator-size network with the MLM head (the generator *is* the
+# discriminator); Replace / All-Tokens MLM add an MLM head to it; ELECTRIC samples from a
+# two-tower cloze generator.
+OBJECTIVES = {o.name: o for o in (
+    Objective('electra', electra_loss, variants={
+        'electra_gdes': {'gdes': True}, 'electra_nes': {'untied_generator_embeddings': True}}),
+    Objective('electra_15', electra_15_loss),
+    Objective('mlm', mlm_loss, {'generator': 'tied', 'untied_generator_embeddings': False},
+              head_flops=lambda h, e, v, s, n: mlm_head_flops(h, e, v, n), generator=False),
+    Objective('replace_mlm', replace_mlm_loss, {'discriminator_mlm': True},
+              head_flops=lambda h, e, v, s, n: mlm_head_flops(h, e, v, n)),
+    Objective('all_tokens_mlm', all_tokens_mlm_loss, {'discriminator_mlm': True},
+              head_flops=lambda h, e, v, s, n: (mlm_head_flops(h, e, v, s)
+                                                + detection_head_flops(h, e, v, s, n))),
+    Objective('electric', electric_loss, {'generator': 'two_tower',
+                                          'untied_generator_embeddings': False}),
+)}
+
+
+def register(objective: Objective):
+  """Adds `objective` (a value of objective.name from then on)."""
+  OBJECTIVES[objective.name] = objective
+
+
+def runs() -> dict[str, tuple[str, dict]]:
+  """The compare tool's runs: {run name: (objective name, model overrides)}, each objective and
+  its variants."""
+  out = {name: (name, {}) for name in OBJECTIVES}
+  for o in OBJECTIVES.values():
+    out.update({run: (o.name, overrides) for run, overrides in o.variants.items()})
+  return out
 
 
 def fit_model_config(config, log=print):
   """A copy of `config` with the model fields `config.objective.name` needs (logged when they
   change)."""
-  get_objective(config.objective.name)
+  get(config.objective.name)
   config = config.copy_and_resolve_references()
-  for key, value in OBJECTIVES[config.objective.name][1].items():
+  for key, value in OBJECTIVES[config.objective.name].model.items():
     if config.model[key] != value:
       log(f'objective {config.objective.name}: model.{key} {config.model[key]!r} -> {value!r}')
       config.model[key] = value
-  needs_head = OBJECTIVES[config.objective.name][1].get('discriminator_mlm', False)
+  needs_head = OBJECTIVES[config.objective.name].model.get('discriminator_mlm', False)
   if config.model.discriminator_mlm and not needs_head:
     log(f'objective {config.objective.name}: model.discriminator_mlm True -> False (unused)')
     config.model.discriminator_mlm = False
   return config
 
 
-def get_objective(name: str) -> Callable:
+def get(name: str) -> Objective:
+  """The objective registered as `name`; ValueError naming the others."""
   if name not in OBJECTIVES:
     raise ValueError(f'objective.name is {name!r}; available: {", ".join(OBJECTIVES)}')
-  return OBJECTIVES[name][0]
+  return OBJECTIVES[name]

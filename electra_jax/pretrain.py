@@ -53,7 +53,7 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True):
                                   config.microbatches)
     partitioning.check_batch_size(config.data.eval_batch_size, mesh, 'data.eval_batch_size')
     optim.make_optimizer(config.optimizer)
-    objectives.get_objective(config.objective.name)
+    objectives.get(config.objective.name)
   d, m = config.data, config.model
   if d.max_seq_length > m.max_position_embeddings:
     raise UserError(f'data.max_seq_length={d.max_seq_length} exceeds '

@@ -73,7 +73,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
   objective_cfg = objectives.ObjectiveConfig.from_config(config.objective, platform)
   model = model_lib.Electra(model_cfg)
   tx, schedule = optim.make_optimizer(config.optimizer)
-  objective = objectives.get_objective(config.objective.name)
+  objective = objectives.get(config.objective.name).loss
 
   def loss_fn(params, batch, rng, deterministic=False, draws=None):
     return objective(params, batch, rng, model=model, cfg=objective_cfg, special=special,

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import test_config
 from electra_jax import UserError
+from electra_jax import objectives
 from electra_jax.tools import compare
 from electra_jax.finetune import config as ft_config_lib
 from test_finetune import _synthetic
@@ -14,7 +15,7 @@ from test_finetune import _synthetic
 
 def test_every_run_gets_the_steps_of_the_same_flops():
   config = test_config(**{'model.vocab_size': 4096})  # a vocabulary that weighs in the FLOPs
-  rows = {r['name']: r for r in compare.plan(config, list(compare.RUNS), 1000)}
+  rows = {r['name']: r for r in compare.plan(config, list(objectives.runs()), 1000)}
   budget = 1000 * rows['electra']['flops_per_step']
   for row in rows.values():
     assert abs(row['steps'] * row['flops_per_step'] - budget) <= row['flops_per_step'] / 2

@@ -1,6 +1,8 @@
 """Where gradients flow in replaced token detection and the other objectives, and what each loss is
 made of."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -187,7 +189,7 @@ def _objective(name, **overrides):
     params = model_lib.init_params(cfg, jax.random.key(0))
     batch = {k: jnp.asarray(v) for k, v in synthetic_batch(16, 32, cfg.vocab_size).items()}
     ocfg = objectives.ObjectiveConfig.from_config(c.objective)
-    fn = objectives.get_objective(name)
+    fn = objectives.get(name).loss
     loss_fn = lambda p, rng=jax.random.key(1): fn(p, batch, rng, model=model, cfg=ocfg,
                                                   special=SPECIAL)
     _OBJ[key] = (c, model, params, batch, loss_fn)
@@ -415,3 +417,42 @@ def test_mlm_cross_entropy_by_selection_equals_optax_in_value_and_gradient():
                              * weights) / (jnp.sum(weights) + 1e-6)
   np.testing.assert_allclose(ours(logits), theirs(logits), rtol=1e-6)
   np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(theirs)(logits), atol=1e-7)
+
+
+def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(tmp_path, records_dir,
+                                                                               monkeypatch):
+  """A new objective is one registry entry: here ELECTRA with its detection loss alone weighted
+  (the generator still trains), declared in this test. It trains end to end, its FLOPs come from
+  its entry, the run's summary reports what it measures, and the compare tool plans it and its
+  variant at the same compute as the others."""
+  from electra_jax import flops  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
+
+  def half_detection(params, batch, rng, **kwargs):
+    cfg = kwargs.pop('cfg')
+    return objectives.electra_loss(params, batch, rng, cfg=dataclasses.replace(
+        cfg, disc_weight=cfg.disc_weight / 2), **kwargs)
+
+  heads = lambda h, e, v, s, n: objectives.detection_head_flops(h, e, v, s, n) + 1000.0
+  probe = objectives.Objective('half_detection', half_detection, head_flops=heads,
+                               variants={'half_detection_nes': {'untied_generator_embeddings': True}})
+  monkeypatch.setitem(objectives.OBJECTIVES, probe.name, probe)
+  lines = []
+  config = test_config(**{'data.records': records_dir, 'objective.name': 'half_detection',
+                          **OBJECTIVE_RUN})
+  summary = pretrain.train_and_evaluate(config, str(tmp_path / 'w'), log=lines.append)
+  assert {'disc_auc', 'mlm_loss'} <= set(summary['eval'])
+  assert any(l.startswith('summary (held-out') and 'discriminator AUC' in l for l in lines), lines
+  cfg = model_lib.ModelConfig.from_config(config.model)
+  args = (cfg, config.data.max_seq_length, 8, config.objective.max_predictions)
+  extra = flops.step_matmul_flops(*args, 'half_detection') - flops.step_matmul_flops(*args)
+  assert extra == 3 * 8 * 1000.0  # its heads' forward FLOPs per example, x3 (with the backward)
+  assert flops.step_matmul_flops(*args, 'mlm') < flops.step_matmul_flops(*args, 'half_detection')
+  rows = {r['name']: r for r in compare.plan(test_config(), ['electra', 'half_detection',
+                                                             'half_detection_nes'], 100)}
+  assert rows['half_detection']['config'].objective.name == 'half_detection'
+  assert rows['half_detection']['steps'] == rows['electra']['steps'] == 100
+  assert rows['half_detection_nes']['config'].model.untied_generator_embeddings
+  with pytest.raises(ValueError, match="objective.name is 'nowhere'; available: electra, .*, "
+                     "half_detection"):
+    objectives.get('nowhere')

@@ -152,6 +152,23 @@ def test_no_branch_on_a_task_kind_outside_its_module():
              for n in ast.walk(planted))
 
 
+def test_no_branch_on_an_objective_name_outside_objectives():
+  """The step, FLOPs, the run's summary and the compare tool ask the objective's registry entry
+  (objectives.OBJECTIVES); none compares objective.name with a name."""
+  from electra_jax import objectives  # pylint: disable=import-outside-toplevel
+  names = set(objectives.OBJECTIVES)
+  found = []
+  for name, path in _modules().items():
+    if name == 'electra_jax.objectives':
+      continue
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.Compare) and any(
+          _names_a_kind(x, names) for x in [node.left] + node.comparators) and (
+              'model_type' not in ast.unparse(node)):  # HF's model_type 'electra' is no objective
+        found.append(f'{name}:{node.lineno}: {ast.unparse(node)[:60]}')
+  assert not found, f'an objective compared by name outside objectives.py: {found}'
+
+
 def test_the_finetuning_driver_is_short():
   lines = len(open(os.path.join(PACKAGE, 'finetune', 'run.py')).read().splitlines())
   assert lines <= 250, f'finetune/run.py has {lines} lines; move what is not the driver out'
