@@ -19,6 +19,7 @@ from electra_jax.tokenizer import SPECIAL
 from electra_jax.convert import export as export_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
+from electra_jax.finetune import files
 from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
 from electra_jax.finetune import pretrained as pretrained_lib
@@ -300,7 +301,7 @@ def test_labels_are_read_as_meant(tmp_path):
   for name, text, kind, test, error in cases:
     (tmp_path / name).write_text(text)
     with pytest.raises(ValueError, match=error):
-      tasks_lib.read_table(str(tmp_path / name), 'text', '', 'label',
+      files.read_table(str(tmp_path / name), 'text', '', 'label',
                            numeric=kind == 'regression',
                            labelled=None if test else True)
 

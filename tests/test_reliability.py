@@ -310,12 +310,12 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
 
 
 def test_rows_with_more_fields_than_the_header_are_refused(tmp_path):
-  from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
   path = tmp_path / 'train.tsv'
   path.write_text('text\tlabel\ngood film\t1\nbad\tfilm\t0\n')
   with pytest.raises(ValueError, match=r'data row 2 of .*train.tsv has 3 fields but the header '
                                        r'names 2 \(text, label\); quote the fields'):
-    tasks.read_table(str(path), 'text', '', 'label')
+    files.read_table(str(path), 'text', '', 'label')
 
 
 def test_resuming_may_change_how_but_not_what_is_computed(tmp_path, records_dir):

@@ -378,7 +378,7 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
 
   def broken(*args, **kwargs):
     raise RuntimeError('Mosaic failed to compile the kernel')
-  monkeypatch.setattr(attention, 'flash_sharded', broken)
+  monkeypatch.setattr(flash, 'flash_sharded', broken)
   lines = []
   setup, train, _, _ = pretrain.compile_run(config, make_setup, pallas, mesh, state, None,
                                             lines.append)

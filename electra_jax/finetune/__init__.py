@@ -4,7 +4,8 @@
                   evaluation and prediction of saved fine-tunings
     config.py     the fine-tuning config, its checks and the recipe it resolves
     pretrained.py the model a fine-tuning starts from (a pre-training workdir, HF, original)
-    tasks.py      where labelled text comes from (GLUE, your own files, the built-in tasks)
+    tasks.py      where labelled text comes from (GLUE, the built-in tasks, SQuAD; your own
+                  files through files.py, read as meant)
     kinds.py      the interface and registry of task kinds; one module per kind owns its reading,
                   encoding, head, loss, scores, prediction files and HF export:
                   classification.py regression.py tagging.py (CoNLL, BIOES, entity F1)

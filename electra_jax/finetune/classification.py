@@ -12,6 +12,7 @@ from electra_jax import fs
 from electra_jax import metrics as metrics_lib
 from electra_jax.convert import hf
 from electra_jax.finetune import encode as encode_lib
+from electra_jax.finetune import files
 from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
 from electra_jax.finetune import scores as scores_lib
@@ -48,8 +49,8 @@ class Classification(kinds.Kind):
   problem_type = 'single_label_classification'
 
   def load(self, cfg, log=print):
-    splits = tasks_lib.read_splits(cfg, log=log)
-    labels = tasks_lib.class_names(splits)
+    splits = files.read_splits(cfg, log=log)
+    labels = files.class_names(splits)
     metrics = ('accuracy', 'f1') if len(labels) == 2 else ('accuracy',)
     return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, labels, metrics,
                           ('dev',) if 'dev' in splits else ()), splits

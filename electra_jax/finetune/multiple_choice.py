@@ -14,6 +14,7 @@ from electra_jax import fs
 from electra_jax.convert import hf
 from electra_jax.finetune import classification
 from electra_jax.finetune import encode as encode_lib
+from electra_jax.finetune import files
 from electra_jax.finetune import heads
 from electra_jax.finetune import tasks as tasks_lib
 
@@ -50,7 +51,7 @@ class MultipleChoice(classification.Classification):
 
   def load(self, cfg, log=print):
     names = columns(cfg)
-    splits = tasks_lib.read_splits(cfg, choices=names, log=log)
+    splits = files.read_splits(cfg, choices=names, log=log)
     labels = tuple(str(i) for i in range(len(names)))
     for split, examples in splits.items():
       wrong = [i for i, e in enumerate(examples) if e.label is not None and e.label not in labels]

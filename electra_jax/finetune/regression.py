@@ -8,6 +8,7 @@ import numpy as np
 
 from electra_jax import metrics as metrics_lib
 from electra_jax.finetune import classification
+from electra_jax.finetune import files
 from electra_jax.finetune import scores as scores_lib
 from electra_jax.finetune import tasks as tasks_lib
 
@@ -19,7 +20,7 @@ class Regression(classification.Classification):
   problem_type = 'regression'
 
   def load(self, cfg, log=print):
-    splits = tasks_lib.read_splits(cfg, numeric=True, log=log)
+    splits = files.read_splits(cfg, numeric=True, log=log)
     return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, (), ('spearman', 'pearson'),
                           ('dev',) if 'dev' in splits else ()), splits
 
