@@ -9,7 +9,7 @@ names a kind.
     kind.loss(params, batch, rng, deterministic, model=, task=)  -> (loss, metrics)
     kind.scores(task, outputs, data, examples, cfg)              -> {metric: value}
     kind.write_predictions(task, split, outputs, examples, folder, data, cfg) -> the file written
-    kind.to_hf(params, model_cfg, labels, config)                -> (HF state dict, config fields)
+    kind.to_hf(params, model_cfg, labels, dropout)               -> (HF state dict, config fields)
 """
 
 import importlib
@@ -32,7 +32,7 @@ INPUTS = ('input_ids', 'segment_ids', 'input_mask')
 
 
 class Kind:
-  """A kind of task. The defaults are those of a task scored on whole examples."""
+  """A kind of task: the interface, with the defaults most kinds share."""
   name = ''
   baseline = ''  # the TF-IDF baseline's targets (finetune/baseline.py): 'classes', 'numbers' or
   #                '' (it does not apply)

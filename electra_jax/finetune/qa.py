@@ -105,8 +105,13 @@ class ExtractiveQA(kinds.Kind):
   name = 'qa'
   predicts_dev = True  # SQuAD's test answers are not public: predictions of dev are the result
 
+  def load(self, cfg, log=print):
+    raise ValueError('SQuAD-format files are read with task.name=squad1 or squad2 and task.train / '
+                     'task.dev the JSON files, not with task.kind=qa')
+
   def model(self, model_cfg, task, cfg, rate: float):
-    return QuestionAnswering(model_cfg, answerable=task.name == 'squad2', start_top=cfg.qa.start_top)
+    return QuestionAnswering(model_cfg, answerable=task.name == 'squad2',
+                             start_top=cfg.qa.start_top)
 
   def loss(self, params, batch, rng, deterministic=False, *, model, task):
     return qa_loss(params, batch, rng, deterministic, model=model, task=task)
