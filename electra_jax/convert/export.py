@@ -214,7 +214,6 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
     raise UserError(f'{workdir}/seed_{seed} was saved without its task kind; fine-tune again to '
                     'export it')
   kind = kinds.get(meta['kind'])
-  kind.check_export(config, workdir)
   cfg = pretrained.model_cfg
   params = state['params']
   state, fields = kind.to_hf(params, cfg, [str(x) for x in meta['labels']],

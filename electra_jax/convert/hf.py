@@ -293,3 +293,10 @@ def dense(params, name: str = 'classifier') -> tuple[np.ndarray, np.ndarray]:
   """(kernel [in, out], bias) of a head's dense layer, float32."""
   return (np.asarray(params[name]['kernel'], np.float32),
           np.asarray(params[name]['bias'], np.float32))
+
+
+def dense_head_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
+  """The state dict of the encoder and a head that is one dense layer (`classifier`), as HF's
+  token-classification and multiple-choice models name it."""
+  kernel, bias = dense(params)
+  return {**encoder_to_hf(params, cfg), 'classifier.weight': kernel.T, 'classifier.bias': bias}

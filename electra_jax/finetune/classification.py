@@ -87,20 +87,25 @@ class Classification(kinds.Kind):
     """The predictions as written to a file."""
     return [task.labels[i] for i in self.predictions(task, logits)]
 
+  def columns(self, task, outputs, examples: list) -> tuple[tuple, list]:
+    """(header, rows) of a prediction file after its index column: the prediction first."""
+    return ('prediction', 'text_a', 'text_b'), [
+        (v, e.text_a, e.text_b) for e, v in zip(examples, self.shown(task, outputs))]
+
   def write_predictions(self, task, split: str, outputs, examples: list, folder: str, data=None,
                         cfg=None) -> str:
     """GLUE's test splits: the leaderboard's `<Task>.tsv` (index, prediction); other data: a TSV
-    of index, prediction and the text(s)."""
+    of index, prediction and the example's text(s) (`columns`)."""
     fs.makedirs(folder, exist_ok=True)
     name = LEADERBOARD.get(f'{task.name}/{split}', LEADERBOARD.get(task.name))
     glue = name is not None and split.startswith('test') and task.name in tasks_lib.GLUE
     path = fs.join(folder, f'{name}.tsv' if glue else f'{split}_predictions.tsv')
-    lines = ['index\tprediction\n' if glue else 'index\tprediction\ttext_a\ttext_b\n']
-    clean = lambda t: (t or '').replace('\t', ' ').replace('\n', ' ')
-    for i, (e, v) in enumerate(zip(examples, self.shown(task, outputs))):
-      index = e.idx if e.idx is not None else i
-      lines.append(f'{index}\t{v}\n' if glue else
-                   f'{index}\t{v}\t{clean(e.text_a)}\t{clean(e.text_b)}\n')
+    header, rows = self.columns(task, outputs, examples)
+    keep = 1 if glue else len(header)
+    clean = lambda t: ('' if t is None else str(t)).replace('\t', ' ').replace('\n', ' ')
+    lines = ['\t'.join(('index',) + header[:keep]) + '\n'] + [
+        '\t'.join([str(e.idx if e.idx is not None else i)] + [clean(c) for c in row[:keep]]) + '\n'
+        for i, (e, row) in enumerate(zip(examples, rows))]
     fs.write_atomic(path, ''.join(lines))
     return path
 

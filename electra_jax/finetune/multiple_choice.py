@@ -10,7 +10,6 @@ separated, in order), `task.label` the column holding the right candidate's inde
 import numpy as np
 
 from electra_jax import UserError
-from electra_jax import fs
 from electra_jax.convert import hf
 from electra_jax.finetune import classification
 from electra_jax.finetune import encode as encode_lib
@@ -90,21 +89,10 @@ class MultipleChoice(classification.Classification):
     return {k: v if k == 'labels' else type(v)((rows, c, length), v.dtype, sharding=sharding)
             for k, v in shapes.items()}
 
-  def shown(self, task, logits) -> list[str]:
-    return [str(i) for i in self.predictions(task, logits)]
-
-  def write_predictions(self, task, split: str, outputs, examples: list, folder: str, data=None,
-                        cfg=None) -> str:
-    """A TSV of index, the predicted candidate's index, the context and that candidate."""
-    fs.makedirs(folder, exist_ok=True)
-    path = fs.join(folder, f'{split}_predictions.tsv')
-    clean = lambda t: (t or '').replace('\t', ' ').replace('\n', ' ')
-    lines = ['index\tprediction\tcontext\tchoice\n']
-    for i, (e, k) in enumerate(zip(examples, self.predictions(task, outputs))):
-      lines.append(f'{e.idx if e.idx is not None else i}\t{k}\t{clean(e.text_a)}\t'
-                   f'{clean(e.text_b[k])}\n')
-    fs.write_atomic(path, ''.join(lines))
-    return path
+  def columns(self, task, outputs, examples: list) -> tuple[tuple, list]:
+    """The predicted candidate's index, the context and that candidate."""
+    return ('prediction', 'context', 'choice'), [
+        (k, e.text_a, e.text_b[k]) for e, k in zip(examples, self.predictions(task, outputs))]
 
   def check(self, cfg, splits: dict):
     if cfg.max_seq_length < 5:
@@ -118,12 +106,9 @@ class MultipleChoice(classification.Classification):
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
     """ElectraForMultipleChoice: its sequence summary reads the first token with no projection and
     no activation, then its classifier is our dense."""
-    kernel, bias = hf.dense(params)
-    state = hf.encoder_to_hf(params, model_cfg)
-    state.update({'classifier.weight': kernel.T, 'classifier.bias': bias})
-    return state, {'architectures': [self.hf_class], 'summary_type': 'first',
-                   'summary_use_proj': False, 'summary_activation': '',
-                   'summary_first_dropout': 0.0, 'summary_last_dropout': dropout}
+    return hf.dense_head_to_hf(params, model_cfg), {
+        'architectures': [self.hf_class], 'summary_type': 'first', 'summary_use_proj': False,
+        'summary_activation': '', 'summary_first_dropout': 0.0, 'summary_last_dropout': dropout}
 
   def hf_inputs(self, ids, segments, mask) -> tuple:
     """Pairs of texts grouped two by two as the candidates of one example: [B / 2, 2, L]."""

@@ -166,11 +166,8 @@ class Tagging(kinds.Kind):
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
     """ElectraForTokenClassification: the same head as ours, one dense on every token."""
-    kernel, bias = hf.dense(params)
-    state = hf.encoder_to_hf(params, model_cfg)
-    state.update({'classifier.weight': kernel.T, 'classifier.bias': bias})
-    return state, {**hf.labelled(labels), 'architectures': [self.hf_class],
-                   'classifier_dropout': dropout}
+    return hf.dense_head_to_hf(params, model_cfg), {
+        **hf.labelled(labels), 'architectures': [self.hf_class], 'classifier_dropout': dropout}
 
   def compared(self, mask):
     return mask > 0  # the real tokens
