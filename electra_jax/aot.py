@@ -3,7 +3,7 @@ whose step fits, and, for a TPU slice compiled from another machine, the compile
 the step's time.
 
     python launch/train.py --config=configs/base.py --workdir=$W --topology=v5e-8
-        -> pretrain.compile_for_topology -> report(...) below: per program, compiled or the
+        -> compiling.compile_for_topology -> report(...) below: per program, compiled or the
            compiler's error, HBM per chip against the chip's, the largest batch that fits, and the
            estimated step time, tokens/s, MFU and costliest operations (hlo_cost.py)
 

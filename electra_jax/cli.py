@@ -263,7 +263,7 @@ def exit_now(code: int):
 
 def compile_for_topology(name: str, num_slices: int, config, finetune_init: str | None = None):
   """--topology: compiles the run of `config` for a Cloud TPU slice on this machine (JAX on the CPU,
-  XLA's TPU compiler from libtpu; pretrain.compile_for_topology / finetune's) and reports."""
+  XLA's TPU compiler from libtpu; compiling.compile_for_topology / finetune's) and reports."""
   import importlib.util  # pylint: disable=import-outside-toplevel
   if 'jax' not in sys.modules:  # no accelerator of this machine is touched
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
@@ -279,8 +279,8 @@ def compile_for_topology(name: str, num_slices: int, config, finetune_init: str 
   log = lambda line: print(line, flush=True)
   try:
     if finetune_init is None:
-      from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
-      pretrain.compile_for_topology(config, slice_, log)
+      from electra_jax import compiling  # pylint: disable=import-outside-toplevel
+      compiling.compile_for_topology(config, slice_, log)
     else:
       from electra_jax.finetune import topology as finetune_topology  # pylint: disable=import-outside-toplevel
       finetune_topology.compile_for_topology(config, slice_, log)

@@ -15,7 +15,6 @@ as Python's: FileNotFoundError, PermissionError, or OSError with the store's mes
 
 import builtins
 import contextlib
-import functools
 import glob as glob_lib
 import io
 import json
@@ -26,6 +25,7 @@ import shutil
 import tempfile
 
 from electra_jax import UserError
+from electra_jax import remote_fs
 
 _SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 
@@ -39,43 +39,6 @@ def remote(path) -> bool:
 def _local(path) -> str:
   path = os.fspath(path)
   return path[len('file://'):] if path.startswith('file://') else path
-
-
-@functools.cache
-def _gfile():
-  from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
-  return tf_import.tensorflow().io.gfile
-
-
-@contextlib.contextmanager
-def _errors(path):
-  """TensorFlow's file-system errors as Python's, naming `path`."""
-  try:
-    yield
-  except Exception as e:  # pylint: disable=broad-except
-    raise translate(e, path) from None
-
-
-def translate(e: Exception, path) -> Exception:
-  """The Python exception a TensorFlow (or other storage) error `e` about `path` stands for."""
-  if isinstance(e, OSError):
-    return e
-  name, message = type(e).__name__, ' '.join(str(e).split())
-  if name == 'NotFoundError':
-    return FileNotFoundError(2, f'not found ({message[:200]})', os.fspath(path))
-  if name in ('PermissionDeniedError', 'UnauthenticatedError') or _no_credentials(message):
-    return PermissionError(13, f'access denied ({message[:300]})', os.fspath(path))
-  if name in ('AlreadyExistsError', 'FailedPreconditionError', 'AbortedError',
-              'UnavailableError', 'DeadlineExceededError', 'InternalError', 'UnknownError',
-              'DataLossError', 'OutOfRangeError', 'ResourceExhaustedError',
-              'InvalidArgumentError', 'UnimplementedError'):
-    return OSError(5, f'{name}: {message[:300]}', os.fspath(path))
-  return e
-
-
-def _no_credentials(message: str) -> bool:
-  return bool(re.search(r'bearer token|credentials|authentication|oauth|metadata server',
-                        message, re.I))
 
 
 # ---- paths ------------------------------------------------------------------------------------
@@ -113,45 +76,45 @@ def bucket(path) -> str:
 def exists(path) -> bool:
   if not remote(path):
     return os.path.exists(_local(path))
-  with _errors(path):
-    return _gfile().exists(os.fspath(path))
+  with remote_fs.errors(path):
+    return remote_fs.gfile().exists(os.fspath(path))
 
 
 def isdir(path) -> bool:
   if not remote(path):
     return os.path.isdir(_local(path))
-  with _errors(path):
-    return _gfile().isdir(os.fspath(path))
+  with remote_fs.errors(path):
+    return remote_fs.gfile().isdir(os.fspath(path))
 
 
 def isfile(path) -> bool:
   if not remote(path):
     return os.path.isfile(_local(path))
-  with _errors(path):
-    g = _gfile()
+  with remote_fs.errors(path):
+    g = remote_fs.gfile()
     return g.exists(os.fspath(path)) and not g.isdir(os.fspath(path))
 
 
 def getsize(path) -> int:
   if not remote(path):
     return os.path.getsize(_local(path))
-  with _errors(path):
-    return _gfile().stat(os.fspath(path)).length
+  with remote_fs.errors(path):
+    return remote_fs.gfile().stat(os.fspath(path)).length
 
 
 def listdir(path) -> list[str]:
   """Names in a folder (without a trailing '/' for subfolders)."""
   if not remote(path):
     return os.listdir(_local(path))
-  with _errors(path):
-    return [name.rstrip('/') for name in _gfile().listdir(os.fspath(path))]
+  with remote_fs.errors(path):
+    return [name.rstrip('/') for name in remote_fs.gfile().listdir(os.fspath(path))]
 
 
 def glob(pattern) -> list[str]:
   if not remote(pattern):
     return glob_lib.glob(_local(pattern))
-  with _errors(pattern):
-    return _gfile().glob(os.fspath(pattern))
+  with remote_fs.errors(pattern):
+    return remote_fs.gfile().glob(os.fspath(pattern))
 
 
 # ---- changes ----------------------------------------------------------------------------------
@@ -160,16 +123,16 @@ def makedirs(path, exist_ok: bool = True):
   if not remote(path):
     os.makedirs(_local(path), exist_ok=exist_ok)
     return
-  with _errors(path):
-    _gfile().makedirs(os.fspath(path))
+  with remote_fs.errors(path):
+    remote_fs.gfile().makedirs(os.fspath(path))
 
 
 def remove(path):
   if not remote(path):
     os.remove(_local(path))
     return
-  with _errors(path):
-    _gfile().remove(os.fspath(path))
+  with remote_fs.errors(path):
+    remote_fs.gfile().remove(os.fspath(path))
 
 
 def rmdir(path):
@@ -177,10 +140,10 @@ def rmdir(path):
   if not remote(path):
     os.rmdir(_local(path))
     return
-  with _errors(path):
-    if _gfile().listdir(os.fspath(path)):
+  with remote_fs.errors(path):
+    if remote_fs.gfile().listdir(os.fspath(path)):
       raise OSError(39, 'folder not empty', os.fspath(path))
-    _gfile().rmtree(os.fspath(path))
+    remote_fs.gfile().rmtree(os.fspath(path))
 
 
 def rmtree(path, ignore_errors: bool = False):
@@ -188,8 +151,8 @@ def rmtree(path, ignore_errors: bool = False):
     shutil.rmtree(_local(path), ignore_errors=ignore_errors)
     return
   try:
-    with _errors(path):
-      _gfile().rmtree(os.fspath(path))
+    with remote_fs.errors(path):
+      remote_fs.gfile().rmtree(os.fspath(path))
   except OSError:
     if not ignore_errors:
       raise
@@ -200,16 +163,16 @@ def replace(src, dst):
   if not remote(src) and not remote(dst):
     os.replace(_local(src), _local(dst))
     return
-  with _errors(src):
-    _gfile().rename(os.fspath(src), os.fspath(dst), overwrite=True)
+  with remote_fs.errors(src):
+    remote_fs.gfile().rename(os.fspath(src), os.fspath(dst), overwrite=True)
 
 
 def copyfile(src, dst):
   if not remote(src) and not remote(dst):
     shutil.copyfile(_local(src), _local(dst))
     return
-  with _errors(src):
-    _gfile().copy(os.fspath(src), os.fspath(dst), overwrite=True)
+  with remote_fs.errors(src):
+    remote_fs.gfile().copy(os.fspath(src), os.fspath(dst), overwrite=True)
 
 
 def move_tree(src, dst):
@@ -236,35 +199,6 @@ def copytree(src, dst):
 
 # ---- contents ---------------------------------------------------------------------------------
 
-class _File:
-  """A GFile whose errors are Python's."""
-
-  def __init__(self, path, mode):
-    self._path = os.fspath(path)
-    with _errors(path):
-      self._f = _gfile().GFile(self._path, mode)
-
-  def __getattr__(self, name):
-    attr = getattr(self._f, name)
-    if not callable(attr):
-      return attr
-    def call(*args, **kwargs):
-      with _errors(self._path):
-        return attr(*args, **kwargs)
-    return call
-
-  def __iter__(self):
-    with _errors(self._path):
-      yield from self._f
-
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    with _errors(self._path):
-      self._f.close()
-
-
 def open(path, mode: str = 'r', encoding: str | None = None,  # pylint: disable=redefined-builtin
          newline: str | None = None):
   """A file object; text modes read and write UTF-8 (a remote file's line ends are kept as they
@@ -273,48 +207,22 @@ def open(path, mode: str = 'r', encoding: str | None = None,  # pylint: disable=
     if 'b' not in mode and encoding is None:
       encoding = 'utf-8'
     return builtins.open(_local(path), mode, encoding=encoding, newline=newline)
-  return _File(path, mode)
-
-
-class _RawRemote(io.RawIOBase):
-  """A remote file as a raw binary stream, so io.BufferedReader (readline with a limit, tell)
-  and gzip can read it."""
-
-  def __init__(self, path):
-    super().__init__()
-    self._file, self._position = _File(path, 'rb'), 0
-
-  def readable(self):
-    return True
-
-  def readinto(self, buffer):
-    data = self._file.read(len(buffer))
-    buffer[:len(data)] = data
-    self._position += len(data)
-    return len(data)
-
-  def tell(self):
-    return self._position
-
-  def close(self):
-    if not self.closed:
-      self._file.close()
-    super().close()
+  return remote_fs.File(path, mode)
 
 
 def open_binary(path):
   """A buffered binary reader of a local or remote file (readline(limit), tell, iteration)."""
   if not remote(path):
     return builtins.open(_local(path), 'rb')
-  return io.BufferedReader(_RawRemote(path), buffer_size=1 << 20)
+  return io.BufferedReader(remote_fs.RawRemote(path), buffer_size=1 << 20)
 
 
 def walk_files(folder) -> list[str]:
   """Every file below `folder`, recursively."""
   if not remote(folder):
     return [os.path.join(d, f) for d, _, files in os.walk(_local(folder)) for f in files]
-  with _errors(folder):
-    return [posixpath.join(d, f) for d, _, files in _gfile().walk(os.fspath(folder))
+  with remote_fs.errors(folder):
+    return [posixpath.join(d, f) for d, _, files in remote_fs.gfile().walk(os.fspath(folder))
             for f in files]
 
 
@@ -403,24 +311,6 @@ def size_text(n: float) -> str:
 
 # ---- access to a bucket -----------------------------------------------------------------------
 
-@functools.cache
-def _credentials_problem() -> str:
-  """'' when Google Cloud credentials are found (Application Default Credentials, as TensorFlow,
-  TensorStore and the storage client use them), else why not."""
-  if os.environ.get('GOOGLE_AUTH_TOKEN_FOR_TESTING'):
-    return ''
-  try:
-    import google.auth  # pylint: disable=import-outside-toplevel
-    from google.auth import exceptions  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    return ''  # the storage client is not installed: the stores report access themselves
-  try:
-    google.auth.default()
-  except exceptions.DefaultCredentialsError:
-    return 'no Google Cloud credentials were found'
-  return ''
-
-
 def check_access(path):
   """For a gs:// path: raises PermissionError without credentials and FileNotFoundError when its
   bucket does not exist (or cannot be seen), before anything is read or written. Local paths and
@@ -428,7 +318,7 @@ def check_access(path):
   path = os.fspath(path)
   if not path.startswith('gs://'):
     return
-  problem = _credentials_problem()
+  problem = remote_fs.credentials_problem()
   if problem:
     raise PermissionError(13, problem, path)
   root = bucket(path)

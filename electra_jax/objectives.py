@@ -12,6 +12,8 @@ import jax.numpy as jnp
 import optax
 
 from electra_jax import attention as attention_lib
+from electra_jax import config as config_lib
+from electra_jax import fields as fields_lib
 from electra_jax import masking
 from electra_jax import model as model_lib
 from electra_jax.metrics import ratio
@@ -21,28 +23,30 @@ AUC_BINS = 4096  # histogram bins of discriminator logits in [-AUC_RANGE, AUC_RA
 AUC_RANGE = 16.0
 
 
-@dataclasses.dataclass(frozen=True)
-class ObjectiveConfig:
-  mask_prob: float = 0.15
-  max_predictions: int = 19
-  mask_token_prob: float = 0.85
-  random_token_prob: float = 0.0
-  sample_without_replacement: bool = False
-  gen_weight: float = 1.0
-  disc_weight: float = 50.0
-  temperature: float = 1.0
-  disallow_correct: bool = False
-  sampler: str = 'cdf'  # the generator's draw: 'cdf' (masking.sample_with) on CPUs, 'gumbel'
-  #   (masking.sample_gumbel) on GPUs and TPUs: the same distribution, each the faster there
+class _ObjectiveConfigBase:
+  """The objective's view of `config.objective` (electra_jax/config.py declares each field), plus
+  `sampler`, the generator's draw: 'cdf' (masking.sample_with) on CPUs, 'gumbel'
+  (masking.sample_gumbel) on GPUs and TPUs: the same distribution, each the faster there."""
 
   @classmethod
-  def from_config(cls, objective_cfg, platform: str = '') -> 'ObjectiveConfig':
+  def from_config(cls, objective_cfg, platform: str = ''):
     """The objective's view of `config.objective` for a run on `platform` ('' : JAX's default
-    backend), which picks the sampler."""
-    fields = {f.name for f in dataclasses.fields(cls)}
-    values = {k: v for k, v in objective_cfg.items() if k in fields}
+    backend), which picks the sampler; ValueError for an unknown field."""
+    values = dict(objective_cfg.items())
+    names = {f.name for f in dataclasses.fields(cls)} - {'sampler'}
+    unknown = sorted(set(values) - names)
+    if unknown:
+      raise ValueError(f'objective.{unknown[0]} is not a field of the objective; remove it (see '
+                       'electra_jax/config.py for the fields)')
     accelerator = (platform or jax.default_backend()) in attention_lib.ACCELERATORS
     return cls(**values, sampler='gumbel' if accelerator else 'cdf')
+
+
+ObjectiveConfig = dataclasses.make_dataclass(
+    'ObjectiveConfig', fields_lib.view_fields(config_lib.CONFIG, 'objective')
+    + [('sampler', str, dataclasses.field(default='cdf'))],
+    bases=(_ObjectiveConfigBase,), frozen=True)
+ObjectiveConfig.__module__ = __name__
 
 
 def logit_histograms(logits, labels, weights):

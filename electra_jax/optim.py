@@ -14,13 +14,15 @@ Fine-tuning adds layer-wise learning-rate decay (`layerwise_multipliers`): the h
 full rate, each layer below at `decay` times the one above, the embeddings below the bottom layer.
 """
 
-import math
 import re
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from electra_jax import config as config_lib
+from electra_jax import fields
 
 _NO_DECAY = re.compile(r'LayerNorm|layer_norm|bias')
 
@@ -142,22 +144,9 @@ def scale_by_tree(factors) -> optax.GradientTransformation:
 
 
 def check(opt_cfg):
-  """One sentence for an optimizer setting that cannot train: a learning rate that is not a
-  positive number (NaN would turn every parameter into NaN at the first step while the loss and
-  the gradients stay finite; a negative one climbs the loss), betas outside [0, 1), an epsilon that
-  is not positive, a negative weight decay, warmup or clipping norm."""
-  finite = lambda x: isinstance(x, (int, float)) and math.isfinite(x)
-  rules = [('learning_rate', lambda x: finite(x) and x > 0, 'a positive number, e.g. 5e-4'),
-           ('b1', lambda x: finite(x) and 0 <= x < 1, 'in [0, 1), e.g. 0.9'),
-           ('b2', lambda x: finite(x) and 0 <= x < 1, 'in [0, 1), e.g. 0.999'),
-           ('eps', lambda x: finite(x) and x > 0, 'a positive number, e.g. 1e-6'),
-           ('weight_decay', lambda x: finite(x) and x >= 0, '0 or more, e.g. 0.01'),
-           ('grad_clip_norm', lambda x: finite(x) and x >= 0, '0 (no clipping) or more'),
-           ('warmup_steps', lambda x: finite(x) and x >= 0, '0 or more steps'),
-           ('decay_power', lambda x: finite(x) and x >= 0, '0 (constant) or more, e.g. 1.0')]
-  for name, ok, want in rules:
-    if name in opt_cfg and not ok(opt_cfg[name]):
-      raise ValueError(f'optimizer.{name} is {opt_cfg[name]!r}; give {want}')
+  """One sentence for an optimizer setting that cannot train (config.OPTIMIZER declares what each
+  field may be): a learning rate that is not positive, betas outside [0, 1), ..."""
+  fields.check(config_lib.OPTIMIZER, opt_cfg, 'optimizer', prefix='optimizer.')
 
 
 def make_optimizer(opt_cfg, lr_factors=None) -> tuple[optax.GradientTransformation, callable]:

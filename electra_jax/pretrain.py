@@ -1,13 +1,12 @@
 """Pre-training: a workdir, its data and its first weights, then the loop.
 
-    config -> resolve: fitted to init_from's weights and to the objective (a new config)
-    -> checks: every field; the workdir claimed (one run at a time), the run it already holds
+    config -> preflight.resolve: fitted to init_from's weights and to the objective (a new config)
+    -> preflight checks: every field; the workdir claimed (one run at a time), the run it holds
     -> records: read, or built from the corpus on first use
     -> state: restored from the latest checkpoint, or init_from's weights, or fresh
-    -> step.compile_steps over the mesh -> loop.run -> summary.json
+    -> compiling: the steps over the mesh (microbatches fitted) -> loop.run -> summary.json
 """
 
-import dataclasses
 import json
 import time
 
@@ -18,163 +17,21 @@ import numpy as np
 
 from electra_jax import UserError
 from electra_jax import user_errors
-from electra_jax import aot
-from electra_jax import attention as attention_lib
 from electra_jax import checkpoint as checkpoint_lib
-from electra_jax import config as config_lib
-from electra_jax import corpus as corpus_lib
+from electra_jax import compiling
 from electra_jax import distributed
 from electra_jax import flops as flops_lib
 from electra_jax import fs
 from electra_jax import input_pipeline
 from electra_jax import loop as loop_lib
 from electra_jax import metrics as metrics_lib
-from electra_jax import model as model_lib
-from electra_jax import objectives
-from electra_jax import optim
 from electra_jax import partitioning
+from electra_jax import preflight
 from electra_jax import records as records_lib
+from electra_jax import prepare as prepare_lib
 from electra_jax import step as step_lib
 from electra_jax import workdir as workdir_lib
 from electra_jax.tokenizer import SpecialIds
-
-
-# ================================================================================================
-# Checks that turn user mistakes into one sentence, before anything is written
-# ================================================================================================
-
-def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True):
-  """Every field checked before anything is read or written: one sentence for the first problem.
-  `data=False`: the corpus is not looked for (compiling for a slice, which reads no data)."""
-  with user_errors(ValueError):
-    config_lib.check(config)
-    model_lib.ModelConfig.from_config(config.model, mesh.devices.flat[0].platform)
-    partitioning.check_batch_size(config.data.batch_size, mesh, 'data.batch_size',
-                                  config.microbatches)
-    partitioning.check_batch_size(config.data.eval_batch_size, mesh, 'data.eval_batch_size')
-    optim.make_optimizer(config.optimizer)
-    objectives.get(config.objective.name)
-  d, m = config.data, config.model
-  if d.max_seq_length > m.max_position_embeddings:
-    raise UserError(f'data.max_seq_length={d.max_seq_length} exceeds '
-                    f'model.max_position_embeddings={m.max_position_embeddings}; shorten the '
-                    'sequences or enlarge the position table')
-  if config.objective.max_predictions < 1:
-    raise UserError(f'objective.mask_prob={config.objective.mask_prob} selects no token in '
-                    f'{d.max_seq_length}-token sequences; raise it')
-  if config.nonfinite not in ('stop', 'skip'):
-    raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
-  if config.keep_best and config.keep_best not in metrics_lib.EVAL_METRICS:
-    raise UserError(f'keep_best is {config.keep_best!r}, not a held-out metric; use one of '
-                    f'{", ".join(metrics_lib.EVAL_METRICS)}, or \'\' to keep the latest only')
-  if config.keep_best and not config.eval_every:
-    raise UserError(f'keep_best={config.keep_best!r} ranks the checkpoints saved at evaluations, '
-                    'but eval_every is 0; set --config.eval_every')
-  if data and not d.records:
-    with user_errors(FileNotFoundError, ValueError):
-      corpus_lib.Source(d.corpus, d.text_field)  # a glob that matches nothing fails here
-
-
-# Sizes a run starting from other weights must share with them, and what it takes from them.
-_MUST_MATCH = ('embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
-               'max_position_embeddings', 'type_vocab_size')
-_ADOPTED = ('vocab_size', 'generator', 'generator_hidden_fraction', 'generator_layers_fraction',
-            'untied_generator_embeddings', 'layer_norm_eps')
-
-
-def resolve(config: ml_collections.ConfigDict, log=print):
-  """(the run's config, the source of its `init_from` or None): `config` as parsed, fitted to the
-  weights it starts from and to its objective, as a new value (`config` is left as it was)."""
-  config = config.copy_and_resolve_references()
-  source = _adopt_init_from(config, log)
-  with user_errors(ValueError):
-    config = objectives.fit_model_config(config, log)
-  return config, source
-
-
-def _adopt_init_from(config: ml_collections.ConfigDict, log=print):
-  """The source of `config.init_from` (None without one), after fitting `config` (a copy) to it.
-
-  The model's main sizes must be the config's (another size is refused, naming it); the vocabulary
-  size, the generator's shape (read from the weights: Small++ has a full-width generator) and the
-  vocabulary file (unless data.vocab names one) are taken from the source and logged.
-  """
-  if not config.init_from:
-    if config.init_generator:
-      raise UserError('init_generator is set but init_from is empty; set --config.init_from to '
-                      'the discriminator\'s folder')
-    return None
-  from electra_jax.convert import sources  # pylint: disable=import-outside-toplevel
-  with user_errors(ValueError, FileNotFoundError):
-    source = sources.open_source(config.init_from, config.init_generator, config.data.vocab)
-  fields, m = source.fields, config.model
-  diffs = [f'{k} {fields[k]} (config: {m[k]})' for k in _MUST_MATCH
-           if k in fields and fields[k] != m[k]]
-  if diffs:
-    raise UserError(f'{config.init_from} holds a model with other sizes than the config: '
-                    f'{", ".join(diffs)}; use the config of its size (configs/small.py, base.py, '
-                    'large.py) or set these fields')
-  for key in _ADOPTED:
-    if key in fields and fields[key] != m[key]:
-      log(f'init_from: model.{key} {m[key]!r} -> {fields[key]!r} (from the weights)')
-      m[key] = fields[key]
-  if not config.data.vocab:
-    if source.vocab is None:
-      raise UserError(f'{config.init_from} has no vocabulary file (vocab.txt or a SentencePiece '
-                      '.model) beside its weights; give the one it was trained with as '
-                      '--config.data.vocab')
-    config.data.vocab, config.data.lower_case = source.vocab, source.lower_case
-    log(f'init_from: data.vocab {source.vocab} (lower_case={source.lower_case})')
-  for note in source.notes:
-    log(f'init_from: {note}')
-  return source
-
-
-_RUN_IDENTITY = ('seed', 'model', 'objective', 'data')
-_HOW_NOT_WHAT = ('model.remat', 'model.attention')  # the same computation: may change on resume
-
-
-def _checkpoint_steps(workdir: str) -> list[int]:
-  folder = fs.join(workdir, 'checkpoints')
-  return sorted(int(n) for n in fs.listdir(folder) if n.isdigit()) if fs.isdir(folder) else []
-
-
-def _has_checkpoint(workdir: str) -> bool:
-  return bool(_checkpoint_steps(workdir))
-
-
-def check_same_run(config, workdir: str, log=print):
-  """A workdir holds one run: resuming with a different model, objective or data is refused. A run
-  that stopped before its first checkpoint holds nothing to resume: its config is replaced."""
-  path = fs.join(workdir, 'config.json')
-  if not fs.exists(path):
-    return
-  old = fs.read_json(path, 'delete it, and the same command resumes the run from its checkpoints '
-                     '(config.json is written again)')
-  new = json.loads(config.to_json())
-  diffs = []
-  for section in _RUN_IDENTITY:
-    before, after = old.get(section), new.get(section)
-    if not (isinstance(before, dict) and isinstance(after, dict)):
-      before, after = {section: before}, {section: after}
-    else:
-      before = {f'{section}.{k}': v for k, v in before.items()}
-      after = {f'{section}.{k}': v for k, v in after.items()}
-    defaults = json.loads(config_lib.default_config().to_json())
-    for key in sorted((set(before) | set(after)) - set(_HOW_NOT_WHAT)):
-      section_default = defaults.get(section)
-      default = (section_default.get(key.split('.', 1)[-1]) if isinstance(section_default, dict)
-                 else section_default)
-      if key not in before and after.get(key) == default:
-        continue  # a field added since that run, at its default
-      if before.get(key) != after.get(key):
-        diffs.append(f'{key} {before.get(key)!r} -> {after.get(key)!r}')
-  if diffs and not _has_checkpoint(workdir):
-    log(f'note: {workdir} holds no checkpoint of its earlier run; starting it afresh with this '
-        f'config ({", ".join(diffs)})')
-  elif diffs:
-    raise UserError(f'--workdir {workdir} holds a run with a different config ({", ".join(diffs)}); '
-                    'use a new --workdir, or the same config to resume')
 
 
 # ================================================================================================
@@ -203,7 +60,7 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
           seed=config.seed, eval_fraction=d.eval_fraction, num_shards=d.num_shards,
           num_eval_shards=d.num_eval_shards, lower_case=d.lower_case, vocab=d.vocab,
           vocab_size=config.model.vocab_size)
-      records_lib.prepare(settings, records_dir, log=log, size_flag='--config.model.vocab_size')
+      prepare_lib.records_folder(settings, records_dir, log=log, size_flag='--config.model.vocab_size')
     meta = records_lib.read_metadata(records_dir)
     records_lib.verify(records_dir, meta)
   if meta['vocab_size'] != config.model.vocab_size:
@@ -251,178 +108,6 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
   return metrics_lib.summarize(total)
 
 
-def model_for_run(config, platform: str, checked: bool = True, log=print, chip: str = ''):
-  """The model's view of the run on `platform` (devices of kind `chip`): dtype 'auto' and
-  attention 'auto' decided (the attention kernel checked at the run's shape on the device when
-  `checked`; every process takes one verdict), the attention line logged."""
-  with user_errors(ValueError):
-    model_cfg = model_lib.ModelConfig.from_config(config.model, platform, chip)
-    model_cfg, note = attention_lib.resolve(
-        model_cfg, config.data.max_seq_length, checked,
-        agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
-  if note:
-    log(note)
-  return model_cfg
-
-
-def _batch_shapes(sharding, rows: int, length: int) -> dict:
-  return {k: jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding)
-          for k in records_lib.FEATURES}
-
-
-def compile_run(config, make_setup, model_cfg, mesh, state, limit, log):
-  """(setup, compiled train step, compiled evaluation step, the train step's memory per device).
-
-  `microbatches=0` takes the fewest parts whose step fits `limit` bytes per device. A step that
-  the compiler rejects with the Pallas attention kernel is compiled again with the explicit path,
-  with a warning, instead of ending the run."""
-  d = config.data
-  sharding = partitioning.batch_sharding(mesh)
-
-  def build(model_cfg):
-    setup = make_setup(model_cfg)
-    _, _, evaluate = step_lib.compile_steps(setup, mesh)
-    compile_train = lambda m: step_lib.compile_steps(
-        dataclasses.replace(setup, microbatches=m), mesh)[1].lower(
-            state, _batch_shapes(sharding, d.batch_size, d.max_seq_length)).compile()
-    if config.microbatches:
-      try:
-        train = compile_train(config.microbatches)
-      except Exception as e:  # pylint: disable=broad-except
-        need = aot.out_of_memory(e)
-        if need is None:
-          raise
-        raise UserError(f'the train step needs {need[0] / 2 ** 30:.1f} GiB per device of '
-                        f'{need[1] / 2 ** 30:.1f} (the compiler\'s count); set '
-                        '--config.microbatches=0 (auto), --config.fsdp=True, '
-                        '--config.model.remat=True or a smaller --config.data.batch_size') from None
-      used = aot.memory(train, state)
-    else:
-      with user_errors(aot.DoesNotFit):
-        m, train, used = aot.fit_microbatches(compile_train, d.batch_size, mesh.devices.size,
-                                              limit, state, log)
-      setup = dataclasses.replace(setup, microbatches=m)
-      if m > 1:
-        log(f'microbatches=auto: {m} parts of {d.batch_size // m} rows per step '
-            f'({used.total / 2 ** 30:.1f} GiB per device)')
-    evaluate = evaluate.lower(state.params, _batch_shapes(sharding, d.eval_batch_size,
-                                                          d.max_seq_length),
-                              jax.ShapeDtypeStruct((), jnp.int32)).compile()
-    return setup, train, evaluate, used
-
-  try:
-    return build(model_cfg)
-  except (UserError, KeyboardInterrupt):
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    if (model_cfg.attention != 'pallas' or config.model.attention == 'pallas'
-        or aot.out_of_memory(e)):
-      raise
-    first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-    log(f'warning: the step did not compile with the Pallas attention kernel ({first}); '
-        'compiling it with the explicit softmax')
-    return build(dataclasses.replace(model_cfg, attention='explicit'))
-
-
-def _compile(config, make_setup, model_cfg, mesh, state, log):
-  """The steps compiled ahead of the first batch, saying so: the minute of compilation (or a few
-  seconds from JAX's compilation cache) is not silence, and not counted in the first interval's
-  tokens/s."""
-  log(f'{metrics_lib.stamp()}compiling the train and evaluation steps ...')
-  t = time.perf_counter()
-  compiled = compile_run(config, make_setup, model_cfg, mesh, state, aot.device_memory_limit(
-      mesh.devices.flat[0]), log)
-  log(f'{metrics_lib.stamp()}compiled in {time.perf_counter() - t:.1f} s')
-  return compiled
-
-
-SPECIAL_IDS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)  # as prepare_data's vocabularies
-
-
-def compile_for_topology(config: ml_collections.ConfigDict, slice_, log=print) -> dict:
-  """Compiles the run of `config` for the TPU slice `slice_` (topology.parse) on this machine: no
-  TPU and no data. Logs each program's memory per chip and the estimated step; returns the report
-  (memory, microbatches, attention path, estimate, the train step's HLO) when every program
-  compiles and fits, else raises UserError naming the fix."""
-  with aot.no_persistent_cache():
-    return _compile_for_topology(config, slice_, log)
-
-
-def _compile_for_topology(config, slice_, log) -> dict:
-  devices = slice_.devices()
-  mesh = partitioning.make_mesh(devices)
-  config, _ = resolve(config, log)
-  check_config(config, mesh, data=False)
-  d = config.data
-  log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
-  model_cfg = model_for_run(config, 'tpu', checked=False, log=log, chip=devices[0].device_kind)
-  make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL_IDS, 'tpu', cfg)
-  setup = make_setup(model_cfg)
-  init_fn, _, _ = step_lib.compile_steps(setup, mesh)
-  init, seconds, error = aot.timed_compile(init_fn.lower)
-  state = jax.eval_shape(init_fn)
-  n_params = sum(x.size for x in jax.tree.leaves(state.params))
-  rows = d.batch_size // mesh.devices.size
-  split = ' split by FSDP' if step_lib.uses_fsdp(setup, mesh) else ''
-  log(f'{n_params:,} parameters | {model_cfg.dtype} activations, {model_cfg.param_dtype} '
-      f'parameters and Adam moments{split} | batch {d.batch_size} x {d.max_seq_length} ({rows} '
-      'rows per chip)')
-  capacity = slice_.hbm_bytes
-  problems = []
-  if error:
-    log(f'init: does not compile ({seconds:.0f} s): {error}')
-    problems.append(f'the initialization does not compile ({error})')
-  else:
-    used = aot.memory(init)
-    log(f'init: compiled in {seconds:.0f} s | HBM per chip {used.describe(capacity)}')
-  t = time.perf_counter()
-  try:
-    setup, train, evaluate, used = compile_run(config, make_setup, model_cfg, mesh, state,
-                                               capacity, log)
-  except UserError as e:
-    log(f'train step: does not fit ({time.perf_counter() - t:.0f} s): {e}')
-    raise
-  except Exception as e:  # pylint: disable=broad-except
-    first = ' '.join(str(e).split())[:400]
-    log(f'train step: does not compile ({time.perf_counter() - t:.0f} s): {first}')
-    raise UserError(f'the train step does not compile for {slice_.label}: {first}') from None
-  m = setup.microbatches
-  fits = used.total <= aot.MARGIN * capacity
-  log(f'train step ({m} microbatch{"es" if m > 1 else ""} of {d.batch_size // m} rows, attention '
-      f'{setup.model_cfg.attention}): compiled in {time.perf_counter() - t:.0f} s | HBM per chip '
-      f'{used.describe(capacity)}{"" if fits else " | does NOT fit"}')
-  multiple = 8 * m
-  best = aot.largest_batch(used, rows, capacity, multiple)
-  log(f'  largest global batch that fits with {m} microbatch{"es" if m > 1 else ""}: '
-      f'{best * mesh.devices.size:,} ({best} rows per chip; an estimate: the batch and '
-      'temporaries taken to grow in proportion to the rows)')
-  step_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
-                                           setup.objective_cfg.max_predictions,
-                                           config.objective.name)
-  lines, numbers = aot.estimate_lines(train, slice_.chip, slice_.chips, slice_.num_slices,
-                                      step_flops, d.batch_size * d.max_seq_length,
-                                      slice_.chips * slice_.num_slices)
-  for line in lines:
-    log(line)
-  used_eval = aot.memory(evaluate, state.params)
-  log(f'eval step: compiled | HBM per chip {used_eval.describe(capacity)}')
-  if not fits:
-    problems.append(f'the train step needs {used.total / 2 ** 30:.1f} GiB per chip of '
-                    f'{capacity / 2 ** 30:.0f}; set --config.microbatches=0 (auto), '
-                    '--config.fsdp=True or --config.model.remat=True, or a smaller batch')
-  if used_eval.total > aot.MARGIN * capacity:
-    problems.append(f'the evaluation step needs {used_eval.total / 2 ** 30:.1f} GiB per chip; '
-                    'lower --config.data.eval_batch_size')
-  if problems:
-    raise UserError('; '.join(problems))
-  log(f'{slice_.label}: every program compiles and fits')
-  return {'slice': slice_.name, 'parameters': n_params, 'microbatches': m,
-          'attention': setup.model_cfg.attention, 'dtype': setup.model_cfg.dtype,
-          'memory': {'init': aot.memory(init), 'train': used, 'eval': used_eval},
-          'largest_batch': best * mesh.devices.size, 'estimate': numbers,
-          'train_hlo': train.as_text()}
-
-
 # ================================================================================================
 # The run
 # ================================================================================================
@@ -433,8 +118,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   if not main:
     log = lambda line: None  # pylint: disable=unnecessary-lambda-assignment
   mesh = partitioning.make_mesh()
-  config, source = resolve(config, log)
-  check_config(config, mesh)
+  config, source = preflight.resolve(config, log)
+  preflight.check_config(config, mesh)
   with workdir_lib.claim(workdir, 'pre-training'):  # one run at a time in a workdir
     return _train(config, source, workdir, mesh, log)
 
@@ -446,7 +131,7 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   # ---- the state: restored, or init_from's weights, or fresh ----
   special = SpecialIds(**meta['special_ids'])
   platform = mesh.devices.flat[0].platform
-  model_cfg = model_for_run(config, platform, log=log, chip=mesh.devices.flat[0].device_kind)
+  model_cfg = compiling.model_for_run(config, platform, log=log, chip=mesh.devices.flat[0].device_kind)
   make_setup = lambda cfg: step_lib.build_setup(config, special, platform, cfg)
   setup = make_setup(model_cfg)
   init_fn, _, _ = step_lib.compile_steps(setup, mesh)
@@ -469,7 +154,7 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
 
   # ---- the loop ----
   annotate = _describe_run(config, setup, state, mesh, readers, start, log)
-  setup, train_fn, eval_fn, _ = _compile(config, make_setup, model_cfg, mesh, state, log)
+  setup, train_fn, eval_fn, _ = compiling.compile_logged(config, make_setup, model_cfg, mesh, state, log)
   baseline = meta['unigram_xent']
   plan = loop_lib.Plan(
       total_steps=config.train_steps, log_every=config.log_every, eval_every=config.eval_every,
@@ -500,8 +185,8 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
 
 def _open_workdir(config, workdir: str, log):
   """(records folder, its metadata, input readers, held-out batches), config.json written."""
-  check_same_run(config, workdir, log)
-  latest = max(_checkpoint_steps(workdir), default=0)
+  preflight.check_same_run(config, workdir, log)
+  latest = max(preflight.checkpoint_steps(workdir), default=0)
   if latest > config.train_steps:
     raise UserError(f'the run in {workdir} is at step {latest}, past train_steps='
                     f'{config.train_steps}; raise --config.train_steps to go on, or use a new '

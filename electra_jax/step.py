@@ -85,7 +85,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
   return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
                seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
                objective_cfg=objective_cfg, special=special, draw=draw,
-               microbatches=max(1, config.get('microbatches', 1)), fsdp=config.get('fsdp', None))
+               microbatches=max(1, config.microbatches), fsdp=config.fsdp)
 
 
 def _keys(seed: int):

@@ -54,10 +54,12 @@ def _records(config, log) -> str:
     return _RECORDS.value
   import tempfile  # pylint: disable=import-outside-toplevel
   from electra_jax import records  # pylint: disable=import-outside-toplevel
+  from electra_jax import prepare as prepare_lib  # pylint: disable=import-outside-toplevel
   out = os.path.join(tempfile.mkdtemp(prefix='electra_bench_'), 'records')
   log(f'building records of {config.data.max_seq_length} tokens from the built-in corpus in {out}')
-  records.prepare(records.Settings(source='builtin', max_seq_length=config.data.max_seq_length,
-                                   vocab_size=4096, num_shards=8), out, log=lambda *_: None)
+  prepare_lib.records_folder(records.Settings(
+      source='builtin', max_seq_length=config.data.max_seq_length, vocab_size=4096, num_shards=8),
+      out, log=lambda *_: None)
   return out
 
 
@@ -128,11 +130,11 @@ def _print_profile(p: dict, step_ms: float):
 
 
 def _time_input(config) -> dict:
-  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import io_benchmark  # pylint: disable=import-outside-toplevel
   records_dir = _records(config, lambda line: print(line, flush=True))
-  r = benchmark.benchmark_input(records_dir, config.data.batch_size, batches=_BATCHES.value,
-                                repeats=_REPEATS.value, seed=config.seed,
-                                shuffle_buffer=config.data.shuffle_buffer)
+  r = io_benchmark.benchmark_input(records_dir, config.data.batch_size, batches=_BATCHES.value,
+                                   repeats=_REPEATS.value, seed=config.seed,
+                                   shuffle_buffer=config.data.shuffle_buffer)
   print(f'input pipeline ({records_dir}): {r["examples_per_s"]:,.0f} examples/s | '
         f'{r["tokens_per_s"]:,.0f} tokens/s | {r["ms_per_batch"]:.1f} ms per batch of '
         f'{r["batch_size"]} x {r["seq_len"]} (median of {len(r["ms_per_batch_runs"])} runs: '
@@ -143,10 +145,10 @@ def _time_input(config) -> dict:
 def _time_checkpoint(config) -> dict:
   import shutil  # pylint: disable=import-outside-toplevel
   import tempfile  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import io_benchmark  # pylint: disable=import-outside-toplevel
   directory = tempfile.mkdtemp(prefix='electra_ckpt_bench_')
   try:
-    r = benchmark.benchmark_checkpoint(config, os.path.join(directory, 'c'), _REPEATS.value)
+    r = io_benchmark.benchmark_checkpoint(config, os.path.join(directory, 'c'), _REPEATS.value)
   finally:
     shutil.rmtree(directory, ignore_errors=True)
   print(f'checkpoint of the train state ({r["state_mb"]:.0f} MB): save holds the loop '

@@ -47,7 +47,7 @@ def _set(config, path: str, text: str):
 
 def _row(preset: str, slice_name: str, log) -> dict:
   from electra_jax import UserError  # pylint: disable=import-outside-toplevel
-  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax import compiling  # pylint: disable=import-outside-toplevel
   from electra_jax import topology  # pylint: disable=import-outside-toplevel
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   config = cli._load_config(os.path.join(root, 'configs', f'{preset}.py'), 'presets')  # pylint: disable=protected-access
@@ -58,7 +58,7 @@ def _row(preset: str, slice_name: str, log) -> dict:
          'length': config.data.max_seq_length, 'overrides': list(_OVERRIDES.value)}
   t = time.perf_counter()
   try:
-    report = pretrain.compile_for_topology(config, topology.parse(slice_name), log)
+    report = compiling.compile_for_topology(config, topology.parse(slice_name), log)
   except UserError as e:
     row.update(fits=False, error=str(e), seconds=time.perf_counter() - t)
     return row

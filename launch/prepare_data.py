@@ -49,7 +49,7 @@ def main(argv):
   if (_CORPUS.value is None) == (_TFDS.value is None):
     raise cli.UserError('give exactly one source: --corpus=<files or builtin> or '
                         '--tfds=<name>[:<split>]')
-  from electra_jax import fs, records  # pylint: disable=import-outside-toplevel
+  from electra_jax import fs, prepare, records  # pylint: disable=import-outside-toplevel
   cli.check_paths(_OUTPUT.value, _CORPUS.value, _VOCAB.value)
   source = f'tfds:{_TFDS.value}' if _TFDS.value else _CORPUS.value
   if _VOCAB.value and not fs.isfile(_VOCAB.value):
@@ -64,8 +64,8 @@ def main(argv):
       vocab_size=_VOCAB_SIZE.value, character_coverage=_COVERAGE.value,
       max_sentences=_MAX_SENTENCES.value)
   try:
-    records.prepare(settings, _OUTPUT.value, num_workers=_NUM_WORKERS.value,
-                    log=lambda line: print(line, flush=True))
+    prepare.records_folder(settings, _OUTPUT.value, num_workers=_NUM_WORKERS.value,
+                           log=lambda line: print(line, flush=True))
   except (ValueError, FileNotFoundError, OSError) as e:
     raise cli.UserError(str(e)) from None
 

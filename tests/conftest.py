@@ -25,6 +25,7 @@ import pytest  # pylint: disable=wrong-import-position
 from electra_jax import cli  # pylint: disable=wrong-import-position
 from electra_jax.config import default_config  # pylint: disable=wrong-import-position
 from electra_jax import records  # pylint: disable=wrong-import-position
+from electra_jax import prepare as prepare_lib  # pylint: disable=wrong-import-position
 
 assert jax.device_count() == 8, 'tests expect 8 fake CPU devices (XLA_FLAGS was set too late)'
 # Many tests compile the same small programs: a persistent cache compiles each once per session.
@@ -180,7 +181,7 @@ def records_dir(tmp_path_factory, corpus_file):
   """One records folder (SentencePiece vocab of 96, 32-token examples) shared by the session."""
   out = str(tmp_path_factory.mktemp('records') / 'data')
   c = test_config()
-  records.prepare(records.Settings(source=corpus_file, max_seq_length=c.data.max_seq_length,
+  prepare_lib.records_folder(records.Settings(source=corpus_file, max_seq_length=c.data.max_seq_length,
                                    eval_fraction=c.data.eval_fraction, num_shards=4,
                                    vocab_size=c.model.vocab_size), out, log=lambda *_: None)
   return out

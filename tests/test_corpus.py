@@ -7,6 +7,7 @@ import pytest
 
 from electra_jax import corpus as corpus_lib
 from electra_jax import records
+from electra_jax import prepare as prepare_lib
 
 
 def _read(pattern):
@@ -64,7 +65,7 @@ def test_records_report_skipped_and_replaced_input(tmp_path):
   (folder / 'a.txt').write_bytes(text.encode() + b'\nbad \xe9 byte.\n')
   (folder / 'image.png').write_bytes(b'\x89PNG\r\n\x1a\n\0\0\0')
   logged = []
-  records.prepare(records.Settings(source=str(folder), max_seq_length=32, eval_fraction=0.2,
+  prepare_lib.records_folder(records.Settings(source=str(folder), max_seq_length=32, eval_fraction=0.2,
                                    vocab_size=30), str(tmp_path / 'data'), log=logged.append)
   warnings = [l for l in logged if l.startswith('warning:')]
   assert len(warnings) == 2

@@ -13,6 +13,7 @@ from electra_jax import examples as examples_lib
 from electra_jax import input_pipeline
 from electra_jax import partitioning
 from electra_jax import records
+from electra_jax import prepare as prepare_lib
 from electra_jax import tokenizer as tokenizer_lib
 
 CLS, SEP = 2, 3
@@ -140,7 +141,7 @@ def test_unigram_cross_entropy():
   special = tokenizer_lib.SpecialIds(0, 1, 2, 3, 4)
   train = np.array([0, 0, 0, 0, 0, 9, 9, 0])  # add-one: 10, 10, 1 over 3 usable ids (+ unk)
   ev = np.array([5, 0, 5, 5, 0, 1, 1, 0])
-  got = records.unigram_cross_entropy(train, ev, special)
+  got = prepare_lib.unigram_cross_entropy(train, ev, special)
   p = np.array([1, 10, 10, 1]) / 22  # ids 1 (unk), 5, 6, 7
   assert got == pytest.approx(-(np.log(p[1]) + np.log(p[2])) / 2)
 
@@ -163,22 +164,22 @@ def test_pipeline_gives_sharded_deterministic_global_batches(records_dir):
 
 def test_prepare_refuses_a_foreign_folder_an_empty_corpus_and_other_settings(tmp_path,
                                                                              records_dir):
-  settings = records.Settings(**records._read_json(os.path.join(records_dir, records.PLAN)))
+  settings = records.Settings(**records.read_json(os.path.join(records_dir, records.PLAN)))
   (tmp_path / 'busy').mkdir()
   (tmp_path / 'busy' / 'notes.txt').write_text('mine')
   with pytest.raises(ValueError, match='exists and is not a records folder'):
-    records.prepare(settings, str(tmp_path / 'busy'), log=lambda *_: None)
+    prepare_lib.records_folder(settings, str(tmp_path / 'busy'), log=lambda *_: None)
   assert os.listdir(tmp_path / 'busy') == ['notes.txt']
   (tmp_path / 'empty.txt').write_text('\n\n  \n')
   empty = records.Settings(source=str(tmp_path / 'empty.txt'), max_seq_length=32)
   with pytest.raises(ValueError, match='holds no text'):
-    records.prepare(empty, str(tmp_path / 'r'), log=lambda *_: None)
+    prepare_lib.records_folder(empty, str(tmp_path / 'r'), log=lambda *_: None)
   assert not os.path.exists(tmp_path / 'r')
   other = dataclasses.replace(settings, max_seq_length=64)
   with pytest.raises(ValueError, match=r'other settings \(max_seq_length 32 -> 64\)'):
-    records.prepare(other, records_dir, log=lambda *_: None)
+    prepare_lib.records_folder(other, records_dir, log=lambda *_: None)
   logged = []
-  assert records.prepare(settings, records_dir, log=logged.append) == \
+  assert prepare_lib.records_folder(settings, records_dir, log=logged.append) == \
       records.read_metadata(records_dir)
   assert logged == [f'records {records_dir}: complete already']
 

@@ -435,7 +435,7 @@ def _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp
     export_lib.export(workdir, str(tmp_path / 'hf_mean'), log=_quiet)
   assert not os.path.exists(tmp_path / 'hf_mean')
   cfg.pooling = 'max'
-  with pytest.raises(UserError, match="pooling is 'max'; use cls or mean"):
+  with pytest.raises(UserError, match="pooling is 'max'; use one of 'cls', 'mean'"):
     run.finetune(cfg, str(tmp_path / 'ft_max'), log=_quiet)
 
 

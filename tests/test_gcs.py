@@ -17,6 +17,7 @@ from conftest import CHILD_ENV, ROOT, launch_command, load_config, run_config_fi
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import fs
 from electra_jax import records
+from electra_jax import remote_fs
 from electra_jax import pretrain
 from electra_jax import step as step_lib
 from electra_jax.tokenizer import SPECIAL
@@ -30,9 +31,9 @@ def gcs(gcs_server):
   with pytest.MonkeyPatch.context() as patch:
     for key, value in gcs_server['env'].items():
       patch.setenv(key, value)
-    fs._credentials_problem.cache_clear()  # pylint: disable=protected-access
+    remote_fs.credentials_problem.cache_clear()
     yield {**CHILD_ENV, **gcs_server['env']}
-  fs._credentials_problem.cache_clear()  # pylint: disable=protected-access
+  remote_fs.credentials_problem.cache_clear()
 
 
 @pytest.fixture(scope='module')

@@ -109,6 +109,7 @@ def test_hf_weights_of_another_size_or_missing_are_named():
 from electra_jax import UserError  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import checkpoint as checkpoint_lib  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import preflight  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import pretrain  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import records as records_lib  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
@@ -326,7 +327,7 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
   # run's first state holds the checkpoint's weights.
   lines = []
   parsed = test_config(**{'data.records': records_dir, 'init_from': folder})
-  run_config, source = pretrain.resolve(parsed, lines.append)
+  run_config, source = preflight.resolve(parsed, lines.append)
   assert run_config.model.generator_hidden_fraction == 1.0
   assert parsed.model.generator_hidden_fraction == 0.5 and not parsed.data.vocab  # left as parsed
   assert any('generator_hidden_fraction 0.5 -> 1.0' in l for l in lines), lines
@@ -372,7 +373,7 @@ def test_bad_sources_are_one_sentence(pretrained, exported, tmp_path):
     sources.open_source(exported, vocab=str(big))
   wider = test_config(**{'init_from': exported, 'model.hidden_size': 64})
   with pytest.raises(UserError, match=r'other sizes than the config: hidden_size 32 \(config: 64\)'):
-    pretrain.resolve(wider, lambda *_: None)
+    preflight.resolve(wider, lambda *_: None)
   with pytest.raises(UserError, match='exists and is not empty'):
     export_lib.export(pretrained, exported)
   with pytest.raises(UserError, match='not a workdir of launch/train.py'):

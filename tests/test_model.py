@@ -12,6 +12,7 @@ from configs import base, large, small, tiny
 from conftest import test_config
 from electra_jax import attention
 from electra_jax import attention_masks
+from electra_jax import layers
 from electra_jax import model as model_lib
 from electra_jax import objectives
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
@@ -222,8 +223,8 @@ def test_token_types_by_selection_equal_a_gather_in_value_and_gradient():
   table = jax.random.normal(jax.random.key(0), (2, 8))
   ids = jax.random.randint(jax.random.key(1), (3, 16), 0, 2)
   cot = jax.random.normal(jax.random.key(2), (3, 16, 8))
-  np.testing.assert_array_equal(model_lib._small_table_lookup(table, ids), table[ids])
-  mine = jax.grad(lambda t: jnp.sum(model_lib._small_table_lookup(t, ids) * cot))(table)
+  np.testing.assert_array_equal(layers.small_table_lookup(table, ids), table[ids])
+  mine = jax.grad(lambda t: jnp.sum(layers.small_table_lookup(t, ids) * cot))(table)
   gathered = jax.grad(lambda t: jnp.sum(jnp.take(t, ids, axis=0) * cot))(table)
   np.testing.assert_allclose(mine, gathered, rtol=1e-5, atol=1e-6)
 
@@ -235,8 +236,8 @@ def test_gelu_writing_its_slope_equals_autodiff_of_the_exact_formula():
   x = jnp.linspace(-6.0, 6.0, 4001)
   exact = lambda x: 0.5 * x * (1.0 + jax.lax.erf(x * 2.0 ** -0.5))
   cot = jax.random.normal(jax.random.key(0), x.shape)
-  writing = model_lib.gelu_writing_slope
-  np.testing.assert_array_equal(writing(x), model_lib.gelu(x))
+  writing = layers.gelu_writing_slope
+  np.testing.assert_array_equal(writing(x), layers.gelu(x))
   np.testing.assert_allclose(writing(x), jax.nn.gelu(x, approximate=False), atol=1e-6)
   grad = lambda f, x: jax.grad(lambda x: jnp.sum(f(x).astype(jnp.float32) * cot))(x)
   np.testing.assert_allclose(grad(writing, x), grad(exact, x), rtol=1e-5, atol=1e-6)
@@ -279,7 +280,7 @@ def test_layer_norm_equals_flax_in_value_and_gradient(dtype):
   the input's gradient to one bf16 rounding)."""
   import flax.linen as nn
   x = (jax.random.normal(jax.random.key(0), (4, 9, 48)) * 3 + 1).astype(dtype)
-  ours, flax_norm = model_lib.LayerNorm(1e-12, dtype=dtype), nn.LayerNorm(1e-12, dtype=dtype)
+  ours, flax_norm = layers.LayerNorm(1e-12, dtype=dtype), nn.LayerNorm(1e-12, dtype=dtype)
   params = ours.init(jax.random.key(1), x)
   reference = flax_norm.init(jax.random.key(1), x)
   assert jax.tree.map(lambda a, b: bool((a == b).all()), params, reference) == {
@@ -299,7 +300,7 @@ def test_layer_norm_equals_flax_in_value_and_gradient(dtype):
 
 def test_dropout_rate_scale_and_independence():
   x = jnp.ones((64, 128, 256))
-  drop = model_lib.Dropout(0.1)
+  drop = layers.Dropout(0.1)
   y = np.asarray(drop.apply({}, x, False, rngs={'dropout': jax.random.key(0)}))
   kept = y > 0
   assert abs(kept.mean() - 0.9) < 4 * np.sqrt(0.09 / kept.size)

@@ -16,6 +16,7 @@ import pytest
 from conftest import ROOT, WORDS, write_corpus
 from electra_jax import input_pipeline
 from electra_jax import records
+from electra_jax import prepare as prepare_lib
 from electra_jax import tf_import
 
 
@@ -48,7 +49,7 @@ def settings(mixed_corpus):
 @pytest.fixture(scope='module')
 def built(tmp_path_factory, settings):
   out = str(tmp_path_factory.mktemp('built') / 'records')
-  records.prepare(settings, out, num_workers=1, log=_quiet)
+  prepare_lib.records_folder(settings, out, num_workers=1, log=_quiet)
   return out
 
 
@@ -94,7 +95,7 @@ def test_documents_are_split_deterministically_and_counted(built, settings):
   assert len(s['train']['files']) == 5 and len(s['eval']['files']) == 2
   assert sum(s['train']['examples_per_file']) == s['train']['examples']
   # Round-robin over documents: train shards differ by at most one document.
-  docs = [records._read_json(os.path.join(built, f[:-9] + '.json'))['documents']
+  docs = [records.read_json(os.path.join(built, f[:-9] + '.json'))['documents']
           for f in s['train']['files']]
   assert max(docs) - min(docs) <= 1
   # The hash split holds out about the requested share.
@@ -114,9 +115,9 @@ def test_an_interrupted_build_is_finished_with_the_same_bytes(tmp_path, built):
   with pytest.raises(FileNotFoundError, match=r'unfinished records folder \(5 of 7 shards '
                      r'written\); run the same prepare command again'):
     records.read_metadata(partial)
-  settings = records.Settings(**records._read_json(os.path.join(partial, records.PLAN)))
+  settings = records.Settings(**records.read_json(os.path.join(partial, records.PLAN)))
   logged = []
-  records.prepare(settings, partial, log=logged.append)
+  prepare_lib.records_folder(settings, partial, log=logged.append)
   assert 'writing 2 of 7 shards' in logged[0]
   _same_folders(built, partial)
 
@@ -239,7 +240,7 @@ def test_a_tfds_dataset_is_one_more_source(tmp_path):
   settings = records.Settings(source='tfds:wikipedia/20230601.en:train', max_seq_length=32,
                               eval_fraction=0.2, num_shards=2, vocab_size=16)
   with tfds.testing.mock_data(num_examples=40):
-    meta = records.prepare(settings, str(tmp_path / 'wiki'), log=_quiet)
+    meta = prepare_lib.records_folder(settings, str(tmp_path / 'wiki'), log=_quiet)
     s = meta['splits']
     assert s['train']['documents'] + s['eval']['documents'] == 40
     for split in ('train', 'eval'):  # every document gives an example of its own
@@ -248,13 +249,13 @@ def test_a_tfds_dataset_is_one_more_source(tmp_path):
     assert meta['vocab_size'] == 16 and meta['source'] == settings.source
     bad = dataclasses.replace(settings, text_field='body')
     with pytest.raises(ValueError, match=r"has no field 'body' \(it has \['text', 'title'\]\)"):
-      records.prepare(bad, str(tmp_path / 'bad'), log=_quiet)
+      prepare_lib.records_folder(bad, str(tmp_path / 'bad'), log=_quiet)
     assert not os.path.exists(tmp_path / 'bad')
 
 
 def test_the_input_benchmark_reads_real_batches(built):
-  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
-  r = benchmark.benchmark_input(built, 8, batches=4, repeats=2)
+  from electra_jax.tools import io_benchmark  # pylint: disable=import-outside-toplevel
+  r = io_benchmark.benchmark_input(built, 8, batches=4, repeats=2)
   assert r['seq_len'] == 32 and len(r['ms_per_batch_runs']) == 2
   assert r['tokens_per_s'] == pytest.approx(r['examples_per_s'] * 32) and r['examples_per_s'] > 0
 

@@ -23,7 +23,9 @@ from electra_jax import input_pipeline
 from electra_jax import optim
 from electra_jax import partitioning
 from electra_jax import records as records_lib
+from electra_jax import prepare as prepare_lib
 from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import preflight
 from electra_jax import pretrain
 from electra_jax import step as step_lib
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
@@ -118,7 +120,7 @@ def test_text_in_long_lines_is_kept(tmp_path):
   for corpus, length in ((paragraphs, 64), (endless, 64)):
     lines = []
     out = str(tmp_path / f'records_{corpus.stem}')
-    records_lib.prepare(records_lib.Settings(source=str(corpus), max_seq_length=length,
+    prepare_lib.records_folder(records_lib.Settings(source=str(corpus), max_seq_length=length,
                                              eval_fraction=0.2, num_shards=1, vocab_size=96),
                         out, log=lines.append)
     source = corpus_lib.Source(str(corpus))
@@ -325,9 +327,9 @@ def test_resuming_may_change_how_but_not_what_is_computed(tmp_path, records_dir)
   pretrain.train_and_evaluate(config, workdir, log=_quiet)
   again = test_config(**{'data.records': records_dir, 'model.remat': True,
                          'model.attention': 'explicit', 'train_steps': 6})
-  pretrain.check_same_run(again, workdir)  # accepted
+  preflight.check_same_run(again, workdir)  # accepted
   with pytest.raises(UserError, match=r'model.hidden_size 32 -> 64'):
-    pretrain.check_same_run(test_config(**{'data.records': records_dir,
+    preflight.check_same_run(test_config(**{'data.records': records_dir,
                                             'model.hidden_size': 64}), workdir)
   with open(os.path.join(workdir, 'config.json')) as f:
     assert json.load(f)['model']['remat'] is False
@@ -406,7 +408,7 @@ def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretra
 def test_fine_tuning_settings_that_leave_nothing_are_refused(pretrained):
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
-  for field, value, error in (('max_seq_length', 2, r'max_seq_length=2 leaves no room for text'),
+  for field, value, error in (('max_seq_length', 2, r'max_seq_length is 2; give at least 3: \[CLS\] and \[SEP\] take 2'),
                               ('task.max_train_examples', -5, r'task.max_train_examples is -5; '
                                r'give 0 \(all\) or a number')):
     ft = ft_config.default_config()
@@ -447,7 +449,7 @@ def test_a_damaged_corpus_is_named_and_nothing_is_left(tmp_path):
     (tmp_path / name).write_bytes(content)
     out = tmp_path / f'records_{name}'
     with pytest.raises(ValueError, match=errors[name]):
-      records_lib.prepare(records_lib.Settings(source=str(tmp_path / name), max_seq_length=32,
+      prepare_lib.records_folder(records_lib.Settings(source=str(tmp_path / name), max_seq_length=32,
                                                vocab_size=60, num_shards=1, num_eval_shards=1),
                           str(out), log=_quiet)
     assert not out.exists(), name

@@ -1,6 +1,6 @@
 """The package's shape: no import cycles, each module importable alone, one TensorFlow importer,
-no function longer than a screen, a fine-tuning task's kind named only in its own module, a
-fine-tuning driver of at most 250 lines."""
+no module over 400 lines and no function longer than a screen, a fine-tuning task's kind named only
+in its own module, a fine-tuning driver of at most 250 lines, the config declared once."""
 
 import ast
 import os
@@ -167,6 +167,33 @@ def test_no_branch_on_an_objective_name_outside_objectives():
               'model_type' not in ast.unparse(node)):  # HF's model_type 'electra' is no objective
         found.append(f'{name}:{node.lineno}: {ast.unparse(node)[:60]}')
   assert not found, f'an objective compared by name outside objectives.py: {found}'
+
+
+def test_no_module_is_longer_than_400_lines():
+  long = {name: n for name, path in _modules().items()
+          if (n := len(open(path).read().splitlines())) > 400}
+  assert not long, f'modules over 400 lines (split them by what they do): {long}'
+
+
+def test_the_config_is_declared_once():
+  """No module but the declarations lists config fields by name for the checks or resume rules,
+  and none reads a field with a default of its own (cfg.get('field', default)): config.py and
+  finetune/config.py declare each field's default, range and role (fields.py)."""
+  found = []
+  for name, path in _modules().items():
+    for node in ast.walk(ast.parse(open(path).read())):
+      if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr == 'get' and len(node.args) == 2
+          and getattr(node.func.value, 'id', getattr(node.func.value, 'attr', '')) in (
+              'cfg', 'config', 'task', 'optimizer', 'qa', 'objective')
+          and name != 'electra_jax.convert.hf'):  # HF's config.json, whose defaults are HF's
+        found.append(f'{name}:{node.lineno}')
+      if isinstance(node, ast.Assign) and any(
+          isinstance(t, ast.Name) and t.id in ('_MUST_MATCH', '_ADOPTED', '_RUN_IDENTITY',
+                                               '_HOW_NOT_WHAT', '_MAY_CHANGE', '_AT_LEAST_1')
+          for t in node.targets):
+        found.append(f'{name}:{node.lineno}')
+  assert not found, f'config fields defaulted or listed outside their declaration: {found}'
 
 
 def test_the_finetuning_driver_is_short():

@@ -10,6 +10,7 @@ import sentencepiece as spm
 
 from conftest import ROOT, WORDS, write_corpus
 from electra_jax import records
+from electra_jax import prepare as prepare_lib
 from electra_jax import tokenizer as tokenizer_lib
 
 SPECIALS_BERT = ['[PAD]', '[unused0]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
@@ -55,7 +56,7 @@ def test_records_built_with_a_wordpiece_vocab(tmp_path):
   vocab = str(tmp_path / 'vocab.txt')
   tokens = write_wordpiece_vocab(vocab)
   out = str(tmp_path / 'data')
-  meta = records.prepare(records.Settings(source=corpus, max_seq_length=32, eval_fraction=0.2,
+  meta = prepare_lib.records_folder(records.Settings(source=corpus, max_seq_length=32, eval_fraction=0.2,
                                           vocab=vocab, vocab_size=len(tokens)), out,
                          log=lambda *_: None)
   assert meta['vocab_file'] == 'vocab.txt' and meta['vocab_size'] == len(tokens)

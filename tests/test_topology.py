@@ -22,7 +22,7 @@ from electra_jax import flash
 from electra_jax import hlo_cost
 from electra_jax import model as model_lib
 from electra_jax import partitioning
-from electra_jax import pretrain
+from electra_jax import compiling
 from electra_jax import step as step_lib
 from electra_jax import topology
 
@@ -179,7 +179,7 @@ def test_an_operation_the_cost_model_cannot_estimate_gets_its_roofline():
 @pytest.fixture(scope='module')
 def v5e_report():
   lines = []
-  report = pretrain.compile_for_topology(base_like(), topology.parse('v5e-8'), lines.append)
+  report = compiling.compile_for_topology(base_like(), topology.parse('v5e-8'), lines.append)
   return report, lines
 
 
@@ -216,7 +216,7 @@ def test_v4_8_compiles_the_pretraining_and_a_finetuning_step(pretrained):
   from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import topology as finetune_topology  # pylint: disable=import-outside-toplevel
   lines = []
-  report = pretrain.compile_for_topology(base_like(fsdp=False, microbatches=1),
+  report = compiling.compile_for_topology(base_like(fsdp=False, microbatches=1),
                                          topology.parse('v4-8'), lines.append)
   assert report['attention'] == 'pallas' and 'electra_flash_dkv' in report['train_hlo']
   assert 'all-gather' not in report['train_hlo']  # data parallel: the state is replicated
@@ -240,7 +240,7 @@ def test_a_step_too_large_for_the_chip_is_refused_naming_the_fix():
   lines = []
   with pytest.raises(UserError, match=r'needs (\d+\.\d) GiB per device of 15\.\d .*'
                                       'microbatches=0 \\(auto\\)') as refused:
-    pretrain.compile_for_topology(config, topology.parse('v5e-8'), lines.append)
+    compiling.compile_for_topology(config, topology.parse('v5e-8'), lines.append)
   needed = float(re.search(r'needs (\d+\.\d) GiB', str(refused.value)).group(1))
   assert needed > 20  # 26.4 GiB at d4725df
   assert any(line.startswith('train step: does not fit') for line in lines)
@@ -380,7 +380,7 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
     raise RuntimeError('Mosaic failed to compile the kernel')
   monkeypatch.setattr(flash, 'flash_sharded', broken)
   lines = []
-  setup, train, _, _ = pretrain.compile_run(config, make_setup, pallas, mesh, state, None,
+  setup, train, _, _ = compiling.compile_run(config, make_setup, pallas, mesh, state, None,
                                             lines.append)
   assert setup.model_cfg.attention == 'explicit'
   assert lines[0].startswith('warning: the step did not compile with the Pallas attention kernel '

@@ -25,6 +25,7 @@ from electra_jax import metrics as metrics_lib
 from electra_jax import objectives
 from electra_jax import partitioning
 from electra_jax import records as records_lib
+from electra_jax import prepare as prepare_lib
 from electra_jax import tf_import
 from electra_jax import tokenizer as tokenizer_lib
 from electra_jax import pretrain
@@ -604,7 +605,7 @@ def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
       [' '.join(WORDS[i:] + WORDS[:i]).upper() for i in range(len(WORDS))], str(other_vocab), 96,
       lower_case=False)
   shutil.rmtree(records_copy)
-  records_lib.prepare(records_lib.Settings(source=corpus_file, max_seq_length=32,
+  prepare_lib.records_folder(records_lib.Settings(source=corpus_file, max_seq_length=32,
                                            eval_fraction=0.2, vocab=str(other_vocab)),
                       str(records_copy), log=_quiet)
   with pytest.raises(UserError, match='was trained on records of another vocabulary'):

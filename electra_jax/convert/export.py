@@ -19,11 +19,11 @@ import tempfile
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 
 from electra_jax import UserError
 from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import config as config_lib
 from electra_jax import fs
 from electra_jax import model as model_lib
 from electra_jax import tokenizer as tokenizer_lib
@@ -97,9 +97,9 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
     if not config:
       done = _original_checkpoint(workdir, partial, log)
     elif 'objective' in config:
-      done = _pretraining(ml_collections.ConfigDict(config), workdir, partial, step, log)
+      done = _pretraining(config_lib.complete(config), workdir, partial, step, log)
     elif 'task' in config and 'init' in config:
-      done = _finetuning(ml_collections.ConfigDict(config), workdir, partial, step, seed, log)
+      done = _finetuning(finetune_config.complete(config), workdir, partial, step, seed, log)
     else:
       raise UserError(f'{workdir}/config.json is not the config of an electra_jax run; give the '
                       '--workdir of launch/train.py or launch/finetune.py')
@@ -196,8 +196,7 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   from electra_jax.finetune import pretrained as pretrained_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
   named = tasks.named_task(config.task)
-  kinds.get(named.kind if named else config.task.get('kind', 'classification')).check_export(
-      config, workdir)
+  kinds.get(named.kind if named else config.task.kind).check_export(config, workdir)
   seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))
   if not seeds:
     raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run launch/finetune.py '

@@ -20,6 +20,7 @@ from typing import Callable
 
 import numpy as np
 
+from electra_jax import config as config_lib
 from electra_jax import fs
 from electra_jax import model as model_lib
 from electra_jax import tokenizer as tokenizer_lib
@@ -139,10 +140,9 @@ def _open_original(prefix: str) -> Source:
 def _open_workdir(path: str) -> Source:
   """The latest checkpoint of another electra_jax pre-training run."""
   import jax  # pylint: disable=import-outside-toplevel
-  import ml_collections  # pylint: disable=import-outside-toplevel
   from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
-  config = ml_collections.ConfigDict(workdir_lib.read_config(path))
+  config = config_lib.complete(workdir_lib.read_config(path))
   _, _, vocab = records_lib.workdir_vocab(path, config)
   ckpt = checkpoint_lib.Checkpointer(fs.join(path, 'checkpoints'))
   try:

@@ -59,7 +59,7 @@ class Classification(kinds.Kind):
     return len(task.labels)
 
   def model(self, model_cfg, task, cfg, rate: float):
-    return heads.Classifier(model_cfg, self.outputs(task), rate, pooling=cfg.get('pooling', 'cls'))
+    return heads.Classifier(model_cfg, self.outputs(task), rate, pooling=cfg.pooling)
 
   def loss(self, params, batch, rng, deterministic=False, *, model, task):
     return class_loss(logits_of(params, batch, rng, deterministic, model), batch['labels'])
@@ -116,10 +116,10 @@ class Classification(kinds.Kind):
                       'default is 128)')
 
   def describe(self, cfg) -> str:
-    return f', head on {cfg.get("pooling", "cls")}'
+    return f', head on {cfg.pooling}'
 
   def check_export(self, config, workdir: str):
-    if config.get('pooling', 'cls') != 'cls':
+    if config.pooling != 'cls':
       raise UserError(f'{workdir} was fine-tuned with pooling={config.pooling!r}, and HF\'s '
                       f'{self.hf_class} reads [CLS] alone; fine-tune with --config.pooling=cls to '
                       'export the classifier, or export the pre-trained model')

@@ -192,7 +192,7 @@ def read_splits(cfg, numeric: bool = False, choices: tuple = (), log=print) -> d
   """{split: examples} of your own files task.train / dev / test (see `read_table`)."""
   return {split: read_table(cfg[split], cfg.text_a, cfg.text_b, cfg.label,
                             labelled=None if split == 'test' else True,
-                            header=cfg.get('header', True), numeric=numeric, choices=choices,
+                            header=cfg.header, numeric=numeric, choices=choices,
                             log=log)
           for split in ('train', 'dev', 'test') if cfg[split]}
 

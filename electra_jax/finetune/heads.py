@@ -9,6 +9,7 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
+from electra_jax import layers
 from electra_jax import model as model_lib
 
 
@@ -31,7 +32,7 @@ class Classifier(nn.Module):
     self.embeddings = model_lib.Embeddings(cfg, cfg.embedding_size)
     self.discriminator = model_lib.Encoder(cfg, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
                                            cfg.intermediate_size)
-    self.dropout = model_lib.Dropout(self.head_dropout_rate)
+    self.dropout = layers.Dropout(self.head_dropout_rate)
     self.classifier = nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
                                dtype=jnp.float32, param_dtype=cfg.param_dtype)
 

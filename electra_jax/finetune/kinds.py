@@ -108,12 +108,18 @@ class Kind:
     return slice(None)
 
 
+def unknown(name: str) -> str | None:
+  """None for a registered kind; else what to use instead (the kinds of your own files)."""
+  if name in REGISTRY:
+    return None
+  own = [k for k in REGISTRY if _module(k).KIND.own_data]
+  return f'use {", ".join(map(repr, own[:-1]))} or {own[-1]!r}'
+
+
 def get(name: str) -> Kind:
   """The kind registered as `name`; ValueError naming the kinds otherwise."""
-  if name not in REGISTRY:
-    own = [k for k in REGISTRY if _module(k).KIND.own_data]
-    raise ValueError(f'task.kind is {name!r}; use {", ".join(map(repr, own[:-1]))} or '
-                     f'{own[-1]!r}')
+  if unknown(name):
+    raise ValueError(f'task.kind is {name!r}; {unknown(name)}')
   return _module(name).KIND
 
 

@@ -29,9 +29,9 @@ class ChoiceScorer(heads.Classifier):
 
 
 def columns(cfg) -> tuple[str, ...]:
-  names = tuple(c.strip() for c in str(cfg.get('choices', '')).split(',') if c.strip())
+  names = tuple(c.strip() for c in str(cfg.choices).split(',') if c.strip())
   if len(names) < 2:
-    raise ValueError(f'task.choices is {cfg.get("choices", "")!r}; name the columns of the '
+    raise ValueError(f'task.choices is {cfg.choices!r}; name the columns of the '
                      'candidates, at least two, comma separated (e.g. '
                      '--config.task.choices=ending0,ending1,ending2,ending3)')
   twice = sorted({n for n in names if names.count(n) > 1})
@@ -64,7 +64,7 @@ class MultipleChoice(classification.Classification):
                           ('dev',) if 'dev' in splits else ()), splits
 
   def model(self, model_cfg, task, cfg, rate: float):
-    return ChoiceScorer(model_cfg, 1, rate, pooling=cfg.get('pooling', 'cls'))
+    return ChoiceScorer(model_cfg, 1, rate, pooling=cfg.pooling)
 
   def encode(self, task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
     """Every (context, candidate) pair encoded as a text pair: [N, C, L] arrays."""

@@ -52,7 +52,7 @@ def load(init: str, from_scratch: bool = False, log=print) -> Pretrained:
         config = None  # not ours: the other sources say what is wrong with it
   if not (isinstance(config, dict) and 'objective' in config):
     return _load_source(init, from_scratch, log)
-  config = ml_collections.ConfigDict(config)
+  config = config_defaults.complete(config)
   with user_errors(ValueError, FileNotFoundError):
     _, meta, vocab = records_lib.workdir_vocab(init, config)
   setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))

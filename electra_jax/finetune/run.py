@@ -48,13 +48,13 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
   kind = kinds.get(task.kind)
   model = kind.model(model_cfg, task, cfg, rate)
   init = functools.partial(heads.init_params, model, pretrained=pretrained.params,
-                           reinit=heads.reinit_parts(cfg.get('reinit', ''), model_cfg.num_layers),
+                           reinit=heads.reinit_parts(cfg.reinit, model_cfg.num_layers),
                            shape=kind.init_shape)
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
   factors = optim.layerwise_multipliers(jax.eval_shape(init, jax.random.key(0)),
                                         model_cfg.num_layers, decay, o.layerwise_decay_rule)
-  factors = optim.with_word_table_factor(factors, o.get('word_table_lr', 1.0))
+  factors = optim.with_word_table_factor(factors, o.word_table_lr)
   tx, schedule = optim.make_optimizer(config_lib.optimizer_config(cfg, model_cfg, total_steps),
                                       lr_factors=factors)
   loss_fn = functools.partial(kind.loss, model=model, task=task)
@@ -154,6 +154,7 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   if mode not in MODES:
     raise UserError(f'--mode is {mode!r}; use one of {", ".join(MODES)}')
   mesh = partitioning.make_mesh()
+  cfg = config_lib.complete(cfg)  # a config file's fields it lacks at their defaults
   config_lib.check(cfg, mesh)
   saved = []
   if mode != 'train':
@@ -216,7 +217,7 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
     results.append(result)
     log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in results_lib.scored(task)
                                       if s in result for m, v in result[s].items()))
-  base = baseline_lib.reported(task, splits, log) if cfg.get('baseline', True) else None
+  base = baseline_lib.reported(task, splits, log) if cfg.baseline else None
   return results_lib.write(task, results, pretrained.checkpoint, workdir, log, base)
 
 

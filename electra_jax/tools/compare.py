@@ -75,9 +75,10 @@ def _pretrain(c, workdir: str, log) -> dict:
   """The pre-training's summary: read back when it finished with this very config (nothing is
   compiled then), else trained, resumed or refused by train_and_evaluate."""
   from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax import preflight  # pylint: disable=import-outside-toplevel
   path, saved = fs.join(workdir, 'summary.json'), fs.join(workdir, 'config.json')
   if fs.isfile(path) and fs.isfile(saved):
-    resolved, _ = pretrain.resolve(c, log=lambda *_: None)
+    resolved, _ = preflight.resolve(c, log=lambda *_: None)
     with fs.open(saved) as f:
       same = json.load(f) == json.loads(resolved.to_json())
     with fs.open(path) as f:

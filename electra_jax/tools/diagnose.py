@@ -23,7 +23,6 @@ import math
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import optax
 import numpy as np
 from flax.traverse_util import flatten_dict
@@ -31,6 +30,7 @@ from flax.traverse_util import flatten_dict
 from electra_jax import UserError
 from electra_jax import user_errors
 from electra_jax import checkpoint as checkpoint_lib
+from electra_jax import config as config_lib
 from electra_jax import fs
 from electra_jax import input_pipeline
 from electra_jax import model as model_lib
@@ -215,7 +215,7 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
     raise UserError(f'{workdir} is not a pre-training workdir (no config.json); give the '
                     '--workdir of launch/train.py')
   with fs.open(path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+    config = config_lib.complete(json.load(f))
   with user_errors(ValueError, FileNotFoundError):
     records_dir, meta, _ = records_lib.workdir_vocab(workdir, config)
   setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))

@@ -1,0 +1,104 @@
+"""The configs are declared once (electra_jax/fields.py): the views, checks and resume rules follow."""
+
+import dataclasses
+import json
+
+import pytest
+
+from electra_jax import config as config_lib
+from electra_jax import fields
+from electra_jax import model as model_lib
+from electra_jax import objectives
+from electra_jax.finetune import config as ft_config
+
+
+def test_the_model_and_objective_views_are_the_declared_sections():
+  c = config_lib.default_config().copy_and_resolve_references()
+  model = {f.name: f.default for f in dataclasses.fields(model_lib.ModelConfig)}
+  assert set(model) == set(c.model) | {'platform', 'chip'}
+  assert all(model[k] == c.model[k] for k in c.model)  # the same defaults, derived ones resolved
+  objective = {f.name: f.default for f in dataclasses.fields(objectives.ObjectiveConfig)}
+  assert set(objective) == set(c.objective) | {'sampler'}
+  assert all(objective[k] == c.objective[k] for k in c.objective)
+  # a field declared in the config reaches the model's view without another line
+  section = dataclasses.replace(config_lib.MODEL, fields={
+      **config_lib.MODEL.fields, 'extra': fields.Field(3, 'a test field', fields.at_least(1))})
+  root = dataclasses.replace(config_lib.CONFIG, fields={**config_lib.CONFIG.fields,
+                                                        'model': section})
+  assert ('extra', int) == fields.view_fields(root, 'model')[-1][:2]
+
+
+def test_unknown_keys_are_refused_never_dropped():
+  c = config_lib.default_config()
+  c.model.hidden_sise = 64  # a config file's typo: ConfigDict takes it
+  with pytest.raises(ValueError, match=r'model.hidden_sise is not a field of the config; remove '
+                     r'it \(the fields there: attention, .*hidden_size'):
+    config_lib.check(c)
+  with pytest.raises(ValueError, match='model.hidden_sise is not a field of the model'):
+    model_lib.ModelConfig.from_config(c.model)
+  with pytest.raises(ValueError, match='objective.rate is not a field of the objective'):
+    objectives.ObjectiveConfig.from_config({**config_lib.default_config().objective, 'rate': 1})
+  ft = ft_config.default_config()
+  ft.task.labels = 'a,b'
+  with pytest.raises(ValueError, match='task.labels is not a field of the fine-tuning config'):
+    fields.check(ft_config.CONFIG, ft, 'fine-tuning config')
+
+
+@pytest.mark.parametrize('path,value,message', [
+    ('train_steps', 0, 'train_steps is 0; it must be a number of at least 1'),
+    ('model.dropout_rate', 1.0, r'model.dropout_rate is 1.0; it must lie in \[0, 1\)'),
+    ('model.dtype', 'int8', "model.dtype is 'int8'; use one of 'auto', 'bfloat16'"),
+    ('model.attention', 'nowhere', "model.attention is 'nowhere'; use one of 'auto'"),
+    ('objective.temperature', 0.0, 'objective.temperature is 0.0; it must be a positive number'),
+    ('optimizer.b2', 1.0, r'optimizer.b2 is 1.0; give in \[0, 1\), e.g. 0.999'),
+    ('nonfinite', 'ignore', "nonfinite is 'ignore'; use one of 'stop', 'skip'"),
+    ('data.eval_fraction', 0.0, r'data.eval_fraction is 0.0; it must lie in \(0, 1\)'),
+])
+def test_each_declared_range_is_checked(path, value, message):
+  c = config_lib.default_config()
+  section, name = path.rsplit('.', 1) if '.' in path else ('', path)
+  (c[section] if section else c)[name] = value
+  with pytest.raises(ValueError, match=message):
+    config_lib.check(c)
+
+
+def test_the_resume_rules_come_from_the_declaration():
+  before = json.loads(config_lib.default_config().to_json())
+  def diffs(**changes):
+    c = config_lib.default_config()
+    for path, value in changes.items():
+      section, name = path.split('__')
+      c[section][name] = value
+    return fields.same_run_diffs(config_lib.CONFIG, before, json.loads(c.to_json()))
+  # how the model is computed, the schedule and the logging may change; what it computes may not
+  assert diffs(model__remat=True, model__attention='explicit', optimizer__learning_rate=1e-3) == []
+  assert diffs(model__hidden_size=64) == ['model.hidden_size 256 -> 64',
+                                          'model.intermediate_size 1024 -> 256',
+                                          'model.num_heads 4 -> 1']
+  assert diffs(data__max_seq_length=64) == ['data.max_seq_length 128 -> 64',
+                                            'objective.max_predictions 19 -> 9']
+  # a field added since the run counts as its default; one no longer declared counts as a change
+  older = json.loads(json.dumps(before))
+  del older['model']['gdes']
+  assert fields.same_run_diffs(config_lib.CONFIG, older, before) == []
+  assert fields.same_run_diffs(config_lib.CONFIG, older, {**before, 'model': {
+      **before['model'], 'gdes': True}}) == ['model.gdes False -> True']
+  older['data']['gone'] = 1
+  assert fields.same_run_diffs(config_lib.CONFIG, older, before) == ['data.gone 1 -> None']
+  # init_from: what must match the weights, what is taken from them
+  assert fields.paths(config_lib.MODEL, init_from='same') == (
+      'embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
+      'max_position_embeddings', 'type_vocab_size')
+  assert 'vocab_size' in fields.paths(config_lib.MODEL, init_from='adopt')
+
+
+def test_a_finetuning_config_from_an_earlier_version_gets_the_defaults_it_lacks():
+  saved = json.loads(ft_config.default_config().to_json())
+  del saved['pooling'], saved['task']['choices']
+  saved['seed'] = 3
+  done = ft_config.complete(saved)
+  assert (done.pooling, done.task.choices, done.seed) == ('cls', '', 3)
+  fields.check(ft_config.CONFIG, done, 'fine-tuning config')
+  assert fields.same_run_diffs(ft_config.CONFIG, saved, json.loads(done.to_json())) == []
+  assert fields.same_run_diffs(ft_config.CONFIG, saved, {**json.loads(done.to_json()),
+                                                         'num_seeds': 5, 'log_every': 7}) == []
