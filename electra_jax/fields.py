@@ -9,6 +9,7 @@ from other weights (`paths`, `same_run_diffs`). The model's and the objective's 
 """
 
 import dataclasses
+import difflib
 import math
 from typing import Any, Callable
 
@@ -144,8 +145,10 @@ def check(section: Section, config, what: str = 'config', prefix: str = ''):
       parent = path.rsplit('.', 1)[0] + '.' if '.' in path else ''
       known = sorted(p[len(parent):] for p in fields if p.startswith(parent)
                      and '.' not in p[len(parent):])
-      raise ValueError(f'{path} is not a field of the {what}; remove it (the fields there: '
-                       f'{", ".join(known)})')
+      close = difflib.get_close_matches(path[len(parent):], known, n=1)
+      raise ValueError(f'{path} is not a field of the {what}; ' + (
+          f'did you mean {parent}{close[0]}?' if close else
+          f'remove it (the fields there: {", ".join(known)})'))
   for path, f in fields.items():  # in the order they are declared: sources before derived
     problem = path in values and f.valid and f.valid(values[path])
     if problem:

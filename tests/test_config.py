@@ -31,9 +31,14 @@ def test_the_model_and_objective_views_are_the_declared_sections():
 def test_unknown_keys_are_refused_never_dropped():
   c = config_lib.default_config()
   c.model.hidden_sise = 64  # a config file's typo: ConfigDict takes it
-  with pytest.raises(ValueError, match=r'model.hidden_sise is not a field of the config; remove '
-                     r'it \(the fields there: attention, .*hidden_size'):
+  with pytest.raises(ValueError, match='model.hidden_sise is not a field of the config; did you '
+                     'mean model.hidden_size?'):
     config_lib.check(c)
+  other = config_lib.default_config()
+  other.data.colour = 3
+  with pytest.raises(ValueError, match=r'data.colour is not a field of the config; remove it \(the '
+                     r'fields there: batch_size, corpus, eval_batch_size, .*vocab\)'):
+    config_lib.check(other)
   with pytest.raises(ValueError, match='model.hidden_sise is not a field of the model'):
     model_lib.ModelConfig.from_config(c.model)
   with pytest.raises(ValueError, match='objective.rate is not a field of the objective'):
