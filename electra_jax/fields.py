@@ -10,6 +10,7 @@ from other weights (`paths`, `same_run_diffs`). The model's and the objective's 
 
 import dataclasses
 import difflib
+import json
 import math
 from typing import Any, Callable
 
@@ -175,7 +176,6 @@ def same_run_diffs(section: Section, before: dict, after: dict) -> list[str]:
 def complete(section: Section, saved) -> ml_collections.ConfigDict:
   """`saved` (a ConfigDict, or a dict as config.json holds it) with the fields it lacks at their
   defaults: what an earlier version computed, since a field's default keeps its behaviour."""
-  import json  # pylint: disable=import-outside-toplevel
   values = json.loads(saved.to_json()) if isinstance(saved, ml_collections.ConfigDict) else saved
   return ml_collections.ConfigDict(_with_defaults(json_default(section), values))
 
@@ -186,7 +186,6 @@ def _with_defaults(defaults: dict, saved: dict) -> dict:
 
 
 def json_default(section: Section) -> dict:
-  import json  # pylint: disable=import-outside-toplevel
   return json.loads(build(section).to_json())
 
 
