@@ -61,12 +61,8 @@ class _ModelConfigBase:
     """The model's view of `config.model` (or a dict of some of its fields: the others at their
     defaults) for `platform` ('' : JAX's default backend) and `chip`; ValueError for an unknown
     field or a value outside its range."""
-    names = {f.name for f in dataclasses.fields(cls)}
     values = dict(model_cfg.items())
-    unknown = sorted(set(values) - names)
-    if unknown:
-      raise ValueError(f'model.{unknown[0]} is not a field of the model; remove it (see '
-                       'electra_jax/config.py for the fields)')
+    fields_lib.check(config_lib.MODEL, values, 'model', prefix='model.')
     values['platform'] = platform
     values['chip'] = chip or ('' if platform else jax.devices()[0].device_kind)
     cfg = cls(**values)

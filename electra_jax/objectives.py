@@ -31,13 +31,10 @@ class _ObjectiveConfigBase:
   @classmethod
   def from_config(cls, objective_cfg, platform: str = ''):
     """The objective's view of `config.objective` for a run on `platform` ('' : JAX's default
-    backend), which picks the sampler; ValueError for an unknown field."""
+    backend), which picks the sampler; ValueError for an unknown field or a value outside its
+    range."""
     values = dict(objective_cfg.items())
-    names = {f.name for f in dataclasses.fields(cls)} - {'sampler'}
-    unknown = sorted(set(values) - names)
-    if unknown:
-      raise ValueError(f'objective.{unknown[0]} is not a field of the objective; remove it (see '
-                       'electra_jax/config.py for the fields)')
+    fields_lib.check(config_lib.OBJECTIVE, values, 'objective', prefix='objective.')
     accelerator = (platform or jax.default_backend()) in attention_lib.ACCELERATORS
     return cls(**values, sampler='gumbel' if accelerator else 'cdf')
 
