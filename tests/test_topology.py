@@ -23,8 +23,10 @@ from electra_jax import hlo_cost
 from electra_jax import model as model_lib
 from electra_jax import partitioning
 from electra_jax import compiling
+from electra_jax import flops
 from electra_jax import step as step_lib
 from electra_jax import topology
+from electra_jax.tools import ceiling
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
                                   reason='the TPU compiler (pip install -e ".[tpu]")')
@@ -207,6 +209,32 @@ def test_base_structure_compiles_for_v5e8_with_every_feature(v5e_report):
   assert est['unknown_loops'] == 0
   assert any('not a measurement' in line for line in lines)
   assert lines[-1] == 'v5e-8: every program compiles and fits'
+
+
+def test_the_ceilings_matmuls_are_the_ones_mfu_counts():
+  """The matmuls the ceiling compiles alone do the FLOPs that MFU's model FLOPs count."""
+  for preset in ('small', 'base', 'large'):
+    c = load_config(f'{ROOT}/configs/{preset}.py')
+    cfg = model_lib.ModelConfig.from_config(c.model, platform='tpu')
+    n = c.objective.max_predictions
+    matmuls, attention = ceiling.forward_matmuls(cfg, 512, 3, n)
+    counted = sum(mm.flops * mm.count for mm in matmuls) + attention
+    assert counted * 3 == pytest.approx(flops.step_matmul_flops(cfg, 512, 3, n), rel=1e-12)
+
+
+@needs_libtpu
+def test_the_matmuls_alone_bound_the_steps_estimate(v5e_report):
+  """Each matmul of the step compiled alone for a v5e chip: their sum is under the whole step's
+  estimate, above the FLOPs at peak, so its MFU lies between the step's and 100%."""
+  report, _ = v5e_report
+  c = base_like()
+  cfg = model_lib.ModelConfig.from_config(c.model, platform='tpu', chip='TPU v5 lite')
+  r = ceiling.ceiling(cfg, c.data.max_seq_length, c.data.batch_size,
+                      c.objective.max_predictions, report['microbatches'], topology.parse('v5e-8'))
+  assert r['rows'] == 32 // 8 // 2
+  assert r['ideal_seconds'] < r['seconds'] < report['estimate']['step_s']
+  assert report['estimate']['mfu'] < r['mfu'] < 1
+  assert all(seconds > 0 for _, seconds in r['lines'])
 
 
 @needs_libtpu
