@@ -107,3 +107,36 @@ def test_a_finetuning_config_from_an_earlier_version_gets_the_defaults_it_lacks(
   assert fields.same_run_diffs(ft_config.CONFIG, saved, json.loads(done.to_json())) == []
   assert fields.same_run_diffs(ft_config.CONFIG, saved, {**json.loads(done.to_json()),
                                                          'num_seeds': 5, 'log_every': 7}) == []
+
+
+def test_every_finetuning_config_file_passes_the_checks():
+  from conftest import ROOT, load_config  # pylint: disable=import-outside-toplevel
+  import glob  # pylint: disable=import-outside-toplevel
+  files = sorted(glob.glob(f'{ROOT}/configs/finetune/*.py'))
+  assert len(files) >= 4
+  for path in files:
+    fields.check(ft_config.CONFIG, load_config(path), 'fine-tuning config')
+
+
+def test_own_data_recipe_returns_to_the_papers_by_the_flags_its_docstring_gives():
+  """configs/finetune/own.py departs from the paper's recipe for short pre-trainings; the three
+  flags it names for a model pre-trained at full length give back every recipe field's default."""
+  from conftest import ROOT, load_config  # pylint: disable=import-outside-toplevel
+  import re  # pylint: disable=import-outside-toplevel
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  path = f'{ROOT}/configs/finetune/own.py'
+  spec = importlib.util.spec_from_file_location('own', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  own, paper = load_config(path), ft_config.default_config()
+  recipe = lambda c: {k: v for k, v in fields.flatten(c).items() if not k.startswith('task.')}
+  assert recipe(own) != recipe(paper)
+  flags = re.findall(r'--config\.([\w.]+)=(\S+)', module.__doc__.split('add\n')[-1])
+  assert len(flags) == 3
+  for key, value in flags:
+    *sections, last = key.split('.')
+    target = own
+    for s in sections:
+      target = target[s]
+    target[last] = type(target[last])(value)
+  assert recipe(own) == recipe(paper)
