@@ -59,9 +59,10 @@ class _ModelConfigBase:
   @classmethod
   def from_config(cls, model_cfg, platform: str = '', chip: str = ''):
     """The model's view of `config.model` (or a dict of some of its fields: the others at their
-    defaults) for `platform` ('' : JAX's default backend) and `chip`; ValueError for an unknown
-    field or a value outside its range."""
-    values = dict(model_cfg.items())
+    defaults; or a view's fields, whose platform and chip these arguments replace) for `platform`
+    ('' : JAX's default backend) and `chip`; ValueError for an unknown field or a value outside
+    its range."""
+    values = {k: v for k, v in model_cfg.items() if k not in ('platform', 'chip')}
     fields_lib.check(config_lib.MODEL, values, 'model', prefix='model.')
     values['platform'] = platform
     values['chip'] = chip or ('' if platform else jax.devices()[0].device_kind)
