@@ -48,16 +48,15 @@ def main(argv):
         f'chip and microbatch')
   print('each matmul compiled alone for one chip (forward + input gradient + weight gradient), '
         "XLA's TPU cost model's estimate per step:")
-  for mm, seconds in r['lines']:  # seconds: per microbatch
-    at_peak = 3 * mm.flops * mm.count / slice_.chip.peak_flops
-    print(f'  {1e3 * seconds * _MICROBATCHES.value:8.2f} ms  {100 * at_peak / seconds:5.1f}% of '
-          f'peak  {mm.count:3d} x [{mm.m}, {mm.k}] @ [{mm.k}, {mm.n}]  {mm.what}')
+  for mm, seconds in r['lines']:
+    at_peak = 3 * mm.flops * mm.count * r['parts'] / slice_.chip.peak_flops
+    print(f'  {1e3 * seconds:8.2f} ms  {100 * at_peak / seconds:5.1f}% of peak  {mm.count:3d} x '
+          f'[{mm.m}, {mm.k}] @ [{mm.k}, {mm.n}]  {mm.what}')
   print(f'  {1e3 * r["attention_seconds"]:8.2f} ms  100.0% of peak  attention scores and context '
         '(the flash kernel; counted at peak)')
   print(f'matmuls alone: {1e3 * r["seconds"]:.1f} ms per step (at peak: '
         f'{1e3 * r["ideal_seconds"]:.1f} ms) -> at most {100 * r["mfu"]:.1f}% MFU by this estimate '
-        '(model FLOPs '
-        f'{r["model_flops"] / 1e12:.2f} T per step)')
+        f'(model FLOPs {r["model_flops"] / 1e12:.2f} T per step)')
 
 
 if __name__ == '__main__':

@@ -235,6 +235,8 @@ def test_the_matmuls_alone_bound_the_steps_estimate(v5e_report):
   assert r['ideal_seconds'] < r['seconds'] < report['estimate']['step_s']
   assert report['estimate']['mfu'] < r['mfu'] < 1
   assert all(seconds > 0 for _, seconds in r['lines'])
+  assert sum(seconds for _, seconds in r['lines']) + r['attention_seconds'] == pytest.approx(
+      r['seconds'])
 
 
 @needs_libtpu

@@ -83,10 +83,12 @@ def _lone_seconds(device, chip: hlo_cost.Chip, kind: str, m: int, k: int, n: int
 def ceiling(cfg, seq_len: int, batch_size: int, predictions: int, microbatches: int,
             slice_) -> dict:
   """The matmul-only estimate of one ELECTRA step of the global batch on `slice_` (topology.Slice):
-  rows per chip and microbatch as the data-parallel step splits them."""
+  rows per chip and microbatch as the data-parallel step splits them. Times are per step (every
+  microbatch); `lines`: (Matmul, its seconds per step)."""
   chip, device = slice_.chip, slice_.devices()[0]
   chips = slice_.chips * slice_.num_slices
-  rows = batch_size // chips // max(microbatches, 1)
+  parts = max(microbatches, 1)
+  rows = batch_size // chips // parts
   matmuls, attention = forward_matmuls(cfg, seq_len, rows, predictions)
   cache, lines, total = {}, [], 0.0
   with aot.no_persistent_cache():
@@ -97,12 +99,12 @@ def ceiling(cfg, seq_len: int, batch_size: int, predictions: int, microbatches: 
         if key not in cache:
           cache[key] = _lone_seconds(device, chip, kind, mm.m, mm.k, mm.n)
         seconds += cache[key]
-      lines.append((mm, seconds * mm.count))
-      total += seconds * mm.count
-  attention_seconds = 3 * attention / chip.peak_flops
-  per_step = (total + attention_seconds) * max(microbatches, 1)
+      lines.append((mm, seconds * mm.count * parts))
+      total += seconds * mm.count * parts
+  attention_seconds = 3 * attention / chip.peak_flops * parts
+  per_step = total + attention_seconds
   model_flops = flops_lib.step_matmul_flops(cfg, seq_len, batch_size, predictions)
-  return dict(seconds=per_step, matmul_seconds=total * max(microbatches, 1),
-              attention_seconds=attention_seconds * max(microbatches, 1), rows=rows,
-              mfu=model_flops / (chips * chip.peak_flops * per_step), model_flops=model_flops,
-              ideal_seconds=model_flops / (chips * chip.peak_flops), lines=lines)
+  return dict(seconds=per_step, matmul_seconds=total, attention_seconds=attention_seconds,
+              rows=rows, parts=parts, mfu=model_flops / (chips * chip.peak_flops * per_step),
+              model_flops=model_flops, ideal_seconds=model_flops / (chips * chip.peak_flops),
+              lines=lines)
