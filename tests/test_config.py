@@ -125,7 +125,8 @@ def test_own_data_recipe_returns_to_the_papers_by_the_flags_its_docstring_gives(
   import ast  # pylint: disable=import-outside-toplevel
   import re  # pylint: disable=import-outside-toplevel
   path = f'{ROOT}/configs/finetune/own.py'
-  doc = ast.get_docstring(ast.parse(open(path).read()))
+  with open(path, encoding='utf-8') as f:
+    doc = ast.get_docstring(ast.parse(f.read()))
   own, paper = load_config(path), ft_config.default_config()
   recipe = lambda c: {k: v for k, v in fields.flatten(c).items() if not k.startswith('task.')}
   assert recipe(own) != recipe(paper)
