@@ -13,6 +13,7 @@
 built-in corpus in a temporary folder) at the config's global batch.
 """
 
+import dataclasses
 import json
 import os
 
@@ -31,8 +32,9 @@ _MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint'
                           'what to time (memory: compile only, the step\'s memory per device; '
                           'max_batch: the largest batch that fits a device; attention: one '
                           'layer\'s attention on each path)')
-_BLOCKS = flags.DEFINE_string('blocks', '', "--mode=attention: more kernel tilings to time, "
-                              "'bq,bk,bk_dkv,bq_dkv,bq_dq,bk_dq;...' (FlashOptions' block sizes)")
+_BLOCKS = flags.DEFINE_string('blocks', '', "--mode=attention: more kernel settings to time, "
+                              "'bq,bk,bk_dkv,bq_dkv,bq_dq,bk_dq;...' (FlashOptions' block sizes) "
+                              "or FlashOptions fields by name, 'num_warps=8,num_stages=3;...'")
 _MEMORY_GB = flags.DEFINE_float('memory_gb', 0, '--mode=max_batch: memory per device to fit in '
                                 '(default: what the GPU/TPU reports)')
 _RECORDS = flags.DEFINE_string('records', '', 'records folder for --mode=input/both; empty: build '
@@ -174,11 +176,29 @@ def _memory(config) -> dict:
   return r
 
 
+def _kernel_setting(spec: str) -> dict:
+  """'128,64,...' (the six block sizes in order) or 'name=value,...' (FlashOptions' fields)."""
+  from electra_jax import flash  # pylint: disable=import-outside-toplevel
+  fields = {f.name for f in dataclasses.fields(flash.FlashOptions)}
+  parts = [p.strip() for p in spec.split(',')]
+  try:
+    if all('=' in p for p in parts):
+      setting = {k.strip(): int(v) for k, v in (p.split('=', 1) for p in parts)}
+    else:
+      setting = dict(zip(('block_q', 'block_k', 'block_k_dkv', 'block_q_dkv', 'block_q_dq',
+                          'block_k_dq'), map(int, parts)))
+  except ValueError:
+    setting = None
+  unknown = set(setting or ()) - fields
+  if setting is None or unknown:
+    raise cli.UserError(f'--blocks has {spec!r}, not up to six block sizes or name=integer pairs of '
+                        f'{", ".join(sorted(fields - {"direction", "backend", "interpret", "dropout_rate"}))}')
+  return setting
+
+
 def _attention(config) -> list:
   from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
-  blocks = [dict(zip(('block_q', 'block_k', 'block_k_dkv', 'block_q_dkv', 'block_q_dq',
-                      'block_k_dq'), map(int, spec.split(','))))
-            for spec in _BLOCKS.value.split(';') if spec.strip()]
+  blocks = [_kernel_setting(spec) for spec in _BLOCKS.value.split(';') if spec.strip()]
   rows = benchmark.time_attention(config, repeats=_REPEATS.value, iterations=_STEPS.value,
                                   blocks=blocks)
   print(f'attention of one layer, forward + backward, {rows[0]["shape"]} (batch, length, heads, '

@@ -7,13 +7,14 @@
 #   bash launch/gpu_benchmarks.sh all
 # Each section prints its results and writes JSON next to OUT (default /tmp/electra_gpu).
 # Wall time on an H100 (jax 0.11.2, at ff97c9e): base's first command 277 s (our compile 72 s, the
-# peer's torch.compile most of the rest); small's did not finish in 249 s. A 15-minute device
-# session fits base and one more section, not all.
+# peer's torch.compile most of the rest); small's did not finish in 249 s. On an H200 at 37966d2
+# base (both commands) took 7 min 55 s, attention about 40 s. A 15-minute device session fits base
+# and one more short section, not all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The launch scripts import the installed package; a GPU image that has the dependencies but not
 # this package (pip install -e .) runs them from the checkout.
-python3 -c 'import electra_jax' 2>/dev/null || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+(cd / && python3 -c 'import electra_jax') 2>/dev/null || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-/tmp/electra_gpu}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
@@ -21,10 +22,11 @@ bench() { PYTHONUNBUFFERED=1 $PY launch/benchmark.py "$@"; }
 
 attention() {
   # one Base layer's attention, batch 64 x 512: the kernels are checked against the explicit path
-  # (same dropout mask) and timed; the block settings after the default are candidates
+  # (same dropout mask) and timed; the settings after the default are candidates (block sizes,
+  # or FlashOptions fields by name; the default is 8 warps, 3 stages)
   bench --config=configs/base.py --mode=attention --config.data.batch_size=64 \
     --config.model.dtype=bfloat16 --steps=20 --repeats=5 \
-    --blocks="128,64,64,64,64,64;128,128,128,32,128,32;64,64,64,32,64,32" \
+    --blocks="num_warps=4,num_stages=2;num_warps=8,num_stages=4;num_warps=4,num_stages=3;128,128,128,32,128,32" \
     --json="$OUT/attention.json"
 }
 

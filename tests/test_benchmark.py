@@ -123,10 +123,16 @@ def test_attention_mode_times_each_path_and_checks_it():
     assert 'error' not in r and r['ms'] > 0 and r['max_rel_diff'] < 1e-5
 
 
-def test_max_batch_without_a_known_limit_is_one_error_line():
+def test_max_batch_without_a_known_limit_and_bad_kernel_settings_are_one_error_line():
   command = [sys.executable, os.path.join(ROOT, 'launch', 'benchmark.py'),
              f'--config={os.path.join(ROOT, "configs", "tiny.py")}', '--steps=1', '--repeats=1']
   done = subprocess.run(command + ['--mode=max_batch'], capture_output=True, text=True,
                         env=CHILD_ENV, timeout=300, check=False)
   assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith('error:')
   assert '--memory_gb' in done.stderr
+  done = subprocess.run(command + ['--mode=attention', '--blocks=num_warps=8;num_warp=8'],
+                        capture_output=True, text=True, env=CHILD_ENV, timeout=300, check=False)
+  assert done.returncode == 2, done.stderr
+  assert done.stderr.strip().splitlines()[-1].startswith(
+      "error: --blocks has 'num_warp=8', not up to six block sizes or name=integer pairs of "
+      'block_k, ')
