@@ -552,6 +552,14 @@ def test_finetuning_bad_init_and_too_little_data_are_refused(tmp_path, pretraine
   cfg.update(batch_size=16, reinit='layer_7')
   with pytest.raises(UserError, match="reinit names 'layer_7', which this model does not have"):
     run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  cfg.update(reinit='', init_step='best')
+  with pytest.raises(UserError, match=r'init_step=best, but the pre-training in .* kept no best '
+                     r'checkpoint \(it ran without --config.keep_best'):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  cfg.update(init_step='last')
+  with pytest.raises(UserError, match="init_step is 'last'; give 'latest', 'best' or a step"):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  cfg.update(init_step='latest')
   assert not os.path.exists(tmp_path / 'ft')
   cfg.update(reinit='')
   with pytest.raises(UserError, match='holds no fine-tuning'):

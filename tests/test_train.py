@@ -365,6 +365,22 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
   assert summary['best_checkpoint'] == os.path.join(workdir, 'checkpoints', str(best))
   assert sorted(int(p) for p in os.listdir(os.path.join(workdir, 'checkpoints'))) == sorted(
       {best, 8})
+  # A fine-tuning starts from the checkpoint its init_step names: latest, best, or a step number.
+  from electra_jax.finetune import pretrained as pretrained_lib  # pylint: disable=import-outside-toplevel
+  ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
+  saved = {s: ckpt.restore_arrays(s)[0]['params']['discriminator'] for s in {best, 8}}
+  ckpt.close()
+  for step, want in (('latest', 8), ('best', best), ('8', 8), (str(best), best)):
+    got = pretrained_lib.load(workdir, step=step, log=_quiet)
+    assert got.checkpoint == os.path.join(workdir, 'checkpoints', str(want))
+    for a, b in zip(jax.tree.leaves(got.params['discriminator']), jax.tree.leaves(saved[want])):
+      np.testing.assert_array_equal(a, b)
+  if best != 8:
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(saved[best]),
+                                                       jax.tree.leaves(saved[8])))
+  with pytest.raises(UserError, match=rf'init_step=3, but {workdir} has no checkpoint of that '
+                     rf'step; its checkpoints are at steps \[{min(best, 8)}'):
+    pretrained_lib.load(workdir, step='3', log=_quiet)
   # Without config.json to compare with, a model of another width is refused by the checkpoint.
   os.remove(os.path.join(workdir, 'config.json'))
   wider = _small_run_config('', **{'data.records': records_dir, 'train_steps': 10,

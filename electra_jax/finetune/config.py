@@ -84,6 +84,10 @@ OPTIMIZER = Section(doc="AdamW; zeros mean the paper's value for the model's siz
 
 CONFIG = Section(fields=dict(
     init=F('', 'a pre-training workdir: its final checkpoint, vocabulary and model config'),
+    init_step=F('latest', "which checkpoint of a pre-training workdir: 'latest', 'best' (the one "
+                "its keep_best kept, e.g. the lowest held-out disc_loss) or a step number",
+                lambda x: None if x in ('latest', 'best') or str(x).isdigit() else
+                "give 'latest', 'best' or a step number such as 1000"),
     from_scratch=F(False, 'True: that model and vocabulary with random weights (a baseline)', BOOL),
     seed=F(0, 'seed of the first fine-tuning; run k uses seed + k', at_least(0)),
     num_seeds=F(1, 'fine-tunings from the same checkpoint; the median is reported (paper: 10)',

@@ -15,6 +15,7 @@ from electra_jax import user_errors
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import config as config_defaults
 from electra_jax import fs
+from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
 from electra_jax import records as records_lib
 from electra_jax import step as step_lib
@@ -33,10 +34,11 @@ class Pretrained:
   config: ml_collections.ConfigDict | None  # of the pre-training run, when known
 
 
-def load(init: str, from_scratch: bool = False, log=print) -> Pretrained:
+def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest') -> Pretrained:
   """The discriminator, vocabulary and model config of `init`: the workdir of a pre-training run
-  (its latest checkpoint), or weights made elsewhere (an HF transformers folder, a folder of
-  launch/export.py, an original TensorFlow checkpoint; see electra_jax/convert/sources.py)."""
+  (its checkpoint `step`: 'latest', 'best' by the run's keep_best metric, or a step number), or
+  weights made elsewhere (an HF transformers folder, a folder of launch/export.py, an original
+  TensorFlow checkpoint; see electra_jax/convert/sources.py)."""
   if not init:
     raise UserError('init is empty; set --init to a pre-training workdir (the --workdir of '
                     'launch/train.py), an HF transformers folder or an original checkpoint')
@@ -51,6 +53,9 @@ def load(init: str, from_scratch: bool = False, log=print) -> Pretrained:
       except ValueError:
         config = None  # not ours: the other sources say what is wrong with it
   if not (isinstance(config, dict) and 'objective' in config):
+    if str(step) != 'latest':
+      raise UserError(f'init_step={step} picks a checkpoint of a pre-training workdir, and {init} '
+                      'is not one; leave init_step at latest')
     return _load_source(init, from_scratch, log)
   config = config_defaults.complete(config)
   with user_errors(ValueError, FileNotFoundError):
@@ -58,15 +63,21 @@ def load(init: str, from_scratch: bool = False, log=print) -> Pretrained:
   setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
-    ckpt = checkpoint_lib.Checkpointer(fs.join(init, 'checkpoints'))
-    if ckpt.latest_step() is None:
-      raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves at '
-                      'the end, at save_every steps and when stopped)')
+    ckpt = checkpoint_lib.Checkpointer(
+        fs.join(init, 'checkpoints'), best_metric=config.keep_best,
+        best_mode=metrics_lib.EVAL_METRICS.get(config.keep_best, 'max'))
     try:
-      step, state, _ = ckpt.restore_latest(jax.jit(functools.partial(
-          step_lib.init_state, setup))(), log)
-    except ValueError as e:
-      raise UserError(str(e)) from None
+      if ckpt.latest_step() is None:
+        raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves '
+                        'at the end, at save_every steps and when stopped)')
+      target = jax.jit(functools.partial(step_lib.init_state, setup))()
+      with user_errors(ValueError):
+        if str(step) == 'latest':
+          step, state, _ = ckpt.restore_latest(target, log)
+        else:
+          step = _chosen_step(ckpt, init, str(step), config.keep_best)
+          ckpt.check_shapes(step, target)
+          state, _ = ckpt.restore(step, target)
     finally:
       ckpt.close()
     params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
@@ -75,6 +86,23 @@ def load(init: str, from_scratch: bool = False, log=print) -> Pretrained:
           params['embeddings']['word_embeddings'] + state.params['embeddings_residual'])}
     where = fs.join(ckpt.directory, str(step))
   return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where, config)
+
+
+def _chosen_step(ckpt, init: str, step: str, keep_best: str) -> int:
+  """The step named by init_step 'best' or '<number>' among the checkpoints on disk."""
+  steps = sorted(ckpt.all_steps())
+  if step == 'best':
+    best = ckpt.best_step()
+    if best is None:
+      raise UserError(f'init_step=best, but the pre-training in {init} kept no best checkpoint '
+                      + ('(it ran without --config.keep_best, e.g. keep_best=disc_loss with '
+                         'eval_every)' if not keep_best else f'by {keep_best} (none was saved '
+                         'at an evaluation)') + f'; use latest or one of the steps {steps}')
+    return best
+  if int(step) not in steps:
+    raise UserError(f'init_step={step}, but {init} has no checkpoint of that step; its '
+                    f'checkpoints are at steps {steps}')
+  return int(step)
 
 
 def _load_source(init: str, from_scratch: bool, log) -> Pretrained:

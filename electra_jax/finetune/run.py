@@ -169,7 +169,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
 
 
 def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
-  pretrained = pretrained_lib.load(cfg.init, cfg.from_scratch or mode != 'train', log)
+  pretrained = pretrained_lib.load(cfg.init, cfg.from_scratch or mode != 'train', log,
+                                   step=cfg.init_step)
   with user_errors(ValueError, FileNotFoundError):
     task, splits = tasks_lib.load(cfg.task, pretrained.config, log)
   if mode != 'train':
