@@ -88,6 +88,12 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
   return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where, config)
 
 
+def for_finetuning(cfg, mode: str, log=print) -> Pretrained:
+  """The start of a fine-tuning config `cfg` (its init, init_step, from_scratch); the saved
+  fine-tunings' own weights replace it outside mode 'train'."""
+  return load(cfg.init, cfg.from_scratch or mode != 'train', log, cfg.init_step)
+
+
 def _chosen_step(ckpt, init: str, step: str, keep_best: str) -> int:
   """The step named by init_step 'best' or '<number>' among the checkpoints on disk."""
   steps = sorted(ckpt.all_steps())

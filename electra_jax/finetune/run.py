@@ -169,8 +169,7 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
 
 
 def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
-  pretrained = pretrained_lib.load(cfg.init, cfg.from_scratch or mode != 'train', log,
-                                   step=cfg.init_step)
+  pretrained = pretrained_lib.for_finetuning(cfg, mode, log)
   with user_errors(ValueError, FileNotFoundError):
     task, splits = tasks_lib.load(cfg.task, pretrained.config, log)
   if mode != 'train':
