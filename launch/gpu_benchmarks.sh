@@ -13,11 +13,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The launch scripts import the installed package; a GPU image that has the dependencies but not
-# this package (pip install -e .) runs them from the checkout.
-(cd / && python3 -c 'import electra_jax') 2>/dev/null || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# this package (pip install -e .) runs them from the checkout (checked from /: in the checkout the
+# current folder would make it importable).
+PY=${PYTHON:-python3}
+(cd / && $PY -c 'import electra_jax') 2>/dev/null || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-/tmp/electra_gpu}
 mkdir -p "$OUT"
-PY=${PYTHON:-python3}
 bench() { PYTHONUNBUFFERED=1 $PY launch/benchmark.py "$@"; }
 
 attention() {
