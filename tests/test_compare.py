@@ -204,7 +204,7 @@ def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
   table = open(os.path.join(workdir, 'suite.md')).read()
   assert '| run | first (dev / test) | second (dev / test) |' in table
   base = tables['second'][2]['downstream']['second']
-  assert f'| TF-IDF baseline | ' in table and f'{100 * base["median"]:.2f} / ' \
+  assert '| TF-IDF baseline | ' in table and f'{100 * base["median"]:.2f} / ' \
       f'{100 * base["test_median"]:.2f} |' in table
   assert any(l.startswith('[second] electra: 2 steps') for l in lines), lines
 
