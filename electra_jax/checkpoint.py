@@ -17,6 +17,7 @@ import orbax.checkpoint as ocp
 from electra_jax import UserError
 from electra_jax import distributed
 from electra_jax import fs
+from electra_jax import metrics as metrics_lib
 from orbax.checkpoint import checkpoint_managers as policies
 
 
@@ -110,6 +111,14 @@ class Checkpointer:
         options=ocp.CheckpointManagerOptions(
             preservation_policy=policy, best_fn=best_fn, best_mode=best_mode, create=True,
             enable_async_checkpointing=True))
+
+  @classmethod
+  def of_run(cls, workdir: str, config) -> 'Checkpointer':
+    """The checkpoints of the pre-training run of `config` in `workdir`: its number kept and the
+    held-out metric (and direction) its best one is kept by."""
+    return cls(fs.join(workdir, 'checkpoints'), keep=config.keep_checkpoints,
+               best_metric=config.keep_best,
+               best_mode=metrics_lib.EVAL_METRICS.get(config.keep_best, 'max'))
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()

@@ -135,9 +135,7 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   make_setup = lambda cfg: step_lib.build_setup(config, special, platform, cfg)
   setup = make_setup(model_cfg)
   init_fn, _, _ = step_lib.compile_steps(setup, mesh)
-  ckpt = checkpoint_lib.Checkpointer(
-      fs.join(workdir, 'checkpoints'), keep=config.keep_checkpoints,
-      best_metric=config.keep_best, best_mode=metrics_lib.EVAL_METRICS.get(config.keep_best, 'max'))
+  ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config)
   start, state, readers, position = _restore(config, workdir, ckpt, init_fn(), meta, readers, log)
   if not start and source is not None:
     state = start_from(setup, state, source)

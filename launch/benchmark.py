@@ -179,7 +179,8 @@ def _memory(config) -> dict:
 def _kernel_setting(spec: str) -> dict:
   """'128,64,...' (the six block sizes in order) or 'name=value,...' (FlashOptions' fields)."""
   from electra_jax import flash  # pylint: disable=import-outside-toplevel
-  fields = {f.name for f in dataclasses.fields(flash.FlashOptions)}
+  tunable = {f.name for f in dataclasses.fields(flash.FlashOptions)} - {
+      'direction', 'dropout_rate', 'backend', 'interpret'}
   parts = [p.strip() for p in spec.split(',')]
   try:
     if all('=' in p for p in parts):
@@ -189,10 +190,9 @@ def _kernel_setting(spec: str) -> dict:
                           'block_k_dq'), map(int, parts)))
   except ValueError:
     setting = None
-  unknown = set(setting or ()) - fields
-  if setting is None or unknown:
-    raise cli.UserError(f'--blocks has {spec!r}, not up to six block sizes or name=integer pairs of '
-                        f'{", ".join(sorted(fields - {"direction", "backend", "interpret", "dropout_rate"}))}')
+  if setting is None or set(setting) - tunable:
+    raise cli.UserError(f'--blocks has {spec!r}, not up to six block sizes or name=integer pairs '
+                        f'of {", ".join(sorted(tunable))}')
   return setting
 
 

@@ -355,13 +355,13 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
     tmp_path, records_dir):
   config = _small_run_config('', **{'data.records': records_dir, 'train_steps': 8,
                                     'save_every': 0, 'keep_checkpoints': 1,
-                                    'keep_best': 'mlm_loss', 'optimizer.learning_rate': 3e-2})
+                                    'keep_best': 'mlm_accuracy', 'optimizer.learning_rate': 3e-2})
   workdir = str(tmp_path / 'w')
   summary = pretrain.train_and_evaluate(config, workdir, log=_quiet)
-  evals = {r['step']: r['mlm_loss'] for r in metrics_lib.read_jsonl(
+  evals = {r['step']: r['mlm_accuracy'] for r in metrics_lib.read_jsonl(
       os.path.join(workdir, 'metrics.jsonl')) if r['split'] == 'eval'}
   assert sorted(evals) == [2, 4, 6, 8] and len(set(evals.values())) == 4, evals
-  best = min(evals, key=evals.get)
+  best = max(evals, key=evals.get)  # an accuracy: higher is better
   assert summary['best_checkpoint'] == os.path.join(workdir, 'checkpoints', str(best))
   assert sorted(int(p) for p in os.listdir(os.path.join(workdir, 'checkpoints'))) == sorted(
       {best, 8})
@@ -375,9 +375,8 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
     assert got.checkpoint == os.path.join(workdir, 'checkpoints', str(want))
     for a, b in zip(jax.tree.leaves(got.params['discriminator']), jax.tree.leaves(saved[want])):
       np.testing.assert_array_equal(a, b)
-  if best != 8:
-    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(saved[best]),
-                                                       jax.tree.leaves(saved[8])))
+  assert best != 8 and any(not np.array_equal(a, b) for a, b in zip(
+      jax.tree.leaves(saved[best]), jax.tree.leaves(saved[8]))), evals
   with pytest.raises(UserError, match=rf'init_step=3, but {workdir} has no checkpoint of that '
                      rf'step; its checkpoints are at steps \[{min(best, 8)}'):
     pretrained_lib.load(workdir, step='3', log=_quiet)

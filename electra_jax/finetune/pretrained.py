@@ -15,7 +15,6 @@ from electra_jax import user_errors
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import config as config_defaults
 from electra_jax import fs
-from electra_jax import metrics as metrics_lib
 from electra_jax import model as model_lib
 from electra_jax import records as records_lib
 from electra_jax import step as step_lib
@@ -39,6 +38,7 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
   (its checkpoint `step`: 'latest', 'best' by the run's keep_best metric, or a step number), or
   weights made elsewhere (an HF transformers folder, a folder of launch/export.py, an original
   TensorFlow checkpoint; see electra_jax/convert/sources.py)."""
+  step = str(step)
   if not init:
     raise UserError('init is empty; set --init to a pre-training workdir (the --workdir of '
                     'launch/train.py), an HF transformers folder or an original checkpoint')
@@ -53,7 +53,7 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
       except ValueError:
         config = None  # not ours: the other sources say what is wrong with it
   if not (isinstance(config, dict) and 'objective' in config):
-    if str(step) != 'latest':
+    if step != 'latest':
       raise UserError(f'init_step={step} picks a checkpoint of a pre-training workdir, and {init} '
                       'is not one; leave init_step at latest')
     return _load_source(init, from_scratch, log)
@@ -63,19 +63,17 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
   setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
-    ckpt = checkpoint_lib.Checkpointer(
-        fs.join(init, 'checkpoints'), best_metric=config.keep_best,
-        best_mode=metrics_lib.EVAL_METRICS.get(config.keep_best, 'max'))
+    ckpt = checkpoint_lib.Checkpointer.of_run(init, config)
     try:
       if ckpt.latest_step() is None:
         raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves '
                         'at the end, at save_every steps and when stopped)')
       target = jax.jit(functools.partial(step_lib.init_state, setup))()
       with user_errors(ValueError):
-        if str(step) == 'latest':
+        if step == 'latest':
           step, state, _ = ckpt.restore_latest(target, log)
         else:
-          step = _chosen_step(ckpt, init, str(step), config.keep_best)
+          step = _chosen_step(ckpt, init, step, config.keep_best)
           ckpt.check_shapes(step, target)
           state, _ = ckpt.restore(step, target)
     finally:
