@@ -67,6 +67,18 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
   return optax.GradientTransformationExtraArgs(lambda _: optax.EmptyState(), update)
 
 
+def bounds_updates(opt_cfg) -> bool:
+  """Whether a finite gradient norm makes every update of `make_optimizer(opt_cfg)` finite, so
+  the train step need not compute the update's norm to guard against a non-finite one.
+
+  It does when the gradients are clipped before Adam: every clipped entry is at most
+  `grad_clip_norm`, so Adam's moments stay bounded and m / (sqrt(v) + eps) is at most about
+  `grad_clip_norm / eps` (eps is positive; from 1e-30 up it is a normal float32 that no device
+  flushes to zero, which would make 0 / 0 of a parameter that never had a gradient); weight decay,
+  the schedule and the learning-rate factors are finite products of finite parameters."""
+  return opt_cfg.grad_clip_norm > 0 and opt_cfg.eps >= 1e-30
+
+
 def learning_rate_schedule(peak: float, warmup_steps: int, decay_steps: int, power: float = 1.0,
                            kind: str = 'original'):
   """lr as a function of the number of updates already applied (0 for the first update)."""

@@ -62,6 +62,8 @@ class Setup:
   fsdp: bool | None = False  # parameters and optimizer state split over the devices
   #   (partitioning.py); None: decided for the mesh (`uses_fsdp`)
   param_shardings: Any = None  # set by compile_steps: gradients are kept in the parameters' layout
+  check_update: bool = True  # the NaN guard also computes the update's norm (False where
+  #   `optim.bounds_updates`: a finite gradient norm already makes every update finite)
 
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
@@ -85,7 +87,8 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
   return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
                seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
                objective_cfg=objective_cfg, special=special, draw=draw,
-               microbatches=max(1, config.microbatches), fsdp=config.fsdp)
+               microbatches=max(1, config.microbatches), fsdp=config.fsdp,
+               check_update=not optim.bounds_updates(config.optimizer))
 
 
 def _keys(seed: int):
@@ -107,14 +110,16 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   grad_norm = optax.tree.norm(grads)  # the clipping's norm too (optim.clip_by_global_norm)
   # NaN/Inf guard, without a host sync: a step whose loss, gradient norm or update is not finite
   # leaves parameters, optimizer state and metric sums as they were, and is counted; the loop reads
-  # the count at log time. (A finite gradient can still make a non-finite update, e.g. through the
-  # learning rate or Adam's moments.) A conditional, not a select between old and new values, lets
-  # XLA update the donated state in place; the update is computed twice (its norm here, fused into
-  # one reduction, and again in the branch that applies it) so that no second copy of the
-  # optimizer state is ever alive.
+  # the count at log time. A conditional, not a select between old and new values, lets XLA update
+  # the donated state in place. Unclipped, a finite gradient can still make a non-finite update
+  # (through the learning rate or Adam's moments): then the update is computed twice (its norm
+  # here, and again in the branch that applies it) so that no second copy of the optimizer state
+  # is ever alive. Clipped, it cannot (`optim.bounds_updates`), and the norm is not computed: on a
+  # v6e-8 Base step about 400 fusions, 0.64 ms of 47 by XLA's estimate.
   update = functools.partial(setup.tx.update, global_norm=grad_norm)
-  update_norm = optax.tree.norm(update(grads, state.opt_state, state.params)[0])
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm) & jnp.isfinite(update_norm)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  if setup.check_update:
+    finite &= jnp.isfinite(optax.tree.norm(update(grads, state.opt_state, state.params)[0]))
 
   def apply(params, opt_state):
     updates, opt_state = update(grads, opt_state, params)

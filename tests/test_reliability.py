@@ -81,21 +81,40 @@ def test_a_damaged_final_checkpoint_is_trained_again_rewritten_and_exports(tmp_p
 
 
 def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refused():
-  """Finite loss and gradients can still give a non-finite update (a NaN learning rate): the step
-  is not applied and is counted. The settings that produce such updates are refused up front."""
+  """Unclipped, finite loss and gradients can still give a non-finite update (a NaN learning
+  rate): the step is not applied and is counted. Clipped, a huge but finite gradient gives a
+  finite update, so the step does not compute the update's norm. The settings that produce
+  non-finite updates are refused up front."""
   import dataclasses  # pylint: disable=import-outside-toplevel
   import optax  # pylint: disable=import-outside-toplevel
-  setup = step_lib.build_setup(test_config(), SPECIAL)
-  poisoned = dataclasses.replace(setup, tx=optax.chain(setup.tx, optax.scale(float('nan'))))
   mesh = partitioning.make_mesh(jax.devices()[:1])
+  batch = synthetic_batch(16, 32, 96, seed=2)
+  setup = step_lib.build_setup(test_config(**{'optimizer.grad_clip_norm': 0.0}), SPECIAL)
+  assert setup.check_update
+  poisoned = dataclasses.replace(setup, tx=optax.chain(setup.tx, optax.scale(float('nan'))))
   init_fn, train_fn, _ = step_lib.compile_steps(poisoned, mesh)
   state = init_fn()
   before = jax.device_get(state.params)
-  batch = synthetic_batch(16, 32, 96, seed=2)
   state, _ = train_fn(state, batch)
   assert int(state.nonfinite_steps) == 1 and int(state.first_nonfinite) == 1
   for a, b in zip(jax.tree.leaves(jax.device_get(state.params)), jax.tree.leaves(before)):
     np.testing.assert_array_equal(a, b)
+
+  clipped = step_lib.build_setup(test_config(), SPECIAL)  # grad_clip_norm 1.0
+  assert not clipped.check_update
+  assert step_lib.build_setup(test_config(**{'optimizer.eps': 1e-35}), SPECIAL).check_update
+  huge = lambda *args, **kw: (lambda l, m: (l * 1e15, m))(*clipped.loss_fn(*args, **kw))
+  init_fn, train_fn, _ = step_lib.compile_steps(dataclasses.replace(clipped, loss_fn=huge), mesh)
+  state = init_fn()
+  before = jax.device_get(state.params)
+  for _ in range(2):
+    state, metrics = train_fn(state, batch)
+  assert int(state.nonfinite_steps) == 0
+  norm = float(metrics['grad_norm'][0]) / float(metrics['grad_norm'][1])
+  assert 1e10 < norm < float('inf'), norm  # clipped by a factor of 1e10 or more
+  after = jax.tree.leaves(jax.device_get(state.params))
+  assert all(np.isfinite(a).all() for a in after)
+  assert any(not np.array_equal(a, b) for a, b in zip(after, jax.tree.leaves(before)))
   for field, value, want in [('learning_rate', float('nan'), 'a positive number'),
                              ('learning_rate', -1e-3, 'a positive number'),
                              ('b2', 1.0, 'in [0, 1)'), ('eps', 0.0, 'a positive number'),
