@@ -46,6 +46,12 @@ def test_the_plan_estimates_time_at_one_measured_flop_rate(tmp_path):
   assert finetune['b']['seconds'] == pytest.approx(2 * finetune['a']['seconds'])  # two seeds
   assert total == pytest.approx(rows[0]['seconds'] + rows[1]['seconds'] +
                                 3 * (finetune['a']['seconds'] + finetune['b']['seconds']))
+  tasks['a'].search = 'optimizer.learning_rate=1e-4,3e-4; epochs=2,4'  # 4 recipes: 2 + 4 epochs
+  searched = compare.estimate(config, tasks, ('electra', 'mlm'), 100, 0.5)[1]['a']
+  assert searched['steps'] == 2 * (8 + 16) and searched['recipes'] == 4
+  per_run = 3 * 16 * 8 + 32  # forward passes: train steps (3 x a forward of 16 rows), 32 dev rows
+  assert searched['seconds'] == pytest.approx(
+      (3 * 16 * 48 + 4 * 32) / per_run * finetune['a']['seconds'])  # 48 steps, dev scored 4 times
   step_s = compare.measure_electra_step(config)
   assert 0 < step_s < 60
   lines = []

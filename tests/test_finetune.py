@@ -566,6 +566,80 @@ def test_finetuning_bad_init_and_too_little_data_are_refused(tmp_path, pretraine
     run.finetune(cfg, str(tmp_path / 'ft'), log=_quiet, mode='eval')
 
 
+def test_a_search_fine_tunes_each_recipe_apart_and_keeps_the_best_dev_median(tmp_path, pretrained):
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=3.0,
+             num_seeds=1, dropout_rate=0.0, search='optimizer.learning_rate=1e-7,2e-3')
+  cfg.task.update(name='own', train=_synthetic(tmp_path / 'train.csv', 240, 'classification', 0),
+                  dev=_synthetic(tmp_path / 'dev.csv', 96, 'classification', 1),
+                  test=_synthetic(tmp_path / 'test.csv', 32, 'classification', 2))
+  workdir = tmp_path / 'search'
+  lines = []
+  summary = run.finetune(cfg, str(workdir), log=lines.append)
+  names = ['optimizer.learning_rate=1e-7', 'optimizer.learning_rate=2e-3']
+  alone = {}  # each recipe's folder: a fine-tuning as launch/finetune.py makes it, with its rate
+  for name, rate in zip(names, (1e-7, 2e-3)):
+    saved = json.load(open(workdir / name / 'config.json'))
+    assert saved['optimizer']['learning_rate'] == rate and saved['search'] == ''
+    alone[name] = json.load(open(workdir / name / 'results.json'))
+  assert [r['recipe'] for r in summary['recipes']] == names
+  dev = {n: r['median']['dev/accuracy'] for n, r in alone.items()}
+  assert dev[names[1]] > dev[names[0]] + 0.05, dev  # a rate of 1e-7 does not learn in 45 steps
+  assert summary['chosen'] == names[1] and summary['median'] == alone[names[1]]['median']
+  assert summary['seeds'] == alone[names[1]]['seeds'] and 'baseline' in summary
+  assert 'baseline' in alone[names[0]] and 'baseline' not in alone[names[1]]  # scored once
+  table = (workdir / 'results.md').read_text()
+  assert f'| {names[1]} (chosen) | **{100 * dev[names[1]]:.2f}** |' in table
+  assert f'| {names[0]} | {100 * dev[names[0]]:.2f} |' in table and '| TF-IDF baseline |' in table
+  assert f'chosen on dev/accuracy: {names[1]}' in lines
+  assert any(l.startswith('== recipe 2 of 2: optimizer.learning_rate=2e-3') for l in lines)
+  # --mode=eval (the config as saved) scores the chosen recipe's fine-tunings again.
+  again = run.finetune(config_lib.saved_config(str(workdir), 'eval'), str(workdir), log=_quiet,
+                       mode='eval')
+  assert again['seeds'][0]['dev'] == pytest.approx(alone[names[1]]['seeds'][0]['dev'])
+
+
+@pytest.mark.parametrize('spec, message', [
+    ('learning_rate=1e-4', r'learning_rate is not a recipe field; did you mean '
+                           r'optimizer.learning_rate\?'),
+    ('seed=1,2', r'seed is not a recipe field; search the recipe.s fields, e.g. '),
+    ('optimizer.learning_rate', r"'optimizer.learning_rate' is not 'field=value,value'"),
+    ('optimizer.learning_rate=1e-4,', r"is not 'field=value,value'"),
+    ('optimizer.learning_rate=fast', r'optimizer.learning_rate=fast is not a number'),
+    ('epochs=3; epochs=10', r'names epochs twice'),
+    ('pooling=mean,mean', r'gives a value twice'),
+    ('task.train=a.csv,b.csv', r'task.train is not a recipe field'),
+    ('num_seeds=1,3', r'num_seeds is not a recipe field'),
+    ('batch_size=16.5', r'batch_size=16.5 is not an integer'),
+    ('pooling=max', r"pooling is 'max'; use one of 'cls', 'mean'"),
+    ('baseline=yes', r'baseline takes True or False'),
+])
+def test_a_bad_search_is_refused_in_one_sentence_before_anything_runs(tmp_path, spec, message):
+  cfg = config_lib.default_config()
+  cfg.update(init=str(tmp_path / 'nowhere'), search=spec)
+  cfg.task.update(name='own', train='train.csv', dev='dev.csv')
+  with pytest.raises(UserError, match=message):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=_quiet)
+  assert not os.path.exists(tmp_path / 'ft')
+
+
+def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie():
+  from electra_jax.finetune import search  # pylint: disable=import-outside-toplevel
+  done = [('a', {'median': {'dev/accuracy': 0.8, 'test/accuracy': 0.1}}),
+          ('b', {'median': {'dev/accuracy': 0.9, 'test/accuracy': 0.0}}),
+          ('c', {'median': {'dev/accuracy': 0.9, 'test/accuracy': 1.0}})]
+  assert search.choose(done) == 1
+  with pytest.raises(UserError, match='chooses on a dev split, and the task has none'):
+    search.choose([('a', {'median': {'test/accuracy': 0.5}})])
+  cfg = config_lib.default_config()
+  cfg.search = 'optimizer.learning_rate=1e-4,3e-4 epochs=3;pooling=cls,mean'
+  grid = search.recipes(cfg)
+  assert [name for name, _ in grid] == [
+      f'optimizer.learning_rate={r},epochs=3,pooling={p}' for r in ('1e-4', '3e-4')
+      for p in ('cls', 'mean')]
+  assert grid[1][1] == {'optimizer.learning_rate': 1e-4, 'epochs': 3.0, 'pooling': 'mean'}
+
+
 def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
   from electra_jax import corpus, records  # pylint: disable=import-outside-toplevel
   splits = tasks_lib.load_builtin(seed=0, eval_fraction=0.05, max_train=1000)

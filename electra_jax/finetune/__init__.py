@@ -16,6 +16,7 @@
     heads.py      the discriminator encoder with a classifier head (parameter names of pre-training)
     batches.py    global batches, the train stream, predictions and scores over a split
     results.py    the seeds' table, median and baseline row; results.md / results.json
+    search.py     a few recipes (--config.search), each fine-tuned K times, the best dev median kept
     scores.py     accuracy, F1, Matthews correlation, Pearson, Spearman
     baseline.py   TF-IDF + linear model on the same splits
     topology.py   the fine-tuning compiled for a Cloud TPU slice (--topology)

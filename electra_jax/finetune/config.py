@@ -115,6 +115,9 @@ CONFIG = Section(fields=dict(
     baseline=F(True, 'classification / regression: also score a TF-IDF + logistic (ridge) '
                'regression baseline on the same splits (finetune/baseline.py)', BOOL,
                resume='free'),
+    search=F('', "recipes to choose among by their dev median, each fine-tuned num_seeds times: "
+             "'field=value,value[; field=value,value]', e.g. 'optimizer.learning_rate=1e-4,3e-4' "
+             "('': the recipe as set; finetune/search.py)", resume='free'),
     task=TASK, qa=QA, optimizer=OPTIMIZER,
 ))
 

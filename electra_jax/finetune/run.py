@@ -5,6 +5,7 @@
     -> shuffled global batches (seed, epoch)                                   (batches.py)
     -> step_lib.train_step (the pre-training step: loss, clip, layer-wise AdamW, NaN guard)
     -> dev predictions -> scores per seed -> median -> results.md / .json       (results.py)
+    (--config.search: that for each of a few recipes, the best dev median kept  (search.py))
 
 Nothing here depends on the kind of task: its module (classification.py, regression.py, tagging.py,
 qa.py, multiple_choice.py) encodes, builds the head and its loss, scores and writes predictions.
@@ -35,6 +36,7 @@ from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import results as results_lib
+from electra_jax.finetune import search as search_lib
 from electra_jax.finetune import tasks as tasks_lib
 
 
@@ -109,16 +111,13 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
       return {'seed': seed, 'preempted': result.preempted}
     best = ckpt.best_step()
     ckpt.close()
-  skipped = int(jax.device_get(result.state.nonfinite_steps))
-  if skipped:
+  if skipped := int(jax.device_get(result.state.nonfinite_steps)):
     log(f'  warning: seed {seed}: {skipped} step(s) had a non-finite loss and were skipped; '
         'lower optimizer.learning_rate')
   out = {'seed': seed, 'steps': total, 'epochs': epochs, **scores_at[total],
          **batches.split_scores(cfg, task, setup.model, result.state.params, data, splits, mesh,
                                 task.test_splits)}
-  if cfg.eval_every and best is not None:
-    out['best_step'] = best
-  return out
+  return {**out, 'best_step': best} if cfg.eval_every and best is not None else out
 
 
 def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
@@ -130,12 +129,11 @@ def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
     raise UserError(f'{seed_dir} holds no fine-tuned checkpoint; run --mode=train first')
   setup = make_setup(cfg, pretrained, task, step, seed)
   init_fn, _, _ = step_lib.compile_steps(setup, partitioning.make_mesh())
-  try:
-    _, state, meta = ckpt.restore_latest(init_fn())
-  except ValueError as e:
-    raise UserError(str(e)) from None
-  finally:
-    ckpt.close()
+  with user_errors(ValueError):
+    try:
+      _, state, meta = ckpt.restore_latest(init_fn())
+    finally:
+      ckpt.close()
   if meta.get('labels', list(task.labels)) != list(task.labels):
     raise UserError(f'{seed_dir} was fine-tuned with the labels {meta["labels"]}, not '
                     f'{list(task.labels)}; use the data it was trained on')
@@ -156,6 +154,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   mesh = partitioning.make_mesh()
   cfg = config_lib.complete(cfg)  # a config file's fields it lacks at their defaults
   config_lib.check(cfg, mesh)
+  if cfg.search:  # a few recipes, the one with the best dev median kept (search.py)
+    return search_lib.finetune(cfg, workdir, log, mode, finetune)
   saved = []
   if mode != 'train':
     saved = sorted((int(n.split('_')[1]), fs.join(workdir, n)) for n in (

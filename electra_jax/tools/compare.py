@@ -120,6 +120,7 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
   step (`electra_step_s`), each fine-tuning (its train steps, 3 x a forward, and one forward pass
   over the dev and test splits per seed) at the same rate. Returns (plan rows with 'seconds',
   {task label: steps, examples, seconds of one run's fine-tunings}, total seconds)."""
+  from electra_jax.finetune import search  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   rows = plan(config, names, electra_steps)
   electra = run_config(config, 'electra')
@@ -129,11 +130,17 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
   for label, ft in as_tasks(ft_configs).items():
     with user_errors(ValueError, FileNotFoundError):
       task, splits = tasks_lib.load(ft.task, config, log=lambda *_: None)
-    forward = flops_lib.encoder_forward_flops(cfg, ft.max_seq_length)
-    steps = max(1, int(round((ft.epochs or task.epochs) * (len(splits['train']) // ft.batch_size))))
-    scored = sum(len(v) for k, v in splits.items() if k != 'train')
-    flops = ft.num_seeds * (3 * forward * ft.batch_size * steps + forward * scored)
-    finetune_s[label] = {'steps': steps, 'examples': len(splits['train']), 'seconds': flops / rate}
+    steps = flops = 0
+    recipes = ([search.recipe_config(ft, r) for _, r in search.recipes(ft)] if ft.get('search')
+               else [ft])  # a search: each of its recipes
+    for f in recipes:
+      forward = flops_lib.encoder_forward_flops(cfg, f.max_seq_length)
+      n = max(1, int(round((f.epochs or task.epochs) * (len(splits['train']) // f.batch_size))))
+      scored = sum(len(v) for k, v in splits.items() if k != 'train')
+      steps += n
+      flops += f.num_seeds * (3 * forward * f.batch_size * n + forward * scored)
+    finetune_s[label] = {'steps': steps, 'examples': len(splits['train']), 'seconds': flops / rate,
+                         'recipes': len(recipes)}
   for row in rows:
     row['seconds'] = row['steps'] * row['flops_per_step'] / rate
   total = sum(r['seconds'] for r in rows) + (len(rows) + 1) * sum(
@@ -155,7 +162,8 @@ def print_plan(config, ft_configs, names, electra_steps: int, electra_step_s: fl
     log(f'| {r["name"]} | {r["config"].objective.name} | {r["steps"]:,} | '
         f'{r["flops_per_step"] / 1e9:.2f} | {_duration(r["seconds"])} |')
   for label, f in finetune_s.items():
-    log(f'fine-tuning {label}: {f["examples"]:,} train examples, {f["steps"]:,} steps per seed, '
+    log(f'fine-tuning {label}: {f["examples"]:,} train examples, {f["steps"]:,} steps per seed'
+        + (f' over {f["recipes"]} recipes' if f['recipes'] > 1 else '') + ', '
         f'est. {_duration(f["seconds"])} per run ({len(rows)} runs + random init)')
   log(f'estimated total: {_duration(total)} (matmul FLOPs only: input pipeline, evaluation '
       'during pre-training, compilation and checkpoints come on top)')
