@@ -623,12 +623,18 @@ def test_a_bad_search_is_refused_in_one_sentence_before_anything_runs(tmp_path, 
   assert not os.path.exists(tmp_path / 'ft')
 
 
-def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie():
+def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
   from electra_jax.finetune import search  # pylint: disable=import-outside-toplevel
-  done = [('a', {'median': {'dev/accuracy': 0.8, 'test/accuracy': 0.1}}),
-          ('b', {'median': {'dev/accuracy': 0.9, 'test/accuracy': 0.0}}),
-          ('c', {'median': {'dev/accuracy': 0.9, 'test/accuracy': 1.0}})]
+  done = [(n, {'task': 't', 'init': 'x', 'seeds': [], 'median': {'dev/accuracy': d,
+                                                                 'test/accuracy': t}})
+          for n, d, t in (('a', 0.8, 0.1), ('b', 0.9, 0.0), ('c', 0.9, 1.0))]
   assert search.choose(done) == 1
+  lines = []
+  write = search._write  # pylint: disable=protected-access
+  summary = write(config_lib.default_config(), done, str(tmp_path), lines.append)
+  assert summary['chosen'] == 'b' and summary['median']['test/accuracy'] == 0.0
+  assert 'chosen on dev/accuracy: b (level on dev/accuracy with c; the first given is kept)' in lines
+  assert '| b (chosen) | **90.00** | **0.00** |' in (tmp_path / 'results.md').read_text()
   with pytest.raises(UserError, match='chooses on a dev split, and the task has none'):
     search.choose([('a', {'median': {'test/accuracy': 0.5}})])
   cfg = config_lib.default_config()

@@ -151,6 +151,10 @@ def _write(cfg, done: list, workdir: str, log) -> dict:
         f'{100 * base[s][m]:.2f}' if s in base else '-'
         for s, m in (c.split('/', 1) for c in columns)) + ' |')
   table = '\n'.join(lines) + '\n'
+  level = [n for i, (n, r) in enumerate(done)
+           if i != best and r['median'][columns[0]] == result['median'][columns[0]]]
+  chosen = name + (f' (level on {columns[0]} with {", ".join(level)}; the first given is kept)'
+                   if level else '')
   summary = {**result, 'search': cfg.search, 'chosen': name,
              'recipes': [{'recipe': n, 'median': r['median']} for n, r in done]}
   if base:
@@ -158,9 +162,9 @@ def _write(cfg, done: list, workdir: str, log) -> dict:
   fs.write_atomic(fs.join(workdir, 'results.json'), metrics_lib.dumps(summary, indent=2))
   fs.write_atomic(fs.join(workdir, 'results.md'), (
       f'# {result["task"]}: {len(done)} recipes, chosen on {columns[0]}, from {result["init"]}\n\n'
-      f'{table}\nchosen: {name} (its seeds: {name}/results.md)\n'))
+      f'{table}\nchosen: {chosen}; its seeds: {name}/results.md\n'))
   log(table)
-  log(f'chosen on {columns[0]}: {name}')
+  log(f'chosen on {columns[0]}: {chosen}')
   for c in columns if base else ():
     split, metric = c.split('/', 1)
     if split in base and c == f'{split}/{next(iter(base[split]))}':
