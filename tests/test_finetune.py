@@ -633,7 +633,8 @@ def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
   write = search._write  # pylint: disable=protected-access
   summary = write(config_lib.default_config(), done, str(tmp_path), lines.append)
   assert summary['chosen'] == 'b' and summary['median']['test/accuracy'] == 0.0
-  assert 'chosen on dev/accuracy: b (level on dev/accuracy with c; the first given is kept)' in lines
+  assert ('chosen on dev/accuracy: b (level on dev/accuracy with c; the first given is kept)'
+          in lines)
   assert '| b (chosen) | **90.00** | **0.00** |' in (tmp_path / 'results.md').read_text()
   with pytest.raises(UserError, match='chooses on a dev split, and the task has none'):
     search.choose([('a', {'median': {'test/accuracy': 0.5}})])
