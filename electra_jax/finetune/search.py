@@ -9,8 +9,8 @@ folder of the workdir (named by the recipe, e.g. `optimizer.learning_rate=1e-4/`
 launch/finetune.py would without the search, so a killed search resumes where it stopped. The
 recipe whose median on the first dev split's first metric is highest is chosen (the first given
 wins a tie); the test split plays no part in the choice. results.md lists every recipe's medians
-and marks the chosen one; results.json holds them, with the chosen recipe's seeds and medians
-where a fine-tuning's own results have them. --mode=eval and --mode=predict use the chosen
+and marks the chosen one; results.json holds them and, where a fine-tuning's own results.json has
+them, the chosen recipe's seeds and medians. --mode=eval and --mode=predict use the chosen
 recipe's fine-tunings.
 """
 
@@ -28,7 +28,7 @@ from electra_jax import workdir as workdir_lib
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import config as config_lib
 
-# what a recipe may not change: the data, the start, the seeds and how the run is reported
+# what a recipe may not change: the data, the start (init, init_step, from_scratch), the seeds
 _FIXED = ('task.', 'init', 'from_scratch', 'seed', 'num_seeds', 'search')
 
 
