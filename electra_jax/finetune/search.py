@@ -91,20 +91,22 @@ def recipe_config(cfg, recipe: dict):
   """`cfg` with the recipe's values and no search; its values checked."""
   out = copy.deepcopy(cfg)
   out.search = ''
-  for path, value in recipe.items():
-    *parents, name = path.split('.')
-    node = out
-    for p in parents:
-      node = node[p]
-    node[name] = value
+  out.update_from_flattened_dict(recipe)
   with user_errors(ValueError):
     fields.check(config_lib.CONFIG, out, 'fine-tuning config')
   return out
 
 
+def configs(cfg) -> list[tuple[str, object]]:
+  """[(folder name, config)] of each recipe of `cfg.search`; [('', cfg)] without a search."""
+  if not cfg.get('search'):
+    return [('', cfg)]
+  return [(name, recipe_config(cfg, recipe)) for name, recipe in recipes(cfg)]
+
+
 def finetune(cfg, workdir: str, log, mode: str, finetune_fn) -> dict:
   """Runs the search of `cfg.search` in `workdir` (finetune_fn: run.finetune for one recipe)."""
-  grid = [(name, recipe_config(cfg, recipe)) for name, recipe in recipes(cfg)]
+  grid = configs(cfg)
   if cfg.task.train and not cfg.task.dev:
     raise UserError('--config.search chooses a recipe on the dev split; name one with '
                     '--config.task.dev=FILE')

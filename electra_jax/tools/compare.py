@@ -131,12 +131,11 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
     with user_errors(ValueError, FileNotFoundError):
       task, splits = tasks_lib.load(ft.task, config, log=lambda *_: None)
     steps = flops = 0
-    recipes = ([search.recipe_config(ft, r) for _, r in search.recipes(ft)] if ft.get('search')
-               else [ft])  # a search: each of its recipes
+    recipes = [f for _, f in search.configs(ft)]  # a search: each of its recipes
+    scored = sum(len(v) for k, v in splits.items() if k != 'train')
     for f in recipes:
       forward = flops_lib.encoder_forward_flops(cfg, f.max_seq_length)
       n = max(1, int(round((f.epochs or task.epochs) * (len(splits['train']) // f.batch_size))))
-      scored = sum(len(v) for k, v in splits.items() if k != 'train')
       steps += n
       flops += f.num_seeds * (3 * forward * f.batch_size * n + forward * scored)
     finetune_s[label] = {'steps': steps, 'examples': len(splits['train']), 'seconds': flops / rate,
