@@ -20,7 +20,7 @@ run's steps and the estimated time (one ELECTRA step is compiled and timed) and 
 --suite runs the comparison on every task of a suite of launch/build_tasks.py, each run pre-trained
 on that task's own train texts (<workdir>/<task>/), fine-tuned with configs/finetune/own.py (or
 --finetune_config), beside random weights and the TF-IDF baseline; one table over the tasks goes to
-<workdir>/suite.md.
+<workdir>/suite.md. --tasks=man_section,debian_section runs those tasks of the suite alone.
 """
 
 import importlib.util
@@ -43,6 +43,8 @@ _STEPS = flags.DEFINE_integer('electra_steps', 2000, 'the budget: FLOPs of this 
 _SEEDS = flags.DEFINE_integer('num_seeds', 3, 'fine-tunings per run (the same seeds for all)')
 _SUITE = flags.DEFINE_string('suite', None, 'a folder written by launch/build_tasks.py: compare on '
                              'each of its tasks, pre-training on its own texts')
+_TASKS = flags.DEFINE_list('tasks', [], "with --suite: these of its tasks alone (comma separated; "
+                           'default: every task)')
 _PLAN = flags.DEFINE_bool('plan', False, 'print the steps and estimated time; train nothing')
 flags.mark_flags_as_required(['workdir'])
 
@@ -57,6 +59,9 @@ def main(argv):
   log = lambda line: print(line, flush=True)
   if _SUITE.value:
     return _suite(compare, log)
+  if _TASKS.value:
+    raise cli.UserError('--tasks picks tasks of a suite; give the suite with --suite=<folder of '
+                        'launch/build_tasks.py>, or leave --tasks out')
   if flags.FLAGS['finetune_config'].present:
     tasks = compare.as_tasks(_FT_CONFIG.value)  # named as finetune.py names it (own data: its file)
   else:  # both built-in tasks, each with the --finetune_config.<field> overrides given
@@ -86,11 +91,12 @@ def _suite(compare, log):
   ft.num_seeds = _SEEDS.value
   if not _PLAN.value:
     compare.compare_suite(_CONFIG.value, _SUITE.value, ft, _WORKDIR.value, _RUNS.value,
-                          _STEPS.value, log=log)
+                          _STEPS.value, log=log, tasks=_TASKS.value)
     return
+  tasks = compare.suite_tasks(_SUITE.value, ft, _TASKS.value)  # a wrong name before the timing
   step_s = compare.measure_electra_step(_CONFIG.value)
   total = 0.0
-  for name, corpus, task_ft in compare.suite_tasks(_SUITE.value, ft):
+  for name, corpus, task_ft in tasks:
     log(f'== {name} (pre-training on {corpus})')
     total += compare.print_plan(compare.suite_config(_CONFIG.value, corpus), {name: task_ft},
                                 _RUNS.value, _STEPS.value, step_s, log)

@@ -231,3 +231,19 @@ def test_a_corpus_too_small_for_the_vocabulary_gets_the_size_it_fills(tmp_path):
   lines.clear()  # a re-run finds the records built with the fitted size
   again = compare._shared_records(config, str(tmp_path / 'w'), lines.append)  # pylint: disable=protected-access
   assert again.model.vocab_size == size and any('have a vocabulary of' in l for l in lines)
+
+
+def test_tasks_of_a_suite_are_picked_by_name_in_the_suites_order(tmp_path):
+  """compare.py --suite --tasks: the named tasks alone, in the suite's order; a name the suite does
+  not hold is one sentence naming the tasks it does."""
+  suite_dir = tmp_path / 'suite'
+  suite_dir.mkdir()
+  (suite_dir / 'suite.json').write_text(json.dumps({'tasks': [{'name': n} for n in ('a', 'b', 'c')]}))
+  ft = ft_config_lib.default_config()
+  picked = compare.suite_tasks(str(suite_dir), ft, ['c', 'a'])
+  assert [name for name, _, _ in picked] == ['a', 'c']
+  assert picked[1][1] == os.path.join(str(suite_dir), 'c', 'corpus.txt')
+  assert picked[1][2].task.train == os.path.join(str(suite_dir), 'c', 'train.csv')
+  assert [name for name, _, _ in compare.suite_tasks(str(suite_dir), ft)] == ['a', 'b', 'c']
+  with pytest.raises(UserError, match=r"has no task 'd'; its tasks are a, b, c"):
+    compare.suite_tasks(str(suite_dir), ft, ['a', 'd'])

@@ -343,17 +343,23 @@ def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
 
 # ---- the real-text suite (launch/build_tasks.py): each task pre-trained on its own texts ---------
 
-def suite_tasks(suite_dir: str, ft_base: ml_collections.ConfigDict) -> list[tuple]:
+def suite_tasks(suite_dir: str, ft_base: ml_collections.ConfigDict, only=()) -> list[tuple]:
   """(task name, its pre-training corpus, its fine-tuning config) per task of the suite that
-  launch/build_tasks.py wrote to `suite_dir`."""
+  launch/build_tasks.py wrote to `suite_dir`, in the suite's order; `only`: those tasks alone."""
   path = fs.join(suite_dir, 'suite.json')
   if not fs.isfile(path):
     raise UserError(f'{suite_dir} holds no suite.json; build the suite with python '
                     f'launch/build_tasks.py --out={suite_dir}')
   described = fs.read_json(path, f'build the suite again: python launch/build_tasks.py '
                                  f'--out={suite_dir}')
+  names = [t['name'] for t in described['tasks']]
+  if unknown := [n for n in only if n not in names]:
+    raise UserError(f'the suite in {suite_dir} has no task {", ".join(map(repr, unknown))}; its '
+                    f'tasks are {", ".join(names)}')
   out = []
   for t in described['tasks']:
+    if only and t['name'] not in only:
+      continue
     folder = fs.join(suite_dir, t['name'])  # where the suite is now, wherever it was built
     ft = ml_collections.ConfigDict(ft_base.to_dict())
     ft.task.update(name='own', kind='classification', header=True, text_a='text', text_b='',
@@ -370,11 +376,12 @@ def suite_config(config: ml_collections.ConfigDict, corpus: str) -> ml_collectio
 
 
 def compare_suite(config, suite_dir: str, ft_base, workdir: str, names=DEFAULT_RUNS,
-                  electra_steps: int = 2000, log=print) -> dict:
-  """`compare` on every task of a suite, each run pre-trained on the task's own train texts, under
-  `workdir/<task>`; then one table over the tasks (suite.md, suite.json). Returns {task: rows}."""
+                  electra_steps: int = 2000, log=print, tasks=()) -> dict:
+  """`compare` on every task of a suite (`tasks`: those alone), each run pre-trained on the task's
+  own train texts, under `workdir/<task>`; then one table over the tasks (suite.md, suite.json).
+  Returns {task: rows}."""
   tables = {}
-  for name, corpus, ft in suite_tasks(suite_dir, ft_base):
+  for name, corpus, ft in suite_tasks(suite_dir, ft_base, tasks):
     log(f'== {name}: pre-training on {corpus}')
     tables[name] = compare(suite_config(config, corpus), {name: ft}, fs.join(workdir, name), names,
                            electra_steps, log=lambda line, name=name: log(f'[{name}] {line}'))
