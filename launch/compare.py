@@ -82,6 +82,7 @@ def main(argv):
 
 
 def _suite(compare, log):
+  from electra_jax.tools import compare_suite  # pylint: disable=import-outside-toplevel
   if flags.FLAGS['finetune_config'].present:
     ft = _FT_CONFIG.value
   else:  # your own data's defaults, with the --finetune_config.<field> overrides given
@@ -90,16 +91,16 @@ def _suite(compare, log):
     ft = compare.with_fields(own, _FT_CONFIG.value, cli.overridden_fields('finetune_config'))
   ft.num_seeds = _SEEDS.value
   if not _PLAN.value:
-    compare.compare_suite(_CONFIG.value, _SUITE.value, ft, _WORKDIR.value, _RUNS.value,
-                          _STEPS.value, log=log, tasks=_TASKS.value)
+    compare_suite.compare_suite(_CONFIG.value, _SUITE.value, ft, _WORKDIR.value, _RUNS.value,
+                                _STEPS.value, log=log, tasks=_TASKS.value)
     return
-  tasks = compare.suite_tasks(_SUITE.value, ft, _TASKS.value)  # a wrong name before the timing
+  tasks = compare_suite.suite_tasks(_SUITE.value, ft, _TASKS.value)  # a bad name: before timing
   step_s = compare.measure_electra_step(_CONFIG.value)
   total = 0.0
   for name, corpus, task_ft in tasks:
     log(f'== {name} (pre-training on {corpus})')
-    total += compare.print_plan(compare.suite_config(_CONFIG.value, corpus), {name: task_ft},
-                                _RUNS.value, _STEPS.value, step_s, log)
+    total += compare.print_plan(compare_suite.suite_config(_CONFIG.value, corpus),
+                                {name: task_ft}, _RUNS.value, _STEPS.value, step_s, log)
   log(f'the whole suite: estimated {total / 60:.1f} min (one ELECTRA step measured once; the '
       'records and vocabulary of each task come on top)')
 

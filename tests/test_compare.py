@@ -9,6 +9,7 @@ from conftest import test_config
 from electra_jax import UserError
 from electra_jax import objectives
 from electra_jax.tools import compare
+from electra_jax.tools import compare_suite
 from electra_jax.finetune import config as ft_config_lib
 from test_finetune import _synthetic
 
@@ -200,7 +201,7 @@ def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
   ft.update(batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0, num_seeds=1)
   workdir = str(tmp_path / 'cmp')
   lines = []
-  tables = compare.compare_suite(test_config(), suite_dir, ft, workdir, ('electra',),
+  tables = compare_suite.compare_suite(test_config(), suite_dir, ft, workdir, ('electra',),
                                  electra_steps=2, log=lines.append)
   assert list(tables) == ['first', 'second']
   for name in tables:
@@ -238,12 +239,12 @@ def test_tasks_of_a_suite_are_picked_by_name_in_the_suites_order(tmp_path):
   not hold is one sentence naming the tasks it does."""
   suite_dir = tmp_path / 'suite'
   suite_dir.mkdir()
-  (suite_dir / 'suite.json').write_text(json.dumps({'tasks': [{'name': n} for n in ('a', 'b', 'c')]}))
+  (suite_dir / 'suite.json').write_text(json.dumps({'tasks': [{'name': n} for n in 'abc']}))
   ft = ft_config_lib.default_config()
-  picked = compare.suite_tasks(str(suite_dir), ft, ['c', 'a'])
+  picked = compare_suite.suite_tasks(str(suite_dir), ft, ['c', 'a'])
   assert [name for name, _, _ in picked] == ['a', 'c']
   assert picked[1][1] == os.path.join(str(suite_dir), 'c', 'corpus.txt')
   assert picked[1][2].task.train == os.path.join(str(suite_dir), 'c', 'train.csv')
-  assert [name for name, _, _ in compare.suite_tasks(str(suite_dir), ft)] == ['a', 'b', 'c']
+  assert [name for name, _, _ in compare_suite.suite_tasks(str(suite_dir), ft)] == ['a', 'b', 'c']
   with pytest.raises(UserError, match=r"has no task 'd'; its tasks are a, b, c"):
-    compare.suite_tasks(str(suite_dir), ft, ['a', 'd'])
+    compare_suite.suite_tasks(str(suite_dir), ft, ['a', 'd'])
