@@ -910,3 +910,82 @@ def test_the_tfidf_baseline_learns_what_the_words_say_and_is_scored_like_the_tas
   assert baseline.tfidf(tasks_lib.Task('q', 'qa', (), ('f1',), ('dev',)), splits) is None
   assert baseline.verdict('dev', 'accuracy', 0.8, 0.85) == (
       'dev accuracy: fine-tuned median 80.00 is behind the TF-IDF baseline 85.00 (-5.00 points)')
+
+
+# ---- the head from a linear probe (head_init='probe') ---------------------------------------------
+
+@pytest.mark.parametrize('classes', [2, 4, 0])
+def test_a_probe_heads_weights_give_the_fitted_linear_models_predictions(classes):
+  """The head's kernel and bias, the features' centring and scale folded in, give the logistic regression's class
+  probabilities (binary: its one logit split in two) or the ridge regression's predictions; a
+  class the train split lacks is never predicted."""
+  from electra_jax.finetune import baseline, probe  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(classes)
+  x = rng.normal(size=(300, 12)) * rng.uniform(0.1, 5, 12) + rng.normal(size=12) * 3
+  signal = x @ rng.normal(size=(12, max(classes - 1, 1)))
+  numbers = classes == 0
+  y = signal[:, 0] if numbers else np.argmax(np.concatenate(
+      [signal, np.zeros((300, 1))], 1) + rng.gumbel(size=(300, classes)), 1)
+  outputs = 1 if numbers else classes + 1  # one class more than the data has
+  model = baseline.linear_model(numbers, None if numbers else y)
+  kernel, bias, strength = probe.head_weights(model, x, y, outputs, numbers)
+  assert kernel.shape == (12, outputs) and bias.shape == (outputs,)
+  assert strength in ((1 / c for c in (0.3, 1.0, 3.0, 10.0, 30.0)) if numbers
+                      else (0.3, 1.0, 3.0, 10.0, 30.0))
+  standard = (x - x.mean(0)) / np.sqrt(np.mean(np.square(x)))
+  ours = x @ kernel + bias
+  if numbers:
+    np.testing.assert_allclose(ours[:, 0], model.predict(standard), rtol=1e-4, atol=1e-4)
+    return
+  probabilities = np.exp(ours - ours.max(1, keepdims=True))
+  probabilities /= probabilities.sum(1, keepdims=True)
+  np.testing.assert_allclose(probabilities[:, :classes], model.predict_proba(standard), atol=1e-4)
+  assert probabilities[:, classes].max() < 1e-3
+  assert (np.argmax(ours, 1) == model.predict(standard)).all()
+  assert np.mean(model.predict(standard) == y) > 0.6  # the features say something
+
+
+def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_path, pretrained):
+  """head_init='probe': the encoder as pre-trained, the head the linear model fitted on its
+  frozen features, whose dev score the log gives; then every parameter trains. Tagging has no
+  such head and is refused before anything runs."""
+  from electra_jax import partitioning, step as step_lib, tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import batches, probe  # pylint: disable=import-outside-toplevel
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=2.0,
+             log_every=100, dropout_rate=0.0, head_init='probe', baseline=False)
+  cfg.task.update(name='own', kind='classification',
+                  train=_synthetic(tmp_path / 'train.csv', 320, 'classification', 0),
+                  dev=_synthetic(tmp_path / 'dev.csv', 96, 'classification', 1))
+  lines = []
+  summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
+  assert any(l.startswith('recipe: ') and 'the head from a linear probe' in l for l in lines)
+  logged = [l for l in lines if 'head from a linear probe of the frozen encoder' in l]
+  assert len(logged) == 1 and logged[0].startswith('seed 0: '), lines
+  probe_dev = float(re.search(r'dev accuracy (\d+\.\d\d)', logged[0]).group(1))
+  assert summary['median']['dev/accuracy'] > 0.5, lines
+  # The same start, in pieces: the head placed in the model gives the linear model's logits.
+  pre = pretrained_lib.for_finetuning(cfg, 'train', _quiet)
+  task, splits = tasks_lib.load(cfg.task, pre.config, _quiet)
+  kind = kinds.get(task.kind)
+  tokenizer = tokenizer_lib.load_tokenizer(pre.vocab, lower_case=pre.lower_case)
+  data = {s: kind.encode(task, e, tokenizer, 32, s == 'train', cfg) for s, e in splits.items()}
+  mesh = partitioning.make_mesh()
+  setup = run.make_setup(cfg, pre, task, 40, 0)
+  state = step_lib.compile_steps(setup, mesh)[0]()
+  head = probe.fit(cfg, task, setup.model, state.params, data, splits, mesh, _quiet)
+  started = probe.with_head(state, head)
+  features = batches.predict(setup.model, state.params, data['dev'], 16, mesh, method='features')
+  logits = batches.predict(setup.model, started.params, data['dev'], 16, mesh)
+  np.testing.assert_allclose(logits, features @ head['kernel'] + head['bias'], atol=2e-4)
+  accuracy = 100 * np.mean(np.argmax(logits, 1) == data['dev'].labels)
+  assert accuracy == pytest.approx(probe_dev, abs=0.006)
+  assert accuracy > 100 * np.mean(data['dev'].labels == 1) - 5  # not worse than the majority
+  for part in ('embeddings', 'discriminator'):
+    jax.tree.map(np.testing.assert_array_equal, started.params[part], state.params[part])
+  cfg.task.update(kind='tagging', train=str(tmp_path / 'train.conll'), dev='')
+  (tmp_path / 'train.conll').write_text('cat B-X\ndog O\n\n' * 40)
+  with pytest.raises(UserError, match="head_init='probe' fits a linear model .* a tagging head "
+                     'has none; use --config.head_init=random'):
+    run.finetune(cfg, str(tmp_path / 'ft_tagging'), log=_quiet)
+  assert not os.path.exists(tmp_path / 'ft_tagging')

@@ -48,21 +48,26 @@ def features():
   ])
 
 
-def fit(task, train: list):
-  """(features, model) fitted on the train examples."""
+def linear_model(numbers: bool, y: np.ndarray):
+  """The linear model, not yet fitted: ridge regression (`numbers`) or logistic regression, its
+  strength chosen from a fixed grid by 3-fold cross-validation on what it is fitted on (targets
+  `y`)."""
   from sklearn.linear_model import LogisticRegression, Ridge  # pylint: disable=import-outside-toplevel
   from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold  # pylint: disable=import-outside-toplevel
+  if numbers:
+    return GridSearchCV(Ridge(), {'alpha': [1 / c for c in _STRENGTHS]},
+                        cv=KFold(3, shuffle=True, random_state=0))
+  folds = max(2, min(3, int(np.bincount(y).min())))  # each fold holds every class if it can
+  return GridSearchCV(LogisticRegression(max_iter=2000), {'C': list(_STRENGTHS)},
+                      cv=StratifiedKFold(folds, shuffle=True, random_state=0), scoring='accuracy')
+
+
+def fit(task, train: list):
+  """(features, model) fitted on the train examples."""
   extract = features()
   x = extract.fit_transform(_texts(train))
   y = _targets(task, train)
-  if _numbers(task):
-    model = GridSearchCV(Ridge(), {'alpha': [1 / c for c in _STRENGTHS]},
-                         cv=KFold(3, shuffle=True, random_state=0))
-  else:
-    folds = max(2, min(3, int(np.bincount(y).min())))  # each fold holds every class if it can
-    model = GridSearchCV(LogisticRegression(max_iter=2000), {'C': list(_STRENGTHS)},
-                         cv=StratifiedKFold(folds, shuffle=True, random_state=0),
-                         scoring='accuracy')
+  model = linear_model(_numbers(task), y)
   model.fit(x, y)
   return extract, model
 

@@ -20,19 +20,19 @@ def global_batch(arrays: dict, rows: np.ndarray, sharding) -> dict:
 
 
 @functools.lru_cache(maxsize=8)
-def predict_fn(model, mesh):
-  """One compiled forward pass per (head, mesh): every split, seed and mode reuses it."""
+def predict_fn(model, mesh, method: str | None = None):
+  """One compiled forward pass per (head, mesh, method): every split, seed and mode reuses it."""
   forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
-                                    b['input_mask'], True)
+                                    b['input_mask'], True, method=method)
   return jax.jit(partitioning.on_mesh(forward, mesh), out_shardings=partitioning.replicated(mesh))
 
 
-def predict(model, params, data, batch_size: int, mesh):
+def predict(model, params, data, batch_size: int, mesh, method: str | None = None):
   """The head's outputs for every example, in order, without dropout: logits [N, C] ([N, 1] for
   regression, [N, L, C] for tagging, [N, candidates] for multiple choice), or SQuAD's dict of
-  arrays."""
+  arrays; with method='features', what a classifier's head reads ([N, hidden])."""
   sharding = partitioning.batch_sharding(mesh)
-  fn = predict_fn(model, mesh)
+  fn = predict_fn(model, mesh, method)
   n = len(data)
   padded = -(-n // batch_size) * batch_size
   arrays = {k: v for k, v in data.arrays().items() if k in kinds.INPUTS}

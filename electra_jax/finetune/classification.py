@@ -110,6 +110,7 @@ class Classification(kinds.Kind):
     return path
 
   def check(self, cfg, splits: dict):
+    super().check(cfg, splits)
     if cfg.max_seq_length < 5 and any(e.text_b for e in splits['train']):
       raise UserError(f'max_seq_length={cfg.max_seq_length} leaves a pair of texts no room '
                       '([CLS] and two [SEP] take 3 tokens, each text needs one); raise it (the '

@@ -105,6 +105,10 @@ CONFIG = Section(fields=dict(
     pooling=F('cls', "the classifier's input: 'cls' ([CLS]'s hidden state: the paper, HF's head) "
               "or 'mean' (the mean over the example's tokens); tagging reads every token",
               one_of(*POOLINGS)),
+    head_init=F('random', "the head's start: 'random' (glorot-uniform: the paper) or 'probe' (a "
+                "logistic / ridge regression fitted on the frozen encoder's features of the train "
+                "split, then everything fine-tuned: LP-FT; classification and regression; "
+                'finetune/probe.py)', one_of('random', 'probe')),
     reinit=F('', 'parts of the pre-trained encoder that start from random weights instead, comma '
              'separated: embeddings, word_embeddings, layer_<i> (0: the lowest), top (the last)'),
     log_every=F(50, 'steps between progress lines', at_least(1), resume='free'),
@@ -168,7 +172,8 @@ def recipe(cfg, task, model_cfg, pretrained: bool) -> str:
           f'{dropout_rate(cfg, model_cfg):g}'
           + (f', word table at {o.word_table_lr:g}x the learning rate'
              if o.word_table_lr != 1.0 else '')
-          + (f', re-initialized: {cfg.reinit}' if cfg.reinit and pretrained else ''))
+          + (f', re-initialized: {cfg.reinit}' if cfg.reinit and pretrained else '')
+          + (', the head from a linear probe' if cfg.head_init == 'probe' else ''))
 
 
 def paper_learning_rate(hidden_size: int) -> float:

@@ -36,7 +36,9 @@ class Classifier(nn.Module):
     self.classifier = nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
                                dtype=jnp.float32, param_dtype=cfg.param_dtype)
 
-  def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True):
+  def features(self, input_ids, segment_ids, input_mask, deterministic: bool = True):
+    """What the head reads (float32): [CLS]'s hidden state, the mean over the real tokens, or
+    every token's (per_token)."""
     hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic), input_mask,
                                 deterministic)
     if self.per_token:
@@ -47,7 +49,11 @@ class Classifier(nn.Module):
           jnp.sum(weights, 1), 1.0)
     else:
       chosen = hidden[:, 0]
-    return self.classifier(self.dropout(chosen.astype(jnp.float32), deterministic=deterministic))
+    return chosen.astype(jnp.float32)
+
+  def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True):
+    chosen = self.features(input_ids, segment_ids, input_mask, deterministic)
+    return self.classifier(self.dropout(chosen, deterministic=deterministic))
 
 
 def reinit_parts(spec: str, num_layers: int) -> tuple[str, ...]:

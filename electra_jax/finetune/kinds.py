@@ -81,6 +81,10 @@ class Kind:
 
   def check(self, cfg, splits: dict):
     """Refuses (UserError) a config that cannot fine-tune these splits."""
+    if cfg.head_init == 'probe' and not self.baseline:
+      raise UserError(f"head_init='probe' fits a linear model on the encoder's features, for "
+                      f"classification and regression; a {self.name} head has none; use "
+                      "--config.head_init=random")
 
   def describe(self, cfg) -> str:
     """The kind's part of the recipe line ('' or ', head on cls')."""

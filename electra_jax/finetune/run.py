@@ -35,6 +35,7 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
 from electra_jax.finetune import pretrained as pretrained_lib
+from electra_jax.finetune import probe as probe_lib
 from electra_jax.finetune import results as results_lib
 from electra_jax.finetune import search as search_lib
 from electra_jax.finetune import tasks as tasks_lib
@@ -83,6 +84,8 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
     start, state, _ = ckpt.restore_latest(init_fn(), log, afresh=True)
   if start:
     log(f'seed {seed}: resumed from {ckpt.directory}/{start}')
+  elif cfg.head_init == 'probe':  # the head a linear model fits on the frozen encoder
+    state = probe_lib.start(cfg, task, setup.model, state, data, splits, mesh, seed, log)
   scores_at = {}
   shown = tuple(m if i == 0 else f'{s}_{m}' for i, s in enumerate(
       s for s in task.dev_splits if s in data) for m in task.metrics)
@@ -103,10 +106,9 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   stream = batches.train_batches(train.arrays(), len(train), cfg.batch_size, seed, start,
                                  partitioning.batch_sharding(mesh))
   with user_errors(checkpoint_lib.DiskFull):
-    result = loop_lib.run(plan, state, train_fn, stream, start, evaluate=evaluate_now,
-                          ckpt=ckpt, meta=meta, log=log,
-                          logs=loop_lib.Logs(workdir, tags={'seed': seed},
-                                             panels=results_lib.panels(task)))
+    result = loop_lib.run(plan, state, train_fn, stream, start, evaluate=evaluate_now, ckpt=ckpt,
+                          meta=meta, log=log, logs=loop_lib.Logs(workdir, tags={'seed': seed},
+                                                                 panels=results_lib.panels(task)))
     if result.preempted:
       return {'seed': seed, 'preempted': result.preempted}
     best = ckpt.best_step()
@@ -224,15 +226,13 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
 def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -> dict:
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
   kind = kinds.get(task.kind)
-  encoded = lambda split: kind.encode(task, splits[split], tokenizer, cfg.max_seq_length, False,
-                                      cfg)
   wanted = [s for s in (results_lib.scored(task) if mode == 'eval' else splits) if s in splits and (
       mode == 'eval' or s.startswith('test') or (kind.predicts_dev and s == 'dev'))]
   if not wanted:
     split = 'dev' if mode == 'eval' else 'test'
     raise UserError(f'the task has no {split} split to {mode}; name its file with '
                     f'--config.task.{split}=FILE (plus --config and the flags of the fine-tuning)')
-  data = {s: encoded(s) for s in wanted}
+  data = {s: kind.encode(task, splits[s], tokenizer, cfg.max_seq_length, False, cfg) for s in wanted}
   results, written = [], []
   for seed, seed_dir in saved:
     setup, state = restore_seed(cfg, pretrained, task, seed_dir, seed)
