@@ -13,6 +13,8 @@ checkpoints (--config.save_every, --config.keep_checkpoints) to see a run's cour
 
     python launch/diagnose.py --workdir=/tmp/electra_demo --probe=builtin_topic
         -> also a linear probe per layer on a classification task's frozen features (dev accuracy)
+    python launch/diagnose.py --workdir=/tmp/electra_demo --probe=/tmp/electra_suite/man_section
+        -> the same on a folder's train.csv and dev.csv (text, label)
 """
 
 from absl import flags
@@ -23,7 +25,8 @@ _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.p
 _BATCHES = flags.DEFINE_integer('batches', 4, 'held-out batches measured')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'examples per batch')
 _PROBE = flags.DEFINE_string('probe', '', 'a classification task (builtin, builtin_topic, a GLUE '
-                             'task) on whose frozen features a linear probe per layer is scored')
+                             'task, or a folder holding train.csv and dev.csv with text and label '
+                             'columns) on whose frozen features a linear probe per layer is scored')
 flags.mark_flags_as_required(['workdir'])
 
 

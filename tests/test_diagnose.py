@@ -81,3 +81,28 @@ def test_a_workdir_is_measured_at_its_initial_weights_and_its_checkpoints(pretra
   with pytest.raises(UserError, match='not a GLUE task'):
     diagnose.diagnose(pretrained, num_batches=1, batch_size=8, log=lambda *_: None,
                       probe='no_such_task')
+
+
+def test_the_probe_reads_a_folder_of_csv_files_as_a_suite_task(pretrained, tmp_path):
+  """--probe=<folder>: its train.csv and dev.csv (text, label), as build_tasks.py writes a suite's
+  tasks, encoded with the pre-training's vocabulary; a path that is no folder, or a folder
+  without dev.csv, is one sentence."""
+  from electra_jax import config as config_lib  # pylint: disable=import-outside-toplevel
+  config = config_lib.complete(json.load(open(os.path.join(pretrained, 'config.json'))))
+  folder = tmp_path / 'colours'
+  folder.mkdir()
+  words = {'red': 'the cat sat on red', 'blue': 'a dog ran to blue'}
+  for split, n in (('train', 40), ('dev', 10)):
+    rows = ['text,label'] + [f'{words[c]} {i},{c}' for i in range(n) for c in sorted(words)]
+    (folder / f'{split}.csv').write_text('\n'.join(rows) + '\n')
+  task, data = diagnose._probe_data(config, pretrained, str(folder))
+  assert task.name == 'colours' and task.labels == ('blue', 'red') and task.kind == 'classification'
+  assert len(data['train']) == 80 and len(data['dev']) == 20
+  assert data['train'].labels.tolist() == [0, 1] * 40  # rows in file order, classes by name
+  assert data['train'].input_ids.shape[1] == config.data.max_seq_length
+  with pytest.raises(UserError, match=r'--probe=.*nothere is no folder; give a folder holding '
+                     'train.csv and dev.csv, or a task name'):
+    diagnose._probe_data(config, pretrained, str(tmp_path / 'nothere'))
+  (folder / 'dev.csv').unlink()
+  with pytest.raises(UserError, match=r'dev.csv does not exist'):
+    diagnose._probe_data(config, pretrained, str(folder))

@@ -10,7 +10,8 @@ Why: a short pre-training can leave the discriminator worse to fine-tune than ra
 collapsed representation (every token's vector alike: anisotropy near 1, a low effective rank) or
 attention that no longer looks anywhere in particular (entropy near its maximum) shows where.
 
-With a classification task (`probe`): a linear probe per layer, a softmax regression trained on the
+With a classification task (`probe`: a task's name, or a folder of train.csv and dev.csv such as
+a task of launch/build_tasks.py's suite): a linear probe per layer, a softmax regression trained on the
 frozen mean of the real tokens' vectors (and on the last layer's [CLS] vector) of the task's train
 split, scored on its dev split. Better probe accuracy than the random weights' means the pre-trained
 features carry more of the task; a fine-tuned score below random weights' despite it means the
@@ -173,13 +174,20 @@ def pooled_features(model, model_cfg, params, data, batch_size: int) -> list[np.
 
 
 def _probe_data(config, workdir: str, task_name: str):
-  """(task, {'train': Encoded, 'dev': Encoded}) of a classification task, encoded with the
-  pre-training's vocabulary at its sequence length."""
+  """(task, {'train': Encoded, 'dev': Encoded}) of a classification task (a name, or a folder
+  holding train.csv and dev.csv with `text` and `label` columns, as launch/build_tasks.py writes
+  them), encoded with the pre-training's vocabulary at its sequence length."""
   from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   cfg = finetune_config.default_config().task
   cfg.name = task_name
+  if fs.isdir(task_name):  # your own files, read as a fine-tuning with own.py reads them
+    cfg.update(name='own', train=fs.join(task_name, 'train.csv'),
+               dev=fs.join(task_name, 'dev.csv'))
+  elif '/' in task_name:
+    raise UserError(f'--probe={task_name} is no folder; give a folder holding train.csv and '
+                    'dev.csv, or a task name (builtin, builtin_topic, a GLUE task)')
   with user_errors(ValueError, FileNotFoundError):
     try:
       task, splits = tasks_lib.load(cfg, config, log=lambda *_: None)
@@ -189,7 +197,7 @@ def _probe_data(config, workdir: str, task_name: str):
       what = f'a {task.kind} task' + ('' if 'dev' in splits else ' without a dev split')
       raise ValueError(f'--probe={task_name} is {what}; the probe needs a classification task '
                        'with train and dev splits (builtin, builtin_topic, a GLUE classification '
-                       'task)')
+                       'task, or a folder holding train.csv and dev.csv)')
     vocab = records_lib.workdir_vocab(workdir, config)[2]
   tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case=config.data.lower_case)
   return task, {s: kinds.get(task.kind).encode(task, splits[s], tokenizer,
