@@ -953,7 +953,7 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
   from electra_jax.finetune import batches, probe  # pylint: disable=import-outside-toplevel
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=2.0,
-             log_every=100, dropout_rate=0.0, head_init='probe', baseline=False)
+             log_every=100, dropout_rate=0.0, head_init='probe', baseline=False, num_seeds=2)
   cfg.task.update(name='own', kind='classification',
                   train=_synthetic(tmp_path / 'train.csv', 320, 'classification', 0),
                   dev=_synthetic(tmp_path / 'dev.csv', 96, 'classification', 1))
@@ -961,8 +961,9 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
   summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
   assert any(l.startswith('recipe: ') and 'the head from a linear probe' in l for l in lines)
   logged = [l for l in lines if 'head from a linear probe of the frozen encoder' in l]
-  assert len(logged) == 1 and logged[0].startswith('seed 0: '), lines
+  assert [l.split(':')[0] for l in logged] == ['seed 0', 'seed 1'], lines
   probe_dev = float(re.search(r'dev accuracy (\d+\.\d\d)', logged[0]).group(1))
+  assert logged[0].split('): ')[1] == logged[1].split('): ')[1]  # one start, one probe for both
   assert summary['median']['dev/accuracy'] > 0.5, lines
   # The same start, in pieces: the head placed in the model gives the linear model's logits.
   pre = pretrained_lib.for_finetuning(cfg, 'train', _quiet)
