@@ -4,13 +4,15 @@
 
 The encoder, before any fine-tuning step, reads every train example without dropout; what the head
 reads (the [CLS] state or the mean of the tokens: `pooling`), centred and divided by its root mean
-square, feeds a logistic regression (classes) or a ridge regression (numbers) whose strength is chosen by 3-fold
-cross-validation on the train split, as the TF-IDF baseline's is (baseline.linear_model). Its
-weights, with the centring and scale folded in, become the head's, and fine-tuning then trains the whole
-network from there: linear probing, then fine-tuning (LP-FT; Kumar et al. 2022). A head from
-random weights sends large, random gradients into the encoder while it learns its first steps; a
-fitted head does not. The probe's own scores on the dev split(s) are logged: what a linear model
-finds in the frozen features alone.
+square, feeds a logistic regression (classes) or a ridge regression (numbers) whose strength is
+chosen by 3-fold cross-validation on the train split, as the TF-IDF baseline's is
+(baseline.linear_model). Its weights, with the centring and scale folded in, become the head's, and
+fine-tuning then trains the whole network from there: linear probing, then fine-tuning (LP-FT;
+Kumar et al. 2022). A head from random weights sends large, random gradients into the encoder
+while it learns its first steps; a fitted head does not. On the real-text suite that helped only
+with few labels and frozen features better than random weights' (docs/measured.md, "The head from
+a linear probe"). The probe's own scores on the dev split(s) are logged: what a linear model finds
+in the frozen features alone.
 """
 
 import hashlib

@@ -11,11 +11,11 @@ collapsed representation (every token's vector alike: anisotropy near 1, a low e
 attention that no longer looks anywhere in particular (entropy near its maximum) shows where.
 
 With a classification task (`probe`: a task's name, or a folder of train.csv and dev.csv such as
-a task of launch/build_tasks.py's suite): a linear probe per layer, a softmax regression trained on the
-frozen mean of the real tokens' vectors (and on the last layer's [CLS] vector) of the task's train
-split, scored on its dev split. Better probe accuracy than the random weights' means the pre-trained
-features carry more of the task; a fine-tuned score below random weights' despite it means the
-fine-tuning, not the features, falls short.
+a task of launch/build_tasks.py's suite): a linear probe per layer, a softmax regression trained on
+the frozen mean of the real tokens' vectors (and on the last layer's [CLS] vector) of the task's
+train split, scored on its dev split. Better probe accuracy than the random weights' means the
+pre-trained features carry more of the task; a fine-tuned score below random weights' despite it
+means the fine-tuning, not the features, falls short.
 """
 
 import functools
