@@ -114,6 +114,12 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
     versus = (f'second ({split}): electra {"at least matches" if gap >= 0 else "is below"} mlm '
               f'({100 * gap:+.2f} points)')
     assert verdict in lines and versus in lines and f'- {verdict}\n' in table, (verdict, lines)
+    seeds = 'seeds' if key == 'median' else 'test_seeds'
+    won = [sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in d[seeds] for b in second[2][seeds])
+           for d in second[:2]]
+    assert (f'second ({split}): seed pairs won against random init (ties count half; two runs of '
+            f'one recipe win half on average): electra {won[0]:g} of 1, mlm {won[1]:g} of 1'
+            ) in lines
   assert not any(l.startswith('first (test)') for l in lines)
   # A second call reads the finished runs back: the same table, no fine-tuning again.
   lines.clear()
@@ -248,3 +254,12 @@ def test_tasks_of_a_suite_are_picked_by_name_in_the_suites_order(tmp_path):
   assert [name for name, _, _ in compare_suite.suite_tasks(str(suite_dir), ft)] == ['a', 'b', 'c']
   with pytest.raises(UserError, match=r"has no task 'd'; its tasks are a, b, c"):
     compare_suite.suite_tasks(str(suite_dir), ft, ['a', 'd'])
+
+
+def test_seed_pairs_count_each_pairing_once_and_ties_as_half():
+  # ours 1 loses both pairings with 2 and 2; 2 ties twice (1); 3 wins twice (2): 3 of 6
+  assert compare.seed_pairs([0.1, 0.2, 0.3], [0.2, 0.2]) == (3.0, 6)
+  assert compare.seed_pairs([0.9, None], [0.1, 0.2, None]) == (2.0, 2)  # missing scores left out
+  assert compare.seed_pairs([], [0.5]) == (0.0, 0)
+  a, b = [0.5, 0.7, 0.6], [0.55, 0.65]  # ours + theirs always make every pair
+  assert compare.seed_pairs(a, b)[0] + compare.seed_pairs(b, a)[0] == len(a) * len(b)

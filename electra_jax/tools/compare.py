@@ -312,9 +312,18 @@ def _write(results: list[dict], workdir: str, electra_steps: int, log):
   log(fs.join(workdir, 'comparison.md'))
 
 
+def seed_pairs(ours: list, theirs: list) -> tuple[float, int]:
+  """(won, pairs): of every pairing of one of our seeds' scores with one of theirs, how many ours
+  wins, a tie counting half (the Mann-Whitney U count; pairs/2 is what two runs of one recipe
+  give on average). Missing scores (None) are left out."""
+  ours, theirs = [x for x in ours if x is not None], [x for x in theirs if x is not None]
+  won = sum((a > b) + 0.5 * (a == b) for a in ours for b in theirs)
+  return float(won), len(ours) * len(theirs)
+
+
 def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
-  """Per task and scored split: the pre-trained runs at least as good as random weights, and
-  ELECTRA's median against BERT MLM's where both ran."""
+  """Per task and scored split: the pre-trained runs at least as good as random weights, the seed
+  pairs each wins against them, and ELECTRA's median against BERT MLM's where both ran."""
   base = next((r for r in results if r['run'] == 'TF-IDF baseline'), None)
   results = [r for r in results if r is not base]
   runs, scratch = {r['run']: r for r in results[:-1]}, results[-1]
@@ -327,6 +336,13 @@ def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
       out.append(f'{label} ({split}): {len(better)} of {len(runs)} pre-trained runs at least as '
                  f'good as random init ({100 * floor:.2f})'
                  + (f': {", ".join(better)}' if better else ''))
+      seeds = 'seeds' if key == 'median' else 'test_seeds'
+      won = [(n, *seed_pairs(r['downstream'][label][seeds], scratch['downstream'][label][seeds]))
+             for n, r in runs.items()]
+      if any(of for _, _, of in won):
+        out.append(f'{label} ({split}): seed pairs won against random init (ties count half; '
+                   'two runs of one recipe win half on average): '
+                   + ', '.join(f'{n} {w:g} of {of}' for n, w, of in won if of))
       ours, theirs = HEADLINE
       if {ours, theirs} <= set(runs):
         gap = runs[ours]['downstream'][label][key] - runs[theirs]['downstream'][label][key]
