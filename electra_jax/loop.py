@@ -1,7 +1,9 @@
 """The training loop: any compiled step, any batches, any checkpoint contents.
 
     each step:   a stop notice?  -> save here, return            (SIGTERM / Ctrl-C / preemption)
-                 state, sums = step_fn(state, next(batches))      (queued on the device)
+                 state, sums = step_fn(state, next(batches))      (queued on the device; with
+                                                           several CPU devices in one process
+                                                           finished first: queue_ahead)
                  the previous interval's sums are read now        (the device runs ahead meanwhile)
                  every log_every:   close the interval  -> report (NaN policy, progress line, logs)
                  every eval_every:  evaluate            -> eval line, logs (curves.png: at
@@ -52,7 +54,8 @@ class Plan:
   eval_fields: tuple | None = None  # values shown on the evaluation line (None: metrics.SHOWN)
   eval_note: str = ''  # appended to the evaluation line
   eval_record: dict = dataclasses.field(default_factory=dict)  # written with each evaluation
-  one_at_a_time: bool = False  # finish each step before the next is queued (gloo on CPU)
+  one_at_a_time: bool = False  # finish each step before the next is queued (gloo on CPU; and
+  #                               always with several CPU devices in one process: see queue_ahead)
 
 
 class Signals:
@@ -117,6 +120,16 @@ class Logs:
     self.board.close()
 
 
+def queue_ahead() -> bool:
+  """Whether steps may be queued before the last one finished: not with several CPU devices in
+  one process (fake devices, `--xla_force_host_platform_device_count`). XLA runs each device's
+  part of a step on one shared thread pool, and an in-process all-reduce holds its thread until
+  every device arrives; with steps queued ahead, the parts of a later step can hold the threads
+  a device still in an earlier step needs, and XLA ends that deadlock after 40 s by aborting the
+  process ("Termination timeout for `all reduce ...`"). Costs the host's lead of a step there."""
+  return not (jax.local_devices()[0].platform == 'cpu' and jax.local_device_count() > 1)
+
+
 @dataclasses.dataclass
 class Result:
   state: Any
@@ -139,6 +152,7 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
   log_trigger, eval_trigger, save_trigger = Every(plan.log_every), Every(plan.eval_every), Every(
       plan.save_every)
   sums, pending = None, None
+  one_at_a_time = plan.one_at_a_time or not queue_ahead()
 
   def report(step, sums):
     values = metrics_lib.summarize(sums)
@@ -176,7 +190,7 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
             f'{ckpt.directory}/{step - 1} saved; run the same command to resume')
         return Result(state, step - 1, {}, signals.received or 'preemption')
       state, step_sums = step_fn(state, next(batches))
-      if plan.one_at_a_time:
+      if one_at_a_time:
         jax.block_until_ready(step_sums)
       sums = step_sums if sums is None else step_lib.accumulate(sums, step_sums)
       if pending is not None:  # read the previous interval's sums now that this step is queued
