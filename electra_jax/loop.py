@@ -54,8 +54,6 @@ class Plan:
   eval_fields: tuple | None = None  # values shown on the evaluation line (None: metrics.SHOWN)
   eval_note: str = ''  # appended to the evaluation line
   eval_record: dict = dataclasses.field(default_factory=dict)  # written with each evaluation
-  one_at_a_time: bool = False  # finish each step before the next is queued (gloo on CPU; and
-  #                               always with several CPU devices in one process: see queue_ahead)
 
 
 class Signals:
@@ -121,13 +119,16 @@ class Logs:
 
 
 def queue_ahead() -> bool:
-  """Whether steps may be queued before the last one finished: not with several CPU devices in
-  one process (fake devices, `--xla_force_host_platform_device_count`). XLA runs each device's
-  part of a step on one shared thread pool, and an in-process all-reduce holds its thread until
-  every device arrives; with steps queued ahead, the parts of a later step can hold the threads
-  a device still in an earlier step needs, and XLA ends that deadlock after 40 s by aborting the
-  process ("Termination timeout for `all reduce ...`"). Costs the host's lead of a step there."""
-  return not (jax.local_devices()[0].platform == 'cpu' and jax.local_device_count() > 1)
+  """Whether steps may be queued before the last one finished: not on CPU devices that reduce
+  across each other, several in one process (fake devices, `--xla_force_host_platform_device_count`)
+  or one in each of several processes (gloo). In one process XLA runs each device's part of a
+  step on one shared thread pool and an in-process all-reduce holds its thread until every device
+  arrives, so the parts of a later step can hold the threads a device still in an earlier step
+  needs (XLA ends that deadlock after 40 s by aborting: "Termination timeout for `all reduce
+  ...`"); across processes, the collectives of steps queued ahead can interleave and wait on each
+  other forever. Costs the host's lead of a step there."""
+  return not (jax.local_devices()[0].platform == 'cpu' and
+              (jax.local_device_count() > 1 or jax.process_count() > 1))
 
 
 @dataclasses.dataclass
@@ -152,7 +153,7 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
   log_trigger, eval_trigger, save_trigger = Every(plan.log_every), Every(plan.eval_every), Every(
       plan.save_every)
   sums, pending = None, None
-  one_at_a_time = plan.one_at_a_time or not queue_ahead()
+  one_at_a_time = not queue_ahead()
 
   def report(step, sums):
     values = metrics_lib.summarize(sums)

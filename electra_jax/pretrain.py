@@ -158,10 +158,7 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
       total_steps=config.train_steps, log_every=config.log_every, eval_every=config.eval_every,
       save_every=config.save_every, keep_best=bool(config.keep_best), nonfinite=config.nonfinite,
       tokens_per_step=d.batch_size * d.max_seq_length, eval_note=f' | unigram baseline {baseline:.4f}',
-      eval_record={'unigram_baseline': baseline},
-      # CPU devices of several processes (gloo): steps queued ahead of each other can interleave
-      # their collectives and wait on each other forever, so each is finished before the next.
-      one_at_a_time=jax.process_count() > 1 and jax.devices()[0].platform == 'cpu')
+      eval_record={'unigram_baseline': baseline})  # steps on CPU: see loop.queue_ahead
   saved_meta = lambda step: {'step': step, 'readers': readers,
                              'data_position': step * d.batch_size // readers,
                              'vocab_fingerprint': meta['vocab_fingerprint'],
