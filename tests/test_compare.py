@@ -220,6 +220,17 @@ def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
   assert '| TF-IDF baseline | ' in table and f'{100 * base["median"]:.2f} / ' \
       f'{100 * base["test_median"]:.2f} |' in table
   assert any(l.startswith('[second] electra: 2 steps') for l in lines), lines
+  level = won = pairs = 0  # the summary below the table, counted here from each run's seeds
+  for name, rows in tables.items():
+    ours, theirs = rows[0]['downstream'][name], rows[1]['downstream'][name]
+    for key, seeds in (('median', 'seeds'), ('test_median', 'test_seeds')):
+      level += ours[key] >= theirs[key]
+      for a in ours[seeds]:
+        for b in theirs[seeds]:
+          won, pairs = won + (a > b) + 0.5 * (a == b), pairs + 1
+  summary = (f'- electra: median at or above random init on {level} of 4 splits; seed pairs won '
+             f'against random init {won:g} of {pairs} ')
+  assert pairs == 4 and summary in table, table
 
 
 def test_a_corpus_too_small_for_the_vocabulary_gets_the_size_it_fills(tmp_path):

@@ -68,9 +68,40 @@ def compare_suite(config, suite_dir: str, ft_base, workdir: str, names=compare_l
           f' / {100 * d["test_median"]:.2f}' if 'test_median' in d else ''))
     lines.append(f'| {run} | ' + ' | '.join(cells) + ' |')
   table = '\n'.join(lines)
+  summary = suite_summary(tables)
   fs.write_atomic(fs.join(workdir, 'suite.md'),
                   f'# The suite at the FLOPs of {electra_steps:,} ELECTRA steps (median of '
-                  f'seeds, dev / test accuracy)\n\n{table}\n')
+                  f'seeds, dev / test accuracy)\n\n{table}\n\n'
+                  + ''.join(f'- {line}\n' for line in summary))
   fs.write_atomic(fs.join(workdir, 'suite.json'), json.dumps(tables, indent=1))
   log(table)
+  for line in summary:
+    log(line)
   return tables
+
+
+def suite_summary(tables: dict) -> list[str]:
+  """Per pre-trained run, over every task and scored split of the suite: on how many splits its
+  median is at least random weights', and how many of the pairings of one of its seeds with one
+  of random weights' it wins (compare.seed_pairs; half is what two equal starts give)."""
+  out = []
+  runs = [r['run'] for r in next(iter(tables.values()))
+          if r['run'] not in ('random init', 'TF-IDF baseline')]
+  for run in runs:
+    level = splits = won = pairs = 0
+    for name, rows in tables.items():
+      by_run = {r['run']: r['downstream'][name] for r in rows}
+      if run not in by_run or 'random init' not in by_run:
+        continue
+      ours, theirs = by_run[run], by_run['random init']
+      for key, seeds in (('median', 'seeds'), ('test_median', 'test_seeds')):
+        if key in ours and key in theirs:
+          splits += 1
+          level += ours[key] >= theirs[key]
+          w, n = compare_lib.seed_pairs(ours.get(seeds, []), theirs.get(seeds, []))
+          won, pairs = won + w, pairs + n
+    if splits:
+      out.append(f'{run}: median at or above random init on {level} of {splits} splits; seed '
+                 f'pairs won against random init {won:g} of {pairs} (ties count half; two runs '
+                 'of one recipe win half on average)')
+  return out
