@@ -119,7 +119,7 @@ def test_every_finetuning_config_file_passes_the_checks():
 
 
 def test_own_data_recipe_returns_to_the_papers_by_the_flags_its_docstring_gives():
-  """configs/finetune/own.py departs from the paper's recipe for short pre-trainings; the three
+  """configs/finetune/own.py departs from the paper's recipe for short pre-trainings; the four
   flags it names for a model pre-trained at full length give back every recipe field's default."""
   from conftest import ROOT, load_config  # pylint: disable=import-outside-toplevel
   import ast  # pylint: disable=import-outside-toplevel
@@ -131,7 +131,7 @@ def test_own_data_recipe_returns_to_the_papers_by_the_flags_its_docstring_gives(
   recipe = lambda c: {k: v for k, v in fields.flatten(c).items() if not k.startswith('task.')}
   assert recipe(own) != recipe(paper)
   flags = re.findall(r'--config\.([\w.]+)=(\S+)', doc.split('add\n')[-1])
-  assert len(flags) == 3
+  assert len(flags) == 4
   for key, value in flags:
     *sections, last = key.split('.')
     target = own
