@@ -352,6 +352,10 @@ def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
         ranked = sorted([(r['downstream'][label][key], n) for n, r in runs.items()] +
                         [(floor, 'random init'), (base['downstream'][label][key], 'TF-IDF baseline')],
                         reverse=True)
-        out.append(f'{label} ({split}): ahead is {ranked[0][1]} ({100 * ranked[0][0]:.2f}); the '
-                   f'TF-IDF baseline {100 * base["downstream"][label][key]:.2f}')
+        (top, lead), (second, behind) = ranked[0], ranked[1]
+        out.append(f'{label} ({split}): ahead is ' + (
+            f'the TF-IDF baseline ({100 * top:.2f}), {100 * (top - second):.2f} points above the '
+            f'best fine-tuning, {behind} ({100 * second:.2f})' if lead == 'TF-IDF baseline' else
+            f'{lead} ({100 * top:.2f}); the TF-IDF baseline '
+            f'{100 * base["downstream"][label][key]:.2f}'))
   return out
