@@ -132,10 +132,10 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def short_pretraining_recipe(cfg) -> ml_collections.ConfigDict:
-  """The recipe of configs/finetune/own.py and builtin.py, chosen for a model from a short
-  pre-training on text none of it was chosen on (README, "A suite of real text nobody here
-  wrote"): the head reads the mean of the token vectors, every layer learns at one rate, the word
-  table 10x faster, 2 epochs. Sets those fields of `cfg` and returns it."""
+  """The recipe of configs/finetune/own.py and builtin.py for a model from a short pre-training,
+  chosen on the real-text suite (README, "A suite of real text nobody here wrote"): the head reads
+  the mean of the token vectors, every layer learns at one rate, the word table 10x faster, 2
+  epochs. Sets those fields of `cfg` and returns it."""
   cfg.pooling = 'mean'
   cfg.optimizer.layerwise_decay = 1.0  # every layer at the head's rate
   cfg.optimizer.word_table_lr = 10.0
