@@ -15,6 +15,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from electra_jax import Stopped
 from electra_jax import UserError
 
 
@@ -352,6 +353,8 @@ def run(main):
         exit_now(1)
       print(f'error: {storage_error(e)}', file=sys.stderr)
       exit_now(2)
+    except Stopped as e:  # a run saved where it stopped and said so; 128 + the signal's number
+      exit_now(e.exit_code)
     except KeyboardInterrupt as e:  # what is complete stays; a re-run continues from it
       print(f'{"stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"}: run the '
             'same command again to continue from what is complete', file=sys.stderr)

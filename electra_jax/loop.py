@@ -1,6 +1,6 @@
 """The training loop: any compiled step, any batches, any checkpoint contents.
 
-    each step:   a stop notice?  -> save here, return            (SIGTERM / Ctrl-C / preemption)
+    each step:   a stop notice?  -> save here, raise Stopped     (SIGTERM / Ctrl-C / preemption)
                  state, sums = step_fn(state, next(batches))      (queued on the device; with
                                                            several CPU devices in one process
                                                            finished first: queue_ahead)
@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import jax
 
+from electra_jax import Stopped
 from electra_jax import UserError
 from electra_jax import fs
 from electra_jax import metrics as metrics_lib
@@ -57,7 +58,7 @@ class Plan:
 
 
 class Signals:
-  """SIGTERM/SIGINT -> `received` is set, and the loop saves a checkpoint and returns (preemption).
+  """SIGTERM/SIGINT -> `received` is set, and the loop saves a checkpoint and raises Stopped.
 
   A second signal ends the process at once. Installed only in the main thread (Python's rule).
   """
@@ -136,7 +137,6 @@ class Result:
   state: Any
   step: int  # the last step done
   eval: dict  # the last evaluation
-  preempted: str | None = None  # the signal (or 'preemption') that stopped the run early
 
 
 def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iterator, start: int,
@@ -189,7 +189,7 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
         logs.close()
         log(f'stopped by {signals.received or "preemption"} at step {step - 1}: checkpoint '
             f'{ckpt.directory}/{step - 1} saved; run the same command to resume')
-        return Result(state, step - 1, {}, signals.received or 'preemption')
+        raise Stopped(signals.received or 'preemption', step - 1)
       state, step_sums = step_fn(state, next(batches))
       if one_at_a_time:
         jax.block_until_ready(step_sums)

@@ -171,8 +171,6 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
     result = loop_lib.run(plan, state, train_fn, batches, start, evaluate=evaluate_now, ckpt=ckpt,
                           meta=saved_meta, logs=loop_lib.Logs(workdir, main), log=log,
                           annotate=annotate)
-    if result.preempted:
-      return {'step': result.step, 'preempted': result.preempted}
     best = ckpt.best_step()
     ckpt.close()
   return _summarize(config, workdir, setup, ckpt, result, best, baseline, eval_batches, log)

@@ -282,3 +282,33 @@ def test_seed_pairs_count_each_pairing_once_and_ties_as_half():
   assert compare.seed_pairs([], [0.5]) == (0.0, 0)
   a, b = [0.5, 0.7, 0.6], [0.55, 0.65]  # ours + theirs always make every pair
   assert compare.seed_pairs(a, b)[0] + compare.seed_pairs(b, a)[0] == len(a) * len(b)
+
+
+def test_a_stop_notice_during_a_pre_training_stops_the_whole_comparison(tmp_path, records_dir):
+  """Ctrl-C (or SIGTERM) while a run pre-trains: that run saves where it is and the comparison
+  ends there (exit 130, or 143, from the command line); nothing is fine-tuned from the
+  half-trained weights, which a later call would read back as the run's result."""
+  import signal  # pylint: disable=import-outside-toplevel
+  from electra_jax import Stopped  # pylint: disable=import-outside-toplevel
+  config = test_config(**{'data.records': records_dir, 'log_every': 1})
+  ft = ft_config_lib.default_config()
+  ft.update(batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0, num_seeds=1)
+  ft.task.update(name='own', train=_synthetic(tmp_path / 'train.csv', 32, 'classification', 0),
+                 dev=_synthetic(tmp_path / 'dev.csv', 16, 'classification', 1))
+  workdir, lines = tmp_path / 'cmp', []
+
+  def log(line):
+    lines.append(line)
+    if '[electra]' in line and 'step 2/' in line:  # a progress line: the notice comes now
+      os.kill(os.getpid(), signal.SIGINT)
+
+  before = signal.getsignal(signal.SIGINT)
+  with pytest.raises(Stopped) as stopped:
+    compare.compare(config, {'task': ft}, str(workdir), ('electra',), electra_steps=50, log=log)
+  assert stopped.value.signal == 'SIGINT' and stopped.value.exit_code == 130
+  step = stopped.value.step
+  assert 2 <= step < 50 and os.path.isdir(workdir / 'electra' / 'checkpoints' / str(step)), lines
+  assert any(l.startswith(f'[electra] stopped by SIGINT at step {step}: ') for l in lines), lines
+  assert not any(name.startswith(('electra_', 'random_init')) for name in os.listdir(workdir)), (
+      os.listdir(workdir))
+  assert signal.getsignal(signal.SIGINT) == before  # the loop put the handler before it back

@@ -867,7 +867,7 @@ def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(t
   assert any('seed 0: resumed from' in l for l in seen), ''.join(seen[-20:])
   proc.send_signal(signal.SIGTERM)
   rest, _ = proc.communicate(timeout=120)
-  assert proc.returncode == 0 and 'stopped by SIGTERM at step ' in rest, rest[-3000:]
+  assert proc.returncode == 143 and 'stopped by SIGTERM at step ' in rest, rest[-3000:]
   out = subprocess.run(_finetune_command(config_file, stopped), capture_output=True, text=True,
                        env=CHILD_ENV, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]

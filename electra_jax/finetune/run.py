@@ -109,8 +109,6 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
     result = loop_lib.run(plan, state, train_fn, stream, start, evaluate=evaluate_now, ckpt=ckpt,
                           meta=meta, log=log, logs=loop_lib.Logs(workdir, tags={'seed': seed},
                                                                  panels=results_lib.panels(task)))
-    if result.preempted:
-      return {'seed': seed, 'preempted': result.preempted}
     best = ckpt.best_step()
     ckpt.close()
   if skipped := int(jax.device_get(result.state.nonfinite_steps)):
@@ -213,8 +211,6 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
     t = time.time()
     result = finetune_one(cfg, pretrained, task, data, splits, seed,
                           fs.join(workdir, f'seed_{seed}'), log)
-    if 'preempted' in result:  # saved; the same command continues this seed
-      return {'task': task.name, 'preempted': result['preempted'], 'seed': seed}
     result['seconds'] = time.time() - t
     results.append(result)
     log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in results_lib.scored(task)

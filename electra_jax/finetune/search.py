@@ -122,8 +122,6 @@ def finetune(cfg, workdir: str, log, mode: str, finetune_fn) -> dict:
       log(f'== recipe {k + 1} of {len(grid)}: {name} ({cfg.num_seeds} seed(s))')
       recipe_cfg.baseline = cfg.baseline and k == 0  # the same splits: scored once
       result = finetune_fn(recipe_cfg, fs.join(workdir, name), log, 'train')
-      if 'preempted' in result:  # saved; the same command continues this recipe
-        return result
       done.append((name, result))
     return _write(cfg, done, workdir, log)
 
