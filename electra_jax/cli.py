@@ -234,20 +234,21 @@ def check_paths(*paths):
         raise UserError(storage_error(e, path)) from None
 
 
-def exit_now(code: int):
+def exit_now(code: int, together: bool | None = None):
   """Ends the process at once with `code`, output flushed.
 
   Everything a command writes is complete when it returns or fails (checkpoints are waited for),
   so the interpreter's teardown (tf.data and Orbax threads, the runtime) adds nothing but time: on
   a loaded machine it took up to a minute after a preemption's checkpoint, longer than a spot VM's
   notice, and after an error a leftover thread could hold the process. Several processes leave the
-  coordination service together after a success, so none sees the other vanish."""
+  coordination service together (`together`; by default after a success, and after a stop that
+  every process made at one step), so none sees the other vanish."""
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
     except (OSError, ValueError):
       pass
-  if code == 0 and 'jax' in sys.modules:
+  if (code == 0 if together is None else together) and 'jax' in sys.modules:
     import jax  # pylint: disable=import-outside-toplevel
     try:
       if jax.process_count() > 1:
@@ -354,7 +355,7 @@ def run(main):
       print(f'error: {storage_error(e)}', file=sys.stderr)
       exit_now(2)
     except Stopped as e:  # a run saved where it stopped and said so; 128 + the signal's number
-      exit_now(e.exit_code)
+      exit_now(e.exit_code, together=True)
     except KeyboardInterrupt as e:  # what is complete stays; a re-run continues from it
       print(f'{"stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"}: run the '
             'same command again to continue from what is complete', file=sys.stderr)

@@ -114,6 +114,43 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_
   assert f'final parameters: {workdir}/checkpoints/{committed + 2}' in out.stdout
 
 
+def test_a_preemption_notice_to_every_process_saves_one_step_and_exits_143(tmp_path, records_dir):
+  """A slice's notice (SIGTERM to every host): JAX's preemption service picks one step for all,
+  each process saves its part of that checkpoint and exits 143, not 0 (the run has not finished)."""
+  import signal  # pylint: disable=import-outside-toplevel
+  config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000, save_every=1000)
+  workdir = tmp_path / 'w'
+  env = {**CHILD_ENV, 'JAX_PLATFORMS': 'cpu',
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  port = __import__('socket').socket()
+  port.bind(('127.0.0.1', 0))
+  address = f'127.0.0.1:{port.getsockname()[1]}'
+  port.close()
+  procs = [subprocess.Popen(
+      [*launch_command(config_file, workdir), f'--coordinator_address={address}',
+       '--num_processes=2', f'--process_id={i}'], env=env, text=True,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
+  try:
+    for line in procs[0].stdout:
+      if ' step 4/' in f' {line}':
+        break
+    for p in procs:
+      p.send_signal(signal.SIGTERM)
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+  assert [p.returncode for p in procs] == [143, 143], outs[0][-3000:] + outs[1][-3000:]
+  stopped = [l for l in outs[0].splitlines() if l.startswith('stopped by preemption at step ')]
+  assert len(stopped) == 1, outs[0][-3000:]
+  step = int(stopped[0].split('at step ')[1].split(':')[0])
+  assert step >= 4 and sorted(os.listdir(workdir / 'checkpoints')) == [str(step)]
+  config = load_config(config_file)
+  _, meta = _params(workdir, step, config)  # every process's part is there: it restores
+  assert meta['step'] == step
+
+
 def test_the_launcher_stops_every_process_when_one_fails_and_says_which(tmp_path):
   script = tmp_path / 'job.py'
   script.write_text('import sys, time\n'
