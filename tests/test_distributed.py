@@ -46,6 +46,20 @@ def _config_file(tmp_path, records_dir, **fields):
   return path
 
 
+def _two_processes(config_file, workdir, *flags):
+  """Two processes of two CPU devices each, started by hand (no launcher), output piped."""
+  env = {**CHILD_ENV, 'JAX_PLATFORMS': 'cpu',
+         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+  port = __import__('socket').socket()
+  port.bind(('127.0.0.1', 0))
+  address = f'127.0.0.1:{port.getsockname()[1]}'
+  port.close()
+  return [subprocess.Popen(
+      [*launch_command(config_file, workdir), f'--coordinator_address={address}',
+       '--num_processes=2', f'--process_id={i}', *flags], env=env, text=True,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
+
+
 def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path, records_dir):
   config_file = _config_file(tmp_path, records_dir, train_steps=4)
   two = tmp_path / 'two'
@@ -78,16 +92,7 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_
     tmp_path, records_dir):
   config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000)
   workdir = tmp_path / 'w'
-  env = {**CHILD_ENV, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
-  port = __import__('socket').socket()
-  port.bind(('127.0.0.1', 0))
-  address = f'127.0.0.1:{port.getsockname()[1]}'
-  port.close()
-  procs = [subprocess.Popen(
-      [*launch_command(config_file, workdir), f'--coordinator_address={address}',
-       '--num_processes=2', f'--process_id={i}', '--heartbeat_timeout_s=15'], env=env, text=True,
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
+  procs = _two_processes(config_file, workdir, '--heartbeat_timeout_s=15')
   try:
     for line in procs[0].stdout:  # until it has trained a few steps and saved
       if ' step 6/' in f' {line}':
@@ -120,16 +125,7 @@ def test_a_preemption_notice_to_every_process_saves_one_step_and_exits_143(tmp_p
   import signal  # pylint: disable=import-outside-toplevel
   config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000, save_every=1000)
   workdir = tmp_path / 'w'
-  env = {**CHILD_ENV, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
-  port = __import__('socket').socket()
-  port.bind(('127.0.0.1', 0))
-  address = f'127.0.0.1:{port.getsockname()[1]}'
-  port.close()
-  procs = [subprocess.Popen(
-      [*launch_command(config_file, workdir), f'--coordinator_address={address}',
-       '--num_processes=2', f'--process_id={i}'], env=env, text=True,
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
+  procs = _two_processes(config_file, workdir)
   try:
     for line in procs[0].stdout:
       if ' step 4/' in f' {line}':
