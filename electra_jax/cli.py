@@ -234,21 +234,21 @@ def check_paths(*paths):
         raise UserError(storage_error(e, path)) from None
 
 
-def exit_now(code: int, together: bool | None = None):
+def exit_now(code: int, together: bool = False):
   """Ends the process at once with `code`, output flushed.
 
   Everything a command writes is complete when it returns or fails (checkpoints are waited for),
   so the interpreter's teardown (tf.data and Orbax threads, the runtime) adds nothing but time: on
   a loaded machine it took up to a minute after a preemption's checkpoint, longer than a spot VM's
   notice, and after an error a leftover thread could hold the process. Several processes leave the
-  coordination service together (`together`; by default after a success, and after a stop that
-  every process made at one step), so none sees the other vanish."""
+  coordination service together after a success, and after a stop that every process made at one
+  step (`together`), so none sees the other vanish."""
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
     except (OSError, ValueError):
       pass
-  if (code == 0 if together is None else together) and 'jax' in sys.modules:
+  if (code == 0 or together) and 'jax' in sys.modules:
     import jax  # pylint: disable=import-outside-toplevel
     try:
       if jax.process_count() > 1:
