@@ -305,12 +305,8 @@ def _tfds_documents(name: str, split: str, text_field: str, data_dir: str | None
   """One document per example of a TFDS dataset, from its `text_field`."""
   from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
   tfds = tf_import.datasets()
-  try:
-    dataset = tfds.load(name, split=split, data_dir=data_dir, shuffle_files=False)
-  except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f'TFDS could not load {name!r} split {split!r} '
-                     f'({" ".join(str(e).split())[:300]}); check the name with `tfds build '
-                     f'--help`/the TFDS catalog, or prepare it first with `tfds build {name}`') from None
+  dataset = tf_import.tfds_load(name, split, data_dir, 'set TFDS_DATA_DIR=DIR',
+                               shuffle_files=False)
   fields = dataset.element_spec
   if not isinstance(fields, dict) or text_field not in fields:
     raise ValueError(f'the TFDS dataset {name!r} has no field {text_field!r} (it has '

@@ -2,7 +2,10 @@
 off the accelerators, which belong to JAX. TensorFlow only reads and writes data here: tf.data,
 TFRecord files, tf.io.gfile for buckets, TensorBoard event files, original TF checkpoints."""
 
+import contextlib
 import os
+import re
+import shutil
 import sys
 
 
@@ -37,3 +40,62 @@ def summary_pb2():
   tensorflow()
   from tensorflow.core.framework import summary_pb2 as pb2  # pylint: disable=import-outside-toplevel
   return pb2
+
+
+def _network_failure(e: BaseException) -> str | None:
+  """The host a download could not reach, if `e` (or an exception behind it) is a failed
+  connection: no network, a name that does not resolve, a refused or timed-out connection."""
+  seen = e
+  while seen is not None:
+    names = {c.__name__ for c in type(seen).__mro__}
+    if names & {'ConnectionError', 'NewConnectionError', 'NameResolutionError', 'MaxRetryError',
+                'ProxyError', 'Timeout', 'gaierror', 'URLError'}:
+      host = re.search(r"host='([^']+)'", str(e)) or re.search(r"host='([^']+)'", str(seen))
+      return host.group(1) if host else 'its server'
+    seen = seen.__cause__ or seen.__context__
+  return None
+
+
+def _snapshot(folders: list[str]) -> set[str]:
+  """The paths of `folders` and of everything under them."""
+  found = {f for f in folders if os.path.lexists(f)}
+  for folder in folders:
+    for root, dirs, files in os.walk(folder):
+      found.update(os.path.join(root, n) for n in dirs + files)
+  return found
+
+
+def tfds_load(name: str, split: str, data_dir: str | None, data_dir_hint: str, **kwargs):
+  """`tfds.load(name, split=split, data_dir=data_dir)`: the dataset downloaded and prepared on
+  first use. A failure is a ValueError in one sentence (no connection: the host, and how to
+  prepare the data elsewhere; `data_dir_hint` says how to point this run at a prepared copy), and
+  the files the failed attempt left in a local data_dir (an unfinished download, the dataset's
+  empty folders) are removed: the next try starts clean."""
+  tfds = datasets()
+  local = data_dir or os.environ.get('TFDS_DATA_DIR') or os.path.join(
+      os.path.expanduser('~'), 'tensorflow_datasets')
+  watched = [] if '://' in local else [os.path.join(local, name.split('/')[0]),
+                                          os.path.join(local, 'downloads')]
+  existed = os.path.isdir(local)
+  before = _snapshot(watched)
+  try:
+    return tfds.load(name, split=split, data_dir=data_dir, **kwargs)
+  except Exception as e:  # pylint: disable=broad-except
+    for path in sorted(_snapshot(watched) - before, key=len, reverse=True):  # deepest first
+      if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+      elif os.path.lexists(path):
+        with contextlib.suppress(OSError):
+          os.remove(path)
+    if watched and not existed:
+      with contextlib.suppress(OSError):
+        os.rmdir(local)
+    host = _network_failure(e)
+    if host:
+      raise ValueError(
+          f'TFDS could not download {name}: no connection to {host} from this machine; prepare '
+          f'it where there is one (`tfds build {name} --data_dir=DIR`), copy DIR here and '
+          f'{data_dir_hint}') from None
+    raise ValueError(f'TFDS could not load {name!r} split {split!r} ({type(e).__name__}: '
+                     f'{" ".join(str(e).split())[:300]}); check the name in the TFDS catalog, or '
+                     f'prepare it first with `tfds build {name}`') from None

@@ -34,7 +34,9 @@ def load_tfds(version: str, split: str, data_dir: str | None = None) -> list[Que
   from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
   tfds = tf_import.datasets()
   out = []
-  for row in tfds.as_numpy(tfds.load(f'squad/{version}', split=split, data_dir=data_dir)):
+  dataset = tf_import.tfds_load(f'squad/{version}', split, data_dir,
+                               'point --config.task.tfds_data_dir at it')
+  for row in tfds.as_numpy(dataset):
     answers = row['answers']
     impossible = bool(row.get('is_impossible', False))
     texts = () if impossible else tuple(t.decode('utf-8') for t in answers['text'])

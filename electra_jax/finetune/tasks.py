@@ -76,6 +76,10 @@ def glue_task(name: str) -> Task:
               g.swap_pairs, 5.0 if name == 'stsb' else 1.0, g.epochs)
 
 
+_TFDS_HINT = ('point --config.task.tfds_data_dir at it, or give GLUE\'s own .tsv files with '
+              '--config.task.glue_dir')
+
+
 def load_glue(name: str, data_dir: str | None = None) -> dict[str, list[Example]]:
   """The splits of GLUE task `name` from TFDS (`glue/<name>`); test labels are None."""
   from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
@@ -84,7 +88,8 @@ def load_glue(name: str, data_dir: str | None = None) -> dict[str, list[Example]
   out = {}
   for ours, theirs in g.splits.items():
     examples = []
-    for row in tfds.as_numpy(tfds.load(f'glue/{name}', split=theirs, data_dir=data_dir)):
+    dataset = tf_import.tfds_load(f'glue/{name}', theirs, data_dir, _TFDS_HINT)
+    for row in tfds.as_numpy(dataset):
       texts = [row[f].decode('utf-8') for f in g.fields]
       label = row['label']
       if ours.startswith('test') or (g.labels and int(label) < 0):
