@@ -76,10 +76,22 @@ def describe_mismatch(saved: dict, wanted: dict, limit: int = 3) -> str:
   return '; '.join(diffs[:limit]) + more
 
 
+def _text(e: BaseException) -> str:
+  """An exception's message on one line, without object reprs or pointers to them."""
+  text = re.sub(r'\s*See full TensorStore details:.*', '', str(e), flags=re.S)
+  text = re.sub(r'<(bound method|function|built-in)[^>]*>+', '', text)
+  return ' '.join(text.split()).strip(' ;:,.')
+
+
 def reason(e: Exception) -> str:
-  """An error of reading a checkpoint in a few words (no object reprs, one line)."""
-  text = ' '.join(re.sub(r'<(bound method|function|built-in)[^>]*>+', '', str(e)).split())
-  return f'{type(e).__name__}: {text.strip(" ;:,")[:200]}'
+  """An error of reading a checkpoint in a few words (no object reprs, one line): the error and,
+  where it wraps another (Orbax around TensorStore), the innermost one, which names the file."""
+  inner = e
+  while (inner.__cause__ or inner.__context__) is not None:
+    inner = inner.__cause__ or inner.__context__
+  if inner is not e and _text(inner):
+    e = inner
+  return f'{type(e).__name__}: {_text(e)[:300]}'
 
 
 class Checkpointer:
@@ -232,12 +244,22 @@ class Checkpointer:
     the damaged ones are moved aside to `<step>.damaged` (kept for inspection), so that the steps
     trained again are saved again under their own numbers.
     """
-    damaged = []
-    for step in sorted(self.manager.all_steps(), reverse=True):
+    damaged, rotated = [], 0
+    steps = sorted(self.manager.all_steps(), reverse=True)
+    while steps:
+      step = steps.pop(0)
       self.check_shapes(step, target_state)
       try:
         state, meta = self.restore(step, target_state)
       except Exception as e:  # pylint: disable=broad-except
+        if not fs.isdir(fs.join(self.directory, str(step))) and rotated < 10:
+          # deleted while read: a run still writing here keeps its newest checkpoints only
+          rotated += 1
+          log(f'note: checkpoint {self.directory}/{step} was deleted while it was read (the run '
+              'writing there keeps its newest checkpoints only); reading the newest again')
+          self.manager.reload()
+          steps = [s for s in sorted(self.manager.all_steps(), reverse=True) if s not in damaged]
+          continue
         log(f'warning: checkpoint {self.directory}/{step} cannot be read ({reason(e)}); trying '
             'the one before it')
         damaged.append(step)

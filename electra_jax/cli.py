@@ -234,6 +234,19 @@ def check_paths(*paths):
         raise UserError(storage_error(e, path)) from None
 
 
+def out_folder(path: str, flag: str = '--out'):
+  """Makes the output folder `path` of a command, or one sentence on why it cannot be (a file is
+  there, it cannot be written)."""
+  from electra_jax import fs  # pylint: disable=import-outside-toplevel
+  if fs.exists(path) and not fs.isdir(path):
+    raise UserError(f'{flag} {path} is a file; give a folder (new, or one to write into)')
+  try:
+    fs.makedirs(path, exist_ok=True)
+  except OSError as e:
+    raise UserError(f'cannot make {flag} {path} ({e.strerror or e}); choose a folder you can '
+                    'write to') from None
+
+
 def exit_now(code: int, together: bool = False):
   """Ends the process at once with `code`, output flushed.
 

@@ -140,6 +140,8 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   if not start and source is not None:
     state = start_from(setup, state, source)
     log(f'initial weights: {source.describe()}')
+  if main:  # once every check has passed; whole or not at all (others read it in check_same_run)
+    fs.write_atomic(fs.join(workdir, 'config.json'), config.to_json(indent=2))
 
   # ---- the data ----
   d = config.data
@@ -177,7 +179,10 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
 
 
 def _open_workdir(config, workdir: str, log):
-  """(records folder, its metadata, input readers, held-out batches), config.json written."""
+  """(records folder, its metadata, input readers, held-out batches), the workdir checked."""
+  workdir_lib.check_entries(workdir, folders=('checkpoints', 'tensorboard') + (
+      () if config.data.records else ('data',)), files=(
+          'config.json', 'metrics.jsonl', 'summary.json', 'curves.png'))
   preflight.check_same_run(config, workdir, log)
   latest = max(preflight.checkpoint_steps(workdir), default=0)
   if latest > config.train_steps:
@@ -190,8 +195,6 @@ def _open_workdir(config, workdir: str, log):
                                                    config.eval_batches)
     readers = input_pipeline.num_readers(meta, config.data.batch_size, config.data.readers)
     input_pipeline.process_readers(readers, jax.process_index(), jax.process_count())
-  if distributed.is_main():  # whole or not at all: other processes may read it in check_same_run
-    fs.write_atomic(fs.join(workdir, 'config.json'), config.to_json(indent=2))
   return records_dir, meta, readers, eval_batches
 
 

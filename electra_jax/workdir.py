@@ -1,6 +1,6 @@
 """A workdir, made and held by one run: `<workdir>/run.lock` names the run that holds it.
 
-    with workdir.claim(path, 'pre-training'):
+    with workdir.claim(path, 'pre-training'):  # a key of KINDS
       ...  # nothing else writes here until the block ends
 
 `claim` makes the folder (one sentence when it is a file or cannot be written), takes its lock, and
@@ -180,27 +180,105 @@ def make(path: str):
                     'can write to') from None
 
 
+def check_entries(path: str, folders: tuple = (), files: tuple = ()):
+  """Refuses (UserError) a workdir where a run would meet a file in place of one of its `folders`
+  or a folder in place of one of its `files`: before it writes anything, not at its first save."""
+  for name in folders:
+    if fs.exists(fs.join(path, name)) and not fs.isdir(fs.join(path, name)):
+      raise UserError(f'{fs.join(path, name)} is a file where the run keeps its {name} (a folder); '
+                      'move the file away')
+  for name in files:
+    if fs.isdir(fs.join(path, name)):
+      raise UserError(f'{fs.join(path, name)} is a folder where the run writes its file {name}; '
+                      'move the folder away')
+
+
+def require_checkpoint(path: str, what: str = 'pre-training'):
+  """Refuses (UserError) a run's workdir that holds no checkpoint yet, before its other files
+  (a records folder built later, or not at all) are looked for."""
+  folder = fs.join(path, 'checkpoints')
+  if not (fs.isdir(folder) and any(n.isdigit() for n in fs.listdir(folder))):
+    raise UserError(f'{path} holds no checkpoint yet: its {what} has not saved one (it saves at '
+                    f'save_every steps, at its end and when stopped); run it (the same command, '
+                    f'--workdir={path}) until it has')
+
+
+# What a workdir holds, recorded in KIND_FILE when a run first claims it, and the command of each.
+KINDS = {'pre-training': 'launch/train.py', 'fine-tuning': 'launch/finetune.py',
+         'fine-tuning search': 'launch/finetune.py with --config.search',
+         'comparison': 'launch/compare.py'}
+KIND_FILE = 'workdir.json'
+
+
+def kind_of(path: str) -> str | None:
+  """The kind of run `path` holds (a key of KINDS), or None where it holds none (absent, empty, a
+  folder of other files). Workdirs made before KIND_FILE existed are known by their config.json."""
+  if not fs.isdir(path):
+    return None
+  recorded = fs.join(path, KIND_FILE)
+  if fs.isfile(recorded):
+    record = fs.read_json(recorded, f'delete it: the next run in {path} writes it again')
+    if isinstance(record, dict) and record.get('kind') in KINDS:
+      return record['kind']
+  config = fs.join(path, 'config.json')
+  if fs.isfile(config):
+    try:
+      with fs.open(config) as f:
+        config = json.load(f)
+    except (OSError, ValueError):
+      config = None
+    if isinstance(config, dict) and 'objective' in config:
+      return 'pre-training'
+    if isinstance(config, dict) and 'task' in config:
+      return 'fine-tuning search' if config.get('search') else 'fine-tuning'
+  if fs.isfile(fs.join(path, 'comparison.md')):
+    return 'comparison'
+  return None
+
+
+def check_kind(path: str, kind: str, flag: str = '--workdir'):
+  """Refuses (UserError) a workdir that holds a run of another kind than `kind`."""
+  held = kind_of(path)
+  if held is None or held == kind:
+    return
+  hint = {('pre-training', 'fine-tuning'): f' (--init={path} starts it from that pre-training)',
+          ('pre-training', 'fine-tuning search'): f' (--init={path} starts it from that '
+                                                  'pre-training)'}.get((held, kind), '')
+  raise UserError(f'{flag} {path} holds a {held} ({KINDS[held]}), and a {kind} there would '
+                  f'overwrite it; give the {kind} a folder of its own{hint}')
+
+
 @contextlib.contextmanager
-def claim(path: str, what: str):
-  """The workdir `path`, made, for this run alone while inside (process 0 holds the lock; every
-  process learns whether it got it). A refused run leaves no folder it made behind."""
+def claim(path: str, kind: str, mode: str = ''):
+  """The workdir `path`, made, for this run of `kind` (a key of KINDS) alone while inside (process
+  0 holds the lock; every process learns whether it got it). A workdir holding another kind of run
+  is refused before anything is written; the kind is recorded on the first claim. A refused run
+  leaves nothing it wrote behind: the record of the kind, and the folder if it made it."""
+  check_kind(path, kind)
   existed = fs.isdir(path)
   make(path)
-  held, error = None, None
+  held, error, recorded = None, None, None
   try:
     if distributed.is_main():
       try:
-        held = acquire(path, what)
+        held = acquire(path, f'{kind}{f" ({mode})" if mode else ""}')
       except Busy as e:
         error = e
     if not distributed.all_agree(error is None, 'workdir_lock'):
       raise error or Busy(f'process 0 could not lock {path}; see its output')
     try:
+      check_kind(path, kind)  # (again: another run may have claimed it first)
+      if distributed.is_main() and not fs.exists(fs.join(path, KIND_FILE)):
+        recorded = set(fs.listdir(path)) - {NAME}  # what the run found
+        fs.write_atomic(fs.join(path, KIND_FILE), json.dumps({'kind': kind}))
       yield held
     finally:
       if held is not None:
         held.release()
   except UserError:
-    if distributed.is_main() and not existed and fs.isdir(path) and not fs.listdir(path):
-      fs.rmdir(path)
+    if distributed.is_main():
+      if recorded is not None and set(fs.listdir(path)) - {KIND_FILE, NAME} == recorded:
+        fs.remove(fs.join(path, KIND_FILE))
+      if not existed and fs.isdir(path) and not fs.listdir(path):
+        fs.rmdir(path)
     raise

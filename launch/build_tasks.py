@@ -18,6 +18,7 @@ import os
 from absl import flags
 
 from electra_jax import cli
+from electra_jax import fs
 
 _OUT = flags.DEFINE_string('out', None, 'the folder to write the tasks to')
 _PACKAGES = flags.DEFINE_string('packages', '/var/lib/apt/lists/*_Packages*',
@@ -35,11 +36,15 @@ def main(argv):
     raise cli.UserError(f'--per_class={_PER_CLASS.value}: give at least 8')
   from electra_jax.tools import suite  # pylint: disable=import-outside-toplevel
   cli.check_paths(_OUT.value)
+  made = not fs.exists(_OUT.value)
+  cli.out_folder(_OUT.value)
   try:
     suite.build(_OUT.value, suite.Sources(packages=_PACKAGES.value, man=_MAN.value,
                                           per_class=_PER_CLASS.value),
                 log=lambda line: print(line, flush=True))
   except ValueError as e:
+    if made and not fs.listdir(_OUT.value):  # refused before a file was written
+      fs.rmdir(_OUT.value)
     raise cli.UserError(str(e)) from None
   print(f'the suite: {os.path.join(_OUT.value, "suite.json")}')
 

@@ -292,7 +292,8 @@ def test_labels_are_read_as_meant(tmp_path):
       ('part.csv', 'text,label\na,pos\nb,\n', 'classification', True,
        r"data row 2 of .*part.csv has no label .*; fill those labels in, or empty every label cell"),
       ('nan.csv', 'text,label\na,1.5\nb,nan\nc,inf\n', 'regression', False,
-       r"data rows 2, 3 of .*nan.csv have the label 'nan', not a finite number"),
+       r"data rows 2 \('nan'\), 3 \('inf'\) of .*nan.csv have labels that are not a finite "
+       "number"),
       ('tabs.csv', 'text\tlabel\na\tpos\n', 'classification', False,
        r"tabs.csv looks tab-separated \(its first row holds tabs\) but is named .csv; name it .tsv"),
       ('lines.jsonl', '{"text": "a", "label": "x"}\n\n{"text": "b", "label": null}\n',
@@ -311,7 +312,8 @@ def test_labels_are_read_as_meant(tmp_path):
     ('empty', 'holds no rows'),
     ('unseen', r"the dev data has label\(s\) \['maybe'\] never seen in the train data"),
     ('one_label', 'has 1 distinct label'),
-    ('not_numeric', "have the label 'pos', not a finite number; a regression task needs"),
+    ('not_numeric', r"data rows 1 \('pos'\), 2 \('neg'\) of .* have labels that are not a finite "
+                    "number; a regression task needs"),
     ('bad_json', 'line 2 of .* is not JSON'),
     ('extension', 'is not .csv, .tsv or .jsonl'),
     ('missing_file', 'does not exist'),

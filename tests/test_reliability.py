@@ -525,3 +525,79 @@ def test_an_export_to_a_place_that_cannot_be_written_is_one_line(tmp_path, pretr
                   r'read-only file system); choose a place this user can write to', _last(done)), \
       done.stderr[-2000:]
   assert 'Traceback' not in done.stderr
+
+
+def _copy_checkpoint(workdir: str, source: int, target: int):
+  """A second checkpoint (step `target`) of a workdir, a copy of step `source`."""
+  folder = os.path.join(workdir, 'checkpoints')
+  shutil.copytree(os.path.join(folder, str(source)), os.path.join(folder, str(target)))
+
+
+def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, monkeypatch):
+  """A workdir without checkpoints, a fine-tuning's workdir given to the pre-training commands,
+  a checkpoint deleted while read (a running pre-training rotates them), a damaged one, an --out
+  that is a file: each named as what it is."""
+  from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import pretrained as ft_pretrained  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import diagnose  # pylint: disable=import-outside-toplevel
+  empty = str(tmp_path / 'empty')  # a pre-training stopped before its first save
+  os.makedirs(empty)
+  shutil.copy(os.path.join(pretrained, 'config.json'), empty)
+  for call in (lambda: export.export(empty, str(tmp_path / 'hf'), log=_quiet),
+               lambda: diagnose.diagnose(empty, log=_quiet),
+               lambda: ft_pretrained.load(empty, log=_quiet)):
+    with pytest.raises(UserError, match=rf'^{empty} holds no checkpoint yet: its pre-training has '
+                                        r'not saved one .*; run it \(the same command, '
+                                        rf'--workdir={empty}\) until it has$'):
+      call()
+  tuned = tmp_path / 'tuned'
+  tuned.mkdir()
+  ft = ft_config.default_config()
+  ft.init = pretrained
+  (tuned / 'config.json').write_text(ft.to_json())
+  with pytest.raises(UserError, match=rf'^{tuned} is not a pre-training workdir \(it holds a '
+                                      r'fine-tuning\); give the --workdir of launch/train.py$'):
+    diagnose.diagnose(str(tuned), log=_quiet)
+  with pytest.raises(UserError, match=rf'^--init {tuned} holds a fine-tuning, not a pre-training: '
+                                      rf'give the pre-training it started from \({pretrained}\)'):
+    ft_pretrained.load(str(tuned), log=_quiet)
+
+  rotating = str(tmp_path / 'rotating')  # checkpoints 2 and 4; 4 deleted as it is read
+  shutil.copytree(pretrained, rotating)
+  _copy_checkpoint(rotating, 4, 2)
+  restore = checkpoint_lib.Checkpointer.restore
+
+  def rotated_away(self, step, target):
+    if step == 4:
+      shutil.rmtree(os.path.join(rotating, 'checkpoints', '4'))
+    return restore(self, step, target)
+  monkeypatch.setattr(checkpoint_lib.Checkpointer, 'restore', rotated_away)
+  lines = []
+  loaded = ft_pretrained.load(rotating, log=lines.append)
+  assert loaded.checkpoint == os.path.join(rotating, 'checkpoints', '2'), lines
+  assert lines == [f'note: checkpoint {rotating}/checkpoints/4 was deleted while it was read (the '
+                   'run writing there keeps its newest checkpoints only); reading the newest '
+                   'again'], lines
+  assert sorted(os.listdir(os.path.join(rotating, 'checkpoints'))) == ['2']  # nothing set aside
+  monkeypatch.undo()
+
+  damaged = str(tmp_path / 'damaged')
+  shutil.copytree(pretrained, damaged)
+  data = os.path.join(damaged, 'checkpoints', '4', 'state', 'ocdbt.process_0', 'd')
+  for name in os.listdir(data):
+    with open(os.path.join(data, name), 'r+b') as f:
+      f.truncate(10)
+  with pytest.raises(UserError) as e:
+    export.export(damaged, str(tmp_path / 'hf'), log=_quiet)
+  assert re.match(rf'^the checkpoint {damaged}/checkpoints/4 cannot be read \(ValueError: .*Error '
+                  r'reading ".*" in OCDBT database .*\); run the pre-training command again',
+                  str(e.value)), str(e.value)
+  assert 'TensorStore details' not in str(e.value) and '<' not in str(e.value)
+
+  a_file = tmp_path / 'a_file'
+  a_file.write_text('x')
+  done = _launch('build_tasks.py', f'--out={a_file}')
+  assert done.returncode == 2 and _last(done) == (
+      f'error: --out {a_file} is a file; give a folder (new, or one to write into)'), done.stderr

@@ -100,11 +100,7 @@ def test_a_held_workdir_refuses_pretraining_and_finetuning(tmp_path, records_dir
     with pytest.raises(UserError, match='is in use by a pre-training run'):
       pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), held_dir,
                                   log=lambda *_: None)
-    ft = ft_config.default_config()
-    ft.init = pretrained
-    with pytest.raises(UserError, match='is in use by a pre-training run'):
-      finetune_run.finetune(ft, held_dir, log=lambda *_: None)
-    assert os.listdir(held_dir) == [workdir_lib.NAME]
+    assert sorted(os.listdir(held_dir)) == [workdir_lib.NAME, workdir_lib.KIND_FILE]
     done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'train.py'),
                            f'--config={run_config_file(tmp_path, records_dir)}',
                            f'--workdir={held_dir}'], capture_output=True, text=True,
@@ -112,7 +108,12 @@ def test_a_held_workdir_refuses_pretraining_and_finetuning(tmp_path, records_dir
     assert done.returncode == 2, done.stderr[-2000:]
     assert done.stderr.strip().splitlines()[-1].startswith(
         f'error: {held_dir} is in use by a pre-training run (pid {os.getpid()}'), done.stderr
-  assert os.listdir(held_dir) == []  # released
+  assert os.listdir(held_dir) == [workdir_lib.KIND_FILE]  # released; its kind recorded
+  ft = ft_config.default_config()
+  ft.init = pretrained
+  with workdir_lib.claim(str(tmp_path / 'ft'), 'fine-tuning'):
+    with pytest.raises(UserError, match='is in use by a fine-tuning run'):
+      finetune_run.finetune(ft, str(tmp_path / 'ft'), log=lambda *_: None)
   copy = str(tmp_path / 'copy')
   shutil.copytree(pretrained, copy)
   with pytest.raises(UserError, match=r'is at step \d+, past train_steps=1; raise'):
@@ -120,3 +121,68 @@ def test_a_held_workdir_refuses_pretraining_and_finetuning(tmp_path, records_dir
                                 copy, log=lambda *_: None)
   with open(os.path.join(pretrained, 'config.json')) as a, open(os.path.join(copy, 'config.json')) as b:
     assert a.read() == b.read()  # refused before config.json was rewritten
+
+
+def _tree(path) -> dict:
+  """{relative path: bytes} of every file under `path`."""
+  out = {}
+  for root, _, files in os.walk(path):
+    for name in files:
+      with open(os.path.join(root, name), 'rb') as f:
+        out[os.path.relpath(os.path.join(root, name), path)] = f.read()
+  return out
+
+
+def test_a_workdir_holds_one_kind_of_run(tmp_path, records_dir, pretrained):
+  """A fine-tuning in a pre-training's workdir (--init=W --workdir=W), a pre-training in a
+  fine-tuning's: refused in one sentence before anything is written, also in a workdir made before
+  the kind was recorded (known by its config.json); the claim records the kind."""
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  assert workdir_lib.kind_of(pretrained) == 'pre-training'
+  assert json.loads((tmp_path / '..' / pretrained / workdir_lib.KIND_FILE).read_text()) == {
+      'kind': 'pre-training'}
+  w = str(tmp_path / 'w')
+  shutil.copytree(pretrained, w)
+  before = _tree(w)
+  ft = ft_config.default_config()
+  ft.init = w
+  with pytest.raises(UserError, match=rf'^--workdir {w} holds a pre-training \(launch/train.py\), '
+                                      r'and a fine-tuning there would overwrite it; give the '
+                                      rf'fine-tuning a folder of its own \(--init={w} starts it'):
+    finetune_run.finetune(ft, w, log=lambda *_: None)
+  os.remove(os.path.join(w, workdir_lib.KIND_FILE))  # a workdir of an earlier version
+  with pytest.raises(UserError, match='holds a pre-training'):
+    finetune_run.finetune(ft, w, log=lambda *_: None)
+  del before[workdir_lib.KIND_FILE]
+  assert _tree(w) == before
+
+  tuned = tmp_path / 'tuned'  # a fine-tuning's workdir, as far as its kind goes
+  tuned.mkdir()
+  (tuned / 'config.json').write_text(ft.to_json())
+  with pytest.raises(UserError, match=rf'^--workdir {tuned} holds a fine-tuning '
+                                      r'\(launch/finetune.py\), and a pre-training there'):
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), str(tuned),
+                                log=lambda *_: None)
+  assert os.listdir(tuned) == ['config.json']
+  (tuned / workdir_lib.KIND_FILE).write_text(json.dumps({'kind': 'fine-tuning search'}))
+  with pytest.raises(UserError, match='holds a fine-tuning search'):
+    finetune_run.finetune(ft, str(tuned), log=lambda *_: None)
+
+
+def test_a_file_in_place_of_a_folder_is_refused_before_anything_is_written(tmp_path,
+                                                                          records_dir):
+  w = tmp_path / 'w'
+  w.mkdir()
+  (w / 'checkpoints').write_text('not a folder')
+  with pytest.raises(UserError, match=rf'^{w}/checkpoints is a file where the run keeps its '
+                                      r'checkpoints \(a folder\); move the file away$'):
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), str(w),
+                                log=lambda *_: None)
+  assert os.listdir(w) == ['checkpoints']
+  os.remove(w / 'checkpoints')
+  (w / 'metrics.jsonl').mkdir()
+  with pytest.raises(UserError, match='metrics.jsonl is a folder where the run writes its file'):
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), str(w),
+                                log=lambda *_: None)
+  assert os.listdir(w) == ['metrics.jsonl']

@@ -52,21 +52,37 @@ def _read_config(workdir: str) -> dict:
 
 
 def _restore(directory: str, step: int | None, what: str):
+  """(step, state, meta) of checkpoint `step` (None: the latest) under `directory`. The latest of a
+  run still writing there may be deleted while it is read (the run keeps its newest ones): then
+  the newest is read again."""
   ckpt = checkpoint_lib.Checkpointer(directory)
+  latest = step is None
   try:
-    step = ckpt.latest_step() if step is None else step
-    if step is None or step not in ckpt.all_steps():
-      raise UserError(f'{directory} holds no checkpoint{f" of step {step}" if step else ""} '
-                      f'(it has {ckpt.all_steps() or "none"}); let the {what} save one first')
-    try:
-      state, meta = ckpt.restore_arrays(step)
-    except Exception as e:  # pylint: disable=broad-except
-      others = [s for s in ckpt.all_steps() if s != step]
-      raise UserError(
-          f'the checkpoint {directory}/{step} cannot be read ({checkpoint_lib.reason(e)}); run the '
-          f'{what} command again to rewrite it'
-          + (f', or export another step with --step (it has {others})' if others else '')
-      ) from None
+    for _ in range(10):
+      step = ckpt.latest_step() if latest else step
+      if step is None or step not in ckpt.all_steps():
+        raise UserError(f'{directory} holds no checkpoint{f" of step {step}" if step else ""} '
+                        f'(it has {ckpt.all_steps() or "none"}); let the {what} save one first')
+      try:
+        state, meta = ckpt.restore_arrays(step)
+        break
+      except Exception as e:  # pylint: disable=broad-except
+        if not fs.isdir(fs.join(directory, str(step))):
+          if latest:
+            ckpt.manager.reload()
+            continue
+          raise UserError(f'the checkpoint {directory}/{step} was deleted while it was read (the '
+                          f'{what} writing there keeps its newest checkpoints only); export '
+                          'the latest step (no --step), or one it keeps') from None
+        others = [s for s in ckpt.all_steps() if s != step]
+        raise UserError(
+            f'the checkpoint {directory}/{step} cannot be read ({checkpoint_lib.reason(e)}); run '
+            f'the {what} command again to rewrite it'
+            + (f', or export another step with --step (it has {others})' if others else '')
+        ) from None
+    else:
+      raise UserError(f'the checkpoints in {directory} kept being deleted while they were read; '
+                      f'export once the {what} writing there has stopped')
   finally:
     ckpt.close()
   return step, jax.tree.map(np.asarray, state), meta
@@ -135,6 +151,7 @@ def _upload(local: str, out: str):
 
 def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
   from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
+  workdir_lib.require_checkpoint(workdir)
   try:
     _, _, vocab = records_lib.workdir_vocab(workdir, config)
   except (ValueError, FileNotFoundError) as e:

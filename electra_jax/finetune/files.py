@@ -116,11 +116,13 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
           for i, r in enumerate(rows)]
 
 
-def _rows(path: str, indices: list[int], line_numbers: list[int]) -> str:
-  """'data rows 3, 7 of f.csv' / 'line 4 of f.jsonl' for rows at `indices`."""
+def _rows(path: str, indices: list[int], line_numbers: list[int], values: list | None = None) -> str:
+  """'data rows 3, 7 of f.csv' / 'line 4 of f.jsonl' for rows at `indices` (with `values`: each
+  row's value after it, 'data rows 3 ('nan'), 7 ('inf') of f.csv')."""
   word = 'line' if path.endswith('.jsonl') else 'data row'
   return (f'{word}{"s" if len(indices) > 1 else ""} '
-          + ', '.join(str(line_numbers[i]) for i in indices[:5])
+          + ', '.join(str(line_numbers[i]) + (f' ({values[i]!r})' if values else '')
+                      for i in indices[:5])
           + (f' and {len(indices) - 5} more' if len(indices) > 5 else '') + f' of {path}')
 
 
@@ -159,10 +161,10 @@ def labels(path: str, cells: list, numeric: bool, line_numbers: list[int], log=p
     bad += [i for i, x in enumerate(numbers) if x is None]
   if bad:
     bad = sorted(bad)
-    raise ValueError(f'{where(bad)} {"have" if len(bad) > 1 else "has"} the label '
-                     f'{cells[bad[0]]!r}, not a finite number; '
-                     + ('a regression task needs numeric labels' if numeric else
-                        'give each row its class'))
+    raise ValueError(f'{_rows(path, bad, line_numbers, cells)} '
+                     f'{"have labels that are" if len(bad) > 1 else "has a label that is"} not a '
+                     'finite number; ' + ('a regression task needs numeric labels' if numeric else
+                                          'give each row its class'))
   if numeric:
     return numbers
   names = [(str(int(x)) if x == int(x) else repr(x)) if x is not None else str(c).strip()

@@ -43,9 +43,15 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
     raise UserError('init is empty; set --init to a pre-training workdir (the --workdir of '
                     'launch/train.py), an HF transformers folder or an original checkpoint')
   path = fs.join(init, 'config.json')
-  config = None
-  if fs.isfile(path) and fs.isdir(fs.join(init, 'checkpoints')):  # a pre-training workdir's
+  config, kind = None, workdir_lib.kind_of(init)
+  if kind in ('fine-tuning', 'fine-tuning search'):
+    started = workdir_lib.read_config(init).get('init') or '?'
+    raise UserError(f'--init {init} holds a {kind}, not a pre-training: give the pre-training it '
+                    f'started from ({started}), or launch/export.py\'s folder of it (an HF model)')
+  if kind == 'pre-training':
     config = workdir_lib.read_config(init)
+    if not from_scratch:
+      workdir_lib.require_checkpoint(init)
   elif fs.isfile(path):
     with fs.open(path) as f:
       try:
@@ -72,6 +78,9 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
       with user_errors(ValueError):
         if step == 'latest':
           step, state, _ = ckpt.restore_latest(target, log)
+          if not step:  # every checkpoint deleted while read
+            raise UserError(f'{init} holds no checkpoint any more (its run deleted them while '
+                            'they were read); try again, or give another --init')
         else:
           step = _chosen_step(ckpt, init, step, config.keep_best)
           ckpt.check_shapes(step, target)

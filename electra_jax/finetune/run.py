@@ -141,6 +141,9 @@ def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
 
 
 MODES = ('train', 'eval', 'predict')
+# What a fine-tuning writes in each seed's folder.
+SEED_FOLDERS, SEED_FILES = ('checkpoints', 'tensorboard', 'predictions'), ('metrics.jsonl',
+                                                                           'curves.png')
 
 
 def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
@@ -163,8 +166,7 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
     if not saved:
       raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run --mode=train '
                       'first, with this --workdir')
-  what = 'fine-tuning' if mode == 'train' else f'fine-tuning (--mode={mode})'
-  with workdir_lib.claim(workdir, what):  # one run at a time in a workdir
+  with workdir_lib.claim(workdir, 'fine-tuning', '' if mode == 'train' else f'--mode={mode}'):
     return _finetune(cfg, workdir, log, mode, mesh, saved)
 
 
@@ -189,8 +191,10 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
     raise UserError(f'the train data has {len(data["train"])} examples, fewer than one batch of '
                     f'{cfg.batch_size}; add data or lower --config.batch_size')
   config_lib.check_same_finetuning(cfg, workdir)
-  fs.makedirs(workdir, exist_ok=True)
-  fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))
+  workdir_lib.check_entries(workdir, files=('config.json', 'results.md', 'results.json'))
+  for k in range(cfg.num_seeds):
+    workdir_lib.check_entries(fs.join(workdir, f'seed_{cfg.seed + k}'), folders=SEED_FOLDERS,
+                              files=SEED_FILES)
   scored = ', '.join(s for s in results_lib.scored(task) if s in data) or 'no split'
   log(f'{task.name}: {task.kind}, {len(task.labels) or "one"} output(s), scored by '
       f'{", ".join(task.metrics)} on {scored} | ' + ', '.join(f'{s} {len(d):,}' for s, d in
@@ -205,6 +209,7 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
   pretrained = dataclasses.replace(pretrained, model_cfg=model_cfg)
   if note:
     log(note)
+  fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))  # every check passed
   results = []
   for k in range(cfg.num_seeds):
     seed = cfg.seed + k

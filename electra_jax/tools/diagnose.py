@@ -38,6 +38,7 @@ from electra_jax import model as model_lib
 from electra_jax import records as records_lib
 from electra_jax import step as step_lib
 from electra_jax import tokenizer as tokenizer_lib
+from electra_jax import workdir as workdir_lib
 
 STATS = ('norm', 'cosine', 'rank', 'cls_cosine', 'cls_rank', 'attention_entropy', 'weight_norm')
 
@@ -218,12 +219,13 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
   """Statistics of the random initial weights and of every checkpoint kept in `workdir`, on the
   first `num_batches` held-out batches (and, with `probe` a classification task's name, the linear
   probes' dev accuracy); written to <workdir>/diagnose.json and returned."""
-  path = fs.join(workdir, 'config.json')
-  if not fs.isfile(path):
-    raise UserError(f'{workdir} is not a pre-training workdir (no config.json); give the '
+  kind = workdir_lib.kind_of(workdir)
+  if kind != 'pre-training':
+    raise UserError(f'{workdir} is not a pre-training workdir ('
+                    + (f'it holds a {kind}' if kind else 'no config.json') + '); give the '
                     '--workdir of launch/train.py')
-  with fs.open(path) as f:
-    config = config_lib.complete(json.load(f))
+  config = config_lib.complete(workdir_lib.read_config(workdir))
+  workdir_lib.require_checkpoint(workdir)
   with user_errors(ValueError, FileNotFoundError):
     records_dir, meta, _ = records_lib.workdir_vocab(workdir, config)
   setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
