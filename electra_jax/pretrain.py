@@ -19,7 +19,9 @@ from electra_jax import UserError
 from electra_jax import user_errors
 from electra_jax import checkpoint as checkpoint_lib
 from electra_jax import compiling
+from electra_jax import config as config_lib
 from electra_jax import distributed
+from electra_jax import fields as fields_lib
 from electra_jax import flops as flops_lib
 from electra_jax import fs
 from electra_jax import input_pipeline
@@ -161,9 +163,11 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
       save_every=config.save_every, keep_best=bool(config.keep_best), nonfinite=config.nonfinite,
       tokens_per_step=d.batch_size * d.max_seq_length, eval_note=f' | unigram baseline {baseline:.4f}',
       eval_record={'unigram_baseline': baseline})  # steps on CPU: see loop.queue_ahead
-  saved_meta = lambda step: {'step': step, 'readers': readers,
-                             'data_position': step * d.batch_size // readers,
+  saved_meta = lambda step: {'step': step, 'readers': readers,  # and what the run is: checked
+                             'data_position': step * d.batch_size // readers,  # on resume
                              'vocab_fingerprint': meta['vocab_fingerprint'],
+                             'records_fingerprint': records_lib.fingerprint(meta),
+                             'records': {k: meta.get(k) for k in records_lib.IDENTITY},
                              'config': json.loads(config.to_json())}
   evaluate_now = lambda step, state: evaluate(eval_fn, state.params, eval_ds, sharding,
                                               eval_batches, records_dir)
@@ -206,10 +210,12 @@ def _restore(config, workdir: str, ckpt, state, meta: dict, readers: int, log):
   if not start:
     return 0, state, readers, 0
   d = config.data
+  records_dir = d.records or fs.join(workdir, 'data')
   if ckpt_meta.get('vocab_fingerprint', meta['vocab_fingerprint']) != meta['vocab_fingerprint']:
     raise UserError(f'the checkpoint {ckpt.directory}/{start} was trained on records of another '
-                    f'vocabulary than {d.records or fs.join(workdir, "data")}; point data.records '
-                    'at the records of the run, or use a new --workdir')
+                    f'vocabulary than {records_dir}; point data.records at the records of the run, '
+                    'or use a new --workdir')
+  _check_belongs(config, meta, ckpt_meta, f'{ckpt.directory}/{start}', records_dir)
   saved = ckpt_meta.get('readers', 1)  # the batches continue as they were read
   if d.readers and d.readers != saved:
     raise UserError(f'the run in {workdir} reads its data with {saved} input reader(s), not '
@@ -224,6 +230,26 @@ def _restore(config, workdir: str, ckpt, state, meta: dict, readers: int, log):
   log(f'resumed from {ckpt.directory}/{start} (input stream at example {position:,} of each of '
       f'{saved} reader(s))')
   return start, state, saved, position
+
+
+def _check_belongs(config, meta: dict, ckpt_meta: dict, where: str, records_dir: str):
+  """Refuses a checkpoint of another run (copied in: another config, or other records of the same
+  shapes and vocabulary), naming what differs. Checkpoints of earlier versions carry less."""
+  if 'config' in ckpt_meta:
+    diffs = fields_lib.same_run_diffs(config_lib.CONFIG, ckpt_meta['config'],
+                                      json.loads(config.to_json()))
+    if diffs:
+      raise UserError(f'the checkpoint {where} belongs to another run ({"; ".join(diffs)}); move it '
+                      'out of the workdir, or resume it with the config it was trained with')
+  saved = ckpt_meta.get('records_fingerprint')
+  if saved is not None and saved != records_lib.fingerprint(meta):
+    theirs = ckpt_meta.get('records', {})
+    diffs = [f'{k} {theirs.get(k)!r} -> {meta.get(k)!r}' for k in records_lib.IDENTITY
+             if k in theirs and theirs[k] != meta.get(k)]
+    raise UserError(f'the checkpoint {where} was trained on other records than {records_dir} ('
+                    + ('; '.join(diffs) if diffs else 'the same settings, other contents: a '
+                       'corpus changed since') + '); move it out of the workdir, or point '
+                    'data.records at the records it was trained on')
 
 
 def _describe_run(config, setup, state, mesh, readers: int, start: int, log):

@@ -121,6 +121,17 @@ def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
   return records_dir, meta, vocab
 
 
+# What makes two records folders different data (besides their contents): named when a checkpoint
+# of other records is resumed.
+IDENTITY = ('source', 'seed', 'eval_fraction', 'max_seq_length', 'lower_case', 'vocab_fingerprint')
+
+
+def fingerprint(meta: dict) -> str:
+  """The identity of a records folder: a hash of its metadata (settings, files, counts), the same
+  for the same corpus built with the same settings, wherever the folder lies."""
+  return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def read_metadata(records_dir: str) -> dict:
   """The metadata of a complete records folder, or one sentence saying what is wrong with it."""
   path = fs.join(records_dir, METADATA)

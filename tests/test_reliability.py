@@ -601,3 +601,59 @@ def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, monke
   done = _launch('build_tasks.py', f'--out={a_file}')
   assert done.returncode == 2 and _last(done) == (
       f'error: --out {a_file} is a file; give a folder (new, or one to write into)'), done.stderr
+
+
+def test_a_checkpoint_of_another_run_is_refused_naming_what_differs(tmp_path, pretrained,
+                                                                    records_dir, corpus_file):
+  """A checkpoint copied in from a run of the same shapes and vocabulary (another seed, other
+  records, another fine-tuning's seed or train data) is not resumed: the sentence names what
+  differs."""
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  from conftest import write_corpus  # pylint: disable=import-outside-toplevel
+  records = str(tmp_path / 'records')  # the fixture's records, at a path of this test
+  shutil.copytree(records_dir, records)
+  other = str(tmp_path / 'other')  # seed 1, its own records: 4 steps
+  pretrain.train_and_evaluate(test_config(**{'data.records': records, 'seed': 1}), other,
+                              log=_quiet)
+  mine = str(tmp_path / 'mine')  # the fixture's run (seed 0), with other's step 4 as step 8
+  shutil.copytree(pretrained, mine)
+  shutil.copytree(os.path.join(other, 'checkpoints', '4'), os.path.join(mine, 'checkpoints', '8'))
+  with pytest.raises(UserError, match=rf"^the checkpoint {mine}/checkpoints/8 belongs to another "
+                                      rf"run \(data.records '{records}' -> '{records_dir}'; seed 1 "
+                                      r"-> 0\); move it out of the workdir"):
+    pretrain.train_and_evaluate(test_config(**{'data.records': records_dir, 'train_steps': 12}),
+                                mine, log=_quiet)
+  # other's records rebuilt from another corpus with the same vocabulary: its checkpoint refused
+  vocab = os.path.join(records, 'vocab.model')
+  shutil.copy(vocab, tmp_path / 'vocab.model')
+  shutil.rmtree(records)
+  settings = records_lib.Settings(
+      source=write_corpus(str(tmp_path / 'corpus2.txt'), seed=5), max_seq_length=32,
+      eval_fraction=0.2, num_shards=4, vocab_size=96, vocab=str(tmp_path / 'vocab.model'))
+  prepare_lib.records_folder(settings, records, log=_quiet)
+  with pytest.raises(UserError, match=rf"^the checkpoint {other}/checkpoints/4 was trained on "
+                                      rf"other records than {records} \(source '{corpus_file}' -> "
+                                      rf"'{tmp_path}/corpus2.txt'\); move it out"):
+    pretrain.train_and_evaluate(test_config(**{'data.records': records, 'seed': 1,
+                                               'train_steps': 8}), other, log=_quiet)
+
+  train = tmp_path / 'train.csv'
+  train.write_text('text,label\n' + ''.join(f'{" ".join(WORDS[i:i + 6])},{"ab"[i % 2]}\n'
+                                            for i in range(40)))
+  cfg = ft_config.default_config()
+  cfg.update(init=pretrained, batch_size=16, max_seq_length=32, epochs=1.0, baseline=False)
+  cfg.task.update(name='own', train=str(train))
+  tuned = str(tmp_path / 'tuned')
+  finetune_run.finetune(cfg, tuned, log=_quiet)  # seed 0, 2 steps
+  copied = str(tmp_path / 'copied')  # seed 1, its checkpoints seed 0's
+  shutil.copytree(os.path.join(tuned, 'seed_0'), os.path.join(copied, 'seed_1'))
+  cfg.seed = 1
+  with pytest.raises(UserError, match=rf'^the checkpoint {copied}/seed_1/checkpoints/2 belongs to '
+                                      r'another fine-tuning \(seed 0 -> 1\); move it'):
+    finetune_run.finetune(cfg, copied, log=_quiet)
+  cfg.seed = 0
+  train.write_text(train.read_text().replace(WORDS[3], 'zebra'))  # the same file, edited
+  with pytest.raises(UserError, match=rf'^the checkpoint {tuned}/seed_0/checkpoints/2 belongs to '
+                                      r'another fine-tuning \(other train examples\)'):
+    finetune_run.finetune(cfg, tuned, log=_quiet)

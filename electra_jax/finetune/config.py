@@ -214,10 +214,15 @@ def check_same_finetuning(cfg, workdir: str):
   with fs.open(path) as f:
     before = json.load(f)
   # config.CONFIG declares what may change (resume='free': how a fine-tuning is run or reported)
-  diffs = fields.same_run_diffs(CONFIG, before, json.loads(cfg.to_json()))
+  diffs = same_run_diffs(before, cfg)
   if diffs:
     raise UserError(f'--workdir {workdir} holds fine-tunings with a different config '
                     f'({"; ".join(diffs)}); use a new --workdir, or the same config to continue')
+
+
+def same_run_diffs(before: dict, cfg) -> list[str]:
+  """'path old -> new' for each field of a fine-tuning config that a resumed run must keep."""
+  return fields.same_run_diffs(CONFIG, before, json.loads(cfg.to_json()))
 
 
 def saved_config(workdir: str, mode: str) -> ml_collections.ConfigDict:

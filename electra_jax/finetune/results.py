@@ -16,9 +16,10 @@ def scored(task) -> tuple:
 
 def panels(task) -> list[tuple[str, str]]:
   """The loss curves' panels of a fine-tuning: (metric, title)."""
-  return [('loss', 'loss'), ('accuracy', 'accuracy (train and dev)'),
+  dev = task.dev_splits[0] if task.dev_splits else None  # (without one: train's curves only)
+  return [('loss', 'loss'), ('accuracy', f'accuracy (train{" and dev" if dev else ""})'),
           ('learning_rate', 'learning rate')] + [
-              (m, f'{m} ({task.dev_splits[0]})') for m in task.metrics if m != 'accuracy']
+              (m, f'{m} ({dev})') for m in task.metrics if m != 'accuracy' and dev]
 
 
 def table_of(task, results: list[dict], base: dict | None = None) -> tuple[str, dict]:

@@ -13,6 +13,7 @@ qa.py, multiple_choice.py) encodes, builds the head and its loss, scores and wri
 
 import dataclasses
 import functools
+import json
 import time
 
 import jax
@@ -81,8 +82,10 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1,
                                      best_metric=task.metrics[0] if cfg.eval_every else '')
   with user_errors(ValueError):
-    start, state, _ = ckpt.restore_latest(init_fn(), log, afresh=True)
+    start, state, saved = ckpt.restore_latest(init_fn(), log, afresh=True)
+  trained_on = tasks_lib.fingerprint(splits['train'])
   if start:
+    _check_belongs(cfg, saved, seed, trained_on, f'{ckpt.directory}/{start}')
     log(f'seed {seed}: resumed from {ckpt.directory}/{start}')
   elif cfg.head_init == 'probe':  # the head a linear model fits on the frozen encoder
     state = probe_lib.start(cfg, task, setup.model, state, data, splits, mesh, seed, log)
@@ -102,7 +105,8 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                        prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
                        eval_fields=shown)
   meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
-                       'labels': list(task.labels)}
+                       'labels': list(task.labels), 'seed': seed, 'train_fingerprint': trained_on,
+                       'config': json.loads(cfg.to_json())}  # what the run is: checked on resume
   stream = batches.train_batches(train.arrays(), len(train), cfg.batch_size, seed, start,
                                  partitioning.batch_sharding(mesh))
   with user_errors(checkpoint_lib.DiskFull):
@@ -118,6 +122,20 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
          **batches.split_scores(cfg, task, setup.model, result.state.params, data, splits, mesh,
                                 task.test_splits)}
   return {**out, 'best_step': best} if cfg.eval_every and best is not None else out
+
+
+def _check_belongs(cfg, saved: dict, seed: int, trained_on: str, where: str):
+  """Refuses a checkpoint of another fine-tuning (copied in: another seed, config or train data),
+  naming what differs. Checkpoints of earlier versions carry less."""
+  diffs = [f'seed {saved["seed"]} -> {seed}'] if saved.get('seed', seed) != seed else []
+  if 'config' in saved:
+    diffs += config_lib.same_run_diffs(saved['config'], cfg)
+  if saved.get('train_fingerprint', trained_on) != trained_on:
+    diffs.append('other train examples')
+  diffs = list(dict.fromkeys(diffs))  # (the first seed's is the config's seed)
+  if diffs:
+    raise UserError(f'the checkpoint {where} belongs to another fine-tuning ({"; ".join(diffs)}); '
+                    'move it out of the workdir, or resume it with its own config and data')
 
 
 def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):

@@ -7,6 +7,8 @@ labels are and how the task is scored.
 
 import csv
 import dataclasses
+import hashlib
+import json
 import os
 from typing import Any
 
@@ -23,6 +25,13 @@ class Example:
   label: Any  # a class name, a number (regression), the words' BIOES tags or the right candidate's
   #             index; None if unlabelled
   idx: int | None = None  # the row's id in its source (GLUE's test index, for leaderboard files)
+
+
+def fingerprint(examples: list[Example]) -> str:
+  """The identity of a split's examples (texts and labels, in order): what a fine-tuning's
+  checkpoint was trained on."""
+  text = json.dumps([[e.text_a, e.text_b, e.label] for e in examples], default=str)
+  return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclasses.dataclass(frozen=True)
