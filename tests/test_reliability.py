@@ -5,6 +5,7 @@ non-finite update, text in long lines, bad config values and a workdir they must
 corrupted shard, a full disk, and the smaller one-line errors of the launch scripts.
 """
 
+import csv
 import json
 import os
 import re
@@ -657,3 +658,73 @@ def test_a_checkpoint_of_another_run_is_refused_naming_what_differs(tmp_path, pr
   with pytest.raises(UserError, match=rf'^the checkpoint {tuned}/seed_0/checkpoints/2 belongs to '
                                       r'another fine-tuning \(other train examples\)'):
     finetune_run.finetune(cfg, tuned, log=_quiet)
+
+
+def test_files_are_read_exactly_as_written_or_refused_with_the_row(tmp_path):
+  """Quoting, headers, types, sizes and encodings of your own files: each read as written, or
+  refused in one sentence naming the line."""
+  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  rows = [(f'text number {i} with words', 'ab'[i % 2]) for i in range(64)]
+
+  def table(name, rows, sep=',', header=('text', 'label')):
+    path = tmp_path / name
+    path.write_text(sep.join(header) + '\n' + ''.join(sep.join(r) + '\n' for r in rows))
+    return path
+
+  def read(path):
+    return files.read_table(str(path), 'text', '', 'label', log=_quiet)
+
+  unclosed = list(rows)
+  unclosed[5] = ('"an opening quote only', 'b')
+  tsv = read(table('unclosed.tsv', unclosed, '\t'))  # a .tsv's quotes are text when they do not
+  assert [e.text_a for e in tsv] == [t for t, _ in unclosed]  # quote a field
+  with pytest.raises(ValueError, match=r'^line 7 of .*unclosed.csv opens a quoted field \(\"\) '
+                                       r'that is never closed; close it'):
+    read(table('unclosed.csv', unclosed))
+  closed = list(unclosed)
+  closed[20] = ('closes"', 'a')  # the quote closes 15 rows later, before a comma
+  with pytest.raises(ValueError, match=r'^lines 7-22 of .*closed.csv are one row: a quote \(\"\) '
+                                       r'opened in line 7 closes only in line 22, and line 8 '
+                                       r'inside it looks like a row of its own'):
+    read(table('closed.csv', closed))
+  closed[20] = ('closes" mid-field', 'a')
+  with pytest.raises(ValueError, match=r'^lines 7-22 of .*mid.csv are not one row: a quote'):
+    read(table('mid.csv', closed))
+  quoted = tmp_path / 'quoted.tsv'  # quoting as csv writers do it: read as meant
+  with open(quoted, 'w', newline='') as f:
+    csv.writer(f, delimiter='\t').writerows([('text', 'label'), ('He said "hi"\tthere', 'a'),
+                                             ('two\nlines', 'b')])
+  assert [e.text_a for e in read(quoted)] == ['He said "hi"\tthere', 'two\nlines']
+  multiline = tmp_path / 'multiline.csv'
+  with open(multiline, 'w', newline='') as f:
+    csv.writer(f).writerows([('text', 'label'), ('one, two\nthree, a', 'a'), ('x', 'b')])
+  assert [e.text_a for e in read(multiline)] == ['one, two\nthree, a', 'x']
+  with pytest.raises(ValueError, match=r"^the header of .*twice.csv names the column 'review' "
+                                       r"more than once \(columns 1, 2\); give each column"):
+    files.read_table(str(table('twice.csv', [('a', 'b', '1')] * 3,
+                               header=('review', 'review', 'stars'))), 'review', '', 'stars')
+  long = list(rows)
+  long[3] = ('word ' * 40_000, 'a')  # 200,000 characters in one cell
+  assert read(table('long.csv', long))[3].text_a == long[3][0]
+  jsonl = tmp_path / 'list.jsonl'
+  jsonl.write_text('{"text": "a", "label": "x"}\n{"text": "b", "label": ["x", "y"]}\n')
+  with pytest.raises(ValueError, match=r'^line 2 of .*list.jsonl has a list \["x", "y"\] as its '
+                                       r"'label'; give one class or number there$"):
+    read(jsonl)
+  jsonl.write_text('{"text": {"title": "a"}, "label": "x"}\n')
+  with pytest.raises(ValueError, match=r"^line 1 of .*list.jsonl has an object .* as its 'text'"):
+    read(jsonl)
+  jsonl.write_text('{"text": "a", "label": "x", "label": "y"}\n')
+  with pytest.raises(ValueError, match=r"^line 1 of .*list.jsonl gives the key 'label' twice"):
+    read(jsonl)
+  (tmp_path / 'latin.csv').write_bytes('text,label\ncafé,a\nb,b\n'.encode('latin-1'))
+  with pytest.raises(ValueError, match=r'^line 2 of .*latin.csv is not UTF-8 \(byte 0xe9\); save'):
+    read(tmp_path / 'latin.csv')
+  (tmp_path / 'utf16.csv').write_bytes('text,label\ncafé,a\nb,b\n'.encode('utf-16'))
+  assert [e.text_a for e in read(tmp_path / 'utf16.csv')] == ['café', 'b']
+  (tmp_path / 'nul.csv').write_bytes(b'text,label\na\x00b,a\n')
+  with pytest.raises(ValueError, match=r'^line 2 of .*nul.csv holds a NUL character'):
+    read(tmp_path / 'nul.csv')
+  with pytest.raises(ValueError, match=r"semi.csv looks semicolon-separated \(its first row is "
+                                       r"'text;label'\)"):
+    read(table('semi.csv', rows, ';'))

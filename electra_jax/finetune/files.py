@@ -9,7 +9,9 @@ one is needed, a tab-separated file named .csv, rows with too many fields are re
 sentence naming the file, the rows and the fix.
 """
 
+import codecs
 import csv
+import io
 import json
 import os
 
@@ -19,35 +21,164 @@ from electra_jax import fs
 from electra_jax.finetune.tasks import Example
 
 
-def _read_rows(path: str, ext: str, header: bool):
+def _decode(path: str) -> str:
+  """The text of a data file: UTF-8 (a byte-order mark read away), or UTF-16 with its byte-order
+  mark (what spreadsheets save as 'Unicode text'); anything else is refused naming the line."""
+  data = fs.read_bytes(path)
+  if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+    return data.decode('utf-16')
+  try:
+    text = data.decode('utf-8-sig')
+  except UnicodeDecodeError as e:
+    line = data[:e.start].count(b'\n') + 1
+    raise ValueError(f'line {line} of {path} is not UTF-8 (byte 0x{data[e.start]:02x}); save the '
+                     'file as UTF-8') from None
+  if '\x00' in text:
+    line = text[:text.index('\x00')].count('\n') + 1
+    raise ValueError(f'line {line} of {path} holds a NUL character: the file is binary or '
+                     'damaged; give the text file')
+  return text
+
+
+def _unique_keys(path: str, n: int):
+  """json.loads' object_pairs_hook: a key given twice in one line is refused (which would count?)."""
+  def hook(pairs):
+    keys = [k for k, _ in pairs]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+      raise ValueError(f'line {n} of {path} gives the key {twice[0]!r} twice; keep one')
+    return dict(pairs)
+  return hook
+
+
+def _jsonl_rows(path: str, text: str):
+  rows, line_numbers = [], []
+  for n, line in enumerate(text.splitlines(), start=1):
+    if line.strip():
+      try:
+        rows.append(json.loads(line, object_pairs_hook=_unique_keys(path, n)))
+      except json.JSONDecodeError as e:
+        raise ValueError(f'line {n} of {path} is not JSON ({e.msg}); each line must be one '
+                         'object') from None
+      if not isinstance(rows[-1], dict):
+        raise ValueError(f'line {n} of {path} is not a JSON object ({{"text": ..., "label": '
+                         '...}}); each line must be one')
+      line_numbers.append(n)
+  return rows, line_numbers
+
+
+def _records(path: str, text: str, delimiter: str) -> list[tuple[list, int, int]]:
+  """(fields, first line, last line) of each non-empty record of a .csv/.tsv text. A quoted field
+  that runs to the end of the file is refused naming the line its quote opened."""
+  csv.field_size_limit(2**31 - 1)  # a long text is data, not an error (the default: 131,072)
+  reader = csv.reader(io.StringIO(text, newline=''), delimiter=delimiter, strict=True)
+  out, last = [], 0
+  while True:
+    try:
+      fields = next(reader)
+    except StopIteration:
+      return out
+    except csv.Error as e:
+      if 'end of data' in str(e) or 'EOF' in str(e):
+        raise ValueError(f'line {last + 1} of {path} opens a quoted field (") that is never '
+                         'closed; close it, or double each quote inside a quoted field ("")'
+                         ) from None
+      if reader.line_num > last + 1:
+        raise ValueError(f'lines {last + 1}-{reader.line_num} of {path} are not one row: a quote '
+                         f'(") opened in line {last + 1} closes only in line {reader.line_num}, '
+                         f'mid-field ({e}); close the quote where its field ends, or double each '
+                         'quote inside a quoted field ("")') from None
+      raise ValueError(f'line {reader.line_num} of {path} is not '
+                       f'{"tab" if delimiter == chr(9) else "comma"}-separated text as written '
+                       f'({e}); a field holding the delimiter or a quote must be quoted, with its '
+                       'quotes doubled ("")') from None
+    if fields:
+      out.append((fields, last + 1, reader.line_num))
+    last = reader.line_num
+
+
+def _merged_rows(path: str, records: list, width: int, label_at: int | None, delimiter: str):
+  """Refuses a record whose quoted field swallowed the rows after it (a quote opened and closed
+  only rows later): a field running over several lines whose later lines look like rows of the
+  file (a tab in a .tsv; in a .csv, as many fields as the header and a label of other rows)."""
+  labels = {f[label_at].strip() for f, a, b in records if a == b and label_at is not None
+            and label_at < len(f)}
+  for fields, first, last in records:
+    if first == last:
+      continue
+    for field in fields:
+      for k, line in enumerate(field.split('\n')[1:], start=1):
+        cells = next(csv.reader([line], delimiter=delimiter), [])
+        looks = (delimiter == '\t' and '\t' in line) or (
+            len(cells) == width and label_at is not None and cells[label_at].strip() in labels)
+        if looks:
+          raise ValueError(f'lines {first}-{last} of {path} are one row: a quote (") opened in line '
+                           f'{first} closes only in line {last}, and line {first + k} inside it '
+                           'looks like a row of its own; close the quote where the field ends, or '
+                           'double each quote inside a quoted field ("")')
+
+
+def _split_header(path: str, records: list, header: bool, label):
+  """(column names, data records, width, the label's position or None) of a table's records."""
+  if header:
+    columns, records = (records[0][0] if records else []), records[1:]
+    twice = sorted({c for c in columns if columns.count(c) > 1})
+    if twice:
+      where = [i + 1 for i, c in enumerate(columns) if c == twice[0]]
+      raise ValueError(f'the header of {path} names the column {twice[0]!r} more than once '
+                       f'(columns {", ".join(map(str, where))}); give each column its own name')
+    return columns, records, len(columns), columns.index(label) if label in columns else None
+  width = max((len(f) for f, _, _ in records), default=0)
+  label_at = int(label) if str(label).isdigit() and int(label) < width else None
+  return list(range(width)), records, width, label_at
+
+
+def _table(path: str, text: str, delimiter: str, header: bool, label):
+  """(column names, data records) of a .csv/.tsv text read with quoting ("...")."""
+  columns, records, width, label_at = _split_header(path, _records(path, text, delimiter),
+                                                    header, label)
+  _merged_rows(path, records, width, label_at, delimiter)
+  return columns, records
+
+
+def _plain_table(path: str, text: str, header: bool, label):
+  """(column names, data records) of a .tsv text whose quotes are text (no quoting: GLUE's and
+  most tools' tab-separated files), or None where its lines differ in their number of fields."""
+  lines = [(line.rstrip('\r').split('\t'), n, n)
+           for n, line in enumerate(text.split('\n'), start=1) if line.rstrip('\r')]
+  if not lines or any(len(f) != len(lines[0][0]) for f, _, _ in lines):
+    return None
+  return _split_header(path, lines, header, label)[:2]
+
+
+def _read_rows(path: str, ext: str, header: bool, label=None):
   """(rows as dicts, the column names, the header row's cells or None, the line number of each
-  row or None) of a .jsonl file, or a .csv/.tsv file with or without a header row."""
-  first = None  # a header row's cells, shown when a named column is missing
-  line_numbers = None  # of each row: a .jsonl file's lines, a table's data rows
-  with fs.open(path, encoding='utf-8-sig', newline='') as f:  # a byte-order mark is read away
-    if ext == '.jsonl':
-      rows, line_numbers = [], []
-      for n, line in enumerate(f, start=1):
-        if line.strip():
-          try:
-            rows.append(json.loads(line))
-          except json.JSONDecodeError as e:
-            raise ValueError(f'line {n} of {path} is not JSON ({e.msg}); each line must be one '
-                             'object') from None
-          if not isinstance(rows[-1], dict):
-            raise ValueError(f'line {n} of {path} is not a JSON object ({{"text": ..., "label": '
-                             '...}}); each line must be one')
-          line_numbers.append(n)
-      columns = sorted(set().union(*(r.keys() for r in rows))) if rows else []
-    elif header:
-      reader = csv.DictReader(f, delimiter='\t' if ext == '.tsv' else ',')
-      rows, columns = list(reader), list(reader.fieldnames or [])
-      first = columns
-    else:
-      rows = [dict(enumerate(r)) for r in csv.reader(f, delimiter='\t' if ext == '.tsv' else ',')
-              if r]
-      columns = list(range(max((len(r) for r in rows), default=0)))
-  return rows, columns, first, line_numbers
+  row or None) of a .jsonl file, or a .csv/.tsv file with or without a header row. A .tsv file is
+  read with quoting unless that fails (a quote that opens and does not close as a field), and its
+  lines all split into as many fields: then its quotes are text."""
+  text = _decode(path)
+  if ext == '.jsonl':
+    rows, line_numbers = _jsonl_rows(path, text)
+    columns = sorted(set().union(*(r.keys() for r in rows))) if rows else []
+    return rows, columns, None, line_numbers
+  delimiter = '\t' if ext == '.tsv' else ','
+  try:
+    columns, records = _table(path, text, delimiter, header, label)
+  except ValueError:
+    plain = _plain_table(path, text, header, label) if ext == '.tsv' else None
+    if plain is None:
+      raise
+    columns, records = plain
+  width = len(columns)
+  rows = []
+  for fields, _, _ in records:
+    row = dict(zip(columns, fields))
+    if header:
+      row.update({c: None for c in columns[len(fields):]})
+      if len(fields) > width:
+        row[None] = fields[width:]
+    rows.append(row)
+  return rows, columns, columns if header else None, None
 
 
 def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool | None = True,
@@ -67,7 +198,7 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
   ext = os.path.splitext(path)[1].lower()
   if ext not in ('.csv', '.tsv', '.jsonl'):
     raise ValueError(f'the data file {path} is not .csv, .tsv or .jsonl; convert it to one of them')
-  rows, columns, first, line_numbers = _read_rows(path, ext, header)
+  rows, columns, first, line_numbers = _read_rows(path, ext, header, label)
   line_numbers = line_numbers or list(range(1, len(rows) + 1))
   if not rows:
     raise ValueError(f'the data file {path} holds no rows; give a file with ' +
@@ -76,6 +207,8 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
     text_a, text_b, label = (_position(path, what, value, len(columns)) for what, value in
                              (('text_a', text_a), ('text_b', text_b), ('label', label)))
     choices = tuple(_position(path, 'choices', value, len(columns)) for value in choices)
+  if ext == '.jsonl':
+    _check_types(path, rows, line_numbers, (text_a, text_b, *choices), label)
   wider = next((i for i, r in enumerate(rows) if r.get(None)), None)  # csv's key for extra fields
   if wider is not None:
     fields = len(columns) + len(rows[wider][None])
@@ -92,6 +225,9 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
       if ext == '.csv' and any('\t' in c for c in first):
         raise ValueError(f'the data file {path} looks tab-separated (its first row holds tabs) '
                          'but is named .csv; name it .tsv')
+      if ext == '.csv' and len(first) == 1 and ';' in first[0]:
+        raise ValueError(f'the data file {path} looks semicolon-separated (its first row is '
+                         f'{first[0][:100]!r}); save it comma-separated, or tab-separated as .tsv')
       raise ValueError(f'the data file {path} has no column {column!r}: its first row '
                        f'({", ".join(first)[:200]}) names the columns; set task.text_a, '
                        f'task.text_b{", task.choices" if choices else ""} and task.label to some '
@@ -114,6 +250,20 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
                       str(r[text_b]) if text_b not in (None, '') else None)
   return [Example(str(r[text_a]), second(r), names[i] if labelled else None)
           for i, r in enumerate(rows)]
+
+
+def _check_types(path: str, rows: list, line_numbers: list, texts: tuple, label):
+  """A JSON lines file's texts are strings (or numbers) and its labels one value: a list, an
+  object or (for a text) true/false is refused naming the line, not read as its Python text."""
+  for column, want in [(c, 'a text') for c in texts if c not in (None, '')] + [
+      (label, 'one class or number')]:
+    for i, r in enumerate(rows):
+      value = r.get(column)
+      what = ('a list' if isinstance(value, list) else 'an object' if isinstance(value, dict)
+              else 'the boolean' if isinstance(value, bool) and want == 'a text' else None)
+      if what:
+        raise ValueError(f'line {line_numbers[i]} of {path} has {what} {json.dumps(value)[:60]} '
+                         f'as its {column!r}; give {want} there')
 
 
 def _rows(path: str, indices: list[int], line_numbers: list[int], values: list | None = None) -> str:
