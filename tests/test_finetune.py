@@ -364,7 +364,8 @@ def test_glue_loads_through_tfds_with_labels_names_and_unlabelled_test():
 
 def _synthetic(path, n, kind, seed):
   """Texts of corpus words; the label says how often the word 'cat' occurs (0-2): 'yes' for 1-2
-  (two thirds of the rows, the majority baseline), 'no' for 0; or the count (regression)."""
+  (two thirds of the rows, the majority baseline), 'no' for 0; or 100,000 + 400,000 x the count
+  (regression)."""
   rng = random.Random(seed)
   others = [w for w in WORDS if w != 'cat']
   rows = []
@@ -372,7 +373,8 @@ def _synthetic(path, n, kind, seed):
     count = rng.randint(0, 2)
     words = [rng.choice(others) for _ in range(rng.randint(4, 10))] + ['cat'] * count
     rng.shuffle(words)
-    label = str(count) if kind == 'regression' else ('yes' if count else 'no')
+    # regression: targets in large units (not scaled by the file), learned as scaled to [0, 1]
+    label = str(100_000 + 400_000 * count) if kind == 'regression' else ('yes' if count else 'no')
     rows.append((' '.join(words), label))
   return _write(path, rows, ['text', 'label'])
 
@@ -416,7 +418,8 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   if kind == 'classification':
     assert {r[1] for r in rows[1:]} <= {'no', 'yes'}
   else:
-    assert all(-1 < float(r[1]) < 4 for r in rows[1:])
+    predicted = [float(r[1]) for r in rows[1:]]  # in the file's units
+    assert all(-200_000 < p < 1_200_000 for p in predicted) and max(predicted) > 500_000
   _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind)
   if kind == 'classification':
     _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp_path)
@@ -471,7 +474,10 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
   with torch.no_grad():
     theirs = hf_model(**{k: torch.from_numpy(v).long() for k, v in batch.items()}).logits.numpy()
   real = batch['attention_mask'] > 0 if kind == 'tagging' else slice(None)
-  np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4)
+  if kind == 'regression':  # exported in the labels' units
+    assert (meta['label_scale'], meta['label_offset']) == (800_000, 100_000)
+    ours = ours * meta['label_scale'] + meta['label_offset']
+  np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4, rtol=1e-5)
   assert np.abs(ours).max() > 0.1
   if kind == 'regression':
     assert hf_model.config.problem_type == 'regression' and hf_model.config.num_labels == 1

@@ -234,6 +234,7 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   params = state['params']
   state, fields = kind.to_hf(params, cfg, [str(x) for x in meta['labels']],
                              finetune_config.dropout_rate(config, cfg))
+  state = kind.in_units(state, meta)
   _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
                pretrained.lower_case, cfg)
   log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}'

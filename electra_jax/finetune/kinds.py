@@ -10,6 +10,7 @@ names a kind.
     kind.scores(task, outputs, data, examples, cfg)              -> {metric: value}
     kind.write_predictions(task, split, outputs, examples, folder, data, cfg) -> the file written
     kind.to_hf(params, model_cfg, labels, dropout)               -> (HF state dict, config fields)
+    kind.in_units(state, meta)           -> that state dict with outputs in the labels' own units
 """
 
 import importlib
@@ -92,6 +93,11 @@ class Kind:
 
   def check_export(self, config, workdir: str):
     """Refuses (UserError) a fine-tuning whose head HF transformers cannot hold."""
+
+  def in_units(self, state: dict, meta: dict) -> dict:
+    """The exported state dict with outputs in the labels' own units (`meta`: the checkpoint's)."""
+    del meta
+    return state
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
     """(state dict, config fields) of the fine-tuned model as HF's task class (`hf_class`), its

@@ -20,9 +20,16 @@ class Regression(classification.Classification):
   problem_type = 'regression'
 
   def load(self, cfg, log=print):
+    """The task of your own files, its targets scaled to [0, 1] by the train split's range."""
     splits = files.read_splits(cfg, numeric=True, log=log)
+    values = [e.label for e in splits.get('train', ())]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    if high == low:
+      raise ValueError(f'every target of the train data is {low:g}; a regression task needs at '
+                       'least 2 distinct values')
     return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, (), ('spearman', 'pearson'),
-                          ('dev',) if 'dev' in splits else ()), splits
+                          ('dev',) if 'dev' in splits else (), label_scale=high - low,
+                          label_offset=low), splits
 
   def outputs(self, task) -> int:
     return 1
@@ -36,16 +43,23 @@ class Regression(classification.Classification):
     return {'labels': ((), jnp.float32)}
 
   def targets(self, task, examples: list) -> np.ndarray:
-    """Each label divided by the task's scale (STS-B: 5, to [0, 1]); NaN where none."""
-    return np.asarray([float(e.label) / task.label_scale if e.label is not None else np.nan
-                       for e in examples], np.float32)
+    """Each label in the task's [0, 1] (STS-B: divided by 5); NaN where none."""
+    return np.asarray([(float(e.label) - task.label_offset) / task.label_scale
+                       if e.label is not None else np.nan for e in examples], np.float32)
 
   def predictions(self, task, logits) -> np.ndarray:
-    return logits[:, 0] * task.label_scale
+    """The output in the labels' own units."""
+    return logits[:, 0] * task.label_scale + task.label_offset
 
   def scores(self, task, outputs, data, examples: list, cfg=None) -> dict:
-    return scores_lib.compute(task.metrics, data.labels * task.label_scale,
+    return scores_lib.compute(task.metrics, data.labels * task.label_scale + task.label_offset,
                               self.predictions(task, outputs))
+
+  def in_units(self, state: dict, meta: dict) -> dict:
+    """The exported head's output in the labels' own units (checkpoints that record them)."""
+    scale, offset = meta.get('label_scale', 1.0), meta.get('label_offset', 0.0)
+    return {**state, 'classifier.out_proj.weight': state['classifier.out_proj.weight'] * scale,
+            'classifier.out_proj.bias': state['classifier.out_proj.bias'] * scale + offset}
 
   def shown(self, task, logits) -> list[str]:
     return [f'{v:.3f}' for v in self.predictions(task, logits)]

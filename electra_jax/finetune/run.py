@@ -105,7 +105,9 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                        prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
                        eval_fields=shown)
   meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
-                       'labels': list(task.labels), 'seed': seed, 'train_fingerprint': trained_on,
+                       'labels': list(task.labels), 'label_scale': task.label_scale,
+                       'label_offset': task.label_offset, 'seed': seed,
+                       'train_fingerprint': trained_on,
                        'config': json.loads(cfg.to_json())}  # what the run is: checked on resume
   stream = batches.train_batches(train.arrays(), len(train), cfg.batch_size, seed, start,
                                  partitioning.batch_sharding(mesh))

@@ -43,7 +43,8 @@ class Task:
   dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched); the first
   #                               chooses the best checkpoint
   swap_pairs: bool = False  # train on (a, b) and (b, a) (MRPC, STS-B)
-  label_scale: float = 1.0  # regression targets are divided by this (STS-B: 5, to [0, 1])
+  label_scale: float = 1.0  # regression: targets are (label - label_offset) / label_scale, in
+  label_offset: float = 0.0  # [0, 1] (STS-B: 5 and 0; your own files: their train range)
   epochs: float = 3.0  # the paper's epochs for this task
   test_splits: tuple = ()  # test splits whose every example is labelled: scored at the end only
 
