@@ -114,6 +114,11 @@ class Logs:
       metrics_lib.plot_curves(metrics_lib.read_jsonl(self.jsonl.path), self.curves, self.panels)
       self.plotted, self.stale = time.monotonic(), False
 
+  def resume(self, step: int):
+    """Forgets what an earlier run in this folder logged after `step`, where this one starts."""
+    self.jsonl.resume(step)
+    self.board.resume(step)
+
   def close(self):
     self.plot()
     self.board.close()
@@ -149,6 +154,7 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
   the state; `annotate(values, speed)` may add values to a report and returns text for its line.
   """
   progress = metrics_lib.Progress(start, plan.total_steps, plan.tokens_per_step)
+  logs.resume(start)  # one record per step: what a killed run logged after `start` goes
   signals = signals or Signals(log, install=jax.process_count() == 1)
   log_trigger, eval_trigger, save_trigger = Every(plan.log_every), Every(plan.eval_every), Every(
       plan.save_every)

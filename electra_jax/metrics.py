@@ -127,6 +127,24 @@ class JsonlWriter:
     with fs.open(self.path, 'a') as f:
       f.write(dumps(record) + '\n')
 
+  def resume(self, step: int):
+    """Drops the records after `step` (a run resumed there writes them again) and a last line a
+    kill cut short; the file is rewritten whole."""
+    if not fs.exists(self.path):
+      return
+    with fs.open(self.path) as f:
+      lines = f.read().splitlines(keepends=True)
+    kept = []
+    for line in lines:
+      try:
+        record = json.loads(line)
+      except ValueError:
+        continue
+      if not isinstance(record, dict) or record.get('step', 0) <= step:
+        kept.append(line if line.endswith('\n') else line + '\n')
+    if len(kept) != len(lines):
+      fs.write_atomic(self.path, ''.join(kept))
+
 
 class NullWriter:
   """What the processes other than process 0 write: nothing."""
@@ -136,18 +154,25 @@ class NullWriter:
   def write(self, *args, **kwargs):
     del args, kwargs
 
+  def resume(self, step: int):
+    del step
+
   def close(self):
     pass
 
 
 class TensorBoardWriter:
-  """Scalars as TensorBoard event files (`tensorboard --logdir <workdir>/tensorboard`)."""
+  """Scalars as TensorBoard event files (`tensorboard --logdir <workdir>/tensorboard`); the file
+  of this run is made at its first write."""
 
   def __init__(self, logdir: str):
+    self.logdir, self.writer = logdir, None
+
+  def _open(self):
     from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
     summary_pb2 = tf_import.summary_pb2()
     self.tf = tf_import.tensorflow()
-    self.writer = self.tf.summary.create_file_writer(logdir)
+    self.writer = self.tf.summary.create_file_writer(self.logdir)
     # TensorFlow's own summary op with the scalars plugin's tag: TensorBoard shows these as
     # scalars, and writing them needs no TensorBoard install.
     self.metadata = summary_pb2.SummaryMetadata(
@@ -155,6 +180,8 @@ class TensorBoardWriter:
         data_class=summary_pb2.DATA_CLASS_SCALAR)
 
   def write(self, step: int, values: dict, prefix: str):
+    if self.writer is None:
+      self._open()
     with self.writer.as_default(step=step):
       for name, value in values.items():
         if isinstance(value, (int, float)) and math.isfinite(value):
@@ -162,8 +189,32 @@ class TensorBoardWriter:
                                 metadata=self.metadata)
     self.writer.flush()
 
+  def resume(self, step: int):
+    """Drops the events after `step` from the event files of earlier runs (a run resumed there
+    writes them again), each file rewritten whole: every reader of them sees one value per step,
+    whatever it does with steps out of order. Before this run's first write."""
+    if not fs.isdir(self.logdir):
+      return
+    from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
+    tf = tf_import.tensorflow()
+    from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
+    for name in sorted(fs.listdir(self.logdir)):
+      if 'tfevents' not in name or name.startswith('.'):
+        continue
+      path = fs.join(self.logdir, name)
+      records = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
+      kept = [r for r in records if event_pb2.Event.FromString(r).step <= step]
+      if len(kept) == len(records):
+        continue
+      partial = fs.join(self.logdir, '.rewritten.partial')  # (no 'tfevents': readers skip it)
+      with tf.io.TFRecordWriter(partial) as out:
+        for record in kept:
+          out.write(record)
+      fs.replace(partial, path)
+
   def close(self):
-    self.writer.close()
+    if self.writer is not None:
+      self.writer.close()
 
 
 def read_jsonl(path: str) -> list[dict]:

@@ -665,6 +665,29 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
     ckpt.close()
   for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
     np.testing.assert_array_equal(a, b, err_msg=f'killed at step {kill_at}')
+  # One record per step, the resumed run's (its losses are the uninterrupted run's), in
+  # metrics.jsonl and in TensorBoard's events.
+  logged = {}
+  for workdir in (killed, straight):
+    records = [json.loads(l) for l in open(workdir / 'metrics.jsonl')]
+    train = [(r['step'], r['loss']) for r in records if r['split'] == 'train']
+    assert [step for step, _ in train] == list(range(1, 13)), (kill_at, committed, train)
+    logged[workdir] = train
+  assert logged[killed] == logged[straight], (kill_at, committed)
+  board = _board(killed)
+  assert sorted(step for tag, step, _ in board if tag == 'train/loss') == list(range(1, 13))
+  assert {step: v for tag, step, v in board if tag == 'train/loss'} == pytest.approx(
+      dict(logged[killed]))
+
+
+def _board(workdir) -> list[tuple[str, int, float]]:
+  """(tag, step, value) of every scalar in a workdir's TensorBoard events."""
+  tf = tf_import.tensorflow()
+  out = []
+  for path in tf.io.gfile.glob(os.path.join(workdir, 'tensorboard', '*tfevents*')):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      out += [(v.tag, event.step, float(tf.make_ndarray(v.tensor))) for v in event.summary.value]
+  return out
 
 
 def test_a_checkpoint_saved_on_eight_devices_restores_on_one(tmp_path):
