@@ -44,8 +44,36 @@ def file_fingerprint(path: str) -> str:
   return hashlib.sha256(fs.read_bytes(path)).hexdigest()[:16]
 
 
+def unigram_tokenizer(proto, path: str = ''):
+  """A `tokenizers.Tokenizer` of a SentencePiece model (a ModelProto): the same pieces and scores
+  as a Unigram model, SentencePiece's own precompiled normalization table (NFKC, and case folding
+  for a lower-cased vocabulary), the collapse of repeated spaces and the `▁` word-boundary
+  prefix. It is what electra_jax encodes with and what an export writes as tokenizer.json, so HF
+  transformers gives our ids; it splits text as SentencePiece's own encoder does but for ties
+  between segmentations of equal score (runs of '=', '_'), which the two order differently."""
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+  from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # pylint: disable=import-outside-toplevel
+  if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
+    raise ValueError(f'{path} is not a unigram SentencePiece model; only unigram vocabularies '
+                     '(what electra_jax trains) are read')
+  norm = proto.normalizer_spec
+  normal = (sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL,
+            sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+  # control symbols ([CLS], [MASK], ...) and [UNK] are never read from text, as in SentencePiece
+  pieces = [(p.piece, p.score if p.type in normal else -1e9) for p in proto.pieces]
+  tok = Tokenizer(models.Unigram(pieces, unk_id=proto.trainer_spec.unk_id, byte_fallback=False))
+  steps = [normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap else []
+  if norm.remove_extra_whitespaces:
+    steps += [normalizers.Strip(), normalizers.Replace(Regex(' {2,}'), ' ')]
+  tok.normalizer = normalizers.Sequence(steps)
+  scheme = 'always' if norm.add_dummy_prefix else 'never'
+  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme=scheme)
+  tok.decoder = decoders.Metaspace(replacement='▁', prepend_scheme=scheme)
+  return tok
+
+
 class SentencePieceTokenizer:
-  """Encodes text to ids with a SentencePiece model file."""
+  """Encodes text to ids with a SentencePiece model file, through `unigram_tokenizer`."""
   file_name = 'vocab.model'  # its name inside a records folder
 
   def __init__(self, model_path: str):
@@ -67,16 +95,20 @@ class SentencePieceTokenizer:
                        'train it with launch/train.py (or tokenizer.train_sentencepiece)')
     self.special = SpecialIds(*ids)
     self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
+    from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+    self.unigram = unigram_tokenizer(sentencepiece_model_pb2.ModelProto.FromString(data),
+                                     model_path)
+    self._batch = getattr(self.unigram, 'encode_batch_fast', self.unigram.encode_batch)
 
   @property
   def vocab_size(self) -> int:
     return self._sp.get_piece_size()
 
   def encode(self, text: str) -> list[int]:
-    return self._sp.encode(text)
+    return self.unigram.encode(text, add_special_tokens=False).ids
 
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-    return self._sp.encode(list(texts))
+    return [e.ids for e in self._batch(list(texts), add_special_tokens=False)]
 
   def decode(self, ids: Iterable[int]) -> str:
     return self._sp.decode([int(i) for i in ids])

@@ -3,10 +3,9 @@
 A `tokenizer.json` (HF `tokenizers`) is written for both kinds of vocabulary:
 - WordPiece `vocab.txt`: the very tokenizer we encode with (BERT normalizer, pre-tokenizer,
   WordPiece), plus `[CLS] A [SEP] B [SEP]` post-processing; `vocab.txt` is copied too.
-- SentencePiece `.model`: a Unigram model with the same pieces and scores, SentencePiece's own
-  precompiled normalization table (NFKC, and case folding for a lower-cased vocabulary), the
-  collapse of repeated spaces, and the `▁` word-boundary prefix; the `.model` file is copied too
-  (as `vocab.model`, what `launch/train.py` and `launch/finetune.py` read back).
+- SentencePiece `.model`: the Unigram tokenizer we encode with (tokenizer.unigram_tokenizer: the
+  same pieces, scores and normalization); the `.model` file is copied too (as `vocab.model`, what
+  `launch/train.py` and `launch/finetune.py` read back).
 
 The ids equal ours on any text that does not spell a special token literally: HF tokenizers turn
 a literal "[MASK]" (or [CLS], [SEP], [PAD], [UNK]) in the text into that token, while our
@@ -22,29 +21,6 @@ _SPECIAL_FIELDS = {'pad_token': '[PAD]', 'unk_token': '[UNK]', 'cls_token': '[CL
                    'sep_token': '[SEP]', 'mask_token': '[MASK]'}
 
 
-def _sentencepiece_tokenizer(path: str):
-  """A `tokenizers.Tokenizer` equal to the SentencePiece model at `path`."""
-  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
-  from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # pylint: disable=import-outside-toplevel
-  proto = sentencepiece_model_pb2.ModelProto()
-  with fs.open(path, 'rb') as f:
-    proto.ParseFromString(f.read())
-  if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
-    raise ValueError(f'{path} is not a unigram SentencePiece model; only unigram vocabularies '
-                     '(what electra_jax trains) are exported')
-  norm = proto.normalizer_spec
-  tok = Tokenizer(models.Unigram([(p.piece, p.score) for p in proto.pieces],
-                                 unk_id=proto.trainer_spec.unk_id, byte_fallback=False))
-  steps = [normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap else []
-  if norm.remove_extra_whitespaces:
-    steps += [normalizers.Strip(), normalizers.Replace(Regex(' {2,}'), ' ')]
-  tok.normalizer = normalizers.Sequence(steps)
-  scheme = 'always' if norm.add_dummy_prefix else 'never'
-  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme=scheme)
-  tok.decoder = decoders.Metaspace(replacement='▁', prepend_scheme=scheme)
-  return tok
-
-
 def _wordpiece_tokenizer(ours: tokenizer_lib.WordPieceTokenizer):
   from tokenizers import Tokenizer  # pylint: disable=import-outside-toplevel
   return Tokenizer.from_str(ours._tok._tokenizer.to_str())  # a copy  # pylint: disable=protected-access
@@ -52,11 +28,11 @@ def _wordpiece_tokenizer(ours: tokenizer_lib.WordPieceTokenizer):
 
 def hf_tokenizer(ours):
   """A `tokenizers.Tokenizer` with our ids, [CLS]/[SEP] templates and special tokens."""
-  from tokenizers import AddedToken, processors  # pylint: disable=import-outside-toplevel
+  from tokenizers import AddedToken, Tokenizer, processors  # pylint: disable=import-outside-toplevel
   if isinstance(ours, tokenizer_lib.WordPieceTokenizer):
     tok = _wordpiece_tokenizer(ours)
-  else:
-    tok = _sentencepiece_tokenizer(ours.path)
+  else:  # the very tokenizer we encode with (tokenizer.unigram_tokenizer), a copy
+    tok = Tokenizer.from_str(ours.unigram.to_str())
   s = ours.special
   tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
                           for t in tokenizer_lib.SPECIAL_TOKENS])
