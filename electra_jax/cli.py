@@ -189,7 +189,11 @@ def _parse(argv):
     return flags.FLAGS(argv)
   except flags.Error as e:
     cause = e.__cause__ or e.__context__
-    print(f'error: {_explain(cause) if cause else e}', file=sys.stderr)
+    text = _explain(cause) if cause else str(e)
+    named = re.match(r'flag (--[\w.]+)=(.*?): ', str(e))
+    if named and named.group(1) not in text:  # (an enum's message names no flag)
+      text = f'{named.group(1)}={named.group(2)}: {text}'
+    print(f'error: {text}', file=sys.stderr)
   except Exception as e:  # pylint: disable=broad-except
     print(f'error: {_explain(e)}', file=sys.stderr)
   sys.exit(2)
@@ -232,6 +236,19 @@ def check_paths(*paths):
         fs.check_access(path)
       except OSError as e:
         raise UserError(storage_error(e, path)) from None
+
+
+def require_config(config, kind: str, flag: str = '--config'):
+  """Refuses a config file of the other kind: a fine-tuning config (it has a task section) where
+  a pre-training config is wanted, or a pre-training config (an objective section) where a
+  fine-tuning config is."""
+  keys = set(config.keys()) if config is not None else set()
+  if kind == 'pre-training' and 'task' in keys and 'objective' not in keys:
+    raise UserError(f'{flag} is a fine-tuning config (it has a task section); give {flag} a '
+                    'pre-training config such as configs/tiny.py')
+  if kind == 'fine-tuning' and 'objective' in keys and 'task' not in keys:
+    raise UserError(f'{flag} is a pre-training config (it has an objective section); give {flag} '
+                    'a fine-tuning config, configs/finetune/*.py')
 
 
 def out_folder(path: str, flag: str = '--out'):

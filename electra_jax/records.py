@@ -112,6 +112,10 @@ def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
   """(records folder, its metadata, vocabulary file) of the pre-training run in `workdir` whose
   config is `config`; FileNotFoundError (one sentence) when one of them is missing."""
   records_dir = config.data.records or fs.join(workdir, 'data')
+  if not config.data.records and not fs.exists(records_dir):
+    raise FileNotFoundError(f'{records_dir}, the records of the pre-training in {workdir}, is '
+                            'missing: run its command again (the same --config and --workdir) '
+                            'to build them again, then this one')
   meta = read_metadata(records_dir)
   vocab = next((fs.join(records_dir, n) for n in ('vocab.model', 'vocab.txt')
                 if fs.isfile(fs.join(records_dir, n))), None)

@@ -96,6 +96,11 @@ def tfds_load(name: str, split: str, data_dir: str | None, data_dir_hint: str, *
           f'TFDS could not download {name}: no connection to {host} from this machine; prepare '
           f'it where there is one (`tfds build {name} --data_dir=DIR`), copy DIR here and '
           f'{data_dir_hint}') from None
+    if type(e).__name__ == 'DatasetNotFoundError':
+      raise ValueError(f'TFDS has no dataset {name.split(":")[0]!r}; check the name in the TFDS '
+                       'catalog (https://www.tensorflow.org/datasets/catalog), e.g. '
+                       "'tfds:wikipedia/20230601.en:train'") from None
+    text = ' '.join(str(e).split()).split(' Available ')[0]
     raise ValueError(f'TFDS could not load {name!r} split {split!r} ({type(e).__name__}: '
-                     f'{" ".join(str(e).split())[:300]}); check the name in the TFDS catalog, or '
-                     f'prepare it first with `tfds build {name}`') from None
+                     f'{text[:300]}); check the name in the TFDS catalog, or prepare it first '
+                     f'with `tfds build {name}`') from None

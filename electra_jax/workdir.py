@@ -167,6 +167,8 @@ def read_config(path: str):
 
 def make(path: str):
   """Makes the folder `path` (and its parents), or one sentence on why it cannot be written."""
+  if not str(path).strip():
+    raise UserError('--workdir is empty; give a folder')
   if fs.exists(path) and not fs.isdir(path):
     raise UserError(f'--workdir {path} is a file; give a folder')
   try:

@@ -107,6 +107,8 @@ def main(argv):
   if not interval:
     raise cli.UserError('save_every is 0 (a checkpoint only at the end); set '
                         '--config.save_every to a step interval')
+  if _KILLS.value < 1:
+    raise cli.UserError(f'--kills={_KILLS.value}: give at least 1')
   if steps < _KILLS.value + 2:
     raise cli.UserError(f'{_KILLS.value} kills need more than {steps} train steps; raise '
                         '--config.train_steps')

@@ -54,6 +54,8 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
   if _STEPS.value < 1 or _SEEDS.value < 1:
     raise cli.UserError('--electra_steps and --num_seeds must be at least 1')
+  cli.require_config(_CONFIG.value, 'pre-training')
+  cli.require_config(_FT_CONFIG.value, 'fine-tuning', '--finetune_config')
   cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
   from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
   log = lambda line: print(line, flush=True)

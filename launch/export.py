@@ -13,6 +13,7 @@ folder, with vocab.txt). The latest checkpoint is exported unless --step.
 """
 
 import json
+import sys
 
 
 from absl import flags
@@ -47,7 +48,12 @@ def main(argv):
       log(f'{folder}: transformers.{arch}.from_pretrained({folder!r}), '
           f'transformers.AutoTokenizer.from_pretrained({folder!r})')
   if _CHECK.value:
-    export.verify(done, log)
+    try:
+      export.verify(done, log)
+    except KeyboardInterrupt as e:  # (SIGTERM too: cli.run raises it as Terminated)
+      print(f'interrupted during --check: the export in {_OUT.value} is complete and unchecked; '
+            'export again to a new --out with --check to check it', file=sys.stderr, flush=True)
+      cli.exit_now(143 if isinstance(e, cli.Terminated) else 130)
 
 
 if __name__ == '__main__':

@@ -44,6 +44,7 @@ def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
   config = _CONFIG.value
+  cli.require_config(config, 'fine-tuning')
   if _TOPOLOGY.value:
     if config is None or _INIT.value is None:
       raise cli.UserError('--topology compiles a fine-tuning for a slice: give its --config and the '

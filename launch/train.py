@@ -40,6 +40,7 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
+  cli.require_config(_CONFIG.value, 'pre-training')
   if _TOPOLOGY.value:
     return cli.compile_for_topology(_TOPOLOGY.value, _NUM_SLICES.value, _CONFIG.value)
   import time  # pylint: disable=import-outside-toplevel

@@ -757,7 +757,9 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
                                                 ['B-PLACE', 'I-PLACE', 'I-PLACE', 'O'])])
   assert tagging.read_conll(path) == [(('old', 'stone', 'walls', 'sat'),
                                        ('B-PLACE', 'I-PLACE', 'I-PLACE', 'O'))]
-  assert tagging.read_conll(path, column=1)[0][1] == ('XX',) * 4
+  with pytest.raises(ValueError, match=r"line 3 of .* has the tag 'XX'; a tag is O or a chunk "
+                                       'tag'):  # (not read as O)
+    tagging.read_conll(path, column=1)
   cfg = config_lib.default_config().task
   cfg.update(name='own', kind='tagging', train=path)
   task, splits = tasks_lib.load(cfg)
@@ -765,6 +767,9 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
   assert splits['train'][0].label == ('B-PLACE', 'I-PLACE', 'E-PLACE', 'O')
   (tmp_path / 'bad.txt').write_text('word\n')
   with pytest.raises(ValueError, match='line 1 of .* has no tag column'):
+    tagging.read_conll(str(tmp_path / 'bad.txt'))
+  (tmp_path / 'bad.txt').write_text('EU B-ORG\nrejects O\n\nNew York B-LOC\n')
+  with pytest.raises(ValueError, match=r"line 4 of .* has 3 columns where line 1 has 2 \('New "):
     tagging.read_conll(str(tmp_path / 'bad.txt'))
   cfg.dev = _write_conll(tmp_path / 'dev.txt', [(['cat'], ['B-ANIMAL'])])
   with pytest.raises(ValueError, match=r"the dev data has tag\(s\) \['S-ANIMAL'\] never seen"):

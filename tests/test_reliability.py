@@ -646,7 +646,11 @@ def test_a_checkpoint_of_another_run_is_refused_naming_what_differs(tmp_path, pr
   cfg.update(init=pretrained, batch_size=16, max_seq_length=32, epochs=1.0, baseline=False)
   cfg.task.update(name='own', train=str(train))
   tuned = str(tmp_path / 'tuned')
-  finetune_run.finetune(cfg, tuned, log=_quiet)  # seed 0, 2 steps
+  lines = []
+  finetune_run.finetune(cfg, tuned, log=lines.append)  # seed 0, 2 steps; no dev split
+  assert 'seed 0: 2 steps, not scored (no dev split)' in lines, lines
+  assert 'nothing was scored: the task has no dev split' in open(
+      os.path.join(tuned, 'results.md')).read()
   copied = str(tmp_path / 'copied')  # seed 1, its checkpoints seed 0's
   shutil.copytree(os.path.join(tuned, 'seed_0'), os.path.join(copied, 'seed_1'))
   cfg.seed = 1
@@ -747,3 +751,41 @@ def test_regression_targets_are_scaled_by_their_range_and_one_value_is_refused(t
   with pytest.raises(ValueError, match=r'^every target of the train data is 3; a regression task '
                                        'needs at least 2 distinct values$'):
     tasks_lib.load(cfg, log=_quiet)
+
+
+def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
+  """A config file given to the other command, an empty --workdir, a label column that holds the
+  text, --seed for a pre-training's export, a bad --mode or --kills: one sentence each."""
+  from conftest import load_config  # pylint: disable=import-outside-toplevel
+  from electra_jax import cli  # pylint: disable=import-outside-toplevel
+  from electra_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  own = load_config(os.path.join(ROOT, 'configs', 'finetune', 'own.py'))
+  tiny = load_config(os.path.join(ROOT, 'configs', 'tiny.py'))
+  with pytest.raises(UserError, match=r'^--config is a fine-tuning config \(it has a task '
+                                      r'section\); give --config a pre-training config such as '
+                                      r'configs/tiny.py$'):
+    cli.require_config(own, 'pre-training')
+  with pytest.raises(UserError, match=r'^--finetune_config is a pre-training config \(it has an '
+                                      r'objective section\); give --finetune_config a fine-tuning'):
+    cli.require_config(tiny, 'fine-tuning', '--finetune_config')
+  cli.require_config(tiny, 'pre-training')
+  cli.require_config(own, 'fine-tuning')
+  with pytest.raises(UserError, match=r'^--workdir is empty; give a folder$'):
+    workdir_lib.make('')
+  data = tmp_path / 'train.csv'
+  data.write_text('text,label\na,x\nb,y\n')
+  with pytest.raises(ValueError, match=r"^task.label names the column 'text', which also holds "
+                                       'the text; give the column of the labels$'):
+    files.read_table(str(data), 'text', '', 'text')
+  with pytest.raises(UserError, match=r"^--seed picks one of a fine-tuning's seeds, and .* is a "
+                                      r'pre-training \(one model\); leave --seed out$'):
+    export.export(pretrained, str(tmp_path / 'hf'), seed=3, log=_quiet)
+  assert not os.path.exists(tmp_path / 'hf') and not os.path.exists(tmp_path / 'hf.partial')
+  done = _launch('finetune.py', f'--workdir={tmp_path / "ft"}', '--mode=serve')
+  assert done.returncode == 2 and _last(done) == (
+      'error: --mode=serve: value should be one of <train|eval|predict>'), done.stderr[-2000:]
+  done = _launch('chaos.py', f'--workdir={tmp_path / "chaos"}', '--kills=0')
+  assert done.returncode == 2 and _last(done) == 'error: --kills=0: give at least 1'
+  assert not os.path.exists(tmp_path / 'ft') and not os.path.exists(tmp_path / 'chaos')

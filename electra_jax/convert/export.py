@@ -113,6 +113,9 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
     if not config:
       done = _original_checkpoint(workdir, partial, log)
     elif 'objective' in config:
+      if seed is not None:
+        raise UserError(f'--seed picks one of a fine-tuning\'s seeds, and {workdir} is a '
+                        'pre-training (one model); leave --seed out')
       done = _pretraining(config_lib.complete(config), workdir, partial, step, log)
     elif 'task' in config and 'init' in config:
       done = _finetuning(finetune_config.complete(config), workdir, partial, step, seed, log)

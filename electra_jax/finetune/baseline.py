@@ -92,8 +92,9 @@ def tfidf(task, splits: dict) -> dict | None:
 def reported(task, splits: dict, log) -> dict | None:
   """`tfidf`, its scores and time logged in one line (None, and nothing logged, where it does
   not apply)."""
-  if not kinds.get(task.kind).baseline:
-    return None
+  if not kinds.get(task.kind).baseline or not any(s in splits for s in task.dev_splits +
+                                                  task.test_splits):
+    return None  # (nothing to score it on)
   t = time.time()
   base = tfidf(task, splits)
   log(f'TF-IDF baseline (word and character n-grams, linear model; {time.time() - t:.0f} s): '

@@ -21,7 +21,7 @@ from electra_jax import fs
 from electra_jax.finetune.tasks import Example
 
 
-def _decode(path: str) -> str:
+def decode(path: str) -> str:
   """The text of a data file: UTF-8 (a byte-order mark read away), or UTF-16 with its byte-order
   mark (what spreadsheets save as 'Unicode text'); anything else is refused naming the line."""
   data = fs.read_bytes(path)
@@ -156,7 +156,7 @@ def _read_rows(path: str, ext: str, header: bool, label=None):
   row or None) of a .jsonl file, or a .csv/.tsv file with or without a header row. A .tsv file is
   read with quoting unless that fails (a quote that opens and does not close as a field), and its
   lines all split into as many fields: then its quotes are text."""
-  text = _decode(path)
+  text = decode(path)
   if ext == '.jsonl':
     rows, line_numbers = _jsonl_rows(path, text)
     columns = sorted(set().union(*(r.keys() for r in rows))) if rows else []
@@ -207,6 +207,9 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
     text_a, text_b, label = (_position(path, what, value, len(columns)) for what, value in
                              (('text_a', text_a), ('text_b', text_b), ('label', label)))
     choices = tuple(_position(path, 'choices', value, len(columns)) for value in choices)
+  if label not in (None, '') and label in (text_a, text_b, *choices):
+    raise ValueError(f'task.label names the column {label!r}, which also holds the text; give '
+                     'the column of the labels')
   if ext == '.jsonl':
     _check_types(path, rows, line_numbers, (text_a, text_b, *choices), label)
   wider = next((i for i, r in enumerate(rows) if r.get(None)), None)  # csv's key for extra fields

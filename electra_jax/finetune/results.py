@@ -43,6 +43,9 @@ def table_of(task, results: list[dict], base: dict | None = None) -> tuple[str, 
 def write(task, results, init: str, workdir: str, log, base: dict | None = None) -> dict:
   """Writes and logs the table, and says whether the median is ahead of the baseline."""
   table, median = table_of(task, results, base)
+  if not median:  # no dev split and no labelled test split
+    table = ('nothing was scored: the task has no dev split (nor a labelled test split); name one '
+             'with --config.task.dev=FILE to score the fine-tunings\n')
   summary = {'task': task.name, 'init': init, 'seeds': results, 'median': median}
   if base:
     summary['baseline'] = base

@@ -238,8 +238,9 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
                           fs.join(workdir, f'seed_{seed}'), log)
     result['seconds'] = time.time() - t
     results.append(result)
-    log(f'seed {seed}: ' + ' | '.join(f'{s} {m} {100 * v:.2f}' for s in results_lib.scored(task)
-                                      if s in result for m, v in result[s].items()))
+    log(f'seed {seed}: ' + (' | '.join(f'{s} {m} {100 * v:.2f}' for s in results_lib.scored(task)
+                                       if s in result for m, v in result[s].items())
+                            or f'{result["steps"]} steps, not scored (no dev split)'))
   base = baseline_lib.reported(task, splits, log) if cfg.baseline else None
   return results_lib.write(task, results, pretrained.checkpoint, workdir, log, base)
 

@@ -6,6 +6,8 @@ I-X or E-X continues one of type X (an I-X after O or after another type starts 
 have it), E-X and S-X end one. Files in IOB1, IOB2 or BIOES all become BIOES.
 """
 
+import re
+
 import jax.numpy as jnp
 import numpy as np
 
@@ -13,6 +15,7 @@ from electra_jax import fs
 from electra_jax.convert import hf
 from electra_jax.finetune import classification
 from electra_jax.finetune import encode as encode_lib
+from electra_jax.finetune import files
 from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
 from electra_jax.finetune import tasks as tasks_lib
@@ -25,19 +28,29 @@ def read_conll(path: str, column: int = -1) -> list[tuple[tuple, tuple]]:
     raise FileNotFoundError(f'the data file {path} does not exist; give a CoNLL file (one token '
                             'and its tag per line, a blank line between sentences)')
   sentences, words, tags = [], [], []
-  with fs.open(path, encoding='utf-8') as f:
-    for n, line in enumerate(f, start=1):
-      parts = line.split()
-      if not parts or parts[0] == '-DOCSTART-':
-        if words:
-          sentences.append((tuple(words), tuple(tags)))
-          words, tags = [], []
-        continue
-      if len(parts) < 2:
-        raise ValueError(f'line {n} of {path} has no tag column ({line.strip()!r}); a CoNLL line '
-                         'is a token and its tag, separated by spaces')
-      words.append(parts[0])
-      tags.append(parts[column])
+  width = None  # the columns of the file's first token line
+  for n, line in enumerate(files.decode(path).split('\n'), start=1):
+    parts = line.split()
+    if not parts or parts[0] == '-DOCSTART-':
+      if words:
+        sentences.append((tuple(words), tuple(tags)))
+        words, tags = [], []
+      continue
+    if len(parts) < 2:
+      raise ValueError(f'line {n} of {path} has no tag column ({line.strip()!r}); a CoNLL line '
+                       'is a token and its tag, separated by spaces')
+    if width is None:
+      width = (len(parts), n)
+    elif len(parts) != width[0]:
+      raise ValueError(f'line {n} of {path} has {len(parts)} columns where line {width[1]} has '
+                       f'{width[0]} ({line.strip()[:80]!r}); a token holding a space cannot be '
+                       'written in CoNLL: fix the line')
+    tag = parts[column]
+    if tag != 'O' and not re.fullmatch(r'[BIES]-\S+', tag):
+      raise ValueError(f'line {n} of {path} has the tag {tag!r}; a tag is O or a chunk tag such '
+                       'as B-PER, I-PER (IOB) or S-, E- (BIOES)')
+    words.append(parts[0])
+    tags.append(tag)
   if words:
     sentences.append((tuple(words), tuple(tags)))
   if not sentences:

@@ -44,9 +44,10 @@ class Task:
   #                               chooses the best checkpoint
   swap_pairs: bool = False  # train on (a, b) and (b, a) (MRPC, STS-B)
   label_scale: float = 1.0  # regression: targets are (label - label_offset) / label_scale, in
-  label_offset: float = 0.0  # [0, 1] (STS-B: 5 and 0; your own files: their train range)
+  #                           [0, 1] (STS-B: 5 and 0; your own files: their train range)
   epochs: float = 3.0  # the paper's epochs for this task
   test_splits: tuple = ()  # test splits whose every example is labelled: scored at the end only
+  label_offset: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +84,8 @@ def glue_task(name: str) -> Task:
   g = GLUE[name]
   dev = tuple(s for s in g.splits if s.startswith('dev'))
   return Task(name, 'regression' if not g.labels else 'classification', g.labels, g.metrics, dev,
-              g.swap_pairs, 5.0 if name == 'stsb' else 1.0, g.epochs)
+              swap_pairs=g.swap_pairs, label_scale=5.0 if name == 'stsb' else 1.0,
+              epochs=g.epochs)
 
 
 _TFDS_HINT = ('point --config.task.tfds_data_dir at it, or give GLUE\'s own .tsv files with '
