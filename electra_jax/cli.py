@@ -62,10 +62,24 @@ def _load_config(spec: str, name: str):
     close = difflib.get_close_matches(path, known, n=1)
     hint = f'; did you mean {close[0]}?' if close else '; give a file such as configs/tiny.py'
     raise UserError(f'--{name}: the config file {path} does not exist{hint}')
+  if not path.endswith('.py'):
+    raise UserError(f'--{name}={spec}: {path} is not a config file (a Python file defining '
+                    'get_config(), such as configs/tiny.py)')
   module_spec = importlib.util.spec_from_file_location('electra_jax_user_config', path)
   module = importlib.util.module_from_spec(module_spec)
   try:
     module_spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise UserError(f'--{name}={spec}: line {e.lineno} of {path} is not Python ({e.msg}); fix '
+                    'it') from None
+  if not callable(getattr(module, 'get_config', None)):
+    raise UserError(f'--{name}={spec}: {path} defines no get_config(); a config file returns its '
+                    'config from get_config() (see configs/tiny.py)')
+  import inspect  # pylint: disable=import-outside-toplevel
+  if variant and not inspect.signature(module.get_config).parameters:
+    raise UserError(f'--{name}={spec}: {path} has no variants (its get_config() takes no '
+                    f'argument); leave ":{variant}" out')
+  try:
     return module.get_config(variant) if variant else module.get_config()
   except (ValueError, TypeError) as e:
     raise UserError(f'--{name}={spec}: {e}') from None

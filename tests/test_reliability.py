@@ -761,6 +761,8 @@ def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
   from electra_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  data = tmp_path / 'train.csv'
+  data.write_text('text,label\na,x\nb,y\n')
   own = load_config(os.path.join(ROOT, 'configs', 'finetune', 'own.py'))
   tiny = load_config(os.path.join(ROOT, 'configs', 'tiny.py'))
   with pytest.raises(UserError, match=r'^--config is a fine-tuning config \(it has a task '
@@ -772,10 +774,17 @@ def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
     cli.require_config(tiny, 'fine-tuning', '--finetune_config')
   cli.require_config(tiny, 'pre-training')
   cli.require_config(own, 'fine-tuning')
+  (tmp_path / 'syntax.py').write_text('def get_config(:\n')
+  (tmp_path / 'empty.py').write_text('x = 1\n')
+  (tmp_path / 'plain.py').write_text('def get_config():\n  return None\n')
+  for spec, error in ((f'{tmp_path}/plain.py:big', 'has no variants .*; leave ":big" out'),
+                      (str(tmp_path / 'syntax.py'), 'line 1 of .* is not Python'),
+                      (str(tmp_path / 'empty.py'), r'defines no get_config\(\)'),
+                      (str(data), 'is not a config file')):
+    with pytest.raises(UserError, match=rf'^--config={re.escape(spec)}: .*{error}'):
+      cli.load_config_file(spec)
   with pytest.raises(UserError, match=r'^--workdir is empty; give a folder$'):
     workdir_lib.make('')
-  data = tmp_path / 'train.csv'
-  data.write_text('text,label\na,x\nb,y\n')
   with pytest.raises(ValueError, match=r"^task.label names the column 'text', which also holds "
                                        'the text; give the column of the labels$'):
     files.read_table(str(data), 'text', '', 'text')
