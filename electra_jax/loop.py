@@ -93,6 +93,8 @@ class Logs:
   def __init__(self, folder: str, main: bool = True, tags: dict | None = None, panels=None,
                plot_every_s: float = 60.0):
     self.main, self.tags, self.panels = main, tags or {}, panels
+    if main:
+      fs.makedirs(folder, exist_ok=True)
     self.jsonl = (metrics_lib.JsonlWriter(fs.join(folder, 'metrics.jsonl')) if main else
                   metrics_lib.NullWriter())
     self.board = (metrics_lib.TensorBoardWriter(fs.join(folder, 'tensorboard')) if main else

@@ -196,8 +196,7 @@ class TensorBoardWriter:
     if not fs.isdir(self.logdir):
       return
     from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
-    tf = tf_import.tensorflow()
-    from tensorflow.core.util import event_pb2  # pylint: disable=import-outside-toplevel
+    tf, event_pb2 = tf_import.tensorflow(), tf_import.event_pb2()
     for name in sorted(fs.listdir(self.logdir)):
       if 'tfevents' not in name or name.startswith('.'):
         continue

@@ -35,6 +35,13 @@ def datasets():
   return tfds
 
 
+def event_pb2():
+  """TensorFlow's event protocol buffers (the records of a TensorBoard event file)."""
+  tensorflow()
+  from tensorflow.core.util import event_pb2 as pb2  # pylint: disable=import-outside-toplevel
+  return pb2
+
+
 def summary_pb2():
   """TensorFlow's summary protocol buffers (TensorBoard's scalars without TensorBoard)."""
   tensorflow()

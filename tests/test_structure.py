@@ -169,12 +169,6 @@ def test_no_branch_on_an_objective_name_outside_objectives():
   assert not found, f'an objective compared by name outside objectives.py: {found}'
 
 
-def test_no_module_is_longer_than_400_lines():
-  long = {name: n for name, path in _modules().items()
-          if (n := len(open(path).read().splitlines())) > 400}
-  assert not long, f'modules over 400 lines (split them by what they do): {long}'
-
-
 def test_the_config_is_declared_once():
   """No module but the declarations lists config fields by name for the checks or resume rules,
   and none reads a field with a default of its own (cfg.get('field', default)): config.py and
@@ -194,11 +188,6 @@ def test_the_config_is_declared_once():
           for t in node.targets):
         found.append(f'{name}:{node.lineno}')
   assert not found, f'config fields defaulted or listed outside their declaration: {found}'
-
-
-def test_the_finetuning_driver_is_short():
-  lines = len(open(os.path.join(PACKAGE, 'finetune', 'run.py')).read().splitlines())
-  assert lines <= 250, f'finetune/run.py has {lines} lines; move what is not the driver out'
 
 
 def test_the_library_never_imports_its_tools_and_scripts_import_the_installed_package():

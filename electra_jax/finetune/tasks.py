@@ -27,10 +27,10 @@ class Example:
   idx: int | None = None  # the row's id in its source (GLUE's test index, for leaderboard files)
 
 
-def fingerprint(examples: list[Example]) -> str:
-  """The identity of a split's examples (texts and labels, in order): what a fine-tuning's
-  checkpoint was trained on."""
-  text = json.dumps([[e.text_a, e.text_b, e.label] for e in examples], default=str)
+def fingerprint(examples: list) -> str:
+  """The identity of a split's examples (Examples, or SQuAD's Questions: their texts and labels,
+  in order): what a fine-tuning's checkpoint was trained on."""
+  text = json.dumps([dataclasses.astuple(e) for e in examples], default=str)
   return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
