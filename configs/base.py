@@ -6,7 +6,7 @@ The original code applied only Small's defaults automatically; this preset carri
 column. `configs/base.py:plus` names the released checkpoint's settings, which are the same.
 """
 
-from electra_jax.config import default_config
+from electra_jax.config.pretraining import default_config
 
 
 def get_config(variant=None):

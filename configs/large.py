@@ -4,7 +4,7 @@
     python launch/train.py --config=configs/large.py:plus --workdir=$WORKDIR   # Large++ (1.75M)
 """
 
-from electra_jax.config import default_config
+from electra_jax.config.pretraining import default_config
 
 
 def get_config(variant=None):

@@ -7,7 +7,7 @@ Small++ is the released checkpoint: a full-width generator (hidden 256), sequenc
 4M steps; everything else as Small.
 """
 
-from electra_jax.config import default_config
+from electra_jax.config.pretraining import default_config
 
 
 def get_config(variant=None):

@@ -17,7 +17,7 @@ thousands of steps; started at the prior it learns to detect from the first step
 
 import math
 
-from electra_jax.config import default_config
+from electra_jax.config.pretraining import default_config
 
 
 def get_config(variant=None):

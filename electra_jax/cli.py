@@ -15,8 +15,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from electra_jax import Stopped
-from electra_jax import UserError
+from electra_jax import Stopped, UserError
 
 
 def _explain(error: Exception) -> str:
@@ -30,7 +29,7 @@ def _explain(error: Exception) -> str:
     return ' '.join(match.group(1).split())
   match = re.match(r"^'?([A-Za-z_0-9]+)'?$", text)
   if isinstance(error, (AttributeError, KeyError)) and match:
-    return f'unknown config field {match.group(1)!r}; see electra_jax/config.py for the fields'
+    return f'unknown config field {match.group(1)!r}; see electra_jax/config/pretraining.py for the fields'
   return ' '.join(text.split())
 
 
@@ -168,7 +167,7 @@ def _resolve_overrides(argv: list[str], names: list[str] | None = None,
           close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.7)
           full = [p for p in leaves if close and (p == close[0] or p.endswith('.' + close[0]))]
           hint = (f'; did you mean --{name}.{full[0]}?' if len(full) == 1 else
-                  f'; see electra_jax/config.py (or the file of --{name}) for the fields')
+                  f'; see electra_jax/config/pretraining.py (or the file of --{name}) for the fields')
           raise UserError(f'unknown config field {key!r}{hint}')
       if value is not None:
         _check_value(name, key, fields[key], value)
@@ -215,7 +214,7 @@ def _parse(argv):
 
 def storage_error(e: OSError, path: str | None = None) -> str:
   """One sentence for a file-system error about a local path or a bucket, naming the fix."""
-  from electra_jax import fs  # pylint: disable=import-outside-toplevel
+  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   path = path or e.filename or ''
   where = fs.bucket(path)
   reason = e.strerror or str(e)
@@ -241,7 +240,7 @@ def check_paths(*paths):
   """One sentence and exit 2 when a bucket among `paths` (strings or configs, whose string fields
   are looked at) cannot be used: no credentials, no such bucket. Checked before anything is
   written; each bucket once."""
-  from electra_jax import fs  # pylint: disable=import-outside-toplevel
+  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   seen = set()
   for path in (s for p in paths for s in _strings(p)):
     if fs.remote(path) and fs.bucket(path) not in seen:
@@ -268,7 +267,7 @@ def require_config(config, kind: str, flag: str = '--config'):
 def out_folder(path: str, flag: str = '--out'):
   """Makes the output folder `path` of a command, or one sentence on why it cannot be (a file is
   there, it cannot be written)."""
-  from electra_jax import fs  # pylint: disable=import-outside-toplevel
+  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   if fs.exists(path) and not fs.isdir(path):
     raise UserError(f'{flag} {path} is a file; give a folder (new, or one to write into)')
   try:
@@ -314,7 +313,7 @@ def compile_for_topology(name: str, num_slices: int, config, finetune_init: str 
   if 'jax' not in sys.modules:  # no accelerator of this machine is touched
     os.environ.setdefault('JAX_PLATFORMS', 'cpu')
   os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
-  from electra_jax import topology  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
   try:
     slice_ = topology.parse(name, num_slices)
   except ValueError as e:
@@ -325,7 +324,7 @@ def compile_for_topology(name: str, num_slices: int, config, finetune_init: str 
   log = lambda line: print(line, flush=True)
   try:
     if finetune_init is None:
-      from electra_jax import compiling  # pylint: disable=import-outside-toplevel
+      from electra_jax.train import compiling  # pylint: disable=import-outside-toplevel
       compiling.compile_for_topology(config, slice_, log)
     else:
       from electra_jax.finetune import topology as finetune_topology  # pylint: disable=import-outside-toplevel
@@ -388,7 +387,7 @@ def run(main):
       exit_now(2)
     except OSError as e:  # a bucket or a file out of reach: one sentence, not a traceback
       import errno  # pylint: disable=import-outside-toplevel
-      from electra_jax import fs  # pylint: disable=import-outside-toplevel
+      from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
       if e.filename and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         print(f'error: {e.filename}: {e.strerror.lower()}; choose a place this user can write to '
               '(or read, for an input)', file=sys.stderr)

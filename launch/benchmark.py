@@ -55,8 +55,8 @@ def _records(config, log) -> str:
   if _RECORDS.value:
     return _RECORDS.value
   import tempfile  # pylint: disable=import-outside-toplevel
-  from electra_jax import records  # pylint: disable=import-outside-toplevel
-  from electra_jax import prepare as prepare_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import prepare as prepare_lib  # pylint: disable=import-outside-toplevel
   out = os.path.join(tempfile.mkdtemp(prefix='electra_bench_'), 'records')
   log(f'building records of {config.data.max_seq_length} tokens from the built-in corpus in {out}')
   prepare_lib.records_folder(records.Settings(
@@ -67,7 +67,7 @@ def _records(config, log) -> str:
 
 def _time_step(config) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax import flops  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import flops  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   profile_dir = ''
   if _PROFILE.value:
@@ -178,7 +178,7 @@ def _memory(config) -> dict:
 
 def _kernel_setting(spec: str) -> dict:
   """'128,64,...' (the six block sizes in order) or 'name=value,...' (FlashOptions' fields)."""
-  from electra_jax import flash  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import flash  # pylint: disable=import-outside-toplevel
   tunable = {f.name for f in dataclasses.fields(flash.FlashOptions)} - {
       'direction', 'dropout_rate', 'backend', 'interpret'}
   parts = [p.strip() for p in spec.split(',')]

@@ -18,7 +18,7 @@ import os
 from absl import flags
 
 from electra_jax import cli
-from electra_jax import fs
+from electra_jax.storage import fs
 
 _OUT = flags.DEFINE_string('out', None, 'the folder to write the tasks to')
 _PACKAGES = flags.DEFINE_string('packages', '/var/lib/apt/lists/*_Packages*',

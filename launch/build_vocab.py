@@ -30,11 +30,12 @@ flags.mark_flags_as_required(['output'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
-  from electra_jax import corpus, tokenizer  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
   output = _OUTPUT.value
   if not output.endswith('.model'):
     raise cli.UserError(f'--output {output} must end in .model (a SentencePiece model file)')
-  from electra_jax import fs  # pylint: disable=import-outside-toplevel
+  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   cli.check_paths(output, _CORPUS.value)
   try:
     if fs.exists(output):

@@ -7,7 +7,7 @@ minutes per slice on two CPU cores, Large more).
 
 Each cell is `launch/train.py --config=configs/<preset>.py --topology=<slice>` with the preset as
 it comes (model.dtype and microbatches 'auto'). Writes <out>.md and <out>.json; the step times
-are XLA's TPU cost model's estimate (electra_jax/hlo_cost.py), not measurements.
+are XLA's TPU cost model's estimate (electra_jax/hardware/hlo_cost.py), not measurements.
 """
 
 import json
@@ -47,8 +47,8 @@ def _set(config, path: str, text: str):
 
 def _row(preset: str, slice_name: str, log) -> dict:
   from electra_jax import UserError  # pylint: disable=import-outside-toplevel
-  from electra_jax import compiling  # pylint: disable=import-outside-toplevel
-  from electra_jax import topology  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import compiling  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   config = cli._load_config(os.path.join(root, 'configs', f'{preset}.py'), 'presets')  # pylint: disable=protected-access
   for item in _OVERRIDES.value:

@@ -33,8 +33,8 @@ flags.mark_flags_as_required(['workdir', 'out'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
-  from electra_jax import fs  # pylint: disable=import-outside-toplevel
-  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
   log = lambda line: print(line, flush=True)
   cli.check_paths(_WORKDIR.value, _OUT.value)
   done = export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log)

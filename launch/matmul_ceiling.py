@@ -27,9 +27,9 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
   if _MICROBATCHES.value < 1:
     raise cli.UserError('--microbatches must be at least 1')
-  from electra_jax import config as config_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax import model as model_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax import topology  # pylint: disable=import-outside-toplevel
+  from electra_jax.config import pretraining as config_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import electra as model_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import ceiling  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   with user_errors(ValueError):

@@ -49,7 +49,9 @@ def main(argv):
   if (_CORPUS.value is None) == (_TFDS.value is None):
     raise cli.UserError('give exactly one source: --corpus=<files or builtin> or '
                         '--tfds=<name>[:<split>]')
-  from electra_jax import fs, prepare, records  # pylint: disable=import-outside-toplevel
+  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import prepare  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
   cli.check_paths(_OUTPUT.value, _CORPUS.value, _VOCAB.value)
   source = f'tfds:{_TFDS.value}' if _TFDS.value else _CORPUS.value
   if _VOCAB.value and not fs.isfile(_VOCAB.value):

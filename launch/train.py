@@ -46,7 +46,7 @@ def main(argv):
   import time  # pylint: disable=import-outside-toplevel
   print(time.strftime('%H:%M:%S ') + f'pre-training in {_WORKDIR.value}: starting JAX and '
         'reading the data', flush=True)
-  from electra_jax import distributed  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import distributed  # pylint: disable=import-outside-toplevel
   try:
     how = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                  _HEARTBEAT.value)
@@ -54,7 +54,7 @@ def main(argv):
     raise cli.UserError(str(e)) from None
   cli.check_paths(_WORKDIR.value, _CONFIG.value)
   import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import pretrain  # pylint: disable=import-outside-toplevel
   if how and distributed.is_main():
     print(f'{jax.process_count()} processes ({how}), {jax.device_count()} devices in all',
           flush=True)

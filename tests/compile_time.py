@@ -17,9 +17,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402  pylint: disable=wrong-import-position
 
 from conftest import test_config  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import partitioning  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.tools.benchmark import SPECIAL, synthetic_batch  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.tools.benchmark import SPECIAL  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.tools.benchmark import synthetic_batch  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import partitioning  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def main():

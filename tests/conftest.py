@@ -23,9 +23,9 @@ import jax  # pylint: disable=wrong-import-position
 import pytest  # pylint: disable=wrong-import-position
 
 from electra_jax import cli  # pylint: disable=wrong-import-position
-from electra_jax.config import default_config  # pylint: disable=wrong-import-position
-from electra_jax import records  # pylint: disable=wrong-import-position
-from electra_jax import prepare as prepare_lib  # pylint: disable=wrong-import-position
+from electra_jax.config.pretraining import default_config  # pylint: disable=wrong-import-position
+from electra_jax.data import prepare as prepare_lib  # pylint: disable=wrong-import-position
+from electra_jax.data import records  # pylint: disable=wrong-import-position
 
 assert jax.device_count() == 8, 'tests expect 8 fake CPU devices (XLA_FLAGS was set too late)'
 # Many tests compile the same small programs: a persistent cache compiles each once per session.
@@ -103,7 +103,7 @@ OBJECTIVE_RUN = {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0,
 
 def objective_config(name: str):
   """test_config() with OBJECTIVE_RUN, trained with objective `name`, the model fitted to it."""
-  from electra_jax import objectives  # pylint: disable=import-outside-toplevel
+  from electra_jax.objectives import registry as objectives  # pylint: disable=import-outside-toplevel
   c = test_config(**{'objective.name': name, **OBJECTIVE_RUN})
   return objectives.fit_model_config(c, lambda *_: None)
 
@@ -113,7 +113,7 @@ def poisoned_setup(config, bad_steps, build=None):
   (the tests that need a non-finite step all poison step 3: one compiled program serves them)."""
   import dataclasses  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  from electra_jax import step as step_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
   setup = (build or step_lib.build_setup)(config, SPECIAL)
   train_key = step_lib._keys(config.seed)[1]  # pylint: disable=protected-access
@@ -190,7 +190,7 @@ def records_dir(tmp_path_factory, corpus_file):
 @pytest.fixture(scope='session')
 def pretrained(tmp_path_factory, records_dir):
   """A pre-training workdir of the test model (4 steps), what fine-tuning tests start from."""
-  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import pretrain  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path_factory.mktemp('pretrained') / 'w')
   pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
                               log=lambda *_: None)

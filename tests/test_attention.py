@@ -16,13 +16,13 @@ import pytest
 from jax import export
 
 from conftest import test_config
-from electra_jax import attention
-from electra_jax import attention_masks
-from electra_jax import flash
-from electra_jax import model as model_lib
-from electra_jax import partitioning
-from electra_jax import step as step_lib
+from electra_jax.model import attention
+from electra_jax.model import electra as model_lib
+from electra_jax.model import flash
+from electra_jax.model import masks as attention_masks
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.train import partitioning
+from electra_jax.train import step as step_lib
 
 # small tiles, so every loop of every kernel runs several steps
 SMALL = dict(block_q=32, block_k=16, block_k_dkv=32, block_q_dkv=16, block_q_dq=16, block_k_dq=32)

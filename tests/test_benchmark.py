@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from conftest import CHILD_ENV, ROOT, test_config
-from electra_jax.tools import benchmark, profiling
+from electra_jax.tools import benchmark
+from electra_jax.tools import profiling
 
 
 def _write_trace(directory, events):

@@ -6,8 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax.step import TrainState
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train.step import TrainState
 
 
 def _state(step, width=4):

@@ -7,10 +7,10 @@ import pytest
 
 from conftest import test_config
 from electra_jax import UserError
-from electra_jax import objectives
+from electra_jax.finetune import config as ft_config_lib
+from electra_jax.objectives import registry as objectives
 from electra_jax.tools import compare
 from electra_jax.tools import compare_suite
-from electra_jax.finetune import config as ft_config_lib
 from test_finetune import _synthetic
 
 
@@ -251,7 +251,7 @@ def test_a_corpus_too_small_for_the_vocabulary_gets_the_size_it_fills(tmp_path):
   assert size % 64 == 0 and 64 <= size < 4096 and config.model.vocab_size == 4096
   assert any(l.startswith('note: the corpus fills at most') and f'uses {size} instead of 4096' in l
              for l in lines), lines
-  from electra_jax import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
   vocab = tokenizer_lib.load_tokenizer(os.path.join(base.data.records, 'vocab.model'))
   assert vocab.vocab_size == size
   lines.clear()  # a re-run finds the records built with the fitted size

@@ -1,15 +1,15 @@
-"""The configs are declared once (electra_jax/fields.py): the views, checks and resume rules follow."""
+"""The configs are declared once (electra_jax/config/fields.py): the views, checks and resume rules follow."""
 
 import dataclasses
 import json
 
 import pytest
 
-from electra_jax import config as config_lib
-from electra_jax import fields
-from electra_jax import model as model_lib
-from electra_jax import objectives
+from electra_jax.config import fields
+from electra_jax.config import pretraining as config_lib
 from electra_jax.finetune import config as ft_config
+from electra_jax.model import electra as model_lib
+from electra_jax.objectives import registry as objectives
 
 
 def test_the_model_and_objective_views_are_the_declared_sections():
@@ -65,6 +65,7 @@ def test_each_declared_range_is_checked(path, value, message):
   (c[section] if section else c)[name] = value
   with pytest.raises(ValueError, match=message):
     config_lib.check(c)
+    model_lib.ModelConfig.from_config(c.model)  # (the attention paths are the model's registry)
 
 
 def test_the_resume_rules_come_from_the_declaration():

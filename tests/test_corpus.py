@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from electra_jax import corpus as corpus_lib
-from electra_jax import records
-from electra_jax import prepare as prepare_lib
+from electra_jax.data import corpus as corpus_lib
+from electra_jax.data import prepare as prepare_lib
+from electra_jax.data import records
 
 
 def _read(pattern):

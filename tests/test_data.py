@@ -8,13 +8,13 @@ import jax
 import numpy as np
 import pytest
 
-from electra_jax import corpus as corpus_lib
-from electra_jax import examples as examples_lib
-from electra_jax import input_pipeline
-from electra_jax import partitioning
-from electra_jax import records
-from electra_jax import prepare as prepare_lib
-from electra_jax import tokenizer as tokenizer_lib
+from electra_jax.data import corpus as corpus_lib
+from electra_jax.data import examples as examples_lib
+from electra_jax.data import input_pipeline
+from electra_jax.data import prepare as prepare_lib
+from electra_jax.data import records
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.train import partitioning
 
 CLS, SEP = 2, 3
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from conftest import CHILD_ENV, ROOT, cpu_burner, launch_command, load_config, run_config_file
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax import distributed
-from electra_jax import pretrain
-from electra_jax import step as step_lib
-from electra_jax.tokenizer import SPECIAL
+from electra_jax.data.tokenizer import SPECIAL
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import distributed
+from electra_jax.train import pretrain
+from electra_jax.train import step as step_lib
 
 CLUSTER = os.path.join(ROOT, 'launch', 'local_cluster.py')
 # (run_config_file's decay horizon is fixed: runs of different lengths share their learning rates
@@ -186,7 +186,7 @@ def test_every_process_takes_one_verdict(tmp_path):
       'import sys\n'
       f'sys.path.insert(0, {ROOT!r})\n'
       'flags = dict(a[2:].split("=", 1) for a in sys.argv[1:])\n'
-      'from electra_jax import distributed\n'
+      'from electra_jax.train import distributed\n'
       'distributed.initialize(flags["coordinator_address"], int(flags["num_processes"]),\n'
       '                       int(flags["process_id"]), 60)\n'
       'me = int(flags["process_id"])\n'

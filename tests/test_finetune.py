@@ -12,11 +12,7 @@ import pytest
 
 from conftest import WORDS, test_config
 from electra_jax import UserError
-from electra_jax import model as model_lib
-from electra_jax import optim
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax.tokenizer import SPECIAL
-from electra_jax.convert import export as export_lib
+from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import files
@@ -26,6 +22,10 @@ from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import run
 from electra_jax.finetune import scores
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.tools import export as export_lib
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import optim
 
 
 # ---- scores ---------------------------------------------------------------------------------------
@@ -656,7 +656,8 @@ def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
 
 
 def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
-  from electra_jax import corpus, records  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
   splits = tasks_lib.load_builtin(seed=0, eval_fraction=0.05, max_train=1000)
   docs = corpus.builtin_documents()
   held = [d for k, d in enumerate(docs) if records.held_out(0, k, 0.05)]
@@ -674,7 +675,7 @@ def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
 
 
 def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module():
-  from electra_jax import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
   splits = tasks_lib.load_builtin_topic(seed=0)
   area = {m: label for label, modules in tasks_lib.TOPICS.items() for m in modules}
   passages = {}  # passage -> the areas whose documentation holds it
@@ -932,7 +933,8 @@ def test_a_probe_heads_weights_give_the_fitted_linear_models_predictions(classes
   """The head's kernel and bias, the features' centring and scale folded in, give the logistic regression's class
   probabilities (binary: its one logit split in two) or the ridge regression's predictions; a
   class the train split lacks is never predicted."""
-  from electra_jax.finetune import baseline, probe  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import baseline  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import probe  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(classes)
   x = rng.normal(size=(300, 12)) * rng.uniform(0.1, 5, 12) + rng.normal(size=12) * 3
   signal = x @ rng.normal(size=(12, max(classes - 1, 1)))
@@ -962,8 +964,11 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
   """head_init='probe': the encoder as pre-trained, the head the linear model fitted on its
   frozen features, whose dev score the log gives; then every parameter trains. Tagging has no
   such head and is refused before anything runs."""
-  from electra_jax import partitioning, step as step_lib, tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import batches, probe  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import partitioning  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import batches  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import probe  # pylint: disable=import-outside-toplevel
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=2.0,
              log_every=100, dropout_rate=0.0, head_init='probe', baseline=False, num_seeds=2)

@@ -3,8 +3,8 @@
 import pytest
 
 from configs import base, large, small
-from electra_jax import flops
-from electra_jax import model as model_lib
+from electra_jax.hardware import flops
+from electra_jax.model import electra as model_lib
 
 
 def _paper(preset, variant=None):

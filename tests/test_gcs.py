@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from conftest import CHILD_ENV, ROOT, launch_command, load_config, run_config_file, test_config
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax import fs
-from electra_jax import records
-from electra_jax import remote_fs
-from electra_jax import pretrain
-from electra_jax import step as step_lib
-from electra_jax.tokenizer import SPECIAL
+from electra_jax.data import records
+from electra_jax.data.tokenizer import SPECIAL
+from electra_jax.storage import fs
+from electra_jax.storage import remote_fs
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import pretrain
+from electra_jax.train import step as step_lib
 
 BUCKET = 'gs://electra-test'
 
@@ -234,7 +234,7 @@ def test_a_workdir_in_a_bucket_is_held_by_one_run():
   together one gets it, the others name it; a write on a generation that changed is refused."""
   import tensorstore as ts  # pylint: disable=import-outside-toplevel
   import threading  # pylint: disable=import-outside-toplevel
-  from electra_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   folder = f'{BUCKET}/locked/w{random.randrange(1 << 30)}'
   store = ts.KvStore.open(folder + '/').result()
   absent = store.read('probe').result().stamp.generation

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import test_config
-from electra_jax import model as model_lib
-from electra_jax import partitioning
-from electra_jax.tools.benchmark import synthetic_batch
 from electra_jax.convert import hf
+from electra_jax.model import electra as model_lib
+from electra_jax.tools.benchmark import synthetic_batch
+from electra_jax.train import partitioning
 
 torch = pytest.importorskip('torch', reason='parity tests need the test extra: pip install -e ".[test]"')
 transformers = pytest.importorskip('transformers', reason='parity tests need the test extra')
@@ -107,17 +107,18 @@ def test_hf_weights_of_another_size_or_missing_are_named():
 # ================================================================================================
 
 from electra_jax import UserError  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import checkpoint as checkpoint_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import preflight  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import pretrain  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import records as records_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.convert import export as export_lib  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.convert import original  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.convert import sources  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.convert import vocab as vocab_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.data import records as records_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.data import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.finetune import pretrained as finetune_pretrained  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.tools import export as export_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import checkpoint as checkpoint_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import init_from  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import preflight  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import pretrain  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 TEXTS = ['The cat sat on a mat, while dogs ran past green trees.',
          '  Kings   build castles;\tmerchants sell silk!\n',
@@ -225,7 +226,7 @@ def test_a_sentencepiece_export_gives_our_ids_on_the_whole_builtin_corpus_and_ra
   """With the demo's vocabulary size, on every sentence of the built-in corpus and on random
   text, ties between segmentations of equal score included (runs of '=', '_', '.0'), which
   SentencePiece's own encoder breaks differently: HF transformers' AutoTokenizer gives our ids."""
-  from electra_jax import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
   lines = [l for l in corpus.builtin_lines() if l.strip()]
   path = str(tmp_path / 'vocab.model')
   tokenizer_lib.train_sentencepiece(iter(lines), path, 4096, lower_case=True, seed=0)
@@ -262,7 +263,7 @@ def test_import_of_an_export_is_exact_and_reads_the_sizes(pretrained, exported):
       np.testing.assert_array_equal(np.asarray(a), b)
   assert from_export.model_cfg.hidden_size == cfg.hidden_size
   # Another run's workdir is a source too (its latest checkpoint), with the same weights.
-  from_workdir = sources.open_source(pretrained)
+  from_workdir = init_from.open_source(pretrained)
   assert from_workdir.fields['generator_hidden_fraction'] == cfg.generator_hidden_fraction
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(from_workdir.params(cfg))):
     np.testing.assert_array_equal(np.asarray(a), b)

@@ -6,7 +6,7 @@ import sys
 
 from conftest import CHILD_ENV, ROOT
 
-from electra_jax import loop
+from electra_jax.train import loop
 
 # A child with 8 CPU devices runs `steps` small steps whose gradient is all-reduced over them,
 # through loop.run, with XLA's rendezvous timeouts shortened (warn at 5 s, abort at 10 s).
@@ -15,9 +15,9 @@ import sys
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax import loop
-from electra_jax import step as step_lib
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import loop
+from electra_jax.train import step as step_lib
 
 workdir, steps = sys.argv[1], int(sys.argv[2])
 mesh = jax.make_mesh((8,), ('data',))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from electra_jax import masking
+from electra_jax.objectives import masking
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 PAD, CLS, SEP, MASK = SPECIAL.pad, SPECIAL.cls, SPECIAL.sep, SPECIAL.mask
@@ -59,7 +59,7 @@ def test_count_per_example_is_clipped_rounded_share_of_real_tokens(draws):
 
 
 def test_max_predictions_formula():
-  from electra_jax.config import default_config
+  from electra_jax.config.pretraining import default_config
   c = default_config()
   for p, length, n in ((0.15, 128, 19), (0.15, 512, 79), (0.25, 512, 130)):
     c.objective.mask_prob, c.data.max_seq_length = p, length

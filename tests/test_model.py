@@ -10,11 +10,11 @@ import pytest
 
 from configs import base, large, small, tiny
 from conftest import test_config
-from electra_jax import attention
-from electra_jax import attention_masks
-from electra_jax import layers
-from electra_jax import model as model_lib
-from electra_jax import objectives
+from electra_jax.model import attention
+from electra_jax.model import electra as model_lib
+from electra_jax.model import layers
+from electra_jax.model import masks as attention_masks
+from electra_jax.objectives import registry as objectives
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 
@@ -188,7 +188,7 @@ def test_the_key_bias_changes_no_output_and_gets_a_zero_gradient():
   """The key's bias adds q . b to every score of a query, which the softmax removes (under the
   padding mask, a direction and dropout too): the layers leave it out, so its gradient is zero,
   while the query's and value's biases learn."""
-  from electra_jax import attention  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import attention  # pylint: disable=import-outside-toplevel
   q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 16, 2, 8))
   b = jax.random.normal(jax.random.key(1), (2, 8)) * 3
   key_mask = jnp.arange(16)[None] < jnp.array([[16], [9]])

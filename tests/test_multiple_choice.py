@@ -12,9 +12,7 @@ import pytest
 
 from conftest import WORDS
 from electra_jax import UserError
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax.tokenizer import SPECIAL
-from electra_jax.convert import export as export_lib
+from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
@@ -22,6 +20,8 @@ from electra_jax.finetune import multiple_choice
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import run
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.tools import export as export_lib
+from electra_jax.train import checkpoint as checkpoint_lib
 
 CHOICES = ('ending0', 'ending1', 'ending2')
 
@@ -55,7 +55,7 @@ def test_the_scorer_scores_each_candidate_alone():
   """Scores of candidates in another order are the same scores in that order, and each equals
   the one-output Classifier's on that candidate alone."""
   from conftest import test_config  # pylint: disable=import-outside-toplevel
-  from electra_jax import model as model_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import electra as model_lib  # pylint: disable=import-outside-toplevel
   cfg = model_lib.ModelConfig.from_config(test_config().model)
   model = multiple_choice.ChoiceScorer(cfg, 1)
   params = heads.init_params(model, jax.random.key(0), shape=(1, 2, 8))

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import OBJECTIVE_RUN, objective_config, test_config
-from electra_jax import model as model_lib
-from electra_jax import objectives
+from electra_jax.model import electra as model_lib
+from electra_jax.objectives import registry as objectives
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 
@@ -86,7 +86,7 @@ def test_decoder_rows_batch_updates_only_the_rows_of_the_batchs_tokens():
   tokens absent from the global batch; the loss, the present rows' gradients and every other
   gradient are those of 'all'. In two microbatches whose tokens differ the gradient is still the
   whole batch's: the rows are the global batch's."""
-  from electra_jax import step as step_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
   batch = synthetic_batch(16, 32, 96)
   ids = batch['input_ids']
   words = ids >= 5  # microbatch k takes rows k, k + 2, ...: tokens 50-69 are in part 1 only
@@ -170,10 +170,10 @@ def test_disallow_correct_makes_every_used_slot_a_replacement():
 # learning, and the 8-device mesh
 # ================================================================================================
 
-from electra_jax import masking  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import partitioning  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import pretrain  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.objectives import masking  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import partitioning  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import pretrain  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 _OBJ = {}
 
@@ -281,7 +281,7 @@ def test_objective_learns_on_the_8_device_mesh(name):
 def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
   import json  # pylint: disable=import-outside-toplevel
   import os  # pylint: disable=import-outside-toplevel
-  from electra_jax.convert import export as export_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import export as export_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
   lines = []
   workdir = str(tmp_path / 'mlm')
@@ -345,7 +345,7 @@ def test_gdes_disentangles_the_embedding_gradients():
 
 def test_gdes_run_fine_tunes_from_the_discriminators_table(tmp_path, records_dir):
   import os  # pylint: disable=import-outside-toplevel
-  from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / 'gdes')
   pretrain.train_and_evaluate(test_config(**{'data.records': records_dir, 'model.gdes': True}),
@@ -425,7 +425,7 @@ def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(t
   (the generator still trains), declared in this test. It trains end to end, its FLOPs come from
   its entry, the run's summary reports what it measures, and the compare tool plans it and its
   variant at the same compute as the others."""
-  from electra_jax import flops  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import flops  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
 
   def half_detection(params, batch, rng, **kwargs):

@@ -8,8 +8,8 @@ import pytest
 from flax.traverse_util import flatten_dict
 
 from configs import small
-from electra_jax import model as model_lib
-from electra_jax import optim
+from electra_jax.model import electra as model_lib
+from electra_jax.train import optim
 
 
 def test_schedule_multiplies_warmup_and_decay():

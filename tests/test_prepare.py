@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, WORDS, write_corpus
-from electra_jax import input_pipeline
-from electra_jax import records
-from electra_jax import prepare as prepare_lib
-from electra_jax import tf_import
+from electra_jax.data import input_pipeline
+from electra_jax.data import prepare as prepare_lib
+from electra_jax.data import records
+from electra_jax.storage import tf_import
 
 
 def _quiet(*_):

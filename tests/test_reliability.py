@@ -19,17 +19,17 @@ import pytest
 
 from conftest import CHILD_ENV, ROOT, WORDS, poisoned_setup, run_config_file, test_config
 from electra_jax import UserError
-from electra_jax import corpus as corpus_lib
-from electra_jax import input_pipeline
-from electra_jax import optim
-from electra_jax import partitioning
-from electra_jax import records as records_lib
-from electra_jax import prepare as prepare_lib
-from electra_jax import tokenizer as tokenizer_lib
-from electra_jax import preflight
-from electra_jax import pretrain
-from electra_jax import step as step_lib
+from electra_jax.data import corpus as corpus_lib
+from electra_jax.data import input_pipeline
+from electra_jax.data import prepare as prepare_lib
+from electra_jax.data import records as records_lib
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.train import optim
+from electra_jax.train import partitioning
+from electra_jax.train import preflight
+from electra_jax.train import pretrain
+from electra_jax.train import step as step_lib
 
 
 def _quiet(*_):
@@ -60,7 +60,7 @@ def _truncate(folder):
 def test_a_damaged_final_checkpoint_is_trained_again_rewritten_and_exports(tmp_path, records_dir):
   """The same command after the final checkpoint was damaged: falls back to the one before,
   trains the lost steps again and saves the final step again (not skipped), which exports."""
-  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path / 'w')
   config = test_config(**{'data.records': records_dir, 'save_every': 2})
   pretrain.train_and_evaluate(config, workdir, log=_quiet)  # saves 2 and 4 (the final step)
@@ -278,7 +278,8 @@ def test_a_save_that_fills_the_disk_while_written_leaves_no_unfinished_folder(tm
   script = tmp_path / 'save.py'
   script.write_text(f'''
 import numpy as np
-from electra_jax import checkpoint, fs
+from electra_jax.storage import fs
+from electra_jax.train import checkpoint
 fs.free_bytes = lambda path: None  # unknown, as on a bucket: no check before writing
 state = {{'w': np.random.default_rng(0).standard_normal((1024, 768)).astype(np.float32)}}  # 3 MB
 ckpt = checkpoint.Checkpointer('{disk}/checkpoints')
@@ -359,7 +360,7 @@ def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretra
   """A workdir's config.json cut short or empty, records metadata without its splits or cut
   short, a checkpoints folder that is a file, a fine-tuning --mode on a pre-training workdir or on
   none, a truncated model.safetensors: each one sentence naming the file and the fix."""
-  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
   from electra_jax.convert import hf  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
@@ -497,7 +498,7 @@ def test_sigterm_while_records_are_written_says_so_and_leaks_nothing(tmp_path):
 
 
 def test_checkpoint_errors_read_without_object_reprs_and_compare_names_own_tasks(tmp_path):
-  from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
   e = ValueError('Read failed for state/array: <bound method PyCapsule.result of <tensorstore.'
@@ -538,8 +539,8 @@ def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, monke
   """A workdir without checkpoints, a fine-tuning's workdir given to the pre-training commands,
   a checkpoint deleted while read (a running pre-training rotates them), a damaged one, an --out
   that is a file: each named as what it is."""
-  from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import pretrained as ft_pretrained  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import diagnose  # pylint: disable=import-outside-toplevel
@@ -758,8 +759,8 @@ def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
   text, --seed for a pre-training's export, a bad --mode or --kills: one sentence each."""
   from conftest import load_config  # pylint: disable=import-outside-toplevel
   from electra_jax import cli  # pylint: disable=import-outside-toplevel
-  from electra_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.convert import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
   data = tmp_path / 'train.csv'
   data.write_text('text,label\na,x\nb,y\n')

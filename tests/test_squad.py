@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import WORDS
-from electra_jax.tokenizer import SPECIAL
+from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import run
 from electra_jax.finetune import squad

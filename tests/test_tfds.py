@@ -12,8 +12,8 @@ import pytest
 
 from conftest import ROOT, load_config
 from electra_jax import UserError
-from electra_jax import corpus as corpus_lib
-from electra_jax import tf_import
+from electra_jax.data import corpus as corpus_lib
+from electra_jax.storage import tf_import
 
 tfds = tf_import.datasets()
 

@@ -9,9 +9,9 @@ import pytest
 import sentencepiece as spm
 
 from conftest import ROOT, WORDS, write_corpus
-from electra_jax import records
-from electra_jax import prepare as prepare_lib
-from electra_jax import tokenizer as tokenizer_lib
+from electra_jax.data import prepare as prepare_lib
+from electra_jax.data import records
+from electra_jax.data import tokenizer as tokenizer_lib
 
 SPECIALS_BERT = ['[PAD]', '[unused0]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
 

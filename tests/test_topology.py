@@ -15,18 +15,18 @@ import pytest
 
 from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
 from electra_jax import UserError
-from electra_jax import aot
 from electra_jax import cli as cli_lib
-from electra_jax import attention
-from electra_jax import flash
-from electra_jax import hlo_cost
-from electra_jax import model as model_lib
-from electra_jax import partitioning
-from electra_jax import compiling
-from electra_jax import flops
-from electra_jax import step as step_lib
-from electra_jax import topology
+from electra_jax.hardware import aot
+from electra_jax.hardware import flops
+from electra_jax.hardware import hlo_cost
+from electra_jax.hardware import topology
+from electra_jax.model import attention
+from electra_jax.model import electra as model_lib
+from electra_jax.model import flash
 from electra_jax.tools import ceiling
+from electra_jax.train import compiling
+from electra_jax.train import partitioning
+from electra_jax.train import step as step_lib
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
                                   reason='the TPU compiler (pip install -e ".[tpu]")')

@@ -20,17 +20,17 @@ from conftest import (CHILD_ENV, ROOT, WORDS, cpu_burner, launch_command, load_c
                       objective_config, poisoned_setup, run_config_file, test_config,
                       write_corpus)
 from electra_jax import UserError
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax import metrics as metrics_lib
-from electra_jax import objectives
-from electra_jax import partitioning
-from electra_jax import records as records_lib
-from electra_jax import prepare as prepare_lib
-from electra_jax import tf_import
-from electra_jax import tokenizer as tokenizer_lib
-from electra_jax import pretrain
-from electra_jax import step as step_lib
+from electra_jax.data import prepare as prepare_lib
+from electra_jax.data import records as records_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.objectives import registry as objectives
+from electra_jax.storage import tf_import
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import logs as logs_lib
+from electra_jax.train import partitioning
+from electra_jax.train import pretrain
+from electra_jax.train import step as step_lib
 
 
 def _run_steps(config, devices, batches):
@@ -291,15 +291,14 @@ def _quiet(*_):
 
 
 def test_curves_are_redrawn_at_most_once_a_minute_and_when_the_run_ends(tmp_path):
-  from electra_jax import loop as loop_lib  # pylint: disable=import-outside-toplevel
   values = {'loss': 1.0, 'mlm_loss': 2.0}
-  logs = loop_lib.Logs(str(tmp_path / 'a'))  # the default interval: 60 s
+  logs = logs_lib.Logs(str(tmp_path / 'a'))  # the default interval: 60 s
   logs.write('train', 2, values)
   logs.write('eval', 2, values)
   assert not (tmp_path / 'a' / 'curves.png').exists()  # a run's first minute: not drawn yet
   logs.close()  # the end of the run draws what is new
   assert (tmp_path / 'a' / 'curves.png').read_bytes().startswith(b'\x89PNG')
-  logs = loop_lib.Logs(str(tmp_path / 'b'), plot_every_s=0.0)
+  logs = logs_lib.Logs(str(tmp_path / 'b'), plot_every_s=0.0)
   logs.write('eval', 2, values)  # the interval has passed: drawn at the evaluation
   drawn = (tmp_path / 'b' / 'curves.png').read_bytes()
   assert drawn.startswith(b'\x89PNG')
@@ -358,7 +357,7 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
                                     'keep_best': 'mlm_accuracy', 'optimizer.learning_rate': 3e-2})
   workdir = str(tmp_path / 'w')
   summary = pretrain.train_and_evaluate(config, workdir, log=_quiet)
-  evals = {r['step']: r['mlm_accuracy'] for r in metrics_lib.read_jsonl(
+  evals = {r['step']: r['mlm_accuracy'] for r in logs_lib.read_jsonl(
       os.path.join(workdir, 'metrics.jsonl')) if r['split'] == 'eval'}
   assert sorted(evals) == [2, 4, 6, 8] and len(set(evals.values())) == 4, evals
   best = max(evals, key=evals.get)  # an accuracy: higher is better

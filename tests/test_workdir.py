@@ -14,8 +14,8 @@ import pytest
 
 from conftest import CHILD_ENV, ROOT, run_config_file, test_config
 from electra_jax import UserError
-from electra_jax import pretrain
-from electra_jax import workdir as workdir_lib
+from electra_jax.train import pretrain
+from electra_jax.train import workdir as workdir_lib
 
 
 def _record(path, **fields):

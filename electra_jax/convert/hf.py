@@ -9,8 +9,8 @@ The generator shares the embedding table (and the decoder is that table, as in H
 
 import numpy as np
 
-from electra_jax import fs
-from electra_jax import model as model_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.storage import fs
 
 # Our layer's modules -> HF's names under encoder.layer.<i>.
 _LAYER = {'query': 'attention.self.query', 'key': 'attention.self.key',

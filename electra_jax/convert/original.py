@@ -16,10 +16,10 @@ import re
 
 import numpy as np
 
-from electra_jax import fs
-from electra_jax import tf_import
-from electra_jax import model as model_lib
 from electra_jax.convert import hf
+from electra_jax.model import electra as model_lib
+from electra_jax.storage import fs
+from electra_jax.storage import tf_import
 
 # Our layer's modules -> the original's scopes under encoder/layer_<i>.
 _LAYER = {'query': 'attention/self/query', 'key': 'attention/self/key',

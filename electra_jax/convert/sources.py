@@ -6,8 +6,8 @@
 
 A source is an HF transformers folder (a discriminator, e.g. ElectraForPreTraining, ElectraModel or
 a task model; optionally with its generator, ElectraForMaskedLM), the folder launch/export.py writes
-(`discriminator/` and `generator/`), a checkpoint of the original TensorFlow release, or the workdir
-of another electra_jax pre-training run (its latest checkpoint).
+(`discriminator/` and `generator/`) or a checkpoint of the original TensorFlow release. The workdir
+of another electra_jax pre-training run is read by train/init_from.py, which gives the same Source.
 
 A padded vocabulary (an embedding table with more rows than the vocabulary has entries, e.g.
 rounded up for TPUs) is cut to the vocabulary: the extra rows are never produced by the tokenizer,
@@ -15,19 +15,16 @@ and the generator could otherwise sample them.
 """
 
 import dataclasses
-import json
 from typing import Callable
 
 import numpy as np
 
-from electra_jax import config as config_lib
-from electra_jax import fs
-from electra_jax import model as model_lib
-from electra_jax import tokenizer as tokenizer_lib
-from electra_jax import workdir as workdir_lib
 from electra_jax.convert import hf
 from electra_jax.convert import original
 from electra_jax.convert import vocab as vocab_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.storage import fs
 
 _ROWS = ('word_embeddings', 'output_bias')  # parameters with one row per vocabulary entry
 
@@ -73,21 +70,6 @@ def _prefixed(state: dict) -> dict:
   if any(k.startswith('electra.') for k in state):
     return state
   return {f'electra.{k}': v for k, v in state.items()}
-
-
-def _is_workdir(folder: str) -> bool:
-  path = fs.join(folder, 'config.json')
-  if not fs.isfile(path):
-    return False
-  if fs.isdir(fs.join(folder, 'checkpoints')):  # ours: a damaged config.json is named
-    config = workdir_lib.read_config(folder)
-  else:
-    with fs.open(path) as f:
-      try:
-        config = json.load(f)
-      except ValueError:
-        return False
-  return isinstance(config, dict) and 'objective' in config and 'model' in config
 
 
 def _open_hf(path: str, generator: str) -> Source:
@@ -137,36 +119,6 @@ def _open_original(prefix: str) -> Source:
                 lambda cfg, fill: original.read_params(prefix, cfg, fill))
 
 
-def _open_workdir(path: str) -> Source:
-  """The latest checkpoint of another electra_jax pre-training run."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
-  config = config_lib.complete(workdir_lib.read_config(path))
-  _, _, vocab = records_lib.workdir_vocab(path, config)
-  ckpt = checkpoint_lib.Checkpointer(fs.join(path, 'checkpoints'))
-  try:
-    step = ckpt.latest_step()
-    if step is None:
-      raise ValueError(f'{path} has no checkpoint yet; let its pre-training save one')
-    params = jax.tree.map(np.asarray, ckpt.restore_arrays(step)[0]['params'])
-  finally:
-    ckpt.close()
-  fields = {f.name: config.model[f.name] for f in dataclasses.fields(model_lib.ModelConfig)
-            if f.name in config.model and f.name not in ('dtype', 'param_dtype')}
-  has_generator = fields.get('generator') != 'uniform'
-
-  def read(cfg, fill):
-    del fill
-    wanted = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
-    if jax.tree.map(np.shape, wanted) != jax.tree.map(np.shape, params):
-      raise ValueError(f'the checkpoint of {path} holds a model of other shapes than the config')
-    return params
-
-  return Source(fs.join(path, 'checkpoints', str(step)), 'electra_jax checkpoint', fields,
-                vocab, config.data.lower_case, fields['vocab_size'], has_generator, True, [], read)
-
-
 def open_source(path: str, generator: str = '', vocab: str = '') -> Source:
   """The model at `path`; `generator`: an HF generator folder for a lone discriminator folder;
   `vocab`: a vocabulary file to use instead of the one found beside the weights."""
@@ -175,9 +127,7 @@ def open_source(path: str, generator: str = '', vocab: str = '') -> Source:
                             'written by launch/export.py, or an original TensorFlow checkpoint')
   if generator and not fs.isdir(generator):
     raise FileNotFoundError(f'the generator folder {generator} does not exist')
-  if fs.isdir(path) and _is_workdir(path):
-    source = _open_workdir(path)
-  elif (fs.isfile(fs.join(path, 'config.json'))
+  if (fs.isfile(fs.join(path, 'config.json'))
       or fs.isfile(fs.join(path, 'discriminator', 'config.json'))):
     source = _open_hf(path, generator)
   else:

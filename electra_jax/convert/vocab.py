@@ -14,8 +14,8 @@ SentencePiece reader treats it as ordinary characters.
 
 import json
 
-from electra_jax import fs
-from electra_jax import tokenizer as tokenizer_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.storage import fs
 
 _SPECIAL_FIELDS = {'pad_token': '[PAD]', 'unk_token': '[UNK]', 'cls_token': '[CLS]',
                    'sep_token': '[SEP]', 'mask_token': '[MASK]'}

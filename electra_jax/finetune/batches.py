@@ -8,8 +8,8 @@ import itertools
 import jax
 import numpy as np
 
-from electra_jax import partitioning
 from electra_jax.finetune import kinds
+from electra_jax.train import partitioning
 
 
 def global_batch(arrays: dict, rows: np.ndarray, sharding) -> dict:

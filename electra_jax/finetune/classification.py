@@ -8,8 +8,6 @@ import numpy as np
 import optax
 
 from electra_jax import UserError
-from electra_jax import fs
-from electra_jax import metrics as metrics_lib
 from electra_jax.convert import hf
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import files
@@ -17,6 +15,8 @@ from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
 from electra_jax.finetune import scores as scores_lib
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.storage import fs
 
 # Leaderboard file names of GLUE's test splits.
 LEADERBOARD = {'cola': 'CoLA', 'sst2': 'SST-2', 'mrpc': 'MRPC', 'qqp': 'QQP', 'stsb': 'STS-B',

@@ -8,13 +8,12 @@ import json
 
 import ml_collections
 
-from electra_jax import UserError
-from electra_jax import user_errors
-from electra_jax import fields
-from electra_jax import fs
-from electra_jax.fields import Field as F, Section, at_least, inside, one_of, positive, rule
-from electra_jax import partitioning
+from electra_jax import UserError, user_errors
+from electra_jax.config import fields
+from electra_jax.config.fields import Field as F, Section, at_least, inside, one_of, positive, rule
 from electra_jax.finetune import heads
+from electra_jax.storage import fs
+from electra_jax.train import partitioning
 
 
 def _kind(name):

@@ -17,8 +17,8 @@ import os
 
 import numpy as np
 
-from electra_jax import fs
 from electra_jax.finetune.tasks import Example
+from electra_jax.storage import fs
 
 
 def decode(path: str) -> str:

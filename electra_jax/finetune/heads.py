@@ -9,8 +9,8 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
-from electra_jax import layers
-from electra_jax import model as model_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.model import layers
 
 
 class Classifier(nn.Module):

@@ -10,17 +10,16 @@ import jax
 import ml_collections
 import numpy as np
 
-from electra_jax import UserError
-from electra_jax import user_errors
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax import config as config_defaults
-from electra_jax import fs
-from electra_jax import model as model_lib
-from electra_jax import records as records_lib
-from electra_jax import step as step_lib
-from electra_jax import tokenizer as tokenizer_lib
-from electra_jax import workdir as workdir_lib
+from electra_jax import UserError, user_errors
+from electra_jax.config import pretraining as config_defaults
 from electra_jax.convert import sources
+from electra_jax.data import records as records_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.storage import fs
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import step as step_lib
+from electra_jax.train import workdir as workdir_lib
 
 
 @dataclasses.dataclass

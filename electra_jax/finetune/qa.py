@@ -12,11 +12,11 @@ import jax.numpy as jnp
 import optax
 
 from electra_jax import UserError
-from electra_jax import fs
-from electra_jax import metrics as metrics_lib
-from electra_jax import model as model_lib
 from electra_jax.finetune import kinds
 from electra_jax.finetune import squad
+from electra_jax.model import electra as model_lib
+from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.storage import fs
 
 
 class QuestionAnswering(nn.Module):

@@ -6,11 +6,11 @@ exported as HF's ElectraForSequenceClassification with problem_type 'regression'
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import metrics as metrics_lib
 from electra_jax.finetune import classification
 from electra_jax.finetune import files
 from electra_jax.finetune import scores as scores_lib
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.objectives import metrics as metrics_lib
 
 
 class Regression(classification.Classification):

@@ -18,18 +18,8 @@ import time
 
 import jax
 
-from electra_jax import UserError
-from electra_jax import user_errors
-from electra_jax import attention as attention_lib
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax import distributed
-from electra_jax import fs
-from electra_jax import loop as loop_lib
-from electra_jax import optim
-from electra_jax import partitioning
-from electra_jax import step as step_lib
-from electra_jax import tokenizer as tokenizer_lib
-from electra_jax import workdir as workdir_lib
+from electra_jax import UserError, user_errors
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
@@ -40,6 +30,16 @@ from electra_jax.finetune import probe as probe_lib
 from electra_jax.finetune import results as results_lib
 from electra_jax.finetune import search as search_lib
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.model import attention as attention_lib
+from electra_jax.storage import fs
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import distributed
+from electra_jax.train import logs as logs_lib
+from electra_jax.train import loop as loop_lib
+from electra_jax.train import optim
+from electra_jax.train import partitioning
+from electra_jax.train import step as step_lib
+from electra_jax.train import workdir as workdir_lib
 
 
 def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: int,
@@ -113,7 +113,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                                  partitioning.batch_sharding(mesh))
   with user_errors(checkpoint_lib.DiskFull):
     result = loop_lib.run(plan, state, train_fn, stream, start, evaluate=evaluate_now, ckpt=ckpt,
-                          meta=meta, log=log, logs=loop_lib.Logs(workdir, tags={'seed': seed},
+                          meta=meta, log=log, logs=logs_lib.Logs(workdir, tags={'seed': seed},
                                                                  panels=results_lib.panels(task)))
     best = ckpt.best_step()
     ckpt.close()

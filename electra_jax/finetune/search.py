@@ -19,14 +19,13 @@ import difflib
 import itertools
 import re
 
-from electra_jax import UserError
-from electra_jax import fields
-from electra_jax import fs
-from electra_jax import metrics as metrics_lib
-from electra_jax import user_errors
-from electra_jax import workdir as workdir_lib
+from electra_jax import UserError, user_errors
+from electra_jax.config import fields
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import config as config_lib
+from electra_jax.storage import fs
+from electra_jax.train import logs as logs_lib
+from electra_jax.train import workdir as workdir_lib
 
 # what a recipe may not change: the data, the start (init, init_step, from_scratch), the seeds
 _FIXED = ('task.', 'init', 'from_scratch', 'seed', 'num_seeds', 'search')
@@ -159,7 +158,7 @@ def _write(cfg, done: list, workdir: str, log) -> dict:
              'recipes': [{'recipe': n, 'median': r['median']} for n, r in done]}
   if base:
     summary['baseline'] = base
-  fs.write_atomic(fs.join(workdir, 'results.json'), metrics_lib.dumps(summary, indent=2))
+  fs.write_atomic(fs.join(workdir, 'results.json'), logs_lib.dumps(summary, indent=2))
   fs.write_atomic(fs.join(workdir, 'results.md'), (
       f'# {result["task"]}: {len(done)} recipes, chosen on {columns[0]}, from {result["init"]}\n\n'
       f'{table}\nchosen: {chosen}; its seeds: {name}/results.md\n'))

@@ -11,7 +11,6 @@ import re
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax import fs
 from electra_jax.convert import hf
 from electra_jax.finetune import classification
 from electra_jax.finetune import encode as encode_lib
@@ -19,6 +18,7 @@ from electra_jax.finetune import files
 from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.storage import fs
 
 
 def read_conll(path: str, column: int = -1) -> list[tuple[tuple, tuple]]:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from electra_jax import fs
 from electra_jax.finetune import kinds
+from electra_jax.storage import fs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +94,7 @@ _TFDS_HINT = ('point --config.task.tfds_data_dir at it, or give GLUE\'s own .tsv
 
 def load_glue(name: str, data_dir: str | None = None) -> dict[str, list[Example]]:
   """The splits of GLUE task `name` from TFDS (`glue/<name>`); test labels are None."""
-  from electra_jax import tf_import  # pylint: disable=import-outside-toplevel
+  from electra_jax.storage import tf_import  # pylint: disable=import-outside-toplevel
   tfds = tf_import.datasets()
   g = GLUE[name]
   out = {}
@@ -240,7 +240,8 @@ def load_builtin(seed: int, eval_fraction: float, max_train: int = 4000
   (the same hash of (seed, document index) as the records), split between them by a second hash;
   train pairs come from the other documents. Everything is a function of `seed`.
   """
-  from electra_jax import corpus, records  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
   docs = corpus.builtin_documents()
   pools = {'train': [], 'dev': [], 'test': []}
   for k, doc in enumerate(docs):
@@ -293,7 +294,7 @@ def load_builtin_topic(seed: int, max_train: int = 4000, per_topic: int = 450
   about balanced. The passages are text the pre-training on the built-in corpus may have read, as
   a user's own unlabelled text is; their labels it never saw.
   """
-  from electra_jax import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
   area = {module: label for label, modules in TOPICS.items() for module in modules}
   seen = {}  # passage -> its area (docstrings repeat: each passage is kept once, in one split)
   for module, sentences in corpus.builtin_module_documents():

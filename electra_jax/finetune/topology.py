@@ -6,20 +6,19 @@ import dataclasses
 
 import jax
 
-from electra_jax import UserError
-from electra_jax import user_errors
-from electra_jax import aot
-from electra_jax import attention as attention_lib
-from electra_jax import flops as flops_lib
-from electra_jax import model as model_lib
-from electra_jax import partitioning
-from electra_jax import step as step_lib
+from electra_jax import UserError, user_errors
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import kinds
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import run
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.hardware import aot
+from electra_jax.hardware import flops as flops_lib
+from electra_jax.model import attention as attention_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.train import partitioning
+from electra_jax.train import step as step_lib
 
 
 def compile_for_topology(cfg, slice_, log=print) -> dict:

@@ -14,12 +14,12 @@ import time
 import jax
 import numpy as np
 
-from electra_jax import flops as flops_lib
-from electra_jax import model as model_lib
-from electra_jax import partitioning
-from electra_jax import preflight
-from electra_jax import step as step_lib
-from electra_jax.tokenizer import SPECIAL
+from electra_jax.data.tokenizer import SPECIAL
+from electra_jax.hardware import flops as flops_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.train import partitioning
+from electra_jax.train import preflight
+from electra_jax.train import step as step_lib
 
 
 def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0) -> dict:
@@ -201,9 +201,9 @@ def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) ->
   (FlashOptions fields). Each row: median ms, and the largest difference from the explicit path
   relative to its largest value (output and gradients; dropout masks are the same on both)."""
   import dataclasses  # pylint: disable=import-outside-toplevel
-  from electra_jax import attention  # pylint: disable=import-outside-toplevel
-  from electra_jax import attention_masks  # pylint: disable=import-outside-toplevel
-  from electra_jax import flash  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import attention  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import masks as attention_masks  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import flash  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   m, d = config.model, config.data
   n = partitioning.make_mesh().devices.size

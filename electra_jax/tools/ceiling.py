@@ -1,7 +1,7 @@
 """The highest MFU XLA's TPU cost model allows an ELECTRA train step: its matmuls, each compiled
 alone for the chip, and nothing else.
 
-The step's estimate (aot.py, hlo_cost.py) sums the compiler's cost of every operation. How much of
+The step's estimate (hardware/aot.py, hardware/hlo_cost.py) sums the compiler's cost of every operation. How much of
 the gap to the chip's peak is the matmuls' own? Each matmul the step does (the encoder's and the
 generator's projections, the heads, the vocabulary projection, forward, input gradient and weight
 gradient, as `flops.step_matmul_flops` counts them) is compiled by itself for one chip of the slice
@@ -16,9 +16,9 @@ rewrite of them. It is an estimate of an estimate: nothing runs on a TPU.
 
 import dataclasses
 
-from electra_jax import aot
-from electra_jax import flops as flops_lib
-from electra_jax import hlo_cost
+from electra_jax.hardware import aot
+from electra_jax.hardware import flops as flops_lib
+from electra_jax.hardware import hlo_cost
 
 
 @dataclasses.dataclass(frozen=True)

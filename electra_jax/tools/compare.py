@@ -13,12 +13,11 @@ import json
 
 import ml_collections
 
-from electra_jax import UserError
-from electra_jax import user_errors
-from electra_jax import flops as flops_lib
-from electra_jax import fs
-from electra_jax import model as model_lib
-from electra_jax import objectives
+from electra_jax import UserError, user_errors
+from electra_jax.hardware import flops as flops_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.objectives import registry as objectives
+from electra_jax.storage import fs
 
 HEADLINE = ('electra', 'mlm')  # the paper's comparison, stated in a line of its own when both ran
 DEFAULT_RUNS = ('electra', 'electra_15', 'mlm', 'replace_mlm', 'all_tokens_mlm', 'electric')
@@ -74,8 +73,8 @@ def plan(config, names, electra_steps: int) -> list[dict]:
 def _pretrain(c, workdir: str, log) -> dict:
   """The pre-training's summary: read back when it finished with this very config (nothing is
   compiled then), else trained, resumed or refused by train_and_evaluate."""
-  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
-  from electra_jax import preflight  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import preflight  # pylint: disable=import-outside-toplevel
   path, saved = fs.join(workdir, 'summary.json'), fs.join(workdir, 'config.json')
   if fs.isfile(path) and fs.isfile(saved):
     resolved, _ = preflight.resolve(c, log=lambda *_: None)
@@ -184,7 +183,7 @@ def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps:
             log=print) -> list[dict]:
   """Pre-trains each run under `workdir` and fine-tunes it on each task of `ft_configs` (a config,
   or {label: config}); returns the table's rows."""
-  from electra_jax import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   tasks = as_tasks(ft_configs)
   plan(config, names, electra_steps)  # every run known before anything is written
   with workdir_lib.claim(workdir, 'comparison'):  # its runs claim their own folders in it
@@ -194,9 +193,9 @@ def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps:
 def _shared_records(config, workdir: str, log) -> ml_collections.ConfigDict:
   """`config` with one records folder for every run (built under `workdir` unless given). A
   corpus too small for the vocabulary asked gets the largest multiple of 64 it can fill."""
-  from electra_jax import pretrain  # pylint: disable=import-outside-toplevel
-  from electra_jax import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax import records as records_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import records as records_lib  # pylint: disable=import-outside-toplevel
   base = ml_collections.ConfigDict(config.to_dict())
   if base.data.records:
     return base

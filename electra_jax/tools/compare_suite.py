@@ -10,7 +10,7 @@ import json
 import ml_collections
 
 from electra_jax import UserError
-from electra_jax import fs
+from electra_jax.storage import fs
 from electra_jax.tools import compare as compare_lib
 
 

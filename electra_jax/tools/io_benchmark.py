@@ -6,12 +6,12 @@ import time
 
 import jax
 
-from electra_jax import checkpoint as checkpoint_lib
-from electra_jax import input_pipeline
-from electra_jax import partitioning
-from electra_jax import records
-from electra_jax import step as step_lib
-from electra_jax.tokenizer import SPECIAL
+from electra_jax.data import input_pipeline
+from electra_jax.data import records
+from electra_jax.data.tokenizer import SPECIAL
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import partitioning
+from electra_jax.train import step as step_lib
 
 
 def benchmark_input(records_dir: str, batch_size: int, *, batches: int = 50, repeats: int = 3,

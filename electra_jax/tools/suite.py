@@ -34,7 +34,7 @@ import re
 import subprocess
 import unicodedata
 
-from electra_jax import fs
+from electra_jax.storage import fs
 
 SPLITS = (('train', 0.8), ('dev', 0.1), ('test', 0.1))
 TOPICS = ('games', 'science', 'sound', 'graphics', 'net', 'admin', 'text', 'web')

@@ -1,0 +1,202 @@
+"""Config fields declared once: each field's default, meaning, valid values and role.
+
+A config (`config/pretraining.py` for pre-training, `finetune/config.py` for fine-tuning) is a tree of
+`Field`s. From it come the ml_collections config (`build`), the checks of every value and the
+refusal of unknown keys (`check`), and the rules of a run that resumes in its workdir or starts
+from other weights (`paths`, `same_run_diffs`). The model's and the objective's views
+(`model.ModelConfig`, `objectives.ObjectiveConfig`) are dataclasses made from their sections
+(`view_fields`).
+"""
+
+import dataclasses
+import difflib
+import json
+import math
+from typing import Any, Callable
+
+import ml_collections
+
+
+@dataclasses.dataclass(frozen=True)
+class Derived:
+  """A default computed from other fields as a FieldReference: `source(root config)` returns
+  e.g. `root.model.get_ref('hidden_size') // 64`. An override of the source reaches it; setting
+  the derived field never changes its source."""
+  source: Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+  default: Any  # the value, or a Derived
+  doc: str  # what it means
+  valid: Callable | None = None  # (value) -> None, or the end of a sentence saying what is valid
+  resume: str = ''  # 'same': a run resuming in its workdir must have the value it had; 'free': it
+  #   may change (how a run is computed or reported, not what); '' : the section's rule
+  init_from: str = ''  # model fields: 'same' (a run starting from other weights must have theirs),
+  #   'adopt' (it takes theirs, logged), '' (its own)
+  field_type: type | None = None  # the type of a field whose default is None
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+  fields: dict  # {name: Field | Section}
+  resume: str = 'same'  # the rule of its fields that do not give their own
+  doc: str = ''
+
+
+# ---- what a value may be ----------------------------------------------------------------------
+
+def _number(v) -> bool:
+  return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def at_least(low):
+  return lambda v: None if _number(v) and v >= low else f'it must be a number of at least {low}'
+
+
+def positive(v):
+  return None if _number(v) and v > 0 else 'it must be a positive number'
+
+
+def inside(low, high, low_in: bool, high_in: bool):
+  bounds = f'{"[" if low_in else "("}{low}, {high}{"]" if high_in else ")"}'
+  def valid(v):
+    ok = _number(v) and (low <= v if low_in else low < v) and (v <= high if high_in else v < high)
+    return None if ok else f'it must lie in {bounds}'
+  return valid
+
+
+def rule(ok: Callable, want: str):
+  """Valid where `ok(value)` (a finite number passed to it); else 'give <want>'."""
+  return lambda v: None if _number(v) and ok(v) else f'give {want}'
+
+
+def one_of(*choices):
+  """One of `choices`; a single callable argument gives them when called (a registry)."""
+  def valid(v):
+    allowed = tuple(choices[0]()) if len(choices) == 1 and callable(choices[0]) else choices
+    return None if v in allowed else f'use one of {", ".join(repr(a) for a in allowed)}'
+  return valid
+
+
+# ---- the config made from the declaration -----------------------------------------------------
+
+def build(section: Section) -> ml_collections.ConfigDict:
+  """The ml_collections config of `section` with every default (derived fields as references)."""
+  root = _plain(section)
+  for path, f in walk(section):
+    if isinstance(f.default, Derived):
+      *parents, name = path.split('.')
+      node = root
+      for p in parents:
+        node = node[p]
+      node[name] = f.default.source(root)
+  return root
+
+
+def _plain(section: Section) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  for name, f in section.fields.items():
+    if isinstance(f, Section):
+      c[name] = _plain(f)
+    elif f.field_type is not None:
+      c[name] = ml_collections.FieldReference(f.default, field_type=f.field_type)
+    elif not isinstance(f.default, Derived):
+      c[name] = f.default
+  return c
+
+
+def walk(section: Section, prefix: str = '', resume: str = ''):
+  """(dotted path, Field) of every field, with `resume` resolved from the sections."""
+  rule = section.resume or resume
+  for name, f in section.fields.items():
+    if isinstance(f, Section):
+      yield from walk(f, f'{prefix}{name}.', rule)
+    else:
+      yield f'{prefix}{name}', dataclasses.replace(f, resume=f.resume or rule)
+
+
+def declared(section: Section) -> dict:
+  return dict(walk(section))
+
+
+def paths(section: Section, **role) -> tuple:
+  """The dotted paths whose Field has every attribute of `role` (e.g. init_from='adopt')."""
+  return tuple(p for p, f in walk(section) if all(getattr(f, k) == v for k, v in role.items()))
+
+
+def flatten(config, prefix: str = '') -> dict:
+  """{dotted path: value} of a ConfigDict or a dict (as config.json holds it)."""
+  out = {}
+  for key, value in config.items():
+    if isinstance(value, (dict, ml_collections.ConfigDict)):
+      out.update(flatten(value, f'{prefix}{key}.'))
+    else:
+      out[f'{prefix}{key}'] = value
+  return out
+
+
+def check(section: Section, config, what: str = 'config', prefix: str = ''):
+  """ValueError (one sentence) for the first unknown key or value outside its declared range.
+  `prefix`: where `section` lies in its config (how paths are named in the sentence)."""
+  fields = {prefix + p: f for p, f in walk(section)}
+  values = flatten(config, prefix)
+  for path in values:
+    if path not in fields:
+      parent = path.rsplit('.', 1)[0] + '.' if '.' in path else ''
+      known = sorted(p[len(parent):] for p in fields if p.startswith(parent)
+                     and '.' not in p[len(parent):])
+      close = difflib.get_close_matches(path[len(parent):], known, n=1)
+      raise ValueError(f'{path} is not a field of the {what}; ' + (
+          f'did you mean {parent}{close[0]}?' if close else
+          f'remove it (the fields there: {", ".join(known)})'))
+  for path, f in fields.items():  # in the order they are declared: sources before derived
+    problem = path in values and f.valid and f.valid(values[path])
+    if problem:
+      raise ValueError(f'{path} is {values[path]!r}; {problem}')
+
+
+def same_run_diffs(section: Section, before: dict, after: dict) -> list[str]:
+  """'path old -> new' for each field whose `resume` rule is 'same' and whose value differs
+  between two config.json dicts. A field `before` lacks (added since) counts as its default; a
+  field no longer declared counts as different."""
+  defaults = flatten(json_default(section))
+  fields = declared(section)
+  old, new = flatten(before), flatten(after)
+  diffs = []
+  for path in sorted(set(old) | set(new)):
+    if path in fields and fields[path].resume != 'same':
+      continue
+    was = old.get(path, defaults.get(path))
+    if was != new.get(path):
+      diffs.append(f'{path} {was!r} -> {new.get(path)!r}')
+  return diffs
+
+
+def complete(section: Section, saved) -> ml_collections.ConfigDict:
+  """`saved` (a ConfigDict, or a dict as config.json holds it) with the fields it lacks at their
+  defaults: what an earlier version computed, since a field's default keeps its behaviour."""
+  values = json.loads(saved.to_json()) if isinstance(saved, ml_collections.ConfigDict) else saved
+  return ml_collections.ConfigDict(_with_defaults(json_default(section), values))
+
+
+def _with_defaults(defaults: dict, saved: dict) -> dict:
+  return {**defaults, **{k: _with_defaults(defaults[k], v) if isinstance(v, dict) and isinstance(
+      defaults.get(k), dict) else v for k, v in saved.items()}}
+
+
+def json_default(section: Section) -> dict:
+  return json.loads(build(section).to_json())
+
+
+def view_fields(root: Section, name: str, skip=()) -> list:
+  """make_dataclass's field list of the view of section `name` of `root`: each field with its
+  default as built (derived ones resolved)."""
+  defaults = build(root).copy_and_resolve_references()[name]
+  out = []
+  for name, f in root.fields[name].fields.items():
+    if name in skip:
+      continue
+    value = defaults[name]
+    out.append((name, f.field_type or type(value), dataclasses.field(default=value)))
+  return out

@@ -1,0 +1,1 @@
+"""Text to batches: corpus -> vocabulary (tokenizer) -> examples -> records (prepare) -> the input pipeline."""

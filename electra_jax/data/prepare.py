@@ -1,0 +1,354 @@
+"""Building a records folder (records.py describes it): corpus -> vocabulary -> packed examples ->
+sharded TFRecord files plus their counts, then `metadata.json`.
+
+Determinism: the k-th document of the source is held out when hash(seed, k) < eval_fraction; the
+j-th document of a split goes to shard j mod (shards of that split); each shard has its own example
+builder seeded by (seed, split, shard). A shard's bytes therefore depend on the source and the
+settings only, never on the number of worker processes or the order they finish in.
+
+Atomicity: a shard is written under a hidden temporary name and renamed when complete, then its
+counts file is written (also by rename). An interrupted build leaves only complete shards; running
+it again with the same settings builds just the missing ones.
+"""
+
+import dataclasses
+import math
+import multiprocessing
+import os
+import signal
+import time
+from typing import Callable
+
+import numpy as np
+
+from electra_jax.data import corpus as corpus_lib
+from electra_jax.data import examples as examples_lib
+from electra_jax.data import records
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.storage import fs
+from electra_jax.storage import tf_import
+
+
+def _serialize(tf, example: examples_lib.Example) -> bytes:
+  feature = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=getattr(example, k).tolist()))
+             for k in records.FEATURES}  # lists: 1.5x faster to serialize than numpy arrays
+  # deterministic: map entries in key order, so the bytes are the same in every process
+  return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(
+      deterministic=True)
+
+
+class _Shard:
+  """One shard being written: its builder, its writer (to a temporary name) and its counts."""
+
+  def __init__(self, tf, out_dir, settings: records.Settings, split, index, special, vocab_size):
+    self.tf, self.out_dir, self.split = tf, out_dir, split
+    self.name = settings.file(split, index)
+    # locally a temporary name, renamed when complete; in a bucket the object itself, which
+    # appears only when its upload completes
+    self.tmp = (fs.join(out_dir, self.name) if fs.remote(out_dir) else
+                fs.join(out_dir, f'.{self.name}.tmp-{os.getpid()}'))
+    self.writer = tf.io.TFRecordWriter(self.tmp)
+    self.builder = examples_lib.ExampleBuilder(settings.max_seq_length, special.cls, special.sep,
+                                               seed=f'{settings.seed}:{split}:{index}')
+    self.counts = np.zeros(vocab_size, np.int64)
+    self.pending: list[np.ndarray] = []
+    self.examples = self.tokens = self.documents = self.long_sentences = 0
+    self.max_length = settings.max_seq_length
+    self.piece = max(4, settings.max_seq_length // 4)
+
+  def add_document(self, sentences: list[list[int]]):
+    self.documents += 1
+    for ids in sentences:
+      # The builder drops what overflows an example (as the original): a sentence longer than a
+      # whole example (a paragraph without sentence ends) would lose all but its start, so it goes
+      # in as pieces of a quarter example, of which at most part of one is dropped per example.
+      if len(ids) <= self.max_length:
+        self._emit(self.builder.add_sentence(ids))
+        continue
+      self.long_sentences += 1
+      for start in range(0, len(ids), self.piece):
+        self._emit(self.builder.add_sentence(ids[start:start + self.piece]))
+    self._emit(self.builder.end_document())
+
+  def _emit(self, example):
+    if example is None:
+      return
+    self.writer.write(_serialize(self.tf, example))
+    n = int(example.input_mask.sum())
+    self.examples += 1
+    self.tokens += n
+    self.pending.append(example.input_ids[:n])
+    if len(self.pending) >= 1024:
+      self._count()
+
+  def _count(self):
+    if self.pending:
+      self.counts += np.bincount(np.concatenate(self.pending), minlength=len(self.counts))
+      self.pending = []
+
+  def finish(self) -> dict:
+    self.writer.close()
+    self._count()
+    path = fs.join(self.out_dir, self.name)
+    if self.tmp != path:
+      fs.replace(self.tmp, path)  # the shard is complete under its own name ...
+    self.tmp = None
+    counts = dict(file=self.name, bytes=fs.getsize(path), examples=self.examples,
+                  tokens=self.tokens, documents=self.documents,
+                  long_sentences=self.long_sentences,
+                  token_counts=self.counts.tolist())
+    records.write_json(records.counts_path(self.out_dir, self.name), counts)  # ... and now marked done
+    return counts
+
+
+def _format_duration(seconds: float) -> str:
+  seconds = int(seconds)
+  return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m' if seconds >= 3600 else \
+      f'{seconds // 60}m{seconds % 60:02d}s'
+
+
+def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[str, int]],
+                 log: Callable[[str], None] = print, name: str = 'worker',
+                 log_every_s: float = 10.0) -> dict:
+  """Reads the whole source once and writes the `wanted` shards; returns the source's ReadReport.
+
+  Every worker reads every document (to know its index) but tokenizes only its own shards' ones.
+  """
+  tf = tf_import.tensorflow()
+  tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, records.vocab_file(settings)),
+                                           lower_case=settings.lower_case)
+  source = corpus_lib.Source(settings.source, settings.text_field)
+  shards = {key: _Shard(tf, out_dir, settings, *key, tokenizer.special, tokenizer.vocab_size)
+            for key in wanted}
+  seen = {s: 0 for s in records.SPLITS}
+  pending, pending_sentences = [], 0  # documents waiting to be tokenized in one call
+
+  def flush():
+    ids = tokenizer.encode_batch([s for _, doc in pending for s in doc])
+    i = 0
+    for shard, doc in pending:  # in document order, so each shard's bytes are fixed
+      shard.add_document(ids[i:i + len(doc)])
+      i += len(doc)
+    pending.clear()
+
+  start = last = time.time()
+  try:
+    for k, doc in enumerate(source.documents()):
+      split = 'eval' if records.held_out(settings.seed, k, settings.eval_fraction) else 'train'
+      key = (split, seen[split] % settings.count(split))
+      seen[split] += 1
+      shard = shards.get(key)
+      if shard is not None:
+        pending.append((shard, doc))
+        pending_sentences += len(doc)
+        if pending_sentences >= 8192:  # one tokenizer call per 8K sentences: 2x faster than per doc
+          flush()
+          pending_sentences = 0
+      if time.time() - last > log_every_s:
+        last = time.time()
+        log(_progress_line(name, source, shards, last - start))
+    flush()
+    done = [shard.finish() for shard in shards.values()]
+  except Exception as e:  # pylint: disable=broad-except
+    if not fs.no_space(e):
+      raise
+    raise ValueError(_disk_full(out_dir, source)) from None
+  finally:
+    for shard in shards.values():  # after a failure: no temporary file stays behind
+      if shard.tmp is not None and not fs.remote(shard.tmp) and fs.exists(shard.tmp):
+        try:
+          shard.writer.close()
+        except Exception:  # pylint: disable=broad-except
+          pass  # (a full disk fails the close too)
+        fs.remove(shard.tmp)
+  log(_progress_line(name, source, shards, time.time() - start, final=True))
+  return dict(report=dataclasses.asdict(source.report), documents=sum(seen.values()),
+              shards=sorted(d['file'] for d in done))
+
+
+def _disk_full(out_dir: str, source) -> str:
+  """One sentence for a full disk under `out_dir`: what is free, about what the records take."""
+  free = fs.free_bytes(out_dir)
+  size = source.total_bytes
+  if source.spec == 'builtin':
+    size = sum(len(s) + 1 for doc in corpus_lib.builtin_documents() for s in doc)
+  need = (f'; records take about 1.3 times the text, here about {fs.size_text(1.3 * size)}'
+          if size else '')
+  return (f'the disk holding {out_dir} is full' +
+          (f' ({fs.size_text(free)} free)' if free is not None else '') + need +
+          '; free space or give another --output, then run the same command again')
+
+
+def _progress_line(name, source, shards, elapsed, final=False) -> str:
+  mb = source.report.bytes_done / 1e6
+  examples = sum(s.examples for s in shards.values())
+  line = (f'{name}: {mb:,.1f} MB read, {examples:,} examples written, '
+          f'{mb / max(elapsed, 1e-9):.2f} MB/s')
+  fraction = source.fraction_read()
+  if final:
+    return line + f', done in {_format_duration(elapsed)}'
+  if fraction:
+    line += f', {100 * fraction:.0f}%, ETA {_format_duration(elapsed * (1 - fraction) / fraction)}'
+  return line
+
+
+def _ignore_signals():
+  """In a worker: Ctrl-C and SIGTERM are the parent's to handle (it stops the workers)."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+  signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _worker(args):
+  out_dir, settings, wanted, name = args
+  return write_shards(out_dir, settings, wanted, log=lambda line: print(line, flush=True),
+                      name=name)
+
+
+def _differences(old: dict, new: dict) -> list[str]:
+  return [f'{k} {old.get(k)!r} -> {new.get(k)!r}' for k in sorted(set(old) | set(new))
+          if old.get(k) != new.get(k)]
+
+
+def records_folder(settings: records.Settings, out_dir: str, *, num_workers: int = 1,
+            log: Callable[[str], None] = print, size_flag: str = '--vocab_size') -> dict:
+  """Builds (or finishes) the records folder `out_dir` for `settings`; returns its metadata."""
+  settings.check()
+  if num_workers < 1:
+    raise ValueError(f'num_workers={num_workers} must be at least 1')
+  plan = dataclasses.asdict(settings)
+  meta_path, plan_path = fs.join(out_dir, records.METADATA), fs.join(out_dir, records.PLAN)
+  if fs.isfile(out_dir):
+    raise ValueError(f'--output {out_dir} is a file; give a folder (new or empty) for the records')
+  if fs.exists(plan_path):
+    diffs = _differences(records.read_json(plan_path), plan)
+    if diffs:
+      raise ValueError(f'{out_dir} holds records built with other settings ({", ".join(diffs)}); '
+                       'use the same settings to finish or reuse it, or another folder')
+    if fs.exists(meta_path):
+      log(f'records {out_dir}: complete already')
+      return records.read_metadata(out_dir)
+  elif fs.isdir(out_dir) and fs.listdir(out_dir):
+    raise ValueError(f'{out_dir} exists and is not a records folder; remove it or choose another '
+                     'folder')
+  source = corpus_lib.Source(settings.source, settings.text_field)  # fails early on a bad spec
+  created = not fs.exists(out_dir)
+  fs.makedirs(out_dir)
+  try:
+    try:
+      return _build(settings, source, out_dir, num_workers, log, size_flag)
+    except OSError as e:  # the vocabulary or a counts file on a full disk
+      if not fs.no_space(e):
+        raise
+      raise ValueError(_disk_full(out_dir, source)) from None
+  except ValueError:
+    if created:  # a build this call began and that cannot succeed leaves nothing behind
+      fs.rmtree(out_dir, ignore_errors=True)
+    raise
+
+
+def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size') -> dict:
+  plan_path = fs.join(out_dir, records.PLAN)
+  vocab_path = fs.join(out_dir, records.vocab_file(settings))
+  if not fs.exists(plan_path):
+    source.require_text()
+    if settings.vocab:
+      tokenizer_lib.load_tokenizer(settings.vocab, lower_case=settings.lower_case)  # readable?
+      fs.write_atomic(vocab_path, fs.read_bytes(settings.vocab))
+    else:
+      log(f'training a SentencePiece vocabulary of {settings.vocab_size} entries on '
+          f'{settings.source}')
+      stats = {}
+      tokenizer_lib.train_sentencepiece(
+          source.lines(), vocab_path, settings.vocab_size, lower_case=settings.lower_case,
+          seed=settings.seed, character_coverage=settings.character_coverage,
+          max_sentences=settings.max_sentences, size_flag=size_flag, stats=stats)
+      if stats.get('lines_cut'):
+        log(f'warning: corpus {settings.source}: {stats["lines_cut"]:,} sentence(s) longer than '
+            f'{tokenizer_lib.MAX_SENTENCE_BYTES:,} bytes were cut into pieces for the vocabulary '
+            'trainer, which would skip them')
+    records.write_json(plan_path, dataclasses.asdict(settings))
+  for stale in fs.listdir(out_dir):  # temporary files of an interrupted run
+    if stale.startswith('.') and '.tmp-' in stale:
+      fs.remove(fs.join(out_dir, stale))
+
+  missing = [key for key in settings.shards() if key not in records.done_shards(out_dir, settings)]
+  total = len(settings.shards())
+  if missing:
+    workers = min(num_workers, len(missing))
+    log(f'writing {len(missing)} of {total} shards to {out_dir} with {workers} worker(s)')
+    tasks = [(out_dir, settings, missing[w::workers], f'worker {w + 1}/{workers}')
+             for w in range(workers)]
+    if workers == 1:
+      results = [write_shards(out_dir, settings, missing, log=log, name='worker 1/1')]
+    else:
+      pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
+      try:  # the first worker error is raised here; an interruption reaches this process only
+        results = sorted(pool.imap_unordered(_worker, tasks), key=lambda r: r['shards'])
+      finally:  # the workers stopped before an error or interruption goes on
+        pool.terminate()
+        pool.join()
+    report = corpus_lib.ReadReport(**results[0]['report'])
+    for warning in report.warnings():
+      log(f'warning: corpus {settings.source}: {warning}')
+  return _finish(out_dir, settings, log)
+
+
+def _finish(out_dir: str, settings: records.Settings, log) -> dict:
+  """All shards done: their counts -> metadata.json (the mark of a complete folder)."""
+  splits, counts = {}, {}
+  for split in records.SPLITS:
+    parts = [records.read_json(records.counts_path(out_dir, settings.file(split, i)))
+             for i in range(settings.count(split))]
+    splits[split] = dict(files=[p['file'] for p in parts],
+                         examples_per_file=[p['examples'] for p in parts],
+                         bytes_per_file=[p['bytes'] for p in parts],
+                         **{k: sum(p[k] for p in parts) for k in ('examples', 'tokens',
+                                                                  'documents')})
+    counts[split] = np.sum([p['token_counts'] for p in parts], axis=0)
+  long_sentences = sum(p.get('long_sentences', 0) for split in records.SPLITS
+                       for p in (records.read_json(records.counts_path(out_dir, settings.file(split, i)))
+                                 for i in range(settings.count(split))))
+  if long_sentences:
+    piece = max(4, settings.max_seq_length // 4)
+    log(f'warning: corpus {settings.source}: {long_sentences:,} sentence(s) longer than an '
+        f'example ({settings.max_seq_length} tokens) went into examples as pieces of {piece} '
+        'tokens, so that no more of their text is dropped than of ordinary sentences')
+  documents = splits['train']['documents'] + splits['eval']['documents']
+  if splits['train']['examples'] + splits['eval']['examples'] == 0:
+    raise ValueError(f'the corpus {settings.source!r} holds no text; give a corpus with at least '
+                     'one non-empty line')
+  if documents < 2:
+    raise ValueError(f'the corpus {settings.source!r} is one document, and the held-out split '
+                     'needs documents of its own; give several (a blank line or a new file '
+                     'starts one)')
+  for split, other in (('eval', 'train'), ('train', 'eval')):
+    if splits[split]['examples'] == 0:
+      raise ValueError(f'all {documents} documents of the corpus {settings.source!r} went to the '
+                       f'{other} split; {"raise" if split == "eval" else "lower"} the eval '
+                       'fraction or give more documents (a blank line or a new file starts one)')
+  tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, records.vocab_file(settings)),
+                                           lower_case=settings.lower_case)
+  metadata = dict(
+      format=records.FORMAT, source=settings.source, seed=settings.seed,
+      max_seq_length=settings.max_seq_length, vocab_file=records.vocab_file(settings),
+      vocab_size=tokenizer.vocab_size, vocab_fingerprint=tokenizer.fingerprint,
+      special_ids=tokenizer.special.as_dict(), lower_case=settings.lower_case,
+      eval_fraction=settings.eval_fraction, splits=splits,
+      unigram_xent=unigram_cross_entropy(counts['train'], counts['eval'], tokenizer.special))
+  records.write_json(fs.join(out_dir, records.METADATA), metadata)
+  log(f'records {out_dir}: {splits["train"]["examples"]:,} train / '
+      f'{splits["eval"]["examples"]:,} held-out examples of {settings.max_seq_length} tokens from '
+      f'{splits["train"]["documents"] + splits["eval"]["documents"]:,} documents, unigram baseline '
+      f'{metadata["unigram_xent"]:.3f} nats ({math.exp(metadata["unigram_xent"]):.0f} perplexity)')
+  return metadata
+
+
+def unigram_cross_entropy(train_counts, eval_counts, special) -> float:
+  """Mean -log p_unigram(token) over held-out maskable tokens (add-one smoothed train counts)."""
+  drop = [special.pad, special.cls, special.sep, special.mask]
+  train = np.asarray(train_counts, np.float64) + 1.0
+  train[drop] = 0.0
+  ev = np.asarray(eval_counts, np.float64).copy()
+  ev[drop] = 0.0
+  logp = np.log(np.where(train > 0, train / train.sum(), 1.0))
+  return float(-(ev * logp).sum() / max(ev.sum(), 1.0))

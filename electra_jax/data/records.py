@@ -1,0 +1,183 @@
+"""A records folder: what it holds, its settings, and reading it back (prepare.py builds one).
+
+A records folder holds:
+    prepare.json                        the settings it is built with (written first)
+    vocab.model | vocab.txt             the vocabulary the examples are tokenized with
+    train-XXXXX-of-YYYYY.tfrecord       packed examples (input_ids, input_mask, segment_ids)
+    train-XXXXX-of-YYYYY.json           that shard's counts; written last, it marks the shard done
+    eval-...                            the held-out split, the same way
+    metadata.json                       written once every shard is done: the folder is complete
+"""
+
+import dataclasses
+import hashlib
+import json
+
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.storage import fs
+
+FORMAT = 2
+METADATA = 'metadata.json'
+PLAN = 'prepare.json'
+VOCAB = 'vocab.model'
+FEATURES = ('input_ids', 'input_mask', 'segment_ids')
+SPLITS = ('train', 'eval')
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+  return f'{split}-{index:05d}-of-{count:05d}.tfrecord'
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """Everything the bytes of a records folder depend on."""
+  source: str  # a corpus spec: 'builtin', 'tfds:NAME[:SPLIT]', or a file, folder or glob
+  max_seq_length: int
+  seed: int = 0
+  eval_fraction: float = 0.02
+  num_shards: int = 4
+  num_eval_shards: int = 1
+  text_field: str = 'text'
+  lower_case: bool = True
+  vocab: str = ''  # a given vocabulary file; '' trains a SentencePiece vocabulary on the source
+  vocab_size: int = 30522  # entries of a trained vocabulary
+  character_coverage: float = 0.9995
+  max_sentences: int = 2_000_000  # sentences sampled to train a vocabulary
+
+  def shards(self) -> list[tuple[str, int]]:
+    return ([('train', i) for i in range(self.num_shards)] +
+            [('eval', i) for i in range(self.num_eval_shards)])
+
+  def count(self, split: str) -> int:
+    return self.num_shards if split == 'train' else self.num_eval_shards
+
+  def file(self, split: str, index: int) -> str:
+    return shard_name(split, index, self.count(split))
+
+  def check(self):
+    if self.num_shards < 1 or self.num_eval_shards < 1:
+      raise ValueError(f'num_shards={self.num_shards} and num_eval_shards={self.num_eval_shards} '
+                       'must both be at least 1')
+    if not 0 < self.eval_fraction < 1:
+      raise ValueError(f'eval_fraction={self.eval_fraction} must lie strictly between 0 and 1')
+    if self.max_seq_length < 5:
+      raise ValueError(f'max_seq_length must be at least 5, not {self.max_seq_length}')
+    if not self.vocab and not 0 < self.character_coverage <= 1:
+      raise ValueError(f'character_coverage={self.character_coverage} must lie in (0, 1], e.g. '
+                       '0.9995')
+    if not self.vocab and self.vocab_size < 6:
+      raise ValueError(f'vocab_size={self.vocab_size} leaves no room beside the five special '
+                       'tokens; give a larger vocabulary (BERT\'s has 30522 entries)')
+
+
+def held_out(seed: int, k: int, eval_fraction: float) -> bool:
+  """Whether the k-th document goes to the held-out split: a hash of (seed, k), no shared state."""
+  digest = hashlib.blake2b(f'{seed}:{k}'.encode(), digest_size=8).digest()
+  return int.from_bytes(digest, 'little') < eval_fraction * 2.0**64
+
+
+def write_json(path: str, value):
+  """Writes JSON atomically (fs.write_atomic)."""
+  fs.write_atomic(path, json.dumps(value, indent=1))
+
+
+def read_json(path: str):
+  return fs.read_json(path, f'delete the records folder {fs.dirname(path)} and build it again '
+                            '(the run that made it, or launch/prepare_data.py)')
+
+
+def counts_path(out_dir: str, shard_file: str) -> str:
+  return fs.join(out_dir, shard_file[:-len('.tfrecord')] + '.json')
+
+
+def vocab_file(settings: Settings) -> str:
+  return tokenizer_lib.WordPieceTokenizer.file_name if settings.vocab.endswith('.txt') else VOCAB
+
+
+def done_shards(out_dir: str, settings: Settings) -> set:
+  """Shards whose counts file exists and whose file has the size it """
+  done = set()
+  for split, i in settings.shards():
+    name = settings.file(split, i)
+    counts, path = counts_path(out_dir, name), fs.join(out_dir, name)
+    try:
+      if fs.getsize(path) == read_json(counts)['bytes']:
+        done.add((split, i))
+    except (OSError, ValueError, KeyError):
+      pass
+  return done
+
+
+def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
+  """(records folder, its metadata, vocabulary file) of the pre-training run in `workdir` whose
+  config is `config`; FileNotFoundError (one sentence) when one of them is missing."""
+  records_dir = config.data.records or fs.join(workdir, 'data')
+  if not config.data.records and not fs.exists(records_dir):
+    raise FileNotFoundError(f'{records_dir}, the records of the pre-training in {workdir}, is '
+                            'missing: run its command again (the same --config and --workdir) '
+                            'to build them again, then this one')
+  meta = read_metadata(records_dir)
+  vocab = next((fs.join(records_dir, n) for n in ('vocab.model', 'vocab.txt')
+                if fs.isfile(fs.join(records_dir, n))), None)
+  if vocab is None:
+    raise FileNotFoundError(f'the records folder {records_dir} of {workdir} holds no vocabulary '
+                            'file')
+  return records_dir, meta, vocab
+
+
+# What makes two records folders different data (besides their contents): named when a checkpoint
+# of other records is resumed.
+IDENTITY = ('source', 'seed', 'eval_fraction', 'max_seq_length', 'lower_case', 'vocab_fingerprint')
+
+
+def fingerprint(meta: dict) -> str:
+  """The identity of a records folder: a hash of its metadata (settings, files, counts), the same
+  for the same corpus built with the same settings, wherever the folder lies."""
+  return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_metadata(records_dir: str) -> dict:
+  """The metadata of a complete records folder, or one sentence saying what is wrong with it."""
+  path = fs.join(records_dir, METADATA)
+  if not fs.isfile(path):
+    if fs.isfile(fs.join(records_dir, PLAN)):
+      settings = Settings(**read_json(fs.join(records_dir, PLAN)))
+      done = len(done_shards(records_dir, settings))
+      raise FileNotFoundError(
+          f'{records_dir} is an unfinished records folder ({done} of '
+          f'{len(settings.shards())} shards written); run the same prepare command again to '
+          'finish it')
+    raise FileNotFoundError(f'{records_dir} is not a records folder (no {METADATA}); build one '
+                            'with launch/prepare_data.py, or leave data.records empty')
+  meta = read_json(path)
+  if not isinstance(meta, dict) or any(
+      not isinstance(meta.get('splits', {}).get(s), dict) for s in SPLITS):
+    raise fs.DamagedFile(f'{path} lacks the description of its splits ({", ".join(SPLITS)}): the '
+                         f'file is damaged; delete the records folder {records_dir} and build it '
+                         'again')
+  if meta.get('format') != FORMAT:
+    raise FileNotFoundError(f'{records_dir} holds records of format {meta.get("format")}, this '
+                            f'version reads format {FORMAT}; rebuild them with '
+                            'launch/prepare_data.py')
+  return meta
+
+
+def verify(records_dir: str, meta: dict):
+  """Every shard is present with the size it was written with, and the vocabulary is the one used.
+
+  Catches a shard cut short (a copy interrupted, a disk filled) before training reads it.
+  """
+  for split in SPLITS:
+    s = meta['splits'][split]
+    for name, size in zip(s['files'], s['bytes_per_file']):
+      path = fs.join(records_dir, name)
+      actual = fs.getsize(path) if fs.exists(path) else None
+      if actual != size:
+        state = 'missing' if actual is None else f'{actual:,} bytes instead of {size:,}'
+        raise ValueError(f'the shard {path} is {state}: the records folder is damaged; copy it '
+                         'again or rebuild it with launch/prepare_data.py')
+  vocab = fs.join(records_dir, meta['vocab_file'])
+  if (not fs.exists(vocab) or
+      tokenizer_lib.file_fingerprint(vocab) != meta['vocab_fingerprint']):
+    raise ValueError(f'the vocabulary {vocab} is missing or differs from the one the records were '
+                     'tokenized with; restore it or rebuild the records')

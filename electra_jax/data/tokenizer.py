@@ -1,0 +1,259 @@
+"""One tokenizer interface over SentencePiece and WordPiece, with the special-token ids the code uses.
+
+- A SentencePiece `.model` (what electra_jax trains) has the five special tokens at fixed ids:
+  [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4. They are control symbols, so text that spells "[MASK]"
+  is never encoded as the special token.
+- A BERT-style WordPiece `vocab.txt` (one token per line, e.g. the 30,522-entry uncased vocabulary
+  of the released ELECTRA checkpoints) is read by HF `tokenizers` (BERT normalizer and
+  pre-tokenizer, greedy longest-match-first WordPiece); its special ids are wherever the file has
+  them ([PAD]=0 [UNK]=100 [CLS]=101 [SEP]=102 [MASK]=103 in BERT's).
+
+`load_tokenizer(path)` picks by the file name: `.txt` is WordPiece, anything else SentencePiece.
+"""
+
+import dataclasses
+import hashlib
+import io
+import os
+import re
+from typing import Iterable, Iterator, Sequence
+
+import sentencepiece as spm
+
+from electra_jax.storage import fs
+
+SPECIAL_TOKENS = ('[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]')
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+  pad: int
+  unk: int
+  cls: int
+  sep: int
+  mask: int
+
+  def as_dict(self):
+    return dataclasses.asdict(self)
+
+
+SPECIAL = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)  # of every SentencePiece model made here
+
+
+def file_fingerprint(path: str) -> str:
+  return hashlib.sha256(fs.read_bytes(path)).hexdigest()[:16]
+
+
+def unigram_tokenizer(proto, path: str = ''):
+  """A `tokenizers.Tokenizer` of a SentencePiece model (a ModelProto): the same pieces and scores
+  as a Unigram model, SentencePiece's own precompiled normalization table (NFKC, and case folding
+  for a lower-cased vocabulary), the collapse of repeated spaces and the `▁` word-boundary
+  prefix. It is what electra_jax encodes with and what an export writes as tokenizer.json, so HF
+  transformers gives our ids; it splits text as SentencePiece's own encoder does but for ties
+  between segmentations of equal score (runs of '=', '_'), which the two order differently."""
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+  from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # pylint: disable=import-outside-toplevel
+  if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
+    raise ValueError(f'{path} is not a unigram SentencePiece model; only unigram vocabularies '
+                     '(what electra_jax trains) are read')
+  norm = proto.normalizer_spec
+  normal = (sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL,
+            sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+  # control symbols ([CLS], [MASK], ...) and [UNK] are never read from text, as in SentencePiece
+  pieces = [(p.piece, p.score if p.type in normal else -1e9) for p in proto.pieces]
+  tok = Tokenizer(models.Unigram(pieces, unk_id=proto.trainer_spec.unk_id, byte_fallback=False))
+  steps = [normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap else []
+  if norm.remove_extra_whitespaces:
+    steps += [normalizers.Strip(), normalizers.Replace(Regex(' {2,}'), ' ')]
+  tok.normalizer = normalizers.Sequence(steps)
+  scheme = 'always' if norm.add_dummy_prefix else 'never'
+  tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement='▁', prepend_scheme=scheme)
+  tok.decoder = decoders.Metaspace(replacement='▁', prepend_scheme=scheme)
+  return tok
+
+
+class SentencePieceTokenizer:
+  """Encodes text to ids with a SentencePiece model file, through `unigram_tokenizer`."""
+  file_name = 'vocab.model'  # its name inside a records folder
+
+  def __init__(self, model_path: str):
+    if not fs.isfile(model_path):
+      raise FileNotFoundError(f'vocabulary file {model_path} does not exist; give the path of a '
+                              'SentencePiece .model file, or leave data.vocab empty to train one')
+    self.path = model_path
+    data = fs.read_bytes(model_path)
+    try:
+      self._sp = spm.SentencePieceProcessor(model_proto=data)
+    except RuntimeError:
+      raise ValueError(f'{model_path} is not a SentencePiece model file; give a .model file '
+                       'or a WordPiece vocab.txt') from None
+    ids = [self._sp.piece_to_id(t) for t in SPECIAL_TOKENS]
+    unk = self._sp.unk_id()
+    missing = [t for t, i in zip(SPECIAL_TOKENS, ids) if i == unk and t != '[UNK]']
+    if missing or self._sp.id_to_piece(unk) != '[UNK]':
+      raise ValueError(f'vocabulary {model_path} lacks the special tokens {missing or ["[UNK]"]}; '
+                       'train it with launch/train.py (or tokenizer.train_sentencepiece)')
+    self.special = SpecialIds(*ids)
+    self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
+    from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+    self.unigram = unigram_tokenizer(sentencepiece_model_pb2.ModelProto.FromString(data),
+                                     model_path)
+    self._batch = getattr(self.unigram, 'encode_batch_fast', self.unigram.encode_batch)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size()
+
+  def encode(self, text: str) -> list[int]:
+    return self.unigram.encode(text, add_special_tokens=False).ids
+
+  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    return [e.ids for e in self._batch(list(texts), add_special_tokens=False)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self._sp.decode([int(i) for i in ids])
+
+  def id_to_piece(self, i: int) -> str:
+    return self._sp.id_to_piece(int(i))
+
+
+MAX_SENTENCE_BYTES = 4000  # SentencePiece's trainer skips longer sentences (its limit is 4,192)
+
+
+def _bounded(lines: Iterable[str], stats: dict) -> Iterator[str]:
+  """Non-empty lines, each cut at spaces (or anywhere, failing those) into pieces the trainer
+  takes whole; stats['lines_cut'] counts the lines cut."""
+  for line in lines:
+    if not line.strip():
+      continue
+    data = line.encode('utf-8')
+    if len(data) <= MAX_SENTENCE_BYTES:
+      yield line
+      continue
+    stats['lines_cut'] = stats.get('lines_cut', 0) + 1
+    while data:
+      cut = len(data) if len(data) <= MAX_SENTENCE_BYTES else (
+          data.rfind(b' ', 0, MAX_SENTENCE_BYTES) if data.rfind(b' ', 0, MAX_SENTENCE_BYTES) > 0
+          else MAX_SENTENCE_BYTES)
+      piece, data = data[:cut], data[cut:].lstrip(b' ')
+      yield piece.decode('utf-8', errors='ignore')
+
+
+class VocabTooLarge(ValueError):
+  """The corpus cannot fill a vocabulary of the size asked; `most` is the trainer's largest."""
+
+  def __init__(self, message: str, most: int | None):
+    super().__init__(message)
+    self.most = most
+
+
+def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, *,
+                        lower_case: bool = True, seed: int = 0, character_coverage: float = 0.9995,
+                        max_sentences: int = 2_000_000, size_flag: str = '--vocab_size',
+                        stats: dict | None = None) -> SentencePieceTokenizer:
+  """Trains a unigram SentencePiece model on `lines` and writes it to `model_path` atomically.
+
+  Lines longer than the trainer takes are cut into pieces, counted in stats['lines_cut'];
+  `size_flag` is how the caller's user sets the vocabulary size (named in errors)."""
+  stats = {} if stats is None else stats
+  if not 0 < character_coverage <= 1:
+    raise ValueError(f'the character coverage is {character_coverage}; give a fraction in (0, 1], '
+                     'e.g. 0.9995')
+  if vocab_size < len(SPECIAL_TOKENS) + 1:
+    raise ValueError(f'a vocabulary of {vocab_size} entries leaves no room beside the '
+                     f'{len(SPECIAL_TOKENS)} special tokens; give a larger {size_flag}')
+  buf = io.BytesIO()
+  spm.set_random_generator_seed(seed)
+  failed = []  # an error of reading the corpus, which the trainer's C++ would wrap in its own
+
+  def sentences():
+    try:
+      yield from _bounded(lines, stats)
+    except Exception as e:  # pylint: disable=broad-except
+      failed.append(e)
+      raise
+
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=sentences(),
+        model_writer=buf,
+        vocab_size=vocab_size,
+        model_type='unigram',
+        character_coverage=character_coverage,
+        normalization_rule_name='nmt_nfkc_cf' if lower_case else 'nmt_nfkc',
+        pad_id=0, pad_piece='[PAD]', unk_id=1, unk_piece='[UNK]', bos_id=-1, eos_id=-1,
+        control_symbols=['[CLS]', '[SEP]', '[MASK]'],
+        input_sentence_size=max_sentences, shuffle_input_sentence=True,
+        num_threads=os.cpu_count() or 1, minloglevel=2)
+  except Exception as e:  # pylint: disable=broad-except
+    if failed:
+      raise failed[0] from None
+    if not isinstance(e, RuntimeError):
+      raise
+    message = ' '.join(str(e).split())
+    if 'Vocabulary size too high' in message:
+      most = re.search(r'value <= (\d+)', message)
+      raise VocabTooLarge(f'the corpus is too small for a vocabulary of {vocab_size} entries; '
+                          f'lower {size_flag}' + (f' to at most {most.group(1)}' if most else '')
+                          + ' or use a larger corpus', int(most.group(1)) if most else None) from None
+    chars = re.search(r'smaller than required_chars\. \d+ vs (\d+)', message)
+    if chars:
+      raise ValueError(f'a vocabulary of {vocab_size} entries cannot hold the {chars.group(1)} '
+                       f'characters the corpus needs; give {size_flag} of at least '
+                       f'{int(chars.group(1)) + 10} or lower the character coverage') from None
+    if 'sentences_.empty()' in message:
+      raise ValueError('the corpus gave the vocabulary trainer no text; give a corpus with '
+                       'non-empty lines') from None
+    raise
+  fs.write_atomic(model_path, buf.getvalue())
+  return SentencePieceTokenizer(model_path)
+
+
+class WordPieceTokenizer:
+  """Encodes text to ids with a BERT WordPiece vocab.txt, through HF `tokenizers`."""
+  file_name = 'vocab.txt'
+
+  def __init__(self, vocab_path: str, lower_case: bool = True):
+    if not fs.isfile(vocab_path):
+      raise FileNotFoundError(f'vocabulary file {vocab_path} does not exist; give the path of a '
+                              'WordPiece vocab.txt or a SentencePiece .model file')
+    from tokenizers.implementations import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
+    data = fs.read_bytes(vocab_path)
+    vocab = [line.rstrip('\r') for line in data.decode('utf-8').split('\n')]
+    if vocab and vocab[-1] == '':
+      vocab.pop()
+    index = {t: i for i, t in reversed(list(enumerate(vocab)))}
+    missing = [t for t in SPECIAL_TOKENS if t not in index]
+    if missing:
+      raise ValueError(f'vocabulary {vocab_path} lacks the special tokens {missing}; a BERT '
+                       'vocab.txt has [PAD] [UNK] [CLS] [SEP] [MASK] as lines of their own')
+    self.path = vocab_path
+    # (as tokenizers reads a vocab.txt: a token listed twice keeps its later id)
+    self._tok = BertWordPieceTokenizer({t: i for i, t in enumerate(vocab)}, lowercase=lower_case, strip_accents=None,
+                                       clean_text=True, handle_chinese_chars=True)
+    self._size = len(vocab)
+    self.special = SpecialIds(*(index[t] for t in SPECIAL_TOKENS))
+    self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
+
+  @property
+  def vocab_size(self) -> int:
+    return self._size
+
+  def encode(self, text: str) -> list[int]:
+    return self._tok.encode(text, add_special_tokens=False).ids
+
+  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self._tok.decode([int(i) for i in ids])
+
+  def id_to_piece(self, i: int) -> str:
+    return self._tok.id_to_token(int(i))
+
+
+def load_tokenizer(path: str, lower_case: bool = True):
+  """A WordPiece tokenizer for a `.txt` vocabulary, else a SentencePiece one."""
+  if path.endswith('.txt'):
+    return WordPieceTokenizer(path, lower_case=lower_case)
+  return SentencePieceTokenizer(path)

@@ -1,0 +1,145 @@
+"""FLOP accounting: the paper's (to compare with its compute figures) and ours (for MFU).
+
+`paper_train_flops` follows the accounting of the ELECTRA paper (its Table 1 and 8 compute column):
+every operation counts (matmul = 2 * m * n * k, softmax 5, LayerNorm 5, GELU 8, dropout 4 per
+element), the backward pass costs as much as the forward, embedding lookups are dense one-hot
+matmuls, and the generator's output softmax is charged for a fixed 15.625% of the positions.
+
+`step_matmul_flops` counts what our train step multiplies (the vocabulary projection only at the
+N prediction slots, lookups free) with the usual backward = 2 x forward: the model FLOPs behind MFU.
+"""
+
+import functools
+import time
+
+import jax
+import jax.numpy as jnp
+
+from electra_jax.model.electra import ModelConfig
+from electra_jax.objectives import registry as objectives
+
+_SOFTMAX, _LAYER_NORM, _GELU, _DROPOUT = 5, 5, 8, 4
+
+# Dense bf16 peak FLOP/s per chip, for MFU.
+PEAK_FLOPS = {
+    'TPU v4': 275e12, 'TPU v5 lite': 197e12, 'TPU v5e': 197e12, 'TPU v5p': 459e12,
+    'TPU v6 lite': 918e12, 'TPU v6e': 918e12,
+    'NVIDIA A100': 312e12, 'NVIDIA H100': 989e12, 'NVIDIA H200': 989e12,
+}
+
+
+def peak_flops(device) -> float | None:
+  """Peak dense bf16 FLOP/s of a device, by its kind; None when unknown (e.g. CPU)."""
+  kind = getattr(device, 'device_kind', str(device))
+  for name, peak in PEAK_FLOPS.items():
+    if kind.startswith(name) or name in kind:
+      return peak
+  return None
+
+
+@functools.cache
+def measure_matmul_peak(dtype: str = 'float32', n: int = 2048, repeats: int = 8) -> float:
+  """Best FLOP/s of a square matmul in `dtype` with float32 accumulation on the default device
+  (the peak of a CPU, for MFU); about a second, measured once per process and dtype."""
+  a = jnp.ones((n, n), dtype)
+  f = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
+  f(a).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t = time.perf_counter()
+    f(a).block_until_ready()
+    times.append(time.perf_counter() - t)
+  return 2 * n ** 3 / min(times)
+
+
+def mesh_peak(devices, dtype: str) -> tuple[float, str]:
+  """(peak FLOP/s of the whole mesh, where it comes from) for MFU.
+
+  TPUs and GPUs: the datasheet's bf16 peak per chip times the chips. CPUs: a matmul measured in the
+  run's dtype, times the processes (a host's CPU devices share its cores: one matmul uses them all).
+  """
+  devices = list(devices)
+  peak = peak_flops(devices[0])
+  if peak is not None:
+    return peak * len(devices), f'bf16 datasheet peak x {len(devices)} devices'
+  hosts = len({d.process_index for d in devices})
+  return (measure_matmul_peak(str(jnp.dtype(dtype))) * hosts,
+          f'measured {jnp.dtype(dtype)} 2048^3 matmul' + (f' x {hosts} hosts' if hosts > 1 else ''))
+
+
+def _paper_block(h, s, inter, heads):
+  """Forward FLOPs of one transformer layer over a sequence of s tokens (paper's accounting)."""
+  per_token = (3 * 2 * h * h + 3 * h  # query, key, value
+               + 2 * h * s + (_SOFTMAX + _DROPOUT + 1) * heads * s  # scores, softmax, scale
+               + 2 * h * s  # weighted sum of values
+               + 2 * h * h + h + _DROPOUT * h + h + _LAYER_NORM  # attention output
+               + 2 * h * inter + _GELU * inter + inter  # intermediate
+               + 2 * h * inter + h + _DROPOUT * h + h + _LAYER_NORM * h)  # output
+  return per_token * s
+
+
+def _paper_inputs(h, e, s, v):
+  per_token = 2 * e * v + 2 * e * (s + 2) + 2 * e + _LAYER_NORM * e + _DROPOUT * e
+  if e != h:
+    per_token += 2 * h * e + h
+  return per_token * s
+
+
+def _paper_mlm_output(h, e, s, v, frac):
+  per_token = (2 * e * v + 2 * h * e + e + _GELU * e + _LAYER_NORM * e + _SOFTMAX * v + 2 * v)
+  return frac * per_token * s
+
+
+def _paper_rtd_output(h, s):
+  return (2 * h * h + h + _GELU * h + 2 * h) * s
+
+
+def paper_train_flops(cfg: ModelConfig, seq_len: int, batch_size: int, steps: float,
+                      output_frac: float = 0.15625) -> float:
+  """Total pre-training FLOPs of ELECTRA by the paper's accounting."""
+  h, e, v, s = cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, seq_len
+  disc = (cfg.num_layers * _paper_block(h, s, cfg.intermediate_size, max(h // 64, 1))
+          + _paper_inputs(h, e, s, v) + _paper_rtd_output(h, s))
+  gen = 0.0
+  if cfg.generator != 'uniform':
+    hg = cfg.generator_hidden_size
+    eg = hg if cfg.untied_generator_embeddings else e
+    gen = (cfg.generator_num_layers * _paper_block(hg, s, 4 * hg, max(hg // 64, 1))
+           + _paper_inputs(hg, eg, s, v) + _paper_mlm_output(hg, eg, s, v, output_frac))
+  return 2.0 * batch_size * steps * (disc + gen)
+
+
+def _encoder_matmuls(h, layers, inter, e, s):
+  per_token = layers * (2 * 4 * h * h + 2 * 2 * h * inter + 2 * 2 * h * s)
+  if e != h:
+    per_token += 2 * e * h
+  return per_token * s
+
+
+def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
+  """Matmul FLOPs of one example's forward pass through the discriminator's encoder."""
+  return float(_encoder_matmuls(cfg.hidden_size, cfg.num_layers, cfg.intermediate_size,
+                                cfg.embedding_size, seq_len))
+
+
+def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
+                      num_predictions: int, objective: str = 'electra') -> float:
+  """Matmul FLOPs of one train step (forward + backward = 3 x forward) of `objective`: the main
+  network, its heads (the objective's `head_flops`) and, where it has one, the generator."""
+  h, e, v, s, n = cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, seq_len, num_predictions
+  entry = objectives.get(objective)
+  fwd = _encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s)
+  fwd += entry.head_flops(h, e, v, s, n)
+  if not entry.generator:
+    return 3.0 * batch_size * fwd
+  if cfg.generator == 'two_tower':  # ELECTRIC: two towers, the cloze head at every position
+    hg = cfg.generator_hidden_size
+    fwd += 2 * _encoder_matmuls(hg, cfg.generator_num_layers, 4 * hg, e, s)
+    fwd += s * (2 * 2 * hg * e + 2 * e * v)
+  elif cfg.generator != 'uniform':
+    hg = cfg.generator_hidden_size
+    eg = hg if cfg.untied_generator_embeddings else e
+    inter = cfg.intermediate_size if cfg.generator == 'tied' else 4 * hg
+    fwd += _encoder_matmuls(hg, cfg.generator_num_layers, inter, eg, s)
+    fwd += n * (2 * hg * eg + 2 * eg * v)
+  return 3.0 * batch_size * fwd

@@ -1,0 +1,272 @@
+"""Self-attention with dropout on the probabilities: its paths, and the choice among them.
+
+Every path computes, per batch row b and head h,
+
+    context = dropout(softmax(q k^T / sqrt(d) + mask)) v,   mask: 0 where allowed, -10000 elsewhere
+
+with the same dropout mask (masks.py: a hash of the key and the four indices, so the
+backward pass regenerates it). The paths, in `PATHS` (name, what it runs, whether it draws dropout,
+the shapes it takes, its start-up check):
+
+- `explicit`: einsums and a softmax in float32; XLA materializes the [B, H, L, L] probabilities.
+  Every platform, every shape.
+- `pallas`: the flash kernels of flash.py (Triton on GPUs, Mosaic on TPUs, Pallas' interpreter
+  elsewhere): the probabilities never reach memory. It takes the shapes its blocks divide, and a
+  run uses it only after it matched the explicit path on the device (`kernel_check`).
+- `fused`: `jax.nn.dot_product_attention` (cuDNN's kernel on GPUs), without dropout.
+
+`model.attention='auto'` is decided once per run, before it compiles (`resolve`): the kernel on
+GPUs and TPUs where it takes the shape and passes its check, else cuDNN for 16-bit activations
+(without dropout), else the explicit softmax; CPUs run the explicit path. A layer asks for its path
+in one call (`attend`). The padding mask is additive (-10000) as in the original, so fully masked
+rows (padding queries) give the same values on every path.
+"""
+
+import concurrent.futures
+import dataclasses
+import functools
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from electra_jax.model import flash as flash_lib
+from electra_jax.model.masks import MASK_VALUE, allowed_mask, probs_keep, seed_words, threshold
+
+ACCELERATORS = ('tpu', 'gpu', 'cuda', 'rocm')
+
+
+def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
+  """q, k, v: [B, L, H, D]; key_mask: [B, L]; words: `seed_words` of the dropout key (None: no
+  dropout). Returns [B, L, H, D] in v's dtype."""
+  scale = 1.0 / math.sqrt(q.shape[-1])
+  scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
+  allowed = allowed_mask(key_mask, q.shape[1], direction)
+  scores = scores * scale + jnp.where(allowed, 0.0, MASK_VALUE)
+  probs = jax.nn.softmax(scores, axis=-1)
+  if dropout_rate > 0 and words is not None:
+    keep = probs_keep(words, probs.shape) >= jnp.uint32(threshold(dropout_rate))
+    probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+  return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
+                    preferred_element_type=jnp.float32).astype(v.dtype)
+
+def fused(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
+  """`jax.nn.dot_product_attention` (cuDNN's kernel on GPUs); it has no dropout."""
+  del dropout_rate, words
+  return jax.nn.dot_product_attention(q, k, v, mask=allowed_mask(key_mask, q.shape[1], direction))
+
+
+def default_options(backend: str) -> flash_lib.FlashOptions:
+  """Block sizes per backend: Triton tiles on GPUs (FlashAttention-2's shapes for head size 64),
+  128-row tiles on TPUs (the MXU's), and the interpreter (same kernels, GPU layout) elsewhere."""
+  if backend == 'tpu':
+    return flash_lib.FlashOptions(backend='tpu', block_q=128, block_k=128, block_k_dkv=128,
+                                  block_q_dkv=128, block_q_dq=128, block_k_dq=128)
+  if backend in ('gpu', 'cuda', 'rocm'):
+    # 8 warps, 3 pipeline stages: one Base layer 1.73 -> 1.52 ms on an H200 (benchmark --blocks)
+    return flash_lib.FlashOptions(backend='gpu', num_warps=8, num_stages=3)
+  return flash_lib.FlashOptions(backend='gpu', interpret=True)
+
+
+def _kernel(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None, platform=''):
+  return flash_lib.flash_sharded(q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate,
+                                 words=words, options=default_options(platform))
+
+
+def _kernel_problem(platform: str, length: int, head_dim: int, heads: int) -> str:
+  return flash_lib.unsupported(default_options(platform), length, head_dim, heads)
+
+
+def check(options: flash_lib.FlashOptions, dtype=jnp.bfloat16, length: int = 128,
+          dropout_rate: float = 0.1, directions=('', 'ltr'), head_dim: int = 64) -> str:
+  """'' when the kernels, compiled for `options` on the default device, give the explicit path's
+  values and gradients at a run's sequence length, dtype, dropout and directions (two rows, one of
+  them padded, two heads); else what went wrong."""
+  shape = (2, length, 2, head_dim)
+  keys = jax.random.split(jax.random.key(0), 4)
+  q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
+  key_mask = (jnp.arange(length)[None] < jnp.array([length, length // 2 + 3])[:, None])
+  words = seed_words(jax.random.key(1)) if dropout_rate > 0 else None
+  tolerance = 1e-4 if jnp.dtype(dtype) == jnp.float32 else 5e-2
+  for direction in directions:
+    def run(fn):
+      f = lambda q, k, v: fn(q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate,
+                             words=words).astype(jnp.float32)
+      out, vjp = jax.vjp(f, q, k, v)
+      return (out,) + vjp(do.astype(jnp.float32))
+    got = jax.jit(lambda: run(functools.partial(flash_lib.flash, options=options)))()
+    want = jax.jit(lambda: run(explicit))()
+    for name, a, b in zip(('output', 'dq', 'dk', 'dv'), got, want):
+      a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+      err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-6))
+      if not np.isfinite(err) or err > tolerance:
+        return (f'{name} differs from the explicit path by {err:.2g} (relative, '
+                f'{direction or "both directions"}, length {length})')
+  return ''
+
+
+@functools.cache
+def kernel_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
+                 dropout_rate: float = 0.1, directions=('', 'ltr'),
+                 head_dim: int = 64) -> tuple[bool, str]:
+  """(whether the kernels work on this backend at a run's shape, why not), checked once per
+  process and shape. Safe to call while a step is being traced: the check runs in a thread of its
+  own, outside the trace (JAX's tracing state is per thread)."""
+  options = default_options(backend)
+
+  def run():
+    try:
+      return check(options, jnp.dtype(dtype), length, dropout_rate, tuple(directions), head_dim)
+    except Exception as e:  # pylint: disable=broad-except
+      return f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
+
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    problem = pool.submit(run).result()
+  return not problem, problem
+
+
+@dataclasses.dataclass(frozen=True)
+class Path:
+  """One way to compute attention."""
+  name: str
+  run: Callable  # (q, k, v, key_mask, *, direction, dropout_rate, words, platform) -> context
+  dropout: bool  # it draws attention dropout (a path without runs the explicit one where needed)
+  problem: Callable = lambda platform, length, head_dim, heads: ''  # why it does not take a shape
+  check: Callable = lambda *_: (True, '')  # (platform, length, dtype, dropout rate, directions,
+  #   head size) -> (whether it matched the explicit path on the device, why not)
+
+
+def _anywhere(fn):
+  """A path that runs the same on every platform."""
+  return lambda q, k, v, key_mask, platform='', **kw: fn(q, k, v, key_mask, **kw)
+
+
+PATHS = {
+    'explicit': Path('explicit', _anywhere(explicit), dropout=True),
+    'pallas': Path('pallas', _kernel, dropout=True, problem=_kernel_problem,
+                   check=lambda *a: kernel_check(*a)),  # looked up when called
+    'fused': Path('fused', _anywhere(fused), dropout=False),
+}
+
+
+def choices() -> tuple:
+  """The values of model.attention: 'auto' and the registered paths."""
+  return ('auto',) + tuple(PATHS)
+
+
+def path_name(cfg, dtype, deterministic: bool, length: int = 0, head_dim: int = 64,
+              heads: int = 1) -> str:
+  """The name of the path (`PATHS`) a layer runs.
+
+  A run decides `model.attention='auto'` once, before it compiles (`resolve`); a model
+  used outside a run (conversion, tests) decides it here the same way, checking the kernel on the
+  default device. 'fused' (cuDNN) has no dropout: where attention dropout is active it runs the
+  explicit path. 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests). A
+  network whose heads the kernels do not take (on TPUs: heads of 64 in an odd number) runs the
+  explicit path.
+  """
+  active_dropout = not deterministic and cfg.attention_dropout_rate > 0
+  impl = cfg.attention
+  if impl == 'auto':
+    impl = _auto(cfg, jnp.dtype(dtype).name, length, head_dim, heads=heads)[0]
+  path = PATHS[impl]
+  if active_dropout and not path.dropout:
+    return 'explicit'
+  if length and path.problem(cfg.platform or jax.default_backend(), length, head_dim, heads):
+    return 'explicit'
+  return impl
+
+
+def _auto(cfg, dtype: str, length: int, head_dim: int, check=None,
+          heads: int = 0) -> tuple[str, str]:
+  """('explicit' | 'pallas' | 'fused', why) for model.attention='auto' on cfg's platform.
+
+  The Pallas flash kernel on GPUs and TPUs, where it takes the shape and passes `check` (default:
+  the kernel's `kernel_check` on the default device at this shape), else cuDNN's fused attention for
+  16-bit activations (without dropout; the explicit path with it), else the explicit softmax. CPUs
+  run the explicit path, where XLA's einsums are faster than the kernel's interpreter.
+  """
+  backend = cfg.platform or jax.default_backend()
+  fallback = 'fused' if jnp.dtype(dtype).itemsize == 2 else 'explicit'
+  if backend not in ACCELERATORS:
+    return 'explicit', ''
+  problem = PATHS['pallas'].problem(backend, length, head_dim, heads or cfg.num_heads)
+  if problem:
+    return fallback, f'the Pallas kernel does not take this shape: {problem}'
+  if check is None:
+    check = lambda: PATHS['pallas'].check(backend, length, dtype, cfg.attention_dropout_rate,
+                                          _directions(cfg), head_dim)
+  ok, why = check()
+  return ('pallas', '') if ok else (fallback, why)
+
+
+def _directions(cfg) -> tuple:
+  return ('', 'ltr', 'rtl') if cfg.generator == 'two_tower' else ('',)
+
+
+def resolve(cfg, length: int, checked=True, agree=lambda ok: ok) -> tuple:
+  """(cfg with `attention` the path the run takes, the line a run logs about it ('' if none)).
+
+  'auto' on a GPU or TPU checks the kernel against the explicit path at the run's sequence length,
+  dtype, dropout and directions on the device (`checked`), or takes it unchecked when the devices
+  are not here (compiling for a TPU slice from another machine); `agree(ok)` returns the verdict
+  every process takes (all must have passed), so that all hosts compile one program. A kernel
+  forced with model.attention='pallas' must take the shape.
+  """
+  head = cfg.hidden_size // cfg.num_heads
+  backend = cfg.platform or jax.default_backend()
+  if cfg.attention == 'pallas':
+    problem = PATHS['pallas'].problem(backend, length, head, cfg.num_heads)
+    if problem:
+      raise ValueError(f'model.attention=pallas: the kernel does not take {length}-token sequences '
+                       f'with heads of {head} on {backend} ({problem}); use model.attention=auto '
+                       'or explicit, or a sequence length the blocks divide')
+  if cfg.attention != 'auto':
+    return cfg, f'attention: {cfg.attention} (model.attention)'
+  verdict = {}
+
+  def check():
+    if not checked:
+      return True, ''
+    ok, why = kernel_check(backend, length, cfg.dtype, cfg.attention_dropout_rate,
+                                 _directions(cfg), head)
+    agreed = agree(ok)
+    if ok and not agreed:
+      why = 'it failed on another process'
+    verdict['why'] = why
+    return agreed, why
+
+  impl, why = _auto(cfg, cfg.dtype, length, head, check)
+  cfg = dataclasses.replace(cfg, attention=impl)
+  if backend not in ACCELERATORS:
+    return cfg, ''
+  if impl == 'pallas':
+    how = ('matched the explicit path at this shape in its start-up check' if checked else
+           'compiled for the slice; its start-up check runs on the TPU itself')
+    return cfg, f'attention: Pallas flash kernel on {backend} ({how})'
+  if 'why' in verdict:
+    return cfg, (f'warning: the Pallas attention kernel failed its check on this {backend} '
+                 f'({why}); attention runs the explicit softmax (cuDNN where no dropout is active)')
+  return cfg, f'attention: explicit softmax ({why})'
+
+
+def note(cfg, length: int) -> str:
+  """The line a run logs about its attention path ('' on a CPU with model.attention=auto)."""
+  return resolve(cfg, length)[1]
+
+
+def attend(cfg, q, k, v, key_mask, *, direction: str = '', deterministic: bool = True, words=None,
+           initializing: bool = False):
+  """The layer's attention on the path `cfg` gives for this shape: q, k, v [B, L, H, D], key_mask
+  [B, L]; dropout at cfg.attention_dropout_rate unless `deterministic` (its mask drawn from
+  `words`). While parameters are created (`initializing`, a few tokens) any path makes the same
+  ones: the explicit one runs."""
+  length, heads, head_dim = q.shape[1:]
+  name = path_name(cfg, jnp.dtype(cfg.dtype), deterministic, length, head_dim, heads)
+  if name == 'pallas' and initializing:
+    name = 'explicit'
+  rate = 0.0 if deterministic else cfg.attention_dropout_rate
+  return PATHS[name].run(q, k, v, key_mask, direction=direction, dropout_rate=rate, words=words,
+                         platform=cfg.platform or jax.default_backend())

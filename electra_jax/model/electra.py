@@ -1,0 +1,373 @@
+"""ELECTRA's networks as Flax Linen modules. No training logic lives here.
+
+Parameter tree of `Electra` (names chosen to map one-to-one onto the original and HF checkpoints):
+
+    embeddings/{word_embeddings, position_embeddings, token_type_embeddings, LayerNorm}  (shared)
+    discriminator/{embeddings_project?, layer_0 .. layer_{L-1}}
+    discriminator_predictions/{dense, dense_prediction}
+    generator/{embeddings_project?, layer_0 ..}          ('separate' generator only)
+    cloze_ltr/..., cloze_rtl/...                         ('two_tower' generator: ELECTRIC)
+    generator_embeddings/...                             (untied generator embeddings only)
+    generator_predictions/{dense, LayerNorm, output_bias}
+    discriminator_mlm/{dense, LayerNorm, output_bias}    (Replace / All-Tokens MLM objectives only)
+    embeddings_residual                                  (GDES only: the discriminator's word table
+                                                          is stop_gradient(word_embeddings) + it)
+
+A layer is post-LayerNorm BERT: {query, key, value, attention_output, attention_LayerNorm,
+intermediate, output, output_LayerNorm}. Matmuls run in `dtype`; attention softmax, the generator's
+vocabulary logits and the discriminator's logits are float32.
+"""
+
+import dataclasses
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from electra_jax.config import fields as fields_lib
+from electra_jax.config import pretraining as config_lib
+from electra_jax.model import attention as attention_lib
+from electra_jax.model import masks as attention_masks
+from electra_jax.model.layers import (Dense, Dropout, LayerNorm, gelu_for, low_precision_matmul,
+                                small_table_lookup, truncated_normal)
+
+
+def auto_dtype(platform: str) -> str:
+  """model.dtype='auto': bfloat16 activations on TPUs and GPUs (the MXU's and tensor cores' input;
+  parameters and optimizer state stay float32), float32 on CPUs (where bfloat16 matmuls are only
+  about 2x faster and the tests compare with float32 references)."""
+  return 'bfloat16' if platform in attention_lib.ACCELERATORS else 'float32'
+
+
+class _ModelConfigBase:
+  """The model's view of `config.model` (electra_jax/config/pretraining.py declares each field and what it
+  means; `ModelConfig` is made from that declaration), plus where it is compiled for:
+
+  platform: the devices ('tpu', 'gpu', 'cpu'); '' : JAX's default backend when traced. A run
+    compiling for a TPU slice from a CPU host sets 'tpu'.
+  chip: their device kind ('TPU v6 lite', ...; JAX's default devices' when platform is ''): see
+    `writes_for_backward`.
+  dtype 'auto' becomes bfloat16 on TPUs and GPUs and float32 on CPUs when the view is made.
+  """
+
+  def __post_init__(self):
+    if self.dtype == 'auto':
+      object.__setattr__(self, 'dtype', auto_dtype(self.platform or jax.default_backend()))
+
+  @classmethod
+  def from_config(cls, model_cfg, platform: str = '', chip: str = ''):
+    """The model's view of `config.model` (or a dict of some of its fields: the others at their
+    defaults; or a view's fields, whose platform and chip these arguments replace) for `platform`
+    ('' : JAX's default backend) and `chip`; ValueError for an unknown field or a value outside
+    its range."""
+    values = {k: v for k, v in model_cfg.items() if k not in ('platform', 'chip')}
+    fields_lib.check(config_lib.MODEL, values, 'model', prefix='model.')
+    values['platform'] = platform
+    values['chip'] = chip or ('' if platform else jax.devices()[0].device_kind)
+    cfg = cls(**values)
+    cfg.validate()
+    return cfg
+
+  @property
+  def writes_for_backward(self) -> bool:
+    """Whether the forward pass writes GELU's derivative and the dropout masks for the backward
+    pass (True) or the backward pass recomputes them beside its matmuls (False).
+
+    By XLA's TPU cost model for Base: on a v6e chip, whose MXU is 4.7x v5e's and whose vector
+    units are not, recomputing erf and the dropout hash is what the matmuls wait for (writing
+    them: a discriminator layer 3.05 -> 2.67 ms); on v5e the recomputation hides under the
+    matmuls and the extra writes cost HBM time (5.89 -> 6.15 ms), so v4/v5 chips recompute.
+    On CPUs writing them made a Small step about 8% faster. GPUs recompute (not measured)."""
+    backend = self.platform or jax.default_backend()
+    return backend == 'cpu' or (backend == 'tpu' and self.chip.startswith('TPU v6'))
+
+  def validate(self):
+    """ValueError (one sentence): a field outside its declared range, or fields that do not fit
+    together."""
+    values = {k: v for k, v in dataclasses.asdict(self).items() if k not in ('platform', 'chip')}
+    fields_lib.check(config_lib.MODEL, values, 'model', prefix='model.')
+    if self.attention not in attention_lib.choices():
+      raise ValueError(f'model.attention is {self.attention!r}; use one of '
+                       f'{", ".join(repr(a) for a in attention_lib.choices())}')
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
+                       f'model.num_heads {self.num_heads}')
+    if (self.generator in ('separate', 'two_tower')
+        and self.generator_hidden_size % self.generator_num_heads):
+      raise ValueError(f'the generator width {self.generator_hidden_size} is not a multiple of its '
+                       f'{self.generator_num_heads} heads of 64; change '
+                       'model.generator_hidden_fraction')
+    if self.gdes and (self.untied_generator_embeddings or self.generator != 'separate'):
+      raise ValueError('model.gdes re-parameterizes the discriminator\'s share of embeddings the '
+                       'generator owns: it needs model.generator=separate and shared embeddings '
+                       '(untied_generator_embeddings=False)')
+    if self.generator == 'tied' and self.untied_generator_embeddings:
+      raise ValueError('a tied generator (model.generator=tied) shares the embeddings too; set '
+                       'model.untied_generator_embeddings=False')
+
+  @property
+  def generator_hidden_size(self) -> int:
+    if self.generator == 'tied':
+      return self.hidden_size
+    return int(round(self.hidden_size * self.generator_hidden_fraction))
+
+  @property
+  def generator_num_layers(self) -> int:
+    if self.generator == 'tied':
+      return self.num_layers
+    return int(round(self.num_layers * self.generator_layers_fraction))
+
+  @property
+  def generator_num_heads(self) -> int:
+    if self.generator == 'tied':
+      return self.num_heads
+    return max(1, self.generator_hidden_size // 64)
+
+
+
+ModelConfig = dataclasses.make_dataclass(
+    'ModelConfig', fields_lib.view_fields(config_lib.CONFIG, 'model')
+    + [('platform', str, dataclasses.field(default='')), ('chip', str, dataclasses.field(default=''))],
+    bases=(_ModelConfigBase,), frozen=True)
+ModelConfig.__module__ = __name__
+
+
+class Embeddings(nn.Module):
+  """Word + token-type + position embeddings, then LayerNorm and dropout."""
+  cfg: ModelConfig
+  embedding_size: int
+
+  def setup(self):
+    cfg, dt = self.cfg, jnp.dtype(self.cfg.param_dtype)
+    init = truncated_normal(cfg.initializer_range)
+    self.word_embeddings = self.param('word_embeddings', init,
+                                      (cfg.vocab_size, self.embedding_size), dt)
+    self.position_embeddings = self.param('position_embeddings', init,
+                                          (cfg.max_position_embeddings, self.embedding_size), dt)
+    self.token_type_embeddings = self.param('token_type_embeddings', init,
+                                            (cfg.type_vocab_size, self.embedding_size), dt)
+    self.LayerNorm = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=dt)
+    self.dropout = Dropout(cfg.dropout_rate, cfg.writes_for_backward)
+
+  def __call__(self, input_ids, segment_ids, deterministic: bool, residual=None):
+    """With `residual` (GDES), the word table is stop_gradient(table) + residual."""
+    length = input_ids.shape[-1]
+    table = self.word_embeddings
+    if residual is not None:
+      table = jax.lax.stop_gradient(table) + residual
+    x = jnp.take(table, input_ids, axis=0)
+    x = x + small_table_lookup(self.token_type_embeddings, segment_ids)
+    x = x + self.position_embeddings[None, :length]
+    flat = x.reshape(-1, x.shape[-1])  # reductions over one axis in the backward (TransformerLayer)
+    return self.dropout(self.LayerNorm(flat), deterministic=deterministic).reshape(x.shape)
+
+  def table(self):
+    return self.word_embeddings
+
+
+class TransformerLayer(nn.Module):
+  """One post-LayerNorm BERT layer: self-attention and a GELU feed-forward block."""
+  cfg: ModelConfig
+  hidden_size: int
+  num_heads: int
+  intermediate_size: int
+
+  direction: str = ''  # '' every key, 'ltr' / 'rtl' keys up to / from the query (ELECTRIC)
+
+  @nn.compact
+  def __call__(self, x, input_mask, deterministic: bool):
+    """x: [B, L, H]; `input_mask`: [B, L], 1 for the keys a query may attend to (real tokens).
+
+    Inside, the tokens are one axis ([B * L, H]; a free reshape, and dropout's bits are indexed by
+    position in the flat array, so the masks are the same): the gradients of biases and LayerNorm
+    parameters are then reductions over one leading axis, which XLA's GPU backend reads in place,
+    where over [B, L] it first copied the tensor into a batch-minor layout (7 ms of a 91 ms Base
+    step on an H100).
+    """
+    cfg = self.cfg
+    batch, length, _ = x.shape
+    x = x.reshape(batch * length, x.shape[-1])
+    dense = lambda n, name: Dense(n, cfg, name=name)
+    head = self.hidden_size // self.num_heads
+    # the dropout mask of the probabilities is a hash of this key and (row, head, query, key)
+    rate = 0.0 if deterministic else cfg.attention_dropout_rate
+    words = attention_masks.seed_words(self.make_rng('dropout')) if rate > 0 else None
+    split = lambda y: y.reshape(batch, length, self.num_heads, head)
+    q = split(dense(self.hidden_size, 'query')(x))
+    # The key's bias adds q . b to every score of a query: a constant per row, which the softmax
+    # removes (also under the mask and before dropout). It stays a parameter (checkpoints, HF,
+    # the original's weights) and is not computed: the outputs are the same, and its gradient,
+    # zero in exact arithmetic, is exactly zero instead of rounding noise (and costs no pass over
+    # the keys' gradient: 0.12 ms per Base layer on a v5e chip by XLA's estimate).
+    k = split(dense(self.hidden_size, 'key')(x, add_bias=False))
+    v = split(dense(self.hidden_size, 'value')(x))
+    context = attention_lib.attend(cfg, q, k, v, input_mask, direction=self.direction,
+                                   deterministic=deterministic, words=words,
+                                   initializing=self.is_initializing())
+    attended = dense(self.hidden_size, 'attention_output')(context.reshape(batch * length, -1))
+    return self._feed_forward(x, attended, batch, length, deterministic)
+
+  def _feed_forward(self, x, attended, batch, length, deterministic):
+    """The residual, LayerNorm and feed-forward block after attention, on tokens [B * L, H]."""
+    cfg = self.cfg
+    dense = lambda n, name: Dense(n, cfg, name=name)
+    norm = lambda name: LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype,
+                                  param_dtype=cfg.param_dtype, name=name)
+    drop = lambda y, name: Dropout(cfg.dropout_rate, cfg.writes_for_backward, name=name)(
+        y, deterministic=deterministic)
+    x = norm('attention_LayerNorm')(x + drop(attended, 'attention_dropout'))
+    inner = gelu_for(cfg)(dense(self.intermediate_size, 'intermediate')(x))
+    out = dense(self.hidden_size, 'output')(inner)
+    return norm('output_LayerNorm')(x + drop(out, 'output_dropout')).reshape(batch, length, -1)
+
+
+class Encoder(nn.Module):
+  """One network: `embeddings_project` (when widths differ) and a stack of layers.
+
+  `direction` 'ltr' / 'rtl' lets each position attend only to itself and the positions to its
+  left / right (the towers of ELECTRIC's cloze model); '' attends everywhere."""
+  cfg: ModelConfig
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  intermediate_size: int
+  direction: str = ''
+
+  @nn.compact
+  def __call__(self, embedded, input_mask, deterministic: bool):
+    cfg = self.cfg
+    x = embedded
+    if x.shape[-1] != self.hidden_size:
+      x = Dense(self.hidden_size, cfg, name='embeddings_project')(x)
+    # remat: keep only each layer's input for the backward pass and recompute the rest (about a
+    # third more compute for the activation memory of one layer instead of all)
+    layer = nn.remat(TransformerLayer, static_argnums=(3,)) if cfg.remat else TransformerLayer
+    for i in range(self.num_layers):
+      x = layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size, self.direction,
+                name=f'layer_{i}')(x, input_mask, deterministic)
+    return x
+
+
+class DiscriminatorHead(nn.Module):
+  """dense(H, gelu) -> dense(1): one float32 logit per token (1 = replaced).
+
+  The logit's bias starts at `cfg.disc_bias_init` (the paper: 0, a 50% prior of "replaced").
+  """
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden):
+    cfg = self.cfg
+    h = gelu_for(cfg)(Dense(cfg.hidden_size, cfg, name='dense')(hidden))
+    return Dense(1, cfg, name='dense_prediction', bias_init=cfg.disc_bias_init)(h)[..., 0].astype(
+        jnp.float32)
+
+
+class GeneratorHead(nn.Module):
+  """dense(E, gelu) -> LayerNorm -> tied decoder (the word table, transposed) + own bias."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden, table, rows=None):
+    """`rows` ([V] bool, optional): the decoder's gradient reaches only these rows of `table`."""
+    cfg = self.cfg
+    if rows is not None:
+      table = jnp.where(rows[:, None], table, jax.lax.stop_gradient(table))
+    h = gelu_for(cfg)(Dense(table.shape[1], cfg, name='dense')(hidden))
+    h = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                  name='LayerNorm')(h)
+    bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,), cfg.param_dtype)
+    table = table.astype(h.dtype)
+    if h.dtype == jnp.float32:
+      logits = jnp.einsum('bne,ve->bnv', h, table, preferred_element_type=jnp.float32)
+    else:
+      logits = low_precision_matmul(h, table.T, True)
+    return logits + bias.astype(jnp.float32)
+
+
+class Electra(nn.Module):
+  """Generator and discriminator over one shared embedding module."""
+  cfg: ModelConfig
+
+  def setup(self):
+    cfg = self.cfg
+    self.embeddings = Embeddings(cfg, cfg.embedding_size)
+    self.discriminator = Encoder(cfg, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
+                                 cfg.intermediate_size)
+    self.discriminator_predictions = DiscriminatorHead(cfg)
+    if cfg.gdes:  # the discriminator's own part of the word table, zero at the start
+      self.embeddings_residual = self.param('embeddings_residual', nn.initializers.zeros,
+                                            (cfg.vocab_size, cfg.embedding_size),
+                                            jnp.dtype(cfg.param_dtype))
+    if cfg.discriminator_mlm:
+      self.discriminator_mlm = GeneratorHead(cfg)
+    if cfg.generator == 'uniform':
+      return
+    if cfg.untied_generator_embeddings:
+      self.generator_embeddings = Embeddings(cfg, cfg.generator_hidden_size)
+    tower = lambda direction='': Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_layers,
+                                         cfg.generator_num_heads, 4 * cfg.generator_hidden_size,
+                                         direction)
+    if cfg.generator == 'separate':
+      self.generator = tower()
+    if cfg.generator == 'two_tower':  # ELECTRIC's cloze model: each position sees all the others
+      self.cloze_ltr, self.cloze_rtl = tower('ltr'), tower('rtl')
+    self.generator_predictions = GeneratorHead(cfg)
+
+  def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """The discriminator's final hidden states [B, L, H] (what fine-tuning builds on)."""
+    residual = self.embeddings_residual if self.cfg.gdes else None
+    x = self.embeddings(input_ids, segment_ids, deterministic, residual)
+    return self.discriminator(x, input_mask, deterministic)
+
+  def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """Per-token replaced/original logits [B, L], float32."""
+    hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic)
+    return self.discriminator_predictions(hidden)
+
+  def discriminator_mlm_logits(self, input_ids, segment_ids, input_mask, positions,
+                               deterministic=True):
+    """(vocabulary logits [B, N, V] of the discriminator's MLM head at `positions`, per-token
+    detection logits [B, L]), from one pass of the discriminator (`discriminator_mlm` only)."""
+    hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic)
+    chosen = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    return (self.discriminator_mlm(chosen, self.embeddings.table()),
+            self.discriminator_predictions(hidden))
+
+  def generator_logits(self, input_ids, segment_ids, input_mask, positions, deterministic=True,
+                       rows=None):
+    """Vocabulary logits [B, N, V] (float32) at the N `positions` of each sequence only; `rows`
+    ([V] bool): the word-table rows the decoder updates (`decoder_rows`)."""
+    cfg = self.cfg
+    if cfg.generator == 'uniform':
+      return jnp.zeros(positions.shape + (cfg.vocab_size,), jnp.float32)
+    embeddings = self.generator_embeddings if cfg.untied_generator_embeddings else self.embeddings
+    embedded = embeddings(input_ids, segment_ids, deterministic)
+    if cfg.generator == 'two_tower':  # position t: the left tower at t - 1, the right at t + 1
+      left = self.cloze_ltr(embedded, input_mask, deterministic)
+      right = self.cloze_rtl(embedded, input_mask, deterministic)
+      left = jnp.pad(left[:, :-1], ((0, 0), (1, 0), (0, 0)))
+      right = jnp.pad(right[:, 1:], ((0, 0), (0, 1), (0, 0)))
+      hidden = jnp.concatenate([left, right], -1)
+    else:
+      network = self.generator if cfg.generator == 'separate' else self.discriminator
+      hidden = network(embedded, input_mask, deterministic)
+    hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    return self.generator_predictions(hidden, embeddings.table(), rows)
+
+  def __call__(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
+    """Runs both networks (used to create every parameter)."""
+    if self.cfg.discriminator_mlm:
+      self.discriminator_mlm_logits(input_ids, segment_ids, input_mask, positions, deterministic)
+    return (self.generator_logits(input_ids, segment_ids, input_mask, positions, deterministic),
+            self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2, 3))  # one program, not an eager op at a time
+def init_params(cfg: ModelConfig, rng, seq_len: int = 8, num_predictions: int = 2) -> Any:
+  """Fresh parameters for `Electra(cfg)` (shape-only under `jax.eval_shape`)."""
+  ids = jnp.zeros((1, seq_len), jnp.int32)
+  positions = jnp.zeros((1, num_predictions), jnp.int32)
+  return Electra(cfg).init(rng, ids, ids, ids + 1, positions)['params']

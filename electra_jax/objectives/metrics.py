@@ -1,0 +1,45 @@
+"""Metric sums -> numbers: what a step returns (`ratio`: a numerator and a denominator, summed over
+microbatches, devices and steps), the AUC of the detection logits' histograms, and the held-out
+metrics a run can keep its best checkpoint by. Writing and drawing them: train/logs.py."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Held-out metrics a run can keep its best checkpoint by (`keep_best`), and which way is better.
+EVAL_METRICS = {
+    'loss': 'min', 'mlm_loss': 'min', 'disc_loss': 'min',
+    'mlm_accuracy': 'max', 'sampled_mlm_accuracy': 'max', 'disc_accuracy': 'max',
+    'disc_precision': 'max', 'disc_recall': 'max', 'disc_auc': 'max',
+    'main_mlm_loss': 'min', 'main_mlm_accuracy': 'max', 'all_tokens_loss': 'min',
+}
+
+
+def ratio(numerator, denominator):
+  """A metric as the step returns it: [sum of the numerator, sum of the denominator] in float32,
+  summed over microbatches, devices and log intervals, divided when read (`summarize`)."""
+  return jnp.stack([jnp.sum(numerator), jnp.sum(denominator)]).astype(jnp.float32)
+
+
+def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
+  """Area under the ROC curve from per-bin counts of positives and negatives (ties count half)."""
+  pos, neg = np.asarray(pos, np.float64), np.asarray(neg, np.float64)
+  if pos.sum() == 0 or neg.sum() == 0:
+    return float('nan')
+  neg_below = np.cumsum(neg) - neg
+  return float((pos * (neg_below + 0.5 * neg)).sum() / (pos.sum() * neg.sum()))
+
+
+def summarize(sums) -> dict[str, float]:
+  """Accumulated {name: [numerator, denominator]} (and the AUC histograms) -> {name: value}."""
+  sums = jax.device_get(sums)
+  out = {}
+  for name, value in sums.items():
+    value = np.asarray(value)
+    if name == 'auc_histogram':
+      out['disc_auc'] = auc_from_histograms(value[0], value[1])
+    elif name.endswith('_steps'):  # a count of steps, not a mean
+      out[name] = float(value[0])
+    else:
+      out[name] = float(value[0] / value[1]) if value[1] > 0 else float('nan')
+  return out

@@ -1,0 +1,326 @@
+"""One file-system layer for every path the project reads or writes: local paths or URLs.
+
+    fs.join(workdir, 'metrics.jsonl'); fs.open(path, 'w'); fs.makedirs(folder); fs.replace(a, b)
+
+Local paths go to `os`, `os.path` and `shutil` (same behaviour, no TensorFlow import). Paths with
+a scheme (gs://, s3://, hdfs://, ...) go to TensorFlow's file systems (`tf.io.gfile`), the ones
+tf.data, TFRecord writers and TensorBoard use for them too, while Orbax's checkpoints reach them
+through etils.epath and TensorStore. So a workdir, a records folder, a corpus, a vocabulary, an
+`init_from` folder, an export or fine-tuning files may each live in a bucket.
+
+On object stores a file becomes visible only when its upload completes, so `write_atomic` writes
+the final name directly there; locally it writes a temporary name and renames it. Errors come back
+as Python's: FileNotFoundError, PermissionError, or OSError with the store's message.
+"""
+
+import builtins
+import contextlib
+import glob as glob_lib
+import io
+import json
+import os
+import posixpath
+import re
+import shutil
+import tempfile
+
+from electra_jax import UserError
+from electra_jax.storage import remote_fs
+
+_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
+
+
+def remote(path) -> bool:
+  """Whether `path` is a URL (gs://bucket/...) rather than a local path."""
+  path = os.fspath(path)
+  return bool(_SCHEME.match(path)) and not path.startswith('file://')
+
+
+def _local(path) -> str:
+  path = os.fspath(path)
+  return path[len('file://'):] if path.startswith('file://') else path
+
+
+# ---- paths ------------------------------------------------------------------------------------
+
+def join(path, *parts) -> str:
+  path = os.fspath(path)
+  if remote(path):
+    return posixpath.join(path, *parts)
+  return os.path.join(path, *parts)
+
+
+def dirname(path) -> str:
+  path = os.fspath(path)
+  return posixpath.dirname(path.rstrip('/')) if remote(path) else os.path.dirname(path)
+
+
+def basename(path) -> str:
+  path = os.fspath(path)
+  return posixpath.basename(path.rstrip('/')) if remote(path) else os.path.basename(path)
+
+
+def abspath(path) -> str:
+  path = os.fspath(path)
+  return path if remote(path) else os.path.abspath(_local(path))
+
+
+def bucket(path) -> str:
+  """'gs://name' of a path in a bucket ('' for a local path)."""
+  match = re.match(r'^([a-zA-Z][a-zA-Z0-9+.-]*://[^/]+)', os.fspath(path))
+  return match.group(1) if match and remote(path) else ''
+
+
+# ---- queries ----------------------------------------------------------------------------------
+
+def exists(path) -> bool:
+  if not remote(path):
+    return os.path.exists(_local(path))
+  with remote_fs.errors(path):
+    return remote_fs.gfile().exists(os.fspath(path))
+
+
+def isdir(path) -> bool:
+  if not remote(path):
+    return os.path.isdir(_local(path))
+  with remote_fs.errors(path):
+    return remote_fs.gfile().isdir(os.fspath(path))
+
+
+def isfile(path) -> bool:
+  if not remote(path):
+    return os.path.isfile(_local(path))
+  with remote_fs.errors(path):
+    g = remote_fs.gfile()
+    return g.exists(os.fspath(path)) and not g.isdir(os.fspath(path))
+
+
+def getsize(path) -> int:
+  if not remote(path):
+    return os.path.getsize(_local(path))
+  with remote_fs.errors(path):
+    return remote_fs.gfile().stat(os.fspath(path)).length
+
+
+def listdir(path) -> list[str]:
+  """Names in a folder (without a trailing '/' for subfolders)."""
+  if not remote(path):
+    return os.listdir(_local(path))
+  with remote_fs.errors(path):
+    return [name.rstrip('/') for name in remote_fs.gfile().listdir(os.fspath(path))]
+
+
+def glob(pattern) -> list[str]:
+  if not remote(pattern):
+    return glob_lib.glob(_local(pattern))
+  with remote_fs.errors(pattern):
+    return remote_fs.gfile().glob(os.fspath(pattern))
+
+
+# ---- changes ----------------------------------------------------------------------------------
+
+def makedirs(path, exist_ok: bool = True):
+  if not remote(path):
+    os.makedirs(_local(path), exist_ok=exist_ok)
+    return
+  with remote_fs.errors(path):
+    remote_fs.gfile().makedirs(os.fspath(path))
+
+
+def remove(path):
+  if not remote(path):
+    os.remove(_local(path))
+    return
+  with remote_fs.errors(path):
+    remote_fs.gfile().remove(os.fspath(path))
+
+
+def rmdir(path):
+  """Removes an empty folder (on object stores: its marker, if any)."""
+  if not remote(path):
+    os.rmdir(_local(path))
+    return
+  with remote_fs.errors(path):
+    if remote_fs.gfile().listdir(os.fspath(path)):
+      raise OSError(39, 'folder not empty', os.fspath(path))
+    remote_fs.gfile().rmtree(os.fspath(path))
+
+
+def rmtree(path, ignore_errors: bool = False):
+  if not remote(path):
+    shutil.rmtree(_local(path), ignore_errors=ignore_errors)
+    return
+  try:
+    with remote_fs.errors(path):
+      remote_fs.gfile().rmtree(os.fspath(path))
+  except OSError:
+    if not ignore_errors:
+      raise
+
+
+def replace(src, dst):
+  """Renames a file, replacing `dst` (on object stores: a copy, then the source is deleted)."""
+  if not remote(src) and not remote(dst):
+    os.replace(_local(src), _local(dst))
+    return
+  with remote_fs.errors(src):
+    remote_fs.gfile().rename(os.fspath(src), os.fspath(dst), overwrite=True)
+
+
+def copyfile(src, dst):
+  if not remote(src) and not remote(dst):
+    shutil.copyfile(_local(src), _local(dst))
+    return
+  with remote_fs.errors(src):
+    remote_fs.gfile().copy(os.fspath(src), os.fspath(dst), overwrite=True)
+
+
+def move_tree(src, dst):
+  """Moves a folder: a rename locally, a copy then a delete on an object store."""
+  if not remote(src) and not remote(dst):
+    os.replace(_local(src), _local(dst))
+    return
+  copytree(src, dst)
+  rmtree(src)
+
+
+def copytree(src, dst):
+  """Copies the files under folder `src` to `dst` (which must not exist)."""
+  if not remote(src) and not remote(dst):
+    shutil.copytree(_local(src), _local(dst))
+    return
+  makedirs(dst)
+  for name in listdir(src):
+    if isdir(join(src, name)):
+      copytree(join(src, name), join(dst, name))
+    else:
+      copyfile(join(src, name), join(dst, name))
+
+
+# ---- contents ---------------------------------------------------------------------------------
+
+def open(path, mode: str = 'r', encoding: str | None = None,  # pylint: disable=redefined-builtin
+         newline: str | None = None):
+  """A file object; text modes read and write UTF-8 (a remote file's line ends are kept as they
+  are, as newline='' keeps them)."""
+  if not remote(path):
+    if 'b' not in mode and encoding is None:
+      encoding = 'utf-8'
+    return builtins.open(_local(path), mode, encoding=encoding, newline=newline)
+  return remote_fs.File(path, mode)
+
+
+def open_binary(path):
+  """A buffered binary reader of a local or remote file (readline(limit), tell, iteration)."""
+  if not remote(path):
+    return builtins.open(_local(path), 'rb')
+  return io.BufferedReader(remote_fs.RawRemote(path), buffer_size=1 << 20)
+
+
+def walk_files(folder) -> list[str]:
+  """Every file below `folder`, recursively."""
+  if not remote(folder):
+    return [os.path.join(d, f) for d, _, files in os.walk(_local(folder)) for f in files]
+  with remote_fs.errors(folder):
+    return [posixpath.join(d, f) for d, _, files in remote_fs.gfile().walk(os.fspath(folder))
+            for f in files]
+
+
+def read_text(path) -> str:
+  with open(path) as f:
+    return f.read()
+
+
+class DamagedFile(UserError, ValueError):
+  """A file the project wrote (or reads) does not parse: the sentence names it and the fix."""
+
+
+def read_json(path, fix: str):
+  """The JSON value in the file `path`; a file that is empty or does not parse raises DamagedFile
+  naming it and `fix` (what to do about it)."""
+  text = read_text(path)
+  try:
+    return json.loads(text)
+  except ValueError as e:
+    why = ('is empty' if not text.strip() else
+           f'is not valid JSON ({getattr(e, "msg", e)} at line {getattr(e, "lineno", "?")})')
+    raise DamagedFile(f'{path} {why}: the file is damaged; {fix}') from None
+
+
+def read_bytes(path) -> bytes:
+  with open(path, 'rb') as f:
+    return f.read()
+
+
+def write_atomic(path, data: str | bytes):
+  """Writes a whole file so that a reader sees the old contents or the new, never a part: locally
+  a temporary name and a rename; on an object store the upload itself (an object appears only
+  when it is complete)."""
+  mode = 'wb' if isinstance(data, bytes) else 'w'
+  if remote(path):
+    with open(path, mode) as f:
+      f.write(data)
+    return
+  path = _local(path)
+  tmp = os.path.join(os.path.dirname(path) or '.',
+                     f'.{os.path.basename(path)}.tmp-{os.getpid()}')
+  with open(tmp, mode) as f:
+    f.write(data)
+  os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def local_copy(path):
+  """A local path with the contents of `path` (the path itself when it is local), for libraries
+  that only read local files."""
+  if not remote(path):
+    yield _local(path)
+    return
+  with tempfile.TemporaryDirectory(prefix='electra_fs_') as tmp:
+    local = os.path.join(tmp, basename(path))
+    copyfile(path, local)
+    yield local
+
+
+# ---- space ------------------------------------------------------------------------------------
+
+def no_space(e: BaseException) -> bool:
+  """Whether `e` (from Python, TensorFlow or TensorStore) says a disk is full."""
+  if isinstance(e, OSError) and e.errno == 28:
+    return True
+  return bool(re.search(r'No space left on device|os_error_code=.?28\b', str(e)))
+
+
+def free_bytes(path) -> int | None:
+  """Free bytes on the disk of a local path (of its nearest existing folder); None for URLs."""
+  if remote(path):
+    return None
+  path = os.path.abspath(_local(path))
+  while not os.path.exists(path) and os.path.dirname(path) != path:
+    path = os.path.dirname(path)
+  return shutil.disk_usage(path).free
+
+
+def size_text(n: float) -> str:
+  """Bytes for a sentence: '950 bytes', '240 KB', '5.5 MB', '12 GB' (decimal units)."""
+  for unit, scale in (('GB', 1e9), ('MB', 1e6), ('KB', 1e3)):
+    if n >= scale:
+      return f'{n / scale:,.1f} {unit}' if n < 10 * scale else f'{n / scale:,.0f} {unit}'
+  return f'{n:,.0f} bytes'
+
+
+# ---- access to a bucket -----------------------------------------------------------------------
+
+def check_access(path):
+  """For a gs:// path: raises PermissionError without credentials and FileNotFoundError when its
+  bucket does not exist (or cannot be seen), before anything is read or written. Local paths and
+  other schemes pass."""
+  path = os.fspath(path)
+  if not path.startswith('gs://'):
+    return
+  problem = remote_fs.credentials_problem()
+  if problem:
+    raise PermissionError(13, problem, path)
+  root = bucket(path)
+  if not isdir(root + '/'):
+    raise FileNotFoundError(2, f'the bucket {root} does not exist', path)

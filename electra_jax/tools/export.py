@@ -1,0 +1,334 @@
+"""A workdir -> folders that HF transformers' `from_pretrained` and `AutoTokenizer` load.
+
+    pre-training workdir -> OUT/discriminator (ElectraForPreTraining)
+     (or an original         OUT/generator     (ElectraForMaskedLM)
+     TF checkpoint)
+    fine-tuning workdir  -> OUT (ElectraForSequenceClassification, or ElectraForTokenClassification
+                            for tagging) of one seed
+
+Each folder holds config.json, model.safetensors (float32) and the tokenizer (electra_jax/convert/
+vocab.py). The output is written to OUT.partial and renamed when complete: an interrupted export
+leaves no folder that looks finished.
+"""
+
+import dataclasses
+import json
+import contextlib
+import os
+import tempfile
+from typing import Any
+
+import jax
+import numpy as np
+
+from electra_jax import UserError
+from electra_jax.config import pretraining as config_lib
+from electra_jax.convert import hf
+from electra_jax.convert import original
+from electra_jax.convert import vocab as vocab_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.finetune import config as finetune_config
+from electra_jax.model import electra as model_lib
+from electra_jax.storage import fs
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import workdir as workdir_lib
+
+
+@dataclasses.dataclass
+class Exported:
+  folders: list[str]
+  cfg: model_lib.ModelConfig
+  params: Any  # our parameters that were exported (Electra's, or a fine-tuned Classifier's)
+  tokenizer: Any
+  kind: str  # 'pretraining' or the fine-tuned task's kind (finetune/kinds.py)
+
+
+def _read_config(workdir: str) -> dict:
+  path = fs.join(workdir, 'config.json')
+  if not fs.isfile(path):
+    raise UserError(f'{workdir} is not a workdir of launch/train.py or launch/finetune.py (it has '
+                    'no config.json); give the --workdir of a run')
+  return workdir_lib.read_config(workdir)
+
+
+def _restore(directory: str, step: int | None, what: str):
+  """(step, state, meta) of checkpoint `step` (None: the latest) under `directory`. The latest of a
+  run still writing there may be deleted while it is read (the run keeps its newest ones): then
+  the newest is read again."""
+  ckpt = checkpoint_lib.Checkpointer(directory)
+  latest = step is None
+  try:
+    for _ in range(10):
+      step = ckpt.latest_step() if latest else step
+      if step is None or step not in ckpt.all_steps():
+        raise UserError(f'{directory} holds no checkpoint{f" of step {step}" if step else ""} '
+                        f'(it has {ckpt.all_steps() or "none"}); let the {what} save one first')
+      try:
+        state, meta = ckpt.restore_arrays(step)
+        break
+      except Exception as e:  # pylint: disable=broad-except
+        if not fs.isdir(fs.join(directory, str(step))):
+          if latest:
+            ckpt.manager.reload()
+            continue
+          raise UserError(f'the checkpoint {directory}/{step} was deleted while it was read (the '
+                          f'{what} writing there keeps its newest checkpoints only); export '
+                          'the latest step (no --step), or one it keeps') from None
+        others = [s for s in ckpt.all_steps() if s != step]
+        raise UserError(
+            f'the checkpoint {directory}/{step} cannot be read ({checkpoint_lib.reason(e)}); run '
+            f'the {what} command again to rewrite it'
+            + (f', or export another step with --step (it has {others})' if others else '')
+        ) from None
+    else:
+      raise UserError(f'the checkpoints in {directory} kept being deleted while they were read; '
+                      f'export once the {what} writing there has stopped')
+  finally:
+    ckpt.close()
+  return step, jax.tree.map(np.asarray, state), meta
+
+
+def _write_model(folder: str, state: dict, config: dict, tokenizer, lower_case: bool,
+                 cfg: model_lib.ModelConfig):
+  fs.makedirs(folder, exist_ok=True)
+  config = {**config, 'pad_token_id': tokenizer.special.pad}
+  hf.save_folder(folder, state, config)
+  vocab_lib.write(tokenizer, folder, lower_case, cfg.max_position_embeddings)
+
+
+def export(workdir: str, out: str, step: int | None = None, seed: int | None = None,
+           log=print) -> Exported:
+  """Writes the HF folders of `workdir`'s checkpoint (latest, or `step`) under `out`."""
+  if fs.exists(out) and (not fs.isdir(out) or fs.listdir(out)):
+    raise UserError(f'--out {out} exists and is not empty; give a new folder (nothing was '
+                    'written)')
+  config = _read_config(workdir) if not _original(workdir) else {}
+  # written whole under <out>.partial, then renamed; for a bucket, built in a local folder and
+  # uploaded with each config.json last, so a folder from_pretrained can open is a complete one
+  partial = (tempfile.mkdtemp(prefix='electra_export_') if fs.remote(out)
+             else out.rstrip('/') + '.partial')
+  fs.rmtree(partial, ignore_errors=True)
+  fs.makedirs(partial)
+  try:
+    if not config:
+      done = _original_checkpoint(workdir, partial, log)
+    elif 'objective' in config:
+      if seed is not None:
+        raise UserError(f'--seed picks one of a fine-tuning\'s seeds, and {workdir} is a '
+                        'pre-training (one model); leave --seed out')
+      done = _pretraining(config_lib.complete(config), workdir, partial, step, log)
+    elif 'task' in config and 'init' in config:
+      done = _finetuning(finetune_config.complete(config), workdir, partial, step, seed, log)
+    else:
+      raise UserError(f'{workdir}/config.json is not the config of an electra_jax run; give the '
+                      '--workdir of launch/train.py or launch/finetune.py')
+    if fs.remote(out):
+      _upload(partial, out)
+      fs.rmtree(partial)
+    else:
+      if fs.isdir(out):
+        fs.rmdir(out)  # empty, checked above
+      fs.replace(partial, out)
+  except BaseException:
+    fs.rmtree(partial, ignore_errors=True)
+    raise
+  done.folders = [_moved(w, partial, out) for w in done.folders]
+  return done
+
+
+def _moved(folder: str, partial: str, out: str) -> str:
+  """Where `folder` (under `partial`) is now that `partial` became `out`."""
+  rel = os.path.relpath(folder, partial)
+  if not fs.remote(out):
+    return os.path.normpath(os.path.join(out, rel))
+  return out if rel == '.' else fs.join(out, *rel.split(os.sep))
+
+
+def _upload(local: str, out: str):
+  """Copies the local folder `local` to `out`, each folder's config.json after its other files."""
+  for folder, _, files in os.walk(local):
+    target = _moved(folder, local, out)
+    for name in sorted(files, key=lambda n: n == 'config.json'):
+      fs.copyfile(os.path.join(folder, name), fs.join(target, name))
+
+
+def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
+  from electra_jax.data import records as records_lib  # pylint: disable=import-outside-toplevel
+  workdir_lib.require_checkpoint(workdir)
+  try:
+    _, _, vocab = records_lib.workdir_vocab(workdir, config)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  tokenizer = tokenizer_lib.load_tokenizer(vocab, config.data.lower_case)
+  cfg = model_lib.ModelConfig.from_config(config.model)
+  step, state, _ = _restore(fs.join(workdir, 'checkpoints'), step, 'pre-training')
+  written = []
+  for network in ('discriminator', 'generator'):
+    if network == 'generator' and cfg.generator in ('uniform', 'two_tower'):
+      log(f'model.generator is {cfg.generator}: no HF transformers class holds it; the '
+          'discriminator alone is exported')
+      continue
+    folder = fs.join(out, network)
+    _write_model(folder, hf.to_hf(state['params'], cfg, network), hf.hf_config(cfg, network),
+                 tokenizer, config.data.lower_case, cfg)
+    written.append(folder)
+  log(f'exported step {step} of {workdir}')
+  return Exported(written, cfg, state['params'], tokenizer, 'pretraining')
+
+
+def _original(path: str) -> bool:
+  return (not fs.isfile(fs.join(path, 'config.json'))
+          and original.checkpoint_prefix(path) is not None)
+
+
+def _original_checkpoint(path: str, out: str, log) -> Exported:
+  """An original TensorFlow checkpoint, converted as a pre-training workdir is."""
+  from electra_jax.convert import sources  # pylint: disable=import-outside-toplevel
+  try:
+    source = sources.open_source(path)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  if source.vocab is None:
+    raise UserError(f'{path} has no vocab.txt beside the checkpoint; copy the vocabulary it was '
+                    'trained with there')
+  for note in source.notes:
+    log(note)
+  fields = {'num_heads': max(1, source.fields['hidden_size'] // 64),
+            'generator': 'uniform', **source.fields}  # 'uniform': no generator in the checkpoint
+  cfg = model_lib.ModelConfig.from_config(fields)
+  tokenizer = tokenizer_lib.load_tokenizer(source.vocab, source.lower_case)
+  try:
+    params = source.params(cfg)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  written = []
+  for network in ('discriminator', 'generator')[:2 if source.has_generator else 1]:
+    folder = fs.join(out, network)
+    _write_model(folder, hf.to_hf(params, cfg, network), hf.hf_config(cfg, network), tokenizer,
+                 source.lower_case, cfg)
+    written.append(folder)
+  log(f'exported {source.path}')
+  return Exported(written, cfg, params, tokenizer, 'pretraining')
+
+
+def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
+  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import pretrained as pretrained_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
+  named = tasks.named_task(config.task)
+  kinds.get(named.kind if named else config.task.kind).check_export(config, workdir)
+  seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))
+  if not seeds:
+    raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run launch/finetune.py '
+                    'first')
+  if seed is None:
+    seed = _best_seed(workdir, seeds)
+  elif seed not in seeds:
+    raise UserError(f'--seed {seed} is not among the fine-tunings in {workdir} ({seeds})')
+  pretrained = pretrained_lib.load(config.init, from_scratch=True, log=log)
+  tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
+  step, state, meta = _restore(fs.join(workdir, f'seed_{seed}', 'checkpoints'), step,
+                               'fine-tuning')
+  if meta.get('kind') is None:
+    raise UserError(f'{workdir}/seed_{seed} was saved without its task kind; fine-tune again to '
+                    'export it')
+  kind = kinds.get(meta['kind'])
+  cfg = pretrained.model_cfg
+  params = state['params']
+  state, fields = kind.to_hf(params, cfg, [str(x) for x in meta['labels']],
+                             finetune_config.dropout_rate(config, cfg))
+  state = kind.in_units(state, meta)
+  _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
+               pretrained.lower_case, cfg)
+  log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}'
+      + (f', {fields["num_labels"]} output(s)' if 'num_labels' in fields else ''))
+  return Exported([out], cfg, params, tokenizer, meta['kind'])
+
+
+def _best_seed(workdir: str, seeds: list[int]) -> int:
+  """The seed with the best first dev score in results.json (else the first seed)."""
+  path = fs.join(workdir, 'results.json')
+  if not fs.isfile(path):
+    return seeds[0]
+  with fs.open(path) as f:
+    results = json.load(f)
+  def score(row):
+    split = next((v for k, v in row.items() if isinstance(v, dict)), {})
+    return next(iter(split.values()), float('-inf'))
+  ranked = [r for r in results.get('seeds', []) if r.get('seed') in seeds]
+  return max(ranked, key=score)['seed'] if ranked else seeds[0]
+
+
+# ================================================================================================
+# Checking an export against our own model
+# ================================================================================================
+
+def verify(done: Exported, log=print, num_texts: int = 64) -> dict:
+  """Loads the exported folders in HF transformers and compares with our model on pairs of
+  sentences of the built-in corpus: token ids, and logits (max |difference|) on the same batch."""
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+    import transformers  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise UserError('--check loads the export in HF transformers, which is not installed; '
+                    'pip install -e ".[test]" (torch==2.13.0 and transformers)') from None
+  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
+  sentences = [s for doc in corpus.builtin_documents()[:1000] for s in doc][:2000]
+  firsts, seconds = sentences[0:2 * num_texts:2], sentences[1:2 * num_texts:2]
+  length = min(128, done.cfg.max_position_embeddings)
+  result = {}
+  for folder in done.folders:
+    with _local_folder(folder) as local:
+      result[fs.basename(folder)] = _compare(done, folder, local, transformers, torch, sentences,
+                                             firsts, seconds, length, log)
+  return result
+
+
+@contextlib.contextmanager
+def _local_folder(folder: str):
+  """`folder`, or for a bucket a local copy of it (HF transformers reads local folders)."""
+  if not fs.remote(folder):
+    yield folder
+    return
+  with tempfile.TemporaryDirectory(prefix='electra_export_check_') as tmp:
+    local = os.path.join(tmp, fs.basename(folder))
+    fs.copytree(folder, local)
+    yield local
+
+
+def _compare(done, folder, local, transformers, torch, sentences, firsts, seconds, length,
+             log) -> dict:
+  """The export in `local` (a copy of `folder`) against our model: token ids and logits."""
+  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
+  tok = transformers.AutoTokenizer.from_pretrained(local)
+  same = sum(tok(t, add_special_tokens=False)['input_ids'] == done.tokenizer.encode(t)
+             for t in sentences)
+  batch = tok(firsts, seconds, padding=True, truncation=True, max_length=length,
+              return_tensors='np')
+  ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
+  kind = None if done.kind == 'pretraining' else kinds.get(done.kind)
+  if kind is not None:  # the batch as the task's model takes it
+    ids, segments, mask = kind.hf_inputs(ids, segments, mask)
+  config = transformers.AutoConfig.from_pretrained(local)
+  arch = config.architectures[0]
+  with torch.no_grad():
+    theirs = getattr(transformers, arch).from_pretrained(local).eval()(**{
+        'input_ids': torch.from_numpy(ids).long(), 'token_type_ids': torch.from_numpy(
+            segments).long(), 'attention_mask': torch.from_numpy(mask).long()}).logits.numpy()
+  if kind is None:
+    positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
+                                                  positions)
+    ours = np.asarray(gen if arch == 'ElectraForMaskedLM' else disc)
+    real = mask > 0  # the real tokens
+  else:
+    model = kind.check_model(done.cfg, theirs.shape[-1])
+    ours = np.asarray(model.apply({'params': done.params}, ids, segments, mask))
+    real = kind.compared(mask)
+  diff = float(np.max(np.abs(ours[real] - theirs[real])))
+  largest = float(np.max(np.abs(theirs[real])))
+  log(f'{folder}: {arch}: tokenizer ids equal ours on {same} of {len(sentences)} sentences; '
+      f'logits on {len(firsts)} pairs ({ids.shape[-1]} tokens, padded): max |ours - HF| '
+      f'{diff:.2e} (largest |logit| {largest:.1f})')
+  return {'same_ids': same, 'texts': len(sentences), 'max_abs_diff': diff,
+          'max_abs_logit': largest}

@@ -1,0 +1,303 @@
+"""Checkpoints through Orbax: the train state plus a small JSON of facts about the run.
+
+Saves are asynchronous: `save` returns once the arrays are copied off the devices, and the files are
+written in a background thread while training goes on. Each step is written to a temporary directory
+and renamed when complete (Orbax's atomicity), so a crash never leaves a checkpoint that looks
+finished. The last `keep` checkpoints are kept, plus, when `best_metric` names an evaluation metric,
+the one with its best value (checkpoints saved with evaluation metrics carry them).
+"""
+
+import contextlib
+import math
+import re
+
+import jax
+import orbax.checkpoint as ocp
+
+from electra_jax import UserError
+from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.storage import fs
+from electra_jax.train import distributed
+from orbax.checkpoint import checkpoint_managers as policies
+
+
+# Orbax writes a replicated array in slices, one per replica ("replica-parallel"), which spreads
+# the writing of a large array over the hosts. For a small one each slice is an operation of its
+# own on the device, compiled for its shape: a replicated state of 8 devices costs ~1,900 slice
+# dispatches a save and, in a fresh process, ~3.5 s of compiling them before the first save returns
+# (the test model's). Slices of less than this many bytes are not worth it: one replica writes such
+# an array whole. Large arrays (the embedding table, the feed-forward kernels) are still sliced.
+MIN_REPLICA_SLICE_BYTES = 1 << 20
+
+
+def _use_replica_slices_for_large_arrays_only():
+  try:  # (the default handler's metadata store, from where Orbax 0.12 keeps it)
+    from orbax.checkpoint._src.metadata import array_metadata_store  # pylint: disable=import-outside-toplevel
+    handler = ocp.type_handlers.ArrayHandler(
+        array_metadata_store=array_metadata_store.Store(),
+        min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES)
+  except (ImportError, TypeError):  # another Orbax: keep its default handler
+    return
+  ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+
+
+_use_replica_slices_for_large_arrays_only()
+
+
+class DiskFull(ValueError):
+  """A checkpoint could not be written: its disk is full."""
+
+
+class ShapeMismatch(ValueError):
+  """The checkpoint holds a model of other shapes than the one it is restored into."""
+
+
+def _flat_shapes(tree) -> dict[str, tuple]:
+  def name(key):
+    for attr in ('key', 'name', 'idx'):
+      if hasattr(key, attr):
+        return str(getattr(key, attr))
+    return str(key)
+  leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+  return {'/'.join(name(k) for k in path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def describe_mismatch(saved: dict, wanted: dict, limit: int = 3) -> str:
+  """The first `limit` differences between two {name: shape} maps, in words."""
+  diffs = []
+  for key in sorted(set(saved) | set(wanted)):
+    if key not in wanted:
+      diffs.append(f'{key} only in the checkpoint')
+    elif key not in saved:
+      diffs.append(f'{key} not in the checkpoint')
+    elif saved[key] != wanted[key]:
+      diffs.append(f'{key} {saved[key]} in the checkpoint, {wanted[key]} in this config')
+  more = f' and {len(diffs) - limit} more' if len(diffs) > limit else ''
+  return '; '.join(diffs[:limit]) + more
+
+
+def _text(e: BaseException) -> str:
+  """An exception's message on one line, without object reprs or pointers to them."""
+  text = re.sub(r'\s*See full TensorStore details:.*', '', str(e), flags=re.S)
+  text = re.sub(r'<(bound method|function|built-in)[^>]*>+', '', text)
+  return ' '.join(text.split()).strip(' ;:,.')
+
+
+def reason(e: Exception) -> str:
+  """An error of reading a checkpoint in a few words (no object reprs, one line): the error and,
+  where it wraps another (Orbax around TensorStore), the innermost one, which names the file."""
+  inner = e
+  while (inner.__cause__ or inner.__context__) is not None:
+    inner = inner.__cause__ or inner.__context__
+  if inner is not e and _text(inner):
+    e = inner
+  return f'{type(e).__name__}: {_text(e)[:300]}'
+
+
+class Checkpointer:
+  """Saves and restores {state, meta} under `<workdir>/checkpoints/<step>`."""
+
+  def __init__(self, directory: str, keep: int = 3, best_metric: str = '',
+               best_mode: str = 'max'):
+    self.directory = fs.abspath(directory)
+    if fs.exists(self.directory) and not fs.isdir(self.directory):
+      raise UserError(f'{self.directory} is a file where the run keeps its checkpoints (a folder); '
+                      'move the file away')
+    self.best_metric = best_metric
+    policy = policies.LatestN(n=keep)
+    best_fn = None
+    if best_metric:
+      best_fn = lambda metrics: metrics[best_metric]
+      policy = policies.AnyPreservationPolicy([policy, policies.BestN(
+          get_metric_fn=best_fn, reverse=best_mode == 'min', n=1,
+          keep_checkpoints_without_metrics=False)])
+    registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+    for name, save, restore, handler in (
+        ('state', ocp.args.StandardSave, ocp.args.StandardRestore, ocp.StandardCheckpointHandler),
+        ('meta', ocp.args.JsonSave, ocp.args.JsonRestore, ocp.JsonCheckpointHandler)):
+      handler = handler()  # one handler per item, both directions (metadata reads need it)
+      registry.add(name, save, handler)
+      registry.add(name, restore, handler)
+    self.manager = ocp.CheckpointManager(
+        self.directory, handler_registry=registry,
+        options=ocp.CheckpointManagerOptions(
+            preservation_policy=policy, best_fn=best_fn, best_mode=best_mode, create=True,
+            enable_async_checkpointing=True))
+
+  @classmethod
+  def of_run(cls, workdir: str, config) -> 'Checkpointer':
+    """The checkpoints of the pre-training run of `config` in `workdir`: its number kept and the
+    held-out metric (and direction) its best one is kept by."""
+    return cls(fs.join(workdir, 'checkpoints'), keep=config.keep_checkpoints,
+               best_metric=config.keep_best,
+               best_mode=metrics_lib.EVAL_METRICS.get(config.keep_best, 'max'))
+
+  def latest_step(self) -> int | None:
+    return self.manager.latest_step()
+
+  def best_step(self) -> int | None:
+    """The step of the best checkpoint by `best_metric` (None without one)."""
+    if not self.best_metric:
+      return None
+    self.manager.wait_until_finished()
+    return self.manager.best_step()
+
+  def all_steps(self) -> list[int]:
+    return list(self.manager.all_steps())
+
+  def save(self, step: int, state, meta: dict, metrics: dict | None = None):
+    """Starts an asynchronous save; `metrics` (evaluation values) rank it for `best_metric`.
+
+    A save that fails for a full disk (this one, or the previous one still being written) raises
+    DiskFull naming the space; its unfinished folder is deleted and the checkpoints saved before
+    are untouched."""
+    if metrics is not None and self.best_metric:
+      metrics = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
+    if not self.best_metric or not metrics or self.best_metric not in metrics:
+      metrics = None  # not ranked: kept while among the latest only
+    self._state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    with self._space():
+      self.manager.wait_until_finished()  # (Orbax would wait for the previous save here anyway)
+    free = fs.free_bytes(self.directory)
+    if free is not None and free < self._state_bytes:  # refused before a byte is written
+      raise DiskFull(self._disk_full())
+    with self._space():
+      self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                      meta=ocp.args.JsonSave(meta)),
+                        metrics=metrics)
+
+  def _disk_full(self) -> str:
+    free = fs.free_bytes(self.directory)
+    size = getattr(self, '_state_bytes', 0)
+    complete = list(self.manager.all_steps())
+    kept = (f'the last complete checkpoint {self.directory}/{max(complete)} is untouched; '
+            if complete else '')
+    return (f'the disk holding {self.directory} is full: a checkpoint of this run takes about '
+            f'{fs.size_text(size)}' + (f' and {fs.size_text(free)} are free' if free is not None
+                                       else '') + f'; {kept}free space (or keep fewer checkpoints '
+            'with --config.keep_checkpoints) and run the same command again to continue')
+
+  @contextlib.contextmanager
+  def _space(self):
+    """Orbax's and TensorStore's 'No space left on device' as DiskFull, in one sentence."""
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except
+      if not fs.no_space(e):
+        raise
+      self._remove_unfinished()
+      raise DiskFull(self._disk_full()) from None
+
+  def _remove_unfinished(self):
+    """Deletes the temporary folders of saves that failed, so their space is free again and the
+    folder holds complete checkpoints only (Orbax would delete them at the next start)."""
+    with contextlib.suppress(Exception):
+      self.manager.wait_until_finished()  # (raises the failure again; it is being handled)
+    if jax.process_index() != 0 or not fs.isdir(self.directory):
+      return
+    for name in fs.listdir(self.directory):
+      if '.orbax-checkpoint-tmp' in name:
+        fs.rmtree(fs.join(self.directory, name), ignore_errors=True)
+
+  def reached_preemption(self, step: int) -> bool:
+    """True at the step all processes agreed to stop at after a preemption notice (multi-host)."""
+    return self.manager.reached_preemption(step)
+
+  def check_shapes(self, step: int, target_state):
+    """Raises ShapeMismatch when checkpoint `step` holds parameters of other names or shapes."""
+    try:
+      saved = _flat_shapes(self.manager.item_metadata(step)['state'].tree['params'])
+    except Exception:  # pylint: disable=broad-except
+      return  # metadata that cannot be read: the restore reports the checkpoint as damaged
+    wanted = _flat_shapes(target_state.params)
+    if saved != wanted:
+      raise ShapeMismatch(
+          f'the checkpoint {self.directory}/{step} holds a model of other shapes than this config '
+          f'({describe_mismatch(saved, wanted)}); run with the config of that run, or use a new '
+          '--workdir')
+
+  def restore(self, step: int, target_state):
+    """Restores onto `target_state`'s structure, shapes, dtypes and shardings."""
+    abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
+    out = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    return out['state'], out['meta']
+
+  def restore_arrays(self, step: int):
+    """(state as nested dicts of arrays on one device, meta) of checkpoint `step`, read by its own
+    metadata: no model or optimizer needs to be built (exports, inspection)."""
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                            self.manager.item_metadata(step)['state'].tree)
+    out = self.manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    return out['state'], out['meta']
+
+  def restore_latest(self, target_state, log=print, afresh: bool = False):
+    """(step, state, meta) of the newest checkpoint that reads back whole; (0, target, {}) if none.
+
+    Raises ShapeMismatch when a checkpoint holds a model of other shapes. When checkpoints exist
+    but none can be read: with `afresh` (a run that can train again) they are all moved aside and
+    (0, target, {}) returned, else ValueError.
+
+    A damaged checkpoint (a truncated or missing file) is reported and the one before it is used;
+    the damaged ones are moved aside to `<step>.damaged` (kept for inspection), so that the steps
+    trained again are saved again under their own numbers.
+    """
+    damaged, rotated = [], 0
+    steps = sorted(self.manager.all_steps(), reverse=True)
+    while steps:
+      step = steps.pop(0)
+      self.check_shapes(step, target_state)
+      try:
+        state, meta = self.restore(step, target_state)
+      except Exception as e:  # pylint: disable=broad-except
+        if not fs.isdir(fs.join(self.directory, str(step))) and rotated < 10:
+          # deleted while read: a run still writing here keeps its newest checkpoints only
+          rotated += 1
+          log(f'note: checkpoint {self.directory}/{step} was deleted while it was read (the run '
+              'writing there keeps its newest checkpoints only); reading the newest again')
+          self.manager.reload()
+          steps = [s for s in sorted(self.manager.all_steps(), reverse=True) if s not in damaged]
+          continue
+        log(f'warning: checkpoint {self.directory}/{step} cannot be read ({reason(e)}); trying '
+            'the one before it')
+        damaged.append(step)
+        continue
+      self._set_aside(damaged, log)
+      return step, state, meta
+    if damaged and afresh:
+      self._set_aside(damaged, log)
+      log(f'warning: no checkpoint in {self.directory} could be read; starting from step 0')
+    elif damaged:
+      raise ValueError(f'no checkpoint in {self.directory} can be read (see the warnings above); '
+                       'run the command that wrote them again: it moves the damaged ones aside '
+                       'and trains afresh')
+    return 0, target_state, {}
+
+  def _set_aside(self, steps: list[int], log):
+    """Moves the folders of damaged checkpoints `steps` to `<step>.damaged[-k]`."""
+    if not steps:
+      return
+    for step in steps if jax.process_index() == 0 else ():
+      source = fs.join(self.directory, str(step))
+      target = fs.join(self.directory, f'{step}.damaged')
+      k = 1
+      while fs.exists(target):
+        target, k = fs.join(self.directory, f'{step}.damaged-{k}'), k + 1
+      fs.move_tree(source, target)
+      log(f'warning: moved the damaged checkpoint to {target}; step {step} will be saved again')
+    self._sync('set_aside')
+    self.manager.reload()
+
+  def _sync(self, name: str):
+    distributed.barrier(f'checkpoint_{name}')
+
+  def wait(self):
+    with self._space():
+      self.manager.wait_until_finished()
+
+  def close(self):
+    with self._space():
+      self.manager.wait_until_finished()
+      self.manager.close()

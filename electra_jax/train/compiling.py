@@ -1,0 +1,196 @@
+"""The run's programs compiled ahead of its first batch: the model's view for the devices, the
+train and evaluation steps (microbatches chosen to fit, the Pallas kernel's fallback), and the
+whole run compiled for a Cloud TPU slice on this machine (`compile_for_topology`: no TPU, no data).
+"""
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from electra_jax import UserError, user_errors
+from electra_jax.data import records as records_lib
+from electra_jax.data.tokenizer import SpecialIds
+from electra_jax.hardware import aot
+from electra_jax.hardware import flops as flops_lib
+from electra_jax.model import attention as attention_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.train import distributed
+from electra_jax.train import logs as logs_lib
+from electra_jax.train import partitioning
+from electra_jax.train import preflight
+from electra_jax.train import step as step_lib
+
+
+def model_for_run(config, platform: str, checked: bool = True, log=print, chip: str = ''):
+  """The model's view of the run on `platform` (devices of kind `chip`): dtype 'auto' and
+  attention 'auto' decided (the attention kernel checked at the run's shape on the device when
+  `checked`; every process takes one verdict), the attention line logged."""
+  with user_errors(ValueError):
+    model_cfg = model_lib.ModelConfig.from_config(config.model, platform, chip)
+    model_cfg, note = attention_lib.resolve(
+        model_cfg, config.data.max_seq_length, checked,
+        agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
+  if note:
+    log(note)
+  return model_cfg
+
+
+def _batch_shapes(sharding, rows: int, length: int) -> dict:
+  return {k: jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=sharding)
+          for k in records_lib.FEATURES}
+
+
+def compile_run(config, make_setup, model_cfg, mesh, state, limit, log):
+  """(setup, compiled train step, compiled evaluation step, the train step's memory per device).
+
+  `microbatches=0` takes the fewest parts whose step fits `limit` bytes per device. A step that
+  the compiler rejects with the Pallas attention kernel is compiled again with the explicit path,
+  with a warning, instead of ending the run."""
+  d = config.data
+  sharding = partitioning.batch_sharding(mesh)
+
+  def build(model_cfg):
+    setup = make_setup(model_cfg)
+    _, _, evaluate = step_lib.compile_steps(setup, mesh)
+    compile_train = lambda m: step_lib.compile_steps(
+        dataclasses.replace(setup, microbatches=m), mesh)[1].lower(
+            state, _batch_shapes(sharding, d.batch_size, d.max_seq_length)).compile()
+    if config.microbatches:
+      try:
+        train = compile_train(config.microbatches)
+      except Exception as e:  # pylint: disable=broad-except
+        need = aot.out_of_memory(e)
+        if need is None:
+          raise
+        raise UserError(f'the train step needs {need[0] / 2 ** 30:.1f} GiB per device of '
+                        f'{need[1] / 2 ** 30:.1f} (the compiler\'s count); set '
+                        '--config.microbatches=0 (auto), --config.fsdp=True, '
+                        '--config.model.remat=True or a smaller --config.data.batch_size') from None
+      used = aot.memory(train, state)
+    else:
+      with user_errors(aot.DoesNotFit):
+        m, train, used = aot.fit_microbatches(compile_train, d.batch_size, mesh.devices.size,
+                                              limit, state, log)
+      setup = dataclasses.replace(setup, microbatches=m)
+      if m > 1:
+        log(f'microbatches=auto: {m} parts of {d.batch_size // m} rows per step '
+            f'({used.total / 2 ** 30:.1f} GiB per device)')
+    evaluate = evaluate.lower(state.params, _batch_shapes(sharding, d.eval_batch_size,
+                                                          d.max_seq_length),
+                              jax.ShapeDtypeStruct((), jnp.int32)).compile()
+    return setup, train, evaluate, used
+
+  try:
+    return build(model_cfg)
+  except (UserError, KeyboardInterrupt):
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    if (model_cfg.attention != 'pallas' or config.model.attention == 'pallas'
+        or aot.out_of_memory(e)):
+      raise
+    first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+    log(f'warning: the step did not compile with the Pallas attention kernel ({first}); '
+        'compiling it with the explicit softmax')
+    return build(dataclasses.replace(model_cfg, attention='explicit'))
+
+
+def compile_logged(config, make_setup, model_cfg, mesh, state, log):
+  """The steps compiled ahead of the first batch, saying so: the minute of compilation (or a few
+  seconds from JAX's compilation cache) is not silence, and not counted in the first interval's
+  tokens/s."""
+  log(f'{logs_lib.stamp()}compiling the train and evaluation steps ...')
+  t = time.perf_counter()
+  compiled = compile_run(config, make_setup, model_cfg, mesh, state, aot.device_memory_limit(
+      mesh.devices.flat[0]), log)
+  log(f'{logs_lib.stamp()}compiled in {time.perf_counter() - t:.1f} s')
+  return compiled
+
+
+SPECIAL_IDS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)  # as prepare_data's vocabularies
+
+
+def compile_for_topology(config: ml_collections.ConfigDict, slice_, log=print) -> dict:
+  """Compiles the run of `config` for the TPU slice `slice_` (topology.parse) on this machine: no
+  TPU and no data. Logs each program's memory per chip and the estimated step; returns the report
+  (memory, microbatches, attention path, estimate, the train step's HLO) when every program
+  compiles and fits, else raises UserError naming the fix."""
+  with aot.no_persistent_cache():
+    return _compile_for_topology(config, slice_, log)
+
+
+def _compile_for_topology(config, slice_, log) -> dict:
+  devices = slice_.devices()
+  mesh = partitioning.make_mesh(devices)
+  config, _ = preflight.resolve(config, log)
+  preflight.check_config(config, mesh, data=False)
+  d = config.data
+  log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
+  model_cfg = model_for_run(config, 'tpu', checked=False, log=log, chip=devices[0].device_kind)
+  make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL_IDS, 'tpu', cfg)
+  setup = make_setup(model_cfg)
+  init_fn, _, _ = step_lib.compile_steps(setup, mesh)
+  init, seconds, error = aot.timed_compile(init_fn.lower)
+  state = jax.eval_shape(init_fn)
+  n_params = sum(x.size for x in jax.tree.leaves(state.params))
+  rows = d.batch_size // mesh.devices.size
+  split = ' split by FSDP' if step_lib.uses_fsdp(setup, mesh) else ''
+  log(f'{n_params:,} parameters | {model_cfg.dtype} activations, {model_cfg.param_dtype} '
+      f'parameters and Adam moments{split} | batch {d.batch_size} x {d.max_seq_length} ({rows} '
+      'rows per chip)')
+  capacity = slice_.hbm_bytes
+  problems = []
+  if error:
+    log(f'init: does not compile ({seconds:.0f} s): {error}')
+    problems.append(f'the initialization does not compile ({error})')
+  else:
+    used = aot.memory(init)
+    log(f'init: compiled in {seconds:.0f} s | HBM per chip {used.describe(capacity)}')
+  t = time.perf_counter()
+  try:
+    setup, train, evaluate, used = compile_run(config, make_setup, model_cfg, mesh, state,
+                                               capacity, log)
+  except UserError as e:
+    log(f'train step: does not fit ({time.perf_counter() - t:.0f} s): {e}')
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    first = ' '.join(str(e).split())[:400]
+    log(f'train step: does not compile ({time.perf_counter() - t:.0f} s): {first}')
+    raise UserError(f'the train step does not compile for {slice_.label}: {first}') from None
+  m = setup.microbatches
+  fits = used.total <= aot.MARGIN * capacity
+  log(f'train step ({m} microbatch{"es" if m > 1 else ""} of {d.batch_size // m} rows, attention '
+      f'{setup.model_cfg.attention}): compiled in {time.perf_counter() - t:.0f} s | HBM per chip '
+      f'{used.describe(capacity)}{"" if fits else " | does NOT fit"}')
+  multiple = 8 * m
+  best = aot.largest_batch(used, rows, capacity, multiple)
+  log(f'  largest global batch that fits with {m} microbatch{"es" if m > 1 else ""}: '
+      f'{best * mesh.devices.size:,} ({best} rows per chip; an estimate: the batch and '
+      'temporaries taken to grow in proportion to the rows)')
+  step_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
+                                           setup.objective_cfg.max_predictions,
+                                           config.objective.name)
+  lines, numbers = aot.estimate_lines(train, slice_.chip, slice_.chips, slice_.num_slices,
+                                      step_flops, d.batch_size * d.max_seq_length,
+                                      slice_.chips * slice_.num_slices)
+  for line in lines:
+    log(line)
+  used_eval = aot.memory(evaluate, state.params)
+  log(f'eval step: compiled | HBM per chip {used_eval.describe(capacity)}')
+  if not fits:
+    problems.append(f'the train step needs {used.total / 2 ** 30:.1f} GiB per chip of '
+                    f'{capacity / 2 ** 30:.0f}; set --config.microbatches=0 (auto), '
+                    '--config.fsdp=True or --config.model.remat=True, or a smaller batch')
+  if used_eval.total > aot.MARGIN * capacity:
+    problems.append(f'the evaluation step needs {used_eval.total / 2 ** 30:.1f} GiB per chip; '
+                    'lower --config.data.eval_batch_size')
+  if problems:
+    raise UserError('; '.join(problems))
+  log(f'{slice_.label}: every program compiles and fits')
+  return {'slice': slice_.name, 'parameters': n_params, 'microbatches': m,
+          'attention': setup.model_cfg.attention, 'dtype': setup.model_cfg.dtype,
+          'memory': {'init': aot.memory(init), 'train': used, 'eval': used_eval},
+          'largest_batch': best * mesh.devices.size, 'estimate': numbers,
+          'train_hlo': train.as_text()}

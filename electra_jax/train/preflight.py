@@ -1,0 +1,132 @@
+"""Before a pre-training writes anything: its config fitted to the weights it starts from and to
+its objective (`resolve`), every field checked (`check_config`), and the run its workdir already
+holds compared with it (`check_same_run`). Each mistake is one sentence (UserError).
+
+What must match and what is adopted are declared with each field in config/pretraining.py.
+"""
+
+import json
+
+import ml_collections
+
+from electra_jax import UserError, user_errors
+from electra_jax.config import fields as fields_lib
+from electra_jax.config import pretraining as config_lib
+from electra_jax.data import corpus as corpus_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.objectives import registry as objectives
+from electra_jax.storage import fs
+from electra_jax.train import init_from
+from electra_jax.train import optim
+from electra_jax.train import partitioning
+
+
+def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True):
+  """Every field checked before anything is read or written: one sentence for the first problem.
+  `data=False`: the corpus is not looked for (compiling for a slice, which reads no data)."""
+  with user_errors(ValueError):
+    config_lib.check(config)
+    model_lib.ModelConfig.from_config(config.model, mesh.devices.flat[0].platform)
+    partitioning.check_batch_size(config.data.batch_size, mesh, 'data.batch_size',
+                                  config.microbatches)
+    partitioning.check_batch_size(config.data.eval_batch_size, mesh, 'data.eval_batch_size')
+    optim.make_optimizer(config.optimizer)
+    objectives.get(config.objective.name)
+  d, m = config.data, config.model
+  if d.max_seq_length > m.max_position_embeddings:
+    raise UserError(f'data.max_seq_length={d.max_seq_length} exceeds '
+                    f'model.max_position_embeddings={m.max_position_embeddings}; shorten the '
+                    'sequences or enlarge the position table')
+  if config.objective.max_predictions < 1:
+    raise UserError(f'objective.mask_prob={config.objective.mask_prob} selects no token in '
+                    f'{d.max_seq_length}-token sequences; raise it')
+  if config.nonfinite not in ('stop', 'skip'):
+    raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
+  if config.keep_best and config.keep_best not in metrics_lib.EVAL_METRICS:
+    raise UserError(f'keep_best is {config.keep_best!r}, not a held-out metric; use one of '
+                    f'{", ".join(metrics_lib.EVAL_METRICS)}, or \'\' to keep the latest only')
+  if config.keep_best and not config.eval_every:
+    raise UserError(f'keep_best={config.keep_best!r} ranks the checkpoints saved at evaluations, '
+                    'but eval_every is 0; set --config.eval_every')
+  if data and not d.records:
+    with user_errors(FileNotFoundError, ValueError):
+      corpus_lib.Source(d.corpus, d.text_field)  # a glob that matches nothing fails here
+
+
+def resolve(config: ml_collections.ConfigDict, log=print):
+  """(the run's config, the source of its `init_from` or None): `config` as parsed, fitted to the
+  weights it starts from and to its objective, as a new value (`config` is left as it was)."""
+  config = config.copy_and_resolve_references()
+  source = _adopt_init_from(config, log)
+  with user_errors(ValueError):
+    config = objectives.fit_model_config(config, log)
+  return config, source
+
+
+def _adopt_init_from(config: ml_collections.ConfigDict, log=print):
+  """The source of `config.init_from` (None without one), after fitting `config` (a copy) to it.
+
+  The model's main sizes must be the config's (another size is refused, naming it); the vocabulary
+  size, the generator's shape (read from the weights: Small++ has a full-width generator) and the
+  vocabulary file (unless data.vocab names one) are taken from the source and logged.
+  """
+  if not config.init_from:
+    if config.init_generator:
+      raise UserError('init_generator is set but init_from is empty; set --config.init_from to '
+                      'the discriminator\'s folder')
+    return None
+  with user_errors(ValueError, FileNotFoundError):
+    source = init_from.open_source(config.init_from, config.init_generator, config.data.vocab)
+  fields, m = source.fields, config.model
+  # config/pretraining.py declares what must match the weights (init_from='same') and what is taken from them
+  must_match, adopted = (fields_lib.paths(config_lib.MODEL, init_from=role)
+                         for role in ('same', 'adopt'))
+  diffs = [f'{k} {fields[k]} (config: {m[k]})' for k in must_match
+           if k in fields and fields[k] != m[k]]
+  if diffs:
+    raise UserError(f'{config.init_from} holds a model with other sizes than the config: '
+                    f'{", ".join(diffs)}; use the config of its size (configs/small.py, base.py, '
+                    'large.py) or set these fields')
+  for key in adopted:
+    if key in fields and fields[key] != m[key]:
+      log(f'init_from: model.{key} {m[key]!r} -> {fields[key]!r} (from the weights)')
+      m[key] = fields[key]
+  if not config.data.vocab:
+    if source.vocab is None:
+      raise UserError(f'{config.init_from} has no vocabulary file (vocab.txt or a SentencePiece '
+                      '.model) beside its weights; give the one it was trained with as '
+                      '--config.data.vocab')
+    config.data.vocab, config.data.lower_case = source.vocab, source.lower_case
+    log(f'init_from: data.vocab {source.vocab} (lower_case={source.lower_case})')
+  for note in source.notes:
+    log(f'init_from: {note}')
+  return source
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+  folder = fs.join(workdir, 'checkpoints')
+  return sorted(int(n) for n in fs.listdir(folder) if n.isdigit()) if fs.isdir(folder) else []
+
+
+def _has_checkpoint(workdir: str) -> bool:
+  return bool(checkpoint_steps(workdir))
+
+
+def check_same_run(config, workdir: str, log=print):
+  """A workdir holds one run: resuming with a different model, objective or data is refused. A run
+  that stopped before its first checkpoint holds nothing to resume: its config is replaced."""
+  path = fs.join(workdir, 'config.json')
+  if not fs.exists(path):
+    return
+  old = fs.read_json(path, 'delete it, and the same command resumes the run from its checkpoints '
+                     '(config.json is written again)')
+  # config/pretraining.py declares what a resumed run must keep (resume='same'): the model, objective, data
+  # and seed, but for how the model is computed (attention path, remat)
+  diffs = fields_lib.same_run_diffs(config_lib.CONFIG, old, json.loads(config.to_json()))
+  if diffs and not _has_checkpoint(workdir):
+    log(f'note: {workdir} holds no checkpoint of its earlier run; starting it afresh with this '
+        f'config ({", ".join(diffs)})')
+  elif diffs:
+    raise UserError(f'--workdir {workdir} holds a run with a different config ({", ".join(diffs)}); '
+                    'use a new --workdir, or the same config to resume')

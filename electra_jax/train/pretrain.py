@@ -1,0 +1,305 @@
+"""Pre-training: a workdir, its data and its first weights, then the loop.
+
+    config -> preflight.resolve: fitted to init_from's weights and to the objective (a new config)
+    -> preflight checks: every field; the workdir claimed (one run at a time), the run it holds
+    -> records: read, or built from the corpus on first use
+    -> state: restored from the latest checkpoint, or init_from's weights, or fresh
+    -> compiling: the steps over the mesh (microbatches fitted) -> loop.run -> summary.json
+"""
+
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from electra_jax import UserError, user_errors
+from electra_jax.config import fields as fields_lib
+from electra_jax.config import pretraining as config_lib
+from electra_jax.data import input_pipeline
+from electra_jax.data import prepare as prepare_lib
+from electra_jax.data import records as records_lib
+from electra_jax.data.tokenizer import SpecialIds
+from electra_jax.hardware import flops as flops_lib
+from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.storage import fs
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import compiling
+from electra_jax.train import distributed
+from electra_jax.train import logs as logs_lib
+from electra_jax.train import loop as loop_lib
+from electra_jax.train import partitioning
+from electra_jax.train import preflight
+from electra_jax.train import step as step_lib
+from electra_jax.train import workdir as workdir_lib
+
+
+# ================================================================================================
+# Data
+# ================================================================================================
+
+def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
+  """The records folder of this run, built under <workdir>/data on first use (or finished)."""
+  d = config.data
+  records_dir = d.records or fs.join(workdir, 'data')
+  with user_errors(ValueError, FileNotFoundError, FileExistsError):
+    if d.vocab:  # a given vocabulary must fit the model before anything is built with it
+      from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+      size = tokenizer_lib.load_tokenizer(d.vocab, lower_case=d.lower_case).vocab_size
+      if size != config.model.vocab_size:
+        raise ValueError(f'the vocabulary {d.vocab} has {size} entries but model.vocab_size is '
+                         f'{config.model.vocab_size}; set --config.model.vocab_size={size}')
+    built = fs.join(records_dir, records_lib.METADATA)
+    if not d.records and not fs.exists(built) and not distributed.is_main():
+      log(f'waiting for process 0 to build the records in {records_dir}')
+      while not fs.exists(built):
+        time.sleep(1)
+    if not d.records and not fs.exists(built):
+      settings = records_lib.Settings(
+          source=d.corpus, text_field=d.text_field, max_seq_length=d.max_seq_length,
+          seed=config.seed, eval_fraction=d.eval_fraction, num_shards=d.num_shards,
+          num_eval_shards=d.num_eval_shards, lower_case=d.lower_case, vocab=d.vocab,
+          vocab_size=config.model.vocab_size)
+      prepare_lib.records_folder(settings, records_dir, log=log, size_flag='--config.model.vocab_size')
+    meta = records_lib.read_metadata(records_dir)
+    records_lib.verify(records_dir, meta)
+  if meta['vocab_size'] != config.model.vocab_size:
+    raise UserError(f'the records in {records_dir} use a vocabulary of {meta["vocab_size"]} '
+                    f'entries but model.vocab_size is {config.model.vocab_size}; set '
+                    f'--config.model.vocab_size={meta["vocab_size"]}')
+  if meta['max_seq_length'] != d.max_seq_length:
+    raise UserError(f'the records in {records_dir} hold {meta["max_seq_length"]}-token examples '
+                    f'but data.max_seq_length is {d.max_seq_length}; set '
+                    f'--config.data.max_seq_length={meta["max_seq_length"]} or build new records')
+  if d.vocab:
+    from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+    fingerprint = tokenizer_lib.file_fingerprint(d.vocab)
+    if fingerprint != meta['vocab_fingerprint']:
+      raise UserError(f'the records in {records_dir} were tokenized with another vocabulary than '
+                      f'{d.vocab}; rebuild the records with it or drop data.vocab')
+  return records_dir, meta
+
+
+# ================================================================================================
+# State and steps of the run
+# ================================================================================================
+
+def start_from(setup: step_lib.Setup, state: step_lib.TrainState, source) -> step_lib.TrainState:
+  """`state` with the source's parameters (what it lacks stays as initialized) and a fresh
+  optimizer state for them, laid out as `state`'s."""
+  fresh = jax.device_get(state.params)
+  with user_errors(ValueError):
+    params = source.params(setup.model_cfg, fill=fresh)
+  layout = lambda tree: jax.tree.map(lambda x: x.sharding, tree)
+  params = jax.device_put(jax.tree.map(lambda p, f: np.asarray(p, f.dtype), params, fresh),
+                          layout(state.params))
+  opt_state = jax.jit(setup.tx.init, out_shardings=layout(state.opt_state))(params)
+  return state.replace(params=params, opt_state=opt_state)
+
+
+def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
+             records_dir: str | None = None) -> dict:
+  total = None
+  replicated = partitioning.replicated(sharding.mesh)
+  batches = input_pipeline.global_batches(dataset.take(num_batches), sharding, records_dir)
+  for i, batch in enumerate(batches):
+    sums = evaluate_fn(params, batch, jax.device_put(jnp.asarray(i, jnp.int32), replicated))
+    total = sums if total is None else step_lib.accumulate(total, sums)
+  return metrics_lib.summarize(total)
+
+
+# ================================================================================================
+# The run
+# ================================================================================================
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
+  """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the summary."""
+  main = distributed.is_main()  # the one process that logs and writes files
+  if not main:
+    log = lambda line: None  # pylint: disable=unnecessary-lambda-assignment
+  mesh = partitioning.make_mesh()
+  config, source = preflight.resolve(config, log)
+  preflight.check_config(config, mesh)
+  with workdir_lib.claim(workdir, 'pre-training'):  # one run at a time in a workdir
+    return _train(config, source, workdir, mesh, log)
+
+
+def _train(config, source, workdir: str, mesh, log) -> dict:
+  main = distributed.is_main()
+  records_dir, meta, readers, eval_batches = _open_workdir(config, workdir, log)
+
+  # ---- the state: restored, or init_from's weights, or fresh ----
+  special = SpecialIds(**meta['special_ids'])
+  platform = mesh.devices.flat[0].platform
+  model_cfg = compiling.model_for_run(config, platform, log=log, chip=mesh.devices.flat[0].device_kind)
+  make_setup = lambda cfg: step_lib.build_setup(config, special, platform, cfg)
+  setup = make_setup(model_cfg)
+  init_fn, _, _ = step_lib.compile_steps(setup, mesh)
+  ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config)
+  start, state, readers, position = _restore(config, workdir, ckpt, init_fn(), meta, readers, log)
+  if not start and source is not None:
+    state = start_from(setup, state, source)
+    log(f'initial weights: {source.describe()}')
+  if main:  # once every check has passed; whole or not at all (others read it in check_same_run)
+    fs.write_atomic(fs.join(workdir, 'config.json'), config.to_json(indent=2))
+
+  # ---- the data ----
+  d = config.data
+  sharding = partitioning.batch_sharding(mesh)
+  train_ds = input_pipeline.make_dataset(records_dir, 'train', d.batch_size, seed=config.seed,
+                                         shuffle_buffer=d.shuffle_buffer, position=position,
+                                         readers=readers)
+  eval_ds = input_pipeline.make_dataset(records_dir, 'eval', d.eval_batch_size, shuffle=False)
+  batches = input_pipeline.global_batches(train_ds, sharding, records_dir)
+
+  # ---- the loop ----
+  annotate = _describe_run(config, setup, state, mesh, readers, start, log)
+  setup, train_fn, eval_fn, _ = compiling.compile_logged(config, make_setup, model_cfg, mesh, state, log)
+  baseline = meta['unigram_xent']
+  plan = loop_lib.Plan(
+      total_steps=config.train_steps, log_every=config.log_every, eval_every=config.eval_every,
+      save_every=config.save_every, keep_best=bool(config.keep_best), nonfinite=config.nonfinite,
+      tokens_per_step=d.batch_size * d.max_seq_length, eval_note=f' | unigram baseline {baseline:.4f}',
+      eval_record={'unigram_baseline': baseline})  # steps on CPU: see loop.queue_ahead
+  saved_meta = lambda step: {'step': step, 'readers': readers,  # and what the run is: checked
+                             'data_position': step * d.batch_size // readers,  # on resume
+                             'vocab_fingerprint': meta['vocab_fingerprint'],
+                             'records_fingerprint': records_lib.fingerprint(meta),
+                             'records': {k: meta.get(k) for k in records_lib.IDENTITY},
+                             'config': json.loads(config.to_json())}
+  evaluate_now = lambda step, state: evaluate(eval_fn, state.params, eval_ds, sharding,
+                                              eval_batches, records_dir)
+  # Every process has compiled and restored before the first exchange (see distributed.barrier).
+  distributed.barrier('first_step')
+  with user_errors(input_pipeline.DamagedRecords, checkpoint_lib.DiskFull):
+    result = loop_lib.run(plan, state, train_fn, batches, start, evaluate=evaluate_now, ckpt=ckpt,
+                          meta=saved_meta, logs=logs_lib.Logs(workdir, main), log=log,
+                          annotate=annotate)
+    best = ckpt.best_step()
+    ckpt.close()
+  return _summarize(config, workdir, setup, ckpt, result, best, baseline, eval_batches, log)
+
+
+def _open_workdir(config, workdir: str, log):
+  """(records folder, its metadata, input readers, held-out batches), the workdir checked."""
+  workdir_lib.check_entries(workdir, folders=('checkpoints', 'tensorboard') + (
+      () if config.data.records else ('data',)), files=(
+          'config.json', 'metrics.jsonl', 'summary.json', 'curves.png'))
+  preflight.check_same_run(config, workdir, log)
+  latest = max(preflight.checkpoint_steps(workdir), default=0)
+  if latest > config.train_steps:
+    raise UserError(f'the run in {workdir} is at step {latest}, past train_steps='
+                    f'{config.train_steps}; raise --config.train_steps to go on, or use a new '
+                    '--workdir for a shorter run')
+  records_dir, meta = prepare_data(config, workdir, log)
+  with user_errors(ValueError):
+    eval_batches = input_pipeline.held_out_batches(meta, config.data.eval_batch_size,
+                                                   config.eval_batches)
+    readers = input_pipeline.num_readers(meta, config.data.batch_size, config.data.readers)
+    input_pipeline.process_readers(readers, jax.process_index(), jax.process_count())
+  return records_dir, meta, readers, eval_batches
+
+
+def _restore(config, workdir: str, ckpt, state, meta: dict, readers: int, log):
+  """(start step, state, input readers, input position): from the latest readable checkpoint, whose
+  records and readers must be the run's, or (0, `state`, `readers`, 0)."""
+  with user_errors(ValueError):
+    start, state, ckpt_meta = ckpt.restore_latest(state, log, afresh=True)
+  if not start:
+    return 0, state, readers, 0
+  d = config.data
+  records_dir = d.records or fs.join(workdir, 'data')
+  if ckpt_meta.get('vocab_fingerprint', meta['vocab_fingerprint']) != meta['vocab_fingerprint']:
+    raise UserError(f'the checkpoint {ckpt.directory}/{start} was trained on records of another '
+                    f'vocabulary than {records_dir}; point data.records at the records of the run, '
+                    'or use a new --workdir')
+  _check_belongs(config, meta, ckpt_meta, f'{ckpt.directory}/{start}', records_dir)
+  saved = ckpt_meta.get('readers', 1)  # the batches continue as they were read
+  if d.readers and d.readers != saved:
+    raise UserError(f'the run in {workdir} reads its data with {saved} input reader(s), not '
+                    f'data.readers={d.readers}; leave data.readers at 0 (or {saved}) to resume')
+  try:
+    input_pipeline.process_readers(saved, jax.process_index(), jax.process_count())
+  except ValueError:
+    raise UserError(f'the run in {workdir} reads its data with {saved} input readers, which do '
+                    f'not divide among {jax.process_count()} processes; resume it on a number '
+                    f'of processes dividing {saved}') from None
+  position = ckpt_meta.get('data_position', start * d.batch_size // saved)
+  log(f'resumed from {ckpt.directory}/{start} (input stream at example {position:,} of each of '
+      f'{saved} reader(s))')
+  return start, state, saved, position
+
+
+def _check_belongs(config, meta: dict, ckpt_meta: dict, where: str, records_dir: str):
+  """Refuses a checkpoint of another run (copied in: another config, or other records of the same
+  shapes and vocabulary), naming what differs. Checkpoints of earlier versions carry less."""
+  if 'config' in ckpt_meta:
+    diffs = fields_lib.same_run_diffs(config_lib.CONFIG, ckpt_meta['config'],
+                                      json.loads(config.to_json()))
+    if diffs:
+      raise UserError(f'the checkpoint {where} belongs to another run ({"; ".join(diffs)}); move it '
+                      'out of the workdir, or resume it with the config it was trained with')
+  saved = ckpt_meta.get('records_fingerprint')
+  if saved is not None and saved != records_lib.fingerprint(meta):
+    theirs = ckpt_meta.get('records', {})
+    diffs = [f'{k} {theirs.get(k)!r} -> {meta.get(k)!r}' for k in records_lib.IDENTITY
+             if k in theirs and theirs[k] != meta.get(k)]
+    raise UserError(f'the checkpoint {where} was trained on other records than {records_dir} ('
+                    + ('; '.join(diffs) if diffs else 'the same settings, other contents: a '
+                       'corpus changed since') + '); move it out of the workdir, or point '
+                    'data.records at the records it was trained on')
+
+
+def _describe_run(config, setup, state, mesh, readers: int, start: int, log):
+  """Logs the run's size and speed reference; returns the progress lines' MFU annotation."""
+  d = config.data
+  n_params = sum(x.size for x in jax.tree.leaves(state.params))
+  step_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
+                                           setup.objective_cfg.max_predictions,
+                                           config.objective.name)
+  hosts = (f'{jax.process_count()} processes, ' if jax.process_count() > 1 else '')
+  log(f'{n_params:,} parameters | {hosts}{mesh.devices.size} x {jax.devices()[0].device_kind}'
+      f'{" (FSDP)" if step_lib.uses_fsdp(setup, mesh) else ""} | batch {d.batch_size} x '
+      f'{d.max_seq_length}, '
+      f'{readers} input reader(s) | {step_flops / 1e9:.1f} GFLOP/step | '
+      f'steps {start} -> {config.train_steps}')
+  peak, peak_source = flops_lib.mesh_peak(mesh.devices.flat, setup.model_cfg.dtype)
+  log(f'MFU against {peak / 1e12:.3g} TFLOP/s ({peak_source})')
+
+  def annotate(values, speed):
+    values['model_tflops_per_s'] = speed['steps_per_s'] * step_flops / 1e12
+    values['mfu'] = values['model_tflops_per_s'] * 1e12 / peak
+    return f'MFU {100 * values["mfu"]:.1f}% | '
+  return annotate
+
+
+def _summarize(config, workdir: str, setup, ckpt, result, best, baseline: float,
+               eval_batches: int, log) -> dict:
+  """summary.json (process 0) and the summary lines."""
+  values = result.eval
+  summary = {'step': result.step, 'eval': values, 'unigram_baseline': baseline,
+             'checkpoint': fs.join(ckpt.directory, str(result.step))}
+  if config.keep_best:
+    summary['best_checkpoint'] = fs.join(ckpt.directory, str(best))
+    log(f'best held-out {config.keep_best}: step {best} ({summary["best_checkpoint"]})')
+  if distributed.is_main():  # strict JSON: a metric without a value (NaN) is written as null
+    fs.write_atomic(fs.join(workdir, 'summary.json'), logs_lib.dumps(summary, indent=2))
+  parts = []
+  if 'disc_auc' in values:
+    parts.append(f'discriminator AUC {values["disc_auc"]:.3f} (chance 0.5), accuracy '
+                 f'{values["disc_accuracy"]:.3f}')
+  gen_name = {'tied': 'MLM', 'two_tower': 'cloze model'}.get(setup.model_cfg.generator,
+                                                             'generator MLM')
+  for key, name in (('mlm', gen_name),
+                    ('main_mlm', 'main MLM'), ('all_tokens', 'all-tokens MLM')):
+    if f'{key}_loss' in values:
+      accuracy = (f', accuracy {values[key + "_accuracy"]:.3f}'
+                  if f'{key}_accuracy' in values else '')
+      versus = f' vs unigram baseline {baseline:.3f}' if key != 'all_tokens' else ''
+      parts.append(f'{name} loss {values[key + "_loss"]:.3f} nats{versus}{accuracy}')
+  log(f'summary (held-out, {eval_batches} batches of {config.data.eval_batch_size}, no dropout): '
+      + '; '.join(parts))
+  log(f'final parameters: {summary["checkpoint"]} | curves: {fs.join(workdir, "curves.png")}')
+  return summary

@@ -1,0 +1,228 @@
+"""The step: TrainState, the one `train_step` of every objective and of fine-tuning, `eval_step`,
+and their compilation over a mesh.
+
+    global batch -> loss_fn(params, batch, rng) -> gradients -> NaN/Inf guard -> optimizer
+    -> new state + metric sums (summed on the device; the loop reads them at log intervals)
+
+Every random choice of step t comes from fold_in(key(seed), t): a run is reproducible and a resumed
+run continues exactly.
+"""
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from electra_jax.data.tokenizer import SpecialIds
+from electra_jax.model import electra as model_lib
+from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.objectives import registry as objectives
+from electra_jax.train import optim
+from electra_jax.train import partitioning
+
+jax.config.update('jax_threefry_partitionable', True)  # random bits independent of sharding
+
+
+# ================================================================================================
+# State and steps
+# ================================================================================================
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+  nonfinite_steps: jax.Array  # steps whose loss or gradient norm was NaN/Inf (not applied)
+  first_nonfinite: jax.Array  # the first such step, -1 if none
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+  """Everything static a run needs, built once from the config and the vocabulary's ids.
+
+  Pre-training and fine-tuning differ only here: their models, losses and initial parameters.
+  """
+  model_cfg: model_lib.ModelConfig
+  model: Any
+  tx: optax.GradientTransformation
+  schedule: Callable
+  loss_fn: Callable  # (params, batch, rng, deterministic) -> (loss, metric sums)
+  seed: int
+  init_params: Callable  # key -> parameters
+  objective_cfg: objectives.ObjectiveConfig | None = None  # pre-training only
+  special: SpecialIds | None = None  # pre-training only
+  draw: Callable | None = None  # (rng, global batch) -> objectives.Draws: masking, normalizers
+  microbatches: int = 1  # gradient accumulation: sequential parts of the global batch per step
+  fsdp: bool | None = False  # parameters and optimizer state split over the devices
+  #   (partitioning.py); None: decided for the mesh (`uses_fsdp`)
+  param_shardings: Any = None  # set by compile_steps: gradients are kept in the parameters' layout
+  check_update: bool = True  # the NaN guard also computes the update's norm (False where
+  #   `optim.bounds_updates`: a finite gradient norm already makes every update finite)
+
+
+def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
+                model_cfg: model_lib.ModelConfig | None = None) -> Setup:
+  """The setup of a pre-training run on `platform` ('' : JAX's default backend); `model_cfg`, when
+  given, is the model's view already decided for the run (its attention path resolved).
+  `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
+  model_cfg = model_cfg or model_lib.ModelConfig.from_config(config.model, platform)
+  objective_cfg = objectives.ObjectiveConfig.from_config(config.objective, platform)
+  model = model_lib.Electra(model_cfg)
+  tx, schedule = optim.make_optimizer(config.optimizer)
+  objective = objectives.get(config.objective.name).loss
+
+  def loss_fn(params, batch, rng, deterministic=False, draws=None):
+    return objective(params, batch, rng, model=model, cfg=objective_cfg, special=special,
+                     deterministic=deterministic, draws=draws)
+
+  def draw(rng, batch):
+    return objectives.draw(rng, batch, objective_cfg, special, model_cfg.vocab_size)
+
+  return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
+               seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
+               objective_cfg=objective_cfg, special=special, draw=draw,
+               microbatches=max(1, config.microbatches), fsdp=config.fsdp,
+               check_update=not optim.bounds_updates(config.optimizer))
+
+
+def _keys(seed: int):
+  init_key, train_key, eval_key = jax.random.split(jax.random.key(seed), 3)
+  return init_key, train_key, eval_key
+
+
+def init_state(setup: Setup) -> TrainState:
+  params = setup.init_params(_keys(setup.seed)[0])
+  zero = jnp.zeros((), jnp.int32)
+  return TrainState(zero, params, setup.tx.init(params), zero, zero - 1)
+
+
+def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+  """One optimizer step on one global batch: the same function for every objective and mesh."""
+  rng = jax.random.fold_in(_keys(setup.seed)[1], state.step)
+  (loss, metrics), grads = _gradients(setup, state.params, batch, rng)
+  grads = _like_params(setup, grads)
+  grad_norm = optax.tree.norm(grads)  # the clipping's norm too (optim.clip_by_global_norm)
+  # NaN/Inf guard, without a host sync: a step whose loss, gradient norm or update is not finite
+  # leaves parameters, optimizer state and metric sums as they were, and is counted; the loop reads
+  # the count at log time. A conditional, not a select between old and new values, lets XLA update
+  # the donated state in place. Unclipped, a finite gradient can still make a non-finite update
+  # (through the learning rate or Adam's moments): then the update is computed twice (its norm
+  # here, and again in the branch that applies it) so that no second copy of the optimizer state
+  # is ever alive. Clipped, it cannot (`optim.bounds_updates`), and the norm is not computed: on a
+  # v6e-8 Base step about 400 fusions, 0.64 ms of 47 by XLA's estimate.
+  update = functools.partial(setup.tx.update, global_norm=grad_norm)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+  if setup.check_update:
+    finite &= jnp.isfinite(optax.tree.norm(update(grads, state.opt_state, state.params)[0]))
+
+  def apply(params, opt_state):
+    updates, opt_state = update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+  params, opt_state = jax.lax.cond(finite, apply, lambda p, o: (p, o), state.params,
+                                   state.opt_state)
+  metrics = jax.tree.map(lambda m: jnp.where(finite, m, jnp.zeros_like(m)), metrics)
+  metrics['grad_norm'] = metrics_lib.ratio(jnp.where(finite, grad_norm, 0.0), finite)
+  metrics['learning_rate'] = metrics_lib.ratio(setup.schedule(state.step), 1.0)
+  bad = jnp.logical_not(finite).astype(jnp.int32)
+  metrics['nonfinite_steps'] = metrics_lib.ratio(bad, 1.0)  # summed: a count per log interval
+  first = jnp.where((state.first_nonfinite < 0) & (bad > 0), state.step + 1, state.first_nonfinite)
+  return TrainState(state.step + 1, params, opt_state, state.nonfinite_steps + bad, first), metrics
+
+
+def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
+  """((loss, metric sums), gradients) of the global batch.
+
+  With `setup.microbatches` = M > 1 the batch runs in M sequential parts (`lax.scan`) whose
+  gradients and metric sums add up: activations of only B / M rows are alive at a time. Masking,
+  the sampling numbers and every loss denominator are drawn once for the whole batch, so the sum is
+  the whole batch's loss and gradient (up to float32 summation order); dropout masks are drawn per
+  part. Part k takes rows k, k + M, k + 2M, ...: every device holds an equal share of each part.
+  """
+  grad_fn = jax.value_and_grad(lambda p, *a, **k: setup.loss_fn(_gathered(setup, p), *a, **k),
+                               has_aux=True)
+  m = setup.microbatches
+  if m == 1:
+    return grad_fn(params, batch, rng)
+  draws = setup.draw(rng, batch)
+
+  def split(x):  # [B, ..] -> [M, B / M, ..]
+    return x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
+
+  def part(k, rows, masked, uniform, seeds):
+    part_draws = draws._replace(masked=masked, sample_uniform=uniform, sample_seeds=seeds)
+    return grad_fn(params, rows, jax.random.fold_in(rng, k), draws=part_draws)
+
+  def body(total, xs):
+    (loss, metrics), grads = part(*xs)
+    return jax.tree.map(jnp.add, total, ((loss, metrics), _like_params(setup, grads))), None
+
+  xs = (jnp.arange(m), *jax.tree.map(split, (batch, draws.masked, draws.sample_uniform,
+                                             draws.sample_seeds)))
+  zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                       jax.eval_shape(part, *jax.tree.map(lambda x: x[0], xs)))
+  ((loss, metrics), grads), _ = jax.lax.scan(body, zeros, xs)
+  metrics['loss'] = metrics_lib.ratio(loss, 1.0)  # a sum of parts, not a mean of M ratios
+  return (loss, metrics), grads
+
+
+def _gathered(setup: Setup, params):
+  """Under FSDP, the whole parameters for the forward pass (all-gathered once per step; the
+  gradient of the gather is a reduce-scatter). Left to itself, XLA may instead gather the batch's
+  activations to meet the split weights, which costs far more memory."""
+  if setup.param_shardings is None:
+    return params
+  whole = jax.tree.map(lambda s: NamedSharding(s.mesh, PartitionSpec()), setup.param_shardings)
+  return jax.lax.with_sharding_constraint(params, whole)
+
+
+def _like_params(setup: Setup, grads):
+  """Gradients in the parameters' layout: under FSDP, XLA then reduce-scatters them and the
+  optimizer updates each device's share only (unconstrained, it may keep whole copies)."""
+  if setup.param_shardings is None:
+    return grads
+  return jax.lax.with_sharding_constraint(grads, setup.param_shardings)
+
+
+def eval_step(setup: Setup, params, batch: dict, index: jax.Array) -> dict:
+  """Held-out metrics without dropout; masking and sampling keys depend on the batch index only."""
+  rng = jax.random.fold_in(_keys(setup.seed)[2], index)
+  return setup.loss_fn(_gathered(setup, params), batch, rng, deterministic=True)[1]
+
+
+@jax.jit
+def accumulate(total, new):
+  return jax.tree.map(jnp.add, total, new)
+
+
+def uses_fsdp(setup: Setup, mesh) -> bool:
+  """Whether the run splits its state over the mesh: config.fsdp, or where it is None (auto), on
+  TPU slices of more than one chip."""
+  if setup.fsdp is not None:
+    return bool(setup.fsdp)
+  return mesh.devices.size > 1 and mesh.devices.flat[0].platform == 'tpu'
+
+
+def compile_steps(setup: Setup, mesh):
+  """(init, train_step, eval_step) jitted over the mesh: batch split on 'data', state replicated
+  (or split by FSDP's rules, `uses_fsdp`)."""
+  data = partitioning.batch_sharding(mesh)
+  repl = partitioning.replicated(mesh)
+  setup = dataclasses.replace(setup, fsdp=uses_fsdp(setup, mesh))
+  state = partitioning.state_shardings(jax.eval_shape(functools.partial(init_state, setup)), mesh,
+                                       setup.fsdp)
+  if setup.fsdp:
+    setup = dataclasses.replace(setup, param_shardings=state.params)
+  on_mesh = lambda fn: partitioning.on_mesh(functools.partial(fn, setup), mesh)
+  init = jax.jit(on_mesh(init_state), out_shardings=state)
+  train = jax.jit(on_mesh(train_step), in_shardings=(state, data), out_shardings=(state, repl),
+                  donate_argnums=(0,))
+  evaluate = jax.jit(on_mesh(eval_step), in_shardings=(state.params, data, repl),
+                     out_shardings=repl)
+  return init, train, evaluate

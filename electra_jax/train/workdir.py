@@ -1,0 +1,286 @@
+"""A workdir, made and held by one run: `<workdir>/run.lock` names the run that holds it.
+
+    with workdir.claim(path, 'pre-training'):  # a key of KINDS
+      ...  # nothing else writes here until the block ends
+
+`claim` makes the folder (one sentence when it is a file or cannot be written), takes its lock, and
+when the run is refused (a UserError) removes the folder again if it made it and it stayed empty.
+
+The lock is a small JSON record (host, pid, command, since, heartbeat) created only where none
+exists: a conditional write through TensorStore's key-value store, which is an exclusive create on
+a local disk and `ifGenerationMatch=0` on a bucket, so of two runs started together exactly one
+gets it. The holder rewrites its record every HEARTBEAT_S seconds (conditionally on its own last
+write). Another run takes a lock over only when it is stale: its process is gone (the same host)
+or its heartbeat is older than STALE_S (another host, a bucket). A run killed with SIGKILL thus
+blocks its workdir not at all on its own host and for STALE_S from another.
+
+In a run of several processes, process 0 holds the lock and every process hears its verdict.
+"""
+
+import contextlib
+import datetime
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+import jax
+
+from electra_jax import UserError
+from electra_jax.storage import fs
+from electra_jax.train import distributed
+
+NAME = 'run.lock'
+HEARTBEAT_S = 30.0
+STALE_S = 180.0
+
+
+class Busy(UserError):
+  """The workdir is held by another run that is alive."""
+
+
+def _store(workdir: str):
+  """(TensorStore key-value store of the workdir, the lock's key), or None where TensorStore has
+  no driver for the path's scheme."""
+  import tensorstore as ts  # pylint: disable=import-outside-toplevel
+  path = os.fspath(workdir).rstrip('/') + '/'
+  if not fs.remote(path):
+    local = path[len('file://'):] if path.startswith('file://') else path
+    spec = {'driver': 'file', 'path': os.path.abspath(local) + '/'}  # keys are appended as is
+  else:
+    spec = path
+  try:
+    return ts.KvStore.open(spec).result()
+  except ValueError:  # a scheme TensorStore does not speak (hdfs://, ...)
+    return None
+
+
+def _process_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # alive, under another user
+    return True
+  return True
+
+
+def stale(record: dict, now: float | None = None) -> bool:
+  """Whether a lock record's run is gone: its process (the same host), or its heartbeat."""
+  now = time.time() if now is None else now
+  if record.get('host') == socket.gethostname() and isinstance(record.get('pid'), int):
+    if not _process_alive(record['pid']):
+      return True
+  return now - float(record.get('heartbeat', 0)) > STALE_S
+
+
+def describe(record: dict, lock_file: str = '') -> str:
+  """'a pre-training run (pid 4242 on host-a, since 2026-...)' of a lock record."""
+  where = f'; lock file {lock_file}' if lock_file else ''
+  return (f'a {record.get("what", "")} run (pid {record.get("pid", "?")} on '
+          f'{record.get("host", "?")}, since {record.get("since", "?")}{where})'
+          ).replace('a  run', 'a run')
+
+
+class _Lock:
+  """A held lock: its store, key, our record and the generation of our last write."""
+
+  def __init__(self, store, record: dict, generation: bytes):
+    self.store, self.record, self.generation = store, record, generation
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._beat, daemon=True, name='workdir-lock')
+    self._thread.start()
+
+  def _beat(self):
+    while not self._stop.wait(HEARTBEAT_S):
+      self.record['heartbeat'] = time.time()
+      try:
+        stamp = self.store.write(NAME, json.dumps(self.record),
+                                 if_equal=self.generation).result()
+      except Exception as e:  # pylint: disable=broad-except
+        print(f'warning: could not refresh the workdir lock ({" ".join(str(e).split())[:200]}); '
+              'retrying', file=sys.stderr, flush=True)
+        continue
+      if not stamp.generation:  # someone else's record: our run was taken for stale
+        print('warning: another run took over this workdir\'s lock (this process seemed stopped '
+              f'for over {STALE_S:.0f} s); two runs may now write here', file=sys.stderr,
+              flush=True)
+        return
+      self.generation = stamp.generation
+
+  def release(self):
+    self._stop.set()
+    self._thread.join()
+    try:
+      self.store.write(NAME, None, if_equal=self.generation).result()
+    except Exception:  # pylint: disable=broad-except
+      pass  # a lock left behind is stale once this process is gone
+
+
+def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
+  """Takes the lock of `workdir` for this process, or raises Busy naming the holder. None where
+  the path's storage has no conditional writes (the run goes on unlocked, with a warning)."""
+  store = _store(workdir)
+  if store is None:
+    print(f'warning: {workdir} cannot be locked (no conditional writes for its scheme); make sure '
+          'no other run uses it', file=sys.stderr, flush=True)
+    return None
+  now = time.time()
+  record = {'what': what, 'host': socket.gethostname(), 'pid': os.getpid(),
+            'since': datetime.datetime.fromtimestamp(now).astimezone().isoformat(timespec='seconds'),
+            'heartbeat': now, 'token': uuid.uuid4().hex, 'command': ' '.join(sys.argv)[:500]}
+  for _ in range(attempts):
+    current = store.read(NAME).result()
+    if current.state == 'value':
+      try:
+        holder = json.loads(current.value)
+      except ValueError:
+        holder = {}  # written whole or not at all, so not ours: a damaged file, taken over
+      if not isinstance(holder, dict):
+        holder = {}
+      if holder and not stale(holder):
+        raise Busy(f'{workdir} is in use by {describe(holder, fs.join(workdir, NAME))}: wait for '
+                   'it to end or stop it, or use another --workdir')
+    stamp = store.write(NAME, json.dumps(record), if_equal=current.stamp.generation).result()
+    if stamp.generation:
+      if current.state == 'value':
+        gone = (f'was locked by {describe(holder)}, which is gone' if holder else
+                'held an unreadable lock file')
+        print(f'note: {workdir} {gone}; taking it over',
+              file=sys.stderr, flush=True)
+      return _Lock(store, record, stamp.generation)
+    time.sleep(0.05)  # another run wrote first: read whose it is
+  raise Busy(f'could not lock {workdir}: its lock file {fs.join(workdir, NAME)} keeps changing; '
+             'is another run starting there?')
+
+
+def read_config(path: str):
+  """The config.json of the run in workdir `path` (a dict), or one sentence when it is damaged:
+  the run's own command writes it again and resumes from the checkpoints."""
+  return fs.read_json(fs.join(path, 'config.json'),
+                      f'delete it and run the command that made {path} again: it writes '
+                      'config.json again and resumes from its checkpoints')
+
+
+def make(path: str):
+  """Makes the folder `path` (and its parents), or one sentence on why it cannot be written."""
+  if not str(path).strip():
+    raise UserError('--workdir is empty; give a folder')
+  if fs.exists(path) and not fs.isdir(path):
+    raise UserError(f'--workdir {path} is a file; give a folder')
+  try:
+    fs.makedirs(path, exist_ok=True)
+    probe = fs.join(path, f'.write_test.{jax.process_index()}.{os.getpid()}')
+    with fs.open(probe, 'w') as f:
+      f.write('ok')
+    fs.remove(probe)
+  except OSError as e:
+    raise UserError(f'cannot write to --workdir {path} ({e.strerror or e}); choose a folder you '
+                    'can write to') from None
+
+
+def check_entries(path: str, folders: tuple = (), files: tuple = ()):
+  """Refuses (UserError) a workdir where a run would meet a file in place of one of its `folders`
+  or a folder in place of one of its `files`: before it writes anything, not at its first save."""
+  for name in folders:
+    if fs.exists(fs.join(path, name)) and not fs.isdir(fs.join(path, name)):
+      raise UserError(f'{fs.join(path, name)} is a file where the run keeps its {name} (a folder); '
+                      'move the file away')
+  for name in files:
+    if fs.isdir(fs.join(path, name)):
+      raise UserError(f'{fs.join(path, name)} is a folder where the run writes its file {name}; '
+                      'move the folder away')
+
+
+def require_checkpoint(path: str, what: str = 'pre-training'):
+  """Refuses (UserError) a run's workdir that holds no checkpoint yet, before its other files
+  (a records folder built later, or not at all) are looked for."""
+  folder = fs.join(path, 'checkpoints')
+  if not (fs.isdir(folder) and any(n.isdigit() for n in fs.listdir(folder))):
+    raise UserError(f'{path} holds no checkpoint yet: its {what} has not saved one (it saves at '
+                    f'save_every steps, at its end and when stopped); run it (the same command, '
+                    f'--workdir={path}) until it has')
+
+
+# What a workdir holds, recorded in KIND_FILE when a run first claims it, and the command of each.
+KINDS = {'pre-training': 'launch/train.py', 'fine-tuning': 'launch/finetune.py',
+         'fine-tuning search': 'launch/finetune.py with --config.search',
+         'comparison': 'launch/compare.py'}
+KIND_FILE = 'workdir.json'
+
+
+def kind_of(path: str) -> str | None:
+  """The kind of run `path` holds (a key of KINDS), or None where it holds none (absent, empty, a
+  folder of other files). Workdirs made before KIND_FILE existed are known by their config.json."""
+  if not fs.isdir(path):
+    return None
+  recorded = fs.join(path, KIND_FILE)
+  if fs.isfile(recorded):
+    record = fs.read_json(recorded, f'delete it: the next run in {path} writes it again')
+    if isinstance(record, dict) and record.get('kind') in KINDS:
+      return record['kind']
+  config = fs.join(path, 'config.json')
+  if fs.isfile(config):
+    try:
+      with fs.open(config) as f:
+        config = json.load(f)
+    except (OSError, ValueError):
+      config = None
+    if isinstance(config, dict) and 'objective' in config:
+      return 'pre-training'
+    if isinstance(config, dict) and 'task' in config:
+      return 'fine-tuning search' if config.get('search') else 'fine-tuning'
+  if fs.isfile(fs.join(path, 'comparison.md')):
+    return 'comparison'
+  return None
+
+
+def check_kind(path: str, kind: str, flag: str = '--workdir'):
+  """Refuses (UserError) a workdir that holds a run of another kind than `kind`."""
+  held = kind_of(path)
+  if held is None or held == kind:
+    return
+  hint = {('pre-training', 'fine-tuning'): f' (--init={path} starts it from that pre-training)',
+          ('pre-training', 'fine-tuning search'): f' (--init={path} starts it from that '
+                                                  'pre-training)'}.get((held, kind), '')
+  raise UserError(f'{flag} {path} holds a {held} ({KINDS[held]}), and a {kind} there would '
+                  f'overwrite it; give the {kind} a folder of its own{hint}')
+
+
+@contextlib.contextmanager
+def claim(path: str, kind: str, mode: str = ''):
+  """The workdir `path`, made, for this run of `kind` (a key of KINDS) alone while inside (process
+  0 holds the lock; every process learns whether it got it). A workdir holding another kind of run
+  is refused before anything is written; the kind is recorded on the first claim. A refused run
+  leaves nothing it wrote behind: the record of the kind, and the folder if it made it."""
+  check_kind(path, kind)
+  existed = fs.isdir(path)
+  make(path)
+  held, error, recorded = None, None, None
+  try:
+    if distributed.is_main():
+      try:
+        held = acquire(path, f'{kind}{f" ({mode})" if mode else ""}')
+      except Busy as e:
+        error = e
+    if not distributed.all_agree(error is None, 'workdir_lock'):
+      raise error or Busy(f'process 0 could not lock {path}; see its output')
+    try:
+      check_kind(path, kind)  # (again: another run may have claimed it first)
+      if distributed.is_main() and not fs.exists(fs.join(path, KIND_FILE)):
+        recorded = set(fs.listdir(path)) - {NAME}  # what the run found
+        fs.write_atomic(fs.join(path, KIND_FILE), json.dumps({'kind': kind}))
+      yield held
+    finally:
+      if held is not None:
+        held.release()
+  except UserError:
+    if distributed.is_main():
+      if recorded is not None and set(fs.listdir(path)) - {KIND_FILE, NAME} == recorded:
+        fs.remove(fs.join(path, KIND_FILE))
+      if not existed and fs.isdir(path) and not fs.listdir(path):
+        fs.rmdir(path)
+    raise
