@@ -4,7 +4,11 @@ A mistake the user can fix (unknown config key, bad value, missing file, ...) pr
 `error: <one sentence>` on stderr and exits with status 2; nothing is left half-written.
 """
 
+import difflib
+import errno
 import gc
+import importlib.util
+import inspect
 import os
 import re
 import signal
@@ -14,8 +18,10 @@ import traceback
 from absl import app
 from absl import flags
 from absl import logging
+from ml_collections import config_flags
 
 from electra_jax import Stopped, UserError
+from electra_jax.storage import fs
 
 
 def _explain(error: Exception) -> str:
@@ -50,9 +56,6 @@ def _flag_value(argv: list[str], name: str) -> str | None:
 
 def _load_config(spec: str, name: str):
   """get_config(variant) of the file a --config flag names, or one sentence on what is wrong."""
-  import difflib  # pylint: disable=import-outside-toplevel
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
   path, _, variant = spec.partition(':')
   if not os.path.isfile(path):
     folder = os.path.dirname(path) or '.'
@@ -74,7 +77,6 @@ def _load_config(spec: str, name: str):
   if not callable(getattr(module, 'get_config', None)):
     raise UserError(f'--{name}={spec}: {path} defines no get_config(); a config file returns its '
                     'config from get_config() (see configs/tiny.py)')
-  import inspect  # pylint: disable=import-outside-toplevel
   if variant and not inspect.signature(module.get_config).parameters:
     raise UserError(f'--{name}={spec}: {path} has no variants (its get_config() takes no '
                     f'argument); leave ":{variant}" out')
@@ -140,7 +142,6 @@ def _resolve_overrides(argv: list[str], names: list[str] | None = None,
   section (`--config.disc_weight=50`) becomes its one full path
   (`--config.objective.disc_weight=50`); an unknown field, a field of several sections or a
   value of the wrong type is one sentence naming the fix."""
-  import difflib  # pylint: disable=import-outside-toplevel
   out = list(argv)
   for name in _config_flags() if names is None else names:
     spec = _flag_value(argv, name)
@@ -181,7 +182,6 @@ def define_config_file(name: str, default: str | None, help_text: str):
   """ml_collections' DEFINE_config_file. A flag with a default file reads the command line's
   `--<name>.<field>` overrides as it is defined, so they are checked and completed here first
   (one sentence and exit status 2 for a field the file does not have)."""
-  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
   if default is not None:
     try:
       sys.argv[1:] = _resolve_overrides(sys.argv, [name], {name: default})[1:]
@@ -214,7 +214,6 @@ def _parse(argv):
 
 def storage_error(e: OSError, path: str | None = None) -> str:
   """One sentence for a file-system error about a local path or a bucket, naming the fix."""
-  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   path = path or e.filename or ''
   where = fs.bucket(path)
   reason = e.strerror or str(e)
@@ -240,7 +239,6 @@ def check_paths(*paths):
   """One sentence and exit 2 when a bucket among `paths` (strings or configs, whose string fields
   are looked at) cannot be used: no credentials, no such bucket. Checked before anything is
   written; each bucket once."""
-  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   seen = set()
   for path in (s for p in paths for s in _strings(p)):
     if fs.remote(path) and fs.bucket(path) not in seen:
@@ -267,7 +265,6 @@ def require_config(config, kind: str, flag: str = '--config'):
 def out_folder(path: str, flag: str = '--out'):
   """Makes the output folder `path` of a command, or one sentence on why it cannot be (a file is
   there, it cannot be written)."""
-  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   if fs.exists(path) and not fs.isdir(path):
     raise UserError(f'{flag} {path} is a file; give a folder (new, or one to write into)')
   try:
@@ -291,8 +288,8 @@ def exit_now(code: int, together: bool = False):
       stream.flush()
     except (OSError, ValueError):
       pass
-  if (code == 0 or together) and 'jax' in sys.modules:
-    import jax  # pylint: disable=import-outside-toplevel
+  jax = sys.modules.get('jax')  # (a command that never needed JAX does not load it to exit)
+  if (code == 0 or together) and jax is not None:
     try:
       if jax.process_count() > 1:
         jax.distributed.shutdown()
@@ -304,33 +301,6 @@ def exit_now(code: int, together: bool = False):
     except Exception:  # pylint: disable=broad-except
       pass
   os._exit(code)  # pylint: disable=protected-access
-
-
-def compile_for_topology(name: str, num_slices: int, config, finetune_init: str | None = None):
-  """--topology: compiles the run of `config` for a Cloud TPU slice on this machine (JAX on the CPU,
-  XLA's TPU compiler from libtpu; compiling.compile_for_topology / finetune's) and reports."""
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  if 'jax' not in sys.modules:  # no accelerator of this machine is touched
-    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-  os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
-  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
-  try:
-    slice_ = topology.parse(name, num_slices)
-  except ValueError as e:
-    raise UserError(str(e)) from None
-  if importlib.util.find_spec('libtpu') is None:
-    raise UserError('--topology compiles with the TPU compiler, which is not installed; '
-                    'pip install -e ".[tpu]" (jax[tpu] brings libtpu)')
-  log = lambda line: print(line, flush=True)
-  try:
-    if finetune_init is None:
-      from electra_jax.train import compiling  # pylint: disable=import-outside-toplevel
-      compiling.compile_for_topology(config, slice_, log)
-    else:
-      from electra_jax.finetune import topology as finetune_topology  # pylint: disable=import-outside-toplevel
-      finetune_topology.compile_for_topology(config, slice_, log)
-  except ValueError as e:
-    raise UserError(str(e)) from None
 
 
 def fewer_collections():
@@ -354,10 +324,9 @@ def quiet_tpu_runtime():
   """On a machine without TPU chips where libtpu is installed (the .[tpu] extra), JAX still loads
   it, and it prints a page of warnings about the TPU environment it cannot find before JAX goes on
   with the CPU or GPU. One host's settings keep it quiet; no TPU exists to use either way."""
-  import importlib.util  # pylint: disable=import-outside-toplevel
   if os.environ.get('JAX_PLATFORMS') or importlib.util.find_spec('libtpu') is None:
     return
-  try:
+  try:  # JAX's own TPU probe, loaded only where libtpu is installed (a private module: may go)
     from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
     chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
   except (ImportError, AttributeError):  # another JAX: its own warnings stay
@@ -386,8 +355,6 @@ def run(main):
       print(f'error: {e}', file=sys.stderr)
       exit_now(2)
     except OSError as e:  # a bucket or a file out of reach: one sentence, not a traceback
-      import errno  # pylint: disable=import-outside-toplevel
-      from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
       if e.filename and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         print(f'error: {e.filename}: {e.strerror.lower()}; choose a place this user can write to '
               '(or read, for an input)', file=sys.stderr)

@@ -50,7 +50,14 @@ def main(argv):
       raise cli.UserError('--topology compiles a fine-tuning for a slice: give its --config and the '
                           '--init whose model it fine-tunes')
     config.init = _INIT.value
-    return cli.compile_for_topology(_TOPOLOGY.value, _NUM_SLICES.value, config, _INIT.value)
+    from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
+    try:
+      slice_ = topology.for_compiling(_TOPOLOGY.value, _NUM_SLICES.value)
+      from electra_jax.finetune import topology as finetune_topology  # pylint: disable=import-outside-toplevel
+      return finetune_topology.compile_for_topology(config, slice_,
+                                                    lambda line: print(line, flush=True))
+    except ValueError as e:
+      raise cli.UserError(str(e)) from None
   from electra_jax.finetune import config as config_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   cli.check_paths(_WORKDIR.value, _INIT.value)

@@ -41,8 +41,15 @@ def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
   cli.require_config(_CONFIG.value, 'pre-training')
-  if _TOPOLOGY.value:
-    return cli.compile_for_topology(_TOPOLOGY.value, _NUM_SLICES.value, _CONFIG.value)
+  if _TOPOLOGY.value:  # compiled for the slice here, nothing trained
+    from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
+    try:
+      slice_ = topology.for_compiling(_TOPOLOGY.value, _NUM_SLICES.value)
+      from electra_jax.train import compiling  # pylint: disable=import-outside-toplevel
+      return compiling.compile_for_topology(_CONFIG.value, slice_,
+                                            lambda line: print(line, flush=True))
+    except ValueError as e:
+      raise cli.UserError(str(e)) from None
   import time  # pylint: disable=import-outside-toplevel
   print(time.strftime('%H:%M:%S ') + f'pre-training in {_WORKDIR.value}: starting JAX and '
         'reading the data', flush=True)

@@ -17,8 +17,8 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
 from electra_jax.finetune import files
 from electra_jax.finetune import heads
-from electra_jax.finetune import kinds
 from electra_jax.finetune import pretrained as pretrained_lib
+from electra_jax.finetune import registry
 from electra_jax.finetune import run
 from electra_jax.finetune import scores
 from electra_jax.finetune import tasks as tasks_lib
@@ -180,7 +180,7 @@ def test_encode_lays_out_cls_a_sep_b_sep_and_doubles_swapped_pairs():
   tok = _Tokenizer()
   task = tasks_lib.Task('t', 'classification', ('no', 'yes'), ('accuracy',), swap_pairs=True)
   examples = [tasks_lib.Example('a bb', 'ccc', 'yes'), tasks_lib.Example('dddd ' * 9, None, 'no')]
-  out = kinds.get('classification').encode(task, examples, tok, 8, train=True)
+  out = registry.get('classification').encode(task, examples, tok, 8, train=True)
   assert len(out) == 3 and out.truncated == 1
   np.testing.assert_array_equal(out.input_ids[0], [2, 11, 12, 3, 13, 3, 0, 0])
   np.testing.assert_array_equal(out.segment_ids[0], [0, 0, 0, 0, 1, 1, 0, 0])
@@ -209,7 +209,7 @@ def test_own_files_become_a_task(tmp_path, ext):
                  ['review', 'other', 'stars'])
   cfg = config_lib.default_config().task
   cfg.update(name='own', train=train, text_a='review', label='stars')
-  task, splits = tasks_lib.load(cfg)
+  task, splits = registry.load(cfg)
   assert task.labels == ('neg', 'pos') and task.metrics == ('accuracy', 'f1')
   assert splits['train'][0] == tasks_lib.Example('good film', None, 'pos')
 
@@ -225,22 +225,22 @@ def test_files_without_a_header_take_columns_by_position_and_tasks_are_named_by_
   # The default header=True reads the first data row as column names: the error says so.
   with pytest.raises(ValueError, match=r"no column 'text': its first row \(3, Markets fell, Stocks "
                      r"dropped today\) names the columns; .*set task.header=False"):
-    tasks_lib.load(cfg)
+    registry.load(cfg)
   cfg.update(header=False)
   with pytest.raises(ValueError, match=r"task.header is False, so task.text_a must be a column "
                      r"position \(0, 1, ... of the 3 in"):
-    tasks_lib.load(cfg)
+    registry.load(cfg)
   cfg.update(text_a='1', text_b='2', label='0')
-  task, splits = tasks_lib.load(cfg)
+  task, splits = registry.load(cfg)
   assert task.name == 'news_topics' and task.labels == ('1', '3')
   assert splits['train'][:2] == [tasks_lib.Example('Markets fell', 'Stocks dropped today', '3'),
                                  tasks_lib.Example('Team wins', 'A late goal', '1')]
   cfg.update(label='7')
   with pytest.raises(ValueError, match=r"has no column 7 \(its number of fields: 3\)"):
-    tasks_lib.load(cfg)
+    registry.load(cfg)
   cfg.update(label='label', train=_write(tmp_path / 'reviews.tsv', [('a', 'pos'), ('b', 'neg')],
                                      ['text', 'label']), header=True, text_a='text', text_b='')
-  assert tasks_lib.load(cfg)[0].name == 'reviews'
+  assert registry.load(cfg)[0].name == 'reviews'
 
 
 def test_a_labelled_test_file_is_scored_and_max_train_examples_keeps_a_fixed_subset(tmp_path):
@@ -250,16 +250,16 @@ def test_a_labelled_test_file_is_scored_and_max_train_examples_keeps_a_fixed_sub
   cfg.update(name='own', train=_write(tmp_path / 'train.csv', rows, cols),
              test=_write(tmp_path / 'test.csv', rows[:4], cols), max_train_examples=6)
   lines = []
-  task, splits = tasks_lib.load(cfg, log=lines.append)
+  task, splits = registry.load(cfg, log=lines.append)
   assert task.test_splits == ('test',) and [e.label for e in splits['test']] == [
       'neg', 'pos', 'neg', 'pos']
   assert lines == ['train: 6 of 10 examples used (task.max_train_examples)']
   kept = [int(e.text_a.split()[1]) for e in splits['train']]
   assert len(kept) == 6 and kept == sorted(kept)  # the file's order
-  assert [e.text_a for e in tasks_lib.load(cfg, log=_quiet)[1]['train']] == [
+  assert [e.text_a for e in registry.load(cfg, log=_quiet)[1]['train']] == [
       e.text_a for e in splits['train']]  # the same subset every time
   cfg.update(test=_write(tmp_path / 'unlabelled.csv', [('x',), ('y',)], ['text']))
-  task, splits = tasks_lib.load(cfg, log=_quiet)
+  task, splits = registry.load(cfg, log=_quiet)
   assert task.test_splits == () and splits['test'][0].label is None
 
 
@@ -273,7 +273,7 @@ def test_labels_are_read_as_meant(tmp_path):
   (tmp_path / 'test.csv').write_text('text,label\nx,\ny, \n')  # the column kept, empty
   cfg.update(name='own', train=str(train), test=str(tmp_path / 'test.csv'))
   lines = []
-  task, splits = tasks_lib.load(cfg, log=lines.append)
+  task, splits = registry.load(cfg, log=lines.append)
   assert task.labels == ('POS', 'neg', 'pos') and task.test_splits == ()
   assert [e.label for e in splits['test']] == [None, None]
   assert lines == [f"warning: {train}: labels that differ only in case are different classes: "
@@ -282,7 +282,7 @@ def test_labels_are_read_as_meant(tmp_path):
   jsonl.write_text('{"text": "a", "label": 1}\n{"text": "b", "label": "1"}\n'
                    '{"text": "c", "label": 1.0}\n{"text": "d", "label": " 2 "}\n')
   cfg.update(train=str(jsonl), test='')
-  task, splits = tasks_lib.load(cfg, log=lines.append)
+  task, splits = registry.load(cfg, log=lines.append)
   assert task.labels == ('1', '2') and [e.label for e in splits['train']] == ['1', '1', '1', '2']
   cases = [  # (file, its text, kind, test split?, the error)
       ('empty.csv', 'text,label\na,pos\nb,\nc,neg\nd, \n', 'classification', False,
@@ -340,7 +340,7 @@ def test_bad_task_data_is_one_sentence(tmp_path, case, message):
   elif case == 'missing_file':
     cfg.train = str(tmp_path / 'nope.csv')
   with pytest.raises((ValueError, FileNotFoundError), match=message):
-    tasks_lib.load(cfg)
+    registry.load(cfg)
 
 
 def test_glue_loads_through_tfds_with_labels_names_and_unlabelled_test():
@@ -509,7 +509,7 @@ def test_glue_tsv_folders_are_read_with_their_quirks(tmp_path):
     (sst / f'{name}.tsv').write_text('sentence\tlabel\nit is good .\t1\nit is bad .\t0\n')
   cfg = config_lib.default_config().task
   cfg.update(name='sst2', glue_dir=str(tmp_path))
-  task, splits = tasks_lib.load(cfg, log=_quiet)
+  task, splits = registry.load(cfg, log=_quiet)
   assert task.test_splits == ('test',) and task.dev_splits == ('dev',)
   assert splits['test'] == [tasks_lib.Example('it is good .', None, '1', 0),
                             tasks_lib.Example('it is bad .', None, '0', 1)]
@@ -536,11 +536,11 @@ def test_glue_test_predictions_are_leaderboard_files(tmp_path):
   task = tasks_lib.glue_task('mnli')
   examples = [tasks_lib.Example('a', 'b', None, 12), tasks_lib.Example('c', 'd', None, 13)]
   logits = np.array([[0.0, 0.0, 5.0], [9.0, 0.0, 0.0]])
-  path = kinds.get('classification').write_predictions(task, 'test_mismatched', logits, examples,
+  path = registry.get('classification').write_predictions(task, 'test_mismatched', logits, examples,
                                                        str(tmp_path))
   assert os.path.basename(path) == 'MNLI-mm.tsv'
   assert open(path).read() == 'index\tprediction\n12\tcontradiction\n13\tentailment\n'
-  path = kinds.get('regression').write_predictions(tasks_lib.glue_task('stsb'), 'test',
+  path = registry.get('regression').write_predictions(tasks_lib.glue_task('stsb'), 'test',
                                                    np.array([[0.5]]), examples[:1], str(tmp_path))
   assert open(path).read() == 'index\tprediction\n12\t2.500\n'
 
@@ -695,7 +695,7 @@ def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module(
   assert tasks_lib.load_builtin_topic(seed=1)['dev'] != splits['dev']
   cfg = config_lib.default_config().task
   cfg.update(name='builtin_topic', max_train_examples=500)
-  task, again = tasks_lib.load(cfg, log=_quiet)
+  task, again = registry.load(cfg, log=_quiet)
   assert task.labels == tuple(tasks_lib.TOPICS) and task.test_splits == ('test',)
   assert again['train'] == splits['train'][:500] and again['dev'] == splits['dev']
 
@@ -763,7 +763,7 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
     tagging.read_conll(path, column=1)
   cfg = config_lib.default_config().task
   cfg.update(name='own', kind='tagging', train=path)
-  task, splits = tasks_lib.load(cfg)
+  task, splits = registry.load(cfg)
   assert task.labels == ('O', 'B-PLACE', 'E-PLACE', 'I-PLACE') and task.kind == 'tagging'
   assert splits['train'][0].label == ('B-PLACE', 'I-PLACE', 'E-PLACE', 'O')
   (tmp_path / 'bad.txt').write_text('word\n')
@@ -774,7 +774,7 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
     tagging.read_conll(str(tmp_path / 'bad.txt'))
   cfg.dev = _write_conll(tmp_path / 'dev.txt', [(['cat'], ['B-ANIMAL'])])
   with pytest.raises(ValueError, match=r"the dev data has tag\(s\) \['S-ANIMAL'\] never seen"):
-    tasks_lib.load(cfg)
+    registry.load(cfg)
 
 
 def test_encode_tagged_puts_each_tag_on_the_first_sub_token_and_cuts_long_sentences():
@@ -985,8 +985,8 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
   assert summary['median']['dev/accuracy'] > 0.5, lines
   # The same start, in pieces: the head placed in the model gives the linear model's logits.
   pre = pretrained_lib.for_finetuning(cfg, 'train', _quiet)
-  task, splits = tasks_lib.load(cfg.task, pre.config, _quiet)
-  kind = kinds.get(task.kind)
+  task, splits = registry.load(cfg.task, pre.config, _quiet)
+  kind = registry.get(task.kind)
   tokenizer = tokenizer_lib.load_tokenizer(pre.vocab, lower_case=pre.lower_case)
   data = {s: kind.encode(task, e, tokenizer, 32, s == 'train', cfg) for s, e in splits.items()}
   mesh = partitioning.make_mesh()

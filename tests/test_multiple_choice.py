@@ -15,9 +15,9 @@ from electra_jax import UserError
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import heads
-from electra_jax.finetune import kinds
 from electra_jax.finetune import multiple_choice
 from electra_jax.finetune import pretrained as pretrained_lib
+from electra_jax.finetune import registry
 from electra_jax.finetune import run
 from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.tools import export as export_lib
@@ -42,7 +42,7 @@ def test_each_candidate_is_encoded_as_a_pair_with_the_context():
   task = tasks_lib.Task('t', 'multiple_choice', ('0', '1'), ('accuracy',))
   examples = [tasks_lib.Example('a bb', ('ccc', 'dddd eeeee'), '1'),
               tasks_lib.Example('ffffff', ('g', 'hh'), None)]
-  out = kinds.get('multiple_choice').encode(task, examples, _Tokenizer(), 8, train=True)
+  out = registry.get('multiple_choice').encode(task, examples, _Tokenizer(), 8, train=True)
   assert out.input_ids.shape == (2, 2, 8) and len(out) == 2
   np.testing.assert_array_equal(out.input_ids[0, 0], [2, 11, 12, 3, 13, 3, 0, 0])
   np.testing.assert_array_equal(out.input_ids[0, 1], [2, 11, 12, 3, 14, 15, 3, 0])

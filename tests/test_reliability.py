@@ -737,21 +737,20 @@ def test_files_are_read_exactly_as_written_or_refused_with_the_row(tmp_path):
 
 def test_regression_targets_are_scaled_by_their_range_and_one_value_is_refused(tmp_path):
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import registry  # pylint: disable=import-outside-toplevel
   train = tmp_path / 'train.csv'
   train.write_text('text,price\na,100000\nb,900000\nc,500000\n')
   cfg = ft_config.default_config().task
   cfg.update(name='own', kind='regression', train=str(train), label='price')
-  task, splits = tasks_lib.load(cfg, log=_quiet)
-  kind = kinds.get('regression')
+  task, splits = registry.load(cfg, log=_quiet)
+  kind = registry.get('regression')
   targets = kind.targets(task, splits['train'])
   np.testing.assert_allclose(targets, [0.0, 1.0, 0.5])
   np.testing.assert_allclose(kind.predictions(task, targets[:, None]), [100_000, 900_000, 500_000])
   train.write_text('text,price\na,3\nb,3.0\nc, 3\n')
   with pytest.raises(ValueError, match=r'^every target of the train data is 3; a regression task '
                                        'needs at least 2 distinct values$'):
-    tasks_lib.load(cfg, log=_quiet)
+    registry.load(cfg, log=_quiet)
 
 
 def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):

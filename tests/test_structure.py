@@ -1,6 +1,8 @@
-"""The package's shape: no import cycles, each module importable alone, one TensorFlow importer,
-no module over 400 lines and no function longer than a screen, a fine-tuning task's kind named only
-in its own module, a fine-tuning driver of at most 250 lines, the config declared once."""
+"""The package's shape: wings that import only the wings below them, imports at the top of each
+module (but for the few heavy or optional libraries named here), no import cycles (registries are
+tables of imported modules, so their loops show), each module importable alone, one TensorFlow
+importer, no function longer than a screen, a fine-tuning task's kind named only in its own
+module, the config declared once."""
 
 import ast
 import os
@@ -8,6 +10,7 @@ import subprocess
 import sys
 
 from conftest import ROOT
+from electra_jax.finetune import registry
 
 PACKAGE = os.path.join(ROOT, 'electra_jax')
 TF_OWNER = 'electra_jax.storage.tf_import'
@@ -89,6 +92,58 @@ def _python(script: str):
                         env={**os.environ, 'PYTHONPATH': ROOT}, timeout=600, check=False)
 
 
+# The wings, lowest first: each imports only wings before it (and itself); the package's
+# __init__ (UserError, Stopped) is below them all, cli.py above them all.
+WINGS = ('storage', 'config', 'data', 'model', 'objectives', 'convert', 'hardware', 'train',
+         'finetune', 'tools', 'cli')
+
+# Imports that stay inside functions, each for a reason: heavy libraries a run may never need
+# (TensorFlow, behind storage/tf_import.py; scikit-learn for the TF-IDF baseline; matplotlib to
+# draw), the test extra (torch, transformers), JAX's TPU probe (loaded only where libtpu is), and
+# the one name the config package computes when asked for (PEP 562).
+LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'matplotlib', 'torch', 'transformers',
+        'jax._src.hardware_utils', 'electra_jax.config.pretraining')
+
+
+def _wing(module: str) -> str | None:
+  parts = module.split('.')
+  return parts[1] if len(parts) > 1 and parts[0] == 'electra_jax' else None
+
+
+def test_each_wing_imports_only_the_wings_below_it():
+  rank = {w: i for i, w in enumerate(WINGS)}
+  modules = _modules()
+  assert {_wing(m) for m in modules} - {None} == set(WINGS), sorted({_wing(m) for m in modules})
+  upward = sorted(f'{name}:{line} -> {m}' for name, path in modules.items()
+                  for m, line in _imports(path, modules)
+                  if m in modules and _wing(name) and _wing(m)
+                  and rank[_wing(m)] > rank[_wing(name)])
+  assert not upward, f'imports into a wing above: {upward}'
+  # What it looks for: a model module importing the training loop is found.
+  planted = ast.parse('from electra_jax.train import loop\n')
+  found = [(n.module, n.names[0].name) for n in ast.walk(planted) if isinstance(n, ast.ImportFrom)]
+  assert rank[_wing(f'{found[0][0]}.{found[0][1]}')] > rank['model']
+
+
+def test_imports_are_at_the_top_of_each_module():
+  lazy = []
+  for name, path in _modules().items():
+    tree = ast.parse(open(path).read())
+    top = {id(n) for n in tree.body} | {id(n) for t in tree.body if isinstance(t, ast.Try)
+                                        for n in t.body}
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in top:
+        names = ([f'{node.module}.{a.name}' for a in node.names]
+                 if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
+        for imported in names:
+          if not any(imported == m or imported.startswith(m + '.') for m in LAZY):
+            lazy.append(f'{name}:{node.lineno} {imported}')
+      if (isinstance(node, ast.Call) and ast.unparse(node.func).endswith('import_module')
+          and 'electra_jax' in ast.unparse(node)):
+        lazy.append(f'{name}:{node.lineno} {ast.unparse(node)}')  # a registry loading modules
+  assert not lazy, f'imports inside functions (move them to the top of the module): {lazy}'
+
+
 def test_every_module_imports_alone():
   """Each module imported first, in a fresh state of the package (a child process, with the
   third-party libraries loaded once): nothing depends on what was imported before it."""
@@ -133,12 +188,11 @@ def _names_a_kind(node, kinds: set) -> bool:
 
 def test_no_branch_on_a_task_kind_outside_its_module():
   """Comparisons with a fine-tuning task kind's name ('regression', 'qa', ...) happen only in the
-  kind's module (finetune/kinds.REGISTRY) and the registry: the driver, the loaders, the export
+  kind's module (finetune/registry.KINDS) and the registry: the driver, the loaders, the export
   and the baseline ask the kind object."""
-  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
-  names = set(kinds.REGISTRY)
-  owners = {f'electra_jax.finetune.{m}' for m in kinds.REGISTRY.values()} | {
-      'electra_jax.finetune.kinds'}
+  names = set(registry.KINDS)
+  owners = {type(k).__module__ for k in registry.KINDS.values()} | {
+      'electra_jax.finetune.kinds', 'electra_jax.finetune.registry'}
   found = []
   for name, path in _modules().items():
     if name in owners:

@@ -7,6 +7,11 @@ The generator shares the embedding table (and the decoder is that table, as in H
 """
 
 
+import json
+
+from safetensors.numpy import load
+from safetensors.numpy import save
+import jax
 import numpy as np
 
 from electra_jax.model import electra as model_lib
@@ -95,7 +100,6 @@ def from_hf(states: dict[str, dict], cfg: model_lib.ModelConfig, fill=None) -> d
   parameters), the heads and the generator may come from it instead (FILLABLE). A parameter left
   over, a missing name or another shape is an error naming it.
   """
-  import jax  # pylint: disable=import-outside-toplevel
   shapes = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
   params = _unfreeze(shapes)
   filled = set()
@@ -174,10 +178,8 @@ def hf_config(cfg: model_lib.ModelConfig, network: str) -> dict:
 
 def save_folder(folder: str, state: dict[str, np.ndarray], config: dict):
   """Writes `config.json` and `model.safetensors` (float32) into `folder`."""
-  import json  # pylint: disable=import-outside-toplevel
   state = {k: np.ascontiguousarray(v, np.float32) for k, v in state.items()
            if k != 'generator_lm_head.weight'}  # tied to the word embeddings, as HF saves it
-  from safetensors.numpy import save  # pylint: disable=import-outside-toplevel
   fs.write_atomic(fs.join(folder, 'model.safetensors'), save(state, metadata={'format': 'pt'}))
   fs.write_atomic(fs.join(folder, 'config.json'),
                   json.dumps({**config, 'torch_dtype': 'float32'}, indent=2))
@@ -200,7 +202,6 @@ def read_folder(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
                      'not ELECTRA; give an ELECTRA discriminator or generator folder')
   weights = fs.join(folder, 'model.safetensors')
   if fs.isfile(weights):
-    from safetensors.numpy import load  # pylint: disable=import-outside-toplevel
     try:
       state = load(fs.read_bytes(weights))
     except Exception as e:  # pylint: disable=broad-except  (safetensors' SafetensorError)

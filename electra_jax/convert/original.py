@@ -14,6 +14,7 @@ the config's, by default width / 64 as in every released model.
 
 import re
 
+import jax
 import numpy as np
 
 from electra_jax.convert import hf
@@ -107,7 +108,6 @@ def model_fields(shapes: dict[str, tuple], prefix: str = 'the checkpoint') -> di
 def read_params(prefix: str, cfg: model_lib.ModelConfig, fill=None) -> dict:
   """Our parameter tree from the checkpoint; the heads and generator it lacks come from `fill`
   (hf.FILLABLE; else an error names them). Another shape than `cfg`'s is an error naming it."""
-  import jax  # pylint: disable=import-outside-toplevel
   tf = tf_import.tensorflow()
   reader = tf.train.load_checkpoint(prefix)
   stored = reader.get_variable_to_shape_map()

@@ -14,6 +14,8 @@ SentencePiece reader treats it as ordinary characters.
 
 import json
 
+from tokenizers import AddedToken, Tokenizer, processors
+
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.storage import fs
 
@@ -22,13 +24,11 @@ _SPECIAL_FIELDS = {'pad_token': '[PAD]', 'unk_token': '[UNK]', 'cls_token': '[CL
 
 
 def _wordpiece_tokenizer(ours: tokenizer_lib.WordPieceTokenizer):
-  from tokenizers import Tokenizer  # pylint: disable=import-outside-toplevel
   return Tokenizer.from_str(ours._tok._tokenizer.to_str())  # a copy  # pylint: disable=protected-access
 
 
 def hf_tokenizer(ours):
   """A `tokenizers.Tokenizer` with our ids, [CLS]/[SEP] templates and special tokens."""
-  from tokenizers import AddedToken, Tokenizer, processors  # pylint: disable=import-outside-toplevel
   if isinstance(ours, tokenizer_lib.WordPieceTokenizer):
     tok = _wordpiece_tokenizer(ours)
   else:  # the very tokenizer we encode with (tokenizer.unigram_tokenizer), a copy

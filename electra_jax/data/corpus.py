@@ -12,6 +12,7 @@ docstrings, read from the sources with `ast`, never imported): about 2 MB of Eng
 wherever Python is, so a first run needs no download.
 """
 
+from pydoc_data import topics
 import ast
 import dataclasses
 import functools
@@ -26,6 +27,7 @@ import zlib
 from typing import Iterator
 
 from electra_jax.storage import fs
+from electra_jax.storage import tf_import
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"\'(\[])')
 _SKIP_DIRS = {'site-packages', 'dist-packages', 'test', 'tests', 'idlelib', 'lib2to3', 'turtledemo',
@@ -86,7 +88,6 @@ def builtin_documents() -> list[list[str]]:
 @functools.lru_cache(maxsize=1)
 def _builtin_documents() -> tuple[tuple[str, ...], ...]:
   """Parsed once per process (about 5 s of `ast` work, 2 MB kept)."""
-  from pydoc_data import topics  # pylint: disable=import-outside-toplevel
   docs = [text_to_sentences(topics.topics[k]) for k in sorted(topics.topics)]
   docs.extend(d for _, d in builtin_module_documents())
   return tuple(tuple(d) for d in docs if d)
@@ -303,7 +304,6 @@ def file_lines(files: list[str], report: ReadReport | None = None,
 def _tfds_documents(name: str, split: str, text_field: str, data_dir: str | None,
                     report: ReadReport) -> Iterator[list[str]]:
   """One document per example of a TFDS dataset, from its `text_field`."""
-  from electra_jax.storage import tf_import  # pylint: disable=import-outside-toplevel
   tfds = tf_import.datasets()
   dataset = tf_import.tfds_load(name, split, data_dir, 'set TFDS_DATA_DIR=DIR',
                                shuffle_files=False)

@@ -18,6 +18,9 @@ import os
 import re
 from typing import Iterable, Iterator, Sequence
 
+from sentencepiece import sentencepiece_model_pb2
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers.implementations import BertWordPieceTokenizer
 import sentencepiece as spm
 
 from electra_jax.storage import fs
@@ -51,8 +54,6 @@ def unigram_tokenizer(proto, path: str = ''):
   prefix. It is what electra_jax encodes with and what an export writes as tokenizer.json, so HF
   transformers gives our ids; it splits text as SentencePiece's own encoder does but for ties
   between segmentations of equal score (runs of '=', '_'), which the two order differently."""
-  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
-  from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers  # pylint: disable=import-outside-toplevel
   if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
     raise ValueError(f'{path} is not a unigram SentencePiece model; only unigram vocabularies '
                      '(what electra_jax trains) are read')
@@ -95,7 +96,6 @@ class SentencePieceTokenizer:
                        'train it with launch/train.py (or tokenizer.train_sentencepiece)')
     self.special = SpecialIds(*ids)
     self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
-    from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
     self.unigram = unigram_tokenizer(sentencepiece_model_pb2.ModelProto.FromString(data),
                                      model_path)
     self._batch = getattr(self.unigram, 'encode_batch_fast', self.unigram.encode_batch)
@@ -217,7 +217,6 @@ class WordPieceTokenizer:
     if not fs.isfile(vocab_path):
       raise FileNotFoundError(f'vocabulary file {vocab_path} does not exist; give the path of a '
                               'WordPiece vocab.txt or a SentencePiece .model file')
-    from tokenizers.implementations import BertWordPieceTokenizer  # pylint: disable=import-outside-toplevel
     data = fs.read_bytes(vocab_path)
     vocab = [line.rstrip('\r') for line in data.decode('utf-8').split('\n')]
     if vocab and vocab[-1] == '':

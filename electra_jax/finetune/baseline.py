@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from electra_jax.finetune import kinds
+from electra_jax.finetune import registry
 from electra_jax.finetune import scores
 
 _PAIR = ' qqsepqq '  # joins a pair's texts: a word no text holds
@@ -26,7 +26,7 @@ def _texts(examples) -> list[str]:
 
 
 def _numbers(task) -> bool:
-  return kinds.get(task.kind).baseline == 'numbers'
+  return registry.get(task.kind).baseline == 'numbers'
 
 
 def _targets(task, examples) -> np.ndarray:
@@ -38,6 +38,7 @@ def _targets(task, examples) -> np.ndarray:
 
 def features():
   """The TF-IDF feature extractor (scikit-learn), not yet fitted."""
+  # scikit-learn takes 0.8 s to import: loaded where the baseline is computed, not by every run
   from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=import-outside-toplevel
   from sklearn.pipeline import FeatureUnion  # pylint: disable=import-outside-toplevel
   return FeatureUnion([
@@ -75,7 +76,7 @@ def fit(task, train: list):
 def tfidf(task, splits: dict) -> dict | None:
   """{split: {metric: value}} of the baseline on the task's dev and labelled test splits; None
   for a task it does not apply to (its kind's `baseline` is '') or without a train split."""
-  if not kinds.get(task.kind).baseline or 'train' not in splits:
+  if not registry.get(task.kind).baseline or 'train' not in splits:
     return None
   scored = [s for s in task.dev_splits + task.test_splits if s in splits and splits[s]]
   if not scored:
@@ -92,7 +93,7 @@ def tfidf(task, splits: dict) -> dict | None:
 def reported(task, splits: dict, log) -> dict | None:
   """`tfidf`, its scores and time logged in one line (None, and nothing logged, where it does
   not apply)."""
-  if not kinds.get(task.kind).baseline or not any(s in splits for s in task.dev_splits +
+  if not registry.get(task.kind).baseline or not any(s in splits for s in task.dev_splits +
                                                   task.test_splits):
     return None  # (nothing to score it on)
   t = time.time()

@@ -9,6 +9,8 @@ import jax
 import numpy as np
 
 from electra_jax.finetune import kinds
+
+from electra_jax.finetune import registry
 from electra_jax.train import partitioning
 
 
@@ -59,7 +61,7 @@ def train_batches(arrays: dict, n: int, batch_size: int, seed: int, start: int, 
 
 def split_scores(cfg, task, model, params, data: dict, splits: dict, mesh, names=None) -> dict:
   """{split: scores} of the dev splits, or of the splits `names` (labelled test splits)."""
-  kind = kinds.get(task.kind)
+  kind = registry.get(task.kind)
   return {split: kind.scores(task, predict(model, params, data[split], cfg.eval_batch_size, mesh),
                             data[split], splits[split], cfg)
           for split in (task.dev_splits if names is None else names) if split in data}

@@ -12,13 +12,13 @@ from electra_jax import UserError, user_errors
 from electra_jax.config import fields
 from electra_jax.config.fields import Field as F, Section, at_least, inside, one_of, positive, rule
 from electra_jax.finetune import heads
+from electra_jax.finetune import registry
 from electra_jax.storage import fs
 from electra_jax.train import partitioning
 
 
 def _kind(name):
-  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
-  return kinds.unknown(name)
+  return registry.unknown(name)
 
 
 POOLINGS = ('cls', 'mean')
@@ -42,7 +42,7 @@ TASK = Section(doc='the task: a named benchmark or your own files', fields=dict(
     text_b=F('', "a second text column for pair tasks ('' = single text)"),
     label=F('label', 'the label column'),
     kind=F('classification', "'classification' (names), 'regression' (numbers), 'tagging' "
-           "(CoNLL), 'multiple_choice' (a context and candidates): finetune/kinds.py's registry",
+           "(CoNLL), 'multiple_choice' (a context and candidates): finetune/registry.py's table",
            _kind),
     choices=F('', "multiple choice: the candidates' columns, comma separated (the label: the "
               "right one's index, 0 first)"),

@@ -1,9 +1,9 @@
-"""Kinds of fine-tuning task: each is one module under electra_jax/finetune/ defining `KIND`, an
-object with the interface below, and one line of `REGISTRY`. The driver (run.py), the export
-(convert/export.py), the loaders (tasks.py) and the baseline ask the task's kind; none of them
-names a kind.
+"""The interface of a kind of fine-tuning task. Each kind is one module under electra_jax/finetune/
+defining `KIND`, an object of a subclass of `Kind`, and one entry of registry.py's table. The
+driver (run.py), the export (tools/export.py), the loaders and the baseline ask the task's kind;
+none of them names a kind.
 
-    kind = kinds.get(task.kind)
+    kind = registry.get(task.kind)
     kind.encode(task, examples, tokenizer, max_len, train, cfg)  -> encoded arrays (`.arrays()`)
     kind.model(model_cfg, task, cfg, rate)                       -> the encoder with the head
     kind.loss(params, batch, rng, deterministic, model=, task=)  -> (loss, metrics)
@@ -13,21 +13,10 @@ names a kind.
     kind.in_units(state, meta)           -> that state dict with outputs in the labels' own units
 """
 
-import importlib
-
 import jax
 import jax.numpy as jnp
 
 from electra_jax import UserError
-
-# name (task.kind) -> the module of electra_jax/finetune/ that defines it as KIND
-REGISTRY = {
-    'classification': 'classification',
-    'regression': 'regression',
-    'tagging': 'tagging',
-    'qa': 'qa',
-    'multiple_choice': 'multiple_choice',
-}
 
 INPUTS = ('input_ids', 'segment_ids', 'input_mask')
 
@@ -43,9 +32,9 @@ class Kind:
   init_shape = (1, 8)  # of the token ids the model is initialized on
 
   def load(self, cfg, log=print):
-    """(task, {split: examples}) of your own files task.train / dev / test."""
-    raise ValueError(f'task.kind={self.name!r} reads no files of your own; use '
-                     f'{", ".join(k for k in REGISTRY if get(k).own_data)}')
+    """(task, {split: examples}) of your own files task.train / dev / test (kinds whose
+    `own_data` says what such files hold)."""
+    raise NotImplementedError
 
   def model(self, model_cfg, task, cfg, rate: float):
     raise NotImplementedError
@@ -116,22 +105,3 @@ class Kind:
   def compared(self, mask):
     """Which outputs an export check compares (all; per-token heads: the real tokens)."""
     return slice(None)
-
-
-def unknown(name: str) -> str | None:
-  """None for a registered kind; else what to use instead (the kinds of your own files)."""
-  if name in REGISTRY:
-    return None
-  own = [k for k in REGISTRY if _module(k).KIND.own_data]
-  return f'use {", ".join(map(repr, own[:-1]))} or {own[-1]!r}'
-
-
-def get(name: str) -> Kind:
-  """The kind registered as `name`; ValueError naming the kinds otherwise."""
-  if unknown(name):
-    raise ValueError(f'task.kind is {name!r}; {unknown(name)}')
-  return _module(name).KIND
-
-
-def _module(name: str):
-  return importlib.import_module(f'electra_jax.finetune.{REGISTRY[name]}')

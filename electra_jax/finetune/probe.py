@@ -24,7 +24,7 @@ import numpy as np
 
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
-from electra_jax.finetune import kinds
+from electra_jax.finetune import registry
 
 _FITTED = {}  # the last fit, by its features and targets
 
@@ -60,7 +60,7 @@ def fit(cfg, task, model, params, data: dict, splits: dict, mesh, log) -> dict:
   """The head's parameters ({'kernel', 'bias'}) from a linear model on the frozen encoder's
   features of the train split; its scores on the dev split(s) logged."""
   t = time.time()
-  kind = kinds.get(task.kind)
+  kind = registry.get(task.kind)
   numbers = kind.baseline == 'numbers'
   features = lambda split: np.asarray(batches.predict(
       model, params, data[split], cfg.eval_batch_size, mesh, method='features'), np.float64)

@@ -24,9 +24,9 @@ from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import heads
-from electra_jax.finetune import kinds
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import probe as probe_lib
+from electra_jax.finetune import registry
 from electra_jax.finetune import results as results_lib
 from electra_jax.finetune import search as search_lib
 from electra_jax.finetune import tasks as tasks_lib
@@ -49,7 +49,7 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
   rate = config_lib.dropout_rate(cfg, pretrained.model_cfg)
   model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=rate,
                                   attention_dropout_rate=rate)
-  kind = kinds.get(task.kind)
+  kind = registry.get(task.kind)
   model = kind.model(model_cfg, task, cfg, rate)
   init = functools.partial(heads.init_params, model, pretrained=pretrained.params,
                            reinit=heads.reinit_parts(cfg.reinit, model_cfg.num_layers),
@@ -193,12 +193,12 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
 def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
   pretrained = pretrained_lib.for_finetuning(cfg, mode, log)
   with user_errors(ValueError, FileNotFoundError):
-    task, splits = tasks_lib.load(cfg.task, pretrained.config, log)
+    task, splits = registry.load(cfg.task, pretrained.config, log)
   if mode != 'train':
     return _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log)
   if 'train' not in splits:
     raise UserError('the task has no train split; set --config.task.train')
-  kind = kinds.get(task.kind)
+  kind = registry.get(task.kind)
   kind.check(cfg, splits)
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
   config_lib.check_for_model(cfg, pretrained.model_cfg)
@@ -247,7 +247,7 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
 
 def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -> dict:
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
-  kind = kinds.get(task.kind)
+  kind = registry.get(task.kind)
   wanted = [s for s in (results_lib.scored(task) if mode == 'eval' else splits) if s in splits and (
       mode == 'eval' or s.startswith('test') or (kind.predicts_dev and s == 'dev'))]
   if not wanted:

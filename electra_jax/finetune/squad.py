@@ -18,6 +18,7 @@ import string
 import numpy as np
 
 from electra_jax.storage import fs
+from electra_jax.storage import tf_import
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +32,6 @@ class Question:
 
 def load_tfds(version: str, split: str, data_dir: str | None = None) -> list[Question]:
   """`squad/v1.1` or `squad/v2.0` from TFDS; split 'train' or 'validation'."""
-  from electra_jax.storage import tf_import  # pylint: disable=import-outside-toplevel
   tfds = tf_import.datasets()
   out = []
   dataset = tf_import.tfds_load(f'squad/{version}', split, data_dir,

@@ -14,8 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from electra_jax.finetune import kinds
+from electra_jax.data import corpus
+from electra_jax.data import records
+from electra_jax.finetune import squad
 from electra_jax.storage import fs
+from electra_jax.storage import tf_import
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +40,7 @@ def fingerprint(examples: list) -> str:
 @dataclasses.dataclass(frozen=True)
 class Task:
   name: str
-  kind: str  # a name of finetune/kinds.REGISTRY: 'classification', 'regression', 'tagging', ...
+  kind: str  # a name in finetune/registry.py's table: 'classification', 'regression', ...
   labels: tuple  # class names in output order (classification)
   metrics: tuple  # scores.SCORES names; the first is the task's headline score
   dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched); the first
@@ -94,7 +97,6 @@ _TFDS_HINT = ('point --config.task.tfds_data_dir at it, or give GLUE\'s own .tsv
 
 def load_glue(name: str, data_dir: str | None = None) -> dict[str, list[Example]]:
   """The splits of GLUE task `name` from TFDS (`glue/<name>`); test labels are None."""
-  from electra_jax.storage import tf_import  # pylint: disable=import-outside-toplevel
   tfds = tf_import.datasets()
   g = GLUE[name]
   out = {}
@@ -240,8 +242,6 @@ def load_builtin(seed: int, eval_fraction: float, max_train: int = 4000
   (the same hash of (seed, document index) as the records), split between them by a second hash;
   train pairs come from the other documents. Everything is a function of `seed`.
   """
-  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
   docs = corpus.builtin_documents()
   pools = {'train': [], 'dev': [], 'test': []}
   for k, doc in enumerate(docs):
@@ -294,7 +294,6 @@ def load_builtin_topic(seed: int, max_train: int = 4000, per_topic: int = 450
   about balanced. The passages are text the pre-training on the built-in corpus may have read, as
   a user's own unlabelled text is; their labels it never saw.
   """
-  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
   area = {module: label for label, modules in TOPICS.items() for module in modules}
   seen = {}  # passage -> its area (docstrings repeat: each passage is kept once, in one split)
   for module, sentences in corpus.builtin_module_documents():
@@ -320,7 +319,6 @@ SQUAD = {'squad1': 'v1.1', 'squad2': 'v2.0'}
 
 def load_squad(cfg) -> tuple[Task, dict[str, list]]:
   """SQuAD questions from the official JSON files (task.train / task.dev) or TFDS."""
-  from electra_jax.finetune import squad  # pylint: disable=import-outside-toplevel
   task = named_task(cfg)
   if cfg.train:
     return task, {s: squad.read_json(cfg[s]) for s in ('train', 'dev') if cfg[s]}
@@ -337,36 +335,3 @@ def named_task(cfg) -> Task | None:
   if cfg.name in GLUE:
     return glue_task(cfg.name)
   return {'builtin': BUILTIN, 'builtin_topic': BUILTIN_TOPIC}.get(cfg.name)
-
-
-def load(cfg, pretraining=None, log=print) -> tuple[Task, dict[str, list[Example]]]:
-  """(task, {split: examples}) from `config.task`; `pretraining` is the init run's config.
-
-  `task.max_train_examples` keeps a fixed random subset of the train split; test splits whose
-  every example is labelled are scored (`Task.test_splits`).
-  """
-  task, splits = _load(cfg, pretraining, log)
-  if not cfg.name.startswith('builtin'):  # the built-in tasks draw that many examples themselves
-    splits = sample_train(splits, cfg.max_train_examples, log)
-  return with_test_splits(task, splits), splits
-
-
-def _load(cfg, pretraining, log) -> tuple[Task, dict[str, list[Example]]]:
-  if cfg.name in SQUAD:
-    return load_squad(cfg)
-  if cfg.name == 'builtin':
-    seed = pretraining.seed if pretraining is not None else 0
-    fraction = pretraining.data.eval_fraction if pretraining is not None else 0.05
-    return BUILTIN, load_builtin(seed, fraction, cfg.max_train_examples or 4000)
-  if cfg.name == 'builtin_topic':
-    seed = pretraining.seed if pretraining is not None else 0
-    return BUILTIN_TOPIC, load_builtin_topic(seed, cfg.max_train_examples or 4000)
-  if cfg.name in GLUE and cfg.glue_dir:
-    return glue_task(cfg.name), load_glue_tsv(cfg.glue_dir, cfg.name, log)
-  if cfg.name in GLUE and not cfg.train:
-    return glue_task(cfg.name), load_glue(cfg.name, cfg.tfds_data_dir or None)
-  if not cfg.train:
-    raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(GLUE)}), squad1, '
-                     'squad2, builtin or builtin_topic; for your own data set task.train (and task.dev, '
-                     'task.test) to .csv/.tsv/.jsonl (or CoNLL) files')
-  return kinds.get(cfg.kind).load(cfg, log)

@@ -9,8 +9,8 @@ import jax
 from electra_jax import UserError, user_errors
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune import kinds
 from electra_jax.finetune import pretrained as pretrained_lib
+from electra_jax.finetune import registry
 from electra_jax.finetune import run
 from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hardware import aot
@@ -37,7 +37,7 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
   task = tasks_lib.named_task(cfg.task)
   if task is None:
     with user_errors(ValueError, FileNotFoundError):
-      task, _ = tasks_lib.load(cfg.task, pretrained.config, log)
+      task, _ = registry.load(cfg.task, pretrained.config, log)
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
   with user_errors(ValueError):
     dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'
@@ -50,7 +50,7 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = jax.eval_shape(init_fn)
   sharding = partitioning.batch_sharding(mesh)
-  kind = kinds.get(task.kind)
+  kind = registry.get(task.kind)
   capacity, problems, report = slice_.hbm_bytes, [], {'slice': slice_.name, 'kind': task.kind}
   log(f'{task.name}: {task.kind} | batch {cfg.batch_size} x {cfg.max_seq_length}, evaluation '
       f'batch {cfg.eval_batch_size} | {model_cfg.dtype} activations')

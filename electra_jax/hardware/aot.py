@@ -17,6 +17,7 @@ import re
 import time
 from typing import Callable
 
+from jax.experimental.compilation_cache import compilation_cache
 import jax
 import numpy as np
 
@@ -170,7 +171,6 @@ def largest_batch(used: Memory, rows_per_device: int, limit: float, multiple: in
 def no_persistent_cache():
   """JAX's persistent compilation cache off inside: it cannot load programs compiled for devices
   that are not here (a TPU slice), so writing them would only fill it and warn on every read."""
-  from jax.experimental.compilation_cache import compilation_cache  # pylint: disable=import-outside-toplevel
   before = jax.config.jax_enable_compilation_cache
   jax.config.update('jax_enable_compilation_cache', False)
   compilation_cache.reset_cache()  # JAX decides once per process whether to use it: decide again

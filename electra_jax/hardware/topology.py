@@ -10,8 +10,12 @@ count chips. Chip values are datasheet numbers.
 """
 
 import dataclasses
+import importlib.util
 import os
 import re
+import sys
+
+from jax.experimental import topologies
 
 from electra_jax.hardware import hlo_cost
 
@@ -80,7 +84,6 @@ class Slice:
                        ('TPU_ACCELERATOR_TYPE', self.name), ('TPU_WORKER_HOSTNAMES', 'localhost')):
       os.environ.setdefault(key, value)
     try:
-      from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
       three_d = self.family in ('v4', 'v5p')
       per_host = (2, 2, 1) if self.hosts > 1 or self.chips == 4 else (
           (1, 1, 1) if self.chips == 1 else (2, 4, 1))
@@ -93,6 +96,20 @@ class Slice:
       raise ValueError(f'cannot make the compile-only devices of {self.name} ({first}); install '
                        'the TPU compiler with pip install -e ".[tpu]"') from None
     return sorted(topo.devices, key=lambda d: (getattr(d, 'slice_index', 0), d.id))
+
+
+def for_compiling(name: str, num_slices: int = 1) -> Slice:
+  """The slice `name` to compile for on this machine (--topology): JAX kept on the CPU when it has
+  not started yet (no accelerator here is touched), libtpu's metadata query skipped; ValueError
+  (one sentence) for a name that is no slice, or without the TPU compiler (libtpu)."""
+  if 'jax' not in sys.modules:
+    os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+  os.environ.setdefault('TPU_SKIP_MDS_QUERY', '1')
+  slice_ = parse(name, num_slices)
+  if importlib.util.find_spec('libtpu') is None:
+    raise ValueError('--topology compiles with the TPU compiler, which is not installed; '
+                     'pip install -e ".[tpu]" (jax[tpu] brings libtpu)')
+  return slice_
 
 
 def parse(name: str, num_slices: int = 1) -> Slice:

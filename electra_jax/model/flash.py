@@ -17,6 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas import triton as plgpu
+from jax.sharding import PartitionSpec as P
 
 from electra_jax.model.masks import MASK_VALUE, keep_bits, row_seed, threshold
 
@@ -227,15 +230,12 @@ def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, l
 
 def _compiler_params(o: FlashOptions, grid_rank: int):
   if o.backend == 'tpu':
-    from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
     return pltpu.CompilerParams(dimension_semantics=('parallel',) * grid_rank)
-  from jax.experimental.pallas import triton as plgpu  # pylint: disable=import-outside-toplevel
   return plgpu.CompilerParams(num_warps=o.num_warps, num_stages=o.num_stages)
 
 
 def _seed_spec(o: FlashOptions):
   if o.backend == 'tpu':
-    from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
     return pl.BlockSpec(memory_space=pltpu.SMEM)
   return pl.BlockSpec((4,), lambda *_: (0,))
 
@@ -386,7 +386,6 @@ def flash_sharded(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=No
   if (mesh.empty or axis not in mesh.axis_names or mesh.shape[axis] == 1
       or q.shape[0] % mesh.shape[axis]):  # (e.g. the one-row batch that creates the parameters)
     return call(q, k, v, key_mask, words=words)
-  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
   has_words = words is not None
 
   def local(q, k, v, key_mask, words):

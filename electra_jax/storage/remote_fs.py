@@ -7,10 +7,14 @@ import io
 import os
 import re
 
+import google.auth
+from google.auth import exceptions
+
+from electra_jax.storage import tf_import
+
 
 @functools.cache
 def gfile():
-  from electra_jax.storage import tf_import  # pylint: disable=import-outside-toplevel
   return tf_import.tensorflow().io.gfile
 
 
@@ -106,11 +110,6 @@ def credentials_problem() -> str:
   TensorStore and the storage client use them), else why not."""
   if os.environ.get('GOOGLE_AUTH_TOKEN_FOR_TESTING'):
     return ''
-  try:
-    import google.auth  # pylint: disable=import-outside-toplevel
-    from google.auth import exceptions  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    return ''  # the storage client is not installed: the stores report access themselves
   try:
     google.auth.default()
   except exceptions.DefaultCredentialsError:

@@ -4,19 +4,28 @@ Synthetic batches hold random ids with a realistic padding pattern; the step is 
 (masking, generator, sampling, discriminator, optimizer), compiled once over all devices.
 """
 
+import dataclasses
 import functools
+import importlib.util
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.hardware import flops as flops_lib
+from electra_jax.model import attention
 from electra_jax.model import electra as model_lib
+from electra_jax.model import flash
+from electra_jax.model import masks as attention_masks
+from electra_jax.tools import profiling
 from electra_jax.train import partitioning
 from electra_jax.train import preflight
 from electra_jax.train import step as step_lib
@@ -54,9 +63,6 @@ class Peer:
   """The PyTorch peer (electra_jax/tools/peer_hf.py) in a child process, timed on request."""
 
   def __init__(self, spec: dict):
-    import subprocess  # pylint: disable=import-outside-toplevel
-    import sys  # pylint: disable=import-outside-toplevel
-    import importlib.util  # pylint: disable=import-outside-toplevel
     for name in ('torch', 'transformers'):
       if importlib.util.find_spec(name) is None:
         raise ValueError(f'--peer=hf needs torch and transformers ({name} is missing); install '
@@ -200,11 +206,6 @@ def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) ->
   fused kernel without (it has none), and the kernels with each block setting in `blocks`
   (FlashOptions fields). Each row: median ms, and the largest difference from the explicit path
   relative to its largest value (output and gradients; dropout masks are the same on both)."""
-  import dataclasses  # pylint: disable=import-outside-toplevel
-  from electra_jax.model import attention  # pylint: disable=import-outside-toplevel
-  from electra_jax.model import masks as attention_masks  # pylint: disable=import-outside-toplevel
-  from electra_jax.model import flash  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   m, d = config.model, config.data
   n = partitioning.make_mesh().devices.size
   heads = m.num_heads
@@ -352,7 +353,6 @@ def _timed_runs(train_fn, state, batch, steps: int, repeats: int, peer_runner):
 
 def _profile(train_fn, state, batch, steps: int, directory: str) -> dict:
   """Kernel times per step of `steps` steps traced with jax.profiler into `directory`."""
-  from electra_jax.tools import profiling  # pylint: disable=import-outside-toplevel
   t = time.perf_counter()
   with jax.profiler.trace(directory, create_perfetto_trace=True):
     for _ in range(steps):

@@ -16,6 +16,9 @@ rewrite of them. It is an estimate of an estimate: nothing runs on a TPU.
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
+
 from electra_jax.hardware import aot
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.hardware import hlo_cost
@@ -69,8 +72,6 @@ def forward_matmuls(cfg, seq_len: int, rows: int, predictions: int) -> tuple[lis
 def _lone_seconds(device, chip: hlo_cost.Chip, kind: str, m: int, k: int, n: int) -> float:
   """The compiler's estimate for one matmul alone on `device`: 'forward' x[m,k] @ w[k,n] -> bf16,
   'input grad' g[m,n] @ w[k,n]^T -> bf16, 'weight grad' x[m,k]^T @ g[m,n] -> float32."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   bf16, f32 = jnp.bfloat16, jnp.float32
   fn, shapes = {
       'forward': (lambda x, w: x @ w, [(m, k), (k, n)]),

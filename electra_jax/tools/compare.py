@@ -14,10 +14,20 @@ import json
 import ml_collections
 
 from electra_jax import UserError, user_errors
+from electra_jax.data import records as records_lib
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.finetune import registry
+from electra_jax.finetune import run as finetune_run
+from electra_jax.finetune import search
+from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.storage import fs
+from electra_jax.tools import benchmark
+from electra_jax.train import preflight
+from electra_jax.train import pretrain
+from electra_jax.train import workdir as workdir_lib
 
 HEADLINE = ('electra', 'mlm')  # the paper's comparison, stated in a line of its own when both ran
 DEFAULT_RUNS = ('electra', 'electra_15', 'mlm', 'replace_mlm', 'all_tokens_mlm', 'electric')
@@ -73,8 +83,6 @@ def plan(config, names, electra_steps: int) -> list[dict]:
 def _pretrain(c, workdir: str, log) -> dict:
   """The pre-training's summary: read back when it finished with this very config (nothing is
   compiled then), else trained, resumed or refused by train_and_evaluate."""
-  from electra_jax.train import pretrain  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import preflight  # pylint: disable=import-outside-toplevel
   path, saved = fs.join(workdir, 'summary.json'), fs.join(workdir, 'config.json')
   if fs.isfile(path) and fs.isfile(saved):
     resolved, _ = preflight.resolve(c, log=lambda *_: None)
@@ -89,7 +97,6 @@ def _pretrain(c, workdir: str, log) -> dict:
 
 
 def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> dict:
-  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
   f = ml_collections.ConfigDict(ft_config.to_dict())
   f.init, f.from_scratch = init, from_scratch
   f.baseline = from_scratch and f.get('baseline', True)  # the same splits for all: computed once
@@ -108,7 +115,6 @@ def as_tasks(ft_configs) -> dict:
   the name launch/finetune.py gives it, from its train file), so that the fine-tunings of several
   tasks can share one --workdir and its pre-trainings."""
   if isinstance(ft_configs, ml_collections.ConfigDict):
-    from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
     return {tasks_lib.task_name(ft_configs.task): ft_configs}
   return dict(ft_configs)
 
@@ -119,8 +125,6 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
   step (`electra_step_s`), each fine-tuning (its train steps, 3 x a forward, and one forward pass
   over the dev and test splits per seed) at the same rate. Returns (plan rows with 'seconds',
   {task label: steps, examples, seconds of one run's fine-tunings}, total seconds)."""
-  from electra_jax.finetune import search  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   rows = plan(config, names, electra_steps)
   electra = run_config(config, 'electra')
   rate = step_flops(electra) / electra_step_s  # matmul FLOP/s achieved by the measured step
@@ -128,7 +132,7 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
   finetune_s = {}
   for label, ft in as_tasks(ft_configs).items():
     with user_errors(ValueError, FileNotFoundError):
-      task, splits = tasks_lib.load(ft.task, config, log=lambda *_: None)
+      task, splits = registry.load(ft.task, config, log=lambda *_: None)
     steps = flops = 0
     recipes = [f for _, f in search.configs(ft)]  # a search: each of its recipes
     scored = sum(len(v) for k, v in splits.items() if k != 'train')
@@ -170,7 +174,6 @@ def print_plan(config, ft_configs, names, electra_steps: int, electra_step_s: fl
 
 def measure_electra_step(config) -> float:
   """Seconds of one ELECTRA step of `config` on this machine (compiled, then 3 steps timed)."""
-  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   return benchmark.benchmark(run_config(config, 'electra'), steps=3, warmup=1,
                              repeats=1)['ms_per_step'] / 1e3
 
@@ -183,7 +186,6 @@ def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps:
             log=print) -> list[dict]:
   """Pre-trains each run under `workdir` and fine-tunes it on each task of `ft_configs` (a config,
   or {label: config}); returns the table's rows."""
-  from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   tasks = as_tasks(ft_configs)
   plan(config, names, electra_steps)  # every run known before anything is written
   with workdir_lib.claim(workdir, 'comparison'):  # its runs claim their own folders in it
@@ -193,9 +195,6 @@ def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps:
 def _shared_records(config, workdir: str, log) -> ml_collections.ConfigDict:
   """`config` with one records folder for every run (built under `workdir` unless given). A
   corpus too small for the vocabulary asked gets the largest multiple of 64 it can fill."""
-  from electra_jax.train import pretrain  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import records as records_lib  # pylint: disable=import-outside-toplevel
   base = ml_collections.ConfigDict(config.to_dict())
   if base.data.records:
     return base

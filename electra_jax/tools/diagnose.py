@@ -33,6 +33,8 @@ from electra_jax.config import pretraining as config_lib
 from electra_jax.data import input_pipeline
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.finetune import config as finetune_config
+from electra_jax.finetune import registry
 from electra_jax.model import electra as model_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
@@ -177,9 +179,6 @@ def _probe_data(config, workdir: str, task_name: str):
   """(task, {'train': Encoded, 'dev': Encoded}) of a classification task (a name, or a folder
   holding train.csv and dev.csv with `text` and `label` columns, as launch/build_tasks.py writes
   them), encoded with the pre-training's vocabulary at its sequence length."""
-  from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   cfg = finetune_config.default_config().task
   cfg.name = task_name
   if fs.isdir(task_name):  # your own files, read as a fine-tuning with own.py reads them
@@ -190,17 +189,17 @@ def _probe_data(config, workdir: str, task_name: str):
                     'dev.csv, or a task name (builtin, builtin_topic, a GLUE task)')
   with user_errors(ValueError, FileNotFoundError):
     try:
-      task, splits = tasks_lib.load(cfg, config, log=lambda *_: None)
+      task, splits = registry.load(cfg, config, log=lambda *_: None)
     except ValueError as e:
       raise ValueError(f'--probe={task_name}: {e}') from None
-    if kinds.get(task.kind).baseline != 'classes' or not {'train', 'dev'} <= set(splits):
+    if registry.get(task.kind).baseline != 'classes' or not {'train', 'dev'} <= set(splits):
       what = f'a {task.kind} task' + ('' if 'dev' in splits else ' without a dev split')
       raise ValueError(f'--probe={task_name} is {what}; the probe needs a classification task '
                        'with train and dev splits (builtin, builtin_topic, a GLUE classification '
                        'task, or a folder holding train.csv and dev.csv)')
     vocab = records_lib.workdir_vocab(workdir, config)[2]
   tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case=config.data.lower_case)
-  return task, {s: kinds.get(task.kind).encode(task, splits[s], tokenizer,
+  return task, {s: registry.get(task.kind).encode(task, splits[s], tokenizer,
                                               config.data.max_seq_length, False)
                 for s in ('train', 'dev')}
 

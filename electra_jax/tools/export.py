@@ -25,9 +25,15 @@ from electra_jax import UserError
 from electra_jax.config import pretraining as config_lib
 from electra_jax.convert import hf
 from electra_jax.convert import original
+from electra_jax.convert import sources
 from electra_jax.convert import vocab as vocab_lib
+from electra_jax.data import corpus
+from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as finetune_config
+from electra_jax.finetune import pretrained as pretrained_lib
+from electra_jax.finetune import registry
+from electra_jax.finetune import tasks
 from electra_jax.model import electra as model_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
@@ -153,7 +159,6 @@ def _upload(local: str, out: str):
 
 
 def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
-  from electra_jax.data import records as records_lib  # pylint: disable=import-outside-toplevel
   workdir_lib.require_checkpoint(workdir)
   try:
     _, _, vocab = records_lib.workdir_vocab(workdir, config)
@@ -183,7 +188,6 @@ def _original(path: str) -> bool:
 
 def _original_checkpoint(path: str, out: str, log) -> Exported:
   """An original TensorFlow checkpoint, converted as a pre-training workdir is."""
-  from electra_jax.convert import sources  # pylint: disable=import-outside-toplevel
   try:
     source = sources.open_source(path)
   except (ValueError, FileNotFoundError) as e:
@@ -212,11 +216,8 @@ def _original_checkpoint(path: str, out: str, log) -> Exported:
 
 
 def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
-  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import pretrained as pretrained_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import tasks  # pylint: disable=import-outside-toplevel
   named = tasks.named_task(config.task)
-  kinds.get(named.kind if named else config.task.kind).check_export(config, workdir)
+  registry.get(named.kind if named else config.task.kind).check_export(config, workdir)
   seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))
   if not seeds:
     raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run launch/finetune.py '
@@ -232,7 +233,7 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   if meta.get('kind') is None:
     raise UserError(f'{workdir}/seed_{seed} was saved without its task kind; fine-tune again to '
                     'export it')
-  kind = kinds.get(meta['kind'])
+  kind = registry.get(meta['kind'])
   cfg = pretrained.model_cfg
   params = state['params']
   state, fields = kind.to_hf(params, cfg, [str(x) for x in meta['labels']],
@@ -272,7 +273,6 @@ def verify(done: Exported, log=print, num_texts: int = 64) -> dict:
   except ImportError:
     raise UserError('--check loads the export in HF transformers, which is not installed; '
                     'pip install -e ".[test]" (torch==2.13.0 and transformers)') from None
-  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
   sentences = [s for doc in corpus.builtin_documents()[:1000] for s in doc][:2000]
   firsts, seconds = sentences[0:2 * num_texts:2], sentences[1:2 * num_texts:2]
   length = min(128, done.cfg.max_position_embeddings)
@@ -299,14 +299,13 @@ def _local_folder(folder: str):
 def _compare(done, folder, local, transformers, torch, sentences, firsts, seconds, length,
              log) -> dict:
   """The export in `local` (a copy of `folder`) against our model: token ids and logits."""
-  from electra_jax.finetune import kinds  # pylint: disable=import-outside-toplevel
   tok = transformers.AutoTokenizer.from_pretrained(local)
   same = sum(tok(t, add_special_tokens=False)['input_ids'] == done.tokenizer.encode(t)
              for t in sentences)
   batch = tok(firsts, seconds, padding=True, truncation=True, max_length=length,
               return_tensors='np')
   ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
-  kind = None if done.kind == 'pretraining' else kinds.get(done.kind)
+  kind = None if done.kind == 'pretraining' else registry.get(done.kind)
   if kind is not None:  # the batch as the task's model takes it
     ids, segments, mask = kind.hf_inputs(ids, segments, mask)
   config = transformers.AutoConfig.from_pretrained(local)

@@ -8,17 +8,23 @@ the one with its best value (checkpoints saved with evaluation metrics carry the
 """
 
 import contextlib
+import functools
 import math
 import re
 
 import jax
 import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as policies
+
+try:  # the default handler's metadata store, where Orbax 0.12 keeps it
+  from orbax.checkpoint._src.metadata import array_metadata_store
+except ImportError:  # another Orbax: its default handler is kept
+  array_metadata_store = None
 
 from electra_jax import UserError
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.storage import fs
 from electra_jax.train import distributed
-from orbax.checkpoint import checkpoint_managers as policies
 
 
 # Orbax writes a replicated array in slices, one per replica ("replica-parallel"), which spreads
@@ -30,18 +36,19 @@ from orbax.checkpoint import checkpoint_managers as policies
 MIN_REPLICA_SLICE_BYTES = 1 << 20
 
 
+@functools.cache
 def _use_replica_slices_for_large_arrays_only():
-  try:  # (the default handler's metadata store, from where Orbax 0.12 keeps it)
-    from orbax.checkpoint._src.metadata import array_metadata_store  # pylint: disable=import-outside-toplevel
+  """Orbax's array handler with MIN_REPLICA_SLICE_BYTES, registered when the first Checkpointer is
+  made (another Orbax, whose handler takes other arguments, keeps its default)."""
+  if array_metadata_store is None:
+    return
+  try:
     handler = ocp.type_handlers.ArrayHandler(
         array_metadata_store=array_metadata_store.Store(),
         min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES)
-  except (ImportError, TypeError):  # another Orbax: keep its default handler
+  except TypeError:
     return
   ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
-
-
-_use_replica_slices_for_large_arrays_only()
 
 
 class DiskFull(ValueError):
@@ -99,6 +106,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 3, best_metric: str = '',
                best_mode: str = 'max'):
+    _use_replica_slices_for_large_arrays_only()
     self.directory = fs.abspath(directory)
     if fs.exists(self.directory) and not fs.isdir(self.directory):
       raise UserError(f'{self.directory} is a file where the run keeps its checkpoints (a folder); '

@@ -14,6 +14,8 @@ import importlib
 import os
 
 import jax
+from absl import flags
+from jax._src import distributed as jax_distributed
 
 
 def detected_cluster() -> str | None:
@@ -57,7 +59,6 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
     if num_processes == 1:
       return None
   jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  from absl import flags  # pylint: disable=import-outside-toplevel
   importlib.import_module('orbax.checkpoint')  # defines the flag set below
   if 'experimental_orbax_use_distributed_barrier' in flags.FLAGS:
     if not flags.FLAGS.is_parsed():  # a library caller, not a launch script
@@ -82,7 +83,6 @@ def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S):
   """
   if jax.process_count() == 1:
     return
-  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
   _barriers[name] = _barriers.get(name, 0) + 1  # each use of a barrier gets its own id
   jax_distributed.global_state.client.wait_at_barrier(f'electra_{name}_{_barriers[name]}',
                                                       timeout_in_ms=timeout_s * 1000)
@@ -99,7 +99,6 @@ def all_agree(ok: bool, name: str) -> bool:
   coordination service's key-value store: no device program is compiled for it."""
   if jax.process_count() == 1:
     return ok
-  from jax._src import distributed as jax_distributed  # pylint: disable=import-outside-toplevel
   client = jax_distributed.global_state.client
   _barriers[name] = _barriers.get(name, 0) + 1
   key = f'electra_agree_{name}_{_barriers[name]}'

@@ -14,6 +14,7 @@ Base's 143 ms step on v5e-8 by XLA's estimate), and replicates it on CPUs and GP
 
 import re
 
+from jax.experimental import mesh_utils
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
@@ -41,7 +42,6 @@ def make_mesh(devices=None) -> Mesh:
   devices = jax.devices() if devices is None else list(devices)
   slices = sorted({getattr(d, 'slice_index', 0) for d in devices})
   if len(slices) > 1:
-    from jax.experimental import mesh_utils  # pylint: disable=import-outside-toplevel
     ordered = mesh_utils.create_hybrid_device_mesh((len(devices) // len(slices),), (len(slices),),
                                                    devices)
     return Mesh(ordered.reshape(-1), (DATA,), axis_types=(AxisType.Auto,))

@@ -21,6 +21,7 @@ from electra_jax.config import pretraining as config_lib
 from electra_jax.data import input_pipeline
 from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records as records_lib
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.objectives import metrics as metrics_lib
@@ -46,7 +47,6 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
   records_dir = d.records or fs.join(workdir, 'data')
   with user_errors(ValueError, FileNotFoundError, FileExistsError):
     if d.vocab:  # a given vocabulary must fit the model before anything is built with it
-      from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
       size = tokenizer_lib.load_tokenizer(d.vocab, lower_case=d.lower_case).vocab_size
       if size != config.model.vocab_size:
         raise ValueError(f'the vocabulary {d.vocab} has {size} entries but model.vocab_size is '
@@ -74,7 +74,6 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
                     f'but data.max_seq_length is {d.max_seq_length}; set '
                     f'--config.data.max_seq_length={meta["max_seq_length"]} or build new records')
   if d.vocab:
-    from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
     fingerprint = tokenizer_lib.file_fingerprint(d.vocab)
     if fingerprint != meta['vocab_fingerprint']:
       raise UserError(f'the records in {records_dir} were tokenized with another vocabulary than '

@@ -5,7 +5,9 @@ and their compilation over a mesh.
     -> new state + metric sums (summed on the device; the loop reads them at log intervals)
 
 Every random choice of step t comes from fold_in(key(seed), t): a run is reproducible and a resumed
-run continues exactly.
+run continues exactly. The bits do not depend on how arrays are sharded because JAX's threefry is
+partitionable (`jax_threefry_partitionable`, JAX's default since 0.5; tests/test_train.py checks
+that eight devices step as one).
 """
 
 import dataclasses
@@ -25,8 +27,6 @@ from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.train import optim
 from electra_jax.train import partitioning
-
-jax.config.update('jax_threefry_partitionable', True)  # random bits independent of sharding
 
 
 # ================================================================================================

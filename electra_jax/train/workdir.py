@@ -28,6 +28,7 @@ import time
 import uuid
 
 import jax
+import tensorstore as ts
 
 from electra_jax import UserError
 from electra_jax.storage import fs
@@ -45,7 +46,6 @@ class Busy(UserError):
 def _store(workdir: str):
   """(TensorStore key-value store of the workdir, the lock's key), or None where TensorStore has
   no driver for the path's scheme."""
-  import tensorstore as ts  # pylint: disable=import-outside-toplevel
   path = os.fspath(workdir).rstrip('/') + '/'
   if not fs.remote(path):
     local = path[len('file://'):] if path.startswith('file://') else path

@@ -1,0 +1,70 @@
+"""The kinds of fine-tuning task, a table of the modules that define them (each a `KIND`, the
+interface of kinds.py), and the loading of a task by its config: a named one (GLUE, SQuAD, the
+built-in tasks: tasks.py) or your own files, read by the kind of task they hold.
+
+    registry.get('regression')                -> the kind
+    registry.load(cfg.task, pretraining, log) -> (task, {split: examples})
+"""
+
+from electra_jax.finetune import classification
+from electra_jax.finetune import multiple_choice
+from electra_jax.finetune import qa
+from electra_jax.finetune import regression
+from electra_jax.finetune import tagging
+from electra_jax.finetune import tasks
+from electra_jax.finetune.kinds import Kind
+
+KINDS: dict[str, Kind] = {m.KIND.name: m.KIND for m in (
+    classification, regression, tagging, qa, multiple_choice)}
+
+
+def unknown(name: str) -> str | None:
+  """None for a registered kind; else what to use instead (the kinds of your own files)."""
+  if name in KINDS:
+    return None
+  own = [k for k, kind in KINDS.items() if kind.own_data]
+  return f'use {", ".join(map(repr, own[:-1]))} or {own[-1]!r}'
+
+
+def get(name: str) -> Kind:
+  """The kind registered as `name`; ValueError naming the kinds otherwise."""
+  if unknown(name):
+    raise ValueError(f'task.kind is {name!r}; {unknown(name)}')
+  return KINDS[name]
+
+
+def load(cfg, pretraining=None, log=print) -> tuple[tasks.Task, dict[str, list]]:
+  """(task, {split: examples}) from `config.task`; `pretraining` is the init run's config.
+
+  `task.max_train_examples` keeps a fixed random subset of the train split; test splits whose
+  every example is labelled are scored (`Task.test_splits`).
+  """
+  task, splits = _load(cfg, pretraining, log)
+  if not cfg.name.startswith('builtin'):  # the built-in tasks draw that many examples themselves
+    splits = tasks.sample_train(splits, cfg.max_train_examples, log)
+  return tasks.with_test_splits(task, splits), splits
+
+
+def _load(cfg, pretraining, log) -> tuple[tasks.Task, dict[str, list]]:
+  if cfg.name in tasks.SQUAD:
+    return tasks.load_squad(cfg)
+  if cfg.name == 'builtin':
+    seed = pretraining.seed if pretraining is not None else 0
+    fraction = pretraining.data.eval_fraction if pretraining is not None else 0.05
+    return tasks.BUILTIN, tasks.load_builtin(seed, fraction, cfg.max_train_examples or 4000)
+  if cfg.name == 'builtin_topic':
+    seed = pretraining.seed if pretraining is not None else 0
+    return tasks.BUILTIN_TOPIC, tasks.load_builtin_topic(seed, cfg.max_train_examples or 4000)
+  if cfg.name in tasks.GLUE and cfg.glue_dir:
+    return tasks.glue_task(cfg.name), tasks.load_glue_tsv(cfg.glue_dir, cfg.name, log)
+  if cfg.name in tasks.GLUE and not cfg.train:
+    return tasks.glue_task(cfg.name), tasks.load_glue(cfg.name, cfg.tfds_data_dir or None)
+  if not cfg.train:
+    raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(tasks.GLUE)}), squad1, '
+                     'squad2, builtin or builtin_topic; for your own data set task.train (and task.dev, '
+                     'task.test) to .csv/.tsv/.jsonl (or CoNLL) files')
+  kind = get(cfg.kind)
+  if not kind.own_data:
+    raise ValueError(f'task.kind={kind.name!r} reads no files of your own; use '
+                     f'{", ".join(k for k, v in KINDS.items() if v.own_data)}')
+  return kind.load(cfg, log)
