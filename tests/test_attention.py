@@ -215,7 +215,7 @@ def test_auto_falls_back_when_the_kernels_fail_their_check(monkeypatch):
   assert attention.path_name(cfg, jnp.bfloat16, False, 128, 64) == 'explicit'
   assert attention.path_name(cfg, jnp.bfloat16, True, 128, 64) == 'fused'
   assert attention.note(cfg, 128).startswith(
-      'warning: the Pallas attention kernel failed its check on this tpu (')
+      'warning: the Pallas flash kernel failed its check on this tpu (')
   monkeypatch.setattr(attention, 'kernel_check', lambda backend, *args: (True, ''))
   assert attention.path_name(cfg, jnp.bfloat16, False, 128, 64) == 'pallas'
   assert attention.path_name(cfg, jnp.bfloat16, False, 100, 64) == 'explicit'  # shape
@@ -225,7 +225,8 @@ def test_auto_falls_back_when_the_kernels_fail_their_check(monkeypatch):
 def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
   """A path added to attention.PATHS alone (here the explicit softmax, counted) is a value of
   model.attention: each layer's attention runs on it, with the same outputs as the explicit
-  path; one that draws no dropout gives way to the explicit path where dropout is active."""
+  path; allowed for 'auto' and first, 'auto' takes it for a train step; one that draws no dropout
+  gives way to the explicit path where dropout is active."""
   calls = []
 
   def counted(q, k, v, key_mask, platform='', **kw):
@@ -246,11 +247,30 @@ def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
   assert len(calls) == layers, (len(calls), layers)
   for a, b in zip(out['explicit'], out['counted']):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # Allowed for 'auto' and first in the registry: 'auto' takes it, and a whole train step (the
+  # first step of a run, dropout on) runs on it in every layer, with the explicit path's loss.
+  first = attention.Path('counted', counted, dropout=True, title='counted softmax',
+                         auto=lambda backend, dtype: True)
+  others = {k: v for k, v in attention.PATHS.items() if k != 'counted'}
+  monkeypatch.setattr(attention, 'PATHS', {'counted': first, **others})
+  assert attention.resolve(base, config.data.max_seq_length)[0].attention == 'counted'
+  mesh = partitioning.make_mesh()
+  losses = {}
+  for impl in ('explicit', 'auto'):
+    calls.clear()
+    config.model.attention = impl
+    setup = step_lib.build_setup(config, SPECIAL)
+    init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
+    step_batch = synthetic_batch(16, config.data.max_seq_length, config.model.vocab_size)
+    _, metrics = train_fn(init_fn(), jax.device_put(step_batch, partitioning.batch_sharding(mesh)))
+    losses[impl] = (float(metrics['loss'][0]), len(calls))
+  assert losses['auto'][0] == pytest.approx(losses['explicit'][0], rel=1e-6)
+  assert losses['explicit'][1] == 0 and losses['auto'][1] >= layers  # traced in each layer
   monkeypatch.setitem(attention.PATHS, 'counted', attention.Path('counted', counted, dropout=False))
   assert attention.path_name(dataclasses.replace(base, attention='counted'), jnp.float32,
                              deterministic=False) == 'explicit'
   with pytest.raises(ValueError, match="model.attention is 'nowhere'; use one of 'auto', "
-                     "'explicit', 'pallas', 'fused', 'counted'"):
+                     "'counted', 'pallas', 'fused', 'explicit'"):
     dataclasses.replace(base, attention='nowhere').validate()
 
 

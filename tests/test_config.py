@@ -9,7 +9,7 @@ from electra_jax.config import fields
 from electra_jax.config import pretraining as config_lib
 from electra_jax.finetune import config as ft_config
 from electra_jax.model import electra as model_lib
-from electra_jax.objectives import registry as objectives
+from electra_jax.objectives import common as objective_common
 
 
 def test_the_model_and_objective_views_are_the_declared_sections():
@@ -17,7 +17,7 @@ def test_the_model_and_objective_views_are_the_declared_sections():
   model = {f.name: f.default for f in dataclasses.fields(model_lib.ModelConfig)}
   assert set(model) == set(c.model) | {'platform', 'chip'}
   assert all(model[k] == c.model[k] for k in c.model)  # the same defaults, derived ones resolved
-  objective = {f.name: f.default for f in dataclasses.fields(objectives.ObjectiveConfig)}
+  objective = {f.name: f.default for f in dataclasses.fields(objective_common.ObjectiveConfig)}
   assert set(objective) == set(c.objective) | {'sampler'}
   assert all(objective[k] == c.objective[k] for k in c.objective)
   # a field declared in the config reaches the model's view without another line
@@ -42,7 +42,7 @@ def test_unknown_keys_are_refused_never_dropped():
   with pytest.raises(ValueError, match='model.hidden_sise is not a field of the model'):
     model_lib.ModelConfig.from_config(c.model)
   with pytest.raises(ValueError, match='objective.rate is not a field of the objective'):
-    objectives.ObjectiveConfig.from_config({**config_lib.default_config().objective, 'rate': 1})
+    objective_common.ObjectiveConfig.from_config({**config_lib.default_config().objective, 'rate': 1})
   ft = ft_config.default_config()
   ft.task.labels = 'a,b'
   with pytest.raises(ValueError, match='task.labels is not a field of the fine-tuning config'):

@@ -10,11 +10,13 @@ import pytest
 
 from configs import base, large, small, tiny
 from conftest import test_config
+from electra_jax.hardware import chips
 from electra_jax.model import attention
 from electra_jax.model import electra as model_lib
 from electra_jax.model import layers
 from electra_jax.model import masks as attention_masks
-from electra_jax.objectives import registry as objectives
+from electra_jax.objectives import common as objective_common
+from electra_jax.objectives import electra as electra_objective
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
 
@@ -122,10 +124,10 @@ def _loss_and_metrics(c, params=None, seed=0, deterministic=True):
   cfg = model_lib.ModelConfig.from_config(c.model)
   model = model_lib.Electra(cfg)
   params = params or model_lib.init_params(cfg, jax.random.key(seed))
-  ocfg = objectives.ObjectiveConfig.from_config(c.objective)
+  ocfg = objective_common.ObjectiveConfig.from_config(c.objective)
   b = {k: jnp.asarray(v) for k, v in synthetic_batch(
       c.data.batch_size, c.data.max_seq_length, cfg.vocab_size).items()}
-  loss = functools.partial(objectives.electra_loss, model=model, cfg=ocfg, special=SPECIAL,
+  loss = functools.partial(electra_objective.electra_loss, model=model, cfg=ocfg, special=SPECIAL,
                            deterministic=deterministic)
   return jax.jit(loss)(params, b, jax.random.key(seed))  # one program, not an eager op at a time
 
@@ -249,15 +251,16 @@ def test_gelu_writing_its_slope_equals_autodiff_of_the_exact_formula():
 def test_writing_for_the_backward_pass_changes_no_value_and_follows_the_chip():
   """v6 TPUs and CPUs write GELU's slope and the dropout masks in the forward pass, other chips
   recompute them: the same outputs bit for bit and the same gradients either way."""
-  policy = lambda platform, chip: model_lib.ModelConfig(platform=platform, chip=chip)
-  assert policy('tpu', 'TPU v6 lite').writes_for_backward
-  assert policy('cpu', 'cpu').writes_for_backward
+  assert chips.writes_for_backward('tpu', 'TPU v6 lite')  # the chip table's choice
+  assert chips.writes_for_backward('cpu', 'cpu')
   for platform, chip in (('tpu', 'TPU v5 lite'), ('tpu', 'TPU v4'), ('gpu', 'NVIDIA H100')):
-    assert not policy(platform, chip).writes_for_backward
+    assert not chips.writes_for_backward(platform, chip)
+  assert model_lib.ModelConfig(platform='cpu').writes_for_backward  # unset: CPUs write
+  assert not model_lib.ModelConfig(platform='gpu').writes_for_backward
   c = test_config()
   c.model.attention, c.model.dtype = 'explicit', 'float32'
-  written = model_lib.ModelConfig.from_config(c.model, 'cpu', 'cpu')
-  recomputed = model_lib.ModelConfig.from_config(c.model, 'gpu', 'NVIDIA H100')
+  written = model_lib.ModelConfig.from_config(c.model, 'cpu', True)
+  recomputed = model_lib.ModelConfig.from_config(c.model, 'gpu', False)
   assert written.dtype == recomputed.dtype == 'float32'
   params = model_lib.init_params(written, jax.random.key(0))
   batch = synthetic_batch(2, 16, written.vocab_size)

@@ -10,6 +10,8 @@ import pytest
 
 from conftest import OBJECTIVE_RUN, objective_config, test_config
 from electra_jax.model import electra as model_lib
+from electra_jax.objectives import common as objective_common
+from electra_jax.objectives import electra as electra_objective
 from electra_jax.objectives import registry as objectives
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 
@@ -24,8 +26,8 @@ def _setup(**overrides):
 
 
 def _loss(c, model, params, batch):
-  ocfg = objectives.ObjectiveConfig.from_config(c.objective)
-  return jax.jit(lambda p: objectives.electra_loss(p, batch, jax.random.key(1), model=model,
+  ocfg = objective_common.ObjectiveConfig.from_config(c.objective)
+  return jax.jit(lambda p: electra_objective.electra_loss(p, batch, jax.random.key(1), model=model,
                                                    cfg=ocfg, special=SPECIAL))(params)
 
 
@@ -37,10 +39,10 @@ def _split_grads(**overrides):
   key = tuple(sorted(overrides.items()))
   if key not in _CACHE:
     c, model, params, batch = _setup(**overrides)
-    ocfg = objectives.ObjectiveConfig.from_config(c.objective)
+    ocfg = objective_common.ObjectiveConfig.from_config(c.objective)
 
     def losses(p):
-      _, m = objectives.electra_loss(p, batch, jax.random.key(1), model=model, cfg=ocfg,
+      _, m = electra_objective.electra_loss(p, batch, jax.random.key(1), model=model, cfg=ocfg,
                                      special=SPECIAL)
       return jnp.stack([m['mlm_loss'][0] / m['mlm_loss'][1],
                         m['disc_loss'][0] / m['disc_loss'][1]])
@@ -188,7 +190,7 @@ def _objective(name, **overrides):
     model = model_lib.Electra(cfg)
     params = model_lib.init_params(cfg, jax.random.key(0))
     batch = {k: jnp.asarray(v) for k, v in synthetic_batch(16, 32, cfg.vocab_size).items()}
-    ocfg = objectives.ObjectiveConfig.from_config(c.objective)
+    ocfg = objective_common.ObjectiveConfig.from_config(c.objective)
     fn = objectives.get(name).loss
     loss_fn = lambda p, rng=jax.random.key(1): fn(p, batch, rng, model=model, cfg=ocfg,
                                                   special=SPECIAL)
@@ -219,9 +221,9 @@ def test_each_objective_starts_at_its_chance_loss():
 def test_electra_15_counts_the_masked_positions_only():
   c, model, params, batch, loss_fn = _objective('electra_15')
   _, m = jax.jit(loss_fn)(params)
-  ocfg = objectives.ObjectiveConfig.from_config(c.objective)
+  ocfg = objective_common.ObjectiveConfig.from_config(c.objective)
   selected = float(jax.jit(lambda key: masking.selected(  # the objective's own draws
-      objectives.draw(key, batch, ocfg, SPECIAL, 96).masked, 32).sum())(jax.random.key(1)))
+      objective_common.draw(key, batch, ocfg, SPECIAL, 96).masked, 32).sum())(jax.random.key(1)))
   assert float(m['disc_loss'][1]) == selected < 0.25 * float(batch['input_mask'].sum())
   assert float(np.asarray(m['auc_histogram']).sum()) == selected
   _, full = jax.jit(_objective('electra')[4])(params)
@@ -379,8 +381,8 @@ def test_electric_noise_correction_and_labels():
   c, model, params, batch, loss_fn = _objective('electric')
   _, m = jax.jit(loss_fn)(params)
   r = _ratios(m)
-  masked = objectives.draw(jax.random.key(1), batch,
-                           objectives.ObjectiveConfig.from_config(c.objective), SPECIAL, 96).masked
+  masked = objective_common.draw(jax.random.key(1), batch,
+                           objective_common.ObjectiveConfig.from_config(c.objective), SPECIAL, 96).masked
   # every sampled position is labelled fake, also where the sample equals the original
   assert float(m['replaced_fraction'][0]) == float(masking.selected(masked, 32).sum())
   # at initialization s ~ 0 and q ~ 1/V: the corrected logit is about -ln V + ln(p / (1 - p))
@@ -399,10 +401,10 @@ def test_the_sampler_is_the_faster_one_on_each_platform():
   """The Gumbel-max sampler on GPUs and TPUs (one fused pass), the inverted CDF on CPUs (no
   logarithm per entry); both draw from the generator's softmax (tests/test_masking.py)."""
   o = test_config().objective
-  assert objectives.ObjectiveConfig.from_config(o, 'tpu').sampler == 'gumbel'
-  assert objectives.ObjectiveConfig.from_config(o, 'cuda').sampler == 'gumbel'
-  assert objectives.ObjectiveConfig.from_config(o, 'cpu').sampler == 'cdf'
-  assert objectives.ObjectiveConfig.from_config(o).sampler == 'cdf'  # this CPU
+  assert objective_common.ObjectiveConfig.from_config(o, 'tpu').sampler == 'gumbel'
+  assert objective_common.ObjectiveConfig.from_config(o, 'cuda').sampler == 'gumbel'
+  assert objective_common.ObjectiveConfig.from_config(o, 'cpu').sampler == 'cdf'
+  assert objective_common.ObjectiveConfig.from_config(o).sampler == 'cdf'  # this CPU
 
 
 def test_mlm_cross_entropy_by_selection_equals_optax_in_value_and_gradient():
@@ -412,7 +414,7 @@ def test_mlm_cross_entropy_by_selection_equals_optax_in_value_and_gradient():
   logits = jax.random.normal(jax.random.key(0), (4, 7, 50)) * 3
   targets = jax.random.randint(jax.random.key(1), (4, 7), 0, 50)
   weights = (jax.random.uniform(jax.random.key(2), (4, 7)) < 0.7).astype(jnp.float32)
-  ours = lambda l: objectives._mlm_terms(l, targets, weights, jnp.sum(weights))[0]
+  ours = lambda l: objective_common.mlm_terms(l, targets, weights, jnp.sum(weights))[0]
   theirs = lambda l: jnp.sum(optax.softmax_cross_entropy_with_integer_labels(l, targets)
                              * weights) / (jnp.sum(weights) + 1e-6)
   np.testing.assert_allclose(ours(logits), theirs(logits), rtol=1e-6)
@@ -430,12 +432,13 @@ def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(t
 
   def half_detection(params, batch, rng, **kwargs):
     cfg = kwargs.pop('cfg')
-    return objectives.electra_loss(params, batch, rng, cfg=dataclasses.replace(
+    return electra_objective.electra_loss(params, batch, rng, cfg=dataclasses.replace(
         cfg, disc_weight=cfg.disc_weight / 2), **kwargs)
 
-  heads = lambda h, e, v, s, n: objectives.detection_head_flops(h, e, v, s, n) + 1000.0
-  probe = objectives.Objective('half_detection', half_detection, head_flops=heads,
-                               variants={'half_detection_nes': {'untied_generator_embeddings': True}})
+  heads = lambda h, e, v, s, n: objective_common.detection_head_flops(h, e, v, s, n) + 1000.0
+  probe = objective_common.Objective(
+      'half_detection', half_detection, head_flops=heads,
+      variants={'half_detection_nes': {'untied_generator_embeddings': True}})
   monkeypatch.setitem(objectives.OBJECTIVES, probe.name, probe)
   lines = []
   config = test_config(**{'data.records': records_dir, 'objective.name': 'half_detection',

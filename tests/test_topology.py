@@ -228,7 +228,7 @@ def test_the_matmuls_alone_bound_the_steps_estimate(v5e_report):
   estimate, above the FLOPs at peak, so its MFU lies between the step's and 100%."""
   report, _ = v5e_report
   c = base_like()
-  cfg = model_lib.ModelConfig.from_config(c.model, platform='tpu', chip='TPU v5 lite')
+  cfg = model_lib.ModelConfig.from_config(c.model, platform='tpu', writes_for_backward=False)
   r = ceiling.ceiling(cfg, c.data.max_seq_length, c.data.batch_size,
                       c.objective.max_predictions, report['microbatches'], topology.parse('v5e-8'))
   assert r['rows'] == 32 // 8 // 2
@@ -413,7 +413,7 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
   setup, train, _, _ = compiling.compile_run(config, make_setup, pallas, mesh, state, None,
                                             lines.append)
   assert setup.model_cfg.attention == 'explicit'
-  assert lines[0].startswith('warning: the step did not compile with the Pallas attention kernel '
+  assert lines[0].startswith('warning: the step did not compile with the Pallas flash kernel '
                              '(Mosaic failed to compile the kernel)')
   batch = {k: np.ones((config.data.batch_size, 32), np.int32) for k in ('input_ids', 'input_mask',
                                                                        'segment_ids')}

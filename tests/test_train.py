@@ -23,7 +23,7 @@ from electra_jax import UserError
 from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.objectives import registry as objectives
+from electra_jax.objectives import common as objective_common
 from electra_jax.storage import tf_import
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 from electra_jax.train import checkpoint as checkpoint_lib
@@ -67,8 +67,8 @@ def test_microbatched_steps_equal_whole_batch_steps(objective, monkeypatch):
   as CPUs do."""
   config = objective_config(objective)
   if objective == 'electra_15':
-    chosen = objectives.ObjectiveConfig.from_config
-    monkeypatch.setattr(objectives.ObjectiveConfig, 'from_config', classmethod(
+    chosen = objective_common.ObjectiveConfig.from_config
+    monkeypatch.setattr(objective_common.ObjectiveConfig, 'from_config', classmethod(
         lambda cls, c, platform='': dataclasses.replace(chosen(c, platform), sampler='gumbel')))
     assert step_lib.build_setup(config, SPECIAL).objective_cfg.sampler == 'gumbel'
   batches = [synthetic_batch(32, 32, config.model.vocab_size, seed=s) for s in range(2)]

@@ -9,7 +9,7 @@ From `CONFIG` come the config itself (`default_config`), the checks of every val
 of unknown keys (`check`), what a run resuming in its workdir must keep (`resume: same`; the model,
 objective and data sections and the seed, but for how the model is computed) and what a run starting
 from other weights must share with them or takes from them (`init_from`), and the model's and the
-objective's views (model.ModelConfig, objectives.ObjectiveConfig). See electra_jax/config/fields.py.
+objective's views (model.electra.ModelConfig, objectives.common.ObjectiveConfig). See electra_jax/config/fields.py.
 """
 
 from electra_jax.config import fields
@@ -52,9 +52,10 @@ MODEL = Section(doc="the two networks' shapes, precision and kernels", fields=di
             'microbatches)', one_of(False, True), resume='free'),
     disc_bias_init=F(0.0, "initial bias of the replaced-token logit (the paper: 0, i.e. a 50% "
                      'prior; log(p / (1 - p)) starts the discriminator at the replaced share p)'),
-    generator=F('separate', "'separate' | 'tied' (generator == discriminator) | 'uniform' (no "
+    generator=F('separate', "the generator's shape, a name of model/generators.py's table (which "
+                "checks it): 'separate' | 'tied' (generator == discriminator) | 'uniform' (no "
                 "net) | 'two_tower' (ELECTRIC's cloze model: a left-to-right and a right-to-left "
-                'tower)', one_of('separate', 'tied', 'uniform', 'two_tower'), init_from='adopt'),
+                'tower)', init_from='adopt'),
     generator_hidden_fraction=F(0.25, 'generator width as a fraction of hidden (also FFN, heads)',
                                 positive, init_from='adopt'),
     generator_layers_fraction=F(1.0, 'generator depth as a fraction of num_layers', positive,

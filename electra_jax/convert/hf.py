@@ -53,11 +53,11 @@ def table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
     rows += _module(('discriminator_predictions', 'dense_prediction'),
                     'discriminator_predictions.dense_prediction')
     return rows
-  if cfg.generator in ('uniform', 'two_tower'):
+  encoder = cfg.generator_shape.hf_encoder
+  if encoder is None:
     raise ValueError(f"model.generator is {cfg.generator!r}: no HF transformers class holds it")
   embeddings = 'generator_embeddings' if cfg.untied_generator_embeddings else 'embeddings'
-  width = cfg.generator_hidden_size if cfg.untied_generator_embeddings else cfg.embedding_size
-  encoder = 'generator' if cfg.generator == 'separate' else 'discriminator'
+  width = cfg.generator_shape.embedding_width(cfg)
   rows = _embeddings(embeddings, width, cfg.generator_hidden_size, encoder,
                      cfg.generator_num_layers)
   rows += _module(('generator_predictions', 'dense'), 'generator_predictions.dense')

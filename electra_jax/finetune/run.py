@@ -30,6 +30,7 @@ from electra_jax.finetune import registry
 from electra_jax.finetune import results as results_lib
 from electra_jax.finetune import search as search_lib
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.hardware import chips
 from electra_jax.model import attention as attention_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
@@ -226,6 +227,9 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
     model_cfg, note = attention_lib.resolve(
         pretrained.model_cfg, cfg.max_seq_length,
         agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
+  device = jax.devices()[0]  # the chip's recompute choice (hardware/chips.py)
+  model_cfg = dataclasses.replace(model_cfg, writes_for_backward=chips.writes_for_backward(
+      device.platform, device.device_kind))
   pretrained = dataclasses.replace(pretrained, model_cfg=model_cfg)
   if note:
     log(note)

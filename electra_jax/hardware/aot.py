@@ -21,6 +21,7 @@ from jax.experimental.compilation_cache import compilation_cache
 import jax
 import numpy as np
 
+from electra_jax.hardware import chips as chips_lib
 from electra_jax.hardware import hlo_cost
 
 MARGIN = 0.95  # a step fits when its memory is at most this share of the device's
@@ -192,7 +193,7 @@ def timed_compile(lower: Callable) -> tuple:
     return None, time.perf_counter() - t, f'{type(e).__name__}: {first}'[:400]
 
 
-def estimate_lines(compiled, chip: hlo_cost.Chip, devices_per_slice: int, num_slices: int,
+def estimate_lines(compiled, chip: chips_lib.Chip, devices_per_slice: int, num_slices: int,
                    model_flops: float, tokens: int, chips: int, top: int = 10) -> tuple:
   """(lines describing the estimated step, the numbers as a dict) of a compiled TPU step."""
   est = hlo_cost.estimate(compiled.as_text(), chip, devices_per_slice, num_slices)

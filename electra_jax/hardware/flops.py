@@ -15,26 +15,16 @@ import time
 import jax
 import jax.numpy as jnp
 
+from electra_jax.hardware import chips
 from electra_jax.model.electra import ModelConfig
 from electra_jax.objectives import registry as objectives
 
 _SOFTMAX, _LAYER_NORM, _GELU, _DROPOUT = 5, 5, 8, 4
 
-# Dense bf16 peak FLOP/s per chip, for MFU.
-PEAK_FLOPS = {
-    'TPU v4': 275e12, 'TPU v5 lite': 197e12, 'TPU v5e': 197e12, 'TPU v5p': 459e12,
-    'TPU v6 lite': 918e12, 'TPU v6e': 918e12,
-    'NVIDIA A100': 312e12, 'NVIDIA H100': 989e12, 'NVIDIA H200': 989e12,
-}
-
-
 def peak_flops(device) -> float | None:
-  """Peak dense bf16 FLOP/s of a device, by its kind; None when unknown (e.g. CPU)."""
-  kind = getattr(device, 'device_kind', str(device))
-  for name, peak in PEAK_FLOPS.items():
-    if kind.startswith(name) or name in kind:
-      return peak
-  return None
+  """Peak dense bf16 FLOP/s of a device, by its kind (chips.py); None when unknown (a CPU)."""
+  chip = chips.of_device_kind(getattr(device, 'device_kind', str(device)))
+  return chip.peak_flops if chip else None
 
 
 @functools.cache
@@ -101,7 +91,7 @@ def paper_train_flops(cfg: ModelConfig, seq_len: int, batch_size: int, steps: fl
   disc = (cfg.num_layers * _paper_block(h, s, cfg.intermediate_size, max(h // 64, 1))
           + _paper_inputs(h, e, s, v) + _paper_rtd_output(h, s))
   gen = 0.0
-  if cfg.generator != 'uniform':
+  if cfg.generator_shape.network:
     hg = cfg.generator_hidden_size
     eg = hg if cfg.untied_generator_embeddings else e
     gen = (cfg.generator_num_layers * _paper_block(hg, s, 4 * hg, max(hg // 64, 1))
@@ -130,16 +120,6 @@ def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
   entry = objectives.get(objective)
   fwd = _encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s)
   fwd += entry.head_flops(h, e, v, s, n)
-  if not entry.generator:
-    return 3.0 * batch_size * fwd
-  if cfg.generator == 'two_tower':  # ELECTRIC: two towers, the cloze head at every position
-    hg = cfg.generator_hidden_size
-    fwd += 2 * _encoder_matmuls(hg, cfg.generator_num_layers, 4 * hg, e, s)
-    fwd += s * (2 * 2 * hg * e + 2 * e * v)
-  elif cfg.generator != 'uniform':
-    hg = cfg.generator_hidden_size
-    eg = hg if cfg.untied_generator_embeddings else e
-    inter = cfg.intermediate_size if cfg.generator == 'tied' else 4 * hg
-    fwd += _encoder_matmuls(hg, cfg.generator_num_layers, inter, eg, s)
-    fwd += n * (2 * hg * eg + 2 * eg * v)
+  if entry.generator:  # the generator's encoder(s) and MLM head, by its shape
+    fwd += cfg.generator_shape.forward_flops(cfg, s, n, _encoder_matmuls)
   return 3.0 * batch_size * fwd

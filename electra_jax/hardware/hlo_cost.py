@@ -24,6 +24,8 @@ import json
 import math
 import re
 
+from electra_jax.hardware.chips import Chip
+
 _DTYPE_BYTES = {'pred': 1, 's4': 0.5, 'u4': 0.5, 's8': 1, 'u8': 1, 'f8e4m3fn': 1, 'f8e5m2': 1,
                 'bf16': 2, 'f16': 2, 's16': 2, 'u16': 2, 'f32': 4, 's32': 4, 'u32': 4, 'f64': 8,
                 's64': 8, 'u64': 8, 'c64': 8, 'c128': 16}
@@ -34,17 +36,6 @@ _COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'collective-permut
 _FREE = {'parameter', 'constant', 'get-tuple-element', 'tuple', 'bitcast', 'copy-start',
          'copy-done', 'slice-start', 'slice-done', 'partition-id', 'replica-id', 'after-all',
          'opt-barrier', 'add-dependency', 'iota', 'send-done', 'recv-done'}
-
-
-@dataclasses.dataclass(frozen=True)
-class Chip:
-  """What the estimate needs to know of a chip (datasheet values)."""
-  name: str
-  peak_flops: float  # dense bf16 FLOP/s
-  hbm_bytes_per_s: float
-  clock_hz: float  # the TensorCore clock, which the compiler's cycles count
-  ici_bytes_per_s: float  # inter-chip interconnect, per chip
-  dcn_bytes_per_s: float = 25e9  # data-center network per chip's share of its host (multislice)
 
 
 @dataclasses.dataclass

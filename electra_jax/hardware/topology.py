@@ -17,25 +17,9 @@ import sys
 
 from jax.experimental import topologies
 
-from electra_jax.hardware import hlo_cost
+from electra_jax.hardware import chips as chips_lib
 
-GiB = 2 ** 30
-
-# name prefix -> (device kind, topology prefix, cores per chip, chip)
-CHIPS = {
-    'v4': ('TPU v4', 'v4', 2, hlo_cost.Chip('TPU v4', peak_flops=275e12, hbm_bytes_per_s=1228e9,
-                                            clock_hz=1.05e9, ici_bytes_per_s=300e9)),
-    'v5p': ('TPU v5', 'v5', 2, hlo_cost.Chip('TPU v5p', peak_flops=459e12,
-                                             hbm_bytes_per_s=2765e9, clock_hz=1.75e9,
-                                             ici_bytes_per_s=600e9)),
-    'v5e': ('TPU v5 lite', 'v5e', 1, hlo_cost.Chip('TPU v5e', peak_flops=197e12,
-                                                   hbm_bytes_per_s=819e9, clock_hz=1.5e9,
-                                                   ici_bytes_per_s=200e9)),
-    'v6e': ('TPU v6 lite', 'v6e', 1, hlo_cost.Chip('TPU v6e', peak_flops=918e12,
-                                                   hbm_bytes_per_s=1640e9, clock_hz=1.75e9,
-                                                   ici_bytes_per_s=448e9)),
-}
-HBM_BYTES = {'v4': 32 * GiB, 'v5p': 95 * GiB, 'v5e': 16 * GiB, 'v6e': 32 * GiB}
+GiB = chips_lib.GiB
 
 # chips -> (3-D torus shape of v4 / v5p slices)
 _CUBES = {4: (2, 2, 1), 8: (2, 2, 2), 16: (2, 2, 4), 32: (2, 4, 4), 64: (4, 4, 4),
@@ -48,23 +32,23 @@ _PLANES = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8), 
 @dataclasses.dataclass(frozen=True)
 class Slice:
   name: str  # as given, e.g. 'v5litepod-8'
-  family: str  # 'v4', 'v5p', 'v5e', 'v6e'
+  family: str  # the chip's shortest gcloud name: 'v4', 'v5p', 'v5e', 'v6e'
   chips: int
   hosts: int
   topology: str  # as libtpu names it, e.g. 'v5e:2x4'
   num_slices: int = 1
 
   @property
-  def chip(self) -> hlo_cost.Chip:
-    return CHIPS[self.family][3]
+  def chip(self) -> chips_lib.Chip:
+    return chips_lib.of_slice_name(self.family)
 
   @property
   def device_kind(self) -> str:
-    return CHIPS[self.family][0]
+    return self.chip.device_kinds[0]
 
   @property
   def hbm_bytes(self) -> int:
-    return HBM_BYTES[self.family]
+    return self.chip.hbm_bytes
 
   @property
   def label(self) -> str:
@@ -84,7 +68,7 @@ class Slice:
                        ('TPU_ACCELERATOR_TYPE', self.name), ('TPU_WORKER_HOSTNAMES', 'localhost')):
       os.environ.setdefault(key, value)
     try:
-      three_d = self.family in ('v4', 'v5p')
+      three_d = self.chip.torus == 3
       per_host = (2, 2, 1) if self.hosts > 1 or self.chips == 4 else (
           (1, 1, 1) if self.chips == 1 else (2, 4, 1))
       topo = topologies.get_topology_desc(
@@ -114,18 +98,20 @@ def for_compiling(name: str, num_slices: int = 1) -> Slice:
 
 def parse(name: str, num_slices: int = 1) -> Slice:
   """The slice `name` ('v4-8', 'v5litepod-16', 'v5e-8', 'v5p-8', 'v6e-8', 'v4-32', ...)."""
-  m = re.fullmatch(r'(v4|v5p|v5litepod|v5e|v6e)-(\d+)', name.strip().lower())
+  names = sorted(chips_lib.slice_names(), key=len, reverse=True)
+  m = re.fullmatch(rf'({"|".join(names)})-(\d+)', name.strip().lower())
   if not m:
     raise ValueError(f'--topology={name!r} is not a Cloud TPU accelerator type; use one such as '
-                     'v4-8, v5p-8, v5litepod-8 (v5e-8), v6e-8 or a larger slice (v4-32, v5e-32)')
-  family, count = m.group(1), int(m.group(2))
-  family = 'v5e' if family == 'v5litepod' else family
+                     f'{", ".join(f"{n}-8" for n in chips_lib.slice_names())} or a larger slice '
+                     '(v4-32, v5e-32)')
+  chip, count = chips_lib.of_slice_name(m.group(1)), int(m.group(2))
+  family = chip.family
   if num_slices < 1:
     raise ValueError(f'--num_slices={num_slices}; give 1 or more slices')
-  if family in ('v4', 'v5p'):
-    chips = count // 2
-    if count % 2 or chips not in _CUBES:
-      sizes = ', '.join(f'{family}-{2 * c}' for c in sorted(_CUBES))
+  if chip.torus == 3:
+    chips = count // chip.cores_per_chip
+    if count % chip.cores_per_chip or chips not in _CUBES:
+      sizes = ', '.join(f'{family}-{chip.cores_per_chip * c}' for c in sorted(_CUBES))
       raise ValueError(f'{name} is not a {family} slice this tool knows; use one of {sizes}')
     shape = _CUBES[chips]
     hosts = max(1, chips // 4)
@@ -136,5 +122,5 @@ def parse(name: str, num_slices: int = 1) -> Slice:
       raise ValueError(f'{name} is not a {family} slice this tool knows; use one of {sizes}')
     shape = _PLANES[chips]
     hosts = 1 if chips <= 8 else chips // 4
-  topology = f'{CHIPS[family][1]}:{"x".join(str(s) for s in shape)}'
+  topology = f'{chip.topology_prefix}:{"x".join(str(s) for s in shape)}'
   return Slice(name, family, chips, hosts, topology, num_slices)

@@ -15,10 +15,10 @@ the shapes it takes, its start-up check):
   run uses it only after it matched the explicit path on the device (`kernel_check`).
 - `fused`: `jax.nn.dot_product_attention` (cuDNN's kernel on GPUs), without dropout.
 
-`model.attention='auto'` is decided once per run, before it compiles (`resolve`): the kernel on
-GPUs and TPUs where it takes the shape and passes its check, else cuDNN for 16-bit activations
-(without dropout), else the explicit softmax; CPUs run the explicit path. A layer asks for its path
-in one call (`attend`). The padding mask is additive (-10000) as in the original, so fully masked
+`model.attention='auto'` is decided once per run, before it compiles (`resolve`), by the registry:
+the first path of `PATHS` that may run on the platform, takes the shape and passes its check (the
+kernel on GPUs and TPUs, else cuDNN for 16-bit activations, without dropout, else the explicit
+softmax; CPUs run the explicit path). A layer asks for its path in one call (`attend`). The padding mask is additive (-10000) as in the original, so fully masked
 rows (padding queries) give the same values on every path.
 """
 
@@ -129,13 +129,18 @@ def kernel_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
 
 @dataclasses.dataclass(frozen=True)
 class Path:
-  """One way to compute attention."""
+  """One way to compute attention, and what the choice of `model.attention='auto'` asks of it."""
   name: str
   run: Callable  # (q, k, v, key_mask, *, direction, dropout_rate, words, platform) -> context
   dropout: bool  # it draws attention dropout (a path without runs the explicit one where needed)
+  title: str = ''  # in the run's log: 'Pallas flash kernel'
+  auto: Callable = lambda backend, dtype: False  # whether 'auto' may take it on this backend for
+  #   activations of this dtype ('auto' takes the first of `PATHS` that may, takes the shape and
+  #   passes its check)
   problem: Callable = lambda platform, length, head_dim, heads: ''  # why it does not take a shape
-  check: Callable = lambda *_: (True, '')  # (platform, length, dtype, dropout rate, directions,
-  #   head size) -> (whether it matched the explicit path on the device, why not)
+  check: Callable | None = None  # (platform, length, dtype, dropout rate, directions, head size)
+  #   -> (whether it matched the explicit path on the device, why not); None: nothing to check
+  fallback: str = ''  # the path a step compiles with when the compiler rejects this one
 
 
 def _anywhere(fn):
@@ -143,11 +148,17 @@ def _anywhere(fn):
   return lambda q, k, v, key_mask, platform='', **kw: fn(q, k, v, key_mask, **kw)
 
 
+# In the order 'auto' prefers them.
 PATHS = {
-    'explicit': Path('explicit', _anywhere(explicit), dropout=True),
-    'pallas': Path('pallas', _kernel, dropout=True, problem=_kernel_problem,
-                   check=lambda *a: kernel_check(*a)),  # looked up when called
-    'fused': Path('fused', _anywhere(fused), dropout=False),
+    'pallas': Path('pallas', _kernel, dropout=True, title='Pallas flash kernel',
+                   auto=lambda backend, dtype: backend in ACCELERATORS, problem=_kernel_problem,
+                   check=lambda *a: kernel_check(*a),  # (looked up when called)
+                   fallback='explicit'),
+    'fused': Path('fused', _anywhere(fused), dropout=False, title='cuDNN fused attention',
+                  auto=lambda backend, dtype: (backend in ACCELERATORS
+                                               and jnp.dtype(dtype).itemsize == 2)),
+    'explicit': Path('explicit', _anywhere(explicit), dropout=True, title='explicit softmax',
+                     auto=lambda backend, dtype: True),
 }
 
 
@@ -161,11 +172,10 @@ def path_name(cfg, dtype, deterministic: bool, length: int = 0, head_dim: int = 
   """The name of the path (`PATHS`) a layer runs.
 
   A run decides `model.attention='auto'` once, before it compiles (`resolve`); a model
-  used outside a run (conversion, tests) decides it here the same way, checking the kernel on the
-  default device. 'fused' (cuDNN) has no dropout: where attention dropout is active it runs the
-  explicit path. 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; for tests). A
-  network whose heads the kernels do not take (on TPUs: heads of 64 in an odd number) runs the
-  explicit path.
+  used outside a run (conversion, tests) decides it here the same way, checking the paths on the
+  default device. A path without dropout (cuDNN's) runs the explicit path where attention dropout
+  is active, and so does a path that does not take the layer's shape ('pallas' on TPUs: heads of
+  64 in an odd number). 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; tests).
   """
   active_dropout = not deterministic and cfg.attention_dropout_rate > 0
   impl = cfg.attention
@@ -180,76 +190,86 @@ def path_name(cfg, dtype, deterministic: bool, length: int = 0, head_dim: int = 
 
 
 def _auto(cfg, dtype: str, length: int, head_dim: int, check=None,
-          heads: int = 0) -> tuple[str, str]:
-  """('explicit' | 'pallas' | 'fused', why) for model.attention='auto' on cfg's platform.
+          heads: int = 0) -> tuple[str, list]:
+  """(the path model.attention='auto' takes on cfg's platform, [(a path passed over, why)]).
 
-  The Pallas flash kernel on GPUs and TPUs, where it takes the shape and passes `check` (default:
-  the kernel's `kernel_check` on the default device at this shape), else cuDNN's fused attention for
-  16-bit activations (without dropout; the explicit path with it), else the explicit softmax. CPUs
-  run the explicit path, where XLA's einsums are faster than the kernel's interpreter.
+  The first of `PATHS` that `auto` allows on the platform for `dtype` activations, takes the
+  shape and passes its check (`check(path)`; default: the path's own check on the default device
+  at this shape). On CPUs only the explicit path is allowed: XLA's einsums there are faster than
+  the kernel's interpreter.
   """
   backend = cfg.platform or jax.default_backend()
-  fallback = 'fused' if jnp.dtype(dtype).itemsize == 2 else 'explicit'
-  if backend not in ACCELERATORS:
-    return 'explicit', ''
-  problem = PATHS['pallas'].problem(backend, length, head_dim, heads or cfg.num_heads)
-  if problem:
-    return fallback, f'the Pallas kernel does not take this shape: {problem}'
   if check is None:
-    check = lambda: PATHS['pallas'].check(backend, length, dtype, cfg.attention_dropout_rate,
-                                          _directions(cfg), head_dim)
-  ok, why = check()
-  return ('pallas', '') if ok else (fallback, why)
+    check = lambda path: path.check(backend, length, dtype, cfg.attention_dropout_rate,
+                                    _directions(cfg), head_dim)
+  passed = []
+  for path in PATHS.values():
+    if not path.auto(backend, dtype):
+      continue
+    problem = path.problem(backend, length, head_dim, heads or cfg.num_heads)
+    if problem:
+      passed.append((path, f'the {path.title} does not take this shape: {problem}'))
+      continue
+    ok, why = check(path) if path.check is not None else (True, '')
+    if ok:
+      return path.name, passed
+    passed.append((path, why))
+  return 'explicit', passed
 
 
 def _directions(cfg) -> tuple:
-  return ('', 'ltr', 'rtl') if cfg.generator == 'two_tower' else ('',)
+  return cfg.generator_shape.directions
 
 
 def resolve(cfg, length: int, checked=True, agree=lambda ok: ok) -> tuple:
   """(cfg with `attention` the path the run takes, the line a run logs about it ('' if none)).
 
-  'auto' on a GPU or TPU checks the kernel against the explicit path at the run's sequence length,
-  dtype, dropout and directions on the device (`checked`), or takes it unchecked when the devices
-  are not here (compiling for a TPU slice from another machine); `agree(ok)` returns the verdict
-  every process takes (all must have passed), so that all hosts compile one program. A kernel
-  forced with model.attention='pallas' must take the shape.
+  'auto' on a GPU or TPU checks each path it considers against the explicit path at the run's
+  sequence length, dtype, dropout and directions on the device (`checked`), or takes it unchecked
+  when the devices are not here (compiling for a TPU slice from another machine); `agree(ok)`
+  returns the verdict every process takes (all must have passed), so that all hosts compile one
+  program. A path forced with model.attention must take the shape.
   """
   head = cfg.hidden_size // cfg.num_heads
   backend = cfg.platform or jax.default_backend()
-  if cfg.attention == 'pallas':
-    problem = PATHS['pallas'].problem(backend, length, head, cfg.num_heads)
-    if problem:
-      raise ValueError(f'model.attention=pallas: the kernel does not take {length}-token sequences '
-                       f'with heads of {head} on {backend} ({problem}); use model.attention=auto '
-                       'or explicit, or a sequence length the blocks divide')
   if cfg.attention != 'auto':
+    path = PATHS[cfg.attention]
+    problem = path.problem(backend, length, head, cfg.num_heads)
+    if problem:
+      raise ValueError(f'model.attention={path.name}: the {path.title} does not take {length}-token '
+                       f'sequences with heads of {head} on {backend} ({problem}); use '
+                       'model.attention=auto or explicit, or a sequence length the blocks divide')
     return cfg, f'attention: {cfg.attention} (model.attention)'
-  verdict = {}
+  checks = []
 
-  def check():
+  def check(path):
     if not checked:
       return True, ''
-    ok, why = kernel_check(backend, length, cfg.dtype, cfg.attention_dropout_rate,
-                                 _directions(cfg), head)
+    ok, why = path.check(backend, length, cfg.dtype, cfg.attention_dropout_rate,
+                         _directions(cfg), head)
     agreed = agree(ok)
     if ok and not agreed:
       why = 'it failed on another process'
-    verdict['why'] = why
+    checks.append(path)
     return agreed, why
 
-  impl, why = _auto(cfg, cfg.dtype, length, head, check)
+  impl, passed = _auto(cfg, cfg.dtype, length, head, check)
   cfg = dataclasses.replace(cfg, attention=impl)
-  if backend not in ACCELERATORS:
+  chosen = PATHS[impl]
+  if backend not in ACCELERATORS and not passed:
     return cfg, ''
-  if impl == 'pallas':
+  if chosen.check is not None:
     how = ('matched the explicit path at this shape in its start-up check' if checked else
-           'compiled for the slice; its start-up check runs on the TPU itself')
-    return cfg, f'attention: Pallas flash kernel on {backend} ({how})'
-  if 'why' in verdict:
-    return cfg, (f'warning: the Pallas attention kernel failed its check on this {backend} '
-                 f'({why}); attention runs the explicit softmax (cuDNN where no dropout is active)')
-  return cfg, f'attention: explicit softmax ({why})'
+           f'compiled for the slice; its start-up check runs on the {backend.upper()} itself')
+    return cfg, f'attention: {chosen.title} on {backend} ({how})'
+  runs = chosen.title + ('' if chosen.dropout else
+                         ' (the explicit softmax where attention dropout is active)')
+  failed = [(path, why) for path, why in passed if path in checks]
+  if failed:
+    path, why = failed[0]
+    return cfg, (f'warning: the {path.title} failed its check on this {backend} ({why}); '
+                 f'attention runs the {runs}')
+  return cfg, f'attention: {runs}' + (f' ({passed[0][1]})' if passed else '')
 
 
 def note(cfg, length: int) -> str:
@@ -264,9 +284,8 @@ def attend(cfg, q, k, v, key_mask, *, direction: str = '', deterministic: bool =
   `words`). While parameters are created (`initializing`, a few tokens) any path makes the same
   ones: the explicit one runs."""
   length, heads, head_dim = q.shape[1:]
-  name = path_name(cfg, jnp.dtype(cfg.dtype), deterministic, length, head_dim, heads)
-  if name == 'pallas' and initializing:
-    name = 'explicit'
+  name = ('explicit' if initializing else
+          path_name(cfg, jnp.dtype(cfg.dtype), deterministic, length, head_dim, heads))
   rate = 0.0 if deterministic else cfg.attention_dropout_rate
   return PATHS[name].run(q, k, v, key_mask, direction=direction, dropout_rate=rate, words=words,
                          platform=cfg.platform or jax.default_backend())

@@ -5,8 +5,8 @@ Parameter tree of `Electra` (names chosen to map one-to-one onto the original an
     embeddings/{word_embeddings, position_embeddings, token_type_embeddings, LayerNorm}  (shared)
     discriminator/{embeddings_project?, layer_0 .. layer_{L-1}}
     discriminator_predictions/{dense, dense_prediction}
-    generator/{embeddings_project?, layer_0 ..}          ('separate' generator only)
-    cloze_ltr/..., cloze_rtl/...                         ('two_tower' generator: ELECTRIC)
+    generator/{embeddings_project?, layer_0 ..}          (the generator's own encoder(s):
+    cloze_ltr/..., cloze_rtl/...                          model/generators.py, by its shape)
     generator_embeddings/...                             (untied generator embeddings only)
     generator_predictions/{dense, LayerNorm, output_bias}
     discriminator_mlm/{dense, LayerNorm, output_bias}    (Replace / All-Tokens MLM objectives only)
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from electra_jax.config import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.model import attention as attention_lib
+from electra_jax.model import generators
 from electra_jax.model import masks as attention_masks
 from electra_jax.model.layers import (Dense, Dropout, LayerNorm, gelu_for, low_precision_matmul,
                                 small_table_lookup, truncated_normal)
@@ -47,46 +48,37 @@ class _ModelConfigBase:
 
   platform: the devices ('tpu', 'gpu', 'cpu'); '' : JAX's default backend when traced. A run
     compiling for a TPU slice from a CPU host sets 'tpu'.
-  chip: their device kind ('TPU v6 lite', ...; JAX's default devices' when platform is ''): see
-    `writes_for_backward`.
+  writes_for_backward: whether the forward pass writes GELU's derivative and the dropout masks
+    for the backward pass (True) or the backward recomputes them beside its matmuls (False): the
+    chip's choice (hardware/chips.py, given by the run); None: True on CPUs, else False.
   dtype 'auto' becomes bfloat16 on TPUs and GPUs and float32 on CPUs when the view is made.
   """
 
   def __post_init__(self):
+    backend = self.platform or jax.default_backend()
     if self.dtype == 'auto':
-      object.__setattr__(self, 'dtype', auto_dtype(self.platform or jax.default_backend()))
+      object.__setattr__(self, 'dtype', auto_dtype(backend))
+    if self.writes_for_backward is None:
+      object.__setattr__(self, 'writes_for_backward', backend == 'cpu')
 
   @classmethod
-  def from_config(cls, model_cfg, platform: str = '', chip: str = ''):
+  def from_config(cls, model_cfg, platform: str = '', writes_for_backward: bool | None = None):
     """The model's view of `config.model` (or a dict of some of its fields: the others at their
-    defaults; or a view's fields, whose platform and chip these arguments replace) for `platform`
-    ('' : JAX's default backend) and `chip`; ValueError for an unknown field or a value outside
-    its range."""
-    values = {k: v for k, v in model_cfg.items() if k not in ('platform', 'chip')}
+    defaults; or a view's fields, whose platform and writes_for_backward these arguments replace)
+    for `platform` ('' : JAX's default backend); ValueError for an unknown field or a value
+    outside its range."""
+    values = {k: v for k, v in model_cfg.items()
+              if k not in ('platform', 'writes_for_backward', 'chip')}
     fields_lib.check(config_lib.MODEL, values, 'model', prefix='model.')
-    values['platform'] = platform
-    values['chip'] = chip or ('' if platform else jax.devices()[0].device_kind)
-    cfg = cls(**values)
+    cfg = cls(**values, platform=platform, writes_for_backward=writes_for_backward)
     cfg.validate()
     return cfg
-
-  @property
-  def writes_for_backward(self) -> bool:
-    """Whether the forward pass writes GELU's derivative and the dropout masks for the backward
-    pass (True) or the backward pass recomputes them beside its matmuls (False).
-
-    By XLA's TPU cost model for Base: on a v6e chip, whose MXU is 4.7x v5e's and whose vector
-    units are not, recomputing erf and the dropout hash is what the matmuls wait for (writing
-    them: a discriminator layer 3.05 -> 2.67 ms); on v5e the recomputation hides under the
-    matmuls and the extra writes cost HBM time (5.89 -> 6.15 ms), so v4/v5 chips recompute.
-    On CPUs writing them made a Small step about 8% faster. GPUs recompute (not measured)."""
-    backend = self.platform or jax.default_backend()
-    return backend == 'cpu' or (backend == 'tpu' and self.chip.startswith('TPU v6'))
 
   def validate(self):
     """ValueError (one sentence): a field outside its declared range, or fields that do not fit
     together."""
-    values = {k: v for k, v in dataclasses.asdict(self).items() if k not in ('platform', 'chip')}
+    values = {k: v for k, v in dataclasses.asdict(self).items()
+              if k not in ('platform', 'writes_for_backward')}
     fields_lib.check(config_lib.MODEL, values, 'model', prefix='model.')
     if self.attention not in attention_lib.choices():
       raise ValueError(f'model.attention is {self.attention!r}; use one of '
@@ -94,42 +86,35 @@ class _ModelConfigBase:
     if self.hidden_size % self.num_heads:
       raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
                        f'model.num_heads {self.num_heads}')
-    if (self.generator in ('separate', 'two_tower')
-        and self.generator_hidden_size % self.generator_num_heads):
-      raise ValueError(f'the generator width {self.generator_hidden_size} is not a multiple of its '
-                       f'{self.generator_num_heads} heads of 64; change '
-                       'model.generator_hidden_fraction')
-    if self.gdes and (self.untied_generator_embeddings or self.generator != 'separate'):
-      raise ValueError('model.gdes re-parameterizes the discriminator\'s share of embeddings the '
-                       'generator owns: it needs model.generator=separate and shared embeddings '
-                       '(untied_generator_embeddings=False)')
-    if self.generator == 'tied' and self.untied_generator_embeddings:
-      raise ValueError('a tied generator (model.generator=tied) shares the embeddings too; set '
-                       'model.untied_generator_embeddings=False')
+    generators.get(self.generator).validate(self)
+
+  @property
+  def generator_shape(self) -> generators.Generator:
+    """The generator's shape (model/generators.py), what the code asks about the generator."""
+    return generators.get(self.generator)
 
   @property
   def generator_hidden_size(self) -> int:
-    if self.generator == 'tied':
-      return self.hidden_size
-    return int(round(self.hidden_size * self.generator_hidden_fraction))
+    return self.generator_shape.size(self).hidden
 
   @property
   def generator_num_layers(self) -> int:
-    if self.generator == 'tied':
-      return self.num_layers
-    return int(round(self.num_layers * self.generator_layers_fraction))
+    return self.generator_shape.size(self).layers
 
   @property
   def generator_num_heads(self) -> int:
-    if self.generator == 'tied':
-      return self.num_heads
-    return max(1, self.generator_hidden_size // 64)
+    return self.generator_shape.size(self).heads
+
+  @property
+  def generator_intermediate_size(self) -> int:
+    return self.generator_shape.size(self).intermediate
 
 
 
 ModelConfig = dataclasses.make_dataclass(
     'ModelConfig', fields_lib.view_fields(config_lib.CONFIG, 'model')
-    + [('platform', str, dataclasses.field(default='')), ('chip', str, dataclasses.field(default=''))],
+    + [('platform', str, dataclasses.field(default='')),
+       ('writes_for_backward', bool | None, dataclasses.field(default=None))],
     bases=(_ModelConfigBase,), frozen=True)
 ModelConfig.__module__ = __name__
 
@@ -303,17 +288,14 @@ class Electra(nn.Module):
                                             jnp.dtype(cfg.param_dtype))
     if cfg.discriminator_mlm:
       self.discriminator_mlm = GeneratorHead(cfg)
-    if cfg.generator == 'uniform':
+    shape = cfg.generator_shape
+    if not shape.network:
       return
     if cfg.untied_generator_embeddings:
       self.generator_embeddings = Embeddings(cfg, cfg.generator_hidden_size)
-    tower = lambda direction='': Encoder(cfg, cfg.generator_hidden_size, cfg.generator_num_layers,
-                                         cfg.generator_num_heads, 4 * cfg.generator_hidden_size,
-                                         direction)
-    if cfg.generator == 'separate':
-      self.generator = tower()
-    if cfg.generator == 'two_tower':  # ELECTRIC's cloze model: each position sees all the others
-      self.cloze_ltr, self.cloze_rtl = tower('ltr'), tower('rtl')
+    size = shape.size(cfg)
+    shape.build(self, lambda direction: Encoder(cfg, size.hidden, size.layers, size.heads,
+                                                size.intermediate, direction))
     self.generator_predictions = GeneratorHead(cfg)
 
   def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
@@ -341,19 +323,11 @@ class Electra(nn.Module):
     """Vocabulary logits [B, N, V] (float32) at the N `positions` of each sequence only; `rows`
     ([V] bool): the word-table rows the decoder updates (`decoder_rows`)."""
     cfg = self.cfg
-    if cfg.generator == 'uniform':
+    if not cfg.generator_shape.network:  # every entry equally likely
       return jnp.zeros(positions.shape + (cfg.vocab_size,), jnp.float32)
     embeddings = self.generator_embeddings if cfg.untied_generator_embeddings else self.embeddings
     embedded = embeddings(input_ids, segment_ids, deterministic)
-    if cfg.generator == 'two_tower':  # position t: the left tower at t - 1, the right at t + 1
-      left = self.cloze_ltr(embedded, input_mask, deterministic)
-      right = self.cloze_rtl(embedded, input_mask, deterministic)
-      left = jnp.pad(left[:, :-1], ((0, 0), (1, 0), (0, 0)))
-      right = jnp.pad(right[:, 1:], ((0, 0), (0, 1), (0, 0)))
-      hidden = jnp.concatenate([left, right], -1)
-    else:
-      network = self.generator if cfg.generator == 'separate' else self.discriminator
-      hidden = network(embedded, input_mask, deterministic)
+    hidden = cfg.generator_shape.hidden(self, embedded, input_mask, deterministic)
     hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     return self.generator_predictions(hidden, embeddings.table(), rows)
 

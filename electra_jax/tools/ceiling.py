@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax.hardware import aot
+from electra_jax.hardware import chips as chips_lib
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.hardware import hlo_cost
 
@@ -59,8 +60,8 @@ def forward_matmuls(cfg, seq_len: int, rows: int, predictions: int) -> tuple[lis
     out.append(Matmul('discriminator embedding projection', t, e, h, 1))
   out += [Matmul('detection head dense', t, h, h, 1), Matmul('detection head logit', t, h, 1, 1)]
   hg = cfg.generator_hidden_size
-  eg = hg if cfg.untied_generator_embeddings else e
-  inter = cfg.intermediate_size if cfg.generator == 'tied' else 4 * hg
+  eg = cfg.generator_shape.embedding_width(cfg)
+  inter = cfg.generator_intermediate_size
   out += _projections('generator', cfg.generator_num_layers, hg, inter, t)
   attention += cfg.generator_num_layers * 2 * 2 * hg * s * t
   if eg != hg:
@@ -69,7 +70,7 @@ def forward_matmuls(cfg, seq_len: int, rows: int, predictions: int) -> tuple[lis
   return out, float(attention)
 
 
-def _lone_seconds(device, chip: hlo_cost.Chip, kind: str, m: int, k: int, n: int) -> float:
+def _lone_seconds(device, chip: chips_lib.Chip, kind: str, m: int, k: int, n: int) -> float:
   """The compiler's estimate for one matmul alone on `device`: 'forward' x[m,k] @ w[k,n] -> bf16,
   'input grad' g[m,n] @ w[k,n]^T -> bf16, 'weight grad' x[m,k]^T @ g[m,n] -> float32."""
   bf16, f32 = jnp.bfloat16, jnp.float32

@@ -169,7 +169,7 @@ def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
   step, state, _ = _restore(fs.join(workdir, 'checkpoints'), step, 'pre-training')
   written = []
   for network in ('discriminator', 'generator'):
-    if network == 'generator' and cfg.generator in ('uniform', 'two_tower'):
+    if network == 'generator' and cfg.generator_shape.hf_encoder is None:
       log(f'model.generator is {cfg.generator}: no HF transformers class holds it; the '
           'discriminator alone is exported')
       continue

@@ -14,6 +14,7 @@ from electra_jax import UserError, user_errors
 from electra_jax.data import records as records_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.hardware import aot
+from electra_jax.hardware import chips
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.model import attention as attention_lib
 from electra_jax.model import electra as model_lib
@@ -27,9 +28,11 @@ from electra_jax.train import step as step_lib
 def model_for_run(config, platform: str, checked: bool = True, log=print, chip: str = ''):
   """The model's view of the run on `platform` (devices of kind `chip`): dtype 'auto' and
   attention 'auto' decided (the attention kernel checked at the run's shape on the device when
-  `checked`; every process takes one verdict), the attention line logged."""
+  `checked`; every process takes one verdict), the chip's recompute choice, the attention line
+  logged."""
   with user_errors(ValueError):
-    model_cfg = model_lib.ModelConfig.from_config(config.model, platform, chip)
+    model_cfg = model_lib.ModelConfig.from_config(
+        config.model, platform, chips.writes_for_backward(platform, chip))
     model_cfg, note = attention_lib.resolve(
         model_cfg, config.data.max_seq_length, checked,
         agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
@@ -47,8 +50,8 @@ def compile_run(config, make_setup, model_cfg, mesh, state, limit, log):
   """(setup, compiled train step, compiled evaluation step, the train step's memory per device).
 
   `microbatches=0` takes the fewest parts whose step fits `limit` bytes per device. A step that
-  the compiler rejects with the Pallas attention kernel is compiled again with the explicit path,
-  with a warning, instead of ending the run."""
+  the compiler rejects with an attention path is compiled again with the path's fallback (the
+  kernel's: the explicit path), with a warning, instead of ending the run."""
   d = config.data
   sharding = partitioning.batch_sharding(mesh)
 
@@ -88,13 +91,14 @@ def compile_run(config, make_setup, model_cfg, mesh, state, limit, log):
   except (UserError, KeyboardInterrupt):
     raise
   except Exception as e:  # pylint: disable=broad-except
-    if (model_cfg.attention != 'pallas' or config.model.attention == 'pallas'
-        or aot.out_of_memory(e)):
-      raise
+    path = attention_lib.PATHS[model_cfg.attention]
+    if not path.fallback or config.model.attention == path.name or aot.out_of_memory(e):
+      raise  # (a path the config forced, or none to fall back to)
     first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-    log(f'warning: the step did not compile with the Pallas attention kernel ({first}); '
-        'compiling it with the explicit softmax')
-    return build(dataclasses.replace(model_cfg, attention='explicit'))
+    fallback = attention_lib.PATHS[path.fallback]
+    log(f'warning: the step did not compile with the {path.title} ({first}); compiling it with '
+        f'the {fallback.title}')
+    return build(dataclasses.replace(model_cfg, attention=fallback.name))
 
 
 def compile_logged(config, make_setup, model_cfg, mesh, state, log):

@@ -11,6 +11,7 @@ from electra_jax.config import pretraining as config_lib
 from electra_jax.convert import sources
 from electra_jax.data import records as records_lib
 from electra_jax.model import electra as model_lib
+from electra_jax.model import generators
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import workdir as workdir_lib
@@ -38,7 +39,7 @@ def _open_workdir(path: str) -> sources.Source:
     ckpt.close()
   fields = {f.name: config.model[f.name] for f in dataclasses.fields(model_lib.ModelConfig)
             if f.name in config.model and f.name not in ('dtype', 'param_dtype')}
-  has_generator = fields.get('generator') != 'uniform'
+  has_generator = generators.get(fields.get('generator', 'separate')).network
 
   def read(cfg, fill):
     del fill

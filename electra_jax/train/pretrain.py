@@ -289,8 +289,7 @@ def _summarize(config, workdir: str, setup, ckpt, result, best, baseline: float,
   if 'disc_auc' in values:
     parts.append(f'discriminator AUC {values["disc_auc"]:.3f} (chance 0.5), accuracy '
                  f'{values["disc_accuracy"]:.3f}')
-  gen_name = {'tied': 'MLM', 'two_tower': 'cloze model'}.get(setup.model_cfg.generator,
-                                                             'generator MLM')
+  gen_name = setup.model_cfg.generator_shape.summary
   for key, name in (('mlm', gen_name),
                     ('main_mlm', 'main MLM'), ('all_tokens', 'all-tokens MLM')):
     if f'{key}_loss' in values:

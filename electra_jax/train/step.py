@@ -23,6 +23,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import electra as model_lib
+from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.train import optim
@@ -55,9 +56,9 @@ class Setup:
   loss_fn: Callable  # (params, batch, rng, deterministic) -> (loss, metric sums)
   seed: int
   init_params: Callable  # key -> parameters
-  objective_cfg: objectives.ObjectiveConfig | None = None  # pre-training only
+  objective_cfg: objective_common.ObjectiveConfig | None = None  # pre-training only
   special: SpecialIds | None = None  # pre-training only
-  draw: Callable | None = None  # (rng, global batch) -> objectives.Draws: masking, normalizers
+  draw: Callable | None = None  # (rng, global batch) -> objective_common.Draws: masking, normalizers
   microbatches: int = 1  # gradient accumulation: sequential parts of the global batch per step
   fsdp: bool | None = False  # parameters and optimizer state split over the devices
   #   (partitioning.py); None: decided for the mesh (`uses_fsdp`)
@@ -72,7 +73,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
   given, is the model's view already decided for the run (its attention path resolved).
   `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
   model_cfg = model_cfg or model_lib.ModelConfig.from_config(config.model, platform)
-  objective_cfg = objectives.ObjectiveConfig.from_config(config.objective, platform)
+  objective_cfg = objective_common.ObjectiveConfig.from_config(config.objective, platform)
   model = model_lib.Electra(model_cfg)
   tx, schedule = optim.make_optimizer(config.optimizer)
   objective = objectives.get(config.objective.name).loss
@@ -82,7 +83,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
                      deterministic=deterministic, draws=draws)
 
   def draw(rng, batch):
-    return objectives.draw(rng, batch, objective_cfg, special, model_cfg.vocab_size)
+    return objective_common.draw(rng, batch, objective_cfg, special, model_cfg.vocab_size)
 
   return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
                seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),

@@ -1,0 +1,206 @@
+"""What every pre-training objective shares: its view of `config.objective`, the draws of a
+step (masking, the sampler's numbers, the loss denominators over the global batch), the MLM
+and detection terms, the generator's pass and sample, and `Objective`, the entry of one in
+registry.py's table. Pure functions (params, batch, rng) -> (loss, metric sums); no I/O.
+
+Metrics are returned as sums (numerator and denominator per name, plus score histograms) so they
+add up across steps and devices and become ratios only when they are read (`metrics.summarize`).
+"""
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from electra_jax.config import fields as fields_lib
+from electra_jax.config import pretraining as config_lib
+from electra_jax.data.tokenizer import SpecialIds
+from electra_jax.model import attention as attention_lib
+from electra_jax.model import electra as model_lib
+from electra_jax.objectives import masking
+from electra_jax.objectives.metrics import ratio
+
+AUC_BINS = 4096  # histogram bins of discriminator logits in [-AUC_RANGE, AUC_RANGE]
+AUC_RANGE = 16.0
+
+
+class _ObjectiveConfigBase:
+  """The objective's view of `config.objective` (electra_jax/config/pretraining.py declares each field), plus
+  `sampler`, the generator's draw: 'cdf' (masking.sample_with) on CPUs, 'gumbel'
+  (masking.sample_gumbel) on GPUs and TPUs: the same distribution, each the faster there."""
+
+  @classmethod
+  def from_config(cls, objective_cfg, platform: str = ''):
+    """The objective's view of `config.objective` for a run on `platform` ('' : JAX's default
+    backend), which picks the sampler; ValueError for an unknown field or a value outside its
+    range."""
+    values = dict(objective_cfg.items())
+    fields_lib.check(config_lib.OBJECTIVE, values, 'objective', prefix='objective.')
+    accelerator = (platform or jax.default_backend()) in attention_lib.ACCELERATORS
+    return cls(**values, sampler='gumbel' if accelerator else 'cdf')
+
+
+ObjectiveConfig = dataclasses.make_dataclass(
+    'ObjectiveConfig', fields_lib.view_fields(config_lib.CONFIG, 'objective')
+    + [('sampler', str, dataclasses.field(default='cdf'))],
+    bases=(_ObjectiveConfigBase,), frozen=True)
+ObjectiveConfig.__module__ = __name__
+
+
+def logit_histograms(logits, labels, weights):
+  """Counts of positive and negative tokens per logit bin (for AUC at read time)."""
+  scaled = (jnp.clip(logits, -AUC_RANGE, AUC_RANGE) + AUC_RANGE) / (2 * AUC_RANGE)
+  bins = jnp.clip((scaled * AUC_BINS).astype(jnp.int32), 0, AUC_BINS - 1).reshape(-1)
+  w, y = weights.reshape(-1), labels.reshape(-1)
+  pos = jnp.zeros(AUC_BINS, jnp.float32).at[bins].add(w * y)
+  neg = jnp.zeros(AUC_BINS, jnp.float32).at[bins].add(w * (1 - y))
+  return jnp.stack([pos, neg])
+
+
+class Draws(NamedTuple):
+  """A step's random choices that do not depend on the parameters, and the loss normalizers.
+
+  Drawn once for the whole global batch, so that a step split into microbatches (gradient
+  accumulation) masks, samples and normalizes exactly as the whole batch would."""
+  masked: masking.Masked  # [B, ..] the selected slots and the generator's input
+  sample_uniform: jax.Array | None  # [B, N] one number in [0, 1) per slot: the generator's draw
+  #   by the inverted CDF (sampler 'cdf'; else None)
+  sample_seeds: jax.Array | None  # [B, N, 2] uint32 per slot: its seeds (sampler 'gumbel'; else None)
+  counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
+  rows: jax.Array | None = None  # [V] bool: the vocabulary's tokens present in the global batch
+
+
+def candidates(batch, special: SpecialIds) -> jax.Array:
+  """[B, L] bool: real tokens other than [PAD], [CLS], [SEP]."""
+  ids, keep = batch['input_ids'], batch['input_mask'] > 0
+  for i in (special.pad, special.cls, special.sep):
+    keep &= ids != i
+  return keep
+
+
+def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int) -> Draws:
+  """Masking (reference section 2), the sampling numbers and the loss denominators."""
+  mask_rng, sample_rng, _, _ = jax.random.split(rng, 4)
+  masked = masking.mask_tokens(
+      mask_rng, batch['input_ids'], batch['input_mask'], mask_prob=cfg.mask_prob,
+      max_predictions=cfg.max_predictions, mask_id=special.mask,
+      special_ids=(special.pad, special.cls, special.sep), mask_token_prob=cfg.mask_token_prob,
+      with_replacement=not cfg.sample_without_replacement,
+      random_token_prob=cfg.random_token_prob, vocab_size=vocab_size)
+  tokens = batch['input_mask'].astype(jnp.float32)
+  counts = {'slots': jnp.sum(masked.weights), 'tokens': jnp.sum(tokens),
+            'selected': jnp.sum(tokens * masking.selected(masked, tokens.shape[1])),
+            'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32))}
+  uniform = seeds = None  # the sampler's numbers only
+  if cfg.sampler == 'gumbel':
+    seeds = jax.random.bits(jax.random.fold_in(sample_rng, 1), masked.weights.shape + (2,),
+                            jnp.uint32)
+  else:
+    uniform = jax.random.uniform(sample_rng, masked.weights.shape, jnp.float32)
+  rows = jnp.zeros((vocab_size,), jnp.bool_).at[batch['input_ids'].reshape(-1)].set(True)
+  return Draws(masked, uniform, seeds, counts, rows)
+
+
+def network_rngs(rng):
+  """The dropout keys of the generator's and the discriminator's passes."""
+  return jax.random.split(rng, 4)[2:]
+
+
+def applier(model, params, deterministic):
+  return lambda method, r, *args, **kw: model.apply({'params': params}, *args, deterministic,
+                                                    method=method, rngs={'dropout': r}, **kw)
+
+
+def decoder_rows(model, draws: Draws):
+  """The word-table rows the generator's decoder updates: all (None), or with
+  model.decoder_rows='batch' those of the global batch's tokens."""
+  return draws.rows if model.cfg.decoder_rows == 'batch' else None
+
+
+def mlm_terms(logits, targets, weights, count, prefix='mlm'):
+  """Cross-entropy (its sum over the slots divided by `count`, the global number of used slots)
+  and argmax accuracy at the prediction slots, as metric sums."""
+  # The target's logit by selection (no gather, and in the backward no scatter: on TPUs each
+  # cost a pass over the logits), shared by the cross-entropy and the accuracy.
+  is_target = jnp.arange(logits.shape[-1]) == targets[..., None]
+  target_logit = jnp.sum(jnp.where(is_target, logits, 0.0), -1)
+  nll = jax.nn.logsumexp(logits, -1) - target_logit
+  loss = jnp.sum(nll * weights) / (count + 1e-6)
+  # argmax accuracy without a (slow) argmax over the vocabulary: the target is strictly the top
+  correct = (target_logit > jnp.where(is_target, -jnp.inf, logits).max(-1)).astype(jnp.float32)
+  return loss, {f'{prefix}_loss': ratio(nll * weights, weights),
+                f'{prefix}_accuracy': ratio(correct * weights, weights)}
+
+
+def sample(draws: Draws, logits, cfg: ObjectiveConfig, targets):
+  """The generator's draw at every slot, by the run's sampler."""
+  disallow = targets if cfg.disallow_correct else None
+  if cfg.sampler == 'gumbel':
+    return masking.sample_gumbel(draws.sample_seeds, logits, temperature=cfg.temperature,
+                                 disallow=disallow)
+  return masking.sample_with(draws.sample_uniform, logits, temperature=cfg.temperature,
+                             disallow=disallow)
+
+
+def generate(apply, rng, batch, draws: Draws, cfg: ObjectiveConfig, rows=None):
+  """The generator's MLM at the masked positions, and its samples written into the original."""
+  masked = draws.masked
+  gen_logits = apply(model_lib.Electra.generator_logits, rng, masked.input_ids,
+                     batch['segment_ids'], batch['input_mask'], masked.positions, rows=rows)
+  mlm_loss, metrics = mlm_terms(gen_logits, masked.target_ids, masked.weights,
+                                 draws.counts['slots'])
+  # Sample replacements (no gradient flows through the sample) and write them into the original.
+  sampled = sample(draws, gen_logits, cfg, masked.target_ids)
+  metrics['sampled_mlm_accuracy'] = ratio((sampled == masked.target_ids) * masked.weights,
+                                          masked.weights)
+  disc_ids, is_replaced = masking.replace_tokens(batch['input_ids'], masked.positions,
+                                                 masked.weights, sampled)
+  return mlm_loss, metrics, disc_ids, is_replaced
+
+
+def detection(disc_logits, is_replaced, tokens, count):
+  """Replaced-token-detection loss over the positions weighted by `tokens` (`count` of them in
+  the global batch), and its metrics."""
+  labels = is_replaced.astype(jnp.float32)
+  losses = optax.sigmoid_binary_cross_entropy(disc_logits, labels)
+  loss = jnp.sum(losses * tokens) / (count + 1e-6)
+  preds = (disc_logits > 0).astype(jnp.float32)
+  correct = (preds == labels).astype(jnp.float32)
+  return loss, {
+      'disc_loss': ratio(losses * tokens, tokens),
+      'disc_accuracy': ratio(correct * tokens, tokens),
+      'disc_precision': ratio(correct * preds * tokens, preds * tokens),
+      'disc_recall': ratio(correct * labels * tokens, labels * tokens),
+      'replaced_fraction': ratio(labels * tokens, tokens),
+      'auc_histogram': logit_histograms(disc_logits, labels, tokens),
+  }
+
+
+def detection_head_flops(h: int, e: int, v: int, seq_len: int, predictions: int) -> float:
+  """Forward matmul FLOPs per example of the detection head (dense H -> H, then H -> 1, at every
+  position)."""
+  return (2 * h * h + 2 * h) * seq_len
+
+
+def mlm_head_flops(h: int, e: int, v: int, positions: int) -> float:
+  """Forward matmul FLOPs per example of an MLM head (dense H -> E, then the tied E -> V decoder)
+  at `positions` tokens."""
+  return positions * (2 * h * e + 2 * e * v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """One pre-training objective: all the rest of the code asks of it (the step its loss, the run
+  its model fields, hardware/flops.py its heads' FLOPs, the compare tool its runs)."""
+  name: str
+  loss: Callable  # (params, batch, rng, *, model, cfg, special, deterministic, draws) ->
+  #                 (loss, metric sums)
+  model: dict = dataclasses.field(default_factory=dict)  # model fields it needs (fit_model_config)
+  head_flops: Callable = detection_head_flops  # (H, E, V, seq_len, predictions) -> forward
+  #   matmul FLOPs per example of its heads on the main network
+  generator: bool = True  # a generator network runs beside the main one (BERT MLM: the main
+  #   network is the generator)
+  variants: dict = dataclasses.field(default_factory=dict)  # the compare tool's further runs:
+  #   {run name: model overrides}
