@@ -1008,3 +1008,35 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
                      'has none; use --config.head_init=random'):
     run.finetune(cfg, str(tmp_path / 'ft_tagging'), log=_quiet)
   assert not os.path.exists(tmp_path / 'ft_tagging')
+
+
+def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monkeypatch):
+  """A kind of task is one module's KIND and one entry of finetune/registry.py: here, declared in
+  this test, texts classed by their length (no label column), which the config takes as
+  task.kind, the loader reads, and a fine-tuning trains and scores end to end."""
+  from electra_jax.finetune import classification  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+
+  class ByLength(classification.Classification):
+    name = 'by_length'
+    own_data = 'a text per row, classed by its number of words'
+
+    def load(self, cfg, log=print):
+      splits = {s: [tasks_lib.Example(e.text_a, None, 'long' if len(e.text_a.split()) > 6
+                                      else 'short')
+                    for e in files.read_table(cfg[s], cfg.text_a, '', '', labelled=False)]
+                for s in ('train', 'dev') if cfg[s]}
+      return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, ('long', 'short'),
+                            ('accuracy',), ('dev',)), splits
+
+  monkeypatch.setitem(registry.KINDS, 'by_length', ByLength())
+  rows = [(' '.join(WORDS[i:i + 3 + i % 8]),) for i in range(64)]
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0,
+             baseline=False)
+  cfg.task.update(name='own', kind='by_length', train=_write(tmp_path / 'train.csv', rows, ['text']),
+                  dev=_write(tmp_path / 'dev.csv', rows[:32], ['text']))
+  lines = []
+  summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
+  assert summary['seeds'][0]['steps'] == 4 and 0 <= summary['median']['dev/accuracy'] <= 1
+  assert any(': by_length, 2 output(s), scored by accuracy' in l for l in lines), lines

@@ -11,6 +11,7 @@ import sys
 
 from conftest import ROOT
 from electra_jax.finetune import registry
+from electra_jax.model import generators
 
 PACKAGE = os.path.join(ROOT, 'electra_jax')
 TF_OWNER = 'electra_jax.storage.tf_import'
@@ -223,6 +224,24 @@ def test_no_branch_on_an_objective_name_outside_objectives():
               'model_type' not in ast.unparse(node)):  # HF's model_type 'electra' is no objective
         found.append(f'{name}:{node.lineno}: {ast.unparse(node)[:60]}')
   assert not found, f'an objective compared by name outside objectives/: {found}'
+
+
+def test_no_branch_on_a_generator_shape_outside_its_registry():
+  """The model, FLOPs, export, attention, the run's summary and the tools ask the generator's
+  shape (model/generators.py); none compares model.generator with a shape's name."""
+  names = set(generators.GENERATORS)
+  found = []
+  for name, path in _modules().items():
+    if name == 'electra_jax.model.generators':
+      continue
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.Compare) and any(
+          _names_a_kind(x, names) for x in [node.left] + node.comparators):
+        found.append(f'{name}:{node.lineno}: {ast.unparse(node)[:60]}')
+  assert not found, f'a generator shape compared by name outside model/generators.py: {found}'
+  planted = ast.parse("if cfg.generator in ('uniform', 'two_tower'):\n  pass\n")
+  assert any(isinstance(n, ast.Compare) and _names_a_kind(n.comparators[0], names)
+             for n in ast.walk(planted))
 
 
 def test_the_config_is_declared_once():

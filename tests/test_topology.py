@@ -17,6 +17,7 @@ from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
 from electra_jax import UserError
 from electra_jax import cli as cli_lib
 from electra_jax.hardware import aot
+from electra_jax.hardware import chips
 from electra_jax.hardware import flops
 from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import topology
@@ -274,6 +275,31 @@ def test_a_step_too_large_for_the_chip_is_refused_naming_the_fix():
   needed = float(re.search(r'needs (\d+\.\d) GiB', str(refused.value)).group(1))
   assert needed > 20  # 26.4 GiB at d4725df
   assert any(line.startswith('train step: does not fit') for line in lines)
+
+
+@needs_libtpu
+def test_a_chip_added_to_the_table_is_a_slice_a_peak_and_an_estimate(monkeypatch):
+  """A chip is one line of hardware/chips.py: here a 'TPU v5x', a v5e with twice its peak, memory
+  and memory bandwidth, on v5e's compile-only devices. Its slices parse, MFU takes its peak, and the step
+  compiled for it is estimated with its datasheet."""
+  v5e = chips.of_slice_name('v5e')
+  v5x = dataclasses.replace(v5e, name='TPU v5x', device_kinds=('TPU v5x',),
+                            peak_flops=2 * v5e.peak_flops, hbm_bytes=2 * v5e.hbm_bytes,
+                            hbm_bytes_per_s=2 * v5e.hbm_bytes_per_s, slice_names=('v5x',))
+  monkeypatch.setattr(chips, 'CHIPS', chips.CHIPS + (v5x,))
+  slice_ = topology.parse('v5x-8')
+  assert (slice_.chip, slice_.chips, slice_.topology, slice_.hbm_bytes) == (
+      v5x, 8, 'v5e:2x4', 32 * topology.GiB)
+  assert flops.peak_flops(type('D', (), {'device_kind': 'TPU v5x'})()) == 2 * v5e.peak_flops
+  with pytest.raises(ValueError, match='v5x-8'):
+    topology.parse('v9-8')
+  lines = []
+  config = test_config(**{'data.batch_size': 64, 'microbatches': 1})
+  report = compiling.compile_for_topology(config, slice_, lines.append)
+  assert any('x 394 TFLOP/s TPU v5x bf16 peak' in line for line in lines), lines
+  on = {chip.name: hlo_cost.estimate(report['train_hlo'], chip, 8).seconds for chip in (v5e, v5x)}
+  assert report['estimate']['step_s'] == pytest.approx(on['TPU v5x'])
+  assert on['TPU v5x'] < on['TPU v5e']  # (the test model's step is bound by memory)
 
 
 def test_the_launch_script_refuses_an_unknown_slice_in_one_sentence(tmp_path):
