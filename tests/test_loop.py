@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop
 from electra_jax.train import step as step_lib
 
@@ -42,7 +43,7 @@ state = step_lib.TrainState(
 plan = loop.Plan(total_steps=steps, log_every=steps, fields=('loss',))
 ckpt = checkpoint_lib.Checkpointer(workdir + '/checkpoints')
 result = loop.run(plan, state, step_fn, iter(lambda: x, None), 0, evaluate=lambda s, st: {},
-                  ckpt=ckpt, meta=lambda s: {'step': s}, logs=loop.Logs(workdir), log=print)
+                  ckpt=ckpt, meta=lambda s: {'step': s}, logs=logs_lib.Logs(workdir), log=print)
 print('finished at step', int(result.state.step), 'queue_ahead', loop.queue_ahead())
 '''
 
