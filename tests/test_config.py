@@ -15,7 +15,7 @@ from electra_jax.objectives import common as objective_common
 def test_the_model_and_objective_views_are_the_declared_sections():
   c = config_lib.default_config().copy_and_resolve_references()
   model = {f.name: f.default for f in dataclasses.fields(model_lib.ModelConfig)}
-  assert set(model) == set(c.model) | {'platform', 'chip'}
+  assert set(model) == set(c.model) | {'platform', 'writes_for_backward'}
   assert all(model[k] == c.model[k] for k in c.model)  # the same defaults, derived ones resolved
   objective = {f.name: f.default for f in dataclasses.fields(objective_common.ObjectiveConfig)}
   assert set(objective) == set(c.objective) | {'sampler'}

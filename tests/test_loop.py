@@ -40,7 +40,8 @@ state = step_lib.TrainState(
                                                           NamedSharding(mesh, P())),
     opt_state={}, nonfinite_steps=jnp.zeros((), jnp.int32),
     first_nonfinite=jnp.full((), -1, jnp.int32))
-plan = loop.Plan(total_steps=steps, log_every=steps, fields=('loss',))
+plan = loop.Plan(total_steps=steps, log_every=steps, eval_every=0, save_every=0, nonfinite='stop',
+                 fields=('loss',))
 ckpt = checkpoint_lib.Checkpointer(workdir + '/checkpoints')
 result = loop.run(plan, state, step_fn, iter(lambda: x, None), 0, evaluate=lambda s, st: {},
                   ckpt=ckpt, meta=lambda s: {'step': s}, logs=logs_lib.Logs(workdir), log=print)

@@ -13,6 +13,8 @@ import dataclasses
 import hashlib
 import json
 
+from electra_jax.config import fields
+from electra_jax.config import pretraining as config_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.storage import fs
 
@@ -28,21 +30,36 @@ def shard_name(split: str, index: int, count: int) -> str:
   return f'{split}-{index:05d}-of-{count:05d}.tfrecord'
 
 
+# The pre-training config's declared defaults (config/pretraining.py), which Settings takes.
+_DEFAULTS = fields.json_default(config_lib.CONFIG)
+_DATA = _DEFAULTS['data']
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """Everything the bytes of a records folder depend on."""
-  source: str  # a corpus spec: 'builtin', 'tfds:NAME[:SPLIT]', or a file, folder or glob
-  max_seq_length: int
-  seed: int = 0
-  eval_fraction: float = 0.02
-  num_shards: int = 4
-  num_eval_shards: int = 1
-  text_field: str = 'text'
-  lower_case: bool = True
-  vocab: str = ''  # a given vocabulary file; '' trains a SentencePiece vocabulary on the source
-  vocab_size: int = 30522  # entries of a trained vocabulary
+  """Everything the bytes of a records folder depend on: the data fields of the pre-training config
+  (`of_config`; each default is the config's, declared there) and two of the vocabulary trainer."""
+  source: str  # data.corpus: 'builtin', 'tfds:NAME[:SPLIT]', or a file, folder or glob
+  max_seq_length: int = _DATA['max_seq_length']
+  seed: int = _DEFAULTS['seed']
+  eval_fraction: float = _DATA['eval_fraction']
+  num_shards: int = _DATA['num_shards']
+  num_eval_shards: int = _DATA['num_eval_shards']
+  text_field: str = _DATA['text_field']
+  lower_case: bool = _DATA['lower_case']
+  vocab: str = _DATA['vocab']  # a given vocabulary file; '' trains a SentencePiece vocabulary
+  vocab_size: int = _DEFAULTS['model']['vocab_size']  # entries of a trained vocabulary
   character_coverage: float = 0.9995
   max_sentences: int = 2_000_000  # sentences sampled to train a vocabulary
+
+  @classmethod
+  def of_config(cls, config) -> 'Settings':
+    """The records a pre-training config reads (built under its workdir when data.records is '')."""
+    d = config.data
+    return cls(source=d.corpus, max_seq_length=d.max_seq_length, seed=config.seed,
+               eval_fraction=d.eval_fraction, num_shards=d.num_shards,
+               num_eval_shards=d.num_eval_shards, text_field=d.text_field,
+               lower_case=d.lower_case, vocab=d.vocab, vocab_size=config.model.vocab_size)
 
   def shards(self) -> list[tuple[str, int]]:
     return ([('train', i) for i in range(self.num_shards)] +

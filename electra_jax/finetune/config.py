@@ -10,7 +10,8 @@ import ml_collections
 
 from electra_jax import UserError, user_errors
 from electra_jax.config import fields
-from electra_jax.config.fields import Field as F, Section, at_least, inside, one_of, positive, rule
+from electra_jax.config import pretraining
+from electra_jax.config.fields import Field as F, Section, at_least, inside, one_of, rule
 from electra_jax.finetune import heads
 from electra_jax.finetune import registry
 from electra_jax.storage import fs
@@ -74,11 +75,9 @@ OPTIMIZER = Section(doc="AdamW; zeros mean the paper's value for the model's siz
                          'rest of the layer)')),
     warmup_fraction=F(0.1, 'share of the steps spent warming up', inside(0, 1, True, True)),
     weight_decay=F(0.0, "the paper's 0 (the original code used 0.01)", at_least(0)),
-    b1=F(0.9, 'Adam beta1', inside(0, 1, True, False)),
-    b2=F(0.999, 'Adam beta2', inside(0, 1, True, False)),
-    eps=F(1e-6, 'Adam epsilon', positive),
-    bias_correction=F(False, 'the original Adam has no bias correction', BOOL),
-    grad_clip_norm=F(1.0, 'global-norm clip over all parameters; 0 disables', at_least(0)),
+    # AdamW's own settings as the pre-training declares them (default, meaning, range)
+    **{name: pretraining.OPTIMIZER.fields[name]
+       for name in ('b1', 'b2', 'eps', 'bias_correction', 'grad_clip_norm')},
 ))
 
 CONFIG = Section(fields=dict(

@@ -100,11 +100,10 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
     return {(m if i == 0 else f'{s}_{m}'): v  # panels pair them with train's), the others named
             for i, (s, values) in enumerate(scores_at[step].items()) for m, v in values.items()}
 
-  plan = loop_lib.Plan(total_steps=total, log_every=cfg.log_every, eval_every=cfg.eval_every,
-                       save_every=cfg.save_every, keep_best=bool(cfg.eval_every), nonfinite='skip',
-                       tokens_per_step=cfg.batch_size * cfg.max_seq_length,
-                       prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
-                       eval_fields=shown)
+  plan = loop_lib.Plan.of(cfg, total_steps=total, keep_best=bool(cfg.eval_every),
+                          nonfinite='skip', tokens_per_step=cfg.batch_size * cfg.max_seq_length,
+                          prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
+                          eval_fields=shown)
   meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
                        'labels': list(task.labels), 'label_scale': task.label_scale,
                        'label_offset': task.label_offset, 'seed': seed,

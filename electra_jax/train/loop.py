@@ -41,19 +41,29 @@ class Every:
 
 @dataclasses.dataclass
 class Plan:
-  """When the loop reports, evaluates and saves, and how its lines look."""
+  """When the loop reports, evaluates and saves, and how its lines look. The intervals and the
+  non-finite policy are the run config's fields of the same names (declared there: `of`)."""
   total_steps: int
   log_every: int
-  eval_every: int = 0
-  save_every: int = 0
+  eval_every: int
+  save_every: int
+  nonfinite: str  # a step with a non-finite loss, gradient or update: 'stop' or 'skip'
   keep_best: bool = False  # save after every evaluation (the checkpointer keeps the best)
-  nonfinite: str = 'stop'  # a step with a non-finite loss, gradient or update: 'stop' or 'skip'
   tokens_per_step: int = 0
   prefix: str = ''  # of every progress and evaluation line ('seed 3 | ')
   fields: tuple | None = None  # values shown on the progress line (None: metrics.SHOWN)
   eval_fields: tuple | None = None  # values shown on the evaluation line (None: metrics.SHOWN)
   eval_note: str = ''  # appended to the evaluation line
   eval_record: dict = dataclasses.field(default_factory=dict)  # written with each evaluation
+
+
+  @classmethod
+  def of(cls, config, **values) -> 'Plan':
+    """The plan with the fields `config` declares under the same names (log_every, eval_every,
+    save_every, nonfinite), and `values` for the others (or to set one the config lacks)."""
+    own = {f.name: config[f.name] for f in dataclasses.fields(cls)
+           if f.name in config and f.name not in values}
+    return cls(**own, **values)
 
 
 class Signals:

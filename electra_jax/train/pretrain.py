@@ -57,12 +57,8 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
       while not fs.exists(built):
         time.sleep(1)
     if not d.records and not fs.exists(built):
-      settings = records_lib.Settings(
-          source=d.corpus, text_field=d.text_field, max_seq_length=d.max_seq_length,
-          seed=config.seed, eval_fraction=d.eval_fraction, num_shards=d.num_shards,
-          num_eval_shards=d.num_eval_shards, lower_case=d.lower_case, vocab=d.vocab,
-          vocab_size=config.model.vocab_size)
-      prepare_lib.records_folder(settings, records_dir, log=log, size_flag='--config.model.vocab_size')
+      prepare_lib.records_folder(records_lib.Settings.of_config(config), records_dir, log=log,
+                                 size_flag='--config.model.vocab_size')
     meta = records_lib.read_metadata(records_dir)
     records_lib.verify(records_dir, meta)
   if meta['vocab_size'] != config.model.vocab_size:
@@ -157,11 +153,10 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   annotate = _describe_run(config, setup, state, mesh, readers, start, log)
   setup, train_fn, eval_fn, _ = compiling.compile_logged(config, make_setup, model_cfg, mesh, state, log)
   baseline = meta['unigram_xent']
-  plan = loop_lib.Plan(
-      total_steps=config.train_steps, log_every=config.log_every, eval_every=config.eval_every,
-      save_every=config.save_every, keep_best=bool(config.keep_best), nonfinite=config.nonfinite,
+  plan = loop_lib.Plan.of(
+      config, total_steps=config.train_steps, keep_best=bool(config.keep_best),
       tokens_per_step=d.batch_size * d.max_seq_length, eval_note=f' | unigram baseline {baseline:.4f}',
-      eval_record={'unigram_baseline': baseline})  # steps on CPU: see loop.queue_ahead
+      eval_record={'unigram_baseline': baseline})
   saved_meta = lambda step: {'step': step, 'readers': readers,  # and what the run is: checked
                              'data_position': step * d.batch_size // readers,  # on resume
                              'vocab_fingerprint': meta['vocab_fingerprint'],
