@@ -430,15 +430,15 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
   make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL, 'cpu', cfg)
   pallas = dataclasses.replace(model_lib.ModelConfig.from_config(config.model, 'cpu'),
                                attention='pallas')
-  state = jax.jit(step_lib.compile_steps(make_setup(pallas), mesh)[0])()
 
   def broken(*args, **kwargs):
     raise RuntimeError('Mosaic failed to compile the kernel')
   monkeypatch.setattr(flash, 'flash_sharded', broken)
   lines = []
-  setup, train, _, _ = compiling.compile_run(config, make_setup, pallas, mesh, state, None,
-                                            lines.append)
+  programs = compiling.compile_run(config, make_setup, pallas, mesh, None, lines.append)
+  setup, train = programs.setup, programs.train
   assert setup.model_cfg.attention == 'explicit'
+  state = programs.init()  # the state of the setup that compiled
   assert lines[0].startswith('warning: the step did not compile with the Pallas flash kernel '
                              '(Mosaic failed to compile the kernel)')
   batch = {k: np.ones((config.data.batch_size, 32), np.int32) for k in ('input_ids', 'input_mask',

@@ -30,11 +30,9 @@ from electra_jax.finetune import registry
 from electra_jax.finetune import results as results_lib
 from electra_jax.finetune import search as search_lib
 from electra_jax.finetune import tasks as tasks_lib
-from electra_jax.hardware import chips
-from electra_jax.model import attention as attention_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
-from electra_jax.train import distributed
+from electra_jax.train import compiling
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop as loop_lib
 from electra_jax.train import optim
@@ -222,16 +220,10 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
       f' examples | from {pretrained.checkpoint}')
   log(config_lib.recipe(cfg, task, pretrained.model_cfg, bool(pretrained.params))
       + kind.describe(cfg))
-  with user_errors(ValueError):  # one path for every host, checked at this length
-    model_cfg, note = attention_lib.resolve(
-        pretrained.model_cfg, cfg.max_seq_length,
-        agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
-  device = jax.devices()[0]  # the chip's recompute choice (hardware/chips.py)
-  model_cfg = dataclasses.replace(model_cfg, writes_for_backward=chips.writes_for_backward(
-      device.platform, device.device_kind))
+  device = jax.devices()[0]  # one attention path for every host, checked at this length
+  model_cfg = compiling.model_for_devices(dataclasses.asdict(pretrained.model_cfg), device.platform,
+                                          device.device_kind, cfg.max_seq_length, log=log)
   pretrained = dataclasses.replace(pretrained, model_cfg=model_cfg)
-  if note:
-    log(note)
   fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))  # every check passed
   results = []
   for k in range(cfg.num_seeds):

@@ -15,8 +15,7 @@ from electra_jax.finetune import run
 from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hardware import aot
 from electra_jax.hardware import flops as flops_lib
-from electra_jax.model import attention as attention_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.train import compiling
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 
@@ -39,12 +38,10 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
     with user_errors(ValueError, FileNotFoundError):
       task, _ = registry.load(cfg.task, pretrained.config, log)
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
-  with user_errors(ValueError):
-    dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'
-    model_cfg = model_lib.ModelConfig.from_config(
-        {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu')
-    model_cfg, note = attention_lib.resolve(model_cfg, cfg.max_seq_length, checked=False)
-  log(note)
+  dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'
+  model_cfg = compiling.model_for_devices(  # as the run on the slice decides it
+      {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu', slice_.device_kind,
+      cfg.max_seq_length, checked=False, log=log)
   setup = run.make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, 1000,
                          cfg.seed)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)

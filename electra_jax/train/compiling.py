@@ -5,6 +5,7 @@ whole run compiled for a Cloud TPU slice on this machine (`compile_for_topology`
 
 import dataclasses
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -25,20 +26,26 @@ from electra_jax.train import preflight
 from electra_jax.train import step as step_lib
 
 
-def model_for_run(config, platform: str, checked: bool = True, log=print, chip: str = ''):
-  """The model's view of the run on `platform` (devices of kind `chip`): dtype 'auto' and
-  attention 'auto' decided (the attention kernel checked at the run's shape on the device when
-  `checked`; every process takes one verdict), the chip's recompute choice, the attention line
-  logged."""
+def model_for_devices(model_fields, platform: str, chip: str, length: int, checked: bool = True,
+                      log=print) -> model_lib.ModelConfig:
+  """The model's view for a run on `platform` (devices of kind `chip`) at `length` tokens, from
+  `config.model` or a view's fields: dtype 'auto' and attention 'auto' decided (the attention
+  paths checked at the run's shape on the device when `checked`; every process takes one
+  verdict), the chip's recompute choice (hardware/chips.py), the attention line logged. Made once,
+  before anything is initialized or compiled: pre-training, fine-tuning and --topology alike."""
   with user_errors(ValueError):
     model_cfg = model_lib.ModelConfig.from_config(
-        config.model, platform, chips.writes_for_backward(platform, chip))
+        model_fields, platform, chips.writes_for_backward(platform, chip))
     model_cfg, note = attention_lib.resolve(
-        model_cfg, config.data.max_seq_length, checked,
-        agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
+        model_cfg, length, checked, agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
   if note:
     log(note)
   return model_cfg
+
+
+def model_for_run(config, platform: str, checked: bool = True, log=print, chip: str = ''):
+  """`model_for_devices` of a pre-training config."""
+  return model_for_devices(config.model, platform, chip, config.data.max_seq_length, checked, log)
 
 
 def _batch_shapes(sharding, rows: int, length: int) -> dict:
@@ -46,18 +53,31 @@ def _batch_shapes(sharding, rows: int, length: int) -> dict:
           for k in records_lib.FEATURES}
 
 
-def compile_run(config, make_setup, model_cfg, mesh, state, limit, log):
-  """(setup, compiled train step, compiled evaluation step, the train step's memory per device).
+@dataclasses.dataclass
+class Programs:
+  """A run's setup and its programs, all of one setup: the state is initialized by `init` and
+  trained by `train` (the step compiled ahead of time), held-out batches scored by `evaluate`."""
+  setup: step_lib.Setup  # with the microbatches and the attention path the step compiled with
+  init: Any  # () -> TrainState (jitted; compiled at its first call, or lowered for a slice)
+  train: Any  # compiled (state, batch) -> (state, metric sums)
+  evaluate: Any  # compiled (params, batch, index) -> metric sums
+  memory: Any  # the train step's memory per device (aot.Memory)
 
-  `microbatches=0` takes the fewest parts whose step fits `limit` bytes per device. A step that
-  the compiler rejects with an attention path is compiled again with the path's fallback (the
-  kernel's: the explicit path), with a warning, instead of ending the run."""
+
+def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
+  """The run's programs, from one setup: `make_setup(model_cfg)`, its train step compiled for the
+  global batch (`microbatches=0`: the fewest parts whose step fits `limit` bytes per device), its
+  evaluation step, and the initialization of that same setup. A step that the compiler rejects
+  with an attention path is compiled again with the path's fallback (the kernel's: the explicit
+  path), with a warning, instead of ending the run: the state is then initialized by that setup
+  too. Nothing is initialized here (the state's shapes are abstract)."""
   d = config.data
   sharding = partitioning.batch_sharding(mesh)
 
   def build(model_cfg):
     setup = make_setup(model_cfg)
-    _, _, evaluate = step_lib.compile_steps(setup, mesh)
+    init, _, evaluate = step_lib.compile_steps(setup, mesh)
+    state = jax.eval_shape(init)
     compile_train = lambda m: step_lib.compile_steps(
         dataclasses.replace(setup, microbatches=m), mesh)[1].lower(
             state, _batch_shapes(sharding, d.batch_size, d.max_seq_length)).compile()
@@ -73,6 +93,7 @@ def compile_run(config, make_setup, model_cfg, mesh, state, limit, log):
                         '--config.microbatches=0 (auto), --config.fsdp=True, '
                         '--config.model.remat=True or a smaller --config.data.batch_size') from None
       used = aot.memory(train, state)
+      setup = dataclasses.replace(setup, microbatches=config.microbatches)
     else:
       with user_errors(aot.DoesNotFit):
         m, train, used = aot.fit_microbatches(compile_train, d.batch_size, mesh.devices.size,
@@ -84,7 +105,7 @@ def compile_run(config, make_setup, model_cfg, mesh, state, limit, log):
     evaluate = evaluate.lower(state.params, _batch_shapes(sharding, d.eval_batch_size,
                                                           d.max_seq_length),
                               jax.ShapeDtypeStruct((), jnp.int32)).compile()
-    return setup, train, evaluate, used
+    return Programs(setup, step_lib.compile_steps(setup, mesh)[0], train, evaluate, used)
 
   try:
     return build(model_cfg)
@@ -101,16 +122,16 @@ def compile_run(config, make_setup, model_cfg, mesh, state, limit, log):
     return build(dataclasses.replace(model_cfg, attention=fallback.name))
 
 
-def compile_logged(config, make_setup, model_cfg, mesh, state, log):
-  """The steps compiled ahead of the first batch, saying so: the minute of compilation (or a few
+def compile_logged(config, make_setup, model_cfg, mesh, log) -> Programs:
+  """`compile_run` ahead of the first batch, saying so: the minute of compilation (or a few
   seconds from JAX's compilation cache) is not silence, and not counted in the first interval's
   tokens/s."""
   log(f'{logs_lib.stamp()}compiling the train and evaluation steps ...')
   t = time.perf_counter()
-  compiled = compile_run(config, make_setup, model_cfg, mesh, state, aot.device_memory_limit(
-      mesh.devices.flat[0]), log)
+  programs = compile_run(config, make_setup, model_cfg, mesh,
+                         aot.device_memory_limit(mesh.devices.flat[0]), log)
   log(f'{logs_lib.stamp()}compiled in {time.perf_counter() - t:.1f} s')
-  return compiled
+  return programs
 
 
 SPECIAL_IDS = SpecialIds(pad=0, unk=1, cls=2, sep=3, mask=4)  # as prepare_data's vocabularies
@@ -134,28 +155,10 @@ def _compile_for_topology(config, slice_, log) -> dict:
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
   model_cfg = model_for_run(config, 'tpu', checked=False, log=log, chip=devices[0].device_kind)
   make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL_IDS, 'tpu', cfg)
-  setup = make_setup(model_cfg)
-  init_fn, _, _ = step_lib.compile_steps(setup, mesh)
-  init, seconds, error = aot.timed_compile(init_fn.lower)
-  state = jax.eval_shape(init_fn)
-  n_params = sum(x.size for x in jax.tree.leaves(state.params))
-  rows = d.batch_size // mesh.devices.size
-  split = ' split by FSDP' if step_lib.uses_fsdp(setup, mesh) else ''
-  log(f'{n_params:,} parameters | {model_cfg.dtype} activations, {model_cfg.param_dtype} '
-      f'parameters and Adam moments{split} | batch {d.batch_size} x {d.max_seq_length} ({rows} '
-      'rows per chip)')
   capacity = slice_.hbm_bytes
-  problems = []
-  if error:
-    log(f'init: does not compile ({seconds:.0f} s): {error}')
-    problems.append(f'the initialization does not compile ({error})')
-  else:
-    used = aot.memory(init)
-    log(f'init: compiled in {seconds:.0f} s | HBM per chip {used.describe(capacity)}')
   t = time.perf_counter()
-  try:
-    setup, train, evaluate, used = compile_run(config, make_setup, model_cfg, mesh, state,
-                                               capacity, log)
+  try:  # the programs a run on the slice compiles (compile_run), the state's init among them
+    programs = compile_run(config, make_setup, model_cfg, mesh, capacity, log)
   except UserError as e:
     log(f'train step: does not fit ({time.perf_counter() - t:.0f} s): {e}')
     raise
@@ -163,10 +166,28 @@ def _compile_for_topology(config, slice_, log) -> dict:
     first = ' '.join(str(e).split())[:400]
     log(f'train step: does not compile ({time.perf_counter() - t:.0f} s): {first}')
     raise UserError(f'the train step does not compile for {slice_.label}: {first}') from None
+  compile_s = time.perf_counter() - t
+  setup, train, evaluate, used = (programs.setup, programs.train, programs.evaluate,
+                                  programs.memory)
+  state = jax.eval_shape(programs.init)
+  n_params = sum(x.size for x in jax.tree.leaves(state.params))
+  rows = d.batch_size // mesh.devices.size
+  split = ' split by FSDP' if step_lib.uses_fsdp(setup, mesh) else ''
+  log(f'{n_params:,} parameters | {setup.model_cfg.dtype} activations, '
+      f'{setup.model_cfg.param_dtype} parameters and Adam moments{split} | batch {d.batch_size} x '
+      f'{d.max_seq_length} ({rows} rows per chip)')
+  problems = []
+  init, seconds, error = aot.timed_compile(programs.init.lower)
+  if error:
+    log(f'init: does not compile ({seconds:.0f} s): {error}')
+    problems.append(f'the initialization does not compile ({error})')
+  else:
+    log(f'init: compiled in {seconds:.0f} s | HBM per chip '
+        f'{aot.memory(init).describe(capacity)}')
   m = setup.microbatches
   fits = used.total <= aot.MARGIN * capacity
   log(f'train step ({m} microbatch{"es" if m > 1 else ""} of {d.batch_size // m} rows, attention '
-      f'{setup.model_cfg.attention}): compiled in {time.perf_counter() - t:.0f} s | HBM per chip '
+      f'{setup.model_cfg.attention}): compiled in {compile_s:.0f} s | HBM per chip '
       f'{used.describe(capacity)}{"" if fits else " | does NOT fit"}')
   multiple = 8 * m
   best = aot.largest_batch(used, rows, capacity, multiple)

@@ -125,15 +125,24 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   main = distributed.is_main()
   records_dir, meta, readers, eval_batches = _open_workdir(config, workdir, log)
 
-  # ---- the state: restored, or init_from's weights, or fresh ----
+  # ---- the programs, of one setup: the attention path decided (its start-up check), the train
+  # step compiled (microbatches fitted; the path's fallback if the compiler rejects it) ----
   special = SpecialIds(**meta['special_ids'])
   platform = mesh.devices.flat[0].platform
   model_cfg = compiling.model_for_run(config, platform, log=log, chip=mesh.devices.flat[0].device_kind)
   make_setup = lambda cfg: step_lib.build_setup(config, special, platform, cfg)
-  setup = make_setup(model_cfg)
-  init_fn, _, _ = step_lib.compile_steps(setup, mesh)
   ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config)
-  start, state, readers, position = _restore(config, workdir, ckpt, init_fn(), meta, readers, log)
+  latest = ckpt.latest_step()
+  if latest is not None:  # a checkpoint of other shapes is refused before the compilation
+    with user_errors(ValueError):
+      ckpt.check_shapes(latest, jax.eval_shape(step_lib.compile_steps(make_setup(model_cfg),
+                                                                      mesh)[0]))
+  programs = compiling.compile_logged(config, make_setup, model_cfg, mesh, log)
+  setup, train_fn, eval_fn = programs.setup, programs.train, programs.evaluate
+
+  # ---- the state, initialized by that setup: restored, or init_from's weights, or fresh ----
+  start, state, readers, position = _restore(config, workdir, ckpt, programs.init(), meta,
+                                             readers, log)
   if not start and source is not None:
     state = start_from(setup, state, source)
     log(f'initial weights: {source.describe()}')
@@ -151,7 +160,6 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
 
   # ---- the loop ----
   annotate = _describe_run(config, setup, state, mesh, readers, start, log)
-  setup, train_fn, eval_fn, _ = compiling.compile_logged(config, make_setup, model_cfg, mesh, state, log)
   baseline = meta['unigram_xent']
   plan = loop_lib.Plan.of(
       config, total_steps=config.train_steps, keep_best=bool(config.keep_best),
