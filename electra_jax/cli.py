@@ -305,9 +305,10 @@ def exit_now(code: int, together: bool = False):
 
 def fewer_collections():
   """Python's cycle collector walks every tracked object at each full collection; after importing
-  JAX and TensorFlow those are ~370K objects that are never garbage, and tracing a step allocates
-  fast enough to trigger many collections (tracing and lowering the test model's step: 1.1-1.2 s
-  instead of 1.7-1.8 s). Young garbage is still collected, in batches of 10,000 allocations."""
+  JAX and TensorFlow those are hundreds of thousands of objects that are never garbage, and tracing
+  a step allocates fast enough to trigger many collections (tracing takes about a third longer
+  with the defaults: docs/measured.md). Young garbage is still collected, in batches of 10,000
+  allocations."""
   gc.set_threshold(10_000, 10, 10)
 
 

@@ -65,7 +65,8 @@ def default_options(backend: str) -> flash_lib.FlashOptions:
     return flash_lib.FlashOptions(backend='tpu', block_q=128, block_k=128, block_k_dkv=128,
                                   block_q_dkv=128, block_q_dq=128, block_k_dq=128)
   if backend in ('gpu', 'cuda', 'rocm'):
-    # 8 warps, 3 pipeline stages: one Base layer 1.73 -> 1.52 ms on an H200 (benchmark --blocks)
+    # 8 warps, 3 pipeline stages: the fastest of the settings measured on an H200
+    # (launch/benchmark.py --mode=attention --blocks; docs/measured.md)
     return flash_lib.FlashOptions(backend='gpu', num_warps=8, num_stages=3)
   return flash_lib.FlashOptions(backend='gpu', interpret=True)
 

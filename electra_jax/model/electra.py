@@ -168,8 +168,7 @@ class TransformerLayer(nn.Module):
     Inside, the tokens are one axis ([B * L, H]; a free reshape, and dropout's bits are indexed by
     position in the flat array, so the masks are the same): the gradients of biases and LayerNorm
     parameters are then reductions over one leading axis, which XLA's GPU backend reads in place,
-    where over [B, L] it first copied the tensor into a batch-minor layout (7 ms of a 91 ms Base
-    step on an H100).
+    where over [B, L] it first copied the tensor into a batch-minor layout (docs/measured.md).
     """
     cfg = self.cfg
     batch, length, _ = x.shape
@@ -185,7 +184,7 @@ class TransformerLayer(nn.Module):
     # removes (also under the mask and before dropout). It stays a parameter (checkpoints, HF,
     # the original's weights) and is not computed: the outputs are the same, and its gradient,
     # zero in exact arithmetic, is exactly zero instead of rounding noise (and costs no pass over
-    # the keys' gradient: 0.12 ms per Base layer on a v5e chip by XLA's estimate).
+    # the keys' gradient).
     k = split(dense(self.hidden_size, 'key')(x, add_bias=False))
     v = split(dense(self.hidden_size, 'value')(x))
     context = attention_lib.attend(cfg, q, k, v, input_mask, direction=self.direction,

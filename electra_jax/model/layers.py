@@ -31,7 +31,7 @@ def low_precision_matmul(x, w, write_cotangent: bool = False):
   rounding the cotangent to bfloat16 first (standard mixed precision) keeps every matmul fast.
   `write_cotangent` writes the rounded cotangent once for both backward matmuls; otherwise XLA
   computes it inside each of them (right for a layer's cheap cotangents, but the vocabulary
-  logits' softmax gradient is an exp per entry: 0.3 ms per pass for Base on a v6e chip).
+  logits' softmax gradient is an exp per entry, a pass over the largest tensor of the step).
   """
   del write_cotangent
   return jnp.dot(x, w, preferred_element_type=jnp.float32)
@@ -105,7 +105,7 @@ def gelu_for(cfg):
 class Dropout(nn.Module):
   """Inverted dropout, keep probability 1 - rate, masks from `random_bits` of a 'dropout' key.
   `write_mask`: the mask is written once (one byte per entry) and read by the backward pass;
-  otherwise XLA recomputes the hash there (0.05 ms per Base dropout on a v6e chip, estimated)."""
+  otherwise XLA recomputes the hash there (which chips prefer: hardware/chips.py)."""
   rate: float
   write_mask: bool = False
 
@@ -135,8 +135,8 @@ def layer_norm(x, scale, bias, eps):
   operation for operation, so the same values.
 
   The backward pass recomputes the normalized input from x (saved in its own dtype) and the two
-  statistics; left to autodiff, the compiler kept a float32 copy of x (0.13 ms per Base layer on
-  a v6e chip by XLA's estimate) and reduced the statistics' gradients in more passes."""
+  statistics; left to autodiff, the compiler kept a float32 copy of x and reduced the
+  statistics' gradients in more passes (docs/measured.md)."""
   return _layer_norm_forward(x, scale, bias, eps)[0]
 
 
@@ -206,7 +206,7 @@ class Dense(nn.Module):
 def small_table_lookup(table, ids):
   """table[ids] for a table of a few rows (token types) as a sum of selections: the same values for
   ids in range, and a gradient of one reduction per row instead of a scatter-add whose every token
-  lands on one of two rows (on an H100 such a scatter took 0.2 ms per call: contended atomics)."""
+  lands on one of two rows (on GPUs, contended atomics)."""
   if table.shape[0] > 8:
     return jnp.take(table, ids, axis=0)
   picks = [jnp.where((ids == t)[..., None], table[t], jnp.zeros((), table.dtype))

@@ -97,10 +97,10 @@ def sample_gumbel(seeds: jax.Array, logits: jax.Array, *, temperature: float = 1
   argmax of logits / T plus Gumbel noise, whose value at entry v of a row is a counter-based hash
   of v and the row's two seed words (`seeds`: [.., 2] uint32, drawn per slot).
 
-  One fused pass over the logits and one reduction: XLA's TPU cost model puts it at 1.0 ms for
-  Base's 2,528 slots per v5e chip, against 7.7 ms for `sample_with` (whose pad to whole blocks,
-  relayout and block sums each cost more than a pass); on CPUs its two logarithms per entry make
-  it about 6x slower than `sample_with`, so CPUs invert the CDF. Float32 under stop_gradient;
+  One fused pass over the logits and one reduction: on TPUs far cheaper than `sample_with`, whose
+  pad to whole blocks, relayout and block sums each cost more than a pass (XLA's cost model;
+  docs/measured.md); on CPUs its two logarithms per entry make it slower than `sample_with`, so
+  CPUs invert the CDF. Float32 under stop_gradient;
   `disallow` removes one token per row; an entry of probability zero is never drawn.
   """
   logits = jax.lax.stop_gradient(logits).astype(jnp.float32) / temperature

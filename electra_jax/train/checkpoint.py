@@ -29,10 +29,10 @@ from electra_jax.train import distributed
 
 # Orbax writes a replicated array in slices, one per replica ("replica-parallel"), which spreads
 # the writing of a large array over the hosts. For a small one each slice is an operation of its
-# own on the device, compiled for its shape: a replicated state of 8 devices costs ~1,900 slice
-# dispatches a save and, in a fresh process, ~3.5 s of compiling them before the first save returns
-# (the test model's). Slices of less than this many bytes are not worth it: one replica writes such
-# an array whole. Large arrays (the embedding table, the feed-forward kernels) are still sliced.
+# own on the device, compiled for its shape: a replicated state of 8 devices costs thousands of
+# slice dispatches a save and, in a fresh process, seconds of compiling them before the first save
+# returns. Slices of less than this many bytes are not worth it: one replica writes such an array
+# whole. Large arrays (the embedding table, the feed-forward kernels) are still sliced.
 MIN_REPLICA_SLICE_BYTES = 1 << 20
 
 

@@ -55,7 +55,7 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
   """optax.clip_by_global_norm (the same arithmetic), taking the gradients' norm from the caller
   when it has one (`tx.update(..., global_norm=n)`): the train step computes the norm once for its
   NaN guard, and its update branch would otherwise sum the squares of every leaf again (one small
-  kernel each on a GPU: about 400 at Base, 1 ms of a 90 ms H100 step)."""
+  kernel per parameter on a GPU)."""
 
   def update(updates, state, params=None, *, global_norm=None, **extra_args):
     del params, extra_args

@@ -8,8 +8,8 @@ and its Adam moments are split along one dimension over the same 'data' axis (Ze
 device holds 1/N of the state, XLA all-gathers a layer's weights where they are used and
 reduce-scatters the gradients. The same step, the same numbers; only the memory and the traffic
 differ. `config.fsdp=None` (the default) splits the state on TPU slices of several chips, where
-each chip then updates only its share (replicated, the optimizer's pass over the state was 11 ms of
-Base's 143 ms step on v5e-8 by XLA's estimate), and replicates it on CPUs and GPUs.
+each chip then updates only its share (replicated, each chip's pass over the whole optimizer state
+is a sizable part of the step: docs/measured.md), and replicates it on CPUs and GPUs.
 """
 
 import re
@@ -30,7 +30,7 @@ FSDP_RULES = (
     (r'kernel$', (0, -1)),  # [in, out]: the input features first, so that a share keeps whole
     #   rows: its minor dimension (768 in Base) stays a multiple of the TPU's 128 lanes, where a
     #   share of the outputs (768 / 8 = 96) made XLA lay every share out again before and after
-    #   the update (1,000 copies, 1.3 ms of a Base step on v5e-8 by the estimate)
+    #   the update
     (r'.*', (0, -1)),
 )
 
