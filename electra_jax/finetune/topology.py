@@ -59,18 +59,11 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
                   task, cfg.eval_batch_size, cfg.max_seq_length, sharding)), state.params))
   for name, lower, args in programs:
     compiled, seconds, error = aot.timed_compile(lower)
-    if error:
-      log(f'{name}: does not compile ({seconds:.0f} s): {error}')
-      problems.append(f'the {name} does not compile ({error})')
+    used = aot.report(name, compiled, seconds, error, args, capacity, log, problems,
+                      'lower the batch size')
+    if used is None:
       continue
-    used = aot.memory(compiled, args)
     report[name] = {'memory': used, 'hlo': compiled.as_text()}
-    fits = used.total <= aot.MARGIN * capacity
-    log(f'{name}: compiled in {seconds:.0f} s | HBM per chip {used.describe(capacity)}'
-        + ('' if fits else ' | does NOT fit'))
-    if not fits:
-      problems.append(f'the {name} needs {used.total / 2 ** 30:.1f} GiB per chip of '
-                      f'{capacity / 2 ** 30:.0f}; lower the batch size')
     if name == 'train step':
       model_flops = 3 * cfg.batch_size * flops_lib.encoder_forward_flops(model_cfg,
                                                                          cfg.max_seq_length)

@@ -193,6 +193,26 @@ def timed_compile(lower: Callable) -> tuple:
     return None, time.perf_counter() - t, f'{type(e).__name__}: {first}'[:400]
 
 
+def report(name: str, compiled, seconds: float | None, error: str, args, capacity: float, log,
+           problems: list, fix: str) -> Memory | None:
+  """Logs one program compiled for a slice (its memory per chip against `capacity`, or why it did
+  not compile) and adds to `problems` what stops the run on the slice (`fix`: what to change when
+  it does not fit). The line every topology compile prints, pre-training and fine-tuning alike."""
+  took = f' in {seconds:.0f} s' if seconds is not None else ''
+  if compiled is None:
+    log(f'{name}: does not compile{took}: {error}')
+    problems.append(f'the {name} does not compile ({error})')
+    return None
+  used = memory(compiled, args)
+  fits = used.total <= MARGIN * capacity
+  log(f'{name}: compiled{took} | HBM per chip {used.describe(capacity)}'
+      + ('' if fits else ' | does NOT fit'))
+  if not fits:
+    problems.append(f'the {name} needs {used.total / GiB:.1f} GiB per chip of '
+                    f'{capacity / GiB:.0f}; {fix}')
+  return used
+
+
 def estimate_lines(compiled, chip: chips_lib.Chip, devices_per_slice: int, num_slices: int,
                    model_flops: float, tokens: int, chips: int, top: int = 10) -> tuple:
   """(lines describing the estimated step, the numbers as a dict) of a compiled TPU step."""

@@ -178,17 +178,12 @@ def _compile_for_topology(config, slice_, log) -> dict:
       f'{d.max_seq_length} ({rows} rows per chip)')
   problems = []
   init, seconds, error = aot.timed_compile(programs.init.lower)
-  if error:
-    log(f'init: does not compile ({seconds:.0f} s): {error}')
-    problems.append(f'the initialization does not compile ({error})')
-  else:
-    log(f'init: compiled in {seconds:.0f} s | HBM per chip '
-        f'{aot.memory(init).describe(capacity)}')
+  aot.report('init', init, seconds, error, None, capacity, log, problems, 'set --config.fsdp=True')
   m = setup.microbatches
-  fits = used.total <= aot.MARGIN * capacity
-  log(f'train step ({m} microbatch{"es" if m > 1 else ""} of {d.batch_size // m} rows, attention '
-      f'{setup.model_cfg.attention}): compiled in {compile_s:.0f} s | HBM per chip '
-      f'{used.describe(capacity)}{"" if fits else " | does NOT fit"}')
+  aot.report(f'train step ({m} microbatch{"es" if m > 1 else ""} of {d.batch_size // m} rows, '
+             f'attention {setup.model_cfg.attention})', train, compile_s, '', state, capacity,
+             log, problems, 'set --config.microbatches=0 (auto), --config.fsdp=True or '
+             '--config.model.remat=True, or a smaller batch')
   multiple = 8 * m
   best = aot.largest_batch(used, rows, capacity, multiple)
   log(f'  largest global batch that fits with {m} microbatch{"es" if m > 1 else ""}: '
@@ -202,15 +197,8 @@ def _compile_for_topology(config, slice_, log) -> dict:
                                       slice_.chips * slice_.num_slices)
   for line in lines:
     log(line)
-  used_eval = aot.memory(evaluate, state.params)
-  log(f'eval step: compiled | HBM per chip {used_eval.describe(capacity)}')
-  if not fits:
-    problems.append(f'the train step needs {used.total / 2 ** 30:.1f} GiB per chip of '
-                    f'{capacity / 2 ** 30:.0f}; set --config.microbatches=0 (auto), '
-                    '--config.fsdp=True or --config.model.remat=True, or a smaller batch')
-  if used_eval.total > aot.MARGIN * capacity:
-    problems.append(f'the evaluation step needs {used_eval.total / 2 ** 30:.1f} GiB per chip; '
-                    'lower --config.data.eval_batch_size')
+  used_eval = aot.report('eval step', evaluate, None, '', state.params, capacity, log, problems,
+                         'lower --config.data.eval_batch_size')
   if problems:
     raise UserError('; '.join(problems))
   log(f'{slice_.label}: every program compiles and fits')
