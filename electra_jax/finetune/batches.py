@@ -9,7 +9,6 @@ import jax
 import numpy as np
 
 from electra_jax.finetune import kinds
-
 from electra_jax.finetune import registry
 from electra_jax.train import partitioning
 
