@@ -33,8 +33,9 @@ def _problem(dtype, length=64, batch=2, heads=2, head_dim=16, seed=0):
   shape = (batch, length, heads, head_dim)
   q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
   lengths = np.array([length, length // 2 + 5] + [length - 3] * (batch - 2))
-  key_mask = jnp.asarray(np.arange(length)[None] < lengths[:, None], jnp.int32)
-  return q, k, v, do, key_mask
+  key_mask = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
+  key_mask[1, length // 4:length // 2 + 5] = 2  # row 1 packs two sequences, then padding
+  return q, k, v, do, jnp.asarray(key_mask)
 
 
 def _value_and_grads(fn, q, k, v, do):
@@ -55,15 +56,10 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction, heads,
   """Output and dQ, dK, dV of the kernels equal the explicit einsum + softmax + the same hashed
   dropout mask: float32 to 1e-5, bfloat16 to bfloat16's rounding of the operands.
 
-  Compared on the queries that may attend to some key. A query with none (here the padding
-  queries of the right-to-left case) gets the softmax of its scores all shifted by -10000, as in
-  the original, which float32 holds to about 1e-3 only, so its values depend on the order of the
-  additions (and on the CPU the compiler's choice of fused multiply-adds: on one machine they
-  differed by 7e-5 of the largest gradient). Such rows' outputs are never used."""
+  Row 1 packs two sequences and padding: each query sees the keys of its own sequence (padding
+  the padding), so no query is left with no key to attend to."""
   q, k, v, do, key_mask = _problem(dtype, heads=heads, head_dim=head_dim)
-  live = attention_masks.allowed_mask(key_mask, q.shape[1], direction).any(-1)  # [B, 1, L]
-  live = jnp.transpose(live, (0, 2, 1))[..., None]  # [B, L, 1, 1], like q
-  do = jnp.where(live, do, jnp.zeros_like(do))  # dead rows send no gradient
+  assert bool(attention_masks.allowed_mask(key_mask, q.shape[1], direction).any(-1).all())
   words = attention_masks.seed_words(jax.random.key(3))
   options = flash.FlashOptions(backend=backend, interpret=True, **SMALL)
   if backend == 'gpu':  # (TPU tiles are 128 rows; the interpreter takes these small ones)
@@ -78,14 +74,38 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction, heads,
   for name, a, b in zip(('output', 'dq', 'dk', 'dv'), got, want):
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     assert a.dtype == b.dtype and a.shape == b.shape
-    if name == 'output':
-      a, b = a * np.asarray(live), b * np.asarray(live)
     scale = np.abs(b).max()
     tolerance = 1e-5 if dtype == jnp.float32 else 2e-2
     assert np.abs(a - b).max() <= tolerance * scale, name
   if rate:  # the mask is really applied: without dropout the output differs
     plain = attention.explicit(q, k, v, key_mask, direction=direction)
     assert np.abs(np.asarray(plain, np.float32) - np.asarray(got[0], np.float32)).max() > 0.05
+
+
+@pytest.mark.parametrize('path', ['explicit', 'kernel'])
+@pytest.mark.parametrize('direction', ['', 'ltr', 'rtl'])
+def test_sequences_packed_in_a_row_attend_as_in_rows_of_their_own(path, direction):
+  """Two sequences packed in one row (the key mask numbering them) give each of their tokens the
+  output and the gradients they get in rows of their own, padded: the packing of fine-tuning."""
+  length, heads, head_dim = 32, 2, 16
+  keys = jax.random.split(jax.random.key(5), 4)
+  q, k, v, do = (jax.random.normal(key, (3, length, heads, head_dim)) for key in keys)
+  a, b = 11, 14  # the two sequences' lengths
+  own = np.zeros((3, length), np.int32)
+  own[0, :a], own[1, :b] = 1, 1
+  own[2, :a], own[2, a:a + b] = 1, 2  # row 2: both, then padding
+  # row 2 holds row 0's first a positions, then row 1's first b
+  pack = lambda x: x.at[2, :a].set(x[0, :a]).at[2, a:a + b].set(x[1, :b])
+  q, k, v, do = map(pack, (q, k, v, do))
+  options = flash.FlashOptions(backend='gpu', interpret=True, **SMALL)
+  fn = (functools.partial(flash.flash, options=options) if path == 'kernel' else
+        attention.explicit)
+  out = jax.jit(lambda *x: _value_and_grads(
+      lambda q, k, v: fn(q, k, v, jnp.asarray(own), direction=direction), *x))(q, k, v, do)
+  for name, x in zip(('output', 'dq', 'dk', 'dv'), out):
+    x = np.asarray(x)
+    np.testing.assert_allclose(x[2, :a], x[0, :a], atol=1e-5, err_msg=name)
+    np.testing.assert_allclose(x[2, a:a + b], x[1, :b], atol=1e-5, err_msg=name)
 
 
 def test_dropout_mask_statistics():

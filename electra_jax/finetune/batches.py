@@ -1,5 +1,8 @@
 """Fine-tuning's batches: this process's share of global batches, the train stream of (seed,
 epoch) orders, and predictions and scores over whole splits.
+
+A kind whose examples are sequences (every kind but SQuAD's windows) gets its batches as rows
+(finetune/packing.py): with `packing`, several sequences share a row; without, a row each.
 """
 
 import functools
@@ -9,6 +12,7 @@ import jax
 import numpy as np
 
 from electra_jax.finetune import kinds
+from electra_jax.finetune import packing
 from electra_jax.finetune import registry
 from electra_jax.train import partitioning
 
@@ -20,18 +24,70 @@ def global_batch(arrays: dict, rows: np.ndarray, sharding) -> dict:
   return {k: jax.make_array_from_process_local_data(sharding, v[local]) for k, v in arrays.items()}
 
 
+def step_examples(n: int, batch_size: int, seed: int, start: int = 0):
+  """The example indices of the train batches after step `start`: epoch e visits the examples in
+  an order drawn from (seed, e), so a resumed run continues the stream of an uninterrupted one."""
+  steps_per_epoch = n // batch_size
+  order, drawn = None, None
+  for step in itertools.count(start + 1):
+    epoch, index = divmod(step - 1, steps_per_epoch)
+    if drawn != epoch:
+      order, drawn = np.random.default_rng([seed, epoch]).permutation(n), epoch
+    yield order[index * batch_size:(index + 1) * batch_size]
+
+
+def train_layout(data, batch_size: int, seed: int, total_steps: int, pack: bool,
+                 mesh) -> packing.Layout:
+  """The shape every train batch of a fine-tuning takes: the rows and sequences per row its
+  fullest batch needs (one compiled step for the whole run, resumed or not)."""
+  batches = list(itertools.islice(step_examples(len(data), batch_size, seed), total_steps))
+  return packing.layout(data, batches, pack, mesh.devices.size, jax.process_count())
+
+
+def packed_batch(data, examples: np.ndarray, layout: packing.Layout, pack: bool, sharding) -> dict:
+  """The global batch of `examples` in `layout`: each process packs its share of the examples
+  into its share of the rows."""
+  p, n = jax.process_index(), jax.process_count()
+  rows = layout.rows // n
+  arrays = packing.assemble(data, np.split(np.asarray(examples), n)[p], layout, pack,
+                            row_offset=p * rows, rows=rows)
+  return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in arrays.items()}
+
+
+def train_batches(data, batch_size: int, seed: int, start: int, sharding,
+                  layout: packing.Layout | None = None, pack: bool = True):
+  """The train batches after step `start` (`step_examples`): rows of `layout` (packing.Layout), or
+  without one each example a row as `encode` gave it (SQuAD's windows)."""
+  for examples in step_examples(len(data), batch_size, seed, start):
+    if layout is None:
+      yield global_batch(data.arrays(), examples, sharding)
+    else:
+      yield packed_batch(data, examples, layout, pack, sharding)
+
+
 @functools.lru_cache(maxsize=8)
-def predict_fn(model, mesh, method: str | None = None):
-  """One compiled forward pass per (head, mesh, method): every split, seed and mode reuses it."""
-  forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
-                                    b['input_mask'], True, method=method)
+def predict_fn(model, mesh, method: str | None = None, rows: bool = False):
+  """One compiled forward pass per (head, mesh, method, layout): every split, seed and mode reuses
+  it. `rows`: on batches of packing's rows (the outputs of each sequence)."""
+  if rows:
+    forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
+                                      b['input_mask'], True, b['positions'], b['starts'],
+                                      method=method)
+  else:
+    forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
+                                      b['input_mask'], True, method=method)
   return jax.jit(partitioning.on_mesh(forward, mesh), out_shardings=partitioning.replicated(mesh))
 
 
-def predict(model, params, data, batch_size: int, mesh, method: str | None = None):
+def predict(model, params, data, batch_size: int, mesh, method: str | None = None,
+            pack: bool | None = None):
   """The head's outputs for every example, in order, without dropout: logits [N, C] ([N, 1] for
   regression, [N, L, C] for tagging, [N, candidates] for multiple choice), or SQuAD's dict of
-  arrays; with method='features', what a classifier's head reads ([N, hidden])."""
+  arrays; with method='features', what a classifier's head reads ([N, hidden]). `pack`: the
+  examples as packing's rows, `batch_size` rows a call, several sequences a row (True) or one
+  (False); None: each example a row as `encode` gave it (SQuAD's windows)."""
+  if pack is not None:
+    return _predict_rows(model, params, data, batch_size, mesh, method, pack)
   sharding = partitioning.batch_sharding(mesh)
   fn = predict_fn(model, mesh, method)
   n = len(data)
@@ -46,21 +102,73 @@ def predict(model, params, data, batch_size: int, mesh, method: str | None = Non
   return jax.tree.map(lambda *parts: np.concatenate(parts)[:n], *out)
 
 
-def train_batches(arrays: dict, n: int, batch_size: int, seed: int, start: int, sharding):
-  """The train batches after step `start`: epoch e visits the examples in an order drawn from
-  (seed, e), so a resumed run continues the stream of an uninterrupted one."""
-  steps_per_epoch = n // batch_size
-  order, drawn = None, None
-  for step in itertools.count(start + 1):
-    epoch, index = divmod(step - 1, steps_per_epoch)
-    if drawn != epoch:
-      order, drawn = np.random.default_rng([seed, epoch]).permutation(n), epoch
-    yield global_batch(arrays, order[index * batch_size:(index + 1) * batch_size], sharding)
+def _place(placed: list, free: list, sizes, first: int, length: int, pack: bool):
+  """(rows, room left) after an example's sequences (`sizes`, numbered from `first`) are added by
+  first fit (packed) or a row each; the lists given are left as they were."""
+  placed, free = [list(r) for r in placed], list(free)
+  for c, size in enumerate(int(x) for x in sizes):
+    row = next((r for r, room in enumerate(free) if room >= size), None) if pack else None
+    if row is None:
+      placed.append([]), free.append(length)
+      row = len(placed) - 1
+    placed[row].append(first + c)
+    free[row] -= size
+  return placed, free
+
+
+def prediction_calls(data, rows: int, pack: bool) -> list[tuple[list, list]]:
+  """(examples, their rows as packing.plan gives them) of each prediction call, in order: as many
+  examples as `rows` rows hold, each placed by first fit as it comes (an example's sequences in
+  one call)."""
+  length, sizes = data.input_ids.shape[-1], packing.lengths(data)
+  k = sizes.shape[1]
+  calls, examples, placed, free = [], [], [], []
+  for i in range(len(data)):
+    trial = _place(placed, free, sizes[i], len(examples) * k, length, pack)
+    if len(trial[0]) > rows and examples:
+      calls.append((examples, placed))
+      examples = []
+      trial = _place([], [], sizes[i], 0, length, pack)
+    if len(trial[0]) > rows:
+      raise ValueError(f'example {i} needs {len(trial[0])} rows of {length} tokens (one per '
+                       f'choice) but a prediction call has {rows}: set eval_batch_size to '
+                       f'{len(trial[0])} or more.')
+    placed, free = trial
+    examples.append(i)
+  return calls + ([(examples, placed)] if examples else [])
+
+
+def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool):
+  sharding = partitioning.batch_sharding(mesh)
+  fn = predict_fn(model, mesh, method, rows=True)
+  calls = prediction_calls(data, rows, pack)
+  slots = max(len(r) for _, placed in calls for r in placed)
+  k = packing.choices(data)
+  per_token = getattr(model, 'per_token', False) and method is None
+  outputs = []
+  for call, placed in calls:
+    layout = packing.Layout(rows=rows, slots=slots, examples=len(call), choices=k,
+                            length=data.input_ids.shape[-1])
+    batch = packing.assemble(data, np.asarray(call), layout, pack, placed=placed)
+    inputs = {key: v for key, v in batch.items() if key not in ('slots', 'labels')}
+    out = np.asarray(jax.device_get(fn(params, global_batch(inputs, np.arange(rows), sharding))))
+    if per_token:  # [R, L, C] -> each example's tokens from its row, at positions 0, 1, ...
+      part = np.zeros((len(call), data.input_ids.shape[-1]) + out.shape[2:], out.dtype)
+      for x, slot in enumerate(batch['slots'][:, 0]):
+        r, e = divmod(int(slot), slots)
+        start, n = batch['starts'][r, e], int(packing.lengths(data)[call[x], 0])
+        part[x, :n] = out[r, start:start + n]
+    else:
+      part = packing.per_example(out, batch['slots'])  # [X, K, ...]
+      part = part[:, 0] if k == 1 else part[..., 0]
+    outputs.append(part)
+  return np.concatenate(outputs)
 
 
 def split_scores(cfg, task, model, params, data: dict, splits: dict, mesh, names=None) -> dict:
   """{split: scores} of the dev splits, or of the splits `names` (labelled test splits)."""
   kind = registry.get(task.kind)
-  return {split: kind.scores(task, predict(model, params, data[split], cfg.eval_batch_size, mesh),
-                            data[split], splits[split], cfg)
+  pack = cfg.packing if kind.packs else None
+  return {split: kind.scores(task, predict(model, params, data[split], cfg.eval_batch_size, mesh,
+                                           pack=pack), data[split], splits[split], cfg)
           for split in (task.dev_splits if names is None else names) if split in data}

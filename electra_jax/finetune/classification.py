@@ -37,8 +37,15 @@ def class_loss(logits, labels):
 
 
 def logits_of(params, batch, rng, deterministic, model):
+  """The head's outputs on a batch of rows: per sequence [R, S, outputs] (per token [R, L, ...])."""
   return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
-                     batch['input_mask'], deterministic, rngs={'dropout': rng})
+                     batch['input_mask'], deterministic, batch['positions'], batch['starts'],
+                     rngs={'dropout': rng})
+
+
+def example_logits(params, batch, rng, deterministic, model):
+  """[X, K, outputs]: the outputs at each example's sequences (packing's slots)."""
+  return heads.per_example(logits_of(params, batch, rng, deterministic, model), batch['slots'])
 
 
 class Classification(kinds.Kind):
@@ -62,10 +69,11 @@ class Classification(kinds.Kind):
     return heads.Classifier(model_cfg, self.outputs(task), rate, pooling=cfg.pooling)
 
   def loss(self, params, batch, rng, deterministic=False, *, model, task):
-    return class_loss(logits_of(params, batch, rng, deterministic, model), batch['labels'])
+    return class_loss(example_logits(params, batch, rng, deterministic, model)[:, 0],
+                      batch['labels'])
 
-  def label_shapes(self, task, length: int) -> dict:
-    return {'labels': ((), jnp.int32)}
+  def label_shapes(self, task, layout) -> dict:
+    return {'labels': ((layout.examples,), jnp.int32)}
 
   def targets(self, task, examples: list) -> np.ndarray:
     index = {name: i for i, name in enumerate(task.labels)}

@@ -100,6 +100,10 @@ CONFIG = Section(fields=dict(
     dropout_rate=F(-1.0, 'dropout in the encoder and on the head\'s input; -1: the rate the model '
                    "was pre-trained with (0.1 for the paper's presets and HF models; tiny: 0)",
                    _RATE),
+    packing=F(True, "fine-tuning and prediction batches as rows of max_seq_length that hold as many "
+              "whole examples as fit, each computed exactly as in a row of its own (its positions, "
+              "its attention, its [CLS]); False: a row per example, padded (finetune/packing.py)",
+              BOOL, resume='free'),
     pooling=F('cls', "the classifier's input: 'cls' ([CLS]'s hidden state: the paper, HF's head) "
               "or 'mean' (the mean over the example's tokens); tagging reads every token",
               one_of(*POOLINGS)),

@@ -20,6 +20,11 @@ class Classifier(nn.Module):
   on every token's hidden state ([B, L, num_outputs], tagging). `pooling='mean'`: the head reads
   the mean of the hidden states of the example's real tokens ([CLS] and [SEP]s included) instead
   of [CLS]'s alone.
+
+  Rows that pack several sequences (finetune/packing.py) give `positions` (each token's in its
+  sequence) and `starts` ([B, S]: where each sequence starts): the head then reads each sequence
+  ([B, S, num_outputs]; per token as before), the mean over its own tokens (`input_mask` numbers
+  them), exactly as in a row of its own.
   """
   cfg: model_lib.ModelConfig
   num_outputs: int
@@ -36,13 +41,20 @@ class Classifier(nn.Module):
     self.classifier = nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
                                dtype=jnp.float32, param_dtype=cfg.param_dtype)
 
-  def features(self, input_ids, segment_ids, input_mask, deterministic: bool = True):
+  def features(self, input_ids, segment_ids, input_mask, deterministic: bool = True,
+               positions=None, starts=None):
     """What the head reads (float32): [CLS]'s hidden state, the mean over the real tokens, or
-    every token's (per_token)."""
-    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic), input_mask,
-                                deterministic)
+    every token's (per_token); of each packed sequence with `starts`."""
+    hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic,
+                                                positions=positions), input_mask, deterministic)
     if self.per_token:
       chosen = hidden
+    elif starts is not None and self.pooling == 'mean':  # [B, L, S]: token t in sequence s
+      member = (input_mask[..., None] == jnp.arange(1, starts.shape[-1] + 1)).astype(jnp.float32)
+      chosen = jnp.einsum('bls,blh->bsh', member, hidden.astype(jnp.float32)) / jnp.maximum(
+          jnp.sum(member, 1), 1.0)[..., None]
+    elif starts is not None:
+      chosen = jnp.take_along_axis(hidden, jnp.maximum(starts, 0)[..., None], axis=1)
     elif self.pooling == 'mean':
       weights = input_mask.astype(jnp.float32)[..., None]
       chosen = jnp.sum(hidden.astype(jnp.float32) * weights, 1) / jnp.maximum(
@@ -51,9 +63,17 @@ class Classifier(nn.Module):
       chosen = hidden[:, 0]
     return chosen.astype(jnp.float32)
 
-  def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True):
-    chosen = self.features(input_ids, segment_ids, input_mask, deterministic)
+  def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True,
+               positions=None, starts=None):
+    chosen = self.features(input_ids, segment_ids, input_mask, deterministic, positions, starts)
     return self.classifier(self.dropout(chosen, deterministic=deterministic))
+
+
+def per_example(outputs, slots):
+  """[X, K, ...] of per-sequence outputs [R, S, ...] at each example's `slots` ([X, K] of
+  row * S + slot; -1, an example that is not there, reads the first)."""
+  flat = outputs.reshape((-1,) + outputs.shape[2:])
+  return jnp.take(flat, jnp.maximum(slots, 0), axis=0)
 
 
 def reinit_parts(spec: str, num_layers: int) -> tuple[str, ...]:

@@ -30,6 +30,8 @@ class Kind:
   own_data = ''  # what task.train holds for this kind, for messages ('' : not your own data)
   hf_class = ''  # the HF transformers class it is exported as ('' : none)
   init_shape = (1, 8)  # of the token ids the model is initialized on
+  packs = True  # its examples are sequences that rows pack (finetune/packing.py); False: each
+  #               example is a row as `encode` gives it (SQuAD's windows)
 
   def load(self, cfg, log=print):
     """(task, {split: examples}) of your own files task.train / dev / test (kinds whose
@@ -42,15 +44,25 @@ class Kind:
   def loss(self, params, batch, rng, deterministic=False, *, model, task):
     raise NotImplementedError
 
-  def label_shapes(self, task, length: int) -> dict:
-    """{name: (shape per row, dtype)} of the labels in a train batch."""
+  def sequences(self, task) -> int:
+    """Encoded sequences per example (multiple choice: one per candidate)."""
+    del task
+    return 1
+
+  def label_shapes(self, task, layout) -> dict:
+    """{name: (shape, dtype)} of the labels in a train batch of `layout` (packing.Layout)."""
     raise NotImplementedError
 
-  def batch_shapes(self, task, rows: int, length: int, sharding) -> dict:
-    """The abstract train batch (what `encode` gives, per row)."""
-    shape = lambda dims, dtype: jax.ShapeDtypeStruct((rows,) + dims, dtype, sharding=sharding)
-    fields = {**{k: ((length,), jnp.int32) for k in INPUTS}, **self.label_shapes(task, length)}
-    return {k: shape(dims, dtype) for k, (dims, dtype) in fields.items()}
+  def batch_shapes(self, task, layout, sharding) -> dict:
+    """The abstract train batch of `layout` (packing.Layout; without packing, a row per
+    sequence): the rows' arrays, the sequences' starts, the examples' slots, the labels."""
+    rows, length = layout.rows, layout.length
+    fields = {**{k: ((rows, length), jnp.int32) for k in INPUTS + ('positions',)},
+              'starts': ((rows, layout.slots), jnp.int32),
+              'slots': ((layout.examples, layout.choices), jnp.int32),
+              **self.label_shapes(task, layout)}
+    return {k: jax.ShapeDtypeStruct(dims, dtype, sharding=sharding)
+            for k, (dims, dtype) in fields.items()}
 
   def encode(self, task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
     raise NotImplementedError

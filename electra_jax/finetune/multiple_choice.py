@@ -19,9 +19,14 @@ from electra_jax.finetune import tasks as tasks_lib
 
 
 class ChoiceScorer(heads.Classifier):
-  """The Classifier with one output, on every candidate of [N, C, L] inputs: [N, C] scores."""
+  """The Classifier with one output, on every candidate of [N, C, L] inputs: [N, C] scores. On
+  rows of packed sequences (each candidate one), a score per sequence, as the Classifier's."""
 
-  def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True):
+  def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True,
+               positions=None, starts=None):
+    if input_ids.ndim == 2:  # rows (finetune/packing.py)
+      return super().__call__(input_ids, segment_ids, input_mask, deterministic, positions,
+                              starts)
     n, c, length = input_ids.shape
     flat = lambda x: x.reshape(n * c, length)
     return super().__call__(flat(input_ids), flat(segment_ids), flat(input_mask),
@@ -66,6 +71,9 @@ class MultipleChoice(classification.Classification):
   def model(self, model_cfg, task, cfg, rate: float):
     return ChoiceScorer(model_cfg, 1, rate, pooling=cfg.pooling)
 
+  def sequences(self, task) -> int:
+    return len(task.labels)
+
   def encode(self, task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
     """Every (context, candidate) pair encoded as a text pair: [N, C, L] arrays."""
     c = len(task.labels)
@@ -83,11 +91,10 @@ class MultipleChoice(classification.Classification):
     return [f'{split}: {data.truncated} of {pairs} context-candidate pairs cut to {max_len} tokens '
             '(the longer text loses its last tokens first)']
 
-  def batch_shapes(self, task, rows: int, length: int, sharding) -> dict:
-    shapes = super().batch_shapes(task, rows, length, sharding)
-    c = len(task.labels)
-    return {k: v if k == 'labels' else type(v)((rows, c, length), v.dtype, sharding=sharding)
-            for k, v in shapes.items()}
+  def loss(self, params, batch, rng, deterministic=False, *, model, task):
+    """Cross-entropy of the softmax over each example's candidates' scores."""
+    scores = classification.example_logits(params, batch, rng, deterministic, model)[..., 0]
+    return classification.class_loss(scores, batch['labels'])
 
   def columns(self, task, outputs, examples: list) -> tuple[tuple, list]:
     """The predicted candidate's index, the context and that candidate."""

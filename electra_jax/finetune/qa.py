@@ -103,6 +103,7 @@ def answers(cfg, out: dict, feats, questions: list) -> dict[str, str]:
 
 class ExtractiveQA(kinds.Kind):
   name = 'qa'
+  packs = False  # a window is a row (up to 512 tokens, 128 apart: nothing to pack)
   predicts_dev = True  # SQuAD's test answers are not public: predictions of dev are the result
 
   def load(self, cfg, log=print):
@@ -116,9 +117,17 @@ class ExtractiveQA(kinds.Kind):
   def loss(self, params, batch, rng, deterministic=False, *, model, task):
     return qa_loss(params, batch, rng, deterministic, model=model, task=task)
 
-  def label_shapes(self, task, length: int) -> dict:
-    return {'start_positions': ((), jnp.int32), 'end_positions': ((), jnp.int32),
-            'impossible': ((), jnp.float32)}
+  def label_shapes(self, task, layout) -> dict:
+    rows = layout.rows
+    return {'start_positions': ((rows,), jnp.int32), 'end_positions': ((rows,), jnp.int32),
+            'impossible': ((rows,), jnp.float32)}
+
+  def batch_shapes(self, task, layout, sharding) -> dict:
+    """A row per window, as `encode` gives them (SQuAD's windows are not packed)."""
+    fields = {**{k: ((layout.rows, layout.length), jnp.int32) for k in kinds.INPUTS},
+              **self.label_shapes(task, layout)}
+    return {k: jax.ShapeDtypeStruct(dims, dtype, sharding=sharding)
+            for k, (dims, dtype) in fields.items()}
 
   def encode(self, task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
     return squad.make_features(examples, tokenizer, max_len, cfg.qa.doc_stride,

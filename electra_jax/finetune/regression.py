@@ -35,12 +35,16 @@ class Regression(classification.Classification):
     return 1
 
   def loss(self, params, batch, rng, deterministic=False, *, model, task):
-    logits = classification.logits_of(params, batch, rng, deterministic, model)
-    loss = jnp.mean(jnp.square(logits[:, 0] - batch['labels']))
+    """Mean squared error over the examples that have a target (a batch's padding has none)."""
+    predicted = classification.example_logits(params, batch, rng, deterministic, model)[:, 0, 0]
+    targets = batch['labels']
+    weights = jnp.isfinite(targets).astype(jnp.float32)
+    errors = jnp.square(predicted - jnp.where(weights > 0, targets, 0.0)) * weights
+    loss = jnp.sum(errors) / jnp.maximum(jnp.sum(weights), 1.0)
     return loss, {'loss': metrics_lib.ratio(loss, 1.0)}
 
-  def label_shapes(self, task, length: int) -> dict:
-    return {'labels': ((), jnp.float32)}
+  def label_shapes(self, task, layout) -> dict:
+    return {'labels': ((layout.examples,), jnp.float32)}
 
   def targets(self, task, examples: list) -> np.ndarray:
     """Each label in the task's [0, 1] (STS-B: divided by 5); NaN where none."""

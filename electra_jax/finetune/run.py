@@ -24,6 +24,7 @@ from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import heads
+from electra_jax.finetune import packing
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import probe as probe_lib
 from electra_jax.finetune import registry
@@ -98,8 +99,14 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
     return {(m if i == 0 else f'{s}_{m}'): v  # panels pair them with train's), the others named
             for i, (s, values) in enumerate(scores_at[step].items()) for m, v in values.items()}
 
+  kind = registry.get(task.kind)
+  layout = (batches.train_layout(train, cfg.batch_size, seed, total, cfg.packing, mesh)
+            if kind.packs else None)
+  if layout is not None and not start:
+    log(f'seed {seed}: {packing_note(train, layout, cfg)}')
+  rows = layout.rows if layout is not None else cfg.batch_size
   plan = loop_lib.Plan.of(cfg, total_steps=total, keep_best=bool(cfg.eval_every),
-                          nonfinite='skip', tokens_per_step=cfg.batch_size * cfg.max_seq_length,
+                          nonfinite='skip', tokens_per_step=rows * cfg.max_seq_length,
                           prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
                           eval_fields=shown)
   meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
@@ -107,8 +114,8 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                        'label_offset': task.label_offset, 'seed': seed,
                        'train_fingerprint': trained_on,
                        'config': json.loads(cfg.to_json())}  # what the run is: checked on resume
-  stream = batches.train_batches(train.arrays(), len(train), cfg.batch_size, seed, start,
-                                 partitioning.batch_sharding(mesh))
+  stream = batches.train_batches(train, cfg.batch_size, seed, start,
+                                 partitioning.batch_sharding(mesh), layout, cfg.packing)
   with user_errors(checkpoint_lib.DiskFull):
     result = loop_lib.run(plan, state, train_fn, stream, start, evaluate=evaluate_now, ckpt=ckpt,
                           meta=meta, log=log, logs=logs_lib.Logs(workdir, tags={'seed': seed},
@@ -136,6 +143,20 @@ def _check_belongs(cfg, saved: dict, seed: int, trained_on: str, where: str):
   if diffs:
     raise UserError(f'the checkpoint {where} belongs to another fine-tuning ({"; ".join(diffs)}); '
                     'move it out of the workdir, or resume it with its own config and data')
+
+
+def packing_note(train, layout, cfg) -> str:
+  """How full a run's rows are: the line its log gives."""
+  sizes = packing.lengths(train)
+  real = sizes.sum() / len(train) * cfg.batch_size  # tokens of a step's examples, on average
+  padded = layout.examples * layout.choices  # rows without packing
+  share = lambda rows: f'{100 * real / (rows * layout.length):.0f}%'
+  if not cfg.packing:
+    return (f'{padded} rows of {layout.length} tokens a step, {share(padded)} of their tokens real '
+            '(--config.packing=True packs the examples)')
+  return (f'{layout.examples} examples a step packed in {layout.rows} rows of {layout.length} '
+          f'tokens (up to {layout.slots} sequences a row), {share(layout.rows)} of their tokens '
+          f'real; a row each, {padded} rows would be {share(padded)}')
 
 
 def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
@@ -258,7 +279,8 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
           cfg, task, setup.model, state.params, data, splits, mesh, results_lib.scored(task))})
       continue
     for split in wanted:
-      logits = batches.predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh)
+      logits = batches.predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh,
+                               pack=cfg.packing if kind.packs else None)
       written.append(kind.write_predictions(task, split, logits, splits[split],
                                             fs.join(seed_dir, 'predictions'), data[split], cfg))
       log(f'seed {seed}: {split} predictions ({len(splits[split]):,}) -> {written[-1]}')

@@ -155,8 +155,8 @@ class Tagging(kinds.Kind):
     return classification.class_loss(
         classification.logits_of(params, batch, rng, deterministic, model), batch['labels'])
 
-  def label_shapes(self, task, length: int) -> dict:
-    return {'labels': ((length,), jnp.int32)}
+  def label_shapes(self, task, layout) -> dict:
+    return {'labels': ((layout.rows, layout.length), jnp.int32)}  # on each word's first token
 
   def encode(self, task, examples: list, tokenizer, max_len: int, train: bool, cfg=None):
     return encode_lib.encode_tagged(examples, task, tokenizer, max_len)

@@ -9,6 +9,8 @@ import jax
 from electra_jax import UserError, user_errors
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
+from electra_jax.finetune import kinds
+from electra_jax.finetune import packing
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import registry
 from electra_jax.finetune import run
@@ -51,12 +53,20 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
   capacity, problems, report = slice_.hbm_bytes, [], {'slice': slice_.name, 'kind': task.kind}
   log(f'{task.name}: {task.kind} | batch {cfg.batch_size} x {cfg.max_seq_length}, evaluation '
       f'batch {cfg.eval_batch_size} | {model_cfg.dtype} activations')
-  predict_fn = batches.predict_fn(setup.model, mesh)
+  # Without the data, the batches' shapes are those of a row per sequence (packing's rows need
+  # the texts' lengths): the estimate is packing's upper bound.
+  k = kind.sequences(task)
+  shapes = lambda rows, examples: kind.batch_shapes(task, packing.Layout(
+      rows=rows, slots=1, examples=examples, choices=k, length=cfg.max_seq_length), sharding)
+  predict_fn = batches.predict_fn(setup.model, mesh, rows=kind.packs)
+  inputs = kinds.INPUTS + (('positions', 'starts') if kind.packs else ())
+  predict_inputs = lambda: {n: v for n, v in shapes(cfg.eval_batch_size * k, cfg.eval_batch_size
+                                                    ).items() if n in inputs}
   programs = (('init', init_fn.lower, None),
-              ('train step', lambda: train_fn.lower(state, kind.batch_shapes(
-                  task, cfg.batch_size, cfg.max_seq_length, sharding)), state),
-              ('prediction', lambda: predict_fn.lower(state.params, kind.batch_shapes(
-                  task, cfg.eval_batch_size, cfg.max_seq_length, sharding)), state.params))
+              ('train step', lambda: train_fn.lower(state, shapes(cfg.batch_size * k,
+                                                                  cfg.batch_size)), state),
+              ('prediction', lambda: predict_fn.lower(state.params, predict_inputs()),
+               state.params))
   for name, lower, args in programs:
     compiled, seconds, error = aot.timed_compile(lower)
     used = aot.report(name, compiled, seconds, error, args, capacity, log, problems,

@@ -5,7 +5,8 @@ Every path computes, per batch row b and head h,
     context = dropout(softmax(q k^T / sqrt(d) + mask)) v,   mask: 0 where allowed, -10000 elsewhere
 
 with the same dropout mask (masks.py: a hash of the key and the four indices, so the
-backward pass regenerates it). The paths, in `PATHS` (name, what it runs, whether it draws dropout,
+backward pass regenerates it), where the mask lets a query see the keys of its own sequence: a row
+may pack several examples (its key mask numbers them), each attending to itself alone. The paths, in `PATHS` (name, what it runs, whether it draws dropout,
 the shapes it takes, its start-up check):
 
 - `explicit`: einsums and a softmax in float32; XLA materializes the [B, H, L, L] probabilities.
@@ -39,8 +40,8 @@ ACCELERATORS = ('tpu', 'gpu', 'cuda', 'rocm')
 
 
 def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
-  """q, k, v: [B, L, H, D]; key_mask: [B, L]; words: `seed_words` of the dropout key (None: no
-  dropout). Returns [B, L, H, D] in v's dtype."""
+  """q, k, v: [B, L, H, D]; key_mask: [B, L], each position's sequence (masks.allowed_mask); words:
+  `seed_words` of the dropout key (None: no dropout). Returns [B, L, H, D] in v's dtype."""
   scale = 1.0 / math.sqrt(q.shape[-1])
   scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
   allowed = allowed_mask(key_mask, q.shape[1], direction)
@@ -84,11 +85,14 @@ def check(options: flash_lib.FlashOptions, dtype=jnp.bfloat16, length: int = 128
           dropout_rate: float = 0.1, directions=('', 'ltr'), head_dim: int = 64) -> str:
   """'' when the kernels, compiled for `options` on the default device, give the explicit path's
   values and gradients at a run's sequence length, dtype, dropout and directions (two rows, one of
-  them padded, two heads); else what went wrong."""
+  them packing two sequences and padding, two heads); else what went wrong."""
   shape = (2, length, 2, head_dim)
   keys = jax.random.split(jax.random.key(0), 4)
   q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
-  key_mask = (jnp.arange(length)[None] < jnp.array([length, length // 2 + 3])[:, None])
+  # one row whole, one packing two sequences and padding (masks.allowed_mask)
+  positions = jnp.arange(length)[None]
+  key_mask = jnp.stack([jnp.ones(length, jnp.int32), jnp.where(
+      positions[0] < length // 4, 1, jnp.where(positions[0] < length // 2 + 3, 2, 0))])
   words = seed_words(jax.random.key(1)) if dropout_rate > 0 else None
   tolerance = 1e-4 if jnp.dtype(dtype) == jnp.float32 else 5e-2
   for direction in directions:

@@ -136,15 +136,20 @@ class Embeddings(nn.Module):
     self.LayerNorm = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=dt)
     self.dropout = Dropout(cfg.dropout_rate, cfg.writes_for_backward)
 
-  def __call__(self, input_ids, segment_ids, deterministic: bool, residual=None):
-    """With `residual` (GDES), the word table is stop_gradient(table) + residual."""
+  def __call__(self, input_ids, segment_ids, deterministic: bool, residual=None, positions=None):
+    """With `residual` (GDES), the word table is stop_gradient(table) + residual. `positions`
+    ([B, L]; default 0, 1, ... in every row): each token's position in its own sequence, which a
+    row packing several sequences starts again at each."""
     length = input_ids.shape[-1]
     table = self.word_embeddings
     if residual is not None:
       table = jax.lax.stop_gradient(table) + residual
     x = jnp.take(table, input_ids, axis=0)
     x = x + small_table_lookup(self.token_type_embeddings, segment_ids)
-    x = x + self.position_embeddings[None, :length]
+    if positions is None:
+      x = x + self.position_embeddings[None, :length]
+    else:
+      x = x + jnp.take(self.position_embeddings, positions, axis=0)
     flat = x.reshape(-1, x.shape[-1])  # reductions over one axis in the backward (TransformerLayer)
     return self.dropout(self.LayerNorm(flat), deterministic=deterministic).reshape(x.shape)
 

@@ -82,12 +82,14 @@ def unsupported(o: FlashOptions, length: int, head_dim: int, heads: int = 1) -> 
   return ''
 
 
-def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, key_mask, key_len):
+def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, key_mask, query_mask,
+           key_len):
   """(additive score mask, dropout multiplier or None) of a [queries, keys] tile whose first query
-  is q0 and first key k0."""
+  is q0 and first key k0; a query sees the keys of its own sequence (`key_mask` [1, keys] and
+  `query_mask` [queries, 1]: the row's mask at them, masks.allowed_mask)."""
   query = lax.broadcasted_iota(jnp.int32, shape, 0) + q0
   key = lax.broadcasted_iota(jnp.int32, shape, 1) + k0
-  allowed = key_mask > 0
+  allowed = key_mask == query_mask
   if o.direction == 'ltr':
     allowed = allowed & (key <= query)
   elif o.direction == 'rtl':
@@ -117,7 +119,7 @@ def _nn(a, b):
   return lax.dot_general(a, b, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32)
 
 
-def _forward_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, m_ref, l_ref, *,
+def _forward_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, qmask_ref, o_ref, m_ref, l_ref, *,
                     o: FlashOptions, heads: int, head_dim: int, scale: float):
   group = m_ref.shape[0]
   b, members = _heads(group, head_dim)
@@ -132,7 +134,7 @@ def _forward_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, o_ref, m_ref, l_re
       keys = pl.ds(pl.multiple_of(j * bk, bk), bk)
       s = _nt(q, k_ref[keys, lanes]) * scale
       additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape,
-                              mask_ref[:, keys], key_len)
+                              mask_ref[:, keys], qmask_ref[...], key_len)
       s = s + additive
       m_new = jnp.maximum(m, jnp.max(s, axis=1, keepdims=True))
       p = jnp.exp(s - m_new)
@@ -163,7 +165,7 @@ def _delta(do, out):
   return jnp.sum(do.astype(jnp.float32) * out.astype(jnp.float32), axis=1, keepdims=True)
 
 
-def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, l_ref,
+def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, qmask_ref, do_ref, o_ref, m_ref, l_ref,
                 dk_ref, dv_ref, *, o: FlashOptions, heads: int, head_dim: int, scale: float):
   """dK and dV of one block of keys, looping over the queries; tiles are [queries, keys], and
   the products with the keys' side take the tile transposed."""
@@ -182,7 +184,7 @@ def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, 
       q, do = q_ref[queries, lanes], do_ref[queries, lanes]
       s = _nt(q, k) * scale
       additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape, key_mask,
-                              key_len)
+                              qmask_ref[queries, :], key_len)
       p = jnp.exp(s + additive - m_ref[g, queries, :]) / l_ref[g, queries, :]  # [queries, keys]
       dp = _nt(do, v)  # the gradient of the dropped probabilities
       if keep is not None:
@@ -200,8 +202,8 @@ def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, 
     dv_ref[:, lanes] = dv.astype(dv_ref.dtype)
 
 
-def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, l_ref, dq_ref, *,
-               o: FlashOptions, heads: int, head_dim: int, scale: float):
+def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, qmask_ref, do_ref, o_ref, m_ref, l_ref,
+               dq_ref, *, o: FlashOptions, heads: int, head_dim: int, scale: float):
   """dQ of one block of queries, looping over the keys."""
   group = m_ref.shape[0]
   b, members = _heads(group, head_dim)
@@ -216,7 +218,7 @@ def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, do_ref, o_ref, m_ref, l
       keys = pl.ds(pl.multiple_of(j * bk, bk), bk)
       s = _nt(q, k_ref[keys, lanes]) * scale
       additive, keep = _masks(o, seeds_ref, b, h, heads, i * bq, j * bk, s.shape,
-                              mask_ref[:, keys], key_len)
+                              mask_ref[:, keys], qmask_ref[...], key_len)
       p = jnp.exp(s + additive - m) / l
       dp = _nt(do, v_ref[keys, lanes])
       if keep is not None:
@@ -283,6 +285,11 @@ def _row_mask_spec(length):
   return pl.BlockSpec((None, 1, length), lambda b, g, i: (b, 0, 0))
 
 
+def _column_mask_spec(block):
+  """The mask at a block of queries as a column [block, 1] of a [B, L, 1] array."""
+  return pl.BlockSpec((None, block, 1), lambda b, g, i: (b, i, 0))
+
+
 def _forward(seeds, q, k, v, key_mask, o: FlashOptions, shape: _Shape):
   bq = _fit(o.block_q, shape.length)
   kernel = functools.partial(_forward_kernel, o=o, heads=shape.heads, head_dim=shape.head_dim,
@@ -291,12 +298,12 @@ def _forward(seeds, q, k, v, key_mask, o: FlashOptions, shape: _Shape):
   out, m, l = pl.pallas_call(
       kernel, grid=shape.grid(bq),
       in_specs=[_seed_spec(o), shape.blocked(bq), shape.whole(), shape.whole(),
-                _row_mask_spec(shape.length)],
+                _row_mask_spec(shape.length), _column_mask_spec(bq)],
       out_specs=[shape.blocked(bq), shape.stat_blocked(bq), shape.stat_blocked(bq)],
       out_shape=[jax.ShapeDtypeStruct(q.shape, q.dtype), stat, stat],
       compiler_params=_compiler_params(o, 3), interpret=o.interpret,
       cost_estimate=shape.cost(2, 1, 3, 1, q.dtype.itemsize), name='electra_flash_forward')(
-          seeds, q, k, v, key_mask[:, None, :])
+          seeds, q, k, v, key_mask[:, None, :], key_mask[:, :, None])
   return out, (m, l)
 
 
@@ -309,25 +316,27 @@ def _backward(seeds, q, k, v, key_mask, out, stats, do, o: FlashOptions, shape: 
   whole, stat_whole = shape.whole(), shape.stat_whole()
   dk, dv = pl.pallas_call(
       functools.partial(_dkv_kernel, **kw), grid=shape.grid(bk),
-      in_specs=[_seed_spec(o), whole, shape.blocked(bk), shape.blocked(bk), key_block_mask, whole,
-                whole, stat_whole, stat_whole],
+      in_specs=[_seed_spec(o), whole, shape.blocked(bk), shape.blocked(bk), key_block_mask,
+                pl.BlockSpec((None, shape.length, 1), lambda b, g, j: (b, 0, 0)), whole, whole,
+                stat_whole, stat_whole],
       out_specs=[shape.blocked(bk), shape.blocked(bk)],
       out_shape=[jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)],
       compiler_params=_compiler_params(o, 3), interpret=o.interpret,
       cost_estimate=shape.cost(4, 1, 5, 2, q.dtype.itemsize), name='electra_flash_dkv')(
-          seeds, q, k, v, key_mask[:, None, :], do, out, m, l)
+          seeds, q, k, v, key_mask[:, None, :], key_mask[:, :, None], do, out, m, l)
 
   bq = _fit(o.block_q_dq, shape.length)
   blocked = shape.blocked(bq)
   dq = pl.pallas_call(
       functools.partial(_dq_kernel, **kw), grid=shape.grid(bq),
-      in_specs=[_seed_spec(o), blocked, whole, whole, _row_mask_spec(shape.length), blocked,
-                blocked, shape.stat_blocked(bq), shape.stat_blocked(bq)],
+      in_specs=[_seed_spec(o), blocked, whole, whole, _row_mask_spec(shape.length),
+                _column_mask_spec(bq), blocked, blocked, shape.stat_blocked(bq),
+                shape.stat_blocked(bq)],
       out_specs=blocked,
       out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
       compiler_params=_compiler_params(o, 3), interpret=o.interpret,
       cost_estimate=shape.cost(3, 1, 5, 1, q.dtype.itemsize), name='electra_flash_dq')(
-          seeds, q, k, v, key_mask[:, None, :], do, out, m, l)
+          seeds, q, k, v, key_mask[:, None, :], key_mask[:, :, None], do, out, m, l)
   return dq, dk, dv
 
 

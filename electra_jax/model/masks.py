@@ -61,9 +61,12 @@ def probs_keep(words, shape, batch_offset=0) -> jax.Array:
 
 
 def allowed_mask(key_mask, length: int, direction: str = ''):
-  """[B, 1, L, L] (or [B, 1, 1, L]) bool: which keys each query may attend to. `direction` 'ltr'
-  lets a position see itself and its left, 'rtl' itself and its right (ELECTRIC's towers)."""
-  allowed = key_mask[:, None, None, :] > 0
+  """[B, 1, L, L] bool: which keys each query may attend to: those of its own sequence, the keys
+  whose `key_mask` value is the query's. A row's mask is 1 on its tokens and 0 on padding, or (a
+  row packing several examples) each example's number 1, 2, ... on its tokens: a token sees its
+  example alone, and a padding position the padding (never nothing). `direction` 'ltr' lets a
+  position see itself and its left, 'rtl' itself and its right (ELECTRIC's towers)."""
+  allowed = key_mask[:, None, None, :] == key_mask[:, None, :, None]
   if direction:
     q, k = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
     allowed = allowed & ((k <= q) if direction == 'ltr' else (k >= q))

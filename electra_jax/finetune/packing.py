@@ -1,0 +1,144 @@
+"""Fine-tuning's rows: the encoded sequences of a batch packed into rows of max_seq_length tokens.
+
+An example is one encoded sequence ([CLS] a [SEP] (b [SEP])), or, for multiple choice, one per
+candidate. Without packing each sequence fills a row of its own, padded (the layout of HF's and
+the original's fine-tuning); with packing, as many as fit share a row:
+
+    input_ids, segment_ids  [R, L]  the sequences' tokens and token types, one after the other
+    input_mask              [R, L]  the sequence each token belongs to: 1, 2, ... (0: padding); a
+                                    token attends to its own sequence alone (model/masks.py)
+    positions               [R, L]  each token's position in its sequence (0 at its [CLS])
+    starts                  [R, S]  where each of a row's sequences starts (-1: no sequence)
+    slots                   [X, K]  each example's sequences as row * S + slot (-1: no example)
+    labels                  [X] per example, or [R, L] per token (tagging: a word's first token)
+
+Every example is computed exactly as in a row of its own (its positions, its attention, the head
+on its [CLS] or the mean of its tokens), so the logits and gradients are the padded layout's; the
+batch holds the same examples per step (`batch_size` counts examples), in few rows. A batch's
+shape is fixed for a run (`Layout`: the most rows and sequences per row any batch needs), so one
+program is compiled.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from electra_jax.finetune.encode import Encoded
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  rows: int  # rows per batch (all processes; a multiple of the devices)
+  slots: int  # sequences per row at most (S)
+  examples: int  # examples per batch (X)
+  choices: int  # sequences per example (K: multiple choice's candidates, else 1)
+  length: int  # tokens per row (L)
+
+
+def choices(data: Encoded) -> int:
+  """Sequences per example: the candidates of multiple choice ([N, K, L] arrays), else 1."""
+  return data.input_ids.shape[1] if data.input_ids.ndim == 3 else 1
+
+
+def lengths(data: Encoded) -> np.ndarray:
+  """[N, K] tokens of each example's sequences."""
+  mask = data.input_mask.reshape(len(data), choices(data), -1)
+  return (mask > 0).sum(-1)
+
+
+def plan(sizes: list, capacity: int, pack: bool, decreasing: bool = True) -> list[list[int]]:
+  """Rows of sequence indices: sequence i has `sizes[i]` tokens. Packed: first fit, the longest
+  first (`decreasing`: a deterministic order that packs well) or in order; else one sequence per
+  row."""
+  if not pack:
+    return [[i] for i in range(len(sizes))]
+  rows, free = [], []
+  order = range(len(sizes))
+  for i in sorted(order, key=lambda i: (-sizes[i], i)) if decreasing else order:
+    row = next((r for r, room in enumerate(free) if room >= sizes[i]), None)
+    if row is None:
+      rows.append([]), free.append(capacity)
+      row = len(rows) - 1
+    rows[row].append(i)
+    free[row] -= sizes[i]
+  return rows
+
+
+def needs(data: Encoded, batches: list[np.ndarray], pack: bool, processes: int = 1
+          ) -> tuple[int, int]:
+  """(rows per process, sequences per row) that the largest of `batches` (arrays of example
+  indices, each split evenly among the processes) needs."""
+  length, sizes = data.input_ids.shape[-1], lengths(data)
+  rows, slots = 1, 1
+  for batch in batches:
+    for share in np.split(np.asarray(batch), processes):
+      placed = plan(sizes[share].reshape(-1).tolist(), length, pack)
+      rows, slots = max(rows, len(placed)), max(slots, max(len(r) for r in placed))
+  return rows, slots
+
+
+def layout(data: Encoded, batches: list, pack: bool, devices: int, processes: int = 1) -> Layout:
+  """The fixed shape of `batches`: rows rounded up to a multiple of the devices."""
+  rows, slots = needs(data, batches, pack, processes)
+  per_process = -(-rows * processes // devices) * devices // processes
+  return Layout(rows=per_process * processes, slots=slots, examples=len(batches[0]),
+                choices=choices(data), length=data.input_ids.shape[-1])
+
+
+def assemble(data: Encoded, examples: np.ndarray, layout: Layout, pack: bool, row_offset: int = 0,
+             rows: int | None = None, placed: list | None = None) -> dict:
+  """The arrays of a batch of `examples` (indices into `data`; -1: no example) in `rows` rows
+  (default: layout.rows), its slots numbered from global row `row_offset`; `placed`: the rows as
+  `plan` gives them for the examples' sequences in order (default: `plan`'s packing)."""
+  rows = layout.rows if rows is None else rows
+  k, length, s = layout.choices, layout.length, layout.slots
+  flat = lambda x: x.reshape(len(data) * k, length)
+  ids, segments = flat(data.input_ids), flat(data.segment_ids)
+  sizes = lengths(data).reshape(-1)
+  real = [i for i in examples if i >= 0]
+  sequences = [i * k + c for i in real for c in range(k)]
+  if placed is None:
+    placed = plan([int(sizes[q]) for q in sequences], length, pack)
+  if len(placed) > rows or any(len(r) > s for r in placed):
+    raise ValueError(f'a batch needs {len(placed)} rows of up to {max(map(len, placed))} '
+                     f'sequences; the layout has {rows} of {s}')
+  token_labels = data.labels.ndim == 2 and data.labels.shape[1] == length and k == 1
+  out = {'input_ids': np.zeros((rows, length), np.int32),
+         'segment_ids': np.zeros((rows, length), np.int32),
+         'input_mask': np.zeros((rows, length), np.int32),
+         'positions': np.zeros((rows, length), np.int32),
+         'starts': np.full((rows, s), -1, np.int32)}
+  if token_labels:
+    out['labels'] = np.full((rows, length), -1, data.labels.dtype)
+  where = {}  # sequence -> its global slot
+  for r, row in enumerate(placed):
+    at = 0
+    for e, j in enumerate(row):
+      q, n = sequences[j], int(sizes[sequences[j]])
+      out['input_ids'][r, at:at + n] = ids[q, :n]
+      out['segment_ids'][r, at:at + n] = segments[q, :n]
+      out['input_mask'][r, at:at + n] = e + 1
+      out['positions'][r, at:at + n] = np.arange(n)
+      out['starts'][r, e] = at
+      if token_labels:
+        out['labels'][r, at:at + n] = data.labels[q, :n]
+      where[q] = (row_offset + r) * s + e
+      at += n
+  out['slots'] = np.asarray([[where[i * k + c] for c in range(k)] if i >= 0 else [-1] * k
+                             for i in examples], np.int32)
+  if not token_labels:
+    missing = -1 if np.issubdtype(data.labels.dtype, np.integer) else np.nan
+    out['labels'] = np.asarray([data.labels[i] if i >= 0 else missing for i in examples],
+                               data.labels.dtype)
+  return out
+
+
+def per_example(outputs: np.ndarray, slots: np.ndarray) -> np.ndarray:
+  """[X, K, ...] of per-sequence outputs [R, S, ...] at each example's slots."""
+  flat = outputs.reshape((-1,) + outputs.shape[2:])
+  return flat[np.maximum(slots, 0)]
+
+
+def fill(batch: dict) -> tuple[int, int]:
+  """(real tokens, tokens) of a batch's rows: how full packing made them."""
+  return int((batch['input_mask'] > 0).sum()), batch['input_mask'].size

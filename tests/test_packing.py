@@ -1,0 +1,171 @@
+"""Packing fine-tuning's examples into rows: each example's logits and the loss's gradient are the
+padded layout's (float32 tolerance), for every kind of task and both attention paths; rows fill
+as they should; predictions come back in order; a packed fine-tuning learns as a padded one."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import TEST_MODEL
+from electra_jax.finetune import batches
+from electra_jax.finetune import classification
+from electra_jax.finetune import heads
+from electra_jax.finetune import multiple_choice
+from electra_jax.finetune import packing
+from electra_jax.finetune import registry
+from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.finetune.encode import Encoded
+from electra_jax.model import electra as model_lib
+from electra_jax.train import partitioning
+
+LENGTH = 32
+
+
+def _sequences(rng, n: int, pairs: bool = True) -> dict:
+  """n encoded sequences of random lengths: [CLS] a [SEP] (b [SEP]) padded to LENGTH."""
+  ids = np.zeros((n, LENGTH), np.int32)
+  segments, mask = np.zeros_like(ids), np.zeros_like(ids)
+  for i in range(n):
+    a = int(rng.integers(1, 12))
+    b = int(rng.integers(1, 8)) if pairs and rng.random() < 0.5 else 0
+    tokens = [2] + list(rng.integers(5, 96, a)) + [3]
+    types = [0] * len(tokens)
+    if b:
+      tokens += list(rng.integers(5, 96, b)) + [3]
+      types += [1] * (b + 1)
+    ids[i, :len(tokens)], segments[i, :len(tokens)], mask[i, :len(tokens)] = tokens, types, 1
+  return {'input_ids': ids, 'segment_ids': segments, 'input_mask': mask}
+
+
+def _data(kind: str, n: int, seed: int = 0) -> tuple:
+  """(task, Encoded, model) of a kind, random."""
+  rng = np.random.default_rng(seed)
+  if kind == 'multiple_choice':
+    flat = _sequences(rng, n * 3)
+    grouped = {k: v.reshape(n, 3, LENGTH) for k, v in flat.items()}
+    labels = rng.integers(0, 3, n).astype(np.int32)
+    task = tasks_lib.Task('mc', kind, ('0', '1', '2'), ('accuracy',))
+    return task, Encoded(**grouped, labels=labels, truncated=0)
+  seqs = _sequences(rng, n, pairs=kind != 'tagging')
+  if kind == 'tagging':
+    labels = np.where(seqs['input_mask'] * (rng.random((n, LENGTH)) < 0.6) > 0,
+                      rng.integers(0, 3, (n, LENGTH)), -1).astype(np.int32)
+    labels[:, 0] = -1
+    task = tasks_lib.Task('tags', kind, ('O', 'B-X', 'I-X'), ('f1',))
+  elif kind == 'regression':
+    labels = rng.random(n).astype(np.float32)
+    task = tasks_lib.Task('reg', kind, (), ('spearman',))
+  else:
+    labels = rng.integers(0, 3, n).astype(np.int32)
+    task = tasks_lib.Task('cls', 'classification', ('a', 'b', 'c'), ('accuracy',))
+  return task, Encoded(**seqs, labels=labels, truncated=0)
+
+
+def _model(kind: str, pooling: str, attention: str):
+  cfg = model_lib.ModelConfig(**{**TEST_MODEL['model'], 'dropout_rate': 0.0,
+                                 'attention_dropout_rate': 0.0, 'attention': attention,
+                                 'dtype': 'float32'})
+  if kind == 'multiple_choice':
+    return multiple_choice.ChoiceScorer(cfg, 1, 0.0, pooling=pooling), (1, 3, 8)
+  if kind == 'tagging':
+    return heads.Classifier(cfg, 3, 0.0, per_token=True), (1, 8)
+  return heads.Classifier(cfg, 1 if kind == 'regression' else 3, 0.0, pooling=pooling), (1, 8)
+
+
+@pytest.mark.parametrize('attention', ['explicit', 'pallas'])
+@pytest.mark.parametrize('kind, pooling', [('classification', 'cls'), ('classification', 'mean'),
+                                           ('regression', 'cls'), ('tagging', 'cls'),
+                                           ('multiple_choice', 'cls')])
+def test_a_packed_batch_gives_each_example_the_padded_logits_and_gradient(kind, pooling,
+                                                                          attention):
+  task, data = _data(kind, 12)
+  model, shape = _model(kind, pooling, attention)
+  params = heads.init_params(model, jax.random.key(0), shape=shape)
+  examples = np.arange(12)
+  k = packing.choices(data)
+  padded = packing.assemble(data, examples, packing.Layout(12 * k, 1, 12, k, LENGTH), False)
+  packed_layout = packing.layout(data, [examples], True, devices=1)
+  packed = packing.assemble(data, examples, packed_layout, True)
+  assert packed_layout.rows < 12 * k / 2 and packed_layout.slots > 2  # really packed
+  loss = functools.partial(registry.get(kind).loss, model=model, task=task, deterministic=True)
+  out = {}
+  for name, batch in (('padded', padded), ('packed', packed)):
+    batch = {key: jnp.asarray(v) for key, v in batch.items()}
+    logits = classification.logits_of(params, batch, jax.random.key(1), True, model)
+    if kind == 'tagging':  # each example's tokens, from its row
+      logits = _tokens(np.asarray(logits), batch, data, examples)
+    else:
+      logits = np.asarray(heads.per_example(logits, batch['slots']))
+    (value, _), grads = jax.jit(jax.value_and_grad(
+        lambda p, b: loss(p, b, jax.random.key(1)), has_aux=True))(params, batch)
+    out[name] = (logits, float(value), grads)
+  np.testing.assert_allclose(out['packed'][0], out['padded'][0], rtol=1e-5, atol=1e-5)
+  assert out['packed'][1] == pytest.approx(out['padded'][1], rel=1e-5)
+  for a, b in zip(jax.tree.leaves(out['packed'][2]), jax.tree.leaves(out['padded'][2])):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+  assert max(float(jnp.abs(g).max()) for g in jax.tree.leaves(out['packed'][2])) > 0
+
+
+def _tokens(logits, batch, data, examples):
+  """[X, LENGTH, C] of per-token outputs [R, L, C], each example's tokens at 0, 1, ..."""
+  slots = np.asarray(batch['slots'])[:, 0]
+  starts = np.asarray(batch['starts'])
+  sizes = packing.lengths(data)[:, 0]
+  out = np.zeros((len(examples), LENGTH) + logits.shape[2:], logits.dtype)
+  for x, slot in enumerate(slots):
+    r, e = divmod(int(slot), starts.shape[1])
+    n = sizes[examples[x]]
+    out[x, :n] = logits[r, starts[r, e]:starts[r, e] + n]
+  return out
+
+
+def test_rows_are_filled_first_fit_longest_first_and_the_layout_fits_every_batch():
+  sizes = [30, 3, 20, 10, 9, 2, 31, 12]
+  rows = packing.plan(sizes, 32, True)
+  assert [sorted(sizes[i] for i in r) for r in rows] == [[31], [2, 30], [12, 20], [3, 9, 10]]
+  assert packing.plan(sizes, 32, False) == [[i] for i in range(8)]
+  task, data = _data('classification', 64, seed=3)
+  del task
+  steps = [np.arange(i, i + 16) for i in range(0, 64, 16)]
+  layout = packing.layout(data, steps, True, devices=8)
+  assert layout.rows % 8 == 0 and layout.examples == 16
+  for examples in steps:  # each batch fits, and its examples' tokens are all there
+    batch = packing.assemble(data, examples, layout, True)
+    real, total = packing.fill(batch)
+    assert real == int(packing.lengths(data)[examples].sum()) and total == layout.rows * LENGTH
+    assert sorted(np.asarray(batch['slots'])[:, 0].tolist()) == sorted(
+        set(np.asarray(batch['slots'])[:, 0].tolist()))  # one slot each
+
+
+@pytest.mark.parametrize('kind', ['classification', 'tagging', 'multiple_choice'])
+def test_packed_predictions_come_back_in_order_and_equal_the_padded_ones(kind):
+  task, data = _data(kind, 37, seed=4)
+  del task
+  model, shape = _model(kind, 'mean', 'explicit')
+  params = heads.init_params(model, jax.random.key(2), shape=shape)
+  mesh = partitioning.make_mesh()
+  padded = batches.predict(model, params, data, 8, mesh, pack=False)
+  packed = batches.predict(model, params, data, 8, mesh, pack=True)
+  assert padded.shape[0] == 37 and padded.shape == packed.shape
+  np.testing.assert_allclose(packed, padded, rtol=1e-5, atol=1e-5)
+  calls = batches.prediction_calls(data, 8, True)
+  assert [i for examples, _ in calls for i in examples] == list(range(37))
+  assert len(calls) < len(batches.prediction_calls(data, 8, False))
+
+
+def test_a_layout_too_small_for_a_batch_is_an_error_not_a_dropped_example():
+  _, data = _data('classification', 16, seed=5)
+  small = dataclasses.replace(packing.layout(data, [np.arange(16)], True, devices=1), rows=1)
+  with pytest.raises(ValueError, match='rows'):
+    packing.assemble(data, np.arange(16), small, True)
+
+
+def test_an_example_with_more_choices_than_a_prediction_call_has_rows_is_refused():
+  _, data = _data('multiple_choice', 4, seed=6)
+  with pytest.raises(ValueError, match='eval_batch_size to 3 or more'):
+    batches.prediction_calls(data, 2, False)
+  assert len(batches.prediction_calls(data, 3, False)) == 4
