@@ -8,6 +8,16 @@
     python launch/benchmark.py --config=configs/large.py --mode=memory --config.fsdp=True
     python launch/benchmark.py --config=configs/base.py --mode=max_batch --config.model.dtype=bfloat16
     python launch/benchmark.py --config=configs/base.py --mode=attention --config.data.batch_size=64
+    python launch/benchmark.py --mode=finetune --init=/tmp/electra_demo --config=configs/small.py \
+        --finetune_config=configs/finetune/builtin.py:topic --finetune_config.max_seq_length=128 \
+        --peer=hf --topology=v5e-8
+
+--mode=finetune times fine-tuning (examples/s of training and of prediction) with each example
+padded to max_seq_length and with examples packed into rows, on --finetune_config's task
+tokenized with --init's vocabulary; --config (optional here) gives the model's sizes instead of
+--init's, with random weights. --peer=hf also times HF transformers' Trainer on the same examples
+(each batch padded to its longest row, length-grouped batches); --topology also estimates the
+padded and packed steps on that TPU slice from XLA's cost model (compiled here, nothing runs).
 
 --mode=input reads --records (default: records of the config's sequence length built from the
 built-in corpus in a temporary folder) at the config's global batch.
@@ -28,10 +38,11 @@ _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reported')
 _JSON = flags.DEFINE_string('json', None, 'also write the result to this JSON file')
 _MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint', 'memory',
-                                           'max_batch', 'attention'],
+                                           'max_batch', 'attention', 'finetune'],
                           'what to time (memory: compile only, the step\'s memory per device; '
                           'max_batch: the largest batch that fits a device; attention: one '
-                          'layer\'s attention on each path)')
+                          'layer\'s attention on each path; finetune: fine-tuning padded, packed '
+                          'and with --peer=hf HF\'s Trainer)')
 _BLOCKS = flags.DEFINE_string('blocks', '', "--mode=attention: more kernel settings to time, "
                               "'bq,bk,bk_dkv,bq_dkv,bq_dq,bk_dq;...' (FlashOptions' block sizes) "
                               "or FlashOptions fields by name, 'num_warps=8,num_stages=3;...'")
@@ -48,7 +59,39 @@ _PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'where the trace is kept (
                                    'Perfetto read it); empty: a temporary folder')
 _TOP = flags.DEFINE_integer('top', 15, 'kernels listed by --profile')
 _BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run')
-flags.mark_flags_as_required(['config'])
+_FT_CONFIG = cli.define_config_file('finetune_config', None, '--mode=finetune: the fine-tuning '
+                                    'config (task, max_seq_length, batch sizes)')
+_INIT = flags.DEFINE_string('init', None, '--mode=finetune: the pre-training workdir (or HF folder) '
+                            'whose vocabulary tokenizes the task, and whose model is timed '
+                            'unless --config is given')
+_TOPOLOGY = flags.DEFINE_string('topology', None, '--mode=finetune: also estimate the padded and '
+                                'packed steps on this Cloud TPU slice (v5e-8, ...), compiled here')
+
+
+def _finetune(config) -> dict:
+  from electra_jax.tools import finetune_benchmark  # pylint: disable=import-outside-toplevel
+  ft = _FT_CONFIG.value
+  if ft is None or not _INIT.value:
+    raise cli.UserError('--mode=finetune needs --finetune_config (the task) and --init (the '
+                        'vocabulary, and the model unless --config is given)')
+  cli.require_config(ft, 'fine-tuning', '--finetune_config')
+  if config is not None:
+    cli.require_config(config, 'pre-training')
+  if _PEER.value == 'hf-compile':
+    raise cli.UserError('--mode=finetune --peer takes hf (the Trainer); leave out -compile')
+  cli.check_paths(_INIT.value)
+  ft.init = _INIT.value
+  log = lambda line: print(line, flush=True)
+  problem = finetune_benchmark.problem(ft, config, log)
+  result = finetune_benchmark.benchmark(problem, _STEPS.value, _REPEATS.value, bool(_PEER.value),
+                                        log)
+  for line in finetune_benchmark.report(result):
+    print(line)
+  if _TOPOLOGY.value:
+    from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
+    slice_ = topology.for_compiling(_TOPOLOGY.value)  # (ValueError: main says it)
+    result['topology'] = finetune_benchmark.topology_estimate(problem, slice_, log)
+  return result
 
 
 def _records(config, log) -> str:
@@ -236,8 +279,13 @@ def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
   config = _CONFIG.value
+  if config is None and _MODE.value != 'finetune':
+    raise cli.UserError(f'--mode={_MODE.value} times a pre-training config: give --config=configs/'
+                        '<size>.py')
   result = {}
   try:
+    if _MODE.value == 'finetune':
+      result['finetune'] = _finetune(config)
     if _MODE.value in ('input', 'both'):
       result['input'] = _time_input(config)
     if _MODE.value in ('step', 'both'):

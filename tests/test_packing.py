@@ -4,6 +4,7 @@ as they should; predictions come back in order; a packed fine-tuning learns as a
 
 import dataclasses
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -88,7 +89,7 @@ def test_a_packed_batch_gives_each_example_the_padded_logits_and_gradient(kind, 
   examples = np.arange(12)
   k = packing.choices(data)
   padded = packing.assemble(data, examples, packing.Layout(12 * k, 1, 12, k, LENGTH), False)
-  packed_layout = packing.layout(data, [examples], True, devices=1)
+  packed_layout = packing.shapes(data, [examples], True, devices=1).largest
   packed = packing.assemble(data, examples, packed_layout, True)
   assert packed_layout.rows < 12 * k / 2 and packed_layout.slots > 2  # really packed
   loss = functools.partial(registry.get(kind).loss, model=model, task=task, deterministic=True)
@@ -131,7 +132,7 @@ def test_rows_are_filled_first_fit_longest_first_and_the_layout_fits_every_batch
   task, data = _data('classification', 64, seed=3)
   del task
   steps = [np.arange(i, i + 16) for i in range(0, 64, 16)]
-  layout = packing.layout(data, steps, True, devices=8)
+  layout = packing.shapes(data, steps, True, devices=8).largest
   assert layout.rows % 8 == 0 and layout.examples == 16
   for examples in steps:  # each batch fits, and its examples' tokens are all there
     batch = packing.assemble(data, examples, layout, True)
@@ -157,9 +158,32 @@ def test_packed_predictions_come_back_in_order_and_equal_the_padded_ones(kind):
   assert len(calls) < len(batches.prediction_calls(data, 8, False))
 
 
+def test_a_run_takes_the_few_row_counts_that_leave_the_fewest_rows_empty():
+  _, data = _data('classification', 400, seed=7)
+  steps = [np.arange(i, i + 16) for i in range(0, 400, 16)][:-1]
+  needed = [len(packing.place(data, b, True)) for b in steps]
+  assert len(set(needed)) >= 3  # the batches vary
+  for most in (1, 2, 3, 8):
+    shapes = packing.shapes(data, steps, True, devices=1, most=most)
+    sizes = [l.rows for l in shapes.layouts]
+    assert len(sizes) <= most and sizes == sorted(sizes) and sizes[-1] == max(needed)
+    taken = [shapes.holding(n).rows for n in needed]
+    assert shapes.counts == tuple(taken.count(r) for r in sizes)
+    assert shapes.mean_rows == pytest.approx(np.mean(taken))
+    # no other choice of as many sizes (the largest kept) leaves fewer rows empty
+    best = min(sum(next(r for r in sorted(c) if r >= n) for n in needed)
+               for c in itertools.combinations(sorted(set(needed)), min(most, len(set(needed))))
+               if max(needed) in c)
+    assert sum(taken) == best, (most, sizes)
+  assert packing.shapes(data, steps, True, devices=1, most=8).mean_rows == np.mean(needed)
+  on_8 = packing.shapes(data, steps, True, devices=8, most=3)
+  assert all(l.rows % 8 == 0 for l in on_8.layouts)
+
+
 def test_a_layout_too_small_for_a_batch_is_an_error_not_a_dropped_example():
   _, data = _data('classification', 16, seed=5)
-  small = dataclasses.replace(packing.layout(data, [np.arange(16)], True, devices=1), rows=1)
+  small = dataclasses.replace(packing.shapes(data, [np.arange(16)], True, devices=1).largest,
+                              rows=1)
   with pytest.raises(ValueError, match='rows'):
     packing.assemble(data, np.arange(16), small, True)
 
@@ -169,3 +193,40 @@ def test_an_example_with_more_choices_than_a_prediction_call_has_rows_is_refused
   with pytest.raises(ValueError, match='eval_batch_size to 3 or more'):
     batches.prediction_calls(data, 2, False)
   assert len(batches.prediction_calls(data, 3, False)) == 4
+
+
+def _short_text_task(folder, n: int, seed: int) -> str:
+  """A CSV of n short texts (1-3 words) labelled a, b or c."""
+  rng = np.random.default_rng(seed)
+  words = ('the', 'model', 'reads', 'short', 'texts', 'packed', 'into', 'rows', 'of', 'tokens')
+  path = folder / f'{seed}.csv'
+  with open(path, 'w') as f:
+    f.write('text,label\n')
+    for _ in range(n):
+      f.write(' '.join(rng.choice(words, int(rng.integers(1, 4)))) + f',{"abc"[rng.integers(3)]}\n')
+  return str(path)
+
+
+def test_the_finetune_benchmark_times_padded_packed_and_hf_trainer_on_the_same_examples(
+    pretrained, tmp_path):
+  from electra_jax import cli  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools import finetune_benchmark  # pylint: disable=import-outside-toplevel
+  cfg = cli.load_config_file('configs/finetune/own.py')
+  cfg.task.update(train=_short_text_task(tmp_path, 96, 0), dev=_short_text_task(tmp_path, 24, 1))
+  cfg.update(init=pretrained, max_seq_length=32, batch_size=16, eval_batch_size=8)
+  problem = finetune_benchmark.problem(cfg, log=lambda *_: None)
+  result = finetune_benchmark.benchmark(problem, steps=2, repeats=1, peer=True,
+                                        log=lambda *_: None)
+  assert result['padded']['rows'] == 16 and result['packed']['rows'] == 8  # (8 devices)
+  assert result['packed']['real_tokens'] == 2 * result['padded']['real_tokens']
+  for name in ('padded', 'packed', 'hf_trainer'):
+    assert result[name]['train_examples_per_s'] > 0 and result[name]['predict_examples_per_s'] > 0
+    # all start from random weights on 3 classes: a loss near ln 3 (the labels are the task's)
+    assert abs(result[name]['first_loss'] - np.log(3)) < 0.25, (name, result[name]['first_loss'])
+  lines = finetune_benchmark.report(result)
+  assert [line.split()[0] for line in lines[2:]] == ['padded', 'packed', 'hf_trainer']
+  estimate = finetune_benchmark.topology_estimate(problem, topology.for_compiling('v5e-8'),
+                                                  log=lambda *_: None)
+  assert estimate['packed']['rows'] < estimate['padded']['rows']
+  assert estimate['packed_over_padded'] > 1  # fewer rows: a shorter step, by the cost model

@@ -14,6 +14,7 @@ import numpy as np
 from electra_jax.finetune import kinds
 from electra_jax.finetune import packing
 from electra_jax.finetune import registry
+from electra_jax.hardware import xla_options
 from electra_jax.train import partitioning
 
 
@@ -36,33 +37,37 @@ def step_examples(n: int, batch_size: int, seed: int, start: int = 0):
     yield order[index * batch_size:(index + 1) * batch_size]
 
 
-def train_layout(data, batch_size: int, seed: int, total_steps: int, pack: bool,
-                 mesh) -> packing.Layout:
-  """The shape every train batch of a fine-tuning takes: the rows and sequences per row its
-  fullest batch needs (one compiled step for the whole run, resumed or not)."""
+def train_shapes(data, batch_size: int, seed: int, total_steps: int, pack: bool, mesh,
+                 most: int = 1) -> packing.Shapes:
+  """The shapes the train batches of a fine-tuning take (packing.shapes: at most `most` row
+  counts), from all its batches: the same for the whole run, resumed or not."""
   batches = list(itertools.islice(step_examples(len(data), batch_size, seed), total_steps))
-  return packing.layout(data, batches, pack, mesh.devices.size, jax.process_count())
+  return packing.shapes(data, batches, pack, mesh.devices.size, jax.process_count(), most)
 
 
-def packed_batch(data, examples: np.ndarray, layout: packing.Layout, pack: bool, sharding) -> dict:
-  """The global batch of `examples` in `layout`: each process packs its share of the examples
-  into its share of the rows."""
+def packed_batch(data, examples: np.ndarray, shapes: packing.Shapes, pack: bool,
+                 sharding) -> dict:
+  """The global batch of `examples` in the smallest of `shapes` that holds every process's share:
+  each process packs its share of the examples into its share of the rows."""
   p, n = jax.process_index(), jax.process_count()
+  shares = np.split(np.asarray(examples), n)
+  plans = [packing.place(data, share, pack) for share in shares]  # every process's: one shape
+  layout = shapes.holding(max(len(plan) for plan in plans), n)
   rows = layout.rows // n
-  arrays = packing.assemble(data, np.split(np.asarray(examples), n)[p], layout, pack,
-                            row_offset=p * rows, rows=rows)
+  arrays = packing.assemble(data, shares[p], layout, pack, row_offset=p * rows, rows=rows,
+                            placed=plans[p])
   return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in arrays.items()}
 
 
 def train_batches(data, batch_size: int, seed: int, start: int, sharding,
-                  layout: packing.Layout | None = None, pack: bool = True):
-  """The train batches after step `start` (`step_examples`): rows of `layout` (packing.Layout), or
-  without one each example a row as `encode` gave it (SQuAD's windows)."""
+                  shapes: packing.Shapes | None = None, pack: bool = True):
+  """The train batches after step `start` (`step_examples`): rows in one of `shapes`
+  (packing.Shapes), or without them each example a row as `encode` gave it (SQuAD's windows)."""
   for examples in step_examples(len(data), batch_size, seed, start):
-    if layout is None:
+    if shapes is None:
       yield global_batch(data.arrays(), examples, sharding)
     else:
-      yield packed_batch(data, examples, layout, pack, sharding)
+      yield packed_batch(data, examples, shapes, pack, sharding)
 
 
 @functools.lru_cache(maxsize=8)
@@ -76,7 +81,8 @@ def predict_fn(model, mesh, method: str | None = None, rows: bool = False):
   else:
     forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
                                       b['input_mask'], True, method=method)
-  return jax.jit(partitioning.on_mesh(forward, mesh), out_shardings=partitioning.replicated(mesh))
+  return jax.jit(partitioning.on_mesh(forward, mesh), out_shardings=partitioning.replicated(mesh),
+                 compiler_options=xla_options.forward(model.cfg.dtype))
 
 
 def predict(model, params, data, batch_size: int, mesh, method: str | None = None,

@@ -104,6 +104,9 @@ CONFIG = Section(fields=dict(
               "whole examples as fit, each computed exactly as in a row of its own (its positions, "
               "its attention, its [CLS]); False: a row per example, padded (finetune/packing.py)",
               BOOL, resume='free'),
+    packing_shapes=F(3, 'with packing: the batch shapes (row counts) a run compiles at most, '
+                     'chosen over its batches to leave the fewest rows empty; 1: one shape, the '
+                     "fullest batch's", at_least(1), resume='free'),
     pooling=F('cls', "the classifier's input: 'cls' ([CLS]'s hidden state: the paper, HF's head) "
               "or 'mean' (the mean over the example's tokens); tagging reads every token",
               one_of(*POOLINGS)),

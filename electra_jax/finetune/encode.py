@@ -5,6 +5,7 @@ a single text keeps its first max_len - 2 tokens. Truncated examples are counted
 """
 
 import dataclasses
+import functools
 
 import numpy as np
 
@@ -27,6 +28,12 @@ class Encoded:
   def arrays(self) -> dict[str, np.ndarray]:
     return {'input_ids': self.input_ids, 'segment_ids': self.segment_ids,
             'input_mask': self.input_mask, 'labels': self.labels}
+
+  @functools.cached_property
+  def lengths(self) -> np.ndarray:
+    """[N, K] tokens of each example's sequences (K: multiple choice's candidates, else 1)."""
+    k = self.input_ids.shape[1] if self.input_ids.ndim == 3 else 1
+    return (self.input_mask.reshape(len(self), k, -1) > 0).sum(-1)
 
 
 def truncate_pair(a: list, b: list | None, budget: int) -> tuple[list, list | None, bool]:

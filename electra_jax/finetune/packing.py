@@ -14,9 +14,10 @@ the original's fine-tuning); with packing, as many as fit share a row:
 
 Every example is computed exactly as in a row of its own (its positions, its attention, the head
 on its [CLS] or the mean of its tokens), so the logits and gradients are the padded layout's; the
-batch holds the same examples per step (`batch_size` counts examples), in few rows. A batch's
-shape is fixed for a run (`Layout`: the most rows and sequences per row any batch needs), so one
-program is compiled.
+batch holds the same examples per step (`batch_size` counts examples), in few rows. A run's
+batches take one of a few shapes (`Shapes`: at most `packing_shapes` row counts, chosen over the
+run's batches to leave the fewest rows empty, each batch in the smallest that holds it), so a
+few programs are compiled.
 """
 
 import dataclasses
@@ -42,8 +43,7 @@ def choices(data: Encoded) -> int:
 
 def lengths(data: Encoded) -> np.ndarray:
   """[N, K] tokens of each example's sequences."""
-  mask = data.input_mask.reshape(len(data), choices(data), -1)
-  return (mask > 0).sum(-1)
+  return data.lengths
 
 
 def plan(sizes: list, capacity: int, pack: bool, decreasing: bool = True) -> list[list[int]]:
@@ -64,25 +64,64 @@ def plan(sizes: list, capacity: int, pack: bool, decreasing: bool = True) -> lis
   return rows
 
 
-def needs(data: Encoded, batches: list[np.ndarray], pack: bool, processes: int = 1
-          ) -> tuple[int, int]:
-  """(rows per process, sequences per row) that the largest of `batches` (arrays of example
-  indices, each split evenly among the processes) needs."""
-  length, sizes = data.input_ids.shape[-1], lengths(data)
-  rows, slots = 1, 1
+def place(data: Encoded, examples: np.ndarray, pack: bool) -> list[list[int]]:
+  """`plan`'s rows for the sequences of `examples` (indices into `data`; -1: no example), numbered
+  in order."""
+  sizes = lengths(data)
+  return plan([int(n) for i in examples if i >= 0 for n in sizes[i]], data.input_ids.shape[-1],
+              pack)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+  """The shapes a run's batches take, fewest rows first (the last holds every batch), and how many
+  of the run's batches take each."""
+  layouts: tuple
+  counts: tuple
+
+  @property
+  def largest(self) -> Layout:
+    return self.layouts[-1]
+
+  @property
+  def mean_rows(self) -> float:
+    return sum(l.rows * c for l, c in zip(self.layouts, self.counts)) / sum(self.counts)
+
+  def holding(self, rows: int, processes: int = 1) -> Layout:
+    """The smallest layout with `rows` rows for each of the `processes`."""
+    return next(l for l in self.layouts if l.rows // processes >= rows)
+
+
+def shapes(data: Encoded, batches: list, pack: bool, devices: int, processes: int = 1,
+           most: int = 1) -> Shapes:
+  """The shapes of `batches` (arrays of example indices, each split evenly among the processes):
+  at most `most` row counts (multiples of the devices), those that leave the fewest rows empty
+  when each batch takes the smallest that holds it; sequences per row: the most any row holds."""
+  needed, slots = [], 1
   for batch in batches:
-    for share in np.split(np.asarray(batch), processes):
-      placed = plan(sizes[share].reshape(-1).tolist(), length, pack)
-      rows, slots = max(rows, len(placed)), max(slots, max(len(r) for r in placed))
-  return rows, slots
+    plans = [place(data, share, pack) for share in np.split(np.asarray(batch), processes)]
+    per_process = max(len(p) for p in plans)
+    needed.append(-(-per_process * processes // devices) * devices)  # rows, all processes
+    slots = max([slots] + [len(r) for p in plans for r in p])
+  sizes = _fewest_empty(sorted(set(needed)), np.bincount(needed), most)
+  layouts = tuple(Layout(rows=r, slots=slots, examples=len(batches[0]), choices=choices(data),
+                         length=data.input_ids.shape[-1]) for r in sizes)
+  taken = [next(r for r in sizes if r >= n) for n in needed]
+  return Shapes(layouts, tuple(taken.count(r) for r in sizes))
 
 
-def layout(data: Encoded, batches: list, pack: bool, devices: int, processes: int = 1) -> Layout:
-  """The fixed shape of `batches`: rows rounded up to a multiple of the devices."""
-  rows, slots = needs(data, batches, pack, processes)
-  per_process = -(-rows * processes // devices) * devices // processes
-  return Layout(rows=per_process * processes, slots=slots, examples=len(batches[0]),
-                choices=choices(data), length=data.input_ids.shape[-1])
+def _fewest_empty(values: list, count: np.ndarray, most: int) -> list:
+  """At most `most` of the row counts `values` (ascending; `count[v]` batches need v), the last
+  included, that minimize the rows of all batches when each takes the smallest value it fits."""
+  # best[j][b]: (rows, sizes) covering values[:j + 1] with b sizes, values[j] the largest
+  cost = lambda lo, hi: values[hi] * sum(count[v] for v in values[lo:hi + 1])
+  best = [[(cost(0, j), [values[j]])] for j in range(len(values))]
+  for b in range(1, most):
+    for j in range(len(values)):
+      options = [best[j][b - 1]] + [(best[i][b - 1][0] + cost(i + 1, j), best[i][b - 1][1] + [values[j]])
+                                for i in range(j) if len(best[i]) >= b]
+      best[j].append(min(options, key=lambda o: o[0]))
+  return best[-1][-1][1]
 
 
 def assemble(data: Encoded, examples: np.ndarray, layout: Layout, pack: bool, row_offset: int = 0,
@@ -95,10 +134,9 @@ def assemble(data: Encoded, examples: np.ndarray, layout: Layout, pack: bool, ro
   flat = lambda x: x.reshape(len(data) * k, length)
   ids, segments = flat(data.input_ids), flat(data.segment_ids)
   sizes = lengths(data).reshape(-1)
-  real = [i for i in examples if i >= 0]
-  sequences = [i * k + c for i in real for c in range(k)]
+  sequences = [i * k + c for i in examples if i >= 0 for c in range(k)]
   if placed is None:
-    placed = plan([int(sizes[q]) for q in sequences], length, pack)
+    placed = place(data, examples, pack)
   if len(placed) > rows or any(len(r) > s for r in placed):
     raise ValueError(f'a batch needs {len(placed)} rows of up to {max(map(len, placed))} '
                      f'sequences; the layout has {rows} of {s}')

@@ -100,13 +100,13 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
             for i, (s, values) in enumerate(scores_at[step].items()) for m, v in values.items()}
 
   kind = registry.get(task.kind)
-  layout = (batches.train_layout(train, cfg.batch_size, seed, total, cfg.packing, mesh)
-            if kind.packs else None)
-  if layout is not None and not start:
-    log(f'seed {seed}: {packing_note(train, layout, cfg)}')
-  rows = layout.rows if layout is not None else cfg.batch_size
+  shapes = (batches.train_shapes(train, cfg.batch_size, seed, total, cfg.packing, mesh,
+                                 cfg.packing_shapes) if kind.packs else None)
+  if shapes is not None and not start:
+    log(f'seed {seed}: {packing_note(train, shapes, cfg)}')
+  rows = shapes.mean_rows if shapes is not None else cfg.batch_size
   plan = loop_lib.Plan.of(cfg, total_steps=total, keep_best=bool(cfg.eval_every),
-                          nonfinite='skip', tokens_per_step=rows * cfg.max_seq_length,
+                          nonfinite='skip', tokens_per_step=round(rows * cfg.max_seq_length),
                           prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
                           eval_fields=shown)
   meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
@@ -115,7 +115,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                        'train_fingerprint': trained_on,
                        'config': json.loads(cfg.to_json())}  # what the run is: checked on resume
   stream = batches.train_batches(train, cfg.batch_size, seed, start,
-                                 partitioning.batch_sharding(mesh), layout, cfg.packing)
+                                 partitioning.batch_sharding(mesh), shapes, cfg.packing)
   with user_errors(checkpoint_lib.DiskFull):
     result = loop_lib.run(plan, state, train_fn, stream, start, evaluate=evaluate_now, ckpt=ckpt,
                           meta=meta, log=log, logs=logs_lib.Logs(workdir, tags={'seed': seed},
@@ -145,18 +145,21 @@ def _check_belongs(cfg, saved: dict, seed: int, trained_on: str, where: str):
                     'move it out of the workdir, or resume it with its own config and data')
 
 
-def packing_note(train, layout, cfg) -> str:
+def packing_note(train, shapes, cfg) -> str:
   """How full a run's rows are: the line its log gives."""
-  sizes = packing.lengths(train)
-  real = sizes.sum() / len(train) * cfg.batch_size  # tokens of a step's examples, on average
+  layout = shapes.largest
+  real = packing.lengths(train).sum() / len(train) * cfg.batch_size  # a step's tokens, on average
   padded = layout.examples * layout.choices  # rows without packing
   share = lambda rows: f'{100 * real / (rows * layout.length):.0f}%'
   if not cfg.packing:
     return (f'{padded} rows of {layout.length} tokens a step, {share(padded)} of their tokens real '
             '(--config.packing=True packs the examples)')
-  return (f'{layout.examples} examples a step packed in {layout.rows} rows of {layout.length} '
-          f'tokens (up to {layout.slots} sequences a row), {share(layout.rows)} of their tokens '
-          f'real; a row each, {padded} rows would be {share(padded)}')
+  counts = ', '.join(str(l.rows) for l in shapes.layouts)
+  return (f'{layout.examples} examples a step packed in {shapes.mean_rows:.1f} rows of '
+          f'{layout.length} tokens on average ({counts} rows: {len(shapes.layouts)} '
+          f'shape{"s" if len(shapes.layouts) > 1 else ""}; up to {layout.slots} sequences a row), '
+          f'{share(shapes.mean_rows)} of their tokens real; a row each, {padded} rows would be '
+          f'{share(padded)}')
 
 
 def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):

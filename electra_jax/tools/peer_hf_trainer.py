@@ -1,0 +1,115 @@
+"""The peer of `launch/benchmark.py --mode=finetune --peer=hf`: the same fine-tuning with HF
+transformers' Trainer, set up as its documentation sets it up for short texts: each batch padded to
+its longest row (DataCollatorWithPadding) and rows of similar length batched together
+(`train_sampling_strategy='group_by_length'`, transformers 5; `group_by_length=True` before).
+
+Same model sizes, examples (our tokenization, without the padding), batch size, dropout, AdamW
+and learning rate; bf16 under CPU autocast where ours runs in bfloat16. Classification and
+regression (ElectraForSequenceClassification) and tagging (ElectraForTokenClassification).
+
+Run as a child process: it builds the model, answers one JSON line (with the loss of the first
+batch at the random start); then for each
+line `train STEPS` read from stdin it trains one warm-up step and STEPS timed steps and answers the
+examples per second, and for `predict` it predicts the dev examples (Trainer.predict, each batch
+padded to its longest row) and answers the examples per second.
+"""
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import tokenizers
+import torch
+import transformers
+
+
+class _Clock(transformers.TrainerCallback):
+  """The time at the end of each optimizer step."""
+
+  def __init__(self):
+    self.ends = []
+
+  def on_step_end(self, args, state, control, **kwargs):
+    del args, state, control, kwargs
+    self.ends.append(time.perf_counter())
+
+
+def _examples(data, split: str, tagging: bool) -> list[dict]:
+  """Each example without its padding, as the Trainer's datasets hold them."""
+  ids, segments, mask = (data[f'{split}_{k}'] for k in ('input_ids', 'segment_ids', 'input_mask'))
+  labels = data[f'{split}_labels']
+  out = []
+  for i in range(len(ids)):
+    n = int(mask[i].sum())
+    example = {'input_ids': ids[i, :n].tolist(), 'token_type_ids': segments[i, :n].tolist(),
+               'attention_mask': [1] * n}
+    # (tagging: -100 marks the tokens without a label, where ours has -1)
+    example['labels'] = np.where(labels[i, :n] < 0, -100, labels[i, :n]).tolist() if tagging \
+        else labels[i].item()
+    out.append(example)
+  return out
+
+
+def _padding(pad_id: int):
+  """A tokenizer whose one use is the collators' padding (the examples come tokenized)."""
+  vocab = tokenizers.models.WordLevel({'[PAD]': pad_id}, unk_token='[PAD]')
+  return transformers.PreTrainedTokenizerFast(tokenizer_object=tokenizers.Tokenizer(vocab),
+                                              pad_token='[PAD]')
+
+
+def main():
+  answers, sys.stdout = sys.stdout, sys.stderr  # what the libraries print goes to stderr
+  answer = lambda d: print(json.dumps(d), file=answers, flush=True)
+  spec = json.loads(sys.argv[1])
+  torch.set_num_threads(spec.get('threads') or os.cpu_count())
+  data = np.load(spec['data'])
+  tagging = spec['kind'] == 'tagging'
+  config = transformers.ElectraConfig(**spec['hf_config'], num_labels=spec['num_labels'],
+                                      attn_implementation='sdpa')
+  if spec['kind'] == 'regression':
+    config.problem_type = 'regression'
+  cls = (transformers.ElectraForTokenClassification if tagging
+         else transformers.ElectraForSequenceClassification)
+  torch.manual_seed(0)
+  model = cls(config)
+  train, dev = _examples(data, 'train', tagging), _examples(data, 'dev', tagging)
+  collator = (transformers.DataCollatorForTokenClassification if tagging
+              else transformers.DataCollatorWithPadding)(tokenizer=_padding(spec['pad_id']))
+  clock = _Clock()
+  common = dict(output_dir=spec['output_dir'], per_device_train_batch_size=spec['batch_size'],
+                per_device_eval_batch_size=spec['eval_batch_size'],
+                learning_rate=spec['learning_rate'], weight_decay=0.01, adam_epsilon=1e-6,
+                max_grad_norm=1.0, bf16=spec['bf16'], use_cpu=True, report_to='none',
+                save_strategy='no', logging_strategy='no', disable_tqdm=True, seed=0,
+                dataloader_num_workers=0)
+  fields = transformers.TrainingArguments.__dataclass_fields__
+  grouping = ({'train_sampling_strategy': 'group_by_length'}
+              if 'train_sampling_strategy' in fields else {'group_by_length': True})
+  model.eval()
+  with torch.no_grad():  # the loss of the first batch at the random start, as ours reports it
+    first = model(**collator(train[:spec['batch_size']])).loss.item()
+  model.train()
+  answer({'ready': True, 'torch': torch.__version__, 'transformers': transformers.__version__,
+          'grouping': grouping, 'first_loss': first})
+  for line in sys.stdin:
+    if line.startswith('predict'):
+      args = transformers.TrainingArguments(**common, max_steps=1)
+      trainer = transformers.Trainer(model=model, args=args, data_collator=collator)
+      t = time.perf_counter()
+      trainer.predict(dev)
+      answer({'examples_per_s': len(dev) / (time.perf_counter() - t)})
+      continue
+    steps = int(line.split()[1])
+    args = transformers.TrainingArguments(**common, **grouping, max_steps=steps + 1)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
+                                   data_collator=collator, callbacks=[clock])
+    clock.ends = []
+    trainer.train()
+    seconds = clock.ends[-1] - clock.ends[0]  # from the end of the warm-up step
+    answer({'examples_per_s': steps * spec['batch_size'] / seconds})
+
+
+if __name__ == '__main__':
+  main()
