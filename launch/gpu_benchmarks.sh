@@ -10,6 +10,9 @@
 # peer's torch.compile most of the rest); small's did not finish in 249 s. On an H200 at 37966d2
 # base (both commands) took 7 min 55 s, attention about 40 s. A 15-minute device session fits base
 # and one more short section, not all.
+# An image with jax, flax, optax, orbax, torch and transformers but not this package's other
+# dependencies gets them as wheels on PYTHONPATH: ml_collections, and google-auth for the storage
+# module (with pyasn1-modules, pyasn1, cryptography, cffi, pycparser).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The launch scripts import the installed package; a GPU image that has the dependencies but not
