@@ -124,6 +124,7 @@ def _tokens(logits, batch, data, examples):
   return out
 
 
+@pytest.mark.fast
 def test_rows_are_filled_first_fit_longest_first_and_the_layout_fits_every_batch():
   sizes = [30, 3, 20, 10, 9, 2, 31, 12]
   rows = packing.plan(sizes, 32, True)
@@ -142,6 +143,7 @@ def test_rows_are_filled_first_fit_longest_first_and_the_layout_fits_every_batch
         set(np.asarray(batch['slots'])[:, 0].tolist()))  # one slot each
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('kind', ['classification', 'tagging', 'multiple_choice'])
 def test_packed_predictions_come_back_in_order_and_equal_the_padded_ones(kind):
   task, data = _data(kind, 37, seed=4)
@@ -158,6 +160,7 @@ def test_packed_predictions_come_back_in_order_and_equal_the_padded_ones(kind):
   assert len(calls) < len(batches.prediction_calls(data, 8, False))
 
 
+@pytest.mark.fast
 def test_a_run_takes_the_few_row_counts_that_leave_the_fewest_rows_empty():
   _, data = _data('classification', 400, seed=7)
   steps = [np.arange(i, i + 16) for i in range(0, 400, 16)][:-1]
@@ -180,6 +183,60 @@ def test_a_run_takes_the_few_row_counts_that_leave_the_fewest_rows_empty():
   assert all(l.rows % 8 == 0 for l in on_8.layouts)
 
 
+@pytest.mark.parametrize('kind', ['classification', 'multiple_choice'])
+def test_a_packed_batch_over_8_devices_gives_the_loss_and_gradient_of_one_device(kind):
+  """The train stream's packed batch, its rows split over 8 devices (each device's rows packed
+  apart), gives the loss and gradient of the same examples packed for one device."""
+  task, data = _data(kind, 64, seed=8)
+  model, shape = _model(kind, 'mean', 'explicit')
+  params = heads.init_params(model, jax.random.key(3), shape=shape)
+  loss = functools.partial(registry.get(kind).loss, model=model, task=task, deterministic=True)
+  grad = jax.jit(jax.value_and_grad(lambda p, b: loss(p, b, jax.random.key(1)), has_aux=True))
+  out = {}
+  for devices in (jax.devices()[:1], jax.devices()):
+    mesh = partitioning.make_mesh(devices)
+    shapes = batches.train_shapes(data, 16, 0, 4, True, mesh, most=2)
+    batch = next(batches.train_batches(data, 16, 0, 0, partitioning.batch_sharding(mesh),
+                                       shapes, True))
+    assert batch['input_ids'].sharding.mesh.devices.size == len(devices)
+    (value, _), grads = grad(params, batch)
+    out[len(devices)] = float(value), jax.device_get(grads), batch['input_ids'].shape[0]
+  assert out[8][2] % 8 == 0 and out[8][2] >= out[1][2]  # whole rows per device
+  assert out[8][0] == pytest.approx(out[1][0], rel=1e-5)
+  for a, b in zip(jax.tree.leaves(out[8][1]), jax.tree.leaves(out[1][1])):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.fast
+def test_packing_is_used_where_it_pays_and_texts_that_fill_their_rows_keep_a_row_each():
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
+  _, short = _data('classification', 64, seed=9)
+  rng = np.random.default_rng(9)  # 17-32 tokens of 32: no two share a row
+  sizes = rng.integers(17, LENGTH + 1, 64)
+  mask = (np.arange(LENGTH)[None] < sizes[:, None]).astype(np.int32)
+  long = Encoded(input_ids=mask * 7, segment_ids=np.zeros_like(mask), input_mask=mask,
+                 labels=np.zeros(64, np.int32), truncated=0)
+  assert batches.prediction_packing(short, 16, True) is True
+  assert batches.prediction_packing(long, 16, True) is False
+  assert batches.prediction_packing(short, 16, False) is False
+  assert batches.prediction_packing(short, 16, None) is None  # a kind that does not pack
+  cfg = ft_config.default_config()
+  cfg.batch_size, cfg.max_seq_length = 16, LENGTH
+  mesh = partitioning.make_mesh()
+  lines = []
+  shapes, pack = run._train_shapes(cfg, long, 0, 4, mesh, lines.append)
+  assert not pack and shapes.largest.rows == 16 and len(shapes.layouts) == 1
+  assert lines[0] == 'seed 0: packing would take 16.0 of 16 rows a step, and pays at 12 or fewer: a row each'
+  assert lines[1].startswith('seed 0: 16 rows of 32 tokens a step, ') and 'packing=True' not in lines[1]
+  shapes, pack = run._train_shapes(cfg, short, 0, 4, mesh, lines.append)
+  assert pack and shapes.mean_rows <= 12 and ' packed in ' in lines[-1]
+  cfg.packing = False
+  shapes, pack = run._train_shapes(cfg, short, 0, 4, mesh, lines.append)
+  assert not pack and lines[-1].endswith('(--config.packing=True packs the examples)')
+
+
+@pytest.mark.fast
 def test_a_layout_too_small_for_a_batch_is_an_error_not_a_dropped_example():
   _, data = _data('classification', 16, seed=5)
   small = dataclasses.replace(packing.shapes(data, [np.arange(16)], True, devices=1).largest,
@@ -188,6 +245,7 @@ def test_a_layout_too_small_for_a_batch_is_an_error_not_a_dropped_example():
     packing.assemble(data, np.arange(16), small, True)
 
 
+@pytest.mark.fast
 def test_an_example_with_more_choices_than_a_prediction_call_has_rows_is_refused():
   _, data = _data('multiple_choice', 4, seed=6)
   with pytest.raises(ValueError, match='eval_batch_size to 3 or more'):

@@ -144,6 +144,15 @@ def prediction_calls(data, rows: int, pack: bool) -> list[tuple[list, list]]:
   return calls + ([(examples, placed)] if examples else [])
 
 
+def prediction_packing(data, rows: int, pack: bool | None) -> bool | None:
+  """`pack` for predicting `data`, `rows` rows a call: packed only where it pays (packing.pays:
+  the packed calls at most PAYS of the padded ones'); None (a kind that does not pack) as it is."""
+  if not pack:
+    return pack
+  packed, padded = (len(prediction_calls(data, rows, p)) for p in (True, False))
+  return packing.pays(packed, padded)
+
+
 def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool):
   sharding = partitioning.batch_sharding(mesh)
   fn = predict_fn(model, mesh, method, rows=True)
@@ -174,7 +183,8 @@ def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool):
 def split_scores(cfg, task, model, params, data: dict, splits: dict, mesh, names=None) -> dict:
   """{split: scores} of the dev splits, or of the splits `names` (labelled test splits)."""
   kind = registry.get(task.kind)
-  pack = cfg.packing if kind.packs else None
+  pack = lambda split: prediction_packing(data[split], cfg.eval_batch_size,
+                                          cfg.packing if kind.packs else None)
   return {split: kind.scores(task, predict(model, params, data[split], cfg.eval_batch_size, mesh,
-                                           pack=pack), data[split], splits[split], cfg)
+                                           pack=pack(split)), data[split], splits[split], cfg)
           for split in (task.dev_splits if names is None else names) if split in data}

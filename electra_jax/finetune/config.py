@@ -102,7 +102,8 @@ CONFIG = Section(fields=dict(
                    _RATE),
     packing=F(True, "fine-tuning and prediction batches as rows of max_seq_length that hold as many "
               "whole examples as fit, each computed exactly as in a row of its own (its positions, "
-              "its attention, its [CLS]); False: a row per example, padded (finetune/packing.py)",
+              "its attention, its [CLS]), where that takes at most 3/4 of the rows (else a row "
+              "each); False: a row per example, padded (finetune/packing.py)",
               BOOL, resume='free'),
     packing_shapes=F(3, 'with packing: the batch shapes (row counts) a run compiles at most, '
                      'chosen over its batches to leave the fewest rows empty; 1: one shape, the '
@@ -138,7 +139,7 @@ def default_config() -> ml_collections.ConfigDict:
 
 def short_pretraining_recipe(cfg) -> ml_collections.ConfigDict:
   """The recipe of configs/finetune/own.py and builtin.py for a model from a short pre-training,
-  chosen on the real-text suite (README, "A suite of real text nobody here wrote"): the head reads
+  chosen on the real-text suite (docs/objectives.md, "A suite of real text nobody here wrote"): the head reads
   the mean of the token vectors, every layer learns at one rate, the word table 10x faster, 2
   epochs. Sets those fields of `cfg` and returns it."""
   cfg.pooling = 'mean'

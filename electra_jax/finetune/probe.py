@@ -62,9 +62,10 @@ def fit(cfg, task, model, params, data: dict, splits: dict, mesh, log) -> dict:
   t = time.time()
   kind = registry.get(task.kind)
   numbers = kind.baseline == 'numbers'
-  pack = cfg.packing if kind.packs else None
+  pack = lambda split: batches.prediction_packing(data[split], cfg.eval_batch_size,
+                                                  cfg.packing if kind.packs else None)
   features = lambda split: np.asarray(batches.predict(
-      model, params, data[split], cfg.eval_batch_size, mesh, method='features', pack=pack),
+      model, params, data[split], cfg.eval_batch_size, mesh, method='features', pack=pack(split)),
       np.float64)
   x, y = features('train'), np.asarray(data['train'].labels)
   key = (hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest(), numbers, kind.outputs(task))

@@ -100,10 +100,8 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
             for i, (s, values) in enumerate(scores_at[step].items()) for m, v in values.items()}
 
   kind = registry.get(task.kind)
-  shapes = (batches.train_shapes(train, cfg.batch_size, seed, total, cfg.packing, mesh,
-                                 cfg.packing_shapes) if kind.packs else None)
-  if shapes is not None and not start:
-    log(f'seed {seed}: {packing_note(train, shapes, cfg)}')
+  shapes, pack = (_train_shapes(cfg, train, seed, total, mesh, log if not start else None)
+                  if kind.packs else (None, cfg.packing))
   rows = shapes.mean_rows if shapes is not None else cfg.batch_size
   plan = loop_lib.Plan.of(cfg, total_steps=total, keep_best=bool(cfg.eval_every),
                           nonfinite='skip', tokens_per_step=round(rows * cfg.max_seq_length),
@@ -115,7 +113,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                        'train_fingerprint': trained_on,
                        'config': json.loads(cfg.to_json())}  # what the run is: checked on resume
   stream = batches.train_batches(train, cfg.batch_size, seed, start,
-                                 partitioning.batch_sharding(mesh), shapes, cfg.packing)
+                                 partitioning.batch_sharding(mesh), shapes, pack)
   with user_errors(checkpoint_lib.DiskFull):
     result = loop_lib.run(plan, state, train_fn, stream, start, evaluate=evaluate_now, ckpt=ckpt,
                           meta=meta, log=log, logs=logs_lib.Logs(workdir, tags={'seed': seed},
@@ -145,15 +143,30 @@ def _check_belongs(cfg, saved: dict, seed: int, trained_on: str, where: str):
                     'move it out of the workdir, or resume it with its own config and data')
 
 
-def packing_note(train, shapes, cfg) -> str:
+def _train_shapes(cfg, train, seed: int, total: int, mesh, log) -> tuple:
+  """(the shapes of the run's train batches, whether they are packed): packed where it pays
+  (packing.pays), else a row each; `log` (a new run's) is told which and how full the rows are."""
+  pack = cfg.packing
+  shapes = batches.train_shapes(train, cfg.batch_size, seed, total, pack, mesh, cfg.packing_shapes)
+  padded = cfg.batch_size * packing.choices(train)
+  say = log or (lambda line: None)
+  if pack and not packing.pays(shapes.mean_rows, padded):  # rows nearly full: a row each
+    say(f'seed {seed}: packing would take {shapes.mean_rows:.1f} of {padded} rows a step, and pays '
+        f'at {int(packing.PAYS * padded)} or fewer: a row each')
+    shapes, pack = batches.train_shapes(train, cfg.batch_size, seed, total, False, mesh), False
+  say(f'seed {seed}: {packing_note(train, shapes, cfg, pack)}')
+  return shapes, pack
+
+
+def packing_note(train, shapes, cfg, pack: bool) -> str:
   """How full a run's rows are: the line its log gives."""
   layout = shapes.largest
   real = packing.lengths(train).sum() / len(train) * cfg.batch_size  # a step's tokens, on average
   padded = layout.examples * layout.choices  # rows without packing
   share = lambda rows: f'{100 * real / (rows * layout.length):.0f}%'
-  if not cfg.packing:
-    return (f'{padded} rows of {layout.length} tokens a step, {share(padded)} of their tokens real '
-            '(--config.packing=True packs the examples)')
+  if not pack:
+    return (f'{padded} rows of {layout.length} tokens a step, {share(padded)} of their tokens real'
+            + ('' if cfg.packing else ' (--config.packing=True packs the examples)'))
   counts = ', '.join(str(l.rows) for l in shapes.layouts)
   return (f'{layout.examples} examples a step packed in {shapes.mean_rows:.1f} rows of '
           f'{layout.length} tokens on average ({counts} rows: {len(shapes.layouts)} '
@@ -282,8 +295,10 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
           cfg, task, setup.model, state.params, data, splits, mesh, results_lib.scored(task))})
       continue
     for split in wanted:
+      pack = batches.prediction_packing(data[split], cfg.eval_batch_size,
+                                        cfg.packing if kind.packs else None)
       logits = batches.predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh,
-                               pack=cfg.packing if kind.packs else None)
+                               pack=pack)
       written.append(kind.write_predictions(task, split, logits, splits[split],
                                             fs.join(seed_dir, 'predictions'), data[split], cfg))
       log(f'seed {seed}: {split} predictions ({len(splits[split]):,}) -> {written[-1]}')

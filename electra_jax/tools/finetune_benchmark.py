@@ -164,9 +164,12 @@ class _Peer:
     np.savez(data, **{f'{split}_{k}': v for split, d in (('train', p.train), ('dev', p.dev))
                       for k, v in d.arrays().items()})
     m, cfg = p.pretrained.model_cfg, p.cfg
-    spec = {'data': data, 'output_dir': os.path.join(folder, 'trainer'), 'kind': p.task.kind,
+    kind = registry.get(p.task.kind)
+    numbers = kind.baseline == 'numbers'  # regression: one output, squared error
+    spec = {'data': data, 'output_dir': os.path.join(folder, 'trainer'),
+            'hf_class': kind.hf_class, 'regression': numbers,
             'hf_config': hf_lib.hf_config(m, 'discriminator'),
-            'num_labels': 1 if p.task.kind == 'regression' else len(p.task.labels),
+            'num_labels': 1 if numbers else len(p.task.labels),
             'pad_id': tokenizer_lib.SPECIAL.pad, 'batch_size': cfg.batch_size,
             'eval_batch_size': cfg.eval_batch_size, 'bf16': m.dtype == 'bfloat16',
             'learning_rate': config_lib.optimizer_config(cfg, m, p.total_steps).learning_rate}

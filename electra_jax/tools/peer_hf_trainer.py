@@ -65,13 +65,12 @@ def main():
   spec = json.loads(sys.argv[1])
   torch.set_num_threads(spec.get('threads') or os.cpu_count())
   data = np.load(spec['data'])
-  tagging = spec['kind'] == 'tagging'
+  cls = getattr(transformers, spec['hf_class'])  # ElectraFor{Sequence,Token}Classification
+  tagging = cls is transformers.ElectraForTokenClassification
   config = transformers.ElectraConfig(**spec['hf_config'], num_labels=spec['num_labels'],
                                       attn_implementation='sdpa')
-  if spec['kind'] == 'regression':
+  if spec['regression']:
     config.problem_type = 'regression'
-  cls = (transformers.ElectraForTokenClassification if tagging
-         else transformers.ElectraForSequenceClassification)
   torch.manual_seed(0)
   model = cls(config)
   train, dev = _examples(data, 'train', tagging), _examples(data, 'dev', tagging)
@@ -105,6 +104,7 @@ def main():
     args = transformers.TrainingArguments(**common, **grouping, max_steps=steps + 1)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
                                    data_collator=collator, callbacks=[clock])
+    trainer.remove_callback(transformers.PrinterCallback)  # its summary line of each train()
     clock.ends = []
     trainer.train()
     seconds = clock.ends[-1] - clock.ends[0]  # from the end of the warm-up step
