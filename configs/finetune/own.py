@@ -14,7 +14,7 @@ Multiple choice: --config.task.kind=multiple_choice --config.task.text_a=context
 candidate's index, 0 first).
 
 The recipe (`short_pretraining_recipe` in electra_jax/finetune/config.py, shared with the built-in
-tasks), chosen for a model from a short pre-training on the real-text suite (README, "A suite of
+tasks), chosen for a model from a short pre-training on the real-text suite (docs/objectives.md, "A suite of
 real text nobody here wrote"; docs/short_pretraining.md): the head reads the mean of the token
 vectors, every layer learns at one rate (no layer-wise decay), the word table 10x faster, and 2
 epochs. At the demo's compute the paper's recipe ([CLS], layer-wise decay 0.8, 3 epochs) left the

@@ -1,0 +1,128 @@
+"""The README, WORKSPACE.md and docs/ name only what exists: every relative link leads to a file,
+and every launch flag and config field in a command (or named alone) is one the scripts and the
+config files define."""
+
+import functools
+import glob
+import os
+import re
+
+import pytest
+
+from conftest import ROOT
+from electra_jax import UserError
+from electra_jax import cli
+
+pytestmark = pytest.mark.fast
+
+PAGES = sorted([os.path.join(ROOT, 'README.md'), os.path.join(ROOT, 'WORKSPACE.md')] +
+               glob.glob(os.path.join(ROOT, 'docs', '*.md')))
+MISTYPED = {'disc_wieght'}  # pretraining.md's example of a field name with a typo, and its answer
+ABSL = {'help', 'helpfull', 'helpshort', 'flagfile', 'undefok', 'only_check_args'}
+SCRIPT = re.compile(r'launch/(\w+)\.py')
+FLAG = re.compile(r'(?<![\w-])--([a-z][a-z0-9_]*(?:\.[A-Za-z0-9_]+)*)')
+
+
+@functools.cache
+def script_flags(script: str) -> dict:
+  """{flag: the default config file or None} of launch/<script>.py, read from its source."""
+  source = open(os.path.join(ROOT, 'launch', f'{script}.py')).read()
+  defined = {name: None for name in re.findall(r"DEFINE_\w+\(\s*'(\w+)'", source)}
+  defined.update((name, None) for name in re.findall(r"add_argument\('--(\w+)'", source))
+  for name, default in re.findall(r"define_config_file\(\s*'(\w+)',\s*(None|'[^']*'|"
+                                  r"os\.path\.join\(_ROOT[^)]*\))", source):
+    parts = re.findall(r"'([^']*)'", default)  # a path, or os.path.join(_ROOT, 'a', 'b.py')
+    defined[name] = os.path.join(*parts) if parts else None
+  return defined
+
+
+def config_files(script: str) -> set:
+  """The flags of a script that take a config file."""
+  source = open(os.path.join(ROOT, 'launch', f'{script}.py')).read()
+  return set(re.findall(r"(?:DEFINE_config_file|define_config_file)\(\s*'(\w+)'", source))
+
+
+def commands(text: str) -> list[str]:
+  """Each command line of the page's code blocks and inline code, continuation lines joined; one
+  entry per launch script named (a launcher's command after `--` is its own entry)."""
+  lines, block = [], []
+  for line in text.split('\n'):
+    if line.startswith('    ') or (block and block[-1].endswith('\\')):
+      block.append(line.strip())
+      if not line.rstrip().endswith('\\'):
+        lines.append(' '.join(l.rstrip('\\') for l in block))
+        block = []
+    else:
+      lines += re.findall(r'`([^`]*launch/[^`]*)`', line)
+  out = []
+  for line in lines:
+    line = line.split(' #')[0]
+    starts = [m.start() for m in SCRIPT.finditer(line)]
+    out += [line[a:b] for a, b in zip(starts, starts[1:] + [len(line)])]
+  return out
+
+
+@functools.cache
+def fields(spec: str, name: str) -> frozenset:
+  return frozenset(cli._paths(cli.load_config_file(spec, name)))  # pylint: disable=protected-access
+
+
+def check_override(spec: str, name: str, field: str) -> str | None:
+  """None when --<name>.<field> is a field of the config `spec` (or names one alone)."""
+  try:
+    cli._resolve_overrides(['x', f'--{name}={spec}', f'--{name}.{field}'], [name])  # pylint: disable=protected-access
+  except UserError as e:
+    return str(e)
+  return None
+
+
+def test_every_relative_link_leads_to_a_file():
+  missing = []
+  for page in PAGES:
+    text = open(page).read()
+    for target in re.findall(r'\]\(([^)\s]+)\)', text):
+      path = target.split('#')[0]
+      if not path or re.match(r'^[a-z]+:', path):
+        continue
+      if not os.path.exists(os.path.join(os.path.dirname(page), path)):
+        missing.append(f'{os.path.relpath(page, ROOT)}: {target}')
+  assert not missing, missing
+
+
+def test_every_launch_flag_and_config_field_in_a_command_exists():
+  wrong, seen = [], 0
+  for page in PAGES:
+    for command in commands(open(page).read()):
+      script = SCRIPT.match(command).group(1)
+      if not os.path.exists(os.path.join(ROOT, 'launch', f'{script}.py')):
+        wrong.append(f'{os.path.relpath(page, ROOT)}: launch/{script}.py does not exist')
+        continue
+      defined = script_flags(script)
+      for flag in FLAG.findall(command.split(' -- ')[0]):
+        seen += 1
+        name, _, field = flag.partition('.')
+        where = f'{os.path.relpath(page, ROOT)}: launch/{script}.py --{flag}'
+        if name not in defined and name not in ABSL:
+          wrong.append(f'{where}: no such flag')
+        elif field and name in config_files(script):
+          given = re.search(rf'--{name}=(\S+)', command)
+          spec = given.group(1) if given else defined[name]
+          if spec and not re.search(r'[$<>\[]', spec):
+            if error := check_override(os.path.join(ROOT, spec), name, field):
+              wrong.append(f'{where}: {error}')
+  assert seen > 100, seen  # the pages' commands were found
+  assert not wrong, '\n'.join(wrong)
+
+
+def test_every_config_field_named_alone_is_a_field():
+  """`--config.<field>` in the prose (no script beside it) is a field of the pre-training or the
+  fine-tuning config."""
+  known = (fields(os.path.join(ROOT, 'configs', 'tiny.py'), 'config') |
+           fields(os.path.join(ROOT, 'configs', 'finetune', 'own.py'), 'config'))
+  leaves = {k.rsplit('.', 1)[-1] for k in known}
+  wrong = []
+  for page in PAGES:
+    for flag in re.findall(r'--config\.([A-Za-z0-9_.]+[A-Za-z0-9_])', open(page).read()):
+      if flag not in known and flag not in leaves and flag not in MISTYPED:
+        wrong.append(f'{os.path.relpath(page, ROOT)}: --config.{flag}')
+  assert not wrong, sorted(set(wrong))
