@@ -82,6 +82,7 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction, heads,
     assert np.abs(np.asarray(plain, np.float32) - np.asarray(got[0], np.float32)).max() > 0.05
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('path', ['explicit', 'kernel'])
 @pytest.mark.parametrize('direction', ['', 'ltr', 'rtl'])
 def test_sequences_packed_in_a_row_attend_as_in_rows_of_their_own(path, direction):
@@ -108,6 +109,7 @@ def test_sequences_packed_in_a_row_attend_as_in_rows_of_their_own(path, directio
     np.testing.assert_allclose(x[2, a:a + b], x[1, :b], atol=1e-5, err_msg=name)
 
 
+@pytest.mark.fast
 def test_dropout_mask_statistics():
   """Keep rate 1 - p to within sampling error; neighbouring queries, keys, heads and batch rows
   and another key's mask are uncorrelated."""
@@ -224,6 +226,7 @@ def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path(layou
     np.testing.assert_allclose(a, b, atol=1e-5)
 
 
+@pytest.mark.fast
 def test_auto_falls_back_when_the_kernels_fail_their_check(monkeypatch):
   """On a device where the kernels do not compile or disagree with the explicit path, 'auto' keeps
   the explicit softmax (and cuDNN where no dropout is active) and says why."""
@@ -294,6 +297,7 @@ def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
     dataclasses.replace(base, attention='nowhere').validate()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('platform, backend', [('cuda', 'gpu'), ('tpu', 'tpu')])
 def test_kernels_lower_for_gpu_and_tpu(platform, backend):
   """JAX lowers the forward and both backward kernels of ELECTRA-Base's attention (batch 8 x 512,
@@ -317,6 +321,7 @@ def test_kernels_lower_for_gpu_and_tpu(platform, backend):
     assert name in text
 
 
+@pytest.mark.fast
 def test_options_reject_shapes_the_kernels_do_not_take():
   gpu = attention.default_options('gpu')
   assert not flash.unsupported(gpu, 512, 64)

@@ -20,6 +20,7 @@ def _write_trace(directory, events):
     json.dump({'traceEvents': events}, f)
 
 
+@pytest.mark.fast
 def test_profile_counts_each_kernel_once_and_nested_ones_apart(tmp_path):
   """Device lines: a `while` holding two kernels keeps only its own time; host and module lines
   are left out; instances of one kind group together."""
@@ -52,6 +53,7 @@ def test_profile_counts_each_kernel_once_and_nested_ones_apart(tmp_path):
   assert kinds['loop_add_fusion']['ms_per_step'] == pytest.approx(0.025)
 
 
+@pytest.mark.fast
 def test_profile_keeps_the_whole_time_of_neighbours_that_overlap_by_clock_skew(tmp_path):
   """On an H100's stream consecutive kernels overlap by the clocks' skew (0.13 us typically); each
   keeps its whole time (the reader once subtracted the next kernel from the one before, and
@@ -124,6 +126,7 @@ def test_attention_mode_times_each_path_and_checks_it():
     assert 'error' not in r and r['ms'] > 0 and r['max_rel_diff'] < 1e-5
 
 
+@pytest.mark.fast
 def test_max_batch_without_a_known_limit_and_bad_kernel_settings_are_one_error_line():
   command = [sys.executable, os.path.join(ROOT, 'launch', 'benchmark.py'),
              f'--config={os.path.join(ROOT, "configs", "tiny.py")}', '--steps=1', '--repeats=1']

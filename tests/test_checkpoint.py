@@ -16,6 +16,7 @@ def _state(step, width=4):
   return TrainState(jnp.asarray(step, jnp.int32), params, {'mu': params}, zero, zero - 1)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('metric, mode, values, best', [
     ('disc_auc', 'max', [0.60, 0.90, 0.70, 0.65, 0.80, 0.75], 20),
     ('mlm_loss', 'min', [3.0, 2.0, 1.5, 2.5, 1.8, 1.9], 30),
@@ -39,6 +40,7 @@ def test_keeps_the_latest_k_plus_the_best_and_still_does_after_reopening(
   np.testing.assert_array_equal(state.params['encoder']['kernel'], np.full((3, 4), 6.0))
 
 
+@pytest.mark.fast
 def test_without_a_best_metric_only_the_latest_k_stay(tmp_path):
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'), keep=3)
   for step in range(1, 7):
@@ -48,6 +50,7 @@ def test_without_a_best_metric_only_the_latest_k_stay(tmp_path):
   assert sorted(int(p) for p in os.listdir(tmp_path / 'c')) == [4, 5, 6]
 
 
+@pytest.mark.fast
 def test_a_model_of_other_shapes_is_refused_naming_the_parameters(tmp_path):
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
   ckpt.save(1, _state(1, width=4), {})
@@ -62,6 +65,7 @@ def test_a_model_of_other_shapes_is_refused_naming_the_parameters(tmp_path):
       e.value)
 
 
+@pytest.mark.fast
 def test_describe_mismatch_names_missing_extra_and_counts_the_rest():
   saved = {'a': (1,), 'b': (2,), 'c': (3,), 'd': (4,), 'e': (5,)}
   wanted = {'a': (1,), 'b': (3,), 'c': (4,), 'd': (5,), 'x': (1,)}
@@ -72,6 +76,7 @@ def test_describe_mismatch_names_missing_extra_and_counts_the_rest():
       'a only in the checkpoint; b not in the checkpoint')
 
 
+@pytest.mark.fast
 def test_a_replicated_state_is_saved_in_slices_only_where_arrays_are_large(tmp_path):
   """Small replicated arrays are written whole by one replica: Orbax's replica-parallel slicing
   (one compiled slice per array and device) is kept for arrays of 1 MiB slices and more."""

@@ -14,6 +14,7 @@ from electra_jax.tools import compare_suite
 from test_finetune import _synthetic
 
 
+@pytest.mark.fast
 def test_every_run_gets_the_steps_of_the_same_flops():
   config = test_config(**{'model.vocab_size': 4096})  # a vocabulary that weighs in the FLOPs
   rows = {r['name']: r for r in compare.plan(config, list(objectives.runs()), 1000)}
@@ -31,6 +32,7 @@ def test_every_run_gets_the_steps_of_the_same_flops():
     compare.plan(config, ['bert'], 10)
 
 
+@pytest.mark.fast
 def test_the_plan_estimates_time_at_one_measured_flop_rate(tmp_path):
   config = test_config()
   tasks = {}
@@ -140,6 +142,7 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
     compare.compare(config, tasks, workdir, ('electra', 'mlm'), electra_steps=3, log=lines.append)
 
 
+@pytest.mark.fast
 def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
   """`compare.py --finetune_config.word_table_lr=3` (no --finetune_config=FILE) sets the field for
   both built-in tasks, over topic's own 10: absl counts the file flag as absent then, and the
@@ -181,6 +184,7 @@ def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
     assert t.optimizer.layerwise_decay == 1.0 and t.max_seq_length == 64
 
 
+@pytest.mark.fast
 def test_a_misspelt_field_of_a_default_config_file_is_one_sentence(tmp_path):
   """compare.py's config flags have default files, which read their overrides as they are
   defined: a field they do not have is one sentence, not a traceback."""
@@ -241,6 +245,7 @@ def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
   assert pairs == 4 and summary in table, table
 
 
+@pytest.mark.fast
 def test_a_corpus_too_small_for_the_vocabulary_gets_the_size_it_fills(tmp_path):
   from conftest import write_corpus  # pylint: disable=import-outside-toplevel
   corpus = write_corpus(str(tmp_path / 'small.txt'))
@@ -259,6 +264,7 @@ def test_a_corpus_too_small_for_the_vocabulary_gets_the_size_it_fills(tmp_path):
   assert again.model.vocab_size == size and any('have a vocabulary of' in l for l in lines)
 
 
+@pytest.mark.fast
 def test_tasks_of_a_suite_are_picked_by_name_in_the_suites_order(tmp_path):
   """compare.py --suite --tasks: the named tasks alone, in the suite's order; a name the suite does
   not hold is one sentence naming the tasks it does."""
@@ -275,6 +281,7 @@ def test_tasks_of_a_suite_are_picked_by_name_in_the_suites_order(tmp_path):
     compare_suite.suite_tasks(str(suite_dir), ft, ['a', 'd'])
 
 
+@pytest.mark.fast
 def test_seed_pairs_count_each_pairing_once_and_ties_as_half():
   # ours 1 loses both pairings with 2 and 2; 2 ties twice (1); 3 wins twice (2): 3 of 6
   assert compare.seed_pairs([0.1, 0.2, 0.3], [0.2, 0.2]) == (3.0, 6)

@@ -12,6 +12,7 @@ from electra_jax.model import electra as model_lib
 from electra_jax.objectives import common as objective_common
 
 
+@pytest.mark.fast
 def test_the_model_and_objective_views_are_the_declared_sections():
   c = config_lib.default_config().copy_and_resolve_references()
   model = {f.name: f.default for f in dataclasses.fields(model_lib.ModelConfig)}
@@ -28,6 +29,7 @@ def test_the_model_and_objective_views_are_the_declared_sections():
   assert ('extra', int) == fields.view_fields(root, 'model')[-1][:2]
 
 
+@pytest.mark.fast
 def test_unknown_keys_are_refused_never_dropped():
   c = config_lib.default_config()
   c.model.hidden_sise = 64  # a config file's typo: ConfigDict takes it
@@ -49,6 +51,7 @@ def test_unknown_keys_are_refused_never_dropped():
     fields.check(ft_config.CONFIG, ft, 'fine-tuning config')
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('path,value,message', [
     ('train_steps', 0, 'train_steps is 0; it must be a number of at least 1'),
     ('model.dropout_rate', 1.0, r'model.dropout_rate is 1.0; it must lie in \[0, 1\)'),
@@ -68,6 +71,7 @@ def test_each_declared_range_is_checked(path, value, message):
     model_lib.ModelConfig.from_config(c.model)  # (the attention paths are the model's registry)
 
 
+@pytest.mark.fast
 def test_the_resume_rules_come_from_the_declaration():
   before = json.loads(config_lib.default_config().to_json())
   def diffs(**changes):
@@ -98,6 +102,7 @@ def test_the_resume_rules_come_from_the_declaration():
   assert 'vocab_size' in fields.paths(config_lib.MODEL, init_from='adopt')
 
 
+@pytest.mark.fast
 def test_a_finetuning_config_from_an_earlier_version_gets_the_defaults_it_lacks():
   saved = json.loads(ft_config.default_config().to_json())
   del saved['pooling'], saved['task']['choices']
@@ -110,6 +115,7 @@ def test_a_finetuning_config_from_an_earlier_version_gets_the_defaults_it_lacks(
                                                          'num_seeds': 5, 'log_every': 7}) == []
 
 
+@pytest.mark.fast
 def test_every_finetuning_config_file_passes_the_checks():
   from conftest import ROOT, load_config  # pylint: disable=import-outside-toplevel
   import glob  # pylint: disable=import-outside-toplevel
@@ -119,6 +125,7 @@ def test_every_finetuning_config_file_passes_the_checks():
     fields.check(ft_config.CONFIG, load_config(path), 'fine-tuning config')
 
 
+@pytest.mark.fast
 def test_own_data_recipe_returns_to_the_papers_by_the_flags_its_docstring_gives():
   """configs/finetune/own.py departs from the paper's recipe for short pre-trainings; the four
   flags it names for a model pre-trained at full length give back every recipe field's default."""

@@ -15,6 +15,7 @@ def _read(pattern):
   return list(corpus_lib.corpus_lines(pattern, report)), report
 
 
+@pytest.mark.fast
 def test_bad_utf8_is_replaced_and_counted(tmp_path):
   (tmp_path / 'a.txt').write_bytes(b'caf\xe9 au lait\nfine line\n\nsecond \xff\xfe doc\n')
   lines, report = _read(str(tmp_path / 'a.txt'))
@@ -23,6 +24,7 @@ def test_bad_utf8_is_replaced_and_counted(tmp_path):
   assert any('not UTF-8' in w for w in report.warnings())
 
 
+@pytest.mark.fast
 def test_binary_files_are_skipped_and_empty_files_add_nothing(tmp_path):
   (tmp_path / 'a.txt').write_text('one sentence.\n')
   (tmp_path / 'b.bin').write_bytes(bytes(range(256)) * 10)
@@ -35,6 +37,7 @@ def test_binary_files_are_skipped_and_empty_files_add_nothing(tmp_path):
   assert 'skipped 1 binary file(s)' in report.warnings()[0]
 
 
+@pytest.mark.fast
 def test_a_gigantic_line_is_cut_into_bounded_pieces_without_losing_text(tmp_path):
   words = ' '.join(f'w{i}' for i in range(120_000))  # ~800K characters on one line
   wide = '\u00e9' * 250_000  # 500K bytes of 2-byte characters, no space at all
@@ -49,6 +52,7 @@ def test_a_gigantic_line_is_cut_into_bounded_pieces_without_losing_text(tmp_path
   assert ''.join(pieces[split:]) == wide  # cut between characters, never inside one
 
 
+@pytest.mark.fast
 def test_a_line_cut_just_before_its_newline_does_not_end_the_document(tmp_path):
   word = 'a' * (corpus_lib.MAX_LINE_BYTES - 1)  # + a space: the cut leaves only the newline
   (tmp_path / 'edge.txt').write_text(f'{word} \nnext\n\nnew doc\n')
@@ -57,6 +61,7 @@ def test_a_line_cut_just_before_its_newline_does_not_end_the_document(tmp_path):
   assert lines[-4:] == ['next', '', 'new doc', '']
 
 
+@pytest.mark.fast
 def test_records_report_skipped_and_replaced_input(tmp_path):
   folder = tmp_path / 'corpus'
   folder.mkdir()
@@ -72,6 +77,7 @@ def test_records_report_skipped_and_replaced_input(tmp_path):
   assert 'image.png' in warnings[0] and '1 line(s) held bytes that are not UTF-8' in warnings[1]
 
 
+@pytest.mark.fast
 def test_jsonl_objects_are_documents_and_a_missing_field_is_one_sentence(tmp_path):
   docs = [{'id': 1, 'body': 'First doc. It has two sentences.'},
           {'id': 2, 'body': 'Second doc.\n\nA new paragraph.'}]

@@ -47,6 +47,7 @@ def built():
   return docs, _build(docs)
 
 
+@pytest.mark.fast
 def test_examples_are_well_formed(built):
   _, examples = built
   for ex in examples:
@@ -62,6 +63,7 @@ def test_examples_are_well_formed(built):
     assert len(seps) == 1 or seps[1] == n - 1
 
 
+@pytest.mark.fast
 def test_examples_never_cross_documents_and_keep_order(built):
   _, examples = built
   for ex in examples:
@@ -72,6 +74,7 @@ def test_examples_never_cross_documents_and_keep_order(built):
       assert (np.diff(ids) > 0).all()
 
 
+@pytest.mark.fast
 def test_single_segment_and_short_example_shares(built):
   _, examples = built
   n = len(examples)
@@ -84,6 +87,7 @@ def test_single_segment_and_short_example_shares(built):
   assert n > 1000
 
 
+@pytest.mark.fast
 def test_single_segment_coin_is_ten_percent():
   # one long document of one-token sentences: B is non-empty unless the 10% coin fires
   examples = _build([[[10 + i] for i in range(100_000)]], max_length=64)[:-1]
@@ -94,6 +98,7 @@ def test_single_segment_coin_is_ten_percent():
   assert 0.02 < short < 0.09, short  # about 5% of targets are random lengths in [5, 64]
 
 
+@pytest.mark.fast
 def test_builder_is_deterministic_for_a_seed(built):
   docs, examples = built
   again = _build(docs)
@@ -102,6 +107,7 @@ def test_builder_is_deterministic_for_a_seed(built):
   assert any((a.input_ids != b.input_ids).any() for a, b in zip(examples, other))
 
 
+@pytest.mark.fast
 def test_sentence_splitting_of_documentation():
   text = 'First line of a\nparagraph. Second sentence!\n\n    code = 1\n    more()\n\nLast.'
   assert corpus_lib.text_to_sentences(text) == [
@@ -115,6 +121,7 @@ def test_builtin_corpus_is_about_two_megabytes():
   assert docs == corpus_lib.builtin_documents()[:len(docs)]
 
 
+@pytest.mark.fast
 def test_records_folder_and_metadata(records_dir):
   meta = records.read_metadata(records_dir)
   assert meta['max_seq_length'] == 32 and meta['vocab_size'] == 96
@@ -129,6 +136,7 @@ def test_records_folder_and_metadata(records_dir):
   assert not [p for p in os.listdir(os.path.dirname(records_dir)) if p.startswith('.records')]
 
 
+@pytest.mark.fast
 def test_tokenizer_special_tokens_are_control_symbols(records_dir):
   tok = tokenizer_lib.SentencePieceTokenizer(os.path.join(records_dir, records.VOCAB))
   assert [tok.id_to_piece(i) for i in range(5)] == list(tokenizer_lib.SPECIAL_TOKENS)
@@ -137,6 +145,7 @@ def test_tokenizer_special_tokens_are_control_symbols(records_dir):
   assert tok.decode(tok.encode('the cat sat')) == 'the cat sat'
 
 
+@pytest.mark.fast
 def test_unigram_cross_entropy():
   special = tokenizer_lib.SpecialIds(0, 1, 2, 3, 4)
   train = np.array([0, 0, 0, 0, 0, 9, 9, 0])  # add-one: 10, 10, 1 over 3 usable ids (+ unk)
@@ -146,6 +155,7 @@ def test_unigram_cross_entropy():
   assert got == pytest.approx(-(np.log(p[1]) + np.log(p[2])) / 2)
 
 
+@pytest.mark.fast
 def test_pipeline_gives_sharded_deterministic_global_batches(records_dir):
   mesh = partitioning.make_mesh()
   sharding = partitioning.batch_sharding(mesh)
@@ -162,6 +172,7 @@ def test_pipeline_gives_sharded_deterministic_global_batches(records_dir):
   assert (np.asarray(a['input_ids']) != np.asarray(c['input_ids'])).any()
 
 
+@pytest.mark.fast
 def test_prepare_refuses_a_foreign_folder_an_empty_corpus_and_other_settings(tmp_path,
                                                                              records_dir):
   settings = records.Settings(**records.read_json(os.path.join(records_dir, records.PLAN)))
@@ -184,6 +195,7 @@ def test_prepare_refuses_a_foreign_folder_an_empty_corpus_and_other_settings(tmp
   assert logged == [f'records {records_dir}: complete already']
 
 
+@pytest.mark.fast
 def test_missing_corpus_fails_early(tmp_path):
   with pytest.raises(FileNotFoundError, match='matches no file'):
     corpus_lib.resolve_files(str(tmp_path / 'nothing*.txt'))

@@ -11,6 +11,7 @@ from electra_jax import UserError
 from electra_jax.tools import diagnose
 
 
+@pytest.mark.fast
 def test_the_measures_on_vectors_whose_answer_is_known():
   rng = np.random.default_rng(0)
   same = np.tile(rng.normal(size=(1, 16)), (50, 1))
@@ -32,6 +33,7 @@ def test_the_measures_on_vectors_whose_answer_is_known():
   assert diagnose.attention_entropy(q, k, mask) < 1e-6
 
 
+@pytest.mark.fast
 def test_the_linear_probe_finds_separable_classes_and_not_labels_without_features():
   rng = np.random.default_rng(0)
   centers = rng.normal(size=(3, 20)) * 3

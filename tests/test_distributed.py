@@ -147,6 +147,7 @@ def test_a_preemption_notice_to_every_process_saves_one_step_and_exits_143(tmp_p
   assert meta['step'] == step
 
 
+@pytest.mark.fast
 def test_the_launcher_stops_every_process_when_one_fails_and_says_which(tmp_path):
   script = tmp_path / 'job.py'
   script.write_text('import sys, time\n'
@@ -162,6 +163,7 @@ def test_the_launcher_stops_every_process_when_one_fails_and_says_which(tmp_path
   assert 'the others were stopped. Run the same command again to resume' in out.stderr
 
 
+@pytest.mark.fast
 def test_the_process_flags_go_together_and_clusters_are_detected(monkeypatch):
   for name in ('TPU_WORKER_HOSTNAMES', 'SLURM_NTASKS', 'SLURM_STEP_ID', 'OMPI_COMM_WORLD_SIZE'):
     monkeypatch.delenv(name, raising=False)
@@ -178,6 +180,7 @@ def test_the_process_flags_go_together_and_clusters_are_detected(monkeypatch):
     distributed.initialize('127.0.0.1:1234', 2, 2)
 
 
+@pytest.mark.fast
 def test_every_process_takes_one_verdict(tmp_path):
   """distributed.all_agree: true only when every process says so (the attention kernel's start-up
   check, so that every host compiles the same program), through the coordination service."""

@@ -30,6 +30,7 @@ from electra_jax.train import optim
 
 # ---- scores ---------------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_scores_by_hand():
   y = [1, 1, 1, 0, 0, 0, 0, 1]
   p = [1, 1, 0, 0, 0, 1, 0, 1]  # tp 3, fn 1, fp 1, tn 3
@@ -42,6 +43,7 @@ def test_scores_by_hand():
   assert scores.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
 
 
+@pytest.mark.fast
 def test_scores_match_scikit_learn_and_scipy():
   from scipy import stats  # pylint: disable=import-outside-toplevel
   from sklearn import metrics  # pylint: disable=import-outside-toplevel
@@ -59,6 +61,7 @@ def test_scores_match_scikit_learn_and_scipy():
 
 # ---- layer-wise learning-rate decay ----------------------------------------------------------------
 
+@pytest.mark.fast
 def test_layerwise_multipliers_of_a_12_layer_model_both_rules():
   cfg = model_lib.ModelConfig.from_config(test_config(**{'model.num_layers': 12}).model)
   model = heads.Classifier(cfg, 3)
@@ -80,6 +83,7 @@ def test_layerwise_multipliers_of_a_12_layer_model_both_rules():
     optim.layerwise_multipliers(shapes, 12, d, 'paper')
 
 
+@pytest.mark.fast
 def test_layerwise_factors_scale_each_parameters_update():
   params = {'embeddings': {'w': np.ones(2, np.float32)},
             'discriminator': {'layer_0': {'w': np.ones(2, np.float32)}},
@@ -160,6 +164,7 @@ def test_reinit_starts_the_named_parts_from_fresh_weights_and_keeps_the_rest():
 
 # ---- encoding and data files -----------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_truncation_drops_from_the_longer_text_and_is_counted():
   a, b, cut = encode_lib.truncate_pair(list(range(10)), list(range(100, 104)), 8)
   assert (a, b, cut) == ([0, 1, 2, 3], [100, 101, 102, 103], True)
@@ -176,6 +181,7 @@ class _Tokenizer:
     return [[10 + len(w) for w in t.split()] for t in texts]
 
 
+@pytest.mark.fast
 def test_encode_lays_out_cls_a_sep_b_sep_and_doubles_swapped_pairs():
   tok = _Tokenizer()
   task = tasks_lib.Task('t', 'classification', ('no', 'yes'), ('accuracy',), swap_pairs=True)
@@ -203,6 +209,7 @@ def _write(path, rows, columns):
   return str(path)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('ext', ['csv', 'tsv', 'jsonl'])
 def test_own_files_become_a_task(tmp_path, ext):
   train = _write(tmp_path / f'train.{ext}', [('good film', 'x', 'pos'), ('bad', 'y', 'neg')],
@@ -214,6 +221,7 @@ def test_own_files_become_a_task(tmp_path, ext):
   assert splits['train'][0] == tasks_lib.Example('good film', None, 'pos')
 
 
+@pytest.mark.fast
 def test_files_without_a_header_take_columns_by_position_and_tasks_are_named_by_folder(tmp_path):
   folder = tmp_path / 'news_topics'
   folder.mkdir()
@@ -243,6 +251,7 @@ def test_files_without_a_header_take_columns_by_position_and_tasks_are_named_by_
   assert registry.load(cfg)[0].name == 'reviews'
 
 
+@pytest.mark.fast
 def test_a_labelled_test_file_is_scored_and_max_train_examples_keeps_a_fixed_subset(tmp_path):
   cols = ['text', 'label']
   rows = [(f'text {i}', 'pos' if i % 2 else 'neg') for i in range(10)]
@@ -263,6 +272,7 @@ def test_a_labelled_test_file_is_scored_and_max_train_examples_keeps_a_fixed_sub
   assert task.test_splits == () and splits['test'][0].label is None
 
 
+@pytest.mark.fast
 def test_labels_are_read_as_meant(tmp_path):
   """Whitespace and a byte-order mark read away, numbers compared as numbers, classes differing in
   case named, an unlabelled test file predicted (its label column empty), and every row without a
@@ -307,6 +317,7 @@ def test_labels_are_read_as_meant(tmp_path):
                            labelled=None if test else True)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('case, message', [
     ('missing_column', r"has no column 'review': its first row \(text, label\) names the columns"),
     ('empty', 'holds no rows'),
@@ -343,6 +354,7 @@ def test_bad_task_data_is_one_sentence(tmp_path, case, message):
     registry.load(cfg)
 
 
+@pytest.mark.fast
 def test_glue_loads_through_tfds_with_labels_names_and_unlabelled_test():
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
@@ -489,6 +501,7 @@ def _quiet(*_):
   pass
 
 
+@pytest.mark.fast
 def test_glue_tsv_folders_are_read_with_their_quirks(tmp_path):
   cola = tmp_path / 'CoLA'
   cola.mkdir()
@@ -532,6 +545,7 @@ def test_glue_tsv_folders_are_read_with_their_quirks(tmp_path):
     tasks_lib.load_glue_tsv(str(tmp_path), 'rte', log=_quiet)
 
 
+@pytest.mark.fast
 def test_glue_test_predictions_are_leaderboard_files(tmp_path):
   task = tasks_lib.glue_task('mnli')
   examples = [tasks_lib.Example('a', 'b', None, 12), tasks_lib.Example('c', 'd', None, 13)]
@@ -607,6 +621,7 @@ def test_a_search_fine_tunes_each_recipe_apart_and_keeps_the_best_dev_median(tmp
   assert again['seeds'][0]['dev'] == pytest.approx(alone[names[1]]['seeds'][0]['dev'])
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('spec, message', [
     ('learning_rate=1e-4', r'learning_rate is not a recipe field; did you mean '
                            r'optimizer.learning_rate\?'),
@@ -631,6 +646,7 @@ def test_a_bad_search_is_refused_in_one_sentence_before_anything_runs(tmp_path, 
   assert not os.path.exists(tmp_path / 'ft')
 
 
+@pytest.mark.fast
 def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
   from electra_jax.finetune import search  # pylint: disable=import-outside-toplevel
   done = [(n, {'task': 't', 'init': 'x', 'seeds': [], 'median': {'dev/accuracy': d,
@@ -655,6 +671,7 @@ def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
   assert grid[1][1] == {'optimizer.learning_rate': 1e-4, 'epochs': 3.0, 'pooling': 'mean'}
 
 
+@pytest.mark.fast
 def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
   from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
   from electra_jax.data import records  # pylint: disable=import-outside-toplevel
@@ -674,6 +691,7 @@ def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
   assert again == splits
 
 
+@pytest.mark.fast
 def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module():
   from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
   splits = tasks_lib.load_builtin_topic(seed=0)
@@ -702,6 +720,7 @@ def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module(
 
 # ---- tagging --------------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_chunks_are_read_as_conlleval_reads_them_and_written_as_bioes():
   from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
   iob1 = ['I-PER', 'I-PER', 'O', 'I-LOC', 'B-LOC', 'I-ORG', 'O', 'B-MISC']
@@ -752,6 +771,7 @@ def _tagged(n, seed):
   return out
 
 
+@pytest.mark.fast
 def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
   from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
   path = _write_conll(tmp_path / 'train.txt', [(['old', 'stone', 'walls', 'sat'],
@@ -777,6 +797,7 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
     registry.load(cfg)
 
 
+@pytest.mark.fast
 def test_encode_tagged_puts_each_tag_on_the_first_sub_token_and_cuts_long_sentences():
   from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
   tok = _Tokenizer()
@@ -896,6 +917,7 @@ def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(t
     np.testing.assert_array_equal(x, y)
 
 
+@pytest.mark.fast
 def test_the_tfidf_baseline_learns_what_the_words_say_and_is_scored_like_the_task(tmp_path):
   """On a task decided by one word in each text, the bag-of-words baseline (cross-validated on
   train alone) is near perfect, on regression too; QA and tagging have none."""
@@ -928,6 +950,7 @@ def test_the_tfidf_baseline_learns_what_the_words_say_and_is_scored_like_the_tas
 
 # ---- the head from a linear probe (head_init='probe') ---------------------------------------------
 
+@pytest.mark.fast
 @pytest.mark.parametrize('classes', [2, 4, 0])
 def test_a_probe_heads_weights_give_the_fitted_linear_models_predictions(classes):
   """The head's kernel and bias, the features' centring and scale folded in, give the logistic regression's class

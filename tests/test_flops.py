@@ -13,6 +13,7 @@ def _paper(preset, variant=None):
   return flops.paper_train_flops(cfg, c.data.max_seq_length, c.data.batch_size, c.train_steps)
 
 
+@pytest.mark.fast
 def test_paper_accounting_reproduces_the_published_compute():
   assert _paper(base) == pytest.approx(6.4e19, rel=0.01)
   assert _paper(large) == pytest.approx(7.1e20, rel=0.01)
@@ -21,6 +22,7 @@ def test_paper_accounting_reproduces_the_published_compute():
   assert _paper(small) == pytest.approx(1.294e18, rel=0.002)
 
 
+@pytest.mark.fast
 def test_step_matmul_flops_scale_with_the_model():
   c = small.get_config()
   cfg = model_lib.ModelConfig.from_config(c.model)
@@ -41,6 +43,7 @@ def test_step_matmul_flops_scale_with_the_model():
   assert flops.peak_flops(type('D', (), {'device_kind': 'cpu'})()) is None
 
 
+@pytest.mark.fast
 def test_mesh_peak_multiplies_chips_and_measures_a_cpu_once_per_host():
   import jax  # pylint: disable=import-outside-toplevel
   tpu = lambda i: type('D', (), {'device_kind': 'TPU v5p', 'process_index': i // 4})()

@@ -61,6 +61,7 @@ def _last_line(done) -> str:
   return lines[-1] if lines else ''
 
 
+@pytest.mark.fast
 def test_files_in_a_bucket_behave_as_local_files():
   root = f'{BUCKET}/fs'
   fs.write_atomic(fs.join(root, 'a', 'x.txt'), 'one\ntwo\n' + 'y' * 5000 + '\n')
@@ -229,6 +230,7 @@ def test_a_missing_bucket_missing_credentials_and_an_object_as_folder_are_one_li
   assert not fs.exists(f'{BUCKET}/runs/no_credentials')
 
 
+@pytest.mark.fast
 def test_a_workdir_in_a_bucket_is_held_by_one_run():
   """The lock's exclusive create is GCS's precondition (ifGenerationMatch=0): of runs started
   together one gets it, the others name it; a write on a generation that changed is refused."""

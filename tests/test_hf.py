@@ -78,6 +78,7 @@ def test_discriminator_and_generator_logits_equal_hf_transformers(layout):
   assert np.abs(theirs_gen).max() > 0.1  # not a comparison of zeros
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('layout', sorted(LAYOUTS))
 def test_ours_to_hf_to_ours_is_exact(layout):
   cfg, params = _model(layout)
@@ -88,6 +89,7 @@ def test_ours_to_hf_to_ours_is_exact(layout):
   assert jax.tree.structure(params) == jax.tree.structure(back)
 
 
+@pytest.mark.fast
 def test_hf_weights_of_another_size_or_missing_are_named():
   cfg, params = _model('small')
   states = {n: hf.to_hf(params, cfg, n) for n in ('discriminator', 'generator')}
@@ -192,6 +194,7 @@ def test_export_loads_in_hf_transformers_with_our_ids_and_logits(pretrained, exp
   np.testing.assert_allclose(np.asarray(gen)[real], theirs_gen[real], atol=1e-4)
 
 
+@pytest.mark.fast
 def test_wordpiece_vocabulary_exports_with_the_same_ids(tmp_path):
   words = sorted({w.strip('.,;!') for t in TEXTS for w in t.lower().split()} - {''})
   lines = (['[PAD]', '[unused0]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + list('abcdefghijklmnop')
@@ -402,6 +405,7 @@ def test_bad_sources_are_one_sentence(pretrained, exported, tmp_path):
   assert not os.path.exists(tmp_path / 'out') and not os.path.exists(tmp_path / 'out.partial')
 
 
+@pytest.mark.fast
 def test_gdes_exports_the_discriminators_own_word_table(tmp_path):
   cfg, params = _model('small')
   cfg = dataclasses.replace(cfg, gdes=True)

@@ -58,6 +58,7 @@ def test_count_per_example_is_clipped_rounded_share_of_real_tokens(draws):
   assert (m.positions[m.weights == 0] == 0).all() and (m.target_ids[m.weights == 0] == 0).all()
 
 
+@pytest.mark.fast
 def test_max_predictions_formula():
   from electra_jax.config.pretraining import default_config
   c = default_config()
@@ -66,6 +67,7 @@ def test_max_predictions_formula():
     assert c.objective.max_predictions == n
 
 
+@pytest.mark.fast
 def test_never_selects_special_tokens_or_padding(draws):
   b, m = draws
   ids, mask = np.asarray(b['input_ids']), np.asarray(b['input_mask'])
@@ -76,6 +78,7 @@ def test_never_selects_special_tokens_or_padding(draws):
   assert (m.target_ids[m.weights > 0] == chosen).all()
 
 
+@pytest.mark.fast
 def test_85_percent_mask_15_percent_kept_no_random_tokens(draws):
   b, m = draws
   ids = np.asarray(b['input_ids'])
@@ -95,6 +98,7 @@ def test_85_percent_mask_15_percent_kept_no_random_tokens(draws):
   assert abs(share - 0.85) < 4 * np.sqrt(0.85 * 0.15 / n), share
 
 
+@pytest.mark.fast
 def test_positions_are_uniform_and_drawn_with_replacement(draws):
   b, m = draws
   row = 10  # a full-length row: 128 tokens, 3 special
@@ -111,6 +115,7 @@ def test_positions_are_uniform_and_drawn_with_replacement(draws):
   assert distinct < k - 0.5  # duplicates do happen (about 7% of slots at this length)
 
 
+@pytest.mark.fast
 def test_without_replacement_switch_draws_distinct_positions():
   b = _batch()
   m = jax.device_get(_mask(jax.random.key(3), b, with_replacement=False))
@@ -120,6 +125,7 @@ def test_without_replacement_switch_draws_distinct_positions():
   assert (m.weights.sum(-1) > 0).all()
 
 
+@pytest.mark.fast
 def test_row_without_candidates_gets_no_prediction():
   ids = jnp.array([[CLS, SEP, PAD, PAD], [CLS, 7, 8, SEP]])
   mask = jnp.array([[1, 1, 0, 0], [1, 1, 1, 1]])
@@ -130,6 +136,7 @@ def test_row_without_candidates_gets_no_prediction():
   assert float(m.weights[1].sum()) == 2
 
 
+@pytest.mark.fast
 @SAMPLERS
 @pytest.mark.parametrize('temperature', [1.0, 2.0])
 def test_sampler_matches_softmax(temperature, sampler):
@@ -145,6 +152,7 @@ def test_sampler_matches_softmax(temperature, sampler):
   assert stats.chisquare(freq, wrong).pvalue < 1e-6
 
 
+@pytest.mark.fast
 @SAMPLERS
 def test_two_level_sampler_matches_softmax_across_blocks(sampler):
   """300 entries in blocks of 32 (the last one padded): frequencies follow the softmax (and the
@@ -160,6 +168,7 @@ def test_two_level_sampler_matches_softmax_across_blocks(sampler):
   assert stats.chisquare(freq, shifted / shifted.sum() * n).pvalue < 1e-6
 
 
+@pytest.mark.fast
 @SAMPLERS
 def test_sampler_never_draws_an_impossible_entry(sampler):
   rng = np.random.default_rng(0)
@@ -173,6 +182,7 @@ def test_sampler_never_draws_an_impossible_entry(sampler):
   assert samples[:5].tolist() == [0, 69, 64, 63, 3]
 
 
+@pytest.mark.fast
 @SAMPLERS
 def test_disallow_correct_never_returns_the_original(sampler):
   logits = jnp.zeros((2000, 5)).at[:, 2].set(20.0)  # the original token dominates
@@ -182,6 +192,7 @@ def test_disallow_correct_never_returns_the_original(sampler):
   assert set(np.unique(np.asarray(s))) == {0, 1, 3, 4}
 
 
+@pytest.mark.fast
 def test_replacement_labels_only_changed_tokens():
   ids = jnp.array([[CLS, 10, 11, 12, 13, SEP]])
   positions = jnp.array([[1, 2, 3, 0]])
@@ -192,6 +203,7 @@ def test_replacement_labels_only_changed_tokens():
   assert labels.tolist() == [[False, False, True, True, False, False]]
 
 
+@pytest.mark.fast
 def test_duplicate_positions_take_the_integer_mean_as_the_original():
   ids = jnp.array([[CLS, 10, 11, SEP]])
   positions = jnp.array([[1, 1, 2]])
@@ -201,6 +213,7 @@ def test_duplicate_positions_take_the_integer_mean_as_the_original():
   assert labels.tolist() == [[False, True, False, False]]
 
 
+@pytest.mark.fast
 def test_bert_80_10_10_switch_shows_mask_random_or_the_token():
   b = _batch()
   fn = jax.jit(jax.vmap(lambda k: _mask(k, b, mask_token_prob=0.8, random_token_prob=0.1,

@@ -29,6 +29,7 @@ def _shapes(model_cfg):
   return jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('preset, encoder, with_head', [
     (small, 13_483_008, 13_549_057),
     (base, 108_891_648, 109_483_009),
@@ -41,6 +42,7 @@ def test_discriminator_parameter_counts(preset, encoder, with_head):
           _count(p['discriminator_predictions'])) == with_head
 
 
+@pytest.mark.fast
 def test_generator_sizes_follow_the_fractions():
   for preset, hidden in ((small, 64), (base, 256), (large, 256)):
     cfg = model_lib.ModelConfig.from_config(preset.get_config().model)
@@ -56,6 +58,7 @@ def test_generator_sizes_follow_the_fractions():
   assert p['generator_predictions']['output_bias'].shape == (30522,)
 
 
+@pytest.mark.fast
 def test_presets_carry_their_whole_column():
   rows = {  # layers, hidden, ffn, heads, E, gen hidden, mask_prob, N, lr, batch, seq, steps
       small: (12, 256, 1024, 4, 128, 64, 0.15, 19, 5e-4, 128, 128, 1_000_000),
@@ -77,6 +80,7 @@ def test_presets_carry_their_whole_column():
   assert tiny.get_config().model.vocab_size > 0
 
 
+@pytest.mark.fast
 def test_one_embedding_module_is_shared():
   p = _shapes(small.get_config().model)
   assert set(p) == {'embeddings', 'discriminator', 'discriminator_predictions', 'generator',
@@ -87,6 +91,7 @@ def test_one_embedding_module_is_shared():
   assert 'embeddings_project' not in _shapes(base.get_config().model)['discriminator']
 
 
+@pytest.mark.fast
 def test_generator_switches():
   c = small.get_config()
   c.model.untied_generator_embeddings = True
@@ -174,6 +179,7 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
   assert all(v.dtype == jnp.float32 for v in jax.tree.leaves(m16))
 
 
+@pytest.mark.fast
 def test_padding_does_not_change_real_token_outputs():
   c = test_config(**{'model.dropout_rate': 0.0})
   cfg = model_lib.ModelConfig.from_config(c.model)
@@ -231,6 +237,7 @@ def test_token_types_by_selection_equal_a_gather_in_value_and_gradient():
   np.testing.assert_allclose(mine, gathered, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.fast
 def test_gelu_writing_its_slope_equals_autodiff_of_the_exact_formula():
   """GELU whose backward multiplies by the derivative written in the forward pass: the same values
   and gradients as autodiff of 0.5 x (1 + erf(x / sqrt 2)) in float32, and in bfloat16 within the
@@ -248,6 +255,7 @@ def test_gelu_writing_its_slope_equals_autodiff_of_the_exact_formula():
   np.testing.assert_allclose(low, reference, rtol=2 ** -6, atol=1e-3)
 
 
+@pytest.mark.fast
 def test_writing_for_the_backward_pass_changes_no_value_and_follows_the_chip():
   """v6 TPUs and CPUs write GELU's slope and the dropout masks in the forward pass, other chips
   recompute them: the same outputs bit for bit and the same gradients either way."""
@@ -301,6 +309,7 @@ def test_layer_norm_equals_flax_in_value_and_gradient(dtype):
   np.testing.assert_allclose(ours_x.astype(jnp.float32), flax_x.astype(jnp.float32), atol=atol)
 
 
+@pytest.mark.fast
 def test_dropout_rate_scale_and_independence():
   x = jnp.ones((64, 128, 256))
   drop = layers.Dropout(0.1)

@@ -38,6 +38,7 @@ class _Tokenizer:
     return [[10 + len(w) for w in t.split()] for t in texts]
 
 
+@pytest.mark.fast
 def test_each_candidate_is_encoded_as_a_pair_with_the_context():
   task = tasks_lib.Task('t', 'multiple_choice', ('0', '1'), ('accuracy',))
   examples = [tasks_lib.Example('a bb', ('ccc', 'dddd eeeee'), '1'),

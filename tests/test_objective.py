@@ -64,6 +64,7 @@ def test_discriminator_loss_gives_exactly_zero_gradient_to_the_generator():
   assert _norm(g['discriminator']) > 0 and _norm(g['discriminator_predictions']) > 0
 
 
+@pytest.mark.fast
 def test_generator_loss_gives_zero_gradient_to_the_discriminator():
   g, _ = _split_grads()
   for name in ('discriminator', 'discriminator_predictions'):
@@ -71,6 +72,7 @@ def test_generator_loss_gives_zero_gradient_to_the_discriminator():
   assert _norm(g['generator']) > 0
 
 
+@pytest.mark.fast
 def test_shared_embeddings_receive_gradient_from_both_losses():
   from_gen, from_disc = (g['embeddings'] for g in _split_grads())
   for name in ('word_embeddings', 'position_embeddings', 'token_type_embeddings', 'LayerNorm'):
@@ -144,6 +146,7 @@ def test_uniform_generator_has_constant_mlm_loss():
   assert 'generator' not in params
 
 
+@pytest.mark.fast
 def test_total_loss_is_weighted_sum_and_metrics_are_consistent():
   c, model, params, batch = _setup()
   loss, m = _loss(c, model, params, batch)
@@ -157,6 +160,7 @@ def test_total_loss_is_weighted_sum_and_metrics_are_consistent():
   assert 0 <= r['disc_accuracy'] <= 1
 
 
+@pytest.mark.fast
 def test_disallow_correct_makes_every_used_slot_a_replacement():
   c, model, params, batch = _setup(**{'objective.disallow_correct': True,
                                       'objective.sample_without_replacement': True})
@@ -218,6 +222,7 @@ def test_each_objective_starts_at_its_chance_loss():
   assert np.log(2) - 0.02 < r['all_tokens_loss'] < np.log(2 * 96)
 
 
+@pytest.mark.fast
 def test_electra_15_counts_the_masked_positions_only():
   c, model, params, batch, loss_fn = _objective('electra_15')
   _, m = jax.jit(loss_fn)(params)
@@ -397,6 +402,7 @@ def test_electric_noise_correction_and_labels():
   assert _norm(cloze['discriminator']) == 0 and _norm(detect['discriminator']) > 0
 
 
+@pytest.mark.fast
 def test_the_sampler_is_the_faster_one_on_each_platform():
   """The Gumbel-max sampler on GPUs and TPUs (one fused pass), the inverted CDF on CPUs (no
   logarithm per entry); both draw from the generator's softmax (tests/test_masking.py)."""

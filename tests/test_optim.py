@@ -12,6 +12,7 @@ from electra_jax.model import electra as model_lib
 from electra_jax.train import optim
 
 
+@pytest.mark.fast
 def test_schedule_multiplies_warmup_and_decay():
   peak, warm, total = 5e-4, 100, 1000
   lr = optim.learning_rate_schedule(peak, warm, total)
@@ -24,6 +25,7 @@ def test_schedule_multiplies_warmup_and_decay():
   assert float(sq(400)) == pytest.approx(peak * 0.36)
 
 
+@pytest.mark.fast
 def test_warmup_then_decay_switch_reaches_the_peak():
   lr = optim.learning_rate_schedule(1.0, 100, 1100, kind='warmup_then_decay')
   assert float(lr(50)) == pytest.approx(0.5)
@@ -34,6 +36,7 @@ def test_warmup_then_decay_switch_reaches_the_peak():
     optim.learning_rate_schedule(1.0, 1, 10, kind='cosine')
 
 
+@pytest.mark.fast
 def test_weight_decay_skips_layer_norm_and_biases_but_not_embeddings():
   cfg = model_lib.ModelConfig.from_config(small.get_config().model)
   shapes = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
@@ -47,6 +50,7 @@ def test_weight_decay_skips_layer_norm_and_biases_but_not_embeddings():
   assert not mask['generator_predictions']['LayerNorm']['scale']
 
 
+@pytest.mark.fast
 def test_adam_without_bias_correction_matches_the_original_update():
   c = small.get_config().optimizer
   c.update(learning_rate=0.1, warmup_steps=0, decay_steps=10**9, grad_clip_norm=0.0)
@@ -73,6 +77,7 @@ def test_adam_without_bias_correction_matches_the_original_update():
     np.testing.assert_allclose(params['dense'][k], expected[k], rtol=1e-5)
 
 
+@pytest.mark.fast
 def test_bias_correction_switch_and_clipping():
   c = small.get_config().optimizer
   c.update(learning_rate=1.0, warmup_steps=0, decay_steps=10**9, weight_decay=0.0,
@@ -87,6 +92,7 @@ def test_bias_correction_switch_and_clipping():
   assert float(optax.global_norm(clipped)) == pytest.approx(1.0)
 
 
+@pytest.mark.fast
 def test_clipping_takes_the_callers_norm_and_equals_optax():
   """optim.clip_by_global_norm is optax's arithmetic bit for bit, with the norm computed or given
   (the train step gives the one it has); a given norm is the one used."""

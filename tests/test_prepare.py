@@ -86,6 +86,7 @@ def test_the_same_bytes_whatever_the_number_of_workers_and_bad_flags(tmp_path, b
   _same_folders(built, out)  # the refused run changed nothing
 
 
+@pytest.mark.fast
 def test_documents_are_split_deterministically_and_counted(built, settings):
   meta = records.read_metadata(built)
   s = meta['splits']
@@ -103,6 +104,7 @@ def test_documents_are_split_deterministically_and_counted(built, settings):
   assert abs(share - 0.1) < 0.007
 
 
+@pytest.mark.fast
 def test_an_interrupted_build_is_finished_with_the_same_bytes(tmp_path, built):
   partial = str(tmp_path / 'partial')
   shutil.copytree(built, partial)
@@ -122,6 +124,7 @@ def test_an_interrupted_build_is_finished_with_the_same_bytes(tmp_path, built):
   _same_folders(built, partial)
 
 
+@pytest.mark.fast
 def test_a_damaged_shard_or_vocabulary_is_found_before_training(tmp_path, built):
   broken = str(tmp_path / 'broken')
   shutil.copytree(built, broken)
@@ -150,6 +153,7 @@ def _examples(dataset, n):
       return out[:n]
 
 
+@pytest.mark.fast
 def test_readers_read_disjoint_files_that_together_cover_every_example(built):
   meta = records.read_metadata(built)
   everything = collections.Counter()
@@ -169,6 +173,7 @@ def test_readers_read_disjoint_files_that_together_cover_every_example(built):
   assert seen == everything
 
 
+@pytest.mark.fast
 def test_the_global_batch_is_the_same_for_any_number_of_processes(built):
   meta = records.read_metadata(built)
   assert input_pipeline.num_readers(meta, 8) == 4  # 5 train files: the most dividing 8
@@ -203,6 +208,7 @@ def test_the_global_batch_is_the_same_for_any_number_of_processes(built):
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('where', [(0, 1), (0, 37), (0.5, 8), (2, 16)])
 def test_resuming_at_a_position_equals_continuing(built, where):
   make = lambda pos, batch: input_pipeline.make_dataset(
@@ -218,6 +224,7 @@ def test_resuming_at_a_position_equals_continuing(built, where):
   assert other_seed != whole[:64] and sorted(other_seed) != sorted(whole[:64])
 
 
+@pytest.mark.fast
 def test_each_epoch_is_a_new_order_of_every_example(built):
   meta = records.read_metadata(built)
   files, counts = input_pipeline.reader_files(meta, 'train', 0, 1)
@@ -235,6 +242,7 @@ def test_each_epoch_is_a_new_order_of_every_example(built):
   assert adjacent < 0.1
 
 
+@pytest.mark.fast
 def test_a_tfds_dataset_is_one_more_source(tmp_path):
   tfds = pytest.importorskip('tensorflow_datasets')
   settings = records.Settings(source='tfds:wikipedia/20230601.en:train', max_seq_length=32,
@@ -253,6 +261,7 @@ def test_a_tfds_dataset_is_one_more_source(tmp_path):
     assert not os.path.exists(tmp_path / 'bad')
 
 
+@pytest.mark.fast
 def test_the_input_benchmark_reads_real_batches(built):
   from electra_jax.tools import io_benchmark  # pylint: disable=import-outside-toplevel
   r = io_benchmark.benchmark_input(built, 8, batches=4, repeats=2)
@@ -260,6 +269,7 @@ def test_the_input_benchmark_reads_real_batches(built):
   assert r['tokens_per_s'] == pytest.approx(r['examples_per_s'] * 32) and r['examples_per_s'] > 0
 
 
+@pytest.mark.fast
 def test_held_out_evaluation_reads_each_example_once_in_every_process_alike(built):
   meta = records.read_metadata(built)
   per_file = meta['splits']['eval']['examples_per_file']

@@ -125,6 +125,7 @@ def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refu
       optim.make_optimizer(config.optimizer)
 
 
+@pytest.mark.fast
 def test_text_in_long_lines_is_kept(tmp_path):
   """A corpus of one paragraph per line, and one without sentence ends, keep their text: lines
   are split at sentence ends, sentences longer than an example go in as pieces, and the
@@ -197,6 +198,7 @@ def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, reco
   assert any(l.startswith(f'note: {workdir} holds no checkpoint of its earlier run') for l in lines)
 
 
+@pytest.mark.fast
 def test_a_corrupted_shard_is_named_with_its_record(tmp_path, records_dir):
   """Ten bytes overwritten, the size unchanged: TFRecord's checksums find it and the run stops
   with one sentence naming the shard and the record."""
@@ -268,6 +270,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_di
   assert f'the last complete checkpoint {disk}/w/checkpoints/2 is untouched' in done.stderr
 
 
+@pytest.mark.fast
 def test_a_save_that_fills_the_disk_while_written_leaves_no_unfinished_folder(tmp_path):
   """Where the free space is not known beforehand (a mounted bucket), a checkpoint can fail half
   written: one DiskFull, its unfinished folder deleted, the checkpoint before it intact."""
@@ -303,6 +306,7 @@ print('intact:', bool(np.array_equal(np.asarray(restored['w']), state['w'])), me
   assert done.stdout.split('exit=0')[1].split() == ['1'], done.stdout  # no unfinished folder
 
 
+@pytest.mark.fast
 def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
   a_file = tmp_path / 'a_file'
   a_file.write_text('x')
@@ -332,6 +336,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
     assert not os.path.exists(tmp_path / name)
 
 
+@pytest.mark.fast
 def test_rows_with_more_fields_than_the_header_are_refused(tmp_path):
   from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
   path = tmp_path / 'train.tsv'
@@ -443,6 +448,7 @@ def test_fine_tuning_settings_that_leave_nothing_are_refused(pretrained):
   assert not os.path.exists('/nonexistent')
 
 
+@pytest.mark.fast
 def test_a_damaged_corpus_is_named_and_nothing_is_left(tmp_path):
   """.gz files cut short, damaged or not gzip, UTF-16 text, a JSON-lines corpus with a bad line
   (its error raised through the vocabulary trainer), a one-document corpus: one sentence each, no
@@ -476,6 +482,7 @@ def test_a_damaged_corpus_is_named_and_nothing_is_left(tmp_path):
     assert not out.exists(), name
 
 
+@pytest.mark.fast
 def test_sigterm_while_records_are_written_says_so_and_leaks_nothing(tmp_path):
   corpus = tmp_path / 'big.txt'
   with open(corpus, 'w') as f:
@@ -497,6 +504,7 @@ def test_sigterm_while_records_are_written_says_so_and_leaks_nothing(tmp_path):
   assert 'leaked' not in err and 'Traceback' not in err, err
 
 
+@pytest.mark.fast
 def test_checkpoint_errors_read_without_object_reprs_and_compare_names_own_tasks(tmp_path):
   from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
@@ -665,6 +673,7 @@ def test_a_checkpoint_of_another_run_is_refused_naming_what_differs(tmp_path, pr
     finetune_run.finetune(cfg, tuned, log=_quiet)
 
 
+@pytest.mark.fast
 def test_files_are_read_exactly_as_written_or_refused_with_the_row(tmp_path):
   """Quoting, headers, types, sizes and encodings of your own files: each read as written, or
   refused in one sentence naming the line."""
@@ -735,6 +744,7 @@ def test_files_are_read_exactly_as_written_or_refused_with_the_row(tmp_path):
     read(table('semi.csv', rows, ';'))
 
 
+@pytest.mark.fast
 def test_regression_targets_are_scaled_by_their_range_and_one_value_is_refused(tmp_path):
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import registry  # pylint: disable=import-outside-toplevel

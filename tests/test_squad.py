@@ -13,6 +13,7 @@ from electra_jax.finetune import run
 from electra_jax.finetune import squad
 
 
+@pytest.mark.fast
 def test_official_normalization_and_scores():
   assert squad.normalize_answer('The  Eiffel Tower!') == 'eiffel tower'
   assert squad.exact('the Eiffel tower.', 'Eiffel Tower') == 1.0
@@ -51,6 +52,7 @@ def _question(n_words, answer_at, seed=0, qid='q'):
   return squad.Question(qid, 'where is the cat?', context, ('Zanzibar, island',), (start,))
 
 
+@pytest.mark.fast
 def test_windows_cover_the_context_and_label_the_answer_in_each_window_that_holds_it():
   q = _question(60, 40)
   f = squad.make_features([q], _Tokenizer(), max_len=32, stride=8, max_query=4)
@@ -76,6 +78,7 @@ def test_windows_cover_the_context_and_label_the_answer_in_each_window_that_hold
   assert f.impossible.min() == 0  # at least one window holds the answer
 
 
+@pytest.mark.fast
 def test_a_mismatched_answer_is_skipped_in_training_and_counted():
   q = _question(20, 5)
   bad = squad.Question('b', q.question, q.context, ('nowhere',), (3,))
@@ -85,6 +88,7 @@ def test_a_mismatched_answer_is_skipped_in_training_and_counted():
   assert f.skipped == 0 and f.impossible[f.question_index == 1].all()
 
 
+@pytest.mark.fast
 def test_decode_maps_the_best_span_back_to_the_contexts_own_characters():
   questions = [_question(20, 7, qid='a'), _question(20, 3, seed=1, qid='b')]
   f = squad.make_features(questions, _Tokenizer(), max_len=40)
@@ -102,6 +106,7 @@ def test_decode_maps_the_best_span_back_to_the_contexts_own_characters():
   assert answers == {'a': 'Zanzibar, island', 'b': ''}
 
 
+@pytest.mark.fast
 def test_squad_loads_from_json_and_from_tfds(tmp_path):
   data = {'data': [{'title': 't', 'paragraphs': [{'context': 'The cat sat.', 'qas': [
       {'id': '1', 'question': 'Who sat?', 'answers': [{'text': 'cat', 'answer_start': 4}]},

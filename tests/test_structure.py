@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 from electra_jax.finetune import registry
 from electra_jax.model import generators
@@ -53,6 +55,7 @@ def _graph() -> dict[str, set]:
           for name, path in modules.items()}
 
 
+@pytest.mark.fast
 def test_the_import_graph_has_no_cycle():
   graph = _graph()
   # Tarjan's strongly connected components: any component of two or more modules is a cycle.
@@ -111,6 +114,7 @@ def _wing(module: str) -> str | None:
   return parts[1] if len(parts) > 1 and parts[0] == 'electra_jax' else None
 
 
+@pytest.mark.fast
 def test_each_wing_imports_only_the_wings_below_it():
   rank = {w: i for i, w in enumerate(WINGS)}
   modules = _modules()
@@ -126,6 +130,7 @@ def test_each_wing_imports_only_the_wings_below_it():
   assert rank[_wing(f'{found[0][0]}.{found[0][1]}')] > rank['model']
 
 
+@pytest.mark.fast
 def test_imports_are_at_the_top_of_each_module():
   lazy = []
   for name, path in _modules().items():
@@ -159,6 +164,7 @@ def test_every_module_imports_alone():
   assert out.returncode == 0 and 'imported' in out.stdout, out.stderr[-3000:]
 
 
+@pytest.mark.fast
 def test_one_module_imports_tensorflow():
   modules = _modules()
   importers = sorted(f'{name}:{line}' for name, path in modules.items()
@@ -168,6 +174,7 @@ def test_one_module_imports_tensorflow():
   assert not importers, f'TensorFlow imported outside {TF_OWNER}: {importers}'
 
 
+@pytest.mark.fast
 def test_no_function_is_longer_than_a_screen():
   long = []
   for name, path in _modules().items():
@@ -187,6 +194,7 @@ def _names_a_kind(node, kinds: set) -> bool:
       _names_a_kind(e, kinds) for e in node.elts)
 
 
+@pytest.mark.fast
 def test_no_branch_on_a_task_kind_outside_its_module():
   """Comparisons with a fine-tuning task kind's name ('regression', 'qa', ...) happen only in the
   kind's module (finetune/registry.KINDS) and the registry: the driver, the loaders, the export
@@ -209,6 +217,7 @@ def test_no_branch_on_a_task_kind_outside_its_module():
              for n in ast.walk(planted))
 
 
+@pytest.mark.fast
 def test_no_branch_on_an_objective_name_outside_objectives():
   """The step, FLOPs, the run's summary and the compare tool ask the objective's registry entry
   (objectives.OBJECTIVES); none compares objective.name with a name."""
@@ -226,6 +235,7 @@ def test_no_branch_on_an_objective_name_outside_objectives():
   assert not found, f'an objective compared by name outside objectives/: {found}'
 
 
+@pytest.mark.fast
 def test_no_branch_on_a_generator_shape_outside_its_registry():
   """The model, FLOPs, export, attention, the run's summary and the tools ask the generator's
   shape (model/generators.py); none compares model.generator with a shape's name."""
@@ -244,6 +254,7 @@ def test_no_branch_on_a_generator_shape_outside_its_registry():
              for n in ast.walk(planted))
 
 
+@pytest.mark.fast
 def test_the_config_is_declared_once():
   """No module but the declarations lists config fields by name for the checks or resume rules,
   and none reads a field with a default of its own (cfg.get('field', default)): config/pretraining.py and
@@ -265,6 +276,7 @@ def test_the_config_is_declared_once():
   assert not found, f'config fields defaulted or listed outside their declaration: {found}'
 
 
+@pytest.mark.fast
 def test_the_library_never_imports_its_tools_and_scripts_import_the_installed_package():
   """electra_jax/tools/ (benchmark, compare, diagnose, ...) sits on the library; nothing of the
   library imports it. launch/ scripts import the installed package (no sys.path edits)."""

@@ -59,6 +59,7 @@ def _rows(path):
     return list(csv.DictReader(f))
 
 
+@pytest.mark.fast
 def test_the_suite_is_built_from_package_indexes_and_manual_pages(tmp_path):
   _packages(tmp_path / 'Packages')
   _man(str(tmp_path / 'man'))

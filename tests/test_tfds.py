@@ -65,6 +65,7 @@ def _offline(monkeypatch):
   monkeypatch.setattr(downloader, 'MAX_RETRIES', 0)
 
 
+@pytest.mark.fast
 def test_a_tfds_corpus_is_downloaded_prepared_and_read(tmp_path, server, monkeypatch):
   monkeypatch.setattr(ElectraTinyText, 'URL', f'{server}/corpus.txt')
   source = corpus_lib.Source('tfds:electra_tiny_text', tfds_data_dir=str(tmp_path / 'tfds'))
@@ -73,6 +74,7 @@ def test_a_tfds_corpus_is_downloaded_prepared_and_read(tmp_path, server, monkeyp
                        ['The second document is here.', 'It has its own words.']]
 
 
+@pytest.mark.fast
 def test_a_tfds_corpus_without_a_network_is_one_sentence_and_leaves_nothing(tmp_path,
                                                                              monkeypatch):
   _offline(monkeypatch)

@@ -25,6 +25,7 @@ def write_wordpiece_vocab(path, words=WORDS):
   return tokens
 
 
+@pytest.mark.fast
 def test_wordpiece_vocab_txt_splits_like_bert(tmp_path):
   path = str(tmp_path / 'vocab.txt')
   tokens = write_wordpiece_vocab(path)
@@ -44,6 +45,7 @@ def test_wordpiece_vocab_txt_splits_like_bert(tmp_path):
   assert [tokens[i] for i in cased.encode('The cat')] == ['[UNK]', 'cat']
 
 
+@pytest.mark.fast
 def test_wordpiece_vocab_without_special_tokens_is_refused(tmp_path):
   path = tmp_path / 'vocab.txt'
   path.write_text('[PAD]\n[UNK]\nthe\n')
@@ -51,6 +53,7 @@ def test_wordpiece_vocab_without_special_tokens_is_refused(tmp_path):
     tokenizer_lib.load_tokenizer(str(path))
 
 
+@pytest.mark.fast
 def test_records_built_with_a_wordpiece_vocab(tmp_path):
   corpus = write_corpus(str(tmp_path / 'corpus.txt'), num_docs=20)
   vocab = str(tmp_path / 'vocab.txt')
@@ -73,6 +76,7 @@ def _build_vocab(*args):
                         capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.fast
 def test_build_vocab_cli_writes_a_sentencepiece_model_with_fixed_special_ids(tmp_path, corpus_file):
   out = str(tmp_path / 'v.model')
   r = _build_vocab(f'--corpus={corpus_file}', f'--output={out}', '--vocab_size=90')

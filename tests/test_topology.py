@@ -49,6 +49,7 @@ def base_like(**overrides):
 # Slices by name
 # ------------------------------------------------------------------------------------------------
 
+@pytest.mark.fast
 def test_slices_by_their_gcloud_names():
   v4 = topology.parse('v4-8')
   assert (v4.chips, v4.hosts, v4.topology, v4.family) == (4, 1, 'v4:2x2x1', 'v4')
@@ -67,6 +68,7 @@ def test_slices_by_their_gcloud_names():
     topology.parse('v5e-8', num_slices=0)
 
 
+@pytest.mark.fast
 @needs_libtpu
 def test_compile_only_devices_of_multi_host_and_multislice_slices():
   devices = topology.parse('v4-32').devices()
@@ -128,6 +130,7 @@ ENTRY %main (a: f32[1024], b: pred[]) -> f32[1024] {
 '''
 
 
+@pytest.mark.fast
 def test_the_estimate_walks_loops_branches_kernels_and_collectives():
   chip = hlo_cost.Chip('test', peak_flops=1e12, hbm_bytes_per_s=1e9, clock_hz=1e6,
                        ici_bytes_per_s=1e8)
@@ -165,6 +168,7 @@ ENTRY %main (x: f32[64,4096], w: f32[4096,32]) -> f32[64,32] {
 '''
 
 
+@pytest.mark.fast
 def test_an_operation_the_cost_model_cannot_estimate_gets_its_roofline():
   """The cost model's "unknown" (2^63 - 1 cycles, seen on v4 for one matmul of Base) is not a
   time: the operation gets the roofline of its matmul's FLOPs and its bytes."""
@@ -212,6 +216,7 @@ def test_base_structure_compiles_for_v5e8_with_every_feature(v5e_report):
   assert lines[-1] == 'v5e-8: every program compiles and fits'
 
 
+@pytest.mark.fast
 def test_the_ceilings_matmuls_are_the_ones_mfu_counts():
   """The matmuls the ceiling compiles alone do the FLOPs that MFU's model FLOPs count."""
   for preset in ('small', 'base', 'large'):
@@ -302,6 +307,7 @@ def test_a_chip_added_to_the_table_is_a_slice_a_peak_and_an_estimate(monkeypatch
   assert on['TPU v5x'] < on['TPU v5e']  # (the test model's step is bound by memory)
 
 
+@pytest.mark.fast
 def test_the_launch_script_refuses_an_unknown_slice_in_one_sentence(tmp_path):
   out = subprocess.run([sys.executable, f'{ROOT}/launch/train.py', f'--config={ROOT}/configs/tiny.py',
                         f'--workdir={tmp_path}/w', '--topology=v5e-7'],
@@ -337,6 +343,7 @@ class _Compiled:
                                   alias_size_in_bytes=0))()
 
 
+@pytest.mark.fast
 def test_fit_microbatches_takes_the_fewest_parts_that_fit():
   state = step_lib.TrainState(jnp.zeros(()), {'w': jax.ShapeDtypeStruct((25,), jnp.float32)},
                               None, jnp.zeros(()), jnp.zeros(()))
@@ -359,6 +366,7 @@ def test_fit_microbatches_takes_the_fewest_parts_that_fit():
   assert aot.out_of_memory(RuntimeError('INVALID_ARGUMENT: bad shape')) is None
 
 
+@pytest.mark.fast
 def test_dtype_auto_is_bfloat16_on_accelerators_and_float32_on_cpus():
   model = test_config().model
   assert model.dtype == 'auto'
@@ -370,6 +378,7 @@ def test_dtype_auto_is_bfloat16_on_accelerators_and_float32_on_cpus():
   assert model_lib.ModelConfig.from_config(model, 'tpu').dtype == 'float32'  # as asked
 
 
+@pytest.mark.fast
 @needs_libtpu
 def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
   """config.fsdp=None (the default): FSDP on a TPU slice of several chips (each updates its share
@@ -395,6 +404,7 @@ def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
         ['prog', f'--config={ROOT}/configs/base.py', '--config.fsdp=maybe'], names=['config'])
 
 
+@pytest.mark.fast
 def test_flash_refuses_shapes_its_blocks_do_not_divide():
   """At 48 tokens with 32-row blocks the grid would cover rows 0-31 only."""
   options = dataclasses.replace(attention.default_options('cpu'), block_q=32, block_k=32,
@@ -407,6 +417,7 @@ def test_flash_refuses_shapes_its_blocks_do_not_divide():
     attention.resolve(cfg, 200)
 
 
+@pytest.mark.fast
 def test_the_kernel_check_runs_at_the_runs_shape_and_every_host_takes_one_verdict(monkeypatch):
   calls = []
   monkeypatch.setattr(attention, 'kernel_check',

@@ -136,6 +136,7 @@ def test_the_memory_benchmark_sizes_the_fsdp_split_without_running_a_step():
   assert fsdp['memory']['arguments_mb'] < dp['memory']['arguments_mb'] / 3
 
 
+@pytest.mark.fast
 def test_fsdp_rules_split_one_dimension_the_devices_divide():
   spec = partitioning.leaf_spec
   assert spec('discriminator/layer_0/attention/query/kernel', (64, 32), 8) == \
@@ -201,6 +202,7 @@ def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
   assert losses[-1] < losses[1] - 1.0, losses
 
 
+@pytest.mark.fast
 def test_config_overrides_reach_derived_fields_and_typos_fail():
   argv = ['prog', f'--config={ROOT}/configs/small.py', '--config.objective.disc_weight=10',
           '--config.model.hidden_size=512', '--config.data.max_seq_length=256',
@@ -228,6 +230,7 @@ def _cli(*args):
                         capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.fast
 def test_cli_typo_is_one_sentence_with_the_close_match(tmp_path):
   r = _cli(f'--config={ROOT}/configs/tiny.py', f'--workdir={tmp_path}/w',
            '--config.objective.disc_wieght=3')
@@ -255,6 +258,7 @@ def test_cli_typo_is_one_sentence_with_the_close_match(tmp_path):
     assert not os.path.exists(tmp_path / 'w')
 
 
+@pytest.mark.fast
 def test_a_field_named_without_its_section_is_the_one_field_of_that_name(tmp_path):
   """--config.disc_weight=50, as the design card writes it, is --config.objective.disc_weight=50."""
   from electra_jax import cli  # pylint: disable=import-outside-toplevel
@@ -272,6 +276,7 @@ def test_a_field_named_without_its_section_is_the_one_field_of_that_name(tmp_pat
                            names=['config'])
 
 
+@pytest.mark.fast
 def test_cli_bad_input_exits_non_zero_with_one_sentence(tmp_path):
   r = _cli(f'--config={ROOT}/configs/tiny.py', f'--workdir={tmp_path}/w',
            f'--config.data.corpus={tmp_path}/missing/*.txt')
@@ -290,6 +295,7 @@ def _quiet(*_):
   pass
 
 
+@pytest.mark.fast
 def test_curves_are_redrawn_at_most_once_a_minute_and_when_the_run_ends(tmp_path):
   values = {'loss': 1.0, 'mlm_loss': 2.0}
   logs = logs_lib.Logs(str(tmp_path / 'a'))  # the default interval: 60 s
@@ -388,6 +394,7 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
     pretrain.train_and_evaluate(wider, workdir, log=_quiet)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize('overrides, message', [
     ({'data.batch_size': 12}, 'does not divide among 8 devices'),
     ({'microbatches': 4}, 'does not split into microbatches=4 equal parts on 8 devices; use a '
@@ -418,6 +425,7 @@ def test_bad_input_is_refused_and_leaves_nothing(tmp_path, records_dir, override
   assert sorted(p.name for p in tmp_path.iterdir()) == ['empty.txt', 'tiny.txt']
 
 
+@pytest.mark.fast
 def test_records_that_are_unfinished_damaged_or_of_another_vocabulary_are_refused(
     tmp_path, records_dir):
   copy = tmp_path / 'records'
@@ -443,6 +451,7 @@ def test_records_that_are_unfinished_damaged_or_of_another_vocabulary_are_refuse
     assert not workdir.exists()
 
 
+@pytest.mark.fast
 def test_unwritable_workdir_and_other_runs_are_refused(tmp_path, records_dir):
   blocker = tmp_path / 'file'
   blocker.write_text('x')
@@ -465,6 +474,7 @@ def test_unwritable_workdir_and_other_runs_are_refused(tmp_path, records_dir):
   assert sorted(p.name for p in w.iterdir()) == ['checkpoints', 'config.json']
 
 
+@pytest.mark.fast
 def test_eval_step_is_deterministic(records_dir):
   config = test_config(**{'data.records': records_dir})
   mesh = partitioning.make_mesh()
@@ -481,6 +491,7 @@ def test_eval_step_is_deterministic(records_dir):
   assert any((a1[k] != a3[k]).any() for k in a1)
 
 
+@pytest.mark.fast
 def test_a_nonfinite_step_changes_nothing_and_is_counted():
   """Step 3's loss is NaN (the poisoned step of the run below: one compiled program for both)."""
   setup = poisoned_setup(test_config(), [3])

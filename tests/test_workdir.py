@@ -24,6 +24,7 @@ def _record(path, **fields):
                'since': '2026-01-01T00:00:00+00:00', 'heartbeat': time.time(), **fields}, f)
 
 
+@pytest.mark.fast
 def test_the_lock_is_held_by_one_run_and_names_it(tmp_path):
   held = workdir_lib.acquire(str(tmp_path), 'pre-training')
   record = json.loads((tmp_path / workdir_lib.NAME).read_text())
@@ -38,6 +39,7 @@ def test_the_lock_is_held_by_one_run_and_names_it(tmp_path):
   workdir_lib.acquire(str(tmp_path), 'pre-training').release()
 
 
+@pytest.mark.fast
 def test_of_runs_started_together_exactly_one_gets_the_lock(tmp_path):
   won, refused = [], []
 
@@ -56,6 +58,7 @@ def test_of_runs_started_together_exactly_one_gets_the_lock(tmp_path):
   won[0].release()
 
 
+@pytest.mark.fast
 def test_a_lock_whose_run_is_gone_is_taken_over(tmp_path, capsys):
   dead = subprocess.run([sys.executable, '-c', 'import os; print(os.getpid())'],
                         capture_output=True, text=True, check=True)
@@ -73,6 +76,7 @@ def test_a_lock_whose_run_is_gone_is_taken_over(tmp_path, capsys):
   assert 'unreadable lock file' in capsys.readouterr().err
 
 
+@pytest.mark.fast
 def test_the_holder_keeps_its_heartbeat_and_notices_a_takeover(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(workdir_lib, 'HEARTBEAT_S', 0.05)
   held = workdir_lib.acquire(str(tmp_path), 'pre-training')
@@ -170,6 +174,7 @@ def test_a_workdir_holds_one_kind_of_run(tmp_path, records_dir, pretrained):
     finetune_run.finetune(ft, str(tuned), log=lambda *_: None)
 
 
+@pytest.mark.fast
 def test_a_file_in_place_of_a_folder_is_refused_before_anything_is_written(tmp_path,
                                                                           records_dir):
   w = tmp_path / 'w'
