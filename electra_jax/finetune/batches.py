@@ -147,10 +147,10 @@ def prediction_calls(data, rows: int, pack: bool) -> list[tuple[list, list]]:
 def prediction_packing(data, rows: int, pack: bool | None) -> bool | None:
   """`pack` for predicting `data`, `rows` rows a call: packed only where it pays (packing.pays:
   the packed calls at most PAYS of the padded ones'); None (a kind that does not pack) as it is."""
-  if not pack:
+  per_call = rows // packing.choices(data)  # examples a padded call holds
+  if not pack or not per_call:  # (too few rows: `predict` says so in one sentence)
     return pack
-  packed, padded = (len(prediction_calls(data, rows, p)) for p in (True, False))
-  return packing.pays(packed, padded)
+  return packing.pays(len(prediction_calls(data, rows, True)), -(-len(data) // per_call))
 
 
 def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool):
