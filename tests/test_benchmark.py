@@ -80,21 +80,29 @@ def test_profile_keeps_the_whole_time_of_neighbours_that_overlap_by_clock_skew(t
   assert 'XLA_FLAGS=--xla_gpu_enable_command_buffer=' in profiling.graphs_note(graphs)
 
 
-def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path):
-  config = test_config()
-  result = benchmark.benchmark(config, steps=2, warmup=1, repeats=1,
-                               profile_dir=str(tmp_path / 'trace'))
-  p = result['profile']
+def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path, records_dir):
+  """launch/benchmark.py --profile in a process of its own, as it is run (a process that compiled
+  for a TPU slice first, as test_topology.py does, records no XLA operation: the error says so)."""
+  from conftest import run_config_file  # pylint: disable=import-outside-toplevel
+  trace, out = tmp_path / 'trace', tmp_path / 'result.json'
+  done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'benchmark.py'),
+                         f'--config={run_config_file(tmp_path, records_dir)}', '--steps=2',
+                         '--repeats=1', '--profile', f'--profile_dir={trace}', f'--json={out}'],
+                        capture_output=True, text=True, env=CHILD_ENV, timeout=300, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  p = json.loads(out.read_text())['profile']
   assert p['kernels'] and p['busy_ms_per_step'] > 0
   assert sum(r['ms_per_step'] for r in p['kernels']) == pytest.approx(p['busy_ms_per_step'])
   assert sorted((r['ms_per_step'] for r in p['kernels']), reverse=True) == [
       r['ms_per_step'] for r in p['kernels']]
   assert 'matmul' in p['categories']  # the step's matmuls are found by name
-  hlo = (tmp_path / 'trace' / 'step_hlo.txt').read_text()  # where each kernel is spelled out
+  hlo = (trace / 'step_hlo.txt').read_text()  # where each kernel is spelled out
   fusions = [r['name'] for r in p['kernels'] if 'fusion' in r['name']]
   assert fusions and all(f'{name} = ' in hlo for name in fusions[:5]), fusions[:5]
   # the kernel time of a CPU step cannot exceed the wall time of the traced steps on 2 cores
   assert p['busy_ms_per_step'] < 8 * p['wall_ms_per_step']
+  printed = done.stdout
+  assert 'single kernels:' in printed and p['kernels'][0]['name'][:90] in printed, printed
 
 
 def test_max_batch_is_the_largest_that_fits():

@@ -360,6 +360,10 @@ def _profile(train_fn, state, batch, steps: int, directory: str) -> dict:
     jax.block_until_ready(m)
   wall_ms = 1e3 * (time.perf_counter() - t) / steps
   rows, busy_ms = profiling.kernel_table(directory, steps)
+  if not rows:  # seen in a process that had loaded the TPU runtime for compile-only devices
+    raise RuntimeError(f'jax.profiler recorded no XLA operation in {directory}: profile in a '
+                       'process of its own (one that compiled for a --topology slice first, '
+                       'loading the TPU runtime, records none)')
   return {'directory': directory, 'steps': steps, 'wall_ms_per_step': wall_ms,
           'busy_ms_per_step': busy_ms, 'categories': profiling.by_category(rows), 'kernels': rows,
           'kinds': profiling.grouped(rows)}
