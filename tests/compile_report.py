@@ -1,6 +1,6 @@
 """Where the suite's own process spends its time in JAX: a pytest plugin (not loaded by default).
 
-  PYTHONPATH=tests python -m pytest tests -p compile_report
+  PYTHONPATH=tests python -m pytest tests -p compile_report -n 0
 
 prints, for the tests that spent the most, the seconds of tracing, lowering to StableHLO and XLA
 compilation (cache misses), and how many programs came from the persistent cache. Child processes
