@@ -153,6 +153,12 @@ def prediction_packing(data, rows: int, pack: bool | None) -> bool | None:
   return packing.pays(len(prediction_calls(data, rows, True)), -(-len(data) // per_call))
 
 
+def task_prediction_packing(cfg, kind, data) -> bool | None:
+  """`prediction_packing` of a fine-tuning: `cfg.eval_batch_size` rows a call, `cfg.packing` for a
+  task kind that packs (None for one that does not)."""
+  return prediction_packing(data, cfg.eval_batch_size, cfg.packing if kind.packs else None)
+
+
 def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool):
   sharding = partitioning.batch_sharding(mesh)
   fn = predict_fn(model, mesh, method, rows=True)
@@ -183,8 +189,7 @@ def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool):
 def split_scores(cfg, task, model, params, data: dict, splits: dict, mesh, names=None) -> dict:
   """{split: scores} of the dev splits, or of the splits `names` (labelled test splits)."""
   kind = registry.get(task.kind)
-  pack = lambda split: prediction_packing(data[split], cfg.eval_batch_size,
-                                          cfg.packing if kind.packs else None)
   return {split: kind.scores(task, predict(model, params, data[split], cfg.eval_batch_size, mesh,
-                                           pack=pack(split)), data[split], splits[split], cfg)
+                                           pack=task_prediction_packing(cfg, kind, data[split])),
+                             data[split], splits[split], cfg)
           for split in (task.dev_splits if names is None else names) if split in data}

@@ -62,11 +62,9 @@ def fit(cfg, task, model, params, data: dict, splits: dict, mesh, log) -> dict:
   t = time.time()
   kind = registry.get(task.kind)
   numbers = kind.baseline == 'numbers'
-  pack = lambda split: batches.prediction_packing(data[split], cfg.eval_batch_size,
-                                                  cfg.packing if kind.packs else None)
   features = lambda split: np.asarray(batches.predict(
-      model, params, data[split], cfg.eval_batch_size, mesh, method='features', pack=pack(split)),
-      np.float64)
+      model, params, data[split], cfg.eval_batch_size, mesh, method='features',
+      pack=batches.task_prediction_packing(cfg, kind, data[split])), np.float64)
   x, y = features('train'), np.asarray(data['train'].labels)
   key = (hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest(), numbers, kind.outputs(task))
   if key not in _FITTED:  # the seeds of a pre-trained start see the same features: one fit

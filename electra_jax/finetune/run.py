@@ -295,10 +295,8 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
           cfg, task, setup.model, state.params, data, splits, mesh, results_lib.scored(task))})
       continue
     for split in wanted:
-      pack = batches.prediction_packing(data[split], cfg.eval_batch_size,
-                                        cfg.packing if kind.packs else None)
       logits = batches.predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh,
-                               pack=pack)
+                               pack=batches.task_prediction_packing(cfg, kind, data[split]))
       written.append(kind.write_predictions(task, split, logits, splits[split],
                                             fs.join(seed_dir, 'predictions'), data[split], cfg))
       log(f'seed {seed}: {split} predictions ({len(splits[split]):,}) -> {written[-1]}')
