@@ -1,8 +1,10 @@
 """How long the test model's train step takes to trace, lower and compile on the 8 fake CPU devices
-(not a test: a measurement; the compilation cache is off). XLA flags of your own are kept:
+(not a test: a measurement; the compilation cache is off), with the suite's XLA flags
+(conftest.TEST_XLA_FLAGS) or XLA's defaults; XLA flags of your own are kept:
 
     python tests/compile_time.py
-    XLA_FLAGS='--xla_cpu_use_fusion_emitters=false' python tests/compile_time.py
+    PYTEST_XLA_DEFAULTS=1 python tests/compile_time.py
+    PYTEST_XLA_DEFAULTS=1 XLA_FLAGS='--xla_cpu_use_fusion_emitters=false' python tests/compile_time.py
 
 prints one JSON line: the flags, trace+lower and compile seconds, a step's milliseconds and its loss.
 """

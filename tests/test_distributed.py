@@ -9,7 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import CHILD_ENV, ROOT, cpu_burner, launch_command, load_config, run_config_file
+from conftest import (CHILD_ENV, ROOT, TEST_XLA_FLAGS, launch_command, load_config,
+                      run_config_file)
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import distributed
@@ -22,12 +23,19 @@ CLUSTER = os.path.join(ROOT, 'launch', 'local_cluster.py')
 FIELDS = {'save_every': 2}
 
 
-def _cluster(config_file, workdir, tmp_path, processes=2, devices=4, **overrides):
+def _cluster(config_file, workdir, tmp_path, processes=2, devices=4, cores=None, **overrides):
+  """launch/local_cluster.py's run of `processes` processes; on the CPU cores `cores` only when
+  given (a process inherits the cores of the thread that starts it, as do its own children)."""
   extra = [f'--config.{k}={v}' for k, v in overrides.items()]
-  return subprocess.run(
-      [sys.executable, CLUSTER, f'--num_processes={processes}', f'--devices_per_process={devices}',
-       f'--log_dir={tmp_path / "logs"}', '--', *launch_command(config_file, workdir)[1:], *extra],
-      capture_output=True, text=True, env=CHILD_ENV, timeout=600)
+  mine = os.sched_getaffinity(0)  # this thread's
+  os.sched_setaffinity(0, cores or mine)
+  try:
+    return subprocess.run(
+        [sys.executable, CLUSTER, f'--num_processes={processes}', f'--devices_per_process={devices}',
+         f'--log_dir={tmp_path / "logs"}', '--', *launch_command(config_file, workdir)[1:], *extra],
+        capture_output=True, text=True, env=CHILD_ENV, timeout=600)
+  finally:
+    os.sched_setaffinity(0, mine)
 
 
 def _params(workdir, step, config):
@@ -49,7 +57,7 @@ def _config_file(tmp_path, records_dir, **fields):
 def _two_processes(config_file, workdir, *flags):
   """Two processes of two CPU devices each, started by hand (no launcher), output piped."""
   env = {**CHILD_ENV, 'JAX_PLATFORMS': 'cpu',
-         'XLA_FLAGS': '--xla_force_host_platform_device_count=2'}
+         'XLA_FLAGS': f'{TEST_XLA_FLAGS} --xla_force_host_platform_device_count=2'}
   port = __import__('socket').socket()
   port.bind(('127.0.0.1', 0))
   address = f'127.0.0.1:{port.getsockname()[1]}'
@@ -109,11 +117,12 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_
   assert 'another task died' in rest, rest[-3000:]
   committed = max(int(n) for n in os.listdir(workdir / 'checkpoints') if n.isdigit())
   assert committed >= 2
-  # The resume runs on a loaded machine (two spinning processes beside the two workers: twice as
-  # many runnable processes as cores): one process may finish compiling and restoring long after
-  # the other (gloo alone gave it 30 s; the processes now meet at a barrier before the first step).
-  with cpu_burner(1):
-    out = _cluster(config_file, workdir, tmp_path, devices=2, train_steps=committed + 2)
+  # The resume runs on a loaded machine (both processes on one core, beside whatever else runs
+  # there: twice as many runnable processes as cores or more): one process may finish compiling and
+  # restoring long after the other (gloo alone gave it 30 s; the processes now meet at a barrier
+  # before the first step).
+  out = _cluster(config_file, workdir, tmp_path, devices=2, cores={min(os.sched_getaffinity(0))},
+                 train_steps=committed + 2)
   assert out.returncode == 0, out.stderr[-3000:] + out.stdout[-3000:]
   assert f'/checkpoints/{committed} (input stream at example' in out.stdout, out.stdout[-3000:]
   assert f'final parameters: {workdir}/checkpoints/{committed + 2}' in out.stdout

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from conftest import CHILD_ENV, ROOT
+from conftest import CHILD_ENV, ROOT, TEST_XLA_FLAGS
 
 from electra_jax.train import loop
 
@@ -53,7 +53,7 @@ def test_steps_on_several_cpu_devices_are_not_queued_into_a_deadlock(tmp_path):
   # Queued ahead, such steps deadlock in XLA's thread pool (this child with queue_ahead forced on
   # aborted in 3 runs of 3, docs/measured.md); one at a time, 3,000 finish.
   assert not loop.queue_ahead()  # this process: 8 CPU devices (conftest)
-  env = {**CHILD_ENV, 'XLA_FLAGS': '--xla_force_host_platform_device_count=8 '
+  env = {**CHILD_ENV, 'XLA_FLAGS': f'{TEST_XLA_FLAGS} --xla_force_host_platform_device_count=8 '
          '--xla_cpu_collective_call_warn_stuck_timeout_seconds=5 '
          '--xla_cpu_collective_call_terminate_timeout_seconds=10',
          'PYTHONPATH': ROOT, 'JAX_PLATFORMS': 'cpu'}

@@ -28,6 +28,7 @@ from electra_jax.model import masks as attention_masks
 from electra_jax.tools import profiling
 from electra_jax.train import partitioning
 from electra_jax.train import preflight
+from electra_jax.train import loop as loop_lib
 from electra_jax.train import step as step_lib
 
 
@@ -289,7 +290,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
     with open(os.path.join(profile_dir, 'step_hlo.txt'), 'w') as f:
       f.write(compiled.as_text())
   for _ in range(warmup):
-    state, m = train_fn(state, batch)
+    state, m = _stepped(train_fn, state, batch)
   jax.block_until_ready(m)
   peer_runner, peer_folder = None, None
   if peer:  # the peer reads the same batch from a file removed with its folder at the end
@@ -336,6 +337,15 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   return result
 
 
+def _stepped(train_fn, state, batch):
+  """One step, queued as the training loop queues it (loop.queue_ahead: on several CPU devices
+  each step finishes before the next starts)."""
+  state, m = train_fn(state, batch)
+  if not loop_lib.queue_ahead():
+    jax.block_until_ready(m)
+  return state, m
+
+
 def _timed_runs(train_fn, state, batch, steps: int, repeats: int, peer_runner):
   """`repeats` timed runs of `steps` steps (seconds per step), each followed by one of the
   peer's when there is one: (the state after them, our runs, the peer's runs)."""
@@ -343,7 +353,7 @@ def _timed_runs(train_fn, state, batch, steps: int, repeats: int, peer_runner):
   for _ in range(repeats):
     t = time.perf_counter()
     for _ in range(steps):
-      state, m = train_fn(state, batch)
+      state, m = _stepped(train_fn, state, batch)
     jax.block_until_ready(m)
     runs.append((time.perf_counter() - t) / steps)
     if peer_runner:
@@ -356,7 +366,7 @@ def _profile(train_fn, state, batch, steps: int, directory: str) -> dict:
   t = time.perf_counter()
   with jax.profiler.trace(directory, create_perfetto_trace=True):
     for _ in range(steps):
-      state, m = train_fn(state, batch)
+      state, m = _stepped(train_fn, state, batch)
     jax.block_until_ready(m)
   wall_ms = 1e3 * (time.perf_counter() - t) / steps
   rows, busy_ms = profiling.kernel_table(directory, steps)

@@ -99,8 +99,11 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
   total = None
   replicated = partitioning.replicated(sharding.mesh)
   batches = input_pipeline.global_batches(dataset.take(num_batches), sharding, records_dir)
+  one_at_a_time = not loop_lib.queue_ahead()  # as the training steps (loop.queue_ahead)
   for i, batch in enumerate(batches):
     sums = evaluate_fn(params, batch, jax.device_put(jnp.asarray(i, jnp.int32), replicated))
+    if one_at_a_time:
+      jax.block_until_ready(sums)
     total = sums if total is None else step_lib.accumulate(total, sums)
   return metrics_lib.summarize(total)
 
