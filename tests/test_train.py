@@ -654,9 +654,12 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
   committed = ckpt.latest_step()
   ckpt.close()
   assert committed is None or committed <= kill_at + 1, (kill_at, committed)
+  scratch = tmp_path / 'tmp'  # the resumed run's temporary folder: empty again when it ends
+  scratch.mkdir()
   run = subprocess.run(launch_command(config_file, killed), capture_output=True, text=True,
-                       check=False, env=CHILD_ENV)
+                       check=False, env={**CHILD_ENV, 'TMPDIR': str(scratch)})
   assert run.returncode == 0, run.stderr[-3000:]
+  assert not os.listdir(scratch), os.listdir(scratch)
   resumed = [l for l in run.stdout.splitlines() if l.startswith('resumed from')]
   if committed is None:
     assert not resumed and 'steps 0 -> 12' in run.stdout, (kill_at, run.stdout[-3000:])

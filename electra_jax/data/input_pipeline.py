@@ -138,6 +138,7 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
   index = jax.process_index() if process_index is None else process_index
   count = jax.process_count() if process_count is None else process_count
   local_batch = local_batch_size(global_batch, count)
+  plain = tf.autograph.experimental.do_not_convert  # see _reader_dataset
   if shuffle:
     if global_batch % readers:
       raise ValueError(f'{readers} input readers do not divide the batch of {global_batch}')
@@ -148,26 +149,29 @@ def make_dataset(records_dir: str, split: str, global_batch: int, *, seed: int =
       parts.append(_reader_dataset(tf, stream, position, max(1, shuffle_buffer // readers))
                    .batch(global_batch // readers, drop_remainder=True))
     ds = (parts[0] if len(parts) == 1 else
-          tf.data.Dataset.zip(tuple(parts)).map(lambda *b: tf.concat(b, axis=0)))
+          tf.data.Dataset.zip(tuple(parts)).map(plain(lambda *b: tf.concat(b, axis=0))))
   else:  # once, in file order; every process keeps its rows of each global batch
     files = [fs.join(records_dir, f) for f in meta['splits'][split]['files']]
     ds = tf.data.TFRecordDataset(files).skip(position).batch(global_batch, drop_remainder=True)
     if count > 1:
-      ds = ds.map(lambda b: b[index * local_batch:(index + 1) * local_batch])
+      ds = ds.map(plain(lambda b: b[index * local_batch:(index + 1) * local_batch]))
   length = meta['max_seq_length']
   spec = {k: tf.io.FixedLenFeature([length], tf.int64) for k in records.FEATURES}
 
   def parse(serialized):
     return {k: tf.cast(v, tf.int32) for k, v in tf.io.parse_example(serialized, spec).items()}
 
-  ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.map(plain(parse), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   options = tf.data.Options()
   options.deterministic = True
   return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
 
 
 def _reader_dataset(tf, stream: Stream, position: int, shuffle_buffer: int):
-  """One reader's endless example stream from `position` on."""
+  """One reader's endless example stream from `position` on. Its functions, like the others given
+  to tf.data here, hold no Python control flow over tensors and are not converted by AutoGraph:
+  AutoGraph writes each converted function's source to a file in the temporary folder that only
+  the interpreter's normal exit removes, and the launch scripts end with os._exit (cli.exit_now)."""
   width = stream.cycle
   groups = tf.data.Dataset.from_generator(
       lambda: stream.descriptions(position),
@@ -180,7 +184,7 @@ def _reader_dataset(tf, stream: Stream, position: int, shuffle_buffer: int):
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return examples.shuffle(shuffle_buffer, seed=group_seed).skip(skip)
 
-  return groups.flat_map(group_examples)
+  return groups.flat_map(tf.autograph.experimental.do_not_convert(group_examples))
 
 
 def global_batches(dataset, sharding, records_dir: str | None = None) -> Iterator[dict]:
