@@ -11,6 +11,7 @@ import contextlib
 import functools
 import math
 import re
+import sys
 
 import jax
 import orbax.checkpoint as ocp
@@ -34,6 +35,25 @@ from electra_jax.train import distributed
 # returns. Slices of less than this many bytes are not worth it: one replica writes such an array
 # whole. Large arrays (the embedding table, the feed-forward kernels) are still sliced.
 MIN_REPLICA_SLICE_BYTES = 1 << 20
+
+
+def _drop_late_reads():
+  """A read of a checkpoint that fails (a damaged file) leaves the reads Orbax had started running;
+  as each finishes, its callback finds Orbax's event loop closed and Python prints a traceback
+  ending in 'RuntimeError: Event loop is closed', one per read, in the middle of the run's output
+  or after a command's one-sentence error. Those alone are dropped (from the first Checkpointer
+  on); every other unraisable exception still goes to the hook there was."""
+  previous = sys.unraisablehook
+  if getattr(previous, 'drops_late_reads', False):
+    return
+
+  def hook(unraisable):
+    e = unraisable.exc_value
+    if not (type(e) is RuntimeError and str(e) == 'Event loop is closed'):  # pylint: disable=unidiomatic-typecheck
+      previous(unraisable)
+
+  hook.drops_late_reads = True
+  sys.unraisablehook = hook
 
 
 @functools.cache
@@ -107,6 +127,7 @@ class Checkpointer:
   def __init__(self, directory: str, keep: int = 3, best_metric: str = '',
                best_mode: str = 'max'):
     _use_replica_slices_for_large_arrays_only()
+    _drop_late_reads()
     self.directory = fs.abspath(directory)
     if fs.exists(self.directory) and not fs.isdir(self.directory):
       raise UserError(f'{self.directory} is a file where the run keeps its checkpoints (a folder); '
