@@ -113,12 +113,7 @@ def _place(placed: list, free: list, sizes, first: int, length: int, pack: bool)
   first fit (packed) or a row each; the lists given are left as they were."""
   placed, free = [list(r) for r in placed], list(free)
   for c, size in enumerate(int(x) for x in sizes):
-    row = next((r for r, room in enumerate(free) if room >= size), None) if pack else None
-    if row is None:
-      placed.append([]), free.append(length)
-      row = len(placed) - 1
-    placed[row].append(first + c)
-    free[row] -= size
+    packing.fit(placed, free, first + c, size, length, pack)
   return placed, free
 
 

@@ -69,13 +69,20 @@ def plan(sizes: list, capacity: int, pack: bool, decreasing: bool = True) -> lis
   rows, free = [], []
   order = range(len(sizes))
   for i in sorted(order, key=lambda i: (-sizes[i], i)) if decreasing else order:
-    row = next((r for r, room in enumerate(free) if room >= sizes[i]), None)
-    if row is None:
-      rows.append([]), free.append(capacity)
-      row = len(rows) - 1
-    rows[row].append(i)
-    free[row] -= sizes[i]
+    fit(rows, free, i, sizes[i], capacity)
   return rows
+
+
+def fit(rows: list, free: list, index: int, size: int, capacity: int, pack: bool = True):
+  """First fit of one sequence: `index` (of `size` tokens) into the first of `rows` with room for
+  it (`free`: each row's room), else into a new row of `capacity`; not packed, always a new row.
+  The lists are changed in place."""
+  row = next((r for r, room in enumerate(free) if room >= size), None) if pack else None
+  if row is None:
+    rows.append([]), free.append(capacity)
+    row = len(rows) - 1
+  rows[row].append(index)
+  free[row] -= size
 
 
 def place(data: Encoded, examples: np.ndarray, pack: bool) -> list[list[int]]:
