@@ -26,9 +26,9 @@ from electra_jax.model import electra as model_lib
 from electra_jax.model import flash
 from electra_jax.model import masks as attention_masks
 from electra_jax.tools import profiling
+from electra_jax.train import loop as loop_lib
 from electra_jax.train import partitioning
 from electra_jax.train import preflight
-from electra_jax.train import loop as loop_lib
 from electra_jax.train import step as step_lib
 
 
@@ -289,8 +289,9 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
     os.makedirs(profile_dir, exist_ok=True)
     with open(os.path.join(profile_dir, 'step_hlo.txt'), 'w') as f:
       f.write(compiled.as_text())
+  train_fn = _queued_as_the_loop_does(train_fn)
   for _ in range(warmup):
-    state, m = _stepped(train_fn, state, batch)
+    state, m = train_fn(state, batch)
   jax.block_until_ready(m)
   peer_runner, peer_folder = None, None
   if peer:  # the peer reads the same batch from a file removed with its folder at the end
@@ -337,13 +338,16 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   return result
 
 
-def _stepped(train_fn, state, batch):
-  """One step, queued as the training loop queues it (loop.queue_ahead: on several CPU devices
-  each step finishes before the next starts)."""
-  state, m = train_fn(state, batch)
-  if not loop_lib.queue_ahead():
-    jax.block_until_ready(m)
-  return state, m
+def _queued_as_the_loop_does(train_fn):
+  """`train_fn`, or on several CPU devices `train_fn` finishing each step before it returns: the
+  steps are queued as the training loop queues them (loop.queue_ahead)."""
+  if loop_lib.queue_ahead():
+    return train_fn
+
+  def one_at_a_time(state, batch):
+    return jax.block_until_ready(train_fn(state, batch))
+
+  return one_at_a_time
 
 
 def _timed_runs(train_fn, state, batch, steps: int, repeats: int, peer_runner):
@@ -353,7 +357,7 @@ def _timed_runs(train_fn, state, batch, steps: int, repeats: int, peer_runner):
   for _ in range(repeats):
     t = time.perf_counter()
     for _ in range(steps):
-      state, m = _stepped(train_fn, state, batch)
+      state, m = train_fn(state, batch)
     jax.block_until_ready(m)
     runs.append((time.perf_counter() - t) / steps)
     if peer_runner:
@@ -366,7 +370,7 @@ def _profile(train_fn, state, batch, steps: int, directory: str) -> dict:
   t = time.perf_counter()
   with jax.profiler.trace(directory, create_perfetto_trace=True):
     for _ in range(steps):
-      state, m = _stepped(train_fn, state, batch)
+      state, m = train_fn(state, batch)
     jax.block_until_ready(m)
   wall_ms = 1e3 * (time.perf_counter() - t) / steps
   rows, busy_ms = profiling.kernel_table(directory, steps)
