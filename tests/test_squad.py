@@ -1,12 +1,15 @@
 """SQuAD: the official scoring, sliding windows, span decoding, loading, learning end to end."""
 
+import dataclasses
 import json
+import os
 import random
 
 import numpy as np
 import pytest
 
 from conftest import WORDS
+from electra_jax import UserError
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import run
@@ -119,13 +122,136 @@ def test_squad_loads_from_json_and_from_tfds(tmp_path):
   (tmp_path / 'bad.json').write_text('[1, 2]')
   with pytest.raises(ValueError, match='is not a SQuAD JSON file'):
     squad.read_json(str(tmp_path / 'bad.json'))
+  assert squad.read_json(str(path), 'v2.0')[1].answers == ()
+  with pytest.raises(ValueError, match=r"question 1 of paragraph 0 of article 0 \('t'\) of .*dev"
+                                       r".json \(id '2'\) has no answer \(is_impossible\), which "
+                                       r'SQuAD 1.1 can neither learn nor score: .*squad.py:v2.0'):
+    squad.read_json(str(path), 'v1.1')
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   with tfds.testing.mock_data(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE):
     questions = squad.load_tfds('v2.0', 'validation')
   assert len(questions) == 4 and all(isinstance(q.context, str) for q in questions)
-  # mock answers are random text: training skips (and counts) those not found at their offset
-  f = squad.make_features(questions, _Tokenizer(), max_len=64, train=True)
-  assert f.skipped == sum(1 for q in questions if q.answers)
+  # mock answers are random text, none at its offset: refused as offsets that are not characters
+  with pytest.raises(UserError, match='^none of the .* answered training questions has its answer '
+                                      'text at its answer_start'):
+    squad.make_features(questions, _Tokenizer(), max_len=64, train=True)
+  assert squad.make_features(questions, _Tokenizer(), max_len=64).skipped == 0
+
+
+def _squad_file(tmp_path, edit):
+  """A small valid SQuAD 2.0 file after `edit(data)` (which changes it in place), written."""
+  data = {'version': 'v2.0', 'data': [{'title': 'Cats', 'paragraphs': [
+      {'context': 'The cat sat on the mat.', 'qas': [
+          {'id': 'a1', 'question': 'Who sat?', 'answers': [{'text': 'cat', 'answer_start': 4}],
+           'is_impossible': False},
+          {'id': 'a2', 'question': 'Who ran?', 'answers': [], 'is_impossible': True}]},
+      {'context': 'A dog ran home.', 'qas': [
+          {'id': 'b1', 'question': 'What ran?', 'answers': [{'text': 'dog', 'answer_start': 2}],
+           'is_impossible': False}]}]}]}
+  edit(data)
+  path = tmp_path / 'file.json'
+  path.write_text(json.dumps(data))
+  return str(path)
+
+
+def _set(*keys, value=None, drop=False):
+  """An edit of `_squad_file` that sets (or drops) data[k0][k1]..."""
+  def edit(data):
+    node = data
+    for k in keys[:-1]:
+      node = node[k]
+    if drop:
+      del node[keys[-1]]
+    else:
+      node[keys[-1]] = value
+  return edit
+
+
+QA = ('data', 0, 'paragraphs', 0, 'qas', 0)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize('edit, error', [
+    (_set('data', value={'title': 'x'}), r'is not a SQuAD JSON file: it has no "data" list of '
+                                         r'articles \(the format: \{"data": '),
+    (_set('data', 0, 'paragraphs', drop=True), r"^article 0 \('Cats'\) of .*file.json has no "
+                                                r'"paragraphs" list'),
+    (_set('data', 0, 'paragraphs', 1, 'qas', drop=True),
+     r"^paragraph 1 of article 0 \('Cats'\) of .*file.json has no \"qas\" list of questions"),
+    (_set('data', 0, 'paragraphs', 0, 'context', value=None),
+     r'^paragraph 0 of article 0 .* has no "context" \(or null\); give each paragraph its text$'),
+    (_set(*QA, 'answers', drop=True),
+     r"^question 0 of paragraph 0 of article 0 \('Cats'\) of .*file.json \(id 'a1'\) has no "
+     r'"answers" list; give its answers as \[\{"text": ..., "answer_start": ...\}\], or \[\] with '
+     r'"is_impossible": true \(SQuAD 2.0\)$'),
+    (_set(*QA, 'answers', 0, 'answer_start', value='four'),
+     r'^answer 0 of question 0 .*\(id \'a1\'\) has "answer_start" "four": give the character '
+     r'offset \(0 first\)'),
+    (_set(*QA, 'answers', 0, 'text', value=''), r'^answer 0 of question 0 .* has an empty "text"'),
+    (_set(*QA, 'question', value=7), r'^question 0 .* has "question" 7, not text'),
+    (_set(*QA, 'id', value=None), r'^question 0 of paragraph 0 .* has no "id" \(or null\); give '
+                                  r'each question an id of its own$'),
+    (_set('data', 0, 'paragraphs', 1, 'qas', 0, 'id', value='a1'),
+     r"^the question id 'a1' is given twice in .*file.json \(question 0 of paragraph 0 of article "
+     r"0 \('Cats'\) of .*file.json and question 0 of paragraph 1 .*\): answers are kept and "
+     r'scored by id; give each question its own id$'),
+    (_set(*QA, 'is_impossible', value=True), r"^question 0 .*\(id 'a1'\) is marked "
+                                             r'"is_impossible": true and gives answers'),
+    (_set(*QA, 'is_impossible', value='no'), r'has "is_impossible" "no"; give true or false$'),
+    (_set('data', 0, 'paragraphs', 0, 'qas', 1, 'is_impossible', drop=True),
+     r"^question 1 .*\(id 'a2'\) has no answers and is not marked \"is_impossible\": true"),
+    (_set('data', value=[]), r'holds no questions'),
+])
+def test_a_squad_file_is_read_strictly_each_problem_one_sentence(tmp_path, edit, error):
+  with pytest.raises(ValueError, match=error):
+    squad.read_json(_squad_file(tmp_path, edit), 'v2.0')
+
+
+@pytest.mark.fast
+def test_squad_files_read_as_meant_and_damaged_ones_named(tmp_path):
+  path = _squad_file(tmp_path, _set(*QA, 'answers', 0, 'answer_start', value='4'))
+  assert squad.read_json(path, 'v2.0')[0].starts == (4,)  # "4": its writer's 4
+  path = _squad_file(tmp_path, _set(*QA, 'id', value=17))
+  assert squad.read_json(path, 'v2.0')[0].qid == '17'
+  text = open(path).read()
+  (tmp_path / 'cut.json').write_text(text[:len(text) // 2])
+  with pytest.raises(ValueError, match=r'cut.json is not JSON \(.* at line 1, column \d+: the '
+                                       r'file ends there, cut short\?\); give the SQuAD JSON file '
+                                       r'whole$'):
+    squad.read_json(str(tmp_path / 'cut.json'))
+  (tmp_path / 'latin1.json').write_bytes(text.replace('cat', 'chat\xe9').encode('latin-1'))
+  with pytest.raises(ValueError, match=r'line 1 of .*latin1.json is not UTF-8 \(byte 0xe9\); '
+                                       r'save the file as UTF-8$'):
+    squad.read_json(str(tmp_path / 'latin1.json'))
+
+
+@pytest.mark.fast
+def test_windows_need_room_for_the_context_and_offsets_that_are_characters():
+  long_question = squad.Question('long', ' '.join(['cat'] * 300), 'the cat sat', ('cat',), (4,))
+  with pytest.raises(UserError, match=r"^max_seq_length 64 leaves no room for the context beside "
+                                      r"question 'long' \(64 tokens after the cut to "
+                                      r'max_query_length 64\) and \[CLS\] and two \[SEP\]; raise '
+                                      r'--config.max_seq_length above 67, or lower '
+                                      r'--config.qa.max_query_length below 61$'):
+    squad.make_features([long_question], _Tokenizer(), max_len=64, max_query=64)
+  assert len(squad.make_features([long_question], _Tokenizer(), max_len=64, max_query=32)) == 1
+  q = _question(20, 5)  # offsets counted in words, not characters: none matches
+  words = [dataclasses.replace(q, qid=str(i), starts=(5 + i,)) for i in range(3)]
+  with pytest.raises(UserError, match=r"^none of the 3 answered training questions has its answer "
+                                      r"text at its answer_start in its context \(question '0': "
+                                      r"'Zanzibar, island' is not at character 5\); give "):
+    squad.make_features(words, _Tokenizer(), max_len=64, train=True)
+
+
+@pytest.mark.fast
+def test_windows_start_at_most_their_length_apart():
+  """A stride beyond a window's room (max_seq_length 32 and the default stride 128) leaves no
+  context token outside every window: windows move by min(room, stride), as the original's."""
+  q = _question(80, 60)
+  f = squad.make_features([q], _Tokenizer(), max_len=32, stride=128, max_query=4)
+  covered = set(f.token_word[f.token_word >= 0].tolist())
+  assert covered == set(range(len(squad.words_of(q.context)[0])))
+  assert (f.impossible == 0).any()
 
 
 def _synthetic_squad(path, n, seed, unanswerable=0.0):
@@ -169,3 +295,27 @@ def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswe
                      log=lambda *_: None, mode='predict')
   answers = json.load(open(out['predictions'][0]))
   assert len(answers) == 64
+
+
+def test_a_refused_squad_fine_tuning_leaves_its_workdir_free(tmp_path, pretrained):
+  """Duplicate dev ids (which would score every answer against the last question of its id), a
+  question too long for max_seq_length: one sentence each, before the workdir is claimed, so a
+  pre-training may use the folder after."""
+  from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32)
+  train = _synthetic_squad(tmp_path / 'train.json', 32, 0)
+  data = json.load(open(train))
+  data['data'][0]['paragraphs'][5]['qas'][0]['id'] = '3'
+  (tmp_path / 'dev.json').write_text(json.dumps(data))
+  cfg.task.update(name='squad1', train=train, dev=str(tmp_path / 'dev.json'))
+  workdir = tmp_path / 'ft'
+  with pytest.raises(UserError, match=r"^the question id '3' is given twice in .*dev.json "):
+    run.finetune(cfg, str(workdir), log=lambda *_: None)
+  assert not workdir.exists()
+  cfg.task.dev = ''
+  cfg.max_seq_length, cfg.qa.max_query_length = 4, 2
+  workdir.mkdir()
+  with pytest.raises(UserError, match=r'^max_seq_length 4 leaves no room for the context'):
+    run.finetune(cfg, str(workdir), log=lambda *_: None)
+  assert os.listdir(workdir) == [] and workdir_lib.kind_of(str(workdir)) is None

@@ -9,7 +9,6 @@ one is needed, a tab-separated file named .csv, rows with too many fields are re
 sentence naming the file, the rows and the fix.
 """
 
-import codecs
 import csv
 import io
 import json
@@ -19,25 +18,6 @@ import numpy as np
 
 from electra_jax.finetune.tasks import Example
 from electra_jax.storage import fs
-
-
-def decode(path: str) -> str:
-  """The text of a data file: UTF-8 (a byte-order mark read away), or UTF-16 with its byte-order
-  mark (what spreadsheets save as 'Unicode text'); anything else is refused naming the line."""
-  data = fs.read_bytes(path)
-  if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
-    return data.decode('utf-16')
-  try:
-    text = data.decode('utf-8-sig')
-  except UnicodeDecodeError as e:
-    line = data[:e.start].count(b'\n') + 1
-    raise ValueError(f'line {line} of {path} is not UTF-8 (byte 0x{data[e.start]:02x}); save the '
-                     'file as UTF-8') from None
-  if '\x00' in text:
-    line = text[:text.index('\x00')].count('\n') + 1
-    raise ValueError(f'line {line} of {path} holds a NUL character: the file is binary or '
-                     'damaged; give the text file')
-  return text
 
 
 def _unique_keys(path: str, n: int):
@@ -156,7 +136,7 @@ def _read_rows(path: str, ext: str, header: bool, label=None):
   row or None) of a .jsonl file, or a .csv/.tsv file with or without a header row. A .tsv file is
   read with quoting unless that fails (a quote that opens and does not close as a field), and its
   lines all split into as many fields: then its quotes are text."""
-  text = decode(path)
+  text = fs.read_user_text(path)
   if ext == '.jsonl':
     rows, line_numbers = _jsonl_rows(path, text)
     columns = sorted(set().union(*(r.keys() for r in rows))) if rows else []

@@ -221,16 +221,21 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
     if not saved:
       raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run --mode=train '
                       'first, with this --workdir')
-  with workdir_lib.claim(workdir, 'fine-tuning', '' if mode == 'train' else f'--mode={mode}'):
-    return _finetune(cfg, workdir, log, mode, mesh, saved)
-
-
-def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
+  workdir_lib.check_kind(workdir, 'fine-tuning')  # before the inputs are read
   pretrained = pretrained_lib.for_finetuning(cfg, mode, log)
   with user_errors(ValueError, FileNotFoundError):
     task, splits = registry.load(cfg.task, pretrained.config, log)
+  # the workdir is claimed once the inputs have been read (and, to train, encoded and checked)
   if mode != 'train':
-    return _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log)
+    with workdir_lib.claim(workdir, 'fine-tuning', f'--mode={mode}'):
+      return _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log)
+  data = _encoded(cfg, pretrained, task, splits, log)
+  with workdir_lib.claim(workdir, 'fine-tuning'):
+    return _finetune(cfg, workdir, log, pretrained, task, splits, data)
+
+
+def _encoded(cfg, pretrained, task, splits: dict, log) -> dict:
+  """Each split of a task to train encoded as its kind's model takes it, checked first."""
   if 'train' not in splits:
     raise UserError('the task has no train split; set --config.task.train')
   kind = registry.get(task.kind)
@@ -245,6 +250,11 @@ def _finetune(cfg, workdir: str, log, mode: str, mesh, saved: list) -> dict:
   if len(data['train']) < cfg.batch_size:
     raise UserError(f'the train data has {len(data["train"])} examples, fewer than one batch of '
                     f'{cfg.batch_size}; add data or lower --config.batch_size')
+  return data
+
+
+def _finetune(cfg, workdir: str, log, pretrained, task, splits: dict, data: dict) -> dict:
+  kind = registry.get(task.kind)
   config_lib.check_same_finetuning(cfg, workdir)
   workdir_lib.check_entries(workdir, files=('config.json', 'results.md', 'results.json'))
   for k in range(cfg.num_seeds):

@@ -17,6 +17,7 @@ import string
 
 import numpy as np
 
+from electra_jax import UserError
 from electra_jax.storage import fs
 from electra_jax.storage import tf_import
 
@@ -46,25 +47,122 @@ def load_tfds(version: str, split: str, data_dir: str | None = None) -> list[Que
   return out
 
 
-def read_json(path: str) -> list[Question]:
-  """The official SQuAD JSON file (data -> paragraphs -> qas)."""
+def read_json(path: str, version: str = '') -> list[Question]:
+  """The official SQuAD JSON file (data -> paragraphs -> qas), read strictly: a problem is one
+  sentence naming the article, paragraph or question and the fix. `version` 'v1.1' refuses
+  unanswerable questions (SQuAD 2.0's), which 1.1 can neither learn nor score; 'v2.0' needs each
+  question with no answers marked `"is_impossible": true`."""
   if not fs.isfile(path):
     raise FileNotFoundError(f'the SQuAD file {path} does not exist; give train-v1.1.json, '
                             'dev-v2.0.json or another file of that format')
-  with fs.open(path, encoding='utf-8') as f:
-    try:
-      data = json.load(f)['data']
-    except (json.JSONDecodeError, KeyError, TypeError):
-      raise ValueError(f'{path} is not a SQuAD JSON file (no "data" list of articles)') from None
-  out = []
-  for article in data:
-    for paragraph in article['paragraphs']:
-      for qa in paragraph['qas']:
-        answers = [] if qa.get('is_impossible') else qa['answers']
-        out.append(Question(qa['id'], qa['question'], paragraph['context'],
-                            tuple(a['text'] for a in answers),
-                            tuple(a['answer_start'] for a in answers)))
+  text = fs.read_user_text(path)
+  try:
+    top = json.loads(text)
+  except ValueError as e:
+    why = 'is empty' if not text.strip() else (
+        f'is not JSON ({e.msg} at line {e.lineno}, column {e.colno}'
+        + (': the file ends there, cut short?' if e.pos >= len(text.rstrip()) else '') + ')')
+    raise ValueError(f'{path} {why}; give the SQuAD JSON file whole') from None
+  form = ('{"data": [{"title": ..., "paragraphs": [{"context": ..., "qas": [{"id": ..., '
+          '"question": ..., "answers": [{"text": ..., "answer_start": ...}]}]}]}]}')
+  if not isinstance(top, dict) or not isinstance(top.get('data'), list):
+    raise ValueError(f'{path} is not a SQuAD JSON file: it has no "data" list of articles '
+                     f'(the format: {form})')
+  out, seen = [], {}
+  for a, article in enumerate(top['data']):
+    where_a = f'article {a}' + (f' ({article["title"]!r})' if isinstance(article, dict) and
+                                isinstance(article.get('title'), str) else '') + f' of {path}'
+    paragraphs = article.get('paragraphs') if isinstance(article, dict) else None
+    if not isinstance(paragraphs, list):
+      raise ValueError(f'{where_a} has no "paragraphs" list (the format: {form})')
+    for p, paragraph in enumerate(paragraphs):
+      where_p = f'paragraph {p} of {where_a}'
+      if not isinstance(paragraph, dict):
+        raise ValueError(f'{where_p} is not an object with "context" and "qas" (the format: '
+                         f'{form})')
+      context = paragraph.get('context')
+      if not isinstance(context, str) or not context.strip():
+        raise ValueError(f'{where_p} has {_what(context, "context")}; give each paragraph its '
+                         'text')
+      if not isinstance(paragraph.get('qas'), list):
+        raise ValueError(f'{where_p} has {_what(paragraph.get("qas"), "qas", "list")} of '
+                         'questions (the format: {form})'.replace('{form}', form))
+      for n, qa in enumerate(paragraph['qas']):
+        q = _question(qa, f'question {n} of {where_p}', context, version)
+        if q.qid in seen:
+          raise ValueError(f'the question id {q.qid!r} is given twice in {path} ({seen[q.qid]} '
+                           f'and question {n} of {where_p}): answers are kept and scored by id; '
+                           'give each question its own id')
+        seen[q.qid] = f'question {n} of {where_p}'
+        out.append(q)
+  if not out:
+    raise ValueError(f'{path} holds no questions; give a SQuAD file with its questions')
   return out
+
+
+def _what(value, key: str, kind: str = 'text') -> str:
+  """'no "qas" list', 'an empty "context"', '"qas" 12, not a list': how a field fails to be a `kind`
+  ('text' or 'list')."""
+  if value is None:
+    return f'no "{key}" list' if kind == 'list' else f'no "{key}" (or null)'
+  if isinstance(value, str) and kind == 'text':
+    return f'an empty "{key}"'
+  return f'"{key}" {json.dumps(value)[:40]}, not {"a list" if kind == "list" else "text"}'
+
+
+def _question(entry, where: str, context: str, version: str) -> Question:
+  """One entry of a paragraph's "qas", checked."""
+  if not isinstance(entry, dict):
+    raise ValueError(f'{where} is not an object with "id", "question" and "answers"')
+  qid = entry.get('id')
+  if isinstance(qid, int) and not isinstance(qid, bool):
+    qid = str(qid)
+  if not isinstance(qid, str) or not qid:
+    raise ValueError(f'{where} has {_what(qid, "id")}; give each question an id of its own')
+  where = f'{where} (id {qid!r})'
+  question = entry.get('question')
+  if not isinstance(question, str) or not question.strip():
+    raise ValueError(f'{where} has {_what(question, "question")}; give the question\'s text')
+  impossible = entry.get('is_impossible', False)
+  if not isinstance(impossible, bool):
+    raise ValueError(f'{where} has "is_impossible" {json.dumps(impossible)[:20]}; give true or '
+                     'false')
+  answers = entry.get('answers')
+  if answers is None and impossible:
+    answers = []
+  if not isinstance(answers, list):
+    raise ValueError(f'{where} has {_what(answers, "answers", "list")}; give its answers as '
+                     '[{"text": ..., "answer_start": ...}], or [] with "is_impossible": true '
+                     '(SQuAD 2.0)')
+  if impossible and answers:
+    raise ValueError(f'{where} is marked "is_impossible": true and gives answers; keep one of '
+                     'the two (SQuAD 2.0 keeps an unanswerable question\'s guesses in '
+                     '"plausible_answers")')
+  texts, starts = [], []
+  for k, answer in enumerate(answers):
+    text = answer.get('text') if isinstance(answer, dict) else None
+    start = answer.get('answer_start') if isinstance(answer, dict) else None
+    if isinstance(start, str) and start.strip().isdigit():
+      start = int(start)  # "12": the writer's 12
+    if isinstance(start, float) and start.is_integer():
+      start = int(start)
+    if not isinstance(text, str) or not text.strip():
+      raise ValueError(f'answer {k} of {where} has {_what(text, "text")}; give the answer as '
+                       'it stands in the context')
+    if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+      raise ValueError(f'answer {k} of {where} has "answer_start" '
+                       f'{json.dumps(start)[:20]}: give the character offset (0 first) where '
+                       'the answer starts in the context')
+    texts.append(text)
+    starts.append(start)
+  if not texts and version == 'v1.1':
+    raise ValueError(f'{where} has no answer ({"is_impossible" if impossible else "no answers"}'
+                     '), which SQuAD 1.1 can neither learn nor score: the file is SQuAD 2.0\'s; '
+                     'fine-tune it with --config=configs/finetune/squad.py:v2.0 (task.name=squad2)')
+  if not texts and not impossible and version == 'v2.0':
+    raise ValueError(f'{where} has no answers and is not marked "is_impossible": true; mark it '
+                     'so if it has none, or give its answers')
+  return Question(qid, question, context, tuple(texts), tuple(starts))
 
 
 # ================================================================================================
@@ -150,10 +248,16 @@ class Features:
 def make_features(questions: list[Question], tokenizer, max_len: int = 512, stride: int = 128,
                   max_query: int = 64, train: bool = False) -> Features:
   """Every question's windows. In training, a question whose answer text does not match the
-  context at its offset is skipped and counted (`skipped`)."""
+  context at its offset is skipped and counted (`skipped`); when none matches, the offsets are
+  not the context's characters, said in one sentence. Windows start at most their own length
+  apart (the original's min(length, stride)), so no context token falls between two."""
   special = tokenizer.special
+  queries = [ids[:max_query] for ids in tokenizer.encode_batch([q.question for q in questions])]
+  longest = max(range(len(queries)), key=lambda i: len(queries[i]), default=None)
+  if longest is not None and max_len - len(queries[longest]) - 3 < 1:
+    raise UserError(window_room(max_len, max_query, questions[longest].qid, len(queries[longest])))
   rows = collections.defaultdict(list)
-  skipped = 0
+  skipped, first_skipped = 0, None
   words_cache = {}
   for qi, q in enumerate(questions):
     if q.context not in words_cache:
@@ -172,6 +276,7 @@ def make_features(questions: list[Question], tokenizer, max_len: int = 512, stri
       if q.context[start:start + len(text)] != text or not text.strip():
         if train:
           skipped += 1
+          first_skipped = first_skipped or q
           continue
       else:
         first_word = int(np.searchsorted(starts, start, side='right')) - 1
@@ -179,10 +284,10 @@ def make_features(questions: list[Question], tokenizer, max_len: int = 512, stri
         first = doc_word.index(first_word)
         last = len(doc_word) - 1 - doc_word[::-1].index(last_word)
         answer = (first, last)
-    query = tokenizer.encode_batch([q.question])[0][:max_query]
+    query = queries[qi]
     budget = max_len - len(query) - 3
     offset = len(query) + 2
-    windows = list(range(0, max(len(doc) - budget, 0) + 1, stride))
+    windows = list(range(0, max(len(doc) - budget, 0) + 1, min(stride, budget)))
     if windows[-1] + budget < len(doc):
       windows.append(len(doc) - budget)
     for w0 in windows:
@@ -202,6 +307,14 @@ def make_features(questions: list[Question], tokenizer, max_len: int = 512, stri
                           ('impossible', impossible), ('question', qi), ('word', token_word),
                           ('best', best)):
         rows[name].append(value)
+  if skipped and skipped == sum(1 for q in questions if q.answers):
+    q = first_skipped
+    raise UserError(
+        f'none of the {skipped} answered training questions has its answer text at its '
+        'answer_start in '
+        f'its context (question {q.qid!r}: {q.answers[0][:40]!r} is not at character '
+        f'{q.starts[0]}); give answer_start as the character offset (0 first) of the answer in '
+        'the context, as SQuAD does')
   n = len(rows['ids'])
   pad = lambda seqs, value: np.array([list(x) + [value] * (max_len - len(x)) for x in seqs],
                                      np.int32).reshape(n, max_len)
@@ -211,6 +324,15 @@ def make_features(questions: list[Question], tokenizer, max_len: int = 512, stri
                   np.array(rows['impossible'], np.float32), np.array(rows['question'], np.int32),
                   np.array(rows['word'], np.int32).reshape(n, max_len),
                   np.array(rows['best'], bool).reshape(n, max_len), skipped)
+
+
+def window_room(max_len: int, max_query: int, qid: str, tokens: int) -> str:
+  """The sentence refusing a `max_len` that leaves the windows of question `qid` (`tokens` long
+  after the cut to `max_query`) no room for the context beside [CLS] and two [SEP]."""
+  return (f'max_seq_length {max_len} leaves no room for the context beside question {qid!r} '
+          f'({tokens} tokens after the cut to max_query_length {max_query}) and [CLS] and two '
+          f'[SEP]; raise --config.max_seq_length above {tokens + 3}, or lower '
+          f'--config.qa.max_query_length below {max_len - 3}')
 
 
 def _best_window(windows: list[int], budget: int, doc_len: int, token: int) -> int:

@@ -14,7 +14,6 @@ import numpy as np
 from electra_jax.convert import hf
 from electra_jax.finetune import classification
 from electra_jax.finetune import encode as encode_lib
-from electra_jax.finetune import files
 from electra_jax.finetune import heads
 from electra_jax.finetune import kinds
 from electra_jax.finetune import tasks as tasks_lib
@@ -29,7 +28,7 @@ def read_conll(path: str, column: int = -1) -> list[tuple[tuple, tuple]]:
                             'and its tag per line, a blank line between sentences)')
   sentences, words, tags = [], [], []
   width = None  # the columns of the file's first token line
-  for n, line in enumerate(files.decode(path).split('\n'), start=1):
+  for n, line in enumerate(fs.read_user_text(path).split('\n'), start=1):
     parts = line.split()
     if not parts or parts[0] == '-DOCSTART-':
       if words:

@@ -321,7 +321,7 @@ def load_squad(cfg) -> tuple[Task, dict[str, list]]:
   """SQuAD questions from the official JSON files (task.train / task.dev) or TFDS."""
   task = named_task(cfg)
   if cfg.train:
-    return task, {s: squad.read_json(cfg[s]) for s in ('train', 'dev') if cfg[s]}
+    return task, {s: squad.read_json(cfg[s], SQUAD[cfg.name]) for s in ('train', 'dev') if cfg[s]}
   version = SQUAD[cfg.name]
   return task, {'train': squad.load_tfds(version, 'train', cfg.tfds_data_dir or None),
                 'dev': squad.load_tfds(version, 'validation', cfg.tfds_data_dir or None)}

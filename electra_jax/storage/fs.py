@@ -14,6 +14,7 @@ as Python's: FileNotFoundError, PermissionError, or OSError with the store's mes
 """
 
 import builtins
+import codecs
 import contextlib
 import glob as glob_lib
 import io
@@ -233,6 +234,26 @@ def read_text(path) -> str:
 
 class DamagedFile(UserError, ValueError):
   """A file the project wrote (or reads) does not parse: the sentence names it and the fix."""
+
+
+def read_user_text(path) -> str:
+  """The text of a file a user gave (their data): UTF-8 (a byte-order mark read away), or UTF-16
+  with its byte-order mark (what spreadsheets save as 'Unicode text'); anything else is refused
+  (ValueError) naming the line."""
+  data = read_bytes(path)
+  if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+    return data.decode('utf-16')
+  try:
+    text = data.decode('utf-8-sig')
+  except UnicodeDecodeError as e:
+    line = data[:e.start].count(b'\n') + 1
+    raise ValueError(f'line {line} of {path} is not UTF-8 (byte 0x{data[e.start]:02x}); save the '
+                     'file as UTF-8') from None
+  if '\x00' in text:
+    line = text[:text.index('\x00')].count('\n') + 1
+    raise ValueError(f'line {line} of {path} holds a NUL character: the file is binary or '
+                     'damaged; give the text file')
+  return text
 
 
 def read_json(path, fix: str):

@@ -254,8 +254,9 @@ def check_kind(path: str, kind: str, flag: str = '--workdir'):
 def claim(path: str, kind: str, mode: str = ''):
   """The workdir `path`, made, for this run of `kind` (a key of KINDS) alone while inside (process
   0 holds the lock; every process learns whether it got it). A workdir holding another kind of run
-  is refused before anything is written; the kind is recorded on the first claim. A refused run
-  leaves nothing it wrote behind: the record of the kind, and the folder if it made it."""
+  is refused before anything is written; the kind is recorded on the first claim. A run refused,
+  failed or stopped before it wrote anything leaves nothing behind: neither the record of the kind
+  nor the folder if it made it."""
   check_kind(path, kind)
   existed = fs.isdir(path)
   make(path)
@@ -277,10 +278,11 @@ def claim(path: str, kind: str, mode: str = ''):
     finally:
       if held is not None:
         held.release()
-  except UserError:
+  except BaseException:  # refused, failed or stopped before it wrote anything: nothing claimed
     if distributed.is_main():
-      if recorded is not None and set(fs.listdir(path)) - {KIND_FILE, NAME} == recorded:
-        fs.remove(fs.join(path, KIND_FILE))
-      if not existed and fs.isdir(path) and not fs.listdir(path):
-        fs.rmdir(path)
+      with contextlib.suppress(OSError):  # (the run's own error is the one to tell)
+        if recorded is not None and set(fs.listdir(path)) - {KIND_FILE, NAME} == recorded:
+          fs.remove(fs.join(path, KIND_FILE))
+        if not existed and fs.isdir(path) and not fs.listdir(path):
+          fs.rmdir(path)
     raise
