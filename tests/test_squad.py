@@ -313,6 +313,11 @@ def test_a_refused_squad_fine_tuning_leaves_its_workdir_free(tmp_path, pretraine
   with pytest.raises(UserError, match=r"^the question id '3' is given twice in .*dev.json "):
     run.finetune(cfg, str(workdir), log=lambda *_: None)
   assert not workdir.exists()
+  cfg.search = 'optimizer.learning_rate=1e-4,3e-4'  # a search: neither its config nor its claim
+  with pytest.raises(UserError, match=r"^the question id '3' is given twice in .*dev.json "):
+    run.finetune(cfg, str(workdir), log=lambda *_: None)
+  assert not workdir.exists()
+  cfg.search = ''
   cfg.task.dev = ''
   cfg.max_seq_length, cfg.qa.max_query_length = 4, 2
   workdir.mkdir()

@@ -115,13 +115,20 @@ def finetune(cfg, workdir: str, log, mode: str, finetune_fn) -> dict:
       log(f'the search in {workdir} chose {name}; --mode={mode} uses its fine-tunings')
       chosen = dict(grid).get(name) or config_lib.saved_config(fs.join(workdir, name), mode)
       return finetune_fn(chosen, fs.join(workdir, name), log, mode)
-    fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))
+    config = fs.join(workdir, 'config.json')
+    fresh = not any(fs.isdir(fs.join(workdir, name)) for name, _ in grid)
+    fs.write_atomic(config, cfg.to_json(indent=2))
     done = []
-    for k, (name, recipe_cfg) in enumerate(grid):
-      log(f'== recipe {k + 1} of {len(grid)}: {name} ({cfg.num_seeds} seed(s))')
-      recipe_cfg.baseline = cfg.baseline and k == 0  # the same splits: scored once
-      result = finetune_fn(recipe_cfg, fs.join(workdir, name), log, 'train')
-      done.append((name, result))
+    try:
+      for k, (name, recipe_cfg) in enumerate(grid):
+        log(f'== recipe {k + 1} of {len(grid)}: {name} ({cfg.num_seeds} seed(s))')
+        recipe_cfg.baseline = cfg.baseline and k == 0  # the same splits: scored once
+        result = finetune_fn(recipe_cfg, fs.join(workdir, name), log, 'train')
+        done.append((name, result))
+    except BaseException:  # refused before the first recipe began (its inputs): nothing kept
+      if fresh and not any(fs.isdir(fs.join(workdir, name)) for name, _ in grid):
+        fs.remove(config)
+      raise
     return _write(cfg, done, workdir, log)
 
 
