@@ -33,6 +33,10 @@ def _explain(error: Exception) -> str:
                     re.S)
   if match:  # the config file's get_config raised: its own message is the sentence
     return ' '.join(match.group(1).split())
+  if re.match(r'invalid literal for int\(\)', text):
+    return 'give an integer'
+  if text.startswith('could not convert string to float'):
+    return 'give a number'
   match = re.match(r"^'?([A-Za-z_0-9]+)'?$", text)
   if isinstance(error, (AttributeError, KeyError)) and match:
     return f'unknown config field {match.group(1)!r}; see electra_jax/config/pretraining.py for the fields'

@@ -34,8 +34,9 @@ from ml_collections import config_flags
 from electra_jax import cli
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
-_STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run')
-_REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reported')
+_STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run', lower_bound=1)
+_REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reported',
+                                lower_bound=1)
 _JSON = flags.DEFINE_string('json', None, 'also write the result to this JSON file')
 _MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint', 'memory',
                                            'max_batch', 'attention', 'finetune'],
@@ -57,8 +58,8 @@ _PROFILE = flags.DEFINE_bool('profile', False, 'also trace --steps steps with ja
                              'print the kernels that take the time, per step')
 _PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'where the trace is kept (TensorBoard or '
                                    'Perfetto read it); empty: a temporary folder')
-_TOP = flags.DEFINE_integer('top', 15, 'kernels listed by --profile')
-_BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run')
+_TOP = flags.DEFINE_integer('top', 15, 'kernels listed by --profile', lower_bound=1)
+_BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run', lower_bound=1)
 _FT_CONFIG = cli.define_config_file('finetune_config', None, '--mode=finetune: the fine-tuning '
                                     'config (task, max_seq_length, batch sizes)')
 _INIT = flags.DEFINE_string('init', None, '--mode=finetune: the pre-training workdir (or HF folder) '

@@ -340,11 +340,23 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
        'lower --vocab_size to at most'),
       (('build_vocab.py', f'--corpus={corpus}', f'--output={tmp_path / "v.model"}',
         '--vocab_size=12'), 'error: a vocabulary of 12 entries cannot hold the'),
+      (('benchmark.py', '--config=configs/tiny.py', '--steps=0'),
+       'error: --steps=0: 0 is not a positive integer'),
+      (('benchmark.py', '--config=configs/tiny.py', '--repeats=0'),
+       'error: --repeats=0: 0 is not a positive integer'),
+      (('benchmark.py', '--config=configs/tiny.py', '--steps=ten'),
+       'error: --steps=ten: give an integer'),
+      (('compare.py', f'--workdir={tmp_path / "cmp"}', f'--suite={tmp_path / "suite"}'),
+       f'error: {tmp_path / "suite" / "suite.json"} is not a suite\'s description (a "tasks" list '
+       'whose entries each have a "name"); build the suite again: python launch/build_tasks.py '
+       f'--out={tmp_path / "suite"}'),
   ]
+  (tmp_path / 'suite').mkdir()
+  (tmp_path / 'suite' / 'suite.json').write_text(json.dumps({'tasks': [{'title': 'x'}]}))
   for args, want in cases:
     done = _launch(*args)
     assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
-  for name in ('r1', 'r2', 'r3'):
+  for name in ('r1', 'r2', 'r3', 'cmp'):
     assert not os.path.exists(tmp_path / name)
 
 

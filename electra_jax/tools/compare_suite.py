@@ -23,12 +23,18 @@ def suite_tasks(suite_dir: str, ft_base: ml_collections.ConfigDict, only=()) -> 
                     f'launch/build_tasks.py --out={suite_dir}')
   described = fs.read_json(path, f'build the suite again: python launch/build_tasks.py '
                                  f'--out={suite_dir}')
-  names = [t['name'] for t in described['tasks']]
+  tasks = described.get('tasks') if isinstance(described, dict) else None
+  if not isinstance(tasks, list) or not all(
+      isinstance(t, dict) and isinstance(t.get('name'), str) and t['name'] for t in tasks):
+    raise UserError(f'{path} is not a suite\'s description (a "tasks" list whose entries each '
+                    f'have a "name"); build the suite again: python launch/build_tasks.py '
+                    f'--out={suite_dir}')
+  names = [t['name'] for t in tasks]
   if unknown := [n for n in only if n not in names]:
     raise UserError(f'the suite in {suite_dir} has no task {", ".join(map(repr, unknown))}; its '
                     f'tasks are {", ".join(names)}')
   out = []
-  for t in described['tasks']:
+  for t in tasks:
     if only and t['name'] not in only:
       continue
     folder = fs.join(suite_dir, t['name'])  # where the suite is now, wherever it was built
