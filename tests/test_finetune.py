@@ -23,6 +23,7 @@ from electra_jax.finetune import run
 from electra_jax.finetune import scores
 from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.model import electra as model_lib
+from electra_jax.storage import tf_import
 from electra_jax.tools import export as export_lib
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import optim
@@ -419,6 +420,14 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   assert any(re.match(r'^\d\d:\d\d:\d\d seed 1 \| step 180/180 ', l) for l in lines), lines
   # The saved fine-tunings score the same again, and predict the test file.
   workdir = str(tmp_path / 'ft')
+  if kind == 'classification':  # the same command again: scored again, one record per step
+    assert run.finetune(cfg, workdir, log=_quiet)['median'] == pytest.approx(summary['median'])
+    for seed in (0, 1):
+      records = [json.loads(l) for l in open(os.path.join(workdir, f'seed_{seed}', 'metrics.jsonl'))]
+      assert [r['step'] for r in records if r['split'] == 'eval'] == [180]
+      assert [r['step'] for r in records if r['split'] == 'train'] == list(range(20, 181, 20))
+      events = _events(os.path.join(workdir, f'seed_{seed}', 'tensorboard'))
+      assert sorted(step for tag, step in events if tag == 'eval/accuracy') == [180]
   again = run.finetune(config_lib.saved_config(workdir, 'eval'), workdir, log=_quiet, mode='eval')
   for before, after in zip(summary['seeds'], again['seeds']):
     assert after['dev'] == pytest.approx(before['dev'])
@@ -435,6 +444,13 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind)
   if kind == 'classification':
     _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp_path)
+
+
+def _events(folder) -> list[tuple[str, int]]:
+  """(tag, step) of every scalar of the event files in `folder`, read by TensorFlow."""
+  tf = tf_import.tensorflow()
+  return [(v.tag, event.step) for path in tf.io.gfile.glob(os.path.join(folder, '*tfevents*'))
+          for event in tf.compat.v1.train.summary_iterator(path) for v in event.summary.value]
 
 
 def _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp_path):

@@ -314,6 +314,35 @@ def test_curves_are_redrawn_at_most_once_a_minute_and_when_the_run_ends(tmp_path
   assert not (tmp_path / 'b' / 'curves.png').exists()
 
 
+@pytest.mark.fast
+def test_event_files_are_written_without_tensorflow_and_a_run_goes_on_without_tensorboard(
+    tmp_path):
+  """The event files are the tensorboard package's format, written without TensorFlow (read
+  here by TensorFlow); without the package a run logs the rest and says so once, before its first
+  step, instead of dying at its first write."""
+  script = ('import sys\n'
+            'if sys.argv[2] == "without": sys.modules["tensorboard"] = None\n'
+            'from electra_jax.train import logs\n'
+            'l = logs.Logs(sys.argv[1], plot_every_s=1e9)\n'
+            'print("made", flush=True)\n'
+            'l.write("train", 3, {"loss": 2.5, "accuracy": float("nan")})\n'
+            'l.write("eval", 3, {"loss": 1.5})\n'
+            'l.board.close()\n'
+            'print("tensorflow" in sys.modules)\n')
+  for mode in ('with', 'without'):
+    folder = tmp_path / mode
+    done = subprocess.run([sys.executable, '-c', script, str(folder), mode], capture_output=True,
+                          text=True, env=CHILD_ENV, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.split() == ['made', 'False'], done.stderr[-2000:]
+    assert len(open(folder / 'metrics.jsonl').readlines()) == 2
+    if mode == 'without':
+      assert done.stderr.strip() == (
+          f'warning: no TensorBoard event files in {folder}: the tensorboard package is not '
+          'installed (pip install tensorboard); metrics.jsonl and curves.png hold the same values')
+      assert not (folder / 'tensorboard').exists()
+  assert sorted(_board(tmp_path / 'with')) == [('eval/loss', 3, 1.5), ('train/loss', 3, 2.5)]
+
+
 def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file):
   w1, w2 = str(tmp_path / 'interrupted'), str(tmp_path / 'straight')
   s = pretrain.train_and_evaluate(_small_run_config(corpus_file), w1, log=_quiet)

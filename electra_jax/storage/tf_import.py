@@ -1,6 +1,6 @@
 """The one module that imports TensorFlow (and TensorFlow Datasets): on first use, quietly, and
 off the accelerators, which belong to JAX. TensorFlow only reads and writes data here: tf.data,
-TFRecord files, tf.io.gfile for buckets, TensorBoard event files, original TF checkpoints."""
+TFRecord files, tf.io.gfile for buckets, original TF checkpoints."""
 
 import contextlib
 import os
@@ -33,20 +33,6 @@ def datasets():
   tensorflow()
   import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
   return tfds
-
-
-def event_pb2():
-  """TensorFlow's event protocol buffers (the records of a TensorBoard event file)."""
-  tensorflow()
-  from tensorflow.core.util import event_pb2 as pb2  # pylint: disable=import-outside-toplevel
-  return pb2
-
-
-def summary_pb2():
-  """TensorFlow's summary protocol buffers (TensorBoard's scalars without TensorBoard)."""
-  tensorflow()
-  from tensorflow.core.framework import summary_pb2 as pb2  # pylint: disable=import-outside-toplevel
-  return pb2
 
 
 def _network_failure(e: BaseException) -> str | None:

@@ -2,14 +2,32 @@
 curves.png (`Logs`, of one folder), and strict JSON for the files a run writes."""
 
 import io
+import itertools
 import json
 import math
+import os
+import socket
+import struct
+import sys
 import time
 
 import numpy as np
 
 from electra_jax.storage import fs
-from electra_jax.storage import tf_import
+
+try:  # TensorBoard's record format and protocol buffers (the package, not TensorFlow)
+  from tensorboard.compat.proto import event_pb2
+  from tensorboard.compat.proto import summary_pb2
+  from tensorboard.compat.proto import tensor_pb2
+  from tensorboard.compat.proto import tensor_shape_pb2
+  from tensorboard.compat.proto import types_pb2
+  from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+  from tensorboard.summary.writer import record_writer
+  _SCALAR = summary_pb2.SummaryMetadata(
+      plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name='scalars'),
+      data_class=summary_pb2.DATA_CLASS_SCALAR)
+except ImportError:  # an image without it: metrics.jsonl and curves.png alone (Logs says so)
+  record_writer = None
 
 # Order in which metrics are printed; the first block is what the progress line shows.
 SHOWN = ('loss', 'mlm_loss', 'disc_loss', 'main_mlm_loss', 'all_tokens_loss', 'mlm_accuracy',
@@ -88,9 +106,10 @@ class JsonlWriter:
     with fs.open(self.path, 'a') as f:
       f.write(dumps(record) + '\n')
 
-  def resume(self, step: int):
-    """Drops the records after `step` (a run resumed there writes them again) and a last line a
-    kill cut short; the file is rewritten whole."""
+  def resume(self, step: int, evaluated_again: bool = False):
+    """Drops the records after `step` (a run resumed there writes them again), the evaluation at
+    `step` where the run evaluates it again (a finished run re-run), and a last line a kill cut
+    short; the file is rewritten whole."""
     if not fs.exists(self.path):
       return
     with fs.open(self.path) as f:
@@ -101,7 +120,9 @@ class JsonlWriter:
         record = json.loads(line)
       except ValueError:
         continue
-      if not isinstance(record, dict) or record.get('step', 0) <= step:
+      if not isinstance(record, dict) or record.get('step', 0) < step or (
+          record.get('step', 0) == step and not (evaluated_again and
+                                                 record.get('split') == 'eval')):
         kept.append(line if line.endswith('\n') else line + '\n')
     if len(kept) != len(lines):
       fs.write_atomic(self.path, ''.join(kept))
@@ -115,64 +136,80 @@ class NullWriter:
   def write(self, *args, **kwargs):
     del args, kwargs
 
-  def resume(self, step: int):
-    del step
+  def resume(self, step: int, evaluated_again: bool = False):
+    del step, evaluated_again
 
   def close(self):
     pass
 
 
+_FILES = itertools.count()  # event files made by this process
+
+
 class TensorBoardWriter:
-  """Scalars as TensorBoard event files (`tensorboard --logdir <workdir>/tensorboard`); the file
-  of this run is made at its first write."""
+  """Scalars as TensorBoard event files (`tensorboard --logdir <workdir>/tensorboard`), written
+  with the tensorboard package's protocol buffers and record format and our own files: no
+  TensorFlow. The file of this run is made at its first write; each write is flushed."""
 
   def __init__(self, logdir: str):
-    self.logdir, self.writer = logdir, None
+    self.logdir, self.file, self.records = logdir, None, None
 
   def _open(self):
-    summary_pb2 = tf_import.summary_pb2()
-    self.tf = tf_import.tensorflow()
-    self.writer = self.tf.summary.create_file_writer(self.logdir)
-    # TensorFlow's own summary op with the scalars plugin's tag: TensorBoard shows these as
-    # scalars, and writing them needs no TensorBoard install.
-    self.metadata = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name='scalars'),
-        data_class=summary_pb2.DATA_CLASS_SCALAR)
+    fs.makedirs(self.logdir, exist_ok=True)
+    name = (f'events.out.tfevents.{time.time():.0f}.{socket.gethostname()}.{os.getpid()}.'
+            f'{next(_FILES)}')
+    self.file = fs.open(fs.join(self.logdir, name), 'ab')
+    self.records = record_writer.RecordWriter(self.file)
+    self.records.write(event_pb2.Event(wall_time=time.time(),
+                                       file_version='brain.Event:2').SerializeToString())
 
   def write(self, step: int, values: dict, prefix: str):
-    if self.writer is None:
+    if self.records is None:
       self._open()
-    with self.writer.as_default(step=step):
-      for name, value in values.items():
-        if isinstance(value, (int, float)) and math.isfinite(value):
-          self.tf.summary.write(f'{prefix}/{name}', self.tf.constant(value, self.tf.float32),
-                                metadata=self.metadata)
-    self.writer.flush()
+    scalars = [summary_pb2.Summary.Value(tag=f'{prefix}/{name}', metadata=_SCALAR, tensor=(
+        tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[value],
+                               tensor_shape=tensor_shape_pb2.TensorShapeProto())))
+               for name, value in values.items()
+               if isinstance(value, (int, float)) and math.isfinite(value)]
+    self.records.write(event_pb2.Event(wall_time=time.time(), step=step, summary=(
+        summary_pb2.Summary(value=scalars))).SerializeToString())
+    self.records.flush()
 
-  def resume(self, step: int):
-    """Drops the events after `step` from the event files of earlier runs (a run resumed there
-    writes them again), each file rewritten whole: every reader of them sees one value per step,
-    whatever it does with steps out of order. Before this run's first write."""
+  def resume(self, step: int, evaluated_again: bool = False):
+    """Drops the events after `step` (and the evaluation at `step` where this run evaluates it
+    again) from the event files of earlier runs, each file rewritten whole: every reader of them
+    sees one value per step, whatever it does with steps out of order. Before this run's first
+    write."""
     if not fs.isdir(self.logdir):
       return
-    tf, event_pb2 = tf_import.tensorflow(), tf_import.event_pb2()
     for name in sorted(fs.listdir(self.logdir)):
       if 'tfevents' not in name or name.startswith('.'):
         continue
       path = fs.join(self.logdir, name)
-      records = list(tf.data.TFRecordDataset(path).as_numpy_iterator())
-      kept = [r for r in records if event_pb2.Event.FromString(r).step <= step]
-      if len(kept) == len(records):
-        continue
-      partial = fs.join(self.logdir, '.rewritten.partial')  # (no 'tfevents': readers skip it)
-      with tf.io.TFRecordWriter(partial) as out:
-        for record in kept:
-          out.write(record)
-      fs.replace(partial, path)
+      records = list(_event_records(fs.read_bytes(path)))
+      kept = [raw for raw, event in records if event.step < step or (event.step == step and not (
+          evaluated_again and any(v.tag.startswith('eval/') for v in event.summary.value)))]
+      if len(kept) < len(records) or sum(map(len, kept)) < fs.getsize(path):
+        fs.write_atomic(path, b''.join(kept))  # (and a last record a kill cut short goes)
 
   def close(self):
-    if self.writer is not None:
-      self.writer.close()
+    if self.file is not None:
+      self.file.close()
+      self.file = self.records = None
+
+
+def _event_records(data: bytes):
+  """(raw record, Event) of each whole record of an event file's bytes (TFRecord framing: length,
+  its masked CRC-32C, the event, its masked CRC-32C); stops at a record cut short or damaged."""
+  at = 0
+  while at + 12 <= len(data):
+    (length,) = struct.unpack('<Q', data[at:at + 8])
+    end = at + 12 + length + 4
+    payload = data[at + 12:at + 12 + length]
+    if end > len(data) or struct.unpack('<I', data[end - 4:end])[0] != masked_crc32c(payload):
+      return
+    yield data[at:end], event_pb2.Event.FromString(payload)
+    at = end
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -241,8 +278,12 @@ class Logs:
       fs.makedirs(folder, exist_ok=True)
     self.jsonl = (JsonlWriter(fs.join(folder, 'metrics.jsonl')) if main else
                   NullWriter())
-    self.board = (TensorBoardWriter(fs.join(folder, 'tensorboard')) if main else
-                  NullWriter())
+    self.board = (TensorBoardWriter(fs.join(folder, 'tensorboard')) if main and record_writer
+                  else NullWriter())
+    if main and not record_writer:
+      print(f'warning: no TensorBoard event files in {folder}: the tensorboard package is not '
+            'installed (pip install tensorboard); metrics.jsonl and curves.png hold the same '
+            'values', file=sys.stderr, flush=True)
     self.curves = fs.join(folder, 'curves.png')
     self.plot_every_s, self.plotted, self.stale = plot_every_s, time.monotonic(), False
 
@@ -260,10 +301,11 @@ class Logs:
       plot_curves(read_jsonl(self.jsonl.path), self.curves, self.panels)
       self.plotted, self.stale = time.monotonic(), False
 
-  def resume(self, step: int):
-    """Forgets what an earlier run in this folder logged after `step`, where this one starts."""
-    self.jsonl.resume(step)
-    self.board.resume(step)
+  def resume(self, step: int, evaluated_again: bool = False):
+    """Forgets what an earlier run in this folder logged after `step`, where this one starts (and
+    its evaluation at `step`, where this one evaluates that step again)."""
+    self.jsonl.resume(step, evaluated_again)
+    self.board.resume(step, evaluated_again)
 
   def close(self):
     self.plot()

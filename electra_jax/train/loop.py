@@ -121,7 +121,9 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
   the state; `annotate(values, speed)` may add values to a report and returns text for its line.
   """
   progress = logs_lib.Progress(start, plan.total_steps, plan.tokens_per_step)
-  logs.resume(start)  # one record per step: what a killed run logged after `start` goes
+  # one record per step: what a killed run logged after `start` goes, and the evaluation at the
+  # end of a finished run run again (evaluated again below)
+  logs.resume(start, evaluated_again=start >= plan.total_steps)
   signals = signals or Signals(log, install=jax.process_count() == 1)
   log_trigger, eval_trigger, save_trigger = Every(plan.log_every), Every(plan.eval_every), Every(
       plan.save_every)
