@@ -9,9 +9,13 @@ the one with its best value (checkpoints saved with evaluation metrics carry the
 
 import contextlib
 import functools
+import inspect
+import json
 import math
+import os
 import re
 import sys
+import traceback
 
 import jax
 import orbax.checkpoint as ocp
@@ -37,23 +41,38 @@ from electra_jax.train import distributed
 MIN_REPLICA_SLICE_BYTES = 1 << 20
 
 
-def _drop_late_reads():
-  """A read of a checkpoint that fails (a damaged file) leaves the reads Orbax had started running;
-  as each finishes, its callback finds Orbax's event loop closed and Python prints a traceback
-  ending in 'RuntimeError: Event loop is closed', one per read, in the middle of the run's output
-  or after a command's one-sentence error. Those alone are dropped (from the first Checkpointer
-  on); every other unraisable exception still goes to the hook there was."""
-  previous = sys.unraisablehook
-  if getattr(previous, 'drops_late_reads', False):
+# What a failed read of a damaged checkpoint leaves behind: the reads Orbax had started go on, and
+# as each finishes (while the failure unwinds, or later), its callback finds Orbax's event loop
+# closed (a RuntimeError raised in asyncio) or its coroutine's error is never retrieved; Python
+# prints each as an "exception ignored" traceback, in the middle of the run's output or after a
+# command's one-sentence error. A read allows that many to be dropped, two per array it reads,
+# from its start, and gives the allowance back when it succeeds (`_reading`); every other
+# unraisable exception, and any beyond the allowance, go to the hook there was.
+_late_reads = {'allowed': 0, 'previous': None}
+
+
+def _unraisable(unraisable):
+  e, origin = unraisable.exc_value, unraisable.object
+  frames = traceback.extract_tb(unraisable.exc_traceback) if unraisable.exc_traceback else []
+  closed = (isinstance(e, RuntimeError) and str(e) == 'Event loop is closed' and frames
+            and f'{os.sep}asyncio{os.sep}' in frames[-1].filename)  # raised by asyncio itself
+  orbax_read = inspect.iscoroutine(origin) and 'orbax' in origin.cr_code.co_filename
+  if (closed or orbax_read) and _late_reads['allowed'] > 0:
+    _late_reads['allowed'] -= 1
     return
+  _late_reads['previous'](unraisable)
 
-  def hook(unraisable):
-    e = unraisable.exc_value
-    if not (type(e) is RuntimeError and str(e) == 'Event loop is closed'):  # pylint: disable=unidiomatic-typecheck
-      previous(unraisable)
 
-  hook.drops_late_reads = True
-  sys.unraisablehook = hook
+@contextlib.contextmanager
+def _reading(arrays: int):
+  """A read of a checkpoint of `arrays` arrays: the late errors of its reads are expected, up to
+  two per array, until it succeeds."""
+  if _late_reads['previous'] is None:
+    _late_reads['previous'] = sys.unraisablehook
+    sys.unraisablehook = _unraisable
+  _late_reads['allowed'] += 2 * arrays
+  yield
+  _late_reads['allowed'] = max(0, _late_reads['allowed'] - 2 * arrays)  # read whole: none late
 
 
 @functools.cache
@@ -127,7 +146,6 @@ class Checkpointer:
   def __init__(self, directory: str, keep: int = 3, best_metric: str = '',
                best_mode: str = 'max'):
     _use_replica_slices_for_large_arrays_only()
-    _drop_late_reads()
     self.directory = fs.abspath(directory)
     if fs.exists(self.directory) and not fs.isdir(self.directory):
       raise UserError(f'{self.directory} is a file where the run keeps its checkpoints (a folder); '
@@ -235,7 +253,8 @@ class Checkpointer:
   def check_shapes(self, step: int, target_state):
     """Raises ShapeMismatch when checkpoint `step` holds parameters of other names or shapes."""
     try:
-      saved = _flat_shapes(self.manager.item_metadata(step)['state'].tree['params'])
+      with _reading(self._arrays(step)):
+        saved = _flat_shapes(self.manager.item_metadata(step)['state'].tree['params'])
     except Exception:  # pylint: disable=broad-except
       return  # metadata that cannot be read: the restore reports the checkpoint as damaged
     wanted = _flat_shapes(target_state.params)
@@ -248,19 +267,30 @@ class Checkpointer:
   def restore(self, step: int, target_state):
     """Restores onto `target_state`'s structure, shapes, dtypes and shardings."""
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
-    out = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    with _reading(self._arrays(step)):
+      out = self.manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     return out['state'], out['meta']
 
   def restore_arrays(self, step: int):
     """(state as nested dicts of arrays on one device, meta) of checkpoint `step`, read by its own
     metadata: no model or optimizer needs to be built (exports, inspection)."""
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                            self.manager.item_metadata(step)['state'].tree)
-    out = self.manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+    with _reading(self._arrays(step)):
+      abstract = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                              self.manager.item_metadata(step)['state'].tree)
+      out = self.manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     return out['state'], out['meta']
+
+  def _arrays(self, step: int) -> int:
+    """How many arrays checkpoint `step` holds, by its Orbax metadata file (1,000 where that
+    cannot be read): how many reads a read of it starts."""
+    try:
+      with fs.open(fs.join(self.directory, str(step), 'state', '_METADATA')) as f:
+        return len(json.load(f)['tree_metadata'])
+    except (OSError, ValueError, KeyError, TypeError):
+      return 1000
 
   def restore_latest(self, target_state, log=print, afresh: bool = False):
     """(step, state, meta) of the newest checkpoint that reads back whole; (0, target, {}) if none.
