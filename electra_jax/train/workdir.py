@@ -142,8 +142,7 @@ def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
       if not isinstance(holder, dict):
         holder = {}
       if holder and not stale(holder):
-        raise Busy(f'{workdir} is in use by {describe(holder, fs.join(workdir, NAME))}: wait for '
-                   'it to end or stop it, or use another --workdir')
+        raise _busy(workdir, holder)
     stamp = store.write(NAME, json.dumps(record), if_equal=current.stamp.generation).result()
     if stamp.generation:
       if current.state == 'value':
@@ -155,6 +154,22 @@ def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
     time.sleep(0.05)  # another run wrote first: read whose it is
   raise Busy(f'could not lock {workdir}: its lock file {fs.join(workdir, NAME)} keeps changing; '
              'is another run starting there?')
+
+
+def _busy(workdir: str, holder: dict) -> Busy:
+  return Busy(f'{workdir} is in use by {describe(holder, fs.join(workdir, NAME))}: wait for it to '
+              'end or stop it, or use another --workdir')
+
+
+def check_free(workdir: str):
+  """Refuses (Busy) a workdir that a live run holds, before a run reads its inputs (`claim` asks
+  again, atomically)."""
+  try:
+    holder = json.loads(fs.read_text(fs.join(workdir, NAME)))
+  except (OSError, ValueError):
+    return  # no lock, or one being written or damaged: claim decides
+  if isinstance(holder, dict) and holder and not stale(holder):
+    raise _busy(workdir, holder)
 
 
 def read_config(path: str):
