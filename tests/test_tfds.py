@@ -6,6 +6,7 @@ sentence that leaves nothing behind, in the data folder or the workdir (the READ
 import functools
 import http.server
 import os
+import tempfile
 import threading
 
 import pytest
@@ -65,6 +66,10 @@ def _offline(monkeypatch):
   monkeypatch.setattr(downloader, 'MAX_RETRIES', 0)
 
 
+def _tfds_temporary_folders() -> set:
+  return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith('tfds')}
+
+
 @pytest.mark.fast
 def test_a_tfds_corpus_is_downloaded_prepared_and_read(tmp_path, server, monkeypatch):
   monkeypatch.setattr(ElectraTinyText, 'URL', f'{server}/corpus.txt')
@@ -80,18 +85,25 @@ def test_a_tfds_corpus_without_a_network_is_one_sentence_and_leaves_nothing(tmp_
   _offline(monkeypatch)
   monkeypatch.setattr(ElectraTinyText, 'URL', 'https://example.org/corpus.txt')
   data_dir = tmp_path / 'tfds'
+  temporary = _tfds_temporary_folders()
   source = corpus_lib.Source('tfds:electra_tiny_text', tfds_data_dir=str(data_dir))
   with pytest.raises(ValueError, match=r'^TFDS could not download electra_tiny_text: no connection '
                                        r'to example.org from this machine; prepare it where there '
                                        r'is one .* set TFDS_DATA_DIR=DIR$'):
     list(source.documents())
-  assert not data_dir.exists()
+  assert not data_dir.exists() and _tfds_temporary_folders() == temporary
 
 
 def test_the_readme_glue_command_without_a_network_is_one_sentence_and_leaves_nothing(
     tmp_path, monkeypatch, pretrained):
+  """Said at once: TFDS is not asked (its retries took 3.4 min) when none of the dataset's hosts
+  answers; nothing is left in the data folder, the workdir or the system's temporary folder."""
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   _offline(monkeypatch)
+  def never(*args, **kwargs):
+    raise AssertionError(f'tfds.load{args} was called')
+  monkeypatch.setattr(tfds, 'load', never)
+  temporary = _tfds_temporary_folders()
   cfg = load_config(os.path.join(ROOT, 'configs', 'finetune', 'glue.py'))
   data_dir, workdir = tmp_path / 'tfds', tmp_path / 'glue_sst2'
   data_dir.mkdir()
@@ -103,3 +115,19 @@ def test_the_readme_glue_command_without_a_network_is_one_sentence_and_leaves_no
     run.finetune(cfg, str(workdir), log=lambda *_: None)
   assert not workdir.exists()
   assert sorted(os.listdir(data_dir)) == ['kept.txt']
+  assert _tfds_temporary_folders() == temporary
+
+
+@pytest.mark.fast
+def test_a_failed_attempt_leaves_no_folder_of_tfds_in_the_temporary_folder(tmp_path, monkeypatch):
+  """TFDS makes a `tfds*` folder there on each try to copy a prepared dataset from its bucket."""
+  def load(*args, **kwargs):
+    tempfile.mkdtemp(prefix='tfds')
+    raise ConnectionError("HTTPSConnectionPool(host='storage.googleapis.com', port=443)")
+  monkeypatch.setattr(tfds, 'load', load)
+  monkeypatch.setattr(tf_import, '_check_reachable', lambda *args: None)
+  temporary = _tfds_temporary_folders()
+  with pytest.raises(ValueError, match=r'^TFDS could not download glue/sst2: no connection to '
+                                       r'storage.googleapis.com from this machine'):
+    tf_import.tfds_load('glue/sst2', 'train', str(tmp_path / 'tfds'), 'point at it')
+  assert _tfds_temporary_folders() == temporary

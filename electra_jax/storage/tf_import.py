@@ -2,11 +2,17 @@
 off the accelerators, which belong to JAX. TensorFlow only reads and writes data here: tf.data,
 TFRecord files, tf.io.gfile for buckets, original TF checkpoints."""
 
+import collections
+import concurrent.futures
 import contextlib
 import os
 import re
 import shutil
+import socket
 import sys
+import tempfile
+import urllib.parse
+import urllib.request
 
 
 def tensorflow():
@@ -58,6 +64,50 @@ def _snapshot(folders: list[str]) -> set[str]:
   return found
 
 
+def _temporary_folders() -> set[str]:
+  """TFDS's folders in the system's temporary folder (`tfds*`, made by each attempt to copy a
+  prepared dataset from its bucket)."""
+  tmp = tempfile.gettempdir()
+  return {os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith('tfds')
+          and os.path.isdir(os.path.join(tmp, n))}
+
+
+class Unreachable(ConnectionError):
+  """None of a dataset's download hosts answers: raised before TFDS tries (and retries) them."""
+
+
+def _check_reachable(tfds, name: str, data_dir: str | None, timeout_s: float = 3.0):
+  """Raises Unreachable (host='...': the dataset's main download host) when `name` is not
+  prepared yet and neither its download hosts nor TFDS's bucket can be reached (a TCP connection
+  each, through the proxy the environment names, within `timeout_s`), so that a machine without a
+  network hears so at once, not after TFDS's minutes of retries. Datasets whose builders list no
+  URLs are left to TFDS."""
+  builder = tfds.builder(name, data_dir=data_dir)
+  urls = list(getattr(builder, 'url_infos', None) or ())
+  if not urls or builder.is_prepared():
+    return
+  hosts = [urllib.parse.urlsplit(u).hostname for u in urls]
+  proxies = urllib.request.getproxies()
+  targets = set()
+  for url in urls + ['https://storage.googleapis.com/tfds-data/']:
+    parts = urllib.parse.urlsplit(url)
+    proxy = None if urllib.request.proxy_bypass(parts.hostname) else proxies.get(parts.scheme)
+    at = urllib.parse.urlsplit(proxy) if proxy else parts
+    targets.add((at.hostname, at.port or (443 if at.scheme == 'https' else 80)))
+
+  def answers(address) -> bool:
+    try:
+      socket.create_connection(address, timeout=timeout_s).close()
+      return True
+    except OSError:
+      return False
+
+  with concurrent.futures.ThreadPoolExecutor(min(16, len(targets))) as pool:
+    if not any(pool.map(answers, sorted(targets))):
+      main = collections.Counter(hosts).most_common(1)[0][0]
+      raise Unreachable(f"no connection (host='{main}')")
+
+
 def tfds_load(name: str, split: str, data_dir: str | None, data_dir_hint: str, **kwargs):
   """`tfds.load(name, split=split, data_dir=data_dir)`: the dataset downloaded and prepared on
   first use. A failure is a ValueError in one sentence (no connection: the host, and how to
@@ -71,9 +121,13 @@ def tfds_load(name: str, split: str, data_dir: str | None, data_dir_hint: str, *
                                           os.path.join(local, 'downloads')]
   existed = os.path.isdir(local)
   before = _snapshot(watched)
+  temporary = _temporary_folders()
   try:
+    _check_reachable(tfds, name, data_dir)
     return tfds.load(name, split=split, data_dir=data_dir, **kwargs)
   except Exception as e:  # pylint: disable=broad-except
+    for path in _temporary_folders() - temporary:  # (TFDS's copy from its bucket, begun)
+      shutil.rmtree(path, ignore_errors=True)
     for path in sorted(_snapshot(watched) - before, key=len, reverse=True):  # deepest first
       if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)
