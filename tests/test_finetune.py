@@ -12,6 +12,7 @@ import pytest
 
 from conftest import WORDS, test_config
 from electra_jax import UserError
+from electra_jax.convert import hf as hf_lib
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import encode as encode_lib
@@ -808,9 +809,36 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
   (tmp_path / 'bad.txt').write_text('EU B-ORG\nrejects O\n\nNew York B-LOC\n')
   with pytest.raises(ValueError, match=r"line 4 of .* has 3 columns where line 1 has 2 \('New "):
     tagging.read_conll(str(tmp_path / 'bad.txt'))
-  cfg.dev = _write_conll(tmp_path / 'dev.txt', [(['cat'], ['B-ANIMAL'])])
-  with pytest.raises(ValueError, match=r"the dev data has tag\(s\) \['S-ANIMAL'\] never seen"):
+  cfg.dev = _write_conll(tmp_path / 'dev.txt', [(['cat'], ['O']), (['big', 'cat'], ['O', 'B-ANIMAL'])])
+  with pytest.raises(ValueError, match=r"^line 6 of .*dev.txt has the tag 'B-ANIMAL', of a type "
+                                       r'\(ANIMAL\) the train data never tags; fix the tag or '):
+    registry.load(cfg)  # named as the file writes it, with its line
+  cfg.dev = _write_conll(tmp_path / 'dev.txt', [(['Rome'], ['B-PLACE'])])  # S-PLACE, unseen: kept
+  task, splits = registry.load(cfg)
+  assert splits['dev'][0].label == ('S-PLACE',) and task.tag_scheme == 'IOB2'
+  cfg.tag_column = 5
+  with pytest.raises(ValueError, match=r'^task.tag_column=5, and line 3 of .*train.txt has 3 '
+                                       r'columns; give a column from 0 to 2 \(-1: the last\)$'):
     registry.load(cfg)
+
+
+@pytest.mark.fast
+def test_predictions_and_exported_labels_speak_the_train_files_scheme():
+  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
+  iob1 = ('I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC', 'I-ORG')
+  iob2 = ('B-PER', 'I-PER', 'B-PER', 'O', 'B-LOC', 'B-ORG')
+  bioes = ('B-PER', 'E-PER', 'S-PER', 'O', 'S-LOC', 'S-ORG')
+  assert [tagging.scheme_of([t]) for t in (iob1, iob2, bioes)] == ['IOB1', 'IOB2', 'BIOES']
+  assert tagging.scheme_of([('O', 'B-X'), ('I-X', 'O')]) == 'IOB1'  # any sentence decides
+  for written, scheme in ((iob1, 'IOB1'), (iob2, 'IOB2'), (bioes, 'BIOES')):
+    for tags in (iob1, iob2, bioes):  # the same chunks, whatever the scheme read
+      assert tagging.in_scheme(tagging.to_bioes(tags), scheme) == written
+  labels = ('O', 'B-PER', 'E-PER', 'I-PER', 'S-PER')
+  assert tagging.output_names(labels, 'IOB2') == ['O', 'B-PER', 'I-PER', 'I-PER', 'B-PER']
+  assert tagging.output_names(labels, 'BIOES') == list(labels)
+  assert tagging.KIND.exported_labels({'labels': labels}) == list(labels)  # an older checkpoint
+  fields = hf_lib.labelled(tagging.KIND.exported_labels({'labels': labels, 'tag_scheme': 'IOB1'}))
+  assert fields['id2label'][4] == 'B-PER' and fields['label2id'] == {'O': 0, 'B-PER': 1, 'I-PER': 2}
 
 
 @pytest.mark.fast
@@ -847,6 +875,11 @@ def test_finetuning_learns_a_synthetic_tagging_task(tmp_path, pretrained):
                      log=_quiet, mode='predict')
   lines = open(out['predictions'][0]).read().split('\n\n')
   assert len([l for l in lines if l.strip()]) == 8
+  predicted = {l.split()[-1] for l in open(out['predictions'][0]) if l.strip()}
+  assert 'B-PLACE' in predicted and predicted <= {'O', 'B-PLACE', 'I-PLACE', 'B-ANIMAL', 'I-ANIMAL'}
+  export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=_quiet)  # the file's IOB2
+  names = json.load(open(tmp_path / 'hf' / 'config.json'))['id2label']
+  assert sorted(set(names.values())) == ['B-ANIMAL', 'B-PLACE', 'I-PLACE', 'O'], names
 
 
 def _finetune_config_file(tmp_path, pretrained, **fields):

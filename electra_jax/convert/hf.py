@@ -287,7 +287,7 @@ def encoder_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
 def labelled(names: list[str]) -> dict:
   """HF config fields of a head whose outputs are named `names`."""
   return {'num_labels': len(names), 'id2label': dict(enumerate(names)),
-          'label2id': {n: i for i, n in enumerate(names)}}
+          'label2id': {n: i for i, n in reversed(list(enumerate(names)))}}  # a name's first
 
 
 def dense(params, name: str = 'classifier') -> tuple[np.ndarray, np.ndarray]:

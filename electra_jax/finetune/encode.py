@@ -101,8 +101,8 @@ def encode_tagged(examples: list[Example], task: Task, tokenizer, max_len: int) 
         out.truncated += 1
         break
       positions.append(len(tokens))
-      if e.label is not None:
-        out.labels[i, len(tokens)] = index[e.label[j]]
+      if e.label is not None:  # (a dev tag of a type train has, never in this form: unscored)
+        out.labels[i, len(tokens)] = index.get(e.label[j], -1)
       tokens += word
     k += len(e.text_a)
     tokens.append(special.sep)

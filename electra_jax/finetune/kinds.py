@@ -95,6 +95,10 @@ class Kind:
   def check_export(self, config, workdir: str):
     """Refuses (UserError) a fine-tuning whose head HF transformers cannot hold."""
 
+  def exported_labels(self, meta: dict) -> list[str]:
+    """The names an export gives the outputs, from a checkpoint's `meta`."""
+    return [str(x) for x in meta['labels']]
+
   def in_units(self, state: dict, meta: dict) -> dict:
     """The exported state dict with outputs in the labels' own units (`meta`: the checkpoint's)."""
     del meta

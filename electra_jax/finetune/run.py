@@ -109,7 +109,8 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                           eval_fields=shown)
   meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
                        'labels': list(task.labels), 'label_scale': task.label_scale,
-                       'label_offset': task.label_offset, 'seed': seed,
+                       'label_offset': task.label_offset, 'tag_scheme': task.tag_scheme,
+                       'seed': seed,
                        'train_fingerprint': trained_on,
                        'config': json.loads(cfg.to_json())}  # what the run is: checked on resume
   stream = batches.train_batches(train, cfg.batch_size, seed, start,

@@ -3,7 +3,8 @@ entity-level precision / recall / F1; exported as HF's ElectraForTokenClassifica
 
 A chunk (an entity, a phrase) is read from tags the way conlleval reads them: B-X or S-X starts one,
 I-X or E-X continues one of type X (an I-X after O or after another type starts one, as IOB1 files
-have it), E-X and S-X end one. Files in IOB1, IOB2 or BIOES all become BIOES.
+have it), E-X and S-X end one. Files in IOB1, IOB2 or BIOES all become BIOES for the model (the
+original's encoding); predictions and an export's labels speak the train file's own scheme.
 """
 
 import re
@@ -20,26 +21,32 @@ from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.storage import fs
 
 
-def read_conll(path: str, column: int = -1) -> list[tuple[tuple, tuple]]:
+def read_conll(path: str, column: int = -1, lines: list | None = None) -> list[tuple[tuple, tuple]]:
   """(words, tags) per sentence of a CoNLL file: one token per line, its tag in `column`, a blank
-  line between sentences, -DOCSTART- lines skipped."""
+  line between sentences, -DOCSTART- lines skipped. `lines`, when given, receives each sentence's
+  line numbers."""
   if not fs.isfile(path):
     raise FileNotFoundError(f'the data file {path} does not exist; give a CoNLL file (one token '
                             'and its tag per line, a blank line between sentences)')
-  sentences, words, tags = [], [], []
+  sentences, words, tags, numbers = [], [], [], []
   width = None  # the columns of the file's first token line
   for n, line in enumerate(fs.read_user_text(path).split('\n'), start=1):
     parts = line.split()
     if not parts or parts[0] == '-DOCSTART-':
       if words:
         sentences.append((tuple(words), tuple(tags)))
-        words, tags = [], []
+        if lines is not None:
+          lines.append(tuple(numbers))
+        words, tags, numbers = [], [], []
       continue
     if len(parts) < 2:
       raise ValueError(f'line {n} of {path} has no tag column ({line.strip()!r}); a CoNLL line '
                        'is a token and its tag, separated by spaces')
     if width is None:
       width = (len(parts), n)
+      if not -len(parts) <= column < len(parts):
+        raise ValueError(f'task.tag_column={column}, and line {n} of {path} has {len(parts)} '
+                         f'columns; give a column from 0 to {len(parts) - 1} (-1: the last)')
     elif len(parts) != width[0]:
       raise ValueError(f'line {n} of {path} has {len(parts)} columns where line {width[1]} has '
                        f'{width[0]} ({line.strip()[:80]!r}); a token holding a space cannot be '
@@ -50,8 +57,11 @@ def read_conll(path: str, column: int = -1) -> list[tuple[tuple, tuple]]:
                        'as B-PER, I-PER (IOB) or S-, E- (BIOES)')
     words.append(parts[0])
     tags.append(tag)
+    numbers.append(n)
   if words:
     sentences.append((tuple(words), tuple(tags)))
+    if lines is not None:
+      lines.append(tuple(numbers))
   if not sentences:
     raise ValueError(f'the data file {path} holds no sentences')
   return sentences
@@ -94,6 +104,49 @@ def to_bioes(tags) -> tuple:
   return tuple(out)
 
 
+SCHEMES = ('IOB1', 'IOB2', 'BIOES')
+
+
+def scheme_of(sentences: list) -> str:
+  """The tag scheme of a file's tags (a list of tag sequences): BIOES where a tag is S- or E-,
+  IOB1 where a chunk starts with I- (after O or a chunk of another type), else IOB2."""
+  if any(_split(t)[0] in ('S', 'E') for tags in sentences for t in tags):
+    return 'BIOES'
+  for tags in sentences:
+    before = ''  # the type of the chunk the previous tag is in
+    for tag in tags:
+      prefix, kind = _split(tag)
+      if prefix == 'I' and kind != before:
+        return 'IOB1'
+      before = kind
+  return 'IOB2'
+
+
+def in_scheme(tags, scheme: str) -> tuple:
+  """Tags (of any scheme) written in `scheme`, the same chunks: IOB2 starts each chunk with B-,
+  IOB1 only a chunk that follows one of its own type, BIOES as to_bioes writes them."""
+  if scheme == 'BIOES':
+    return to_bioes(tags)
+  out, previous = ['O'] * len(tags), None  # (end, type) of the last chunk
+  for start, end, kind in chunks(tags):
+    first = 'B' if scheme == 'IOB2' or previous == (start - 1, kind) else 'I'
+    out[start] = f'{first}-{kind}'
+    for i in range(start + 1, end + 1):
+      out[i] = f'I-{kind}'
+    previous = (end, kind)
+  return tuple(out)
+
+
+def output_names(labels, scheme: str) -> list[str]:
+  """The names of the model's outputs (BIOES tags) as a file of `scheme` names them, one by one:
+  IOB files' S-X is B-X and E-X is I-X (HF's token-classification pipeline groups B-/I- tags)."""
+  if scheme == 'BIOES':
+    return list(labels)
+  rename = {'S': 'B', 'E': 'I'}
+  return [t if t == 'O' else f'{rename.get(_split(t)[0], _split(t)[0])}-{_split(t)[1]}'
+          for t in labels]
+
+
 def entity_scores(gold: list, predicted: list) -> dict[str, float]:
   """Chunk-level precision, recall and F1 (micro, over all sentences), as conlleval counts them."""
   found = correct = wanted = 0
@@ -108,24 +161,33 @@ def entity_scores(gold: list, predicted: list) -> dict[str, float]:
 
 def load_tagging(cfg) -> tuple:
   """(task, {split: examples}) of CoNLL files (CoNLL-2000 chunking, CoNLL-2003 NER, ...) as a BIOES
-  tagging task."""
-  splits = {}
+  tagging task (the original's encoding); the train file's scheme (IOB1, IOB2 or BIOES) is kept
+  for predictions and exports. A dev or test chunk type the train data never tags is refused
+  naming the file, its line and the tag as written there."""
+  splits, written = {}, {}
   for split in ('train', 'dev', 'test'):
     if cfg[split]:
+      lines = []
+      sentences = read_conll(cfg[split], cfg.tag_column, lines)
+      written[split] = (sentences, lines)
       splits[split] = [tasks_lib.Example(words, None, to_bioes(tags))  # a test file's tags: scored
-                       for words, tags in read_conll(cfg[split], cfg.tag_column)]
+                       for words, tags in sentences]
   tags = {t for e in splits['train'] for t in e.label} - {'O'}
   if not tags:
     raise ValueError(f'the train data {cfg.train} tags no chunk (every tag is O); check '
                      'task.tag_column')
   labels = ('O',) + tuple(sorted(tags))
-  for split, examples in splits.items():
-    unseen = sorted({t for e in examples if e.label for t in e.label} - set(labels))
-    if unseen:
-      raise ValueError(f'the {split} data has tag(s) {unseen[:5]} never seen in the train data; '
-                       'fix the tags or add training sentences with them')
+  types = {_split(t)[1] for t in tags}
+  for split, (sentences, lines) in written.items():
+    for (_, tags_written), numbers in zip(sentences, lines):
+      for tag, n in zip(tags_written, numbers):
+        if tag != 'O' and _split(tag)[1] not in types:
+          raise ValueError(f'line {n} of {cfg[split]} has the tag {tag!r}, of a type '
+                           f'({_split(tag)[1]}) the train data never tags; fix the tag or add '
+                           'training sentences with it')
+  scheme = scheme_of([tags for _, tags in written['train'][0]])
   return tasks_lib.Task(tasks_lib.task_name(cfg), 'tagging', labels, ('f1', 'precision', 'recall'),
-                        ('dev',) if 'dev' in splits else ()), splits
+                        ('dev',) if 'dev' in splits else (), tag_scheme=scheme), splits
 
 
 def word_tags(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list) -> list[tuple]:
@@ -165,13 +227,19 @@ class Tagging(kinds.Kind):
 
   def write_predictions(self, task, split: str, outputs, examples: list, folder: str, data=None,
                         cfg=None) -> str:
-    """CoNLL lines: each word and its predicted tag, a blank line after each sentence."""
+    """CoNLL lines: each word and its predicted tag in the train file's scheme, a blank line
+    after each sentence."""
     fs.makedirs(folder, exist_ok=True)
     path = fs.join(folder, f'{split}_predictions.txt')
-    fs.write_atomic(path, ''.join(''.join(f'{w} {t}\n' for w, t in zip(e.text_a, tags)) + '\n'
-                                  for e, tags in zip(examples,
-                                                     word_tags(task, outputs, data, examples))))
+    scheme = task.tag_scheme or 'BIOES'
+    fs.write_atomic(path, ''.join(
+        ''.join(f'{w} {t}\n' for w, t in zip(e.text_a, in_scheme(tags, scheme))) + '\n'
+        for e, tags in zip(examples, word_tags(task, outputs, data, examples))))
     return path
+
+  def exported_labels(self, meta: dict) -> list[str]:
+    """The outputs' names in the train file's scheme (checkpoints of earlier versions: BIOES)."""
+    return output_names([str(x) for x in meta['labels']], meta.get('tag_scheme') or 'BIOES')
 
   def check_model(self, model_cfg, outputs: int):
     return heads.Classifier(model_cfg, outputs, per_token=True)

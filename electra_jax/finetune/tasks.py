@@ -51,6 +51,8 @@ class Task:
   epochs: float = 3.0  # the paper's epochs for this task
   test_splits: tuple = ()  # test splits whose every example is labelled: scored at the end only
   label_offset: float = 0.0
+  tag_scheme: str = ''  # tagging: the train file's scheme (IOB1, IOB2, BIOES), which predictions
+  #                       and exports speak
 
 
 @dataclasses.dataclass(frozen=True)

@@ -236,7 +236,7 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   kind = registry.get(meta['kind'])
   cfg = pretrained.model_cfg
   params = state['params']
-  state, fields = kind.to_hf(params, cfg, [str(x) for x in meta['labels']],
+  state, fields = kind.to_hf(params, cfg, kind.exported_labels(meta),
                              finetune_config.dropout_rate(config, cfg))
   state = kind.in_units(state, meta)
   _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
