@@ -607,10 +607,11 @@ def _copy_checkpoint(workdir: str, source: int, target: int):
   shutil.copytree(os.path.join(folder, str(source)), os.path.join(folder, str(target)))
 
 
-def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, monkeypatch):
+def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, corpus_file,
+                                       monkeypatch):
   """A workdir without checkpoints, a fine-tuning's workdir given to the pre-training commands,
-  a checkpoint deleted while read (a running pre-training rotates them), a damaged one, an --out
-  that is a file: each named as what it is."""
+  a checkpoint deleted while read (a running pre-training rotates them), a damaged one, records
+  of another vocabulary than init_from's, an --out that is a file: each named as what it is."""
   from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
@@ -669,6 +670,24 @@ def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, monke
                   r'reading ".*" in OCDBT database .*\); run the pre-training command again',
                   str(e.value)), str(e.value)
   assert 'TensorStore details' not in str(e.value) and '<' not in str(e.value)
+
+  # records of another vocabulary than init_from's: the conflict named, not a model field
+  from test_tokenizer import write_wordpiece_vocab  # pylint: disable=import-outside-toplevel
+  vocab = str(tmp_path / 'vocab.txt')
+  size = len(write_wordpiece_vocab(vocab))
+  other = str(tmp_path / 'other_records')
+  prepare_lib.records_folder(records_lib.Settings(
+      source=corpus_file, max_seq_length=32, eval_fraction=0.2, vocab=vocab,
+      vocab_size=size, num_shards=4), other, log=_quiet)
+  with pytest.raises(UserError, match=rf'^the records in {other} were tokenized with another '
+                                      rf'vocabulary \({size} entries\) than --config.init_from='
+                                      rf'{pretrained} was trained with \(.*, 96 entries\); build '
+                                      r'records with its vocabulary \(python launch/prepare_data.py '
+                                      r'--vocab=.* \.\.\.\) and give those, or drop '
+                                      r'--config.data.records'):
+    pretrain.train_and_evaluate(test_config(**{'data.records': other, 'init_from': pretrained}),
+                                str(tmp_path / 'from_init'), log=_quiet)
+  assert not os.path.exists(tmp_path / 'from_init')
 
   a_file = tmp_path / 'a_file'
   a_file.write_text('x')

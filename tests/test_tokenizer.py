@@ -54,6 +54,22 @@ def test_wordpiece_vocab_without_special_tokens_is_refused(tmp_path):
 
 
 @pytest.mark.fast
+def test_wordpiece_vocab_listing_a_token_twice_is_refused(tmp_path):
+  """HF tokenizers would keep one of the two ids, and read the vocabulary wrongly after it."""
+  path = tmp_path / 'vocab.txt'
+  tokens = write_wordpiece_vocab(path)
+  path.write_text('\n'.join(tokens[:9] + ['cat'] + tokens[9:]) + '\n')
+  line = tokens.index('cat') + 2  # (one line later: the inserted one)
+  with pytest.raises(ValueError, match=rf"^lines 10 and {line} of the vocabulary .*vocab.txt both "
+                                       r"hold 'cat'; a vocab.txt lists each token once \(its line "
+                                       r'is its id\): remove one$'):
+    tokenizer_lib.load_tokenizer(str(path))
+  path.write_text('\n'.join(tokens[:7] + ['', ''] + tokens[7:]) + '\n')
+  with pytest.raises(ValueError, match=r'^lines 8 and 9 of .* both hold an empty line'):
+    tokenizer_lib.load_tokenizer(str(path))
+
+
+@pytest.mark.fast
 def test_records_built_with_a_wordpiece_vocab(tmp_path):
   corpus = write_corpus(str(tmp_path / 'corpus.txt'), num_docs=20)
   vocab = str(tmp_path / 'vocab.txt')

@@ -222,13 +222,18 @@ class WordPieceTokenizer:
     if vocab and vocab[-1] == '':
       vocab.pop()
     index = {t: i for i, t in reversed(list(enumerate(vocab)))}
+    if len(index) < len(vocab):  # (HF tokenizers would keep one of its ids: lines and ids disagree)
+      twice = next(i for i, t in enumerate(vocab) if index[t] != i)
+      token = f'{vocab[twice]!r}' if vocab[twice] else 'an empty line'
+      raise ValueError(f'lines {index[vocab[twice]] + 1} and {twice + 1} of the vocabulary '
+                       f'{vocab_path} both hold {token}; a vocab.txt lists each token once (its '
+                       'line is its id): remove one')
     missing = [t for t in SPECIAL_TOKENS if t not in index]
     if missing:
       raise ValueError(f'vocabulary {vocab_path} lacks the special tokens {missing}; a BERT '
                        'vocab.txt has [PAD] [UNK] [CLS] [SEP] [MASK] as lines of their own')
     self.path = vocab_path
-    # (as tokenizers reads a vocab.txt: a token listed twice keeps its later id)
-    self._tok = BertWordPieceTokenizer({t: i for i, t in enumerate(vocab)}, lowercase=lower_case, strip_accents=None,
+    self._tok = BertWordPieceTokenizer(index, lowercase=lower_case, strip_accents=None,
                                        clean_text=True, handle_chinese_chars=True)
     self._size = len(vocab)
     self.special = SpecialIds(*(index[t] for t in SPECIAL_TOKENS))

@@ -61,6 +61,14 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
                                  size_flag='--config.model.vocab_size')
     meta = records_lib.read_metadata(records_dir)
     records_lib.verify(records_dir, meta)
+  if config.init_from and d.records and d.vocab and (
+      tokenizer_lib.file_fingerprint(d.vocab) != meta['vocab_fingerprint']):
+    raise UserError(  # (init_from's vocabulary and size are the run's: no model field can help)
+        f'the records in {records_dir} were tokenized with another vocabulary '
+        f'({meta["vocab_size"]} entries) than --config.init_from={config.init_from} was trained '
+        f'with ({d.vocab}, {config.model.vocab_size} entries); build records with its vocabulary '
+        f'(python launch/prepare_data.py --vocab={d.vocab} ...) and give those, or drop '
+        '--config.data.records to build them in the workdir')
   if meta['vocab_size'] != config.model.vocab_size:
     raise UserError(f'the records in {records_dir} use a vocabulary of {meta["vocab_size"]} '
                     f'entries but model.vocab_size is {config.model.vocab_size}; set '
