@@ -372,8 +372,9 @@ def run(main):
     except Stopped as e:  # a run saved where it stopped and said so; 128 + the signal's number
       exit_now(e.exit_code, together=True)
     except KeyboardInterrupt as e:  # what is complete stays; a re-run continues from it
-      print(f'{"stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"}: run the '
-            'same command again to continue from what is complete', file=sys.stderr)
+      said = str(e) or 'run the same command again to continue from what is complete'
+      print(f'{"stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"}: {said}',
+            file=sys.stderr)
       exit_now(143 if isinstance(e, Terminated) else 130)
     except Exception:  # pylint: disable=broad-except
       traceback.print_exc()

@@ -52,9 +52,12 @@ def main(argv):
       source = corpus.Source(_CORPUS.value, _TEXT_FIELD.value)
     source.require_text()
     stats = {}
+    print(f'training a SentencePiece vocabulary of {_VOCAB_SIZE.value:,} entries on '
+          f'{source.spec}', flush=True)
     tok = tokenizer.train_sentencepiece(  # streams the corpus; samples --max_sentences lines
         source.lines(), output, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value, seed=_SEED.value,
-        character_coverage=_COVERAGE.value, max_sentences=_MAX_SENTENCES.value, stats=stats)
+        character_coverage=_COVERAGE.value, max_sentences=_MAX_SENTENCES.value, stats=stats,
+        log=lambda line: print(line, flush=True))
     if stats.get('lines_cut'):
       print(f'warning: corpus {source.spec}: {stats["lines_cut"]:,} sentence(s) longer than '
             f'{tokenizer.MAX_SENTENCE_BYTES:,} bytes were cut into pieces for the trainer, which '
@@ -63,6 +66,9 @@ def main(argv):
       print(f'warning: corpus {source.spec}: {warning}', flush=True)
   except (ValueError, FileNotFoundError) as e:
     raise cli.UserError(str(e)) from None
+  except KeyboardInterrupt as e:  # (the trainer's process is stopped with this one)
+    raise type(e)(f'the vocabulary was not finished, and nothing was written to {output}; run '
+                  'the same command again to train it') from None
   print(f'{output}: {tok.vocab_size} entries, special ids {tok.special.as_dict()}, '
         f'fingerprint {tok.fingerprint}', flush=True)
 

@@ -96,13 +96,17 @@ def test_a_tfds_corpus_without_a_network_is_one_sentence_and_leaves_nothing(tmp_
 
 def test_the_readme_glue_command_without_a_network_is_one_sentence_and_leaves_nothing(
     tmp_path, monkeypatch, pretrained):
-  """Said at once: TFDS is not asked (its retries took 3.4 min) when none of the dataset's hosts
-  answers; nothing is left in the data folder, the workdir or the system's temporary folder."""
+  """Said at once: TFDS is not asked to download (its retries took 3.4 min) when none of the
+  dataset's hosts answers; nothing is left in the data folder, the workdir or the system's
+  temporary folder."""
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   _offline(monkeypatch)
-  def never(*args, **kwargs):
-    raise AssertionError(f'tfds.load{args} was called')
-  monkeypatch.setattr(tfds, 'load', never)
+  load = tfds.load
+  def looks_only(*args, download=True, **kwargs):  # whether it is prepared, yes; a download, no
+    if download:
+      raise RuntimeError(f'tfds.load{args} was asked to download')
+    return load(*args, download=False, **kwargs)
+  monkeypatch.setattr(tfds, 'load', looks_only)
   temporary = _tfds_temporary_folders()
   cfg = load_config(os.path.join(ROOT, 'configs', 'finetune', 'glue.py'))
   data_dir, workdir = tmp_path / 'tfds', tmp_path / 'glue_sst2'
@@ -121,7 +125,9 @@ def test_the_readme_glue_command_without_a_network_is_one_sentence_and_leaves_no
 @pytest.mark.fast
 def test_a_failed_attempt_leaves_no_folder_of_tfds_in_the_temporary_folder(tmp_path, monkeypatch):
   """TFDS makes a `tfds*` folder there on each try to copy a prepared dataset from its bucket."""
-  def load(*args, **kwargs):
+  def load(*args, download=True, **kwargs):
+    if not download:
+      raise AssertionError('not prepared')
     tempfile.mkdtemp(prefix='tfds')
     raise ConnectionError("HTTPSConnectionPool(host='storage.googleapis.com', port=443)")
   monkeypatch.setattr(tfds, 'load', load)

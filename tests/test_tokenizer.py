@@ -109,3 +109,47 @@ def test_build_vocab_cli_writes_a_sentencepiece_model_with_fixed_special_ids(tmp
   r = _build_vocab(f'--corpus={tmp_path}/none/*.txt', f'--output={tmp_path}/w.model')
   assert r.returncode == 2 and 'matches no file' in r.stderr.strip().splitlines()[-1]
   assert sorted(p.name for p in tmp_path.iterdir()) == ['v.model']
+
+
+def test_sigterm_while_a_vocabulary_trains_stops_it_and_says_nothing_was_written(tmp_path):
+  """The trainer works in a process of its own, killed with the command: SIGTERM once the corpus is
+  read (the trainer's C++ at work, where a handler in its process could not run) ends the command
+  at once with 143, no file and no trainer left, and says what is true."""
+  import random  # pylint: disable=import-outside-toplevel
+  import signal  # pylint: disable=import-outside-toplevel
+  import time  # pylint: disable=import-outside-toplevel
+  from conftest import CHILD_ENV  # pylint: disable=import-outside-toplevel
+  rng = random.Random(0)
+  words = [''.join(rng.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(rng.randint(3, 9)))
+           for _ in range(60_000)]
+  corpus = tmp_path / 'corpus.txt'
+  corpus.write_text(''.join(' '.join(rng.choices(words, k=15)) + '.\n' for _ in range(150_000)))
+  output = tmp_path / 'vocab.model'
+  proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'launch', 'build_vocab.py'),
+                           f'--corpus={corpus}', f'--output={output}', '--vocab_size=30000'],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=CHILD_ENV)
+  for line in proc.stdout:
+    if line.startswith('read 150,000 lines'):
+      break
+  trainers = subprocess.run(['pgrep', '-P', str(proc.pid)], capture_output=True,
+                            text=True).stdout.split()
+  proc.send_signal(signal.SIGTERM)
+  _, err = proc.communicate(timeout=60)
+  assert proc.returncode == 143, err[-2000:]
+  assert err.strip().splitlines()[-1] == (
+      f'stopped by SIGTERM: the vocabulary was not finished, and nothing was written to {output}; '
+      'run the same command again to train it'), err[-2000:]
+  assert not output.exists() and trainers
+  deadline = time.time() + 30
+  while any(_running(pid) for pid in trainers) and time.time() < deadline:
+    time.sleep(0.1)
+  assert not any(_running(pid) for pid in trainers)
+
+
+def _running(pid: str) -> bool:
+  """Whether process `pid` runs (a zombie waiting to be reaped does not)."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+  except OSError:
+    return False

@@ -261,7 +261,7 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
       tokenizer_lib.train_sentencepiece(
           source.lines(), vocab_path, settings.vocab_size, lower_case=settings.lower_case,
           seed=settings.seed, character_coverage=settings.character_coverage,
-          max_sentences=settings.max_sentences, size_flag=size_flag, stats=stats)
+          max_sentences=settings.max_sentences, size_flag=size_flag, stats=stats, log=log)
       if stats.get('lines_cut'):
         log(f'warning: corpus {settings.source}: {stats["lines_cut"]:,} sentence(s) longer than '
             f'{tokenizer_lib.MAX_SENTENCE_BYTES:,} bytes were cut into pieces for the vocabulary '

@@ -14,8 +14,10 @@
 import dataclasses
 import hashlib
 import io
+import multiprocessing
 import os
 import re
+import signal
 from typing import Iterable, Iterator, Sequence
 
 from sentencepiece import sentencepiece_model_pb2
@@ -150,11 +152,12 @@ class VocabTooLarge(ValueError):
 def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, *,
                         lower_case: bool = True, seed: int = 0, character_coverage: float = 0.9995,
                         max_sentences: int = 2_000_000, size_flag: str = '--vocab_size',
-                        stats: dict | None = None) -> SentencePieceTokenizer:
+                        stats: dict | None = None, log=None) -> SentencePieceTokenizer:
   """Trains a unigram SentencePiece model on `lines` and writes it to `model_path` atomically.
 
   Lines longer than the trainer takes are cut into pieces, counted in stats['lines_cut'];
-  `size_flag` is how the caller's user sets the vocabulary size (named in errors)."""
+  `size_flag` is how the caller's user sets the vocabulary size (named in errors); `log` hears
+  when the corpus is read and the trainer works on it."""
   stats = {} if stats is None else stats
   if not 0 < character_coverage <= 1:
     raise ValueError(f'the character coverage is {character_coverage}; give a fraction in (0, 1], '
@@ -162,34 +165,16 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
   if vocab_size < len(SPECIAL_TOKENS) + 1:
     raise ValueError(f'a vocabulary of {vocab_size} entries leaves no room beside the '
                      f'{len(SPECIAL_TOKENS)} special tokens; give a larger {size_flag}')
-  buf = io.BytesIO()
-  spm.set_random_generator_seed(seed)
-  failed = []  # an error of reading the corpus, which the trainer's C++ would wrap in its own
-
-  def sentences():
-    try:
-      yield from _bounded(lines, stats)
-    except Exception as e:  # pylint: disable=broad-except
-      failed.append(e)
-      raise
-
+  options = dict(
+      vocab_size=vocab_size, model_type='unigram', character_coverage=character_coverage,
+      normalization_rule_name='nmt_nfkc_cf' if lower_case else 'nmt_nfkc',
+      pad_id=0, pad_piece='[PAD]', unk_id=1, unk_piece='[UNK]', bos_id=-1, eos_id=-1,
+      control_symbols=['[CLS]', '[SEP]', '[MASK]'],
+      input_sentence_size=max_sentences, shuffle_input_sentence=True,
+      num_threads=os.cpu_count() or 1, minloglevel=2)
   try:
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=sentences(),
-        model_writer=buf,
-        vocab_size=vocab_size,
-        model_type='unigram',
-        character_coverage=character_coverage,
-        normalization_rule_name='nmt_nfkc_cf' if lower_case else 'nmt_nfkc',
-        pad_id=0, pad_piece='[PAD]', unk_id=1, unk_piece='[UNK]', bos_id=-1, eos_id=-1,
-        control_symbols=['[CLS]', '[SEP]', '[MASK]'],
-        input_sentence_size=max_sentences, shuffle_input_sentence=True,
-        num_threads=os.cpu_count() or 1, minloglevel=2)
-  except Exception as e:  # pylint: disable=broad-except
-    if failed:
-      raise failed[0] from None
-    if not isinstance(e, RuntimeError):
-      raise
+    model = _train_apart(_bounded(lines, stats), options, seed, log or (lambda line: None))
+  except RuntimeError as e:
     message = ' '.join(str(e).split())
     if 'Vocabulary size too high' in message:
       most = re.search(r'value <= (\d+)', message)
@@ -205,8 +190,75 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
       raise ValueError('the corpus gave the vocabulary trainer no text; give a corpus with '
                        'non-empty lines') from None
     raise
-  fs.write_atomic(model_path, buf.getvalue())
+  fs.write_atomic(model_path, model)
   return SentencePieceTokenizer(model_path)
+
+
+def _train_apart(sentences: Iterator[str], options: dict, seed: int, log) -> bytes:
+  """The model SentencePiece's trainer makes of `sentences`, trained in a process of its own fed
+  through a pipe: the trainer's C++ holds its thread for minutes on a large corpus, where a
+  signal's handler could not run, so here SIGTERM and Ctrl-C stop it at once (the process is
+  killed; nothing is written). Reading the corpus happens here, its errors raised as themselves;
+  the trainer's errors come back as RuntimeError with its message."""
+  context = multiprocessing.get_context('spawn')
+  ours, theirs = context.Pipe()
+  trainer = context.Process(target=_trainer, args=(theirs, options, seed), daemon=True)
+  trainer.start()
+  theirs.close()
+  try:
+    try:
+      count = 0
+      for batch in _batches(sentences, 4096):
+        ours.send(batch)
+        count += len(batch)
+      ours.send(None)
+      log(f'read {count:,} lines; the trainer samples up to {options["input_sentence_size"]:,} '
+          f'and builds {options["vocab_size"]:,} entries')
+      while not ours.poll(0.25):  # (signals are handled between polls)
+        if not trainer.is_alive():
+          break
+      kind, value = ours.recv()
+    except (BrokenPipeError, EOFError, ConnectionResetError):
+      raise RuntimeError(f'the vocabulary trainer stopped without a result (exit code '
+                         f'{trainer.exitcode}; out of memory?)') from None
+    if kind == 'error':
+      raise RuntimeError(value)
+    return value
+  finally:
+    if trainer.is_alive():
+      trainer.kill()
+    trainer.join()
+    ours.close()
+
+
+def _batches(items: Iterator[str], n: int) -> Iterator[list[str]]:
+  batch = []
+  for item in items:
+    batch.append(item)
+    if len(batch) == n:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+def _trainer(connection, options: dict, seed: int):
+  """The trainer's process: sentences from `connection` until None, then ('model', bytes) or
+  ('error', message) back. Signals are its parent's to act on: it is killed when they arrive."""
+  signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+  def sentences():
+    while (batch := connection.recv()) is not None:
+      yield from batch
+
+  spm.set_random_generator_seed(seed)
+  model = io.BytesIO()
+  try:
+    spm.SentencePieceTrainer.train(sentence_iterator=sentences(), model_writer=model, **options)
+  except Exception as e:  # pylint: disable=broad-except
+    connection.send(('error', str(e)))
+    return
+  connection.send(('model', model.getvalue()))
 
 
 class WordPieceTokenizer:

@@ -222,7 +222,8 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
     if not saved:
       raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run --mode=train '
                       'first, with this --workdir')
-  workdir_lib.check_kind(workdir, 'fine-tuning')  # before the inputs are read
+  workdir_lib.check_place(workdir)  # before the inputs are read
+  workdir_lib.check_kind(workdir, 'fine-tuning')
   workdir_lib.check_free(workdir)
   pretrained = pretrained_lib.for_finetuning(cfg, mode, log)
   with user_errors(ValueError, FileNotFoundError):

@@ -77,14 +77,13 @@ class Unreachable(ConnectionError):
 
 
 def _check_reachable(tfds, name: str, data_dir: str | None, timeout_s: float = 3.0):
-  """Raises Unreachable (host='...': the dataset's main download host) when `name` is not
-  prepared yet and neither its download hosts nor TFDS's bucket can be reached (a TCP connection
+  """Raises Unreachable (host='...': the dataset's main download host) when neither the download
+  hosts of `name` (not prepared in `data_dir`) nor TFDS's bucket can be reached (a TCP connection
   each, through the proxy the environment names, within `timeout_s`), so that a machine without a
   network hears so at once, not after TFDS's minutes of retries. Datasets whose builders list no
   URLs are left to TFDS."""
-  builder = tfds.builder(name, data_dir=data_dir)
-  urls = list(getattr(builder, 'url_infos', None) or ())
-  if not urls or builder.is_prepared():
+  urls = list(getattr(tfds.builder(name, data_dir=data_dir), 'url_infos', None) or ())
+  if not urls:
     return
   hosts = [urllib.parse.urlsplit(u).hostname for u in urls]
   proxies = urllib.request.getproxies()
@@ -123,8 +122,11 @@ def tfds_load(name: str, split: str, data_dir: str | None, data_dir_hint: str, *
   before = _snapshot(watched)
   temporary = _temporary_folders()
   try:
-    _check_reachable(tfds, name, data_dir)
-    return tfds.load(name, split=split, data_dir=data_dir, **kwargs)
+    try:
+      return tfds.load(name, split=split, data_dir=data_dir, download=False, **kwargs)
+    except AssertionError:  # not prepared there: downloaded and prepared, if its hosts answer
+      _check_reachable(tfds, name, data_dir)
+      return tfds.load(name, split=split, data_dir=data_dir, **kwargs)
   except Exception as e:  # pylint: disable=broad-except
     for path in _temporary_folders() - temporary:  # (TFDS's copy from its bucket, begun)
       shutil.rmtree(path, ignore_errors=True)

@@ -180,12 +180,17 @@ def read_config(path: str):
                       'config.json again and resumes from its checkpoints')
 
 
-def make(path: str):
-  """Makes the folder `path` (and its parents), or one sentence on why it cannot be written."""
+def check_place(path: str):
+  """Refuses (UserError) a --workdir that is empty or a file, before anything is read."""
   if not str(path).strip():
     raise UserError('--workdir is empty; give a folder')
   if fs.exists(path) and not fs.isdir(path):
     raise UserError(f'--workdir {path} is a file; give a folder')
+
+
+def make(path: str):
+  """Makes the folder `path` (and its parents), or one sentence on why it cannot be written."""
+  check_place(path)
   try:
     fs.makedirs(path, exist_ok=True)
     probe = fs.join(path, f'.write_test.{jax.process_index()}.{os.getpid()}')
