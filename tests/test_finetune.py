@@ -636,6 +636,13 @@ def test_a_search_fine_tunes_each_recipe_apart_and_keeps_the_best_dev_median(tmp
   again = run.finetune(config_lib.saved_config(str(workdir), 'eval'), str(workdir), log=_quiet,
                        mode='eval')
   assert again['seeds'][0]['dev'] == pytest.approx(alone[names[1]]['seeds'][0]['dev'])
+  # Another list of recipes in the same workdir: said, and its results are this list's.
+  cfg.search, lines = 'optimizer.learning_rate=2e-3', []
+  assert [r['recipe'] for r in run.finetune(cfg, str(workdir), log=lines.append)['recipes']] == [
+      names[1]]
+  assert (f'note: the search in {workdir} listed other recipes ({", ".join(names)}); its results '
+          f'are written again for these ({names[1]}), and the fine-tunings of {names[0]} stay in '
+          'their folders') in lines, lines[:5]
 
 
 @pytest.mark.fast

@@ -248,7 +248,7 @@ def test_a_sentencepiece_export_gives_our_ids_on_the_whole_builtin_corpus_and_ra
   assert ties and all(sorted(ours._sp.encode(t)) == sorted(ours.encode(t)) for t in ties)  # pylint: disable=protected-access
 
 
-def test_import_of_an_export_is_exact_and_reads_the_sizes(pretrained, exported):
+def test_import_of_an_export_is_exact_and_reads_the_sizes(pretrained, exported, tmp_path):
   config, cfg, params, vocab = _workdir_model(pretrained)
   source = sources.open_source(exported)
   assert source.has_generator and source.has_head and not source.notes
@@ -265,6 +265,17 @@ def test_import_of_an_export_is_exact_and_reads_the_sizes(pretrained, exported):
     for a, b in zip(jax.tree.leaves(params[name]), jax.tree.leaves(from_export.params[name])):
       np.testing.assert_array_equal(np.asarray(a), b)
   assert from_export.model_cfg.hidden_size == cfg.hidden_size
+  # Its dropout rates are its config.json's: what a fine-tuning's dropout_rate=-1 takes (it took
+  # 0.1 whatever the folder said).
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  copy = tmp_path / 'no_dropout'
+  shutil.copytree(exported, copy)
+  hf_config = json.loads((copy / 'discriminator' / 'config.json').read_text())
+  hf_config.update(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.05)
+  (copy / 'discriminator' / 'config.json').write_text(json.dumps(hf_config))
+  loaded = finetune_pretrained.load(str(copy), log=lambda *_: None).model_cfg
+  assert (loaded.dropout_rate, loaded.attention_dropout_rate) == (0.0, 0.05)
+  assert ft_config.dropout_rate(ft_config.default_config(), loaded) == 0.0
   # Another run's workdir is a source too (its latest checkpoint), with the same weights.
   from_workdir = init_from.open_source(pretrained)
   assert from_workdir.fields['generator_hidden_fraction'] == cfg.generator_hidden_fraction

@@ -159,6 +159,22 @@ def _exports_with_our_logits(workdir, pretrained, tmp_path):
   assert checked['max_abs_diff'] < 1e-4 and checked['max_abs_logit'] > 0.1, checked
 
 
+@pytest.mark.fast
+def test_an_empty_candidate_is_refused_and_an_empty_text_named(tmp_path):
+  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  path = tmp_path / 'mc.csv'
+  path.write_text('ctx,a,b,label\nx,y,z,0\n,p,q,1\nw,,q,1\nv,r, ,0\n')
+  with pytest.raises(ValueError, match=r"^data row 3 of .*mc.csv has an empty candidate in the "
+                                       r"column 'a'; fill it in, or remove the row$"):
+    files.read_table(str(path), 'ctx', '', 'label', choices=('a', 'b'))
+  path.write_text('ctx,a,b,label\nx,y,z,0\n,p,q,1\n  ,r,s,0\n')
+  said = []
+  examples = files.read_table(str(path), 'ctx', '', 'label', choices=('a', 'b'), log=said.append)
+  assert [e.text_a for e in examples] == ['x', '', '  '] and said == [
+      f"warning: data rows 2, 3 of {path} have no text in the column 'ctx' (2 of 3 rows); used as "
+      'they are']
+
+
 def test_multiple_choice_files_are_checked(tmp_path, pretrained):
   cfg = _config(pretrained, tmp_path)
   cfg.task.choices = 'ending0'

@@ -232,7 +232,11 @@ def model_fields(config: dict, generator: dict | None = None) -> dict:
             'intermediate_size': config['intermediate_size'],
             'max_position_embeddings': config['max_position_embeddings'],
             'type_vocab_size': config['type_vocab_size'],
-            'layer_norm_eps': config.get('layer_norm_eps', 1e-12)}
+            'layer_norm_eps': config.get('layer_norm_eps', 1e-12),
+            # the rates it was trained with (HF's defaults where the file has none): what a
+            # fine-tuning's dropout_rate=-1 takes
+            'dropout_rate': config.get('hidden_dropout_prob', 0.1),
+            'attention_dropout_rate': config.get('attention_probs_dropout_prob', 0.1)}
   if config.get('hidden_act', 'gelu') != 'gelu':
     raise ValueError(f'the HF model uses hidden_act={config["hidden_act"]!r}; electra_jax models '
                      "use the exact 'gelu'")

@@ -98,7 +98,8 @@ CONFIG = Section(fields=dict(
                      rule(lambda x: x >= 3, 'at least 3: [CLS] and [SEP] take 2 tokens (the '
                           'default is 128)')),
     dropout_rate=F(-1.0, 'dropout in the encoder and on the head\'s input; -1: the rate the model '
-                   "was pre-trained with (0.1 for the paper's presets and HF models; tiny: 0)",
+                   "was pre-trained with (0.1 for the paper's presets; an HF folder's "
+                   'hidden_dropout_prob; tiny: 0)',
                    _RATE),
     packing=F(True, "fine-tuning and prediction batches as rows of max_seq_length that hold as many "
               "whole examples as fit, each computed exactly as in a row of its own (its positions, "

@@ -226,6 +226,7 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
       raise ValueError(f'{_rows(path, absent, line_numbers)} {"lack" if len(absent) > 1 else "lacks"}'
                        f' the field {column!r} ({len(absent)} of {len(rows)} rows); fix those rows'
                        ' (a field that holds the delimiter must be quoted)')
+  _check_texts(path, rows, line_numbers, (text_a, text_b), choices, log)
   labelled = labelled and label not in (None, '')
   names = (labels(path, [r.get(label) for r in rows], numeric, line_numbers, log, test=test)
            if labelled else None)
@@ -233,6 +234,24 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
                       str(r[text_b]) if text_b not in (None, '') else None)
   return [Example(str(r[text_a]), second(r), names[i] if labelled else None)
           for i, r in enumerate(rows)]
+
+
+def _check_texts(path: str, rows: list, line_numbers: list, texts: tuple, choices: tuple, log):
+  """An empty candidate (multiple choice) is refused naming its rows: a candidate of no text is
+  a cell left empty or shifted. An empty text is kept ([CLS] [SEP] alone) and named in a
+  warning."""
+  for column in choices:
+    empty = [i for i, r in enumerate(rows) if not str(r.get(column, '')).strip()]
+    if empty:
+      raise ValueError(f'{_rows(path, empty, line_numbers)} {"have" if len(empty) > 1 else "has"} '
+                       f'an empty candidate in the column {column!r}; fill it in, or remove the '
+                       'row')
+  for column in texts:
+    empty = [i for i, r in enumerate(rows)
+             if column not in (None, '') and not str(r.get(column, '')).strip()]
+    if empty:
+      log(f'warning: {_rows(path, empty, line_numbers)} {"have" if len(empty) > 1 else "has"} no '
+          f'text in the column {column!r} ({len(empty)} of {len(rows)} rows); used as they are')
 
 
 def _check_types(path: str, rows: list, line_numbers: list, texts: tuple, label):

@@ -117,6 +117,7 @@ def finetune(cfg, workdir: str, log, mode: str, finetune_fn) -> dict:
       return finetune_fn(chosen, fs.join(workdir, name), log, mode)
     config = fs.join(workdir, 'config.json')
     fresh = not any(fs.isdir(fs.join(workdir, name)) for name, _ in grid)
+    _note_other_recipes(workdir, grid, log)
     fs.write_atomic(config, cfg.to_json(indent=2))
     done = []
     try:
@@ -130,6 +131,23 @@ def finetune(cfg, workdir: str, log, mode: str, finetune_fn) -> dict:
         fs.remove(config)
       raise
     return _write(cfg, done, workdir, log)
+
+
+def _note_other_recipes(workdir: str, grid: list, log):
+  """Says so when the search finished in `workdir` listed other recipes than `grid`: its
+  results.md and results.json will list and choose among this list alone (the fine-tunings of
+  the others stay in their folders)."""
+  path = fs.join(workdir, 'results.json')
+  if not fs.isfile(path):
+    return
+  before = [r.get('recipe') for r in fs.read_json(path, 'delete it: the search writes it again')
+            .get('recipes', ())]
+  now = [name for name, _ in grid]
+  if before != now:
+    gone = [n for n in before if n not in now]
+    log(f'note: the search in {workdir} listed other recipes ({", ".join(before)}); its results '
+        f'are written again for these ({", ".join(now)})' + (
+            f', and the fine-tunings of {", ".join(gone)} stay in their folders' if gone else ''))
 
 
 def choose(done: list[tuple[str, dict]]) -> int:
