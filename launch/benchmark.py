@@ -16,8 +16,10 @@
 padded to max_seq_length and with examples packed into rows, on --finetune_config's task
 tokenized with --init's vocabulary; --config (optional here) gives the model's sizes instead of
 --init's, with random weights. --peer=hf also times HF transformers' Trainer on the same examples
-(each batch padded to its longest row, length-grouped batches); --topology also estimates the
-padded and packed steps on that TPU slice from XLA's cost model (compiled here, nothing runs).
+(each batch padded to its longest row, length-grouped batches; one Trainer whose steps go on
+across the runs, as ours do), --peer=hf-compile the same under torch.compile; --topology also
+estimates the padded and packed steps on that TPU slice from XLA's cost model (compiled here,
+nothing runs).
 
 --mode=input reads --records (default: records of the config's sequence length built from the
 built-in corpus in a temporary folder) at the config's global batch.
@@ -78,14 +80,11 @@ def _finetune(config) -> dict:
   cli.require_config(ft, 'fine-tuning', '--finetune_config')
   if config is not None:
     cli.require_config(config, 'pre-training')
-  if _PEER.value == 'hf-compile':
-    raise cli.UserError('--mode=finetune --peer takes hf (the Trainer); leave out -compile')
   cli.check_paths(_INIT.value)
   ft.init = _INIT.value
   log = lambda line: print(line, flush=True)
   problem = finetune_benchmark.problem(ft, config, log)
-  result = finetune_benchmark.benchmark(problem, _STEPS.value, _REPEATS.value, bool(_PEER.value),
-                                        log)
+  result = finetune_benchmark.benchmark(problem, _STEPS.value, _REPEATS.value, _PEER.value, log)
   for line in finetune_benchmark.report(result):
     print(line)
   if _TOPOLOGY.value:

@@ -274,8 +274,9 @@ def test_the_finetune_benchmark_times_padded_packed_and_hf_trainer_on_the_same_e
   cfg.task.update(train=_short_text_task(tmp_path, 96, 0), dev=_short_text_task(tmp_path, 24, 1))
   cfg.update(init=pretrained, max_seq_length=32, batch_size=16, eval_batch_size=8)
   problem = finetune_benchmark.problem(cfg, log=lambda *_: None)
-  result = finetune_benchmark.benchmark(problem, steps=2, repeats=1, peer=True,
+  result = finetune_benchmark.benchmark(problem, steps=2, repeats=2, peer='hf',
                                         log=lambda *_: None)
+  assert result['hf_trainer']['trainer_steps'] == 2 + 2 * 2  # one Trainer, on through the runs
   assert result['padded']['rows'] == 16 and result['packed']['rows'] == 8  # (8 devices)
   assert result['packed']['real_tokens'] == 2 * result['padded']['real_tokens']
   for name in ('padded', 'packed', 'hf_trainer'):

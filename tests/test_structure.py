@@ -186,12 +186,40 @@ def test_no_function_is_longer_than_a_screen():
   assert not long, long
 
 
-def _names_a_kind(node, kinds: set) -> bool:
-  """Whether `node` is a string naming a kind, or a tuple, list or set holding one."""
+def _constants(tree) -> dict:
+  """{name: value} of a module's top-level assignments of one name."""
+  return {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+          for t in node.targets if isinstance(t, ast.Name)}
+
+
+def _names_a_kind(node, kinds: set, constants: dict | None = None) -> bool:
+  """Whether `node` is a string naming a kind, or a tuple, list, set or dict holding one, or a
+  name (NAME, or module.NAME) of a module constant that is one of those (`constants`: every
+  module's top-level assignments by name)."""
+  constants = constants or {}
   if isinstance(node, ast.Constant):
     return node.value in kinds
+  if isinstance(node, (ast.Name, ast.Attribute)):
+    named = node.id if isinstance(node, ast.Name) else node.attr
+    return any(_names_a_kind(value, kinds) for value in constants.get(named, ()))
+  if isinstance(node, ast.Dict):
+    node = ast.Tuple(elts=[k for k in node.keys if k is not None])
   return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(
       _names_a_kind(e, kinds) for e in node.elts)
+
+
+def _comparisons_naming(names: set, skip) -> list[str]:
+  """'module:line: code' of each comparison, in a module `skip(module)` does not skip, of a value
+  with a name of `names`: written out, or a module constant that holds it."""
+  trees = {name: ast.parse(open(path).read()) for name, path in _modules().items()}
+  constants = {}
+  for tree in trees.values():
+    for key, value in _constants(tree).items():
+      constants.setdefault(key, []).append(value)
+  return [f'{name}:{node.lineno}: {ast.unparse(node)[:60]}' for name, tree in trees.items()
+          if not skip(name) for node in ast.walk(tree)
+          if isinstance(node, ast.Compare) and any(
+              _names_a_kind(x, names, constants) for x in [node.left] + node.comparators)]
 
 
 @pytest.mark.fast
@@ -202,19 +230,16 @@ def test_no_branch_on_a_task_kind_outside_its_module():
   names = set(registry.KINDS)
   owners = {type(k).__module__ for k in registry.KINDS.values()} | {
       'electra_jax.finetune.kinds', 'electra_jax.finetune.registry'}
-  found = []
-  for name, path in _modules().items():
-    if name in owners:
-      continue
-    for node in ast.walk(ast.parse(open(path).read())):
-      if isinstance(node, ast.Compare) and any(
-          _names_a_kind(x, names) for x in [node.left] + node.comparators):
-        found.append(f'{name}:{node.lineno}')
+  found = _comparisons_naming(names, lambda module: module in owners)
   assert not found, f'a task kind compared outside its module: {found}'
-  # What it looks for: the branches run.py had, such as this one, are found.
-  planted = ast.parse("if task.kind in ('classification', 'regression'):\n  pass\n")
-  assert any(isinstance(n, ast.Compare) and _names_a_kind(n.comparators[0], names)
-             for n in ast.walk(planted))
+  # What it looks for: the branches run.py had, such as this one, are found, and a module
+  # constant that lists kinds (finetune_benchmark.PEER_KINDS had) is seen through.
+  planted = ast.parse("KINDS = ('classification', 'regression')\n"
+                      "if task.kind in ('classification', 'regression'):\n  pass\n"
+                      "if task.kind not in KINDS or kind in other.KINDS:\n  pass\n")
+  constants = {k: [v] for k, v in _constants(planted).items()}
+  assert sum(isinstance(n, ast.Compare) and any(
+      _names_a_kind(x, names, constants) for x in n.comparators) for n in ast.walk(planted)) == 3
 
 
 @pytest.mark.fast
@@ -223,15 +248,9 @@ def test_no_branch_on_an_objective_name_outside_objectives():
   (objectives.OBJECTIVES); none compares objective.name with a name."""
   from electra_jax.objectives import registry as objectives  # pylint: disable=import-outside-toplevel
   names = set(objectives.OBJECTIVES)
-  found = []
-  for name, path in _modules().items():
-    if name.startswith('electra_jax.objectives'):
-      continue
-    for node in ast.walk(ast.parse(open(path).read())):
-      if isinstance(node, ast.Compare) and any(
-          _names_a_kind(x, names) for x in [node.left] + node.comparators) and (
-              'model_type' not in ast.unparse(node)):  # HF's model_type 'electra' is no objective
-        found.append(f'{name}:{node.lineno}: {ast.unparse(node)[:60]}')
+  found = [f for f in _comparisons_naming(
+      names, lambda module: module.startswith('electra_jax.objectives'))
+           if 'model_type' not in f]  # HF's model_type 'electra' is no objective
   assert not found, f'an objective compared by name outside objectives/: {found}'
 
 
@@ -240,14 +259,7 @@ def test_no_branch_on_a_generator_shape_outside_its_registry():
   """The model, FLOPs, export, attention, the run's summary and the tools ask the generator's
   shape (model/generators.py); none compares model.generator with a shape's name."""
   names = set(generators.GENERATORS)
-  found = []
-  for name, path in _modules().items():
-    if name == 'electra_jax.model.generators':
-      continue
-    for node in ast.walk(ast.parse(open(path).read())):
-      if isinstance(node, ast.Compare) and any(
-          _names_a_kind(x, names) for x in [node.left] + node.comparators):
-        found.append(f'{name}:{node.lineno}: {ast.unparse(node)[:60]}')
+  found = _comparisons_naming(names, lambda module: module == 'electra_jax.model.generators')
   assert not found, f'a generator shape compared by name outside model/generators.py: {found}'
   planted = ast.parse("if cfg.generator in ('uniform', 'two_tower'):\n  pass\n")
   assert any(isinstance(n, ast.Compare) and _names_a_kind(n.comparators[0], names)

@@ -42,7 +42,9 @@ from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 
 LAYOUTS = ('padded', 'packed')
-PEER_KINDS = ('classification', 'regression', 'tagging')
+PEERS = {'hf': 'hf_trainer', 'hf-compile': 'hf_trainer_compiled'}  # --peer -> its name here
+# the HF classes the peer's Trainer fine-tunes (tools/peer_hf_trainer.py)
+_PEER_CLASSES = ('ElectraForSequenceClassification', 'ElectraForTokenClassification')
 
 
 @dataclasses.dataclass
@@ -150,21 +152,23 @@ class _Ours:
 
 
 class _Peer:
-  """HF transformers' Trainer (tools/peer_hf_trainer.py) in a child process."""
+  """HF transformers' Trainer (tools/peer_hf_trainer.py) in a child process: one Trainer whose
+  steps go on across the timed runs (`max_steps` in all, at least), under torch.compile with
+  `compile`."""
 
-  def __init__(self, p: Problem, folder: str):
+  def __init__(self, p: Problem, folder: str, max_steps: int, compile_: bool = False):
     for name in ('torch', 'transformers', 'accelerate'):
       if importlib.util.find_spec(name) is None:
         raise UserError(f'--peer=hf needs torch, transformers and accelerate ({name} is missing); '
                         'install the test extra: pip install -e ".[test]"')
-    if p.task.kind not in PEER_KINDS:
-      raise UserError(f'--peer=hf fine-tunes {", ".join(PEER_KINDS)} tasks; {p.task.name} is '
-                      f'{p.task.kind}: leave out --peer')
+    kind = registry.get(p.task.kind)
+    if kind.hf_class not in _PEER_CLASSES:
+      raise UserError(f'--peer fine-tunes the tasks HF holds as {" or ".join(_PEER_CLASSES)}; '
+                      f'{p.task.name} is {p.task.kind}: leave out --peer')
     data = os.path.join(folder, 'data.npz')
     np.savez(data, **{f'{split}_{k}': v for split, d in (('train', p.train), ('dev', p.dev))
                       for k, v in d.arrays().items()})
     m, cfg = p.pretrained.model_cfg, p.cfg
-    kind = registry.get(p.task.kind)
     numbers = kind.baseline == 'numbers'  # regression: one output, squared error
     spec = {'data': data, 'output_dir': os.path.join(folder, 'trainer'),
             'hf_class': kind.hf_class, 'regression': numbers,
@@ -172,7 +176,8 @@ class _Peer:
             'num_labels': 1 if numbers else len(p.task.labels),
             'pad_id': tokenizer_lib.SPECIAL.pad, 'batch_size': cfg.batch_size,
             'eval_batch_size': cfg.eval_batch_size, 'bf16': m.dtype == 'bfloat16',
-            'learning_rate': config_lib.optimizer_config(cfg, m, p.total_steps).learning_rate}
+            'learning_rate': config_lib.optimizer_config(cfg, m, p.total_steps).learning_rate,
+            'max_steps': max_steps, 'compile': compile_}
     spec['hf_config'].update(hidden_dropout_prob=config_lib.dropout_rate(cfg, m),
                              attention_probs_dropout_prob=config_lib.dropout_rate(cfg, m))
     self.proc = subprocess.Popen(
@@ -196,7 +201,9 @@ class _Peer:
     return json.loads(answer)
 
   def train(self, steps: int) -> float:
-    return self._ask(f'train {steps}')['examples_per_s']
+    answer = self._ask(f'train {steps}')
+    self.step = answer['step']  # the Trainer's steps so far: it goes on across the runs
+    return answer['examples_per_s']
 
   def predict(self) -> float:
     return self._ask('predict')['examples_per_s']
@@ -206,10 +213,11 @@ class _Peer:
     self.proc.wait()
 
 
-def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: bool = False,
-              log=print) -> dict:
-  """Examples per second of training and of prediction for each layout (and the peer): the
-  medians of `repeats` alternating runs of `steps` train steps and one pass over the dev split."""
+def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: str = '', log=print) -> dict:
+  """Examples per second of training and of prediction for each layout (and the peer, 'hf' or
+  'hf-compile'): the medians of `repeats` alternating runs of `steps` train steps and one pass
+  over the dev split. Each system's steps go on through its batches across the runs (the runs
+  time ordinary batches of the fine-tuning's stream, not its first ones again)."""
   mesh = partitioning.make_mesh()
   systems = {}
   for name in LAYOUTS:
@@ -218,10 +226,10 @@ def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: bool = False,
   folder = tempfile.TemporaryDirectory(prefix='electra_ft_peer_') if peer else None
   try:
     if peer:
-      systems['hf_trainer'] = _Peer(p, folder.name)
-      log(f'hf_trainer: transformers {systems["hf_trainer"].info["transformers"]}, torch '
-          f'{systems["hf_trainer"].info["torch"]}, warmed up in '
-          f'{systems["hf_trainer"].warmup_s:.1f} s')
+      name = PEERS[peer]
+      systems[name] = _Peer(p, folder.name, 2 + repeats * steps + 1, peer == 'hf-compile')
+      log(f'{name}: transformers {systems[name].info["transformers"]}, torch '
+          f'{systems[name].info["torch"]}, warmed up in {systems[name].warmup_s:.1f} s')
     runs = {name: {'train': [], 'predict': []} for name in systems}
     for r in range(repeats):
       for name, system in systems.items():
@@ -231,8 +239,8 @@ def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: bool = False,
           f'{name} train {v["train"][-1]:.1f}, predict {v["predict"][-1]:.1f} examples/s'
           for name, v in runs.items()))
   finally:
-    if peer and 'hf_trainer' in systems:
-      systems['hf_trainer'].close()
+    if peer and PEERS[peer] in systems:
+      systems[PEERS[peer]].close()
     if folder:
       folder.cleanup()
   fill = lambda rows: float(sum_tokens(p.train) / len(p.train) * p.cfg.batch_size
@@ -251,6 +259,8 @@ def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: bool = False,
                     'predict_examples_per_s': statistics.median(v['predict']),
                     'train_runs': v['train'], 'predict_runs': v['predict'],
                     'first_loss': systems[name].first_loss}
+    if name not in LAYOUTS:
+      result[name]['trainer_steps'] = systems[name].step
     if name in LAYOUTS:
       shapes = systems[name].shapes
       result[name].update(rows=shapes.mean_rows, shapes=[l.rows for l in shapes.layouts],
@@ -273,7 +283,7 @@ def report(result: dict) -> list[str]:
            f'{result["model"]["dtype"]} | {result["devices"]} x {result["device_kind"]}',
            f'{"":12s} {"train ex/s":>11s} {"x padded":>9s} {"predict ex/s":>13s} {"x padded":>9s}'
            '  rows a step on average (real tokens)']
-  for name in ('padded', 'packed', 'hf_trainer'):
+  for name in LAYOUTS + tuple(PEERS.values()):
     if name not in result:
       continue
     r = result[name]

@@ -1,17 +1,21 @@
-"""The peer of `launch/benchmark.py --mode=finetune --peer=hf`: the same fine-tuning with HF
-transformers' Trainer, set up as its documentation sets it up for short texts: each batch padded to
-its longest row (DataCollatorWithPadding) and rows of similar length batched together
-(`train_sampling_strategy='group_by_length'`, transformers 5; `group_by_length=True` before).
+"""The peer of `launch/benchmark.py --mode=finetune --peer=hf` (and `hf-compile`): the same
+fine-tuning with HF transformers' Trainer, set up as its documentation sets it up for short texts:
+each batch padded to its longest row (DataCollatorWithPadding) and rows of similar length batched
+together (`train_sampling_strategy='group_by_length'`, transformers 5; `group_by_length=True`
+before); with `torch_compile` for `hf-compile`.
 
 Same model sizes, examples (our tokenization, without the padding), batch size, dropout, AdamW
 and learning rate; bf16 under CPU autocast where ours runs in bfloat16. Classification and
 regression (ElectraForSequenceClassification) and tagging (ElectraForTokenClassification).
 
-Run as a child process: it builds the model, answers one JSON line (with the loss of the first
-batch at the random start); then for each
-line `train STEPS` read from stdin it trains one warm-up step and STEPS timed steps and answers the
-examples per second, and for `predict` it predicts the dev examples (Trainer.predict, each batch
-padded to its longest row) and answers the examples per second.
+One Trainer trains through the whole benchmark, as ours does: its steps go on across the timed
+runs, through its epochs' length-grouped batches in their order (a new Trainer for each run would
+re-seed and time the same first batches every time: with length grouping, the longest of the
+epoch). Run as a child process: it builds the model and answers one JSON line (with the loss of
+the first batch at the random start); then, for each line `train STEPS` read from stdin, the
+Trainer trains STEPS more steps and the child answers their examples per second (the Trainer
+paused between runs, inside its step callback); for `predict` it predicts the dev examples
+(Trainer.predict, each batch padded to its longest row) and answers the examples per second.
 """
 
 import json
@@ -25,15 +29,24 @@ import torch
 import transformers
 
 
-class _Clock(transformers.TrainerCallback):
-  """The time at the end of each optimizer step."""
+class _Runs(transformers.TrainerCallback):
+  """Pauses the Trainer after each run of steps and serves the parent's next request there:
+  `predict` (answered at once) or `train STEPS` (the next run's length); the end of the input
+  ends training."""
 
-  def __init__(self):
-    self.ends = []
+  def __init__(self, serve):
+    self.serve, self.steps, self.left, self.start = serve, 0, 0, 0.0
+
+  def begin(self, steps: int):
+    """A run of `steps` steps, timed from now."""
+    self.steps, self.left, self.start = steps, steps, time.perf_counter()
 
   def on_step_end(self, args, state, control, **kwargs):
-    del args, state, control, kwargs
-    self.ends.append(time.perf_counter())
+    del args, kwargs
+    self.left -= 1
+    if self.left == 0:
+      if not self.serve(time.perf_counter() - self.start, state.global_step):
+        control.should_training_stop = True
 
 
 def _examples(data, split: str, tagging: bool) -> list[dict]:
@@ -76,7 +89,6 @@ def main():
   train, dev = _examples(data, 'train', tagging), _examples(data, 'dev', tagging)
   collator = (transformers.DataCollatorForTokenClassification if tagging
               else transformers.DataCollatorWithPadding)(tokenizer=_padding(spec['pad_id']))
-  clock = _Clock()
   common = dict(output_dir=spec['output_dir'], per_device_train_batch_size=spec['batch_size'],
                 per_device_eval_batch_size=spec['eval_batch_size'],
                 learning_rate=spec['learning_rate'], weight_decay=0.01, adam_epsilon=1e-6,
@@ -92,23 +104,36 @@ def main():
   model.train()
   answer({'ready': True, 'torch': torch.__version__, 'transformers': transformers.__version__,
           'grouping': grouping, 'first_loss': first})
-  for line in sys.stdin:
-    if line.startswith('predict'):
-      args = transformers.TrainingArguments(**common, max_steps=1)
-      trainer = transformers.Trainer(model=model, args=args, data_collator=collator)
-      t = time.perf_counter()
-      trainer.predict(dev)
-      answer({'examples_per_s': len(dev) / (time.perf_counter() - t)})
-      continue
-    steps = int(line.split()[1])
-    args = transformers.TrainingArguments(**common, **grouping, max_steps=steps + 1)
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
-                                   data_collator=collator, callbacks=[clock])
-    trainer.remove_callback(transformers.PrinterCallback)  # its summary line of each train()
-    clock.ends = []
-    trainer.train()
-    seconds = clock.ends[-1] - clock.ends[0]  # from the end of the warm-up step
-    answer({'examples_per_s': steps * spec['batch_size'] / seconds})
+  compiled = {'torch_compile': bool(spec.get('compile'))}
+  predictor = transformers.Trainer(model=model, args=transformers.TrainingArguments(
+      **common, **compiled, max_steps=1), data_collator=collator)
+
+  def serve(seconds: float | None = None, step: int = 0) -> bool:
+    """Answers the run just done (its `seconds`, the Trainer at `step`), then serves requests
+    until the next run: False at the end of the input."""
+    if seconds is not None:
+      answer({'examples_per_s': runs.steps * spec['batch_size'] / seconds, 'step': step})
+    for line in sys.stdin:
+      if line.startswith('predict'):
+        t = time.perf_counter()
+        predictor.predict(dev)
+        model.train()  # (predict left the model in eval mode)
+        answer({'examples_per_s': len(dev) / (time.perf_counter() - t)})
+        continue
+      runs.begin(int(line.split()[1]))
+      return True
+    return False
+
+  runs = _Runs(serve)
+  if not serve():  # (predictions asked for before any training are served here)
+    return
+  args = transformers.TrainingArguments(**common, **compiled, **grouping,
+                                        max_steps=spec['max_steps'])
+  trainer = transformers.Trainer(model=model, args=args, train_dataset=train,
+                                 data_collator=collator, callbacks=[runs])
+  trainer.remove_callback(transformers.PrinterCallback)  # its summary line at the end
+  runs.begin(runs.steps)  # (timed from the start of train(): the first run is the warm-up)
+  trainer.train()
 
 
 if __name__ == '__main__':
