@@ -47,6 +47,22 @@ WORDS = ('the cat sat on a mat while dogs ran past green trees near old stone wa
          'mix colours doctors heal wounds teachers explain numbers poets write verses').split()
 
 
+# The fast subset (pytest -m fast) is the edit loop's: none of its tests pre-trains (the session's
+# pre-trained workdir, and what is made from it, take most of a minute); short child processes
+# (a launch script's one-line error, a signal) are allowed.
+PRE_TRAINED_FIXTURES = ('pretrained',)
+
+
+def pytest_collection_modifyitems(config, items):
+  """Refuses a `fast` test that needs a pre-training (its fixtures, and theirs)."""
+  del config
+  heavy = [item.nodeid for item in items if item.get_closest_marker('fast')
+           and set(PRE_TRAINED_FIXTURES) & set(getattr(item, 'fixturenames', ()))]
+  if heavy:
+    raise pytest.UsageError(f'tests marked fast need a pre-training ({", ".join(heavy[:5])}); '
+                            'take the fast mark off them, or the pre-trained fixture')
+
+
 def write_corpus(path: str, num_docs: int = 60, seed: int = 0):
   """A small text corpus: documents of sentences, blank lines between documents."""
   import random  # pylint: disable=import-outside-toplevel

@@ -71,9 +71,11 @@ def train_batches(data, batch_size: int, seed: int, start: int, sharding,
 
 
 @functools.lru_cache(maxsize=8)
-def predict_fn(model, mesh, method: str | None = None, rows: bool = False):
+def predict_fn(model, mesh, method: str | None = None, rows: bool = False,
+               xla_defaults: bool = False):
   """One compiled forward pass per (head, mesh, method, layout): every split, seed and mode reuses
-  it. `rows`: on batches of packing's rows (the outputs of each sequence)."""
+  it. `rows`: on batches of packing's rows (the outputs of each sequence). `xla_defaults`: with
+  XLA's default options instead of hardware/xla_options.forward's (the benchmark's comparison)."""
   if rows:
     forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
                                       b['input_mask'], True, b['positions'], b['starts'],
@@ -82,20 +84,21 @@ def predict_fn(model, mesh, method: str | None = None, rows: bool = False):
     forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
                                       b['input_mask'], True, method=method)
   return jax.jit(partitioning.on_mesh(forward, mesh), out_shardings=partitioning.replicated(mesh),
-                 compiler_options=xla_options.forward(model.cfg.dtype))
+                 compiler_options=None if xla_defaults else xla_options.forward(model.cfg.dtype))
 
 
 def predict(model, params, data, batch_size: int, mesh, method: str | None = None,
-            pack: bool | None = None):
+            pack: bool | None = None, xla_defaults: bool = False):
   """The head's outputs for every example, in order, without dropout: logits [N, C] ([N, 1] for
   regression, [N, L, C] for tagging, [N, candidates] for multiple choice), or SQuAD's dict of
   arrays; with method='features', what a classifier's head reads ([N, hidden]). `pack`: the
   examples as packing's rows, `batch_size` rows a call, several sequences a row (True) or one
-  (False); None: each example a row as `encode` gave it (SQuAD's windows)."""
+  (False); None: each example a row as `encode` gave it (SQuAD's windows). `xla_defaults`: see
+  predict_fn."""
   if pack is not None:
-    return _predict_rows(model, params, data, batch_size, mesh, method, pack)
+    return _predict_rows(model, params, data, batch_size, mesh, method, pack, xla_defaults)
   sharding = partitioning.batch_sharding(mesh)
-  fn = predict_fn(model, mesh, method)
+  fn = predict_fn(model, mesh, method, xla_defaults=xla_defaults)
   n = len(data)
   padded = -(-n // batch_size) * batch_size
   arrays = {k: v for k, v in data.arrays().items() if k in kinds.INPUTS}
@@ -154,9 +157,10 @@ def task_prediction_packing(cfg, kind, data) -> bool | None:
   return prediction_packing(data, cfg.eval_batch_size, cfg.packing if kind.packs else None)
 
 
-def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool):
+def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool,
+                  xla_defaults: bool = False):
   sharding = partitioning.batch_sharding(mesh)
-  fn = predict_fn(model, mesh, method, rows=True)
+  fn = predict_fn(model, mesh, method, rows=True, xla_defaults=xla_defaults)
   calls = prediction_calls(data, rows, pack)
   slots = max(len(r) for _, placed in calls for r in placed)
   k = packing.choices(data)

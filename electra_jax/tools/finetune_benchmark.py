@@ -35,6 +35,7 @@ from electra_jax.finetune import registry
 from electra_jax.finetune import run
 from electra_jax.hardware import aot
 from electra_jax.hardware import hlo_cost
+from electra_jax.hardware import xla_options
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.train import compiling
@@ -117,6 +118,10 @@ class _Ours:
       self.first_loss = getattr(self, 'first_loss', metrics_lib.summarize(metrics)['loss'])
     self.train(2)
     self.predict()
+    # where prediction departs from XLA's defaults (float32 on CPUs), those are timed beside it
+    self.own_options = xla_options.forward(self.model.cfg.dtype) is not None
+    if self.own_options:
+      self.predict(xla_defaults=True)
     self.warmup_s = time.perf_counter() - t
 
   def _batch_of(self, layout) -> dict:
@@ -143,11 +148,12 @@ class _Ours:
     jax.block_until_ready(metrics)
     return steps * self.p.cfg.batch_size / (time.perf_counter() - t)
 
-  def predict(self) -> float:
-    """Examples per second of predicting the dev split."""
+  def predict(self, xla_defaults: bool = False) -> float:
+    """Examples per second of predicting the dev split (`xla_defaults`: compiled with XLA's
+    default options, not hardware/xla_options.forward's)."""
     t = time.perf_counter()
     batches.predict(self.model, self.state.params, self.p.dev, self.p.cfg.eval_batch_size,
-                    self.mesh, pack=self.pack)
+                    self.mesh, pack=self.pack, xla_defaults=xla_defaults)
     return len(self.p.dev) / (time.perf_counter() - t)
 
 
@@ -230,11 +236,13 @@ def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: str = '', log
       systems[name] = _Peer(p, folder.name, 2 + repeats * steps + 1, peer == 'hf-compile')
       log(f'{name}: transformers {systems[name].info["transformers"]}, torch '
           f'{systems[name].info["torch"]}, warmed up in {systems[name].warmup_s:.1f} s')
-    runs = {name: {'train': [], 'predict': []} for name in systems}
+    runs = {name: {'train': [], 'predict': [], 'predict_xla_defaults': []} for name in systems}
     for r in range(repeats):
       for name, system in systems.items():
         runs[name]['train'].append(system.train(steps))
         runs[name]['predict'].append(system.predict())
+        if getattr(system, 'own_options', False):
+          runs[name]['predict_xla_defaults'].append(system.predict(xla_defaults=True))
       log(f'run {r + 1}/{repeats}: ' + ' | '.join(
           f'{name} train {v["train"][-1]:.1f}, predict {v["predict"][-1]:.1f} examples/s'
           for name, v in runs.items()))
@@ -259,6 +267,9 @@ def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: str = '', log
                     'predict_examples_per_s': statistics.median(v['predict']),
                     'train_runs': v['train'], 'predict_runs': v['predict'],
                     'first_loss': systems[name].first_loss}
+    if v['predict_xla_defaults']:
+      result[name].update(predict_xla_defaults_examples_per_s=statistics.median(
+          v['predict_xla_defaults']), predict_xla_defaults_runs=v['predict_xla_defaults'])
     if name not in LAYOUTS:
       result[name]['trainer_steps'] = systems[name].step
     if name in LAYOUTS:
@@ -293,6 +304,13 @@ def report(result: dict) -> list[str]:
                  f'{r["train_examples_per_s"] / base["train_examples_per_s"]:8.2f}x '
                  f'{r["predict_examples_per_s"]:13.1f} '
                  f'{r["predict_examples_per_s"] / base["predict_examples_per_s"]:8.2f}x' + rows)
+  for name in LAYOUTS:
+    r = result[name]
+    if 'predict_xla_defaults_examples_per_s' in r:
+      lines.append(f'{name} prediction compiled with XLA\'s default CPU fusions (YNNPACK; runs use '
+                   f'hardware/xla_options.py): {r["predict_xla_defaults_examples_per_s"]:.1f} '
+                   f'examples/s, {r["predict_examples_per_s"] / r["predict_xla_defaults_examples_per_s"]:.2f}x '
+                   'slower')
   return lines
 
 
