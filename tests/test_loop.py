@@ -1,12 +1,22 @@
-"""The training loop on several CPU devices of one process."""
+"""The training loop on several CPU devices of one process (steps one at a time), and on one device
+(steps queued ahead, as every accelerator run and a single-CPU run queue them)."""
 
+import itertools
+import json
 import os
 import subprocess
 import sys
 
-from conftest import CHILD_ENV, ROOT, TEST_XLA_FLAGS
+import jax
+import numpy as np
+import pytest
 
+from conftest import CHILD_ENV, ROOT, TEST_XLA_FLAGS
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop
+from electra_jax.train import partitioning
+from electra_jax.train import step as step_lib
 
 # A child with 8 CPU devices runs `steps` small steps whose gradient is all-reduced over them,
 # through loop.run, with XLA's rendezvous timeouts shortened (warn at 5 s, abort at 10 s).
@@ -62,3 +72,99 @@ def test_steps_on_several_cpu_devices_are_not_queued_into_a_deadlock(tmp_path):
   assert out.returncode == 0, out.stderr[-3000:]
   assert 'finished at step 3000 queue_ahead False' in out.stdout, out.stdout[-2000:]
   assert os.path.isdir(tmp_path / 'checkpoints' / '3000')
+
+
+def _one_device_run(tmp_path, name: str, stop_at: int | None = None, resume: bool = False):
+  """The test model on ONE of this process's devices, where the loop queues steps ahead as every
+  GPU, TPU and single-CPU run does: 8 steps, a NaN at step 3 (skipped), saves every 2 steps, and
+  with `stop_at` a stop notice (what SIGTERM sets) while steps are queued. Returns (the loop's
+  result, or the Stopped it raised; the workdir)."""
+  from conftest import poisoned_setup, test_config  # pylint: disable=import-outside-toplevel
+  from electra_jax import Stopped  # pylint: disable=import-outside-toplevel
+  from electra_jax.tools.benchmark import synthetic_batch  # pylint: disable=import-outside-toplevel
+  config = test_config(**{'train_steps': 8, 'save_every': 2, 'log_every': 2, 'nonfinite': 'skip'})
+  mesh = partitioning.make_mesh(jax.devices()[:1])
+  setup = poisoned_setup(config, [3])
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
+  batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh))
+           for k, v in synthetic_batch(16, 32, 96).items()}
+  workdir = tmp_path / name
+  ckpt = checkpoint_lib.Checkpointer(str(workdir / 'checkpoints'))
+  start, state, _ = ckpt.restore_latest(init_fn()) if resume else (0, init_fn(), {})
+  signals = loop.Signals(lambda *_: None, install=False)
+
+  def batches():
+    for i in itertools.count(start + 1):
+      if i == stop_at:  # the notice arrives while the steps before it are still queued
+        signals.received = 'SIGTERM'
+      yield batch
+
+  plan = loop.Plan.of(config, total_steps=8, fields=('loss',))
+  try:
+    result = loop.run(plan, state, train_fn, batches(), start, evaluate=lambda s, st: {},
+                      ckpt=ckpt, meta=lambda s: {'step': s}, logs=logs_lib.Logs(str(workdir)),
+                      log=lambda *_: None, signals=signals)
+  except Stopped as e:
+    return e, workdir
+  finally:
+    ckpt.close()
+  return result, workdir
+
+
+@pytest.mark.xla_defaults
+def test_steps_queued_ahead_on_one_device_stop_save_skip_and_resume_exactly(tmp_path):
+  """The mode of every accelerator run, in this process: steps queued ahead (one device), a
+  non-finite step skipped, saves, a stop notice landing while steps are queued (saved at the step
+  it stops, exit as SIGTERM's), then the resumed run: the final state is the uninterrupted run's
+  to the bit, the skipped step counted once, metrics.jsonl one record per step."""
+  assert loop.queue_ahead(1) and not loop.queue_ahead()
+  straight, _ = _one_device_run(tmp_path, 'straight')
+  stopped, workdir = _one_device_run(tmp_path, 'stopped', stop_at=5)
+  # (the notice came as step 5's batch was taken: step 5 runs, the loop stops before step 6 and
+  # saves step 5, which save_every=2 would not have)
+  assert stopped.signal == 'SIGTERM' and stopped.step == 5 and stopped.exit_code == 143
+  assert sorted(int(n) for n in os.listdir(workdir / 'checkpoints') if n.isdigit())[-1] == 5
+  resumed, _ = _one_device_run(tmp_path, 'stopped', resume=True)
+  for a, b in zip(jax.tree.leaves(straight.state), jax.tree.leaves(resumed.state), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert int(resumed.state.nonfinite_steps) == 1 and int(resumed.state.first_nonfinite) == 3
+  steps = [json.loads(l)['step'] for l in open(workdir / 'metrics.jsonl')]
+  assert steps == [2, 4, 6, 8], steps
+
+
+def test_a_launched_run_on_one_device_stops_on_sigterm_survives_sigkill_and_ends_as_a_straight_one(
+    tmp_path, records_dir):
+  """launch/train.py on one CPU device (steps queued ahead): SIGTERM saves and exits 143; SIGKILL
+  of the resumed run; the run resumed again ends with the train state of a run never stopped, to
+  the bit (both on one device)."""
+  import signal  # pylint: disable=import-outside-toplevel
+  from conftest import launch_command, run_config_file  # pylint: disable=import-outside-toplevel
+  from test_train import _wait_for_step  # pylint: disable=import-outside-toplevel
+  env = {**CHILD_ENV, 'XLA_FLAGS': f'{TEST_XLA_FLAGS} --xla_force_host_platform_device_count=1'}
+  config_file = run_config_file(tmp_path, records_dir, train_steps=12, save_every=2)
+  stopped, straight = tmp_path / 'stopped', tmp_path / 'straight'
+  proc = subprocess.Popen(launch_command(config_file, stopped), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env)
+  _wait_for_step(proc, 4)
+  proc.send_signal(signal.SIGTERM)
+  out, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 143 and 'stopped by SIGTERM at step' in out, out[-3000:]
+  proc = subprocess.Popen(launch_command(config_file, stopped), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=env)
+  seen = _wait_for_step(proc, 9)
+  assert any(l.startswith('resumed from') for l in seen), ''.join(seen[-20:])
+  proc.kill()
+  proc.wait()
+  for workdir in (stopped, straight):
+    done = subprocess.run(launch_command(config_file, workdir), capture_output=True, text=True,
+                          env=env, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (workdir == straight) != any(l.startswith('resumed from')
+                                        for l in done.stdout.splitlines()), done.stdout[-3000:]
+  states = []
+  for workdir in (stopped, straight):
+    ckpt = checkpoint_lib.Checkpointer(str(workdir / 'checkpoints'))
+    states.append(jax.tree.leaves(ckpt.restore_arrays(12)[0]))
+    ckpt.close()
+  for a, b in zip(*states, strict=True):
+    np.testing.assert_array_equal(a, b)

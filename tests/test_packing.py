@@ -303,6 +303,7 @@ def test_this_xla_takes_the_option_that_prediction_is_compiled_with():
   assert xla_options.forward('bfloat16') is None
 
 
+@pytest.mark.xla_defaults
 def test_a_packed_fine_tuning_learns_as_a_padded_one(pretrained, tmp_path):
   """The same fine-tuning (seed, data, recipe) with examples packed into rows and padded a row
   each: its losses step by step and its dev scores agree (the same examples in each step; the

@@ -688,6 +688,9 @@ def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, corpu
     pretrain.train_and_evaluate(test_config(**{'data.records': other, 'init_from': pretrained}),
                                 str(tmp_path / 'from_init'), log=_quiet)
   assert not os.path.exists(tmp_path / 'from_init')
+  with pytest.raises(UserError, match=r'holds no checkpoint of step 999 \(it has \[\d+(, \d+)*\]\); give '
+                                      r'one of those with --step, or leave --step out for the latest'):
+    export.export(pretrained, str(tmp_path / 'hf_999'), step=999, log=_quiet)
 
   a_file = tmp_path / 'a_file'
   a_file.write_text('x')
@@ -891,3 +894,44 @@ def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
   done = _launch('chaos.py', f'--workdir={tmp_path / "chaos"}', '--kills=0')
   assert done.returncode == 2 and _last(done) == 'error: --kills=0: give at least 1'
   assert not os.path.exists(tmp_path / 'ft') and not os.path.exists(tmp_path / 'chaos')
+
+
+@pytest.mark.fast
+def test_round_four_inputs_of_a_new_user_are_one_sentence_or_read_as_meant(tmp_path):
+  """A damaged config.json that is JSON but not an object, a JSON-lines corpus whose texts are
+  null (they read as the word 'None') or numbers, a data file that is a folder, a second text
+  column that is the first, a null text in a JSON-lines data file, a max_seq_length that leaves an
+  example no room."""
+  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
+  (tmp_path / 'config.json').write_text('[1, 2]')
+  with pytest.raises(UserError, match=r'config.json holds \[1, 2\], not an object: the file is '
+                                      r'damaged; delete it$'):
+    fs.read_json(str(tmp_path / 'config.json'), 'delete it', want=dict)
+  corpus = tmp_path / 'corpus.jsonl'
+  corpus.write_text(''.join(json.dumps({'text': t}) + '\n'
+                            for t in ('The cat sat.', None, 'A dog ran.', None)))
+  source = corpus_lib.Source(str(corpus))
+  text = [s for d in source.documents() for s in d]
+  assert text == ['The cat sat.', 'A dog ran.'] and 'None' not in ' '.join(text)
+  assert source.report.warnings() == ['2 JSON-lines object(s) had a null text and were skipped']
+  corpus.write_text(json.dumps({'text': 12}) + '\n')
+  with pytest.raises(ValueError, match=r"corpus.jsonl line 1 has 12 as its 'text', not a text; "
+                                       'give the text as a JSON string$'):
+    list(corpus_lib.Source(str(corpus)).documents())
+  with pytest.raises(FileNotFoundError, match=rf'^the data file {tmp_path} is a folder; give the '
+                                              r'path of a .csv, .tsv or .jsonl file$'):
+    files.read_table(str(tmp_path), 'text', '', 'label')
+  (tmp_path / 'pairs.csv').write_text('text,other,label\na,b,1\nc,d,0\n')
+  with pytest.raises(ValueError, match=r"^task.text_b names the column 'text', as task.text_a "
+                                       r"does; give the other text's own column, or '' for single "
+                                       r'texts$'):
+    files.read_table(str(tmp_path / 'pairs.csv'), 'text', 'text', 'label')
+  (tmp_path / 'null.jsonl').write_text('{"text": "a", "label": 1}\n{"text": null, "label": 0}\n')
+  with pytest.raises(ValueError, match=r"^line 2 of .*null.jsonl lacks the field 'text', or has "
+                                       r'it null \(1 of 2 rows\); fix those rows \(give each line '
+                                       r'its text\)$'):
+    files.read_table(str(tmp_path / 'null.jsonl'), 'text', '', 'label')
+  with pytest.raises(UserError, match=r'^data.max_seq_length=4 leaves an example no room: \[CLS\] '
+                                      r'A \[SEP\] B \[SEP\] takes at least 5 tokens'):
+    preflight.check_config(test_config(**{'data.max_seq_length': 4}), partitioning.make_mesh())

@@ -343,6 +343,7 @@ def test_event_files_are_written_without_tensorflow_and_a_run_goes_on_without_te
   assert sorted(_board(tmp_path / 'with')) == [('eval/loss', 3, 1.5), ('train/loss', 3, 2.5)]
 
 
+@pytest.mark.xla_defaults
 def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file):
   w1, w2 = str(tmp_path / 'interrupted'), str(tmp_path / 'straight')
   s = pretrain.train_and_evaluate(_small_run_config(corpus_file), w1, log=_quiet)

@@ -126,6 +126,7 @@ class ReadReport:
   lines_with_bad_bytes: int = 0
   long_lines_cut: int = 0
   lines_split: int = 0  # text lines holding several sentences, split at their sentence ends
+  null_texts: int = 0  # JSON-lines objects whose text is null (skipped)
   bytes_done: int = 0  # bytes of the corpus files consumed so far (compressed bytes for .gz)
 
   def warnings(self) -> list[str]:
@@ -142,6 +143,8 @@ class ReadReport:
     if self.lines_split:
       out.append(f'{self.lines_split} line(s) held several sentences and were split at their '
                  'sentence ends (a line is read as one sentence; nothing is dropped)')
+    if self.null_texts:
+      out.append(f'{self.null_texts} JSON-lines object(s) had a null text and were skipped')
     return out
 
 
@@ -269,7 +272,14 @@ def _jsonl_lines(path: str, text_field: str, report: ReadReport) -> Iterator[str
         raise ValueError(f'{path} line {number} has no field {text_field!r} (it has {fields}); '
                          'name the field that holds the text (launch/prepare_data.py '
                          '--text_field, launch/train.py --config.data.text_field)')
-      yield from text_to_sentences(str(record[text_field]))
+      value = record[text_field]
+      if value is None:  # (was read as the word 'None')
+        report.null_texts += 1
+        continue
+      if not isinstance(value, str):
+        raise ValueError(f'{path} line {number} has {json.dumps(value)[:60]} as its '
+                         f'{text_field!r}, not a text; give the text as a JSON string')
+      yield from text_to_sentences(value)
       yield ''
 
 

@@ -100,7 +100,7 @@ def write_json(path: str, value):
 
 def read_json(path: str):
   return fs.read_json(path, f'delete the records folder {fs.dirname(path)} and build it again '
-                            '(the run that made it, or launch/prepare_data.py)')
+                            '(the run that made it, or launch/prepare_data.py)', want=dict)
 
 
 def counts_path(out_dir: str, shard_file: str) -> str:

@@ -242,7 +242,7 @@ def saved_config(workdir: str, mode: str) -> ml_collections.ConfigDict:
     raise UserError(f'--config is required ({path} does not exist); give the fine-tuning config' if
                     mode != 'train' else '--config is required for --mode=train; give a '
                     'configs/finetune/*.py file')
-  config = fs.read_json(path, 'give the fine-tuning\'s config file with --config')
+  config = fs.read_json(path, 'give the fine-tuning\'s config file with --config', want=dict)
   if isinstance(config, dict) and 'objective' in config and 'task' not in config:
     raise UserError(f'{workdir} is a pre-training workdir (of launch/train.py); fine-tune it with '
                     f'--init={workdir} and a new --workdir, then use --mode={mode} on that one')

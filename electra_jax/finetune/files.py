@@ -173,8 +173,9 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
   `choices`: columns whose texts become the example's `text_b`, a tuple (multiple choice).
   """
   if not fs.isfile(path):
-    raise FileNotFoundError(f'the data file {path} does not exist; give the path of a .csv, .tsv '
-                            'or .jsonl file')
+    raise FileNotFoundError(f'the data file {path} '
+                            f'{"is a folder" if fs.isdir(path) else "does not exist"}; give the '
+                            'path of a .csv, .tsv or .jsonl file')
   ext = os.path.splitext(path)[1].lower()
   if ext not in ('.csv', '.tsv', '.jsonl'):
     raise ValueError(f'the data file {path} is not .csv, .tsv or .jsonl; convert it to one of them')
@@ -190,6 +191,10 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
   if label not in (None, '') and label in (text_a, text_b, *choices):
     raise ValueError(f'task.label names the column {label!r}, which also holds the text; give '
                      'the column of the labels')
+  if text_a in (text_b, *choices):
+    raise ValueError(f'task.{"text_b" if text_a == text_b else "choices"} names the column '
+                     f'{text_a!r}, as task.text_a does; give the other text\'s own column'
+                     + ("" if choices else ", or '' for single texts"))
   if ext == '.jsonl':
     _check_types(path, rows, line_numbers, (text_a, text_b, *choices), label)
   wider = next((i for i, r in enumerate(rows) if r.get(None)), None)  # csv's key for extra fields
@@ -223,9 +228,13 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
       raise ValueError(f'the data file {path} has no column {column!r} (its {where}: {shown}); '
                        'set the task.text_a, task.text_b and task.label columns')
     if absent and column != label:  # a missing label is named by labels()
-      raise ValueError(f'{_rows(path, absent, line_numbers)} {"lack" if len(absent) > 1 else "lacks"}'
-                       f' the field {column!r} ({len(absent)} of {len(rows)} rows); fix those rows'
-                       ' (a field that holds the delimiter must be quoted)')
+      fix = ('give each line its text' if ext == '.jsonl' else
+             'a field that holds the delimiter must be quoted')
+      several = len(absent) > 1
+      null = f', or {"have" if several else "has"} it null' if ext == '.jsonl' else ''
+      raise ValueError(f'{_rows(path, absent, line_numbers)} {"lack" if several else "lacks"} '
+                       f'the field {column!r}{null} ({len(absent)} of {len(rows)} rows); fix '
+                       f'those rows ({fix})')
   _check_texts(path, rows, line_numbers, (text_a, text_b), choices, log)
   labelled = labelled and label not in (None, '')
   names = (labels(path, [r.get(label) for r in rows], numeric, line_numbers, log, test=test)

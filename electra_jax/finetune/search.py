@@ -140,8 +140,8 @@ def _note_other_recipes(workdir: str, grid: list, log):
   path = fs.join(workdir, 'results.json')
   if not fs.isfile(path):
     return
-  before = [r.get('recipe') for r in fs.read_json(path, 'delete it: the search writes it again')
-            .get('recipes', ())]
+  before = [r.get('recipe') for r in fs.read_json(
+      path, 'delete it: the search writes it again', want=dict).get('recipes', ())]
   now = [name for name, _ in grid]
   if before != now:
     gone = [n for n in before if n not in now]
@@ -201,4 +201,4 @@ def _chosen(workdir: str) -> str:
   if not fs.isfile(path):
     raise UserError(f'{workdir} holds no finished search (no results.json); run it with '
                     '--mode=train first, the same command continues it')
-  return fs.read_json(path, 'run the search again with --mode=train')['chosen']
+  return fs.read_json(path, 'run the search again with --mode=train', want=dict)['chosen']

@@ -53,8 +53,9 @@ def read_json(path: str, version: str = '') -> list[Question]:
   unanswerable questions (SQuAD 2.0's), which 1.1 can neither learn nor score; 'v2.0' needs each
   question with no answers marked `"is_impossible": true`."""
   if not fs.isfile(path):
-    raise FileNotFoundError(f'the SQuAD file {path} does not exist; give train-v1.1.json, '
-                            'dev-v2.0.json or another file of that format')
+    raise FileNotFoundError(f'the SQuAD file {path} '
+                            f'{"is a folder" if fs.isdir(path) else "does not exist"}; give '
+                            'train-v1.1.json, dev-v2.0.json or another file of that format')
   text = fs.read_user_text(path)
   try:
     top = json.loads(text)

@@ -26,8 +26,10 @@ def read_conll(path: str, column: int = -1, lines: list | None = None) -> list[t
   line between sentences, -DOCSTART- lines skipped. `lines`, when given, receives each sentence's
   line numbers."""
   if not fs.isfile(path):
-    raise FileNotFoundError(f'the data file {path} does not exist; give a CoNLL file (one token '
-                            'and its tag per line, a blank line between sentences)')
+    raise FileNotFoundError(f'the data file {path} '
+                            f'{"is a folder" if fs.isdir(path) else "does not exist"}; give a '
+                            'CoNLL file (one token and its tag per line, a blank line between '
+                            'sentences)')
   sentences, words, tags, numbers = [], [], [], []
   width = None  # the columns of the file's first token line
   for n, line in enumerate(fs.read_user_text(path).split('\n'), start=1):

@@ -256,16 +256,22 @@ def read_user_text(path) -> str:
   return text
 
 
-def read_json(path, fix: str):
-  """The JSON value in the file `path`; a file that is empty or does not parse raises DamagedFile
-  naming it and `fix` (what to do about it)."""
+def read_json(path, fix: str, want: type | None = None):
+  """The JSON value in the file `path`; a file that is empty or does not parse, or whose value is
+  not a `want` (dict: an object) where one is wanted, raises DamagedFile naming it and `fix` (what
+  to do about it)."""
   text = read_text(path)
   try:
-    return json.loads(text)
+    value = json.loads(text)
   except ValueError as e:
     why = ('is empty' if not text.strip() else
            f'is not valid JSON ({getattr(e, "msg", e)} at line {getattr(e, "lineno", "?")})')
     raise DamagedFile(f'{path} {why}: the file is damaged; {fix}') from None
+  if want is not None and not isinstance(value, want):
+    what = {dict: 'an object', list: 'a list'}.get(want, want.__name__)
+    raise DamagedFile(f'{path} holds {json.dumps(value)[:40]}, not {what}: the file is damaged; '
+                      f'{fix}')
+  return value
 
 
 def read_bytes(path) -> bytes:

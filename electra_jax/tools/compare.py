@@ -200,7 +200,8 @@ def _shared_records(config, workdir: str, log) -> ml_collections.ConfigDict:
     return base
   built = fs.join(workdir, 'data', records_lib.PLAN)  # a re-run: the size fitted the first time
   if fs.isfile(built):
-    earlier = fs.read_json(built, f'delete {fs.dirname(built)} to build the records again')
+    earlier = fs.read_json(built, f'delete {fs.dirname(built)} to build the records again',
+                           want=dict)
     size = earlier.get('vocab_size', base.model.vocab_size)
     if size < base.model.vocab_size and size % 64 == 0 and not base.data.vocab:
       log(f'note: the records of {workdir} have a vocabulary of {size} (what the corpus fills); '

@@ -67,8 +67,11 @@ def _restore(directory: str, step: int | None, what: str):
     for _ in range(10):
       step = ckpt.latest_step() if latest else step
       if step is None or step not in ckpt.all_steps():
+        steps = ckpt.all_steps()
         raise UserError(f'{directory} holds no checkpoint{f" of step {step}" if step else ""} '
-                        f'(it has {ckpt.all_steps() or "none"}); let the {what} save one first')
+                        f'(it has {steps or "none"}); ' + (
+                            'give one of those with --step, or leave --step out for the latest'
+                            if steps else f'let the {what} save one first'))
       try:
         state, meta = ckpt.restore_arrays(step)
         break

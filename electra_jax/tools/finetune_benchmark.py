@@ -292,7 +292,7 @@ def report(result: dict) -> list[str]:
            f'(prediction {result["eval_batch_size"]}) | model hidden '
            f'{result["model"]["hidden_size"]} x {result["model"]["num_layers"]} layers, '
            f'{result["model"]["dtype"]} | {result["devices"]} x {result["device_kind"]}',
-           f'{"":12s} {"train ex/s":>11s} {"x padded":>9s} {"predict ex/s":>13s} {"x padded":>9s}'
+           f'{"":20s} {"train ex/s":>11s} {"x padded":>9s} {"predict ex/s":>13s} {"x padded":>9s}'
            '  rows a step on average (real tokens)']
   for name in LAYOUTS + tuple(PEERS.values()):
     if name not in result:
@@ -300,7 +300,7 @@ def report(result: dict) -> list[str]:
     r = result[name]
     rows = (f'  {r["rows"]:.1f} ({100 * r["real_tokens"]:.0f}%)' if 'rows' in r
             else '  a batch padded to its longest row')
-    lines.append(f'{name:12s} {r["train_examples_per_s"]:11.1f} '
+    lines.append(f'{name:20s} {r["train_examples_per_s"]:11.1f} '
                  f'{r["train_examples_per_s"] / base["train_examples_per_s"]:8.2f}x '
                  f'{r["predict_examples_per_s"]:13.1f} '
                  f'{r["predict_examples_per_s"] / base["predict_examples_per_s"]:8.2f}x' + rows)

@@ -91,17 +91,19 @@ class Signals:
     self.previous = {}
 
 
-def queue_ahead() -> bool:
-  """Whether steps may be queued before the last one finished: not on CPU devices that reduce
-  across each other, several in one process (fake devices, `--xla_force_host_platform_device_count`)
-  or one in each of several processes (gloo). In one process XLA runs each device's part of a
+def queue_ahead(devices: int | None = None) -> bool:
+  """Whether steps of a program over `devices` devices (None: all of this process's) may be queued
+  before the last one finished: not on CPU devices that reduce across each other, several in one
+  process (fake devices, `--xla_force_host_platform_device_count`) or one in each of several
+  processes (gloo). In one process XLA runs each device's part of a
   step on one shared thread pool and an in-process all-reduce holds its thread until every device
   arrives, so the parts of a later step can hold the threads a device still in an earlier step
   needs (XLA ends that deadlock after 40 s by aborting: "Termination timeout for `all reduce
   ...`"); across processes, the collectives of steps queued ahead can interleave and wait on each
   other forever. Costs the host's lead of a step there."""
+  devices = jax.local_device_count() if devices is None else devices
   return not (jax.local_devices()[0].platform == 'cpu' and
-              (jax.local_device_count() > 1 or jax.process_count() > 1))
+              (devices > 1 or jax.process_count() > 1))
 
 
 @dataclasses.dataclass
@@ -128,7 +130,9 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
   log_trigger, eval_trigger, save_trigger = Every(plan.log_every), Every(plan.eval_every), Every(
       plan.save_every)
   sums, pending = None, None
-  one_at_a_time = not queue_ahead()
+  spanned = set().union(*(x.sharding.device_set for x in jax.tree.leaves(state)
+                          if isinstance(x, jax.Array)))  # the devices the steps run on
+  one_at_a_time = not queue_ahead(len(spanned) or None)
 
   def report(step, sums):
     values = metrics_lib.summarize(sums)

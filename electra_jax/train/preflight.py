@@ -34,6 +34,9 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True):
     optim.make_optimizer(config.optimizer)
     objectives.get(config.objective.name)
   d, m = config.data, config.model
+  if d.max_seq_length < 5:
+    raise UserError(f'data.max_seq_length={d.max_seq_length} leaves an example no room: [CLS] A '
+                    '[SEP] B [SEP] takes at least 5 tokens; give 128 or 512 as the presets do')
   if d.max_seq_length > m.max_position_embeddings:
     raise UserError(f'data.max_seq_length={d.max_seq_length} exceeds '
                     f'model.max_position_embeddings={m.max_position_embeddings}; shorten the '
@@ -120,7 +123,7 @@ def check_same_run(config, workdir: str, log=print):
   if not fs.exists(path):
     return
   old = fs.read_json(path, 'delete it, and the same command resumes the run from its checkpoints '
-                     '(config.json is written again)')
+                     '(config.json is written again)', want=dict)
   # config/pretraining.py declares what a resumed run must keep (resume='same'): the model, objective, data
   # and seed, but for how the model is computed (attention path, remat)
   diffs = fields_lib.same_run_diffs(config_lib.CONFIG, old, json.loads(config.to_json()))

@@ -107,7 +107,7 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
   total = None
   replicated = partitioning.replicated(sharding.mesh)
   batches = input_pipeline.global_batches(dataset.take(num_batches), sharding, records_dir)
-  one_at_a_time = not loop_lib.queue_ahead()  # as the training steps (loop.queue_ahead)
+  one_at_a_time = not loop_lib.queue_ahead(sharding.mesh.size)  # as the training steps
   for i, batch in enumerate(batches):
     sums = evaluate_fn(params, batch, jax.device_put(jnp.asarray(i, jnp.int32), replicated))
     if one_at_a_time:

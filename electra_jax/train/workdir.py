@@ -177,7 +177,7 @@ def read_config(path: str):
   the run's own command writes it again and resumes from the checkpoints."""
   return fs.read_json(fs.join(path, 'config.json'),
                       f'delete it and run the command that made {path} again: it writes '
-                      'config.json again and resumes from its checkpoints')
+                      'config.json again and resumes from its checkpoints', want=dict)
 
 
 def check_place(path: str):
