@@ -935,3 +935,29 @@ def test_round_four_inputs_of_a_new_user_are_one_sentence_or_read_as_meant(tmp_p
   with pytest.raises(UserError, match=r'^data.max_seq_length=4 leaves an example no room: \[CLS\] '
                                       r'A \[SEP\] B \[SEP\] takes at least 5 tokens'):
     preflight.check_config(test_config(**{'data.max_seq_length': 4}), partitioning.make_mesh())
+
+
+@pytest.mark.fast
+def test_data_that_is_likely_a_mistake_is_named_in_a_warning(tmp_path):
+  """A dev file that is (mostly) the train file, a label column with a class per example (an id
+  or text column): trained as given, and said."""
+  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import registry  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+  rows = ''.join(f'text {i},{"ab"[i % 2]}\n' for i in range(40))
+  (tmp_path / 'train.csv').write_text('text,label\n' + rows)
+  (tmp_path / 'dev.csv').write_text('text,label\n' + rows[:200] + 'new one,a\n')
+  cfg = ft_config.default_config().task
+  cfg.update(name='own', train=str(tmp_path / 'train.csv'), dev=str(tmp_path / 'dev.csv'))
+  _, splits = registry.load(cfg, log=_quiet)
+  share = 100 * (len(splits['dev']) - 1) / len(splits['dev'])
+  assert tasks_lib.overlap_notes(splits) == [
+      f'warning: {share:.0f}% of the dev examples are in the train data too: the dev score '
+      'measures what was seen (is task.dev the train file?)']
+  assert tasks_lib.overlap_notes({'train': splits['train'], 'dev': splits['dev'][-1:]}) == []
+  (tmp_path / 'ids.csv').write_text('text,label\n' + ''.join(f't {i},id{i}\n' for i in range(30)))
+  cfg.update(train=str(tmp_path / 'ids.csv'), dev='')
+  said = []
+  registry.load(cfg, log=said.append)
+  assert said == ["warning: the train data has 30 classes among 30 examples (about 1.0 each): is "
+                  "task.label='label' the column of the labels?"]

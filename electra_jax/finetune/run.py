@@ -243,6 +243,8 @@ def _encoded(cfg, pretrained, task, splits: dict, log) -> dict:
     raise UserError('the task has no train split; set --config.task.train')
   kind = registry.get(task.kind)
   kind.check(cfg, splits)
+  for line in tasks_lib.overlap_notes(splits):
+    log(line)
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
   config_lib.check_for_model(cfg, pretrained.model_cfg)
   data = {}

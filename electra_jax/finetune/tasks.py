@@ -316,6 +316,23 @@ def load_builtin_topic(seed: int, max_train: int = 4000, per_topic: int = 450
   return out
 
 
+def overlap_notes(splits: dict) -> list[str]:
+  """A warning for each scored split whose examples' texts are mostly (half or more) in the
+  train split too: its score then measures memory (the same file given twice, say)."""
+  key = lambda e: (str(e.text_a), str(e.text_b))
+  seen = {key(e) for e in splits.get('train', ())}
+  out = []
+  for split, examples in splits.items():
+    if split == 'train' or not examples:
+      continue
+    share = sum(key(e) in seen for e in examples) / len(examples)
+    if share >= 0.5:
+      out.append(f'warning: {100 * share:.0f}% of the {split} examples are in the train data '
+                 f'too: the {split} score measures what was seen (is task.{split} the train '
+                 'file?)')
+  return out
+
+
 SQUAD = {'squad1': 'v1.1', 'squad2': 'v2.0'}
 
 

@@ -109,7 +109,8 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
            log=print) -> Exported:
   """Writes the HF folders of `workdir`'s checkpoint (latest, or `step`) under `out`."""
   if fs.exists(out) and (not fs.isdir(out) or fs.listdir(out)):
-    raise UserError(f'--out {out} exists and is not empty; give a new folder (nothing was '
+    raise UserError(f'--out {out} {"is a file" if not fs.isdir(out) else "exists and is not empty"}'
+                    '; give a new folder (nothing was '
                     'written)')
   config = _read_config(workdir) if not _original(workdir) else {}
   # written whole under <out>.partial, then renamed; for a bucket, built in a local folder and
