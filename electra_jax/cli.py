@@ -21,7 +21,14 @@ from absl import logging
 from ml_collections import config_flags
 
 from electra_jax import Stopped, UserError
+from electra_jax.hardware import compile_cache
 from electra_jax.storage import fs
+
+_COMPILATION_CACHE = flags.DEFINE_string(
+    'compilation_cache', compile_cache.DEFAULT_ROOT,
+    'where compiled programs are kept for the next run that compiles them (JAX\'s persistent '
+    'cache, keyed by the program, the jax version and the devices; a folder per jax version and '
+    'host under it); \'\' turns it off; JAX_COMPILATION_CACHE_DIR, where set, is used instead')
 
 
 def _explain(error: Exception) -> str:
@@ -345,6 +352,7 @@ def run(main):
   """absl's app.run, with one-sentence errors for bad flags and for UserError, and a prompt exit."""
   def wrapped(argv):
     fewer_collections()
+    compile_cache.enable(_COMPILATION_CACHE.value)
     signal.signal(signal.SIGTERM, _terminate)  # (the training loop installs its own: it saves)
     if not ('topology' in flags.FLAGS and flags.FLAGS.topology):
       quiet_tpu_runtime()

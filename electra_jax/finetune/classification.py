@@ -58,7 +58,7 @@ class Classification(kinds.Kind):
   def load(self, cfg, log=print):
     splits = files.read_splits(cfg, log=log)
     labels = files.class_names(splits)
-    if len(labels) > len(splits['train']) / 2:  # (an id or a text column, most likely)
+    if len(splits['train']) >= 20 and len(labels) > len(splits['train']) / 2:  # (an id column?)
       log(f'warning: the train data has {len(labels)} classes among {len(splits["train"])} '
           f'examples (about {len(splits["train"]) / len(labels):.1f} each): is task.label='
           f'{cfg.label!r} the column of the labels?')

@@ -188,13 +188,7 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
     text_a, text_b, label = (_position(path, what, value, len(columns)) for what, value in
                              (('text_a', text_a), ('text_b', text_b), ('label', label)))
     choices = tuple(_position(path, 'choices', value, len(columns)) for value in choices)
-  if label not in (None, '') and label in (text_a, text_b, *choices):
-    raise ValueError(f'task.label names the column {label!r}, which also holds the text; give '
-                     'the column of the labels')
-  if text_a in (text_b, *choices):
-    raise ValueError(f'task.{"text_b" if text_a == text_b else "choices"} names the column '
-                     f'{text_a!r}, as task.text_a does; give the other text\'s own column'
-                     + ("" if choices else ", or '' for single texts"))
+  _check_columns(text_a, text_b, label, choices)
   if ext == '.jsonl':
     _check_types(path, rows, line_numbers, (text_a, text_b, *choices), label)
   wider = next((i for i, r in enumerate(rows) if r.get(None)), None)  # csv's key for extra fields
@@ -243,6 +237,17 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
                       str(r[text_b]) if text_b not in (None, '') else None)
   return [Example(str(r[text_a]), second(r), names[i] if labelled else None)
           for i, r in enumerate(rows)]
+
+
+def _check_columns(text_a, text_b, label, choices: tuple):
+  """Refuses a label column that holds a text, or a second text (or candidate) in text_a's."""
+  if label not in (None, '') and label in (text_a, text_b, *choices):
+    raise ValueError(f'task.label names the column {label!r}, which also holds the text; give '
+                     'the column of the labels')
+  if text_a in (text_b, *choices):
+    raise ValueError(f'task.{"text_b" if text_a == text_b else "choices"} names the column '
+                     f'{text_a!r}, as task.text_a does; give the other text\'s own column'
+                     + ("" if choices else ", or '' for single texts"))
 
 
 def _check_texts(path: str, rows: list, line_numbers: list, texts: tuple, choices: tuple, log):

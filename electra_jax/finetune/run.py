@@ -31,6 +31,7 @@ from electra_jax.finetune import registry
 from electra_jax.finetune import results as results_lib
 from electra_jax.finetune import search as search_lib
 from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.hardware import compile_cache
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import compiling
@@ -73,6 +74,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   `save_every` steps and when stopped, scored on the dev split(s) every `eval_every` steps with
   the best checkpoint by the task's first metric kept; returns the final dev scores."""
   mesh = partitioning.make_mesh()
+  cached = compile_cache.counts()
   train = data['train']
   epochs = cfg.epochs or task.epochs
   total = max(1, int(round(epochs * (len(train) // cfg.batch_size))))
@@ -121,6 +123,8 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                                                                  panels=results_lib.panels(task)))
     best = ckpt.best_step()
     ckpt.close()
+  if note := compile_cache.note(cached):
+    log(f'seed {seed}: its programs compiled{note}')
   if skipped := int(jax.device_get(result.state.nonfinite_steps)):
     log(f'  warning: seed {seed}: {skipped} step(s) had a non-finite loss and were skipped; '
         'lower optimizer.learning_rate')

@@ -16,6 +16,7 @@ from electra_jax.data import records as records_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.hardware import aot
 from electra_jax.hardware import chips
+from electra_jax.hardware import compile_cache
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.model import attention as attention_lib
 from electra_jax.model import electra as model_lib
@@ -127,10 +128,10 @@ def compile_logged(config, make_setup, model_cfg, mesh, log) -> Programs:
   seconds from JAX's compilation cache) is not silence, and not counted in the first interval's
   tokens/s."""
   log(f'{logs_lib.stamp()}compiling the train and evaluation steps ...')
-  t = time.perf_counter()
+  t, before = time.perf_counter(), compile_cache.counts()
   programs = compile_run(config, make_setup, model_cfg, mesh,
                          aot.device_memory_limit(mesh.devices.flat[0]), log)
-  log(f'{logs_lib.stamp()}compiled in {time.perf_counter() - t:.1f} s')
+  log(f'{logs_lib.stamp()}compiled in {time.perf_counter() - t:.1f} s{compile_cache.note(before)}')
   return programs
 
 

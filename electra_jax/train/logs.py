@@ -303,7 +303,8 @@ class Logs:
 
   def resume(self, step: int, evaluated_again: bool = False):
     """Forgets what an earlier run in this folder logged after `step`, where this one starts (and
-    its evaluation at `step`, where this one evaluates that step again)."""
+    its evaluation at `step`, where this one evaluates that step again: a finished run run
+    again), so that every record of a step is its last run's."""
     self.jsonl.resume(step, evaluated_again)
     self.board.resume(step, evaluated_again)
 

@@ -106,6 +106,13 @@ def queue_ahead(devices: int | None = None) -> bool:
               (devices > 1 or jax.process_count() > 1))
 
 
+def _devices(state) -> int | None:
+  """How many devices the steps on `state` run on (its arrays' devices together)."""
+  spanned = set().union(*(x.sharding.device_set for x in jax.tree.leaves(state)
+                          if isinstance(x, jax.Array)))
+  return len(spanned) or None
+
+
 @dataclasses.dataclass
 class Result:
   state: Any
@@ -123,16 +130,12 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
   the state; `annotate(values, speed)` may add values to a report and returns text for its line.
   """
   progress = logs_lib.Progress(start, plan.total_steps, plan.tokens_per_step)
-  # one record per step: what a killed run logged after `start` goes, and the evaluation at the
-  # end of a finished run run again (evaluated again below)
-  logs.resume(start, evaluated_again=start >= plan.total_steps)
+  logs.resume(start, evaluated_again=start >= plan.total_steps)  # one record per step
   signals = signals or Signals(log, install=jax.process_count() == 1)
   log_trigger, eval_trigger, save_trigger = Every(plan.log_every), Every(plan.eval_every), Every(
       plan.save_every)
   sums, pending = None, None
-  spanned = set().union(*(x.sharding.device_set for x in jax.tree.leaves(state)
-                          if isinstance(x, jax.Array)))  # the devices the steps run on
-  one_at_a_time = not queue_ahead(len(spanned) or None)
+  one_at_a_time = not queue_ahead(_devices(state))
 
   def report(step, sums):
     values = metrics_lib.summarize(sums)
