@@ -955,6 +955,10 @@ def test_data_that_is_likely_a_mistake_is_named_in_a_warning(tmp_path):
       f'warning: {share:.0f}% of the dev examples are in the train data too: the dev score '
       'measures what was seen (is task.dev the train file?)']
   assert tasks_lib.overlap_notes({'train': splits['train'], 'dev': splits['dev'][-1:]}) == []
+  from electra_jax.finetune import squad  # pylint: disable=import-outside-toplevel
+  questions = [squad.Question(str(i), f'q{i}?', 'a context', ('a',), (0,)) for i in range(4)]
+  assert tasks_lib.overlap_notes({'train': questions, 'dev': questions[:2]})[0].startswith(
+      'warning: 100% of the dev examples are in the train data too')
   (tmp_path / 'ids.csv').write_text('text,label\n' + ''.join(f't {i},id{i}\n' for i in range(30)))
   cfg.update(train=str(tmp_path / 'ids.csv'), dev='')
   said = []

@@ -319,7 +319,8 @@ def load_builtin_topic(seed: int, max_train: int = 4000, per_topic: int = 450
 def overlap_notes(splits: dict) -> list[str]:
   """A warning for each scored split whose examples' texts are mostly (half or more) in the
   train split too: its score then measures memory (the same file given twice, say)."""
-  key = lambda e: (str(e.text_a), str(e.text_b))
+  key = lambda e: ((e.question, e.context) if isinstance(e, squad.Question) else
+                   (str(e.text_a), str(e.text_b)))
   seen = {key(e) for e in splits.get('train', ())}
   out = []
   for split, examples in splits.items():
