@@ -340,5 +340,7 @@ def test_a_packed_fine_tuning_learns_as_a_padded_one(pretrained, tmp_path):
     losses[pack] = [r['loss'] for r in map(json.loads, open(workdir / 'seed_0' / 'metrics.jsonl'))
                     if r['split'] == 'train']
   assert len(losses[True]) == len(losses[False]) == 8
-  np.testing.assert_allclose(losses[True], losses[False], rtol=2e-2)  # (rounding grows)
+  # the same to rounding at first; rounding's differences grow with the steps (chaos)
+  np.testing.assert_allclose(losses[True][:4], losses[False][:4], rtol=2e-3)
+  np.testing.assert_allclose(losses[True], losses[False], atol=5e-3)
   assert min(dev.values()) > 0.8 and abs(dev[True] - dev[False]) <= 0.02, dev
