@@ -73,7 +73,10 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
       if ckpt.latest_step() is None:
         raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves '
                         'at the end, at save_every steps and when stopped)')
-      target = jax.jit(functools.partial(step_lib.init_state, setup))()
+      device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # (what to read into:
+      target = jax.tree.map(  # shapes alone; a state initialized only to be overwritten cost a
+          lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),  # second at start)
+          jax.eval_shape(functools.partial(step_lib.init_state, setup)))
       with user_errors(ValueError):
         if step == 'latest':
           step, state, _ = ckpt.restore_latest(target, log)
