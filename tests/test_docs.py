@@ -25,9 +25,13 @@ FLAG = re.compile(r'(?<![\w-])--([a-z][a-z0-9_]*(?:\.[A-Za-z0-9_]+)*)')
 
 @functools.cache
 def script_flags(script: str) -> dict:
-  """{flag: the default config file or None} of launch/<script>.py, read from its source."""
+  """{flag: the default config file or None} of launch/<script>.py, read from its source (and the
+  flags electra_jax/cli.py defines for every script that runs through it)."""
   source = open(os.path.join(ROOT, 'launch', f'{script}.py')).read()
   defined = {name: None for name in re.findall(r"DEFINE_\w+\(\s*'(\w+)'", source)}
+  if 'cli.run(' in source:
+    shared = open(os.path.join(ROOT, 'electra_jax', 'cli.py')).read()
+    defined.update((name, None) for name in re.findall(r"DEFINE_\w+\(\s*'(\w+)'", shared))
   defined.update((name, None) for name in re.findall(r"add_argument\('--(\w+)'", source))
   for name, default in re.findall(r"define_config_file\(\s*'(\w+)',\s*(None|'[^']*'|"
                                   r"os\.path\.join\(_ROOT[^)]*\))", source):
