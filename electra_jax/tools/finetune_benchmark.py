@@ -39,6 +39,8 @@ from electra_jax.hardware import xla_options
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.train import compiling
+from electra_jax.train import logs as logs_lib
+from electra_jax.train import loop as loop_lib
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 
@@ -141,9 +143,26 @@ class _Ours:
                                        self.pack)
 
   def train(self, steps: int) -> float:
-    """Examples per second of `steps` train steps (the batches assembled as the run does)."""
+    """Examples per second of `steps` steps of the fine-tuning's loop (train/loop.py: batches
+    assembled as the run assembles them, its progress lines every log_every steps; no evaluation,
+    no checkpoint, nothing written)."""
+    plan = loop_lib.Plan(total_steps=steps, log_every=self.p.cfg.log_every, eval_every=0,
+                         save_every=0, nonfinite='skip', fields=('loss',))
     t = time.perf_counter()
-    for _, batch in zip(range(steps), self.stream):
+    result = loop_lib.run(plan, self.state, self.train_fn, self.stream, 0,
+                          evaluate=lambda step, state: {}, ckpt=_NoCheckpoints(),
+                          meta=lambda step: {}, logs=logs_lib.Logs('', main=False),
+                          log=lambda line: None, signals=loop_lib.Signals(None, install=False))
+    jax.block_until_ready(result.state)
+    self.state = result.state
+    return steps * self.p.cfg.batch_size / (time.perf_counter() - t)
+
+  def step_alone(self, steps: int) -> float:
+    """Examples per second of the compiled train step alone, on `steps` batches already on the
+    devices: what the loop's examples/s would be without any work of its own."""
+    ready = jax.block_until_ready([b for _, b in zip(range(steps), self.stream)])
+    t = time.perf_counter()
+    for batch in ready:
       self.state, metrics = self.train_fn(self.state, batch)
     jax.block_until_ready(metrics)
     return steps * self.p.cfg.batch_size / (time.perf_counter() - t)
@@ -155,6 +174,21 @@ class _Ours:
     batches.predict(self.model, self.state.params, self.p.dev, self.p.cfg.eval_batch_size,
                     self.mesh, pack=self.pack, xla_defaults=xla_defaults)
     return len(self.p.dev) / (time.perf_counter() - t)
+
+
+class _NoCheckpoints:
+  """The checkpointer of a loop that saves nothing (the benchmark's)."""
+
+  def latest_step(self):
+    return None
+
+  def reached_preemption(self, step: int) -> bool:
+    return False
+
+  def save(self, *args, **kwargs):
+    pass
+
+  wait = close = save
 
 
 class _Peer:
@@ -236,10 +270,13 @@ def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: str = '', log
       systems[name] = _Peer(p, folder.name, 2 + repeats * steps + 1, peer == 'hf-compile')
       log(f'{name}: transformers {systems[name].info["transformers"]}, torch '
           f'{systems[name].info["torch"]}, warmed up in {systems[name].warmup_s:.1f} s')
-    runs = {name: {'train': [], 'predict': [], 'predict_xla_defaults': []} for name in systems}
+    runs = {name: {'train': [], 'step_alone': [], 'predict': [], 'predict_xla_defaults': []}
+            for name in systems}
     for r in range(repeats):
       for name, system in systems.items():
         runs[name]['train'].append(system.train(steps))
+        if name in LAYOUTS:
+          runs[name]['step_alone'].append(system.step_alone(steps))
         runs[name]['predict'].append(system.predict())
         if getattr(system, 'own_options', False):
           runs[name]['predict_xla_defaults'].append(system.predict(xla_defaults=True))
@@ -267,6 +304,9 @@ def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: str = '', log
                     'predict_examples_per_s': statistics.median(v['predict']),
                     'train_runs': v['train'], 'predict_runs': v['predict'],
                     'first_loss': systems[name].first_loss}
+    if v['step_alone']:
+      result[name].update(step_alone_examples_per_s=statistics.median(v['step_alone']),
+                          step_alone_runs=v['step_alone'])
     if v['predict_xla_defaults']:
       result[name].update(predict_xla_defaults_examples_per_s=statistics.median(
           v['predict_xla_defaults']), predict_xla_defaults_runs=v['predict_xla_defaults'])
@@ -304,6 +344,13 @@ def report(result: dict) -> list[str]:
                  f'{r["train_examples_per_s"] / base["train_examples_per_s"]:8.2f}x '
                  f'{r["predict_examples_per_s"]:13.1f} '
                  f'{r["predict_examples_per_s"] / base["predict_examples_per_s"]:8.2f}x' + rows)
+  for name in LAYOUTS:
+    r = result[name]
+    if 'step_alone_examples_per_s' in r:
+      lines.append(f'{name}: the loop {r["train_examples_per_s"]:.1f} examples/s, its compiled step '
+                   f'alone on batches already on the devices {r["step_alone_examples_per_s"]:.1f}: '
+                   f'the loop takes {r["step_alone_examples_per_s"] / r["train_examples_per_s"]:.2f}x '
+                   'the step\'s time')
   for name in LAYOUTS:
     r = result[name]
     if 'predict_xla_defaults_examples_per_s' in r:
