@@ -163,6 +163,8 @@ def _print_profile(p: dict, step_ms: float):
         f'{step_ms:.1f} untraced)')
   print('  ' + ' | '.join(f'{name} {ms:.1f} ms ({100 * ms / p["busy_ms_per_step"]:.0f}%)'
                           for name, ms in p['categories'].items()))
+  print(f'  kernels per step: {sum(r["calls_per_step"] for r in p["kernels"]):,.0f} (each '
+        'operation the trace shows; a CUDA graph counts as one)')
   for title, rows in (('kinds of kernel (instances summed)', p['kinds']),
                       ('single kernels', p['kernels'])):
     print(f'  {title}:\n  {"ms/step":>8} {"share":>6} {"calls":>6}  kernel (category)')

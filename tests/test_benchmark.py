@@ -103,6 +103,8 @@ def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path, records_di
   assert p['busy_ms_per_step'] < 8 * p['wall_ms_per_step']
   printed = done.stdout
   assert 'single kernels:' in printed and p['kernels'][0]['name'][:90] in printed, printed
+  count = sum(r['calls_per_step'] for r in p['kernels'])
+  assert f'kernels per step: {count:,.0f} (' in printed, printed
 
 
 def test_max_batch_is_the_largest_that_fits():

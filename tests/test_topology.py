@@ -150,6 +150,10 @@ def test_the_estimate_walks_loops_branches_kernels_and_collectives():
   assert top[0]['what'] == 'layer_*/mul' and top[0]['count'] == 4  # layers merged, trips counted
   two = hlo_cost.estimate(_HLO, chip, devices_per_slice=4, num_slices=2)
   assert two.by_source['collective'] > est.by_source['collective']  # the data-center network too
+  # the kernels a step launches: the loop's fusion 4 times, the dearer branch's once, the
+  # condition's compare 5 times, the Pallas kernel and the all-reduce once
+  assert est.kernels() == {'fusions': 5, 'pallas': 1, 'collectives': 1, 'matmuls': 0, 'other': 5,
+                           'total': 12}
 
 
 _UNKNOWN = '''HloModule step

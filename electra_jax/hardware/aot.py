@@ -232,6 +232,7 @@ def estimate_lines(compiled, chip: chips_lib.Chip, devices_per_slice: int, num_s
       f'  -> {tokens / est.seconds:,.0f} tokens/s, MFU {100 * mfu:.1f}% (model FLOPs '
       f'{model_flops / 1e12:.2f} T per step over {chips} x {chip.peak_flops / 1e12:.0f} TFLOP/s '
       f'{chip.name} bf16 peak)',
+      '  kernels per step: ' + kernel_counts(est.kernels()),
       f'  the {top} costliest operations (estimated ms per step, share, executions, how '
       'estimated, JAX operation):']
   for row in est.top(top):
@@ -239,5 +240,13 @@ def estimate_lines(compiled, chip: chips_lib.Chip, devices_per_slice: int, num_s
                  f'{row["count"]:5.0f}x  {row["source"]:10s} {row["kind"]:12s} {row["what"]}')
   numbers = {'step_s': est.seconds, 'by_source_s': src, 'tokens_per_s': tokens / est.seconds,
              'mfu': mfu, 'model_flops': model_flops, 'top': est.top(top),
-             'unknown_loops': est.unknown_loops}
+             'unknown_loops': est.unknown_loops, 'kernels': est.kernels()}
   return lines, numbers
+
+
+def kernel_counts(kernels: dict) -> str:
+  """'1,234 (fusions 1,000, Pallas kernels 48, collectives 2, matmuls 180, other 4)'."""
+  names = {'fusions': 'fusions', 'pallas': 'Pallas kernels', 'collectives': 'collectives',
+           'matmuls': 'matmuls', 'other': 'other'}
+  return (f'{kernels["total"]:,} (' + ', '.join(f'{names[k]} {kernels[k]:,}' for k in names)
+          + ')')

@@ -59,6 +59,18 @@ class Estimate:
   by_source: dict
   unknown_loops: int  # while loops whose trip count was not found (counted once)
 
+  def kernels(self) -> dict:
+    """Kernels a run of the program launches, by kind (executions per run: loop bodies times
+    their trip counts, the costlier branch of a conditional), and their total."""
+    out = {'fusions': 0.0, 'pallas': 0.0, 'collectives': 0.0, 'matmuls': 0.0, 'other': 0.0}
+    for op in self.ops:
+      kind = ('pallas' if op.source == 'kernel' else 'collectives' if op.source == 'collective'
+              else 'fusions' if op.opcode == 'fusion' else
+              'matmuls' if op.opcode in ('dot', 'convolution') else 'other')
+      out[kind] += op.count
+    out = {k: int(round(v)) for k, v in out.items()}
+    return {**out, 'total': sum(out.values())}
+
   def top(self, n: int = 10) -> list:
     """The `n` costliest operations, those of one JAX operation and source merged."""
     merged = {}

@@ -381,21 +381,23 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
       state = jax.eval_shape(init_fn)
       shapes = batches.train_shapes(p.train, cfg.batch_size, cfg.seed, p.total_steps, cfg.packing,
                                     mesh, cfg.packing_shapes)
-      seconds = []
+      seconds, kernels = [], []
       for layout in shapes.layouts:
         batch = kind.batch_shapes(p.task, layout, partitioning.batch_sharding(mesh))
         compiled, _, error = aot.timed_compile(lambda: train_fn.lower(state, batch))  # pylint: disable=cell-var-from-loop
         if compiled is None:
           raise UserError(f'the {name} train step did not compile for {slice_.name}: {error}')
-        seconds.append(hlo_cost.estimate(compiled.as_text(), slice_.chip, slice_.chips,
-                                         slice_.num_slices).seconds)
+        est = hlo_cost.estimate(compiled.as_text(), slice_.chip, slice_.chips, slice_.num_slices)
+        seconds.append(est.seconds)
+        kernels.append(est.kernels())
       step_s = sum(s * c for s, c in zip(seconds, shapes.counts)) / sum(shapes.counts)
       out[name] = {'rows': shapes.mean_rows, 'shapes': [l.rows for l in shapes.layouts],
-                   'step_s': step_s, 'train_examples_per_s': cfg.batch_size / step_s}
+                   'step_s': step_s, 'train_examples_per_s': cfg.batch_size / step_s,
+                   'kernels': kernels[0]}
       log(f'{slice_.label}, {name}: {shapes.mean_rows:.1f} rows of {cfg.max_seq_length} a step on '
           f'average ({len(shapes.layouts)} shape(s)), estimated {1e3 * step_s:.2f} ms a step = '
           f"{cfg.batch_size / step_s:,.0f} examples/s (an estimate from XLA's TPU cost model, not "
-          'a measurement)')
+          f'a measurement); kernels per step: {aot.kernel_counts(kernels[0])}')
   out['packed_over_padded'] = out['padded']['step_s'] / out['packed']['step_s']
   log(f'{slice_.label}: packed {out["packed_over_padded"]:.2f}x the padded examples/s '
       '(estimated)')
