@@ -285,6 +285,7 @@ def test_the_finetune_benchmark_times_padded_packed_and_hf_trainer_on_the_same_e
     assert abs(result[name]['first_loss'] - np.log(3)) < 0.25, (name, result[name]['first_loss'])
   lines = finetune_benchmark.report(result)
   assert [line.split()[0] for line in lines[2:5]] == ['padded', 'packed', 'hf_trainer']
+  assert [line.split()[0] for line in lines[5:]] == ['padded:', 'padded', 'packed:', 'packed']
   # prediction with XLA's default CPU fusions timed beside ours (float32 on CPUs)
   assert len(result['padded']['predict_xla_defaults_runs']) == 2
   assert any(l.startswith("padded prediction compiled with XLA's default CPU fusions") for l in lines)

@@ -87,7 +87,7 @@ def read_json(path: str, version: str = '') -> list[Question]:
                          'text')
       if not isinstance(paragraph.get('qas'), list):
         raise ValueError(f'{where_p} has {_what(paragraph.get("qas"), "qas", "list")} of '
-                         'questions (the format: {form})'.replace('{form}', form))
+                         f'questions (the format: {form})')
       for n, qa in enumerate(paragraph['qas']):
         q = _question(qa, f'question {n} of {where_p}', context, version)
         if q.qid in seen:
@@ -312,10 +312,9 @@ def make_features(questions: list[Question], tokenizer, max_len: int = 512, stri
     q = first_skipped
     raise UserError(
         f'none of the {skipped} answered training questions has its answer text at its '
-        'answer_start in '
-        f'its context (question {q.qid!r}: {q.answers[0][:40]!r} is not at character '
-        f'{q.starts[0]}); give answer_start as the character offset (0 first) of the answer in '
-        'the context, as SQuAD does')
+        f'answer_start in its context (question {q.qid!r}: {q.answers[0][:40]!r} is not at '
+        f'character {q.starts[0]}); give answer_start as the character offset (0 first) of the '
+        'answer in the context, as SQuAD does')
   n = len(rows['ids'])
   pad = lambda seqs, value: np.array([list(x) + [value] * (max_len - len(x)) for x in seqs],
                                      np.int32).reshape(n, max_len)

@@ -344,15 +344,12 @@ def report(result: dict) -> list[str]:
                  f'{r["train_examples_per_s"] / base["train_examples_per_s"]:8.2f}x '
                  f'{r["predict_examples_per_s"]:13.1f} '
                  f'{r["predict_examples_per_s"] / base["predict_examples_per_s"]:8.2f}x' + rows)
-  for name in LAYOUTS:
+  for name in LAYOUTS:  # the loop beside its step alone; prediction beside XLA's defaults
     r = result[name]
-    if 'step_alone_examples_per_s' in r:
-      lines.append(f'{name}: the loop {r["train_examples_per_s"]:.1f} examples/s, its compiled step '
-                   f'alone on batches already on the devices {r["step_alone_examples_per_s"]:.1f}: '
-                   f'the loop takes {r["step_alone_examples_per_s"] / r["train_examples_per_s"]:.2f}x '
-                   'the step\'s time')
-  for name in LAYOUTS:
-    r = result[name]
+    lines.append(f'{name}: the loop {r["train_examples_per_s"]:.1f} examples/s, its compiled step '
+                 f'alone on batches already on the devices {r["step_alone_examples_per_s"]:.1f}: '
+                 f'the loop takes {r["step_alone_examples_per_s"] / r["train_examples_per_s"]:.2f}x '
+                 'the step\'s time')
     if 'predict_xla_defaults_examples_per_s' in r:
       lines.append(f'{name} prediction compiled with XLA\'s default CPU fusions (YNNPACK; runs use '
                    f'hardware/xla_options.py): {r["predict_xla_defaults_examples_per_s"]:.1f} '
