@@ -548,6 +548,27 @@ def test_a_nonfinite_step_changes_nothing_and_is_counted():
   assert any(changed)  # the next finite step trains again
 
 
+@pytest.mark.fast
+def test_the_clipped_guard_is_a_select_in_place_and_the_unclipped_one_a_conditional():
+  """Clipped, the guard's flag is known before the update: the program has no conditional (which
+  GPU command buffers leave out) and the select of new or old values adds no second copy of the
+  optimizer state to the step's temporary memory. Unclipped, it is a conditional."""
+  mesh = partitioning.make_mesh(jax.devices()[:1])
+  batch = synthetic_batch(16, 32, 96, seed=2)
+  clipped = step_lib.build_setup(test_config(), SPECIAL)
+  compiled = {}
+  for name, setup in (('select', clipped), ('conditional', dataclasses.replace(
+      clipped, check_update=True))):
+    init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
+    shape = jax.eval_shape(init_fn)
+    compiled[name] = train_fn.lower(shape, batch).compile()
+  conditionals = lambda c: len(re.findall(r'\sconditional\(', c.as_text()))
+  assert conditionals(compiled['select']) == 0 and conditionals(compiled['conditional']) == 1
+  opt_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shape.opt_state))
+  temp = {k: c.memory_analysis().temp_size_in_bytes for k, c in compiled.items()}
+  assert temp['select'] - temp['conditional'] < opt_bytes / 2, (temp, opt_bytes)
+
+
 def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir, monkeypatch):
   real = step_lib.build_setup
   monkeypatch.setattr(step_lib, 'build_setup',

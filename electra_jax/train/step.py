@@ -111,23 +111,29 @@ def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState
   grad_norm = optax.tree.norm(grads)  # the clipping's norm too (optim.clip_by_global_norm)
   # NaN/Inf guard, without a host sync: a step whose loss, gradient norm or update is not finite
   # leaves parameters, optimizer state and metric sums as they were, and is counted; the loop reads
-  # the count at log time. A conditional, not a select between old and new values, lets XLA update
-  # the donated state in place. Unclipped, a finite gradient can still make a non-finite update
-  # (through the learning rate or Adam's moments): then the update is computed twice (its norm
-  # here, and again in the branch that applies it) so that no second copy of the optimizer state
-  # is ever alive. Clipped, it cannot (`optim.bounds_updates`), and the norm is not computed (a
-  # small fusion per parameter).
+  # the count at log time. Clipped, a finite gradient norm makes every update finite
+  # (`optim.bounds_updates`): the flag is known before the update, and a select of each new value
+  # or the old one fuses into the update's own elementwise passes, in place on the donated state,
+  # with no conditional in the program (which XLA's GPU command buffers would leave out, running
+  # the update kernel by kernel). Unclipped, a finite gradient can still make a non-finite update
+  # (through the learning rate or Adam's moments): its norm is needed before anything is written,
+  # so the update is computed twice (its norm here, and again in a conditional branch that applies
+  # it), and no second copy of the optimizer state is ever alive.
   update = functools.partial(setup.tx.update, global_norm=grad_norm)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-  if setup.check_update:
-    finite &= jnp.isfinite(optax.tree.norm(update(grads, state.opt_state, state.params)[0]))
 
   def apply(params, opt_state):
     updates, opt_state = update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
-  params, opt_state = jax.lax.cond(finite, apply, lambda p, o: (p, o), state.params,
-                                   state.opt_state)
+  if setup.check_update:
+    finite &= jnp.isfinite(optax.tree.norm(update(grads, state.opt_state, state.params)[0]))
+    params, opt_state = jax.lax.cond(finite, apply, lambda p, o: (p, o), state.params,
+                                     state.opt_state)
+  else:
+    params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
+                                     apply(state.params, state.opt_state),
+                                     (state.params, state.opt_state))
   metrics = jax.tree.map(lambda m: jnp.where(finite, m, jnp.zeros_like(m)), metrics)
   metrics['grad_norm'] = metrics_lib.ratio(jnp.where(finite, grad_norm, 0.0), finite)
   metrics['learning_rate'] = metrics_lib.ratio(setup.schedule(state.step), 1.0)
