@@ -2,7 +2,9 @@
 
 import functools
 import math
+import re
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -326,6 +328,38 @@ def test_dropout_rate_scale_and_independence():
   assert not (other == kept).all()
   # deterministic: the identity
   assert (np.asarray(drop.apply({}, x, True)) == 1).all()
+
+
+class _TwoDropouts(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    return (layers.Dropout(0.5)(x, False), layers.Dropout(0.5)(x, False),
+            layers.dropout_words(self), layers.dropout_words(self))
+
+
+@pytest.mark.fast
+def test_every_dropout_site_and_draw_has_its_own_mask_and_the_model_folds_no_key():
+  """`layers.dropout_words` hashes the key given to apply with the drawing module's path and its
+  count of draws: two Dropouts and two draws of one module differ, the same key repeats its masks,
+  and a training forward pass of the model draws no threefry bits and folds no key (Flax's
+  make_rng folds one in per mask)."""
+  x = jnp.ones((256, 256))
+  first, second, words, again = _TwoDropouts().apply({}, x, rngs={'dropout': jax.random.key(0)})
+  repeat = _TwoDropouts().apply({}, x, rngs={'dropout': jax.random.key(0)})
+  for a, b in zip((first, second, words, again), repeat):
+    np.testing.assert_array_equal(a, b)
+  kept = [np.asarray(m > 0, np.float64).ravel() for m in (first, second)]
+  assert abs(kept[0].mean() - 0.5) < 0.01 and abs(np.corrcoef(*kept)[0, 1]) < 0.02
+  assert not (np.asarray(words) == np.asarray(again)).any()
+  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  batch = synthetic_batch(2, 16, cfg.vocab_size)
+  positions = jnp.zeros((2, 3), jnp.int32)
+  jaxpr = str(jax.make_jaxpr(lambda key: model_lib.Electra(cfg).apply(
+      {'params': params}, batch['input_ids'], batch['segment_ids'], batch['input_mask'],
+      positions, False, rngs={'dropout': key}))(jax.random.key(3)))
+  assert 'random_unwrap' in jaxpr  # the key is read
+  assert not re.search(r'random_fold_in|random_bits|threefry2x32', jaxpr)
 
 
 @pytest.mark.parametrize('generator', ['separate', 'two_tower'])

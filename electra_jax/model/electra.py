@@ -30,9 +30,8 @@ from electra_jax.config import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.model import attention as attention_lib
 from electra_jax.model import generators
-from electra_jax.model import masks as attention_masks
-from electra_jax.model.layers import (Dense, Dropout, LayerNorm, gelu_for, low_precision_matmul,
-                                small_table_lookup, truncated_normal)
+from electra_jax.model.layers import (Dense, Dropout, LayerNorm, dropout_words, gelu_for,
+                                      low_precision_matmul, small_table_lookup, truncated_normal)
 
 
 def auto_dtype(platform: str) -> str:
@@ -180,9 +179,9 @@ class TransformerLayer(nn.Module):
     x = x.reshape(batch * length, x.shape[-1])
     dense = lambda n, name: Dense(n, cfg, name=name)
     head = self.hidden_size // self.num_heads
-    # the dropout mask of the probabilities is a hash of this key and (row, head, query, key)
+    # the dropout mask of the probabilities is a hash of these words and (row, head, query, key)
     rate = 0.0 if deterministic else cfg.attention_dropout_rate
-    words = attention_masks.seed_words(self.make_rng('dropout')) if rate > 0 else None
+    words = dropout_words(self) if rate > 0 else None
     split = lambda y: y.reshape(batch, length, self.num_heads, head)
     q = split(dense(self.hidden_size, 'query')(x))
     # The key's bias adds q . b to every score of a query: a constant per row, which the softmax
