@@ -2,6 +2,7 @@
 
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -38,6 +39,28 @@ def test_keeps_the_latest_k_plus_the_best_and_still_does_after_reopening(
   ckpt.close()
   assert step == 60 and meta == {'step': 60}
   np.testing.assert_array_equal(state.params['encoder']['kernel'], np.full((3, 4), 6.0))
+
+
+@pytest.mark.fast
+def test_a_read_of_some_parameters_reads_those_alone(tmp_path):
+  """`only` reads the named parts of the parameters (a fine-tuning's start: the discriminator, not
+  the generator or the optimizer's moments): their saved values, and every other field left as
+  the target's shapes."""
+  ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
+  state = _state(3)
+  state = state.replace(params={**state.params, 'generator': {'kernel': jnp.ones((5, 2))}})
+  ckpt.save(3, state, {'step': 3})
+  ckpt.wait()
+  device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  empty = _state(0).replace(params={**_state(0).params, 'generator': {'kernel': jnp.zeros((5, 2))}})
+  target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), empty)
+  step, read, meta = ckpt.restore_latest(target, log=pytest.fail, only=('encoder',))
+  ckpt.close()
+  assert step == 3 and meta == {'step': 3} and list(read.params) == ['encoder']
+  np.testing.assert_array_equal(read.params['encoder']['kernel'], np.full((3, 4), 3.0))
+  assert isinstance(read.params['encoder']['kernel'], jax.Array)
+  assert all(isinstance(x, jax.ShapeDtypeStruct)
+             for x in jax.tree.leaves((read.step, read.opt_state)))
 
 
 @pytest.mark.fast

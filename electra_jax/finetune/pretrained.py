@@ -21,6 +21,10 @@ from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
 
+# the parameters a fine-tuning reads from a pre-training checkpoint (GDES's residual word table
+# included): not the generator, the optimizer's moments or the counters
+_READ = ('embeddings', 'discriminator', 'embeddings_residual')
+
 
 @dataclasses.dataclass
 class Pretrained:
@@ -79,14 +83,14 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
           jax.eval_shape(functools.partial(step_lib.init_state, setup)))
       with user_errors(ValueError):
         if step == 'latest':
-          step, state, _ = ckpt.restore_latest(target, log)
+          step, state, _ = ckpt.restore_latest(target, log, only=_READ)
           if not step:  # every checkpoint deleted while read
             raise UserError(f'{init} holds no checkpoint any more (its run deleted them while '
                             'they were read); try again, or give another --init')
         else:
           step = _chosen_step(ckpt, init, step, config.keep_best)
           ckpt.check_shapes(step, target)
-          state, _ = ckpt.restore(step, target)
+          state, _ = ckpt.restore(step, target, only=_READ)
     finally:
       ckpt.close()
     params = {k: state.params[k] for k in ('embeddings', 'discriminator')}

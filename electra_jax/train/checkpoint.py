@@ -264,13 +264,34 @@ class Checkpointer:
           f'({describe_mismatch(saved, wanted)}); run with the config of that run, or use a new '
           '--workdir')
 
-  def restore(self, step: int, target_state):
-    """Restores onto `target_state`'s structure, shapes, dtypes and shardings."""
+  def restore(self, step: int, target_state, only: tuple[str, ...] = ()):
+    """Restores onto `target_state`'s structure, shapes, dtypes and shardings. `only`: the names
+    of the parameters' top-level parts to read, and nothing else (a fine-tuning's start reads the
+    discriminator, not the generator or the optimizer's moments); the state returned then holds
+    those parameters and the target's other fields as given."""
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
     with _reading(self._arrays(step)):
+      if only:
+        return self._restore_params(step, abstract, only), self._restore_meta(step)
       out = self.manager.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     return out['state'], out['meta']
+
+  def _restore_params(self, step: int, abstract, only: tuple[str, ...]):
+    """Orbax's partial restore of the parameters `only` of checkpoint `step` (the item's handler
+    reads whole trees, so its folder is read by a tree handler of its own)."""
+    wanted = {'params': {k: v for k, v in abstract.params.items() if k in only}}
+    reader = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
+    try:
+      read = reader.restore(self.manager.directory / str(step) / 'state', args=ocp.args.PyTreeRestore(
+          wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
+          partial_restore=True))
+    finally:
+      reader.close()
+    return abstract.replace(params=read['params'])
+
+  def _restore_meta(self, step: int) -> dict:
+    return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
 
   def restore_arrays(self, step: int):
     """(state as nested dicts of arrays on one device, meta) of checkpoint `step`, read by its own
@@ -292,12 +313,13 @@ class Checkpointer:
     except (OSError, ValueError, KeyError, TypeError):
       return 1000
 
-  def restore_latest(self, target_state, log=print, afresh: bool = False):
+  def restore_latest(self, target_state, log=print, afresh: bool = False,
+                     only: tuple[str, ...] = ()):
     """(step, state, meta) of the newest checkpoint that reads back whole; (0, target, {}) if none.
 
     Raises ShapeMismatch when a checkpoint holds a model of other shapes. When checkpoints exist
     but none can be read: with `afresh` (a run that can train again) they are all moved aside and
-    (0, target, {}) returned, else ValueError.
+    (0, target, {}) returned, else ValueError. `only`: as `restore`'s.
 
     A damaged checkpoint (a truncated or missing file) is reported and the one before it is used;
     the damaged ones are moved aside to `<step>.damaged` (kept for inspection), so that the steps
@@ -309,7 +331,7 @@ class Checkpointer:
       step = steps.pop(0)
       self.check_shapes(step, target_state)
       try:
-        state, meta = self.restore(step, target_state)
+        state, meta = self.restore(step, target_state, only)
       except Exception as e:  # pylint: disable=broad-except
         if not fs.isdir(fs.join(self.directory, str(step))) and rotated < 10:
           # deleted while read: a run still writing here keeps its newest checkpoints only
