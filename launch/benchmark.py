@@ -110,7 +110,7 @@ def _records(config, log) -> str:
 
 def _time_step(config) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax.hardware import flops  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import aot, flops  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
   profile_dir = ''
   if _PROFILE.value:
@@ -134,6 +134,8 @@ def _time_step(config) -> dict:
         f'{r["xla_flops_per_s"] / 1e9:.1f} GFLOP/s (XLA)' +
         (f' | peak {peak / 1e9:.0f} GFLOP/s ({r["peak_source"]}) | MFU {100 * r["mfu"]:.1f}%'
          if peak else ''))
+  print(f'kernels per step (the compiled program; a CUDA graph runs many): '
+        f'{aot.kernel_counts(r["kernels"])}')
   mem = r['memory']
   if mem:
     print(f'memory per device (XLA buffer assignment): {mem["peak_estimate_mb"]:,.0f} MB = state '

@@ -4,7 +4,8 @@
 #   bash launch/gpu_benchmarks.sh base        # Base 64 x 512 bf16 vs HF + torch.compile, profiled
 #   bash launch/gpu_benchmarks.sh small       # Small 128 x 128 vs HF + torch.compile
 #   bash launch/gpu_benchmarks.sh maxbatch    # largest batch per device, Base and Large at 512
-#   bash launch/gpu_benchmarks.sh all
+#   bash launch/gpu_benchmarks.sh quick       # our steps alone, each variant of a change in turn
+#   bash launch/gpu_benchmarks.sh all         # attention, base, small, maxbatch
 # Each section prints its results and writes JSON next to OUT (default /tmp/electra_gpu).
 # Wall time on an H100 (jax 0.11.2, at ff97c9e): base's first command 277 s (our compile 72 s, the
 # peer's torch.compile most of the rest); small's did not finish in 249 s. On an H200 at 37966d2
@@ -13,6 +14,16 @@
 # An image with jax, flax, optax, orbax, torch and transformers but not this package's other
 # dependencies gets them as wheels on PYTHONPATH: ml_collections, and google-auth for the storage
 # module (with pyasn1-modules, pyasn1, cryptography, cffi, pycparser).
+# `quick` is for iterating on a change within one device session: the pre-training step (Base
+# 64 x 512) and the fine-tuning steps (Base 32 x 128 on short texts, packed and padded) alone, with
+# each step's kernels by category, once per variant in VARIANTS (';'-separated sets of flags; an
+# empty set is the code as committed), no peer (base re-measures it, once per change). Its inputs,
+# made on a machine with the quick start's workdir and the task suite, travel with the checkout:
+#   bash launch/gpu_benchmarks.sh inputs      # copies them to gpu_inputs/ (ignored by git: carry it)
+#   VARIANTS=";--config.model.attention=explicit" bash launch/gpu_benchmarks.sh quick
+# (QUICK_CONFIG=configs/tiny.py runs the same commands at the tiny sizes: a dry run on a CPU.)
+# The fine-tuning tokenizes the task: an image without sentencepiece and tokenizers needs their
+# wheels on PYTHONPATH too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The launch scripts import the installed package; a GPU image that has the dependencies but not
@@ -56,11 +67,45 @@ maxbatch() {
     --config.data.max_seq_length=512 --peer=hf --json="$OUT/maxbatch_large.json"
 }
 
+INPUTS=${INPUTS:-gpu_inputs}
+
+inputs() {
+  # the quick start's vocabulary and config (no checkpoint: the steps are timed on random
+  # weights) and one task of launch/build_tasks.py's suite
+  local demo=${DEMO:-/tmp/electra_demo} suite=${SUITE:-/tmp/electra_suite}
+  mkdir -p "$INPUTS/init/data" "$INPUTS/task"
+  cp "$demo/config.json" "$demo/workdir.json" "$INPUTS/init/"
+  cp "$demo/data/metadata.json" "$demo/data/vocab.model" "$INPUTS/init/data/"
+  cp "$suite/debian_section/train.csv" "$suite/debian_section/dev.csv" "$INPUTS/task/"
+  echo "inputs in $INPUTS: carry it with the checkout"
+}
+
+quick() {
+  local variants i=0 config=${QUICK_CONFIG:-configs/base.py}
+  IFS=';' read -ra variants <<< "${VARIANTS:-}"
+  [ ${#variants[@]} -gt 0 ] || variants=('')
+  for v in "${variants[@]}"; do
+    i=$((i + 1))
+    echo "== variant $i: ${v:-as committed}"
+    # shellcheck disable=SC2086  # a variant is several flags
+    bench --config="$config" --config.model.dtype=bfloat16 --config.data.batch_size=64 \
+      --steps=10 --repeats=3 --json="$OUT/quick_pretrain_$i.json" $v
+    # shellcheck disable=SC2086
+    bench --mode=finetune --config="$config" --config.model.dtype=bfloat16 \
+      --init="$INPUTS/init" --finetune_config=configs/finetune/own.py \
+      --finetune_config.task.train="$INPUTS/task/train.csv" \
+      --finetune_config.task.dev="$INPUTS/task/dev.csv" --steps=20 --repeats=3 \
+      --json="$OUT/quick_finetune_$i.json" $v
+  done
+}
+
 case "${1:-all}" in
   attention) attention ;;
   base) base ;;
   small) small ;;
   maxbatch) maxbatch ;;
+  inputs) inputs ;;
+  quick) quick ;;
   all) attention; base; small; maxbatch ;;
-  *) echo "usage: $0 attention|base|small|maxbatch|all" >&2; exit 2 ;;
+  *) echo "usage: $0 attention|base|small|maxbatch|inputs|quick|all" >&2; exit 2 ;;
 esac

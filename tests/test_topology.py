@@ -156,6 +156,27 @@ def test_the_estimate_walks_loops_branches_kernels_and_collectives():
                            'total': 12}
 
 
+_GPU = '''HloModule step
+
+ENTRY %main (a: f32[64,64]) -> f32[64,64] {
+  %a = f32[64,64]{1,0} parameter(0)
+  %g = (f32[64,64]{1,0}, s8[1024]{0}) custom-call(%a, %a), custom_call_target="__cublas$gemm"
+  %m = f32[64,64]{1,0} get-tuple-element(%g), index=0
+  %t = f32[64,64]{1,0} custom-call(%m), custom_call_target="__gpu$xla.gpu.triton"
+  %d = f32[64,64]{1,0} custom-call(%t), custom_call_target="__cudnn$fmhaSoftmax"
+  ROOT %f = f32[64,64]{1,0} fusion(%d), kind=kLoop, calls=%fused_body
+}
+'''
+
+
+@pytest.mark.fast
+def test_kernels_of_a_gpu_program_name_cublas_matmuls_and_triton_kernels():
+  """Any backend's program is counted without a chip: cuBLAS calls are matmuls, Triton's (our
+  Pallas kernels on GPUs) kernels, other custom calls (cuDNN) other."""
+  assert hlo_cost.kernels(_GPU) == {'fusions': 1, 'pallas': 1, 'collectives': 0, 'matmuls': 1,
+                                    'other': 1, 'total': 4}
+
+
 _UNKNOWN = '''HloModule step
 
 %matmul (x: f32[64,4096], w: f32[4096,32]) -> f32[64,32] {

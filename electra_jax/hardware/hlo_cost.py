@@ -46,6 +46,7 @@ class Op:
   seconds: float  # per execution
   count: float  # executions per run of the program
   source: str  # 'compiler' | 'kernel' | 'collective' | 'roofline'
+  target: str = ''  # a custom call's target ('__cublas$gemm', 'tpu_custom_call', ...), lowercase
 
   @property
   def total(self) -> float:
@@ -61,12 +62,15 @@ class Estimate:
 
   def kernels(self) -> dict:
     """Kernels a run of the program launches, by kind (executions per run: loop bodies times
-    their trip counts, the costlier branch of a conditional), and their total."""
+    their trip counts, the costlier branch of a conditional), and their total. A custom call is a
+    matmul when it calls cuBLAS, a Pallas kernel when it is Mosaic's or Triton's."""
     out = {'fusions': 0.0, 'pallas': 0.0, 'collectives': 0.0, 'matmuls': 0.0, 'other': 0.0}
     for op in self.ops:
-      kind = ('pallas' if op.source == 'kernel' else 'collectives' if op.source == 'collective'
-              else 'fusions' if op.opcode == 'fusion' else
-              'matmuls' if op.opcode in ('dot', 'convolution') else 'other')
+      kind = ('pallas' if op.source == 'kernel' or 'triton' in op.target else
+              'collectives' if op.source == 'collective' else
+              'fusions' if op.opcode == 'fusion' else
+              'matmuls' if op.opcode in ('dot', 'convolution') or 'gemm' in op.target else
+              'other')
       out[kind] += op.count
     out = {k: int(round(v)) for k, v in out.items()}
     return {**out, 'total': sum(out.values())}
@@ -258,10 +262,21 @@ def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int 
       else:
         cost = _op_cost(program, chip, instruction, devices_per_slice, num_slices)
         if cost:
-          ops.append(Op(name, opcode, _what(line), cost[0], count, cost[1]))
+          target = re.search(r'custom_call_target="([^"]*)"', line)
+          ops.append(Op(name, opcode, _what(line), cost[0], count, cost[1],
+                        target.group(1).lower() if target else ''))
 
   walk(program.entry, 1.0)
   by_source = {}
   for op in ops:
     by_source[op.source] = by_source.get(op.source, 0.0) + op.total
   return Estimate(ops, sum(by_source.values()), by_source, unknown[0])
+
+
+def kernels(hlo_text: str) -> dict:
+  """`Estimate.kernels()` of a compiled program of any backend (`compiled.as_text()`): the counts
+  need no chip's rates (the costs, computed at a nominal chip's, are dropped)."""
+  return estimate(hlo_text, _NOMINAL, 1).kernels()
+
+
+_NOMINAL = Chip('nominal', peak_flops=1.0, hbm_bytes_per_s=1.0, clock_hz=1.0, ici_bytes_per_s=1.0)

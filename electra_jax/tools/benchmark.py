@@ -21,6 +21,7 @@ import numpy as np
 
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.hardware import flops as flops_lib
+from electra_jax.hardware import hlo_cost
 from electra_jax.model import attention
 from electra_jax.model import electra as model_lib
 from electra_jax.model import flash
@@ -285,6 +286,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   xla_flops = float(cost.get('flops', float('nan'))) if cost else float('nan')
   memory = _step_memory(compiled)
+  kernels = hlo_cost.kernels(compiled.as_text())
   if profile_dir:  # the kernels' names in the trace are the fusions' names in this text
     os.makedirs(profile_dir, exist_ok=True)
     with open(os.path.join(profile_dir, 'step_hlo.txt'), 'w') as f:
@@ -318,7 +320,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
     memory['device_peak_mb'] = stats['peak_bytes_in_use'] / 1e6
   result = {'devices': mesh.devices.size, 'device_kind': jax.devices()[0].device_kind,
             'batch_size': d.batch_size, 'seq_len': d.max_seq_length, 'dtype': setup.model_cfg.dtype,
-            'microbatches': setup.microbatches, 'memory': memory,
+            'microbatches': setup.microbatches, 'memory': memory, 'kernels': kernels,
             'compile_s': compile_s, 'ms_per_step': 1e3 * step_s, 'ms_per_step_runs':
             [1e3 * r for r in runs], 'tokens_per_s': tokens / step_s,
             'model_flops_per_step': model_flops, 'paper_flops_per_step': paper_flops,

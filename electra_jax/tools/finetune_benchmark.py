@@ -118,6 +118,9 @@ class _Ours:
     for layout in self.shapes.layouts:  # each shape compiled and run once
       self.state, metrics = self.train_fn(self.state, self._batch_of(layout))
       self.first_loss = getattr(self, 'first_loss', metrics_lib.summarize(metrics)['loss'])
+    # the kernels of the largest shape's step (compiled again: from the compilation cache when on)
+    self.kernels = hlo_cost.kernels(self.train_fn.lower(
+        self.state, self._batch_of(self.shapes.largest)).compile().as_text())
     self.train(2)
     self.predict()
     # where prediction departs from XLA's defaults (float32 on CPUs), those are timed beside it
@@ -304,6 +307,8 @@ def benchmark(p: Problem, steps: int = 10, repeats: int = 3, peer: str = '', log
                     'predict_examples_per_s': statistics.median(v['predict']),
                     'train_runs': v['train'], 'predict_runs': v['predict'],
                     'first_loss': systems[name].first_loss}
+    if name in LAYOUTS:
+      result[name]['kernels'] = systems[name].kernels
     if v['step_alone']:
       result[name].update(step_alone_examples_per_s=statistics.median(v['step_alone']),
                           step_alone_runs=v['step_alone'])
@@ -349,7 +354,7 @@ def report(result: dict) -> list[str]:
     lines.append(f'{name}: the loop {r["train_examples_per_s"]:.1f} examples/s, its compiled step '
                  f'alone on batches already on the devices {r["step_alone_examples_per_s"]:.1f}: '
                  f'the loop takes {r["step_alone_examples_per_s"] / r["train_examples_per_s"]:.2f}x '
-                 'the step\'s time')
+                 f'the step\'s time; kernels per step {aot.kernel_counts(r["kernels"])}')
     if 'predict_xla_defaults_examples_per_s' in r:
       lines.append(f'{name} prediction compiled with XLA\'s default CPU fusions (YNNPACK; runs use '
                    f'hardware/xla_options.py): {r["predict_xla_defaults_examples_per_s"]:.1f} '
