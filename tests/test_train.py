@@ -549,6 +549,18 @@ def test_a_nonfinite_step_changes_nothing_and_is_counted():
 
 
 @pytest.mark.fast
+def test_state_shapes_from_known_parameter_shapes_equal_the_traced_ones():
+  """A setup that knows its parameters' shapes (a fine-tuning's, computed for the layer-wise
+  factors) gives the state's shapes without tracing the initializers again: the same shapes."""
+  setup = step_lib.build_setup(test_config(), SPECIAL)
+  traced = step_lib.state_shapes(setup)
+  known = dataclasses.replace(setup, param_shapes=jax.eval_shape(
+      setup.init_params, jax.random.key(0)), init_params=None)  # never called
+  assert jax.tree.structure(step_lib.state_shapes(known)) == jax.tree.structure(traced)
+  assert jax.tree.leaves(step_lib.state_shapes(known)) == jax.tree.leaves(traced)
+
+
+@pytest.mark.fast
 def test_the_clipped_guard_is_a_select_in_place_and_the_unclipped_one_a_conditional():
   """Clipped, the guard's flag is known before the update: the program has no conditional (which
   GPU command buffers leave out) and the select of new or old values adds no second copy of the

@@ -57,14 +57,16 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
                            shape=kind.init_shape)
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
-  factors = optim.layerwise_multipliers(jax.eval_shape(init, jax.random.key(0)),
-                                        model_cfg.num_layers, decay, o.layerwise_decay_rule)
+  shapes = jax.eval_shape(init, jax.random.key(0))
+  factors = optim.layerwise_multipliers(shapes, model_cfg.num_layers, decay,
+                                        o.layerwise_decay_rule)
   factors = optim.with_word_table_factor(factors, o.word_table_lr)
   opt_cfg = config_lib.optimizer_config(cfg, model_cfg, total_steps)
   tx, schedule = optim.make_optimizer(opt_cfg, lr_factors=factors)
   return step_lib.Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule,
                         loss_fn=functools.partial(kind.loss, model=model, task=task), seed=seed,
-                        init_params=init, check_update=not optim.bounds_updates(opt_cfg))
+                        init_params=init, check_update=not optim.bounds_updates(opt_cfg),
+                        param_shapes=shapes)
 
 
 def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, workdir: str,

@@ -41,7 +41,8 @@ ACCELERATORS = ('tpu', 'gpu', 'cuda', 'rocm')
 
 def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
   """q, k, v: [B, L, H, D]; key_mask: [B, L], each position's sequence (masks.allowed_mask); words:
-  `seed_words` of the dropout key (None: no dropout). Returns [B, L, H, D] in v's dtype."""
+  the dropout's two key words (`layers.dropout_words`, or `seed_words` of a key; None: no
+  dropout). Returns [B, L, H, D] in v's dtype."""
   scale = 1.0 / math.sqrt(q.shape[-1])
   scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
   allowed = allowed_mask(key_mask, q.shape[1], direction)

@@ -363,7 +363,8 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
           options: FlashOptions | None = None, batch_offset=0):
   """The kernels on one device's rows. q, k, v: [B, L, H, D]; key_mask: [B, L]; `words` the
-  dropout key's `seed_words`; `batch_offset` the global index of row 0. Returns [B, L, H, D].
+  layer's dropout key words (`layers.dropout_words`); `batch_offset` the global index of row 0.
+  Returns [B, L, H, D].
 
   The kernels read q, k, v as [B, L, H * D] (a free reshape of the projections' output): a program
   takes a block of positions of one head on GPUs, of a group of heads filling the 128 lanes on

@@ -65,6 +65,7 @@ class Setup:
   param_shardings: Any = None  # set by compile_steps: gradients are kept in the parameters' layout
   check_update: bool = True  # the NaN guard also computes the update's norm (False where
   #   `optim.bounds_updates`: a finite gradient norm already makes every update finite)
+  param_shapes: Any = None  # what `init_params` returns, as shapes, where already known
 
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
@@ -98,9 +99,20 @@ def _keys(seed: int):
 
 
 def init_state(setup: Setup) -> TrainState:
-  params = setup.init_params(_keys(setup.seed)[0])
+  return _state_of(setup, setup.init_params(_keys(setup.seed)[0]))
+
+
+def _state_of(setup: Setup, params) -> TrainState:
   zero = jnp.zeros((), jnp.int32)
   return TrainState(zero, params, setup.tx.init(params), zero, zero - 1)
+
+
+def state_shapes(setup: Setup) -> TrainState:
+  """`init_state`'s shapes, from `setup.param_shapes` where known (no trace of the model's
+  initializers)."""
+  if setup.param_shapes is None:
+    return jax.eval_shape(functools.partial(init_state, setup))
+  return jax.eval_shape(functools.partial(_state_of, setup), setup.param_shapes)
 
 
 def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
@@ -222,8 +234,7 @@ def compile_steps(setup: Setup, mesh):
   data = partitioning.batch_sharding(mesh)
   repl = partitioning.replicated(mesh)
   setup = dataclasses.replace(setup, fsdp=uses_fsdp(setup, mesh))
-  state = partitioning.state_shardings(jax.eval_shape(functools.partial(init_state, setup)), mesh,
-                                       setup.fsdp)
+  state = partitioning.state_shardings(state_shapes(setup), mesh, setup.fsdp)
   if setup.fsdp:
     setup = dataclasses.replace(setup, param_shardings=state.params)
   on_mesh = lambda fn: partitioning.on_mesh(functools.partial(fn, setup), mesh)
