@@ -561,6 +561,24 @@ def test_state_shapes_from_known_parameter_shapes_equal_the_traced_ones():
 
 
 @pytest.mark.fast
+def test_initial_weights_given_to_a_setup_are_arguments_of_its_init_program():
+  """A fine-tuning's pre-trained weights reach the init program as arguments, one per array, not
+  as constants compiled into it (which made a Base fine-tuning's cached init program 314 MB and
+  its cache key the weights'); the state starts from them."""
+  setup = step_lib.build_setup(test_config(), SPECIAL)
+  given = jax.tree.map(lambda x: x + 1.0, setup.init_params(jax.random.key(9)))
+  mesh = partitioning.make_mesh(jax.devices()[:1])
+  arguments = {}
+  for name, variant in (('given', dict(init_params=lambda key, p: p, init_args=(given,))),
+                        ('closed over', dict(init_params=lambda key: given))):
+    init_fn = step_lib.compile_steps(dataclasses.replace(setup, **variant), mesh)[0]
+    arguments[name] = len(jax.tree.leaves(init_fn.lower().args_info))
+    for a, b in zip(jax.tree.leaves(init_fn().params), jax.tree.leaves(given)):
+      np.testing.assert_array_equal(a, b)
+  assert arguments == {'given': len(jax.tree.leaves(given)), 'closed over': 0}
+
+
+@pytest.mark.fast
 def test_the_clipped_guard_is_a_select_in_place_and_the_unclipped_one_a_conditional():
   """Clipped, the guard's flag is known before the update: the program has no conditional (which
   GPU command buffers leave out) and the select of new or old values adds no second copy of the

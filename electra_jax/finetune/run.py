@@ -52,9 +52,9 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
                                   attention_dropout_rate=rate)
   kind = registry.get(task.kind)
   model = kind.model(model_cfg, task, cfg, rate)
-  init = functools.partial(heads.init_params, model, pretrained=pretrained.params,
-                           reinit=heads.reinit_parts(cfg.reinit, model_cfg.num_layers),
-                           shape=kind.init_shape)
+  reinit = heads.reinit_parts(cfg.reinit, model_cfg.num_layers)
+  init = lambda key, given=None: heads.init_params(model, key, pretrained=given, reinit=reinit,
+                                                   shape=kind.init_shape)
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
   shapes = jax.eval_shape(init, jax.random.key(0))
@@ -66,7 +66,8 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
   return step_lib.Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule,
                         loss_fn=functools.partial(kind.loss, model=model, task=task), seed=seed,
                         init_params=init, check_update=not optim.bounds_updates(opt_cfg),
-                        param_shapes=shapes)
+                        param_shapes=shapes,
+                        init_args=() if pretrained.params is None else (pretrained.params,))
 
 
 def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, workdir: str,

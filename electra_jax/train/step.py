@@ -18,6 +18,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -66,6 +67,9 @@ class Setup:
   check_update: bool = True  # the NaN guard also computes the update's norm (False where
   #   `optim.bounds_updates`: a finite gradient norm already makes every update finite)
   param_shapes: Any = None  # what `init_params` returns, as shapes, where already known
+  init_args: tuple = ()  # arrays `init_params` takes after the key (a fine-tuning's pre-trained
+  #   parameters): arguments of the init program, not constants compiled into it (which would
+  #   make its cached program as large as the model and its key the weights')
 
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
@@ -98,8 +102,8 @@ def _keys(seed: int):
   return init_key, train_key, eval_key
 
 
-def init_state(setup: Setup) -> TrainState:
-  return _state_of(setup, setup.init_params(_keys(setup.seed)[0]))
+def init_state(setup: Setup, *init_args) -> TrainState:
+  return _state_of(setup, setup.init_params(_keys(setup.seed)[0], *init_args))
 
 
 def _state_of(setup: Setup, params) -> TrainState:
@@ -111,7 +115,7 @@ def state_shapes(setup: Setup) -> TrainState:
   """`init_state`'s shapes, from `setup.param_shapes` where known (no trace of the model's
   initializers)."""
   if setup.param_shapes is None:
-    return jax.eval_shape(functools.partial(init_state, setup))
+    return jax.eval_shape(functools.partial(init_state, setup), *setup.init_args)
   return jax.eval_shape(functools.partial(_state_of, setup), setup.param_shapes)
 
 
@@ -239,8 +243,25 @@ def compile_steps(setup: Setup, mesh):
     setup = dataclasses.replace(setup, param_shardings=state.params)
   on_mesh = lambda fn: partitioning.on_mesh(functools.partial(fn, setup), mesh)
   init = jax.jit(on_mesh(init_state), out_shardings=state)
+  if setup.init_args:  # replicated over the mesh: every process passes its whole copy
+    init = _Bound(init, jax.tree.map(
+        lambda a: jax.make_array_from_process_local_data(repl, np.asarray(a)), setup.init_args))
   train = jax.jit(on_mesh(train_step), in_shardings=(state, data), out_shardings=(state, repl),
                   donate_argnums=(0,))
   evaluate = jax.jit(on_mesh(eval_step), in_shardings=(state.params, data, repl),
                      out_shardings=repl)
   return init, train, evaluate
+
+
+class _Bound:
+  """A jitted init program with its arguments bound: called and lowered with none, as the init
+  programs without arguments are."""
+
+  def __init__(self, fn, args: tuple):
+    self.fn, self.args = fn, args
+
+  def __call__(self):
+    return self.fn(*self.args)
+
+  def lower(self):
+    return self.fn.lower(*self.args)
