@@ -6,6 +6,7 @@ module, the config declared once."""
 
 import ast
 import os
+import re
 import subprocess
 import sys
 
@@ -318,3 +319,42 @@ def test_tensorflow_loads_without_keras_which_stays_importable():
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split('\n')[:3] == ['keras loaded: False', 'dense: (1, 3)', 'keras: keras'], \
       out.stdout
+
+
+
+def _architecture() -> str:
+  return open(os.path.join(ROOT, 'docs', 'architecture.md')).read()
+
+
+def _named_files(text: str) -> set[str]:
+  """The module file names (`name.py`) a piece of the document mentions."""
+  return set(re.findall(r'\b([a-z_0-9]+\.py)\b', text))
+
+
+def _tree_entry(tree: list[str], wing: str) -> str:
+  """The lines of `wing/` in the document's tree: its own and those continuing it."""
+  first = next(i for i, line in enumerate(tree) if line.startswith(f'      {wing}/'))
+  lines = [tree[first]]
+  for line in tree[first + 1:]:
+    if not line.startswith(' ' * 19):
+      break
+    lines.append(line)
+  return ' '.join(lines)
+
+
+@pytest.mark.fast
+def test_the_architecture_document_names_every_module_of_each_wing_in_the_wings_order():
+  """docs/architecture.md's table of wings: its rows in the order of WINGS (each imports only
+  the rows before it), each row naming every module of its wing and no other; its tree too."""
+  text = _architecture()
+  modules = _modules()
+  rows = [line for line in text.split('\n') if line.startswith('| `') and '/` |' in line]
+  named = {line.split('`')[1].rstrip('/'): line.split(' | ')[1] for line in rows}
+  assert list(named) == list(WINGS[:-1]), list(named)
+  tree = text[text.index('## The tree'):].split('\n')
+  for wing in WINGS[:-1]:
+    files = {m.split('.')[2] + '.py' for m in modules if _wing(m) == wing and m.count('.') == 2}
+    for where, listed in (('table', _named_files(named[wing])),
+                          ('tree', _named_files(_tree_entry(tree, wing)))):
+      assert listed == files, (wing, where, 'missing', sorted(files - listed), 'not modules',
+                               sorted(listed - files))
