@@ -644,10 +644,10 @@ def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, corpu
   _copy_checkpoint(rotating, 4, 2)
   restore = checkpoint_lib.Checkpointer.restore
 
-  def rotated_away(self, step, target):
+  def rotated_away(self, step, target, *rest):
     if step == 4:
       shutil.rmtree(os.path.join(rotating, 'checkpoints', '4'))
-    return restore(self, step, target)
+    return restore(self, step, target, *rest)
   monkeypatch.setattr(checkpoint_lib.Checkpointer, 'restore', rotated_away)
   lines = []
   loaded = ft_pretrained.load(rotating, log=lines.append)
