@@ -99,8 +99,8 @@ def _python(script: str):
 
 # The wings, lowest first: each imports only wings before it (and itself); the package's
 # __init__ (UserError, Stopped) is below them all, cli.py above them all.
-WINGS = ('storage', 'config', 'data', 'model', 'objectives', 'convert', 'hardware', 'train',
-         'finetune', 'tools', 'cli')
+WINGS = ('storage', 'platform', 'config', 'data', 'model', 'objectives', 'convert', 'hardware',
+         'train', 'finetune', 'tools', 'cli')
 
 # Imports that stay inside functions, each for a reason: heavy libraries a run may never need
 # (TensorFlow, behind storage/tf_import.py; scikit-learn for the TF-IDF baseline; matplotlib to

@@ -17,13 +17,13 @@ from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
 from electra_jax import UserError
 from electra_jax import cli as cli_lib
 from electra_jax.hardware import aot
-from electra_jax.hardware import chips
 from electra_jax.hardware import flops
 from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import topology
 from electra_jax.model import attention
 from electra_jax.model import electra as model_lib
 from electra_jax.model import flash
+from electra_jax.platform import chips
 from electra_jax.tools import ceiling
 from electra_jax.train import compiling
 from electra_jax.train import partitioning
@@ -309,7 +309,7 @@ def test_a_step_too_large_for_the_chip_is_refused_naming_the_fix():
 
 @needs_libtpu
 def test_a_chip_added_to_the_table_is_a_slice_a_peak_and_an_estimate(monkeypatch):
-  """A chip is one line of hardware/chips.py: here a 'TPU v5x', a v5e with twice its peak, memory
+  """A chip is one line of platform/chips.py: here a 'TPU v5x', a v5e with twice its peak, memory
   and memory bandwidth, on v5e's compile-only devices. Its slices parse, MFU takes its peak, and the step
   compiled for it is estimated with its datasheet."""
   v5e = chips.of_slice_name('v5e')

@@ -1,1 +1,1 @@
-"""Chips and what runs on them: Cloud TPU slices, ahead-of-time compilation, the compiler's cost estimate and FLOP accounting."""
+"""What runs on chips: Cloud TPU slices, ahead-of-time compilation, the compiler's cost estimate, FLOP accounting, XLA options and the compilation cache (the chips themselves: platform/)."""

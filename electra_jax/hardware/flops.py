@@ -15,7 +15,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from electra_jax.hardware import chips
+from electra_jax.platform import chips
 from electra_jax.model.electra import ModelConfig
 from electra_jax.objectives import registry as objectives
 

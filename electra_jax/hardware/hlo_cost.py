@@ -24,7 +24,7 @@ import json
 import math
 import re
 
-from electra_jax.hardware.chips import Chip
+from electra_jax.platform.chips import Chip
 
 _DTYPE_BYTES = {'pred': 1, 's4': 0.5, 'u4': 0.5, 's8': 1, 'u8': 1, 'f8e4m3fn': 1, 'f8e5m2': 1,
                 'bf16': 2, 'f16': 2, 's16': 2, 'u16': 2, 'f32': 4, 's32': 4, 'u32': 4, 'f64': 8,

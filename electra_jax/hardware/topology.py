@@ -17,7 +17,7 @@ import sys
 
 from jax.experimental import topologies
 
-from electra_jax.hardware import chips as chips_lib
+from electra_jax.platform import chips as chips_lib
 
 GiB = chips_lib.GiB
 

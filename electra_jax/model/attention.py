@@ -34,9 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from electra_jax.model import flash as flash_lib
+from electra_jax.platform import backends
 from electra_jax.model.masks import MASK_VALUE, allowed_mask, probs_keep, seed_words, threshold
 
-ACCELERATORS = ('tpu', 'gpu', 'cuda', 'rocm')
 
 
 def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
@@ -61,16 +61,8 @@ def fused(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, 
 
 
 def default_options(backend: str) -> flash_lib.FlashOptions:
-  """Block sizes per backend: Triton tiles on GPUs (FlashAttention-2's shapes for head size 64),
-  128-row tiles on TPUs (the MXU's), and the interpreter (same kernels, GPU layout) elsewhere."""
-  if backend == 'tpu':
-    return flash_lib.FlashOptions(backend='tpu', block_q=128, block_k=128, block_k_dkv=128,
-                                  block_q_dkv=128, block_q_dq=128, block_k_dq=128)
-  if backend in ('gpu', 'cuda', 'rocm'):
-    # 8 warps, 3 pipeline stages: the fastest of the settings measured on an H200
-    # (launch/benchmark.py --mode=attention --blocks; docs/measured.md)
-    return flash_lib.FlashOptions(backend='gpu', num_warps=8, num_stages=3)
-  return flash_lib.FlashOptions(backend='gpu', interpret=True)
+  """The kernels' settings on `backend` (platform/backends.py's tiles)."""
+  return flash_lib.FlashOptions(**backends.kernel_tiles(backend))
 
 
 def _kernel(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None, platform=''):
@@ -157,11 +149,11 @@ def _anywhere(fn):
 # In the order 'auto' prefers them.
 PATHS = {
     'pallas': Path('pallas', _kernel, dropout=True, title='Pallas flash kernel',
-                   auto=lambda backend, dtype: backend in ACCELERATORS, problem=_kernel_problem,
+                   auto=lambda backend, dtype: backends.is_accelerator(backend), problem=_kernel_problem,
                    check=lambda *a: kernel_check(*a),  # (looked up when called)
                    fallback='explicit'),
     'fused': Path('fused', _anywhere(fused), dropout=False, title='cuDNN fused attention',
-                  auto=lambda backend, dtype: (backend in ACCELERATORS
+                  auto=lambda backend, dtype: (backends.is_accelerator(backend)
                                                and jnp.dtype(dtype).itemsize == 2)),
     'explicit': Path('explicit', _anywhere(explicit), dropout=True, title='explicit softmax',
                      auto=lambda backend, dtype: True),
@@ -262,7 +254,7 @@ def resolve(cfg, length: int, checked=True, agree=lambda ok: ok) -> tuple:
   impl, passed = _auto(cfg, cfg.dtype, length, head, check)
   cfg = dataclasses.replace(cfg, attention=impl)
   chosen = PATHS[impl]
-  if backend not in ACCELERATORS and not passed:
+  if not backends.is_accelerator(backend) and not passed:
     return cfg, ''
   if chosen.check is not None:
     how = ('matched the explicit path at this shape in its start-up check' if checked else

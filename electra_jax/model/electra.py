@@ -30,15 +30,9 @@ from electra_jax.config import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.model import attention as attention_lib
 from electra_jax.model import generators
+from electra_jax.platform import backends
 from electra_jax.model.layers import (Dense, Dropout, LayerNorm, dropout_words, gelu_for,
                                       low_precision_matmul, small_table_lookup, truncated_normal)
-
-
-def auto_dtype(platform: str) -> str:
-  """model.dtype='auto': bfloat16 activations on TPUs and GPUs (the MXU's and tensor cores' input;
-  parameters and optimizer state stay float32), float32 on CPUs (where bfloat16 matmuls are only
-  about 2x faster and the tests compare with float32 references)."""
-  return 'bfloat16' if platform in attention_lib.ACCELERATORS else 'float32'
 
 
 class _ModelConfigBase:
@@ -49,14 +43,14 @@ class _ModelConfigBase:
     compiling for a TPU slice from a CPU host sets 'tpu'.
   writes_for_backward: whether the forward pass writes GELU's derivative and the dropout masks
     for the backward pass (True) or the backward recomputes them beside its matmuls (False): the
-    chip's choice (hardware/chips.py, given by the run); None: True on CPUs, else False.
+    chip's choice (platform/chips.py, given by the run); None: True on CPUs, else False.
   dtype 'auto' becomes bfloat16 on TPUs and GPUs and float32 on CPUs when the view is made.
   """
 
   def __post_init__(self):
     backend = self.platform or jax.default_backend()
     if self.dtype == 'auto':
-      object.__setattr__(self, 'dtype', auto_dtype(backend))
+      object.__setattr__(self, 'dtype', backends.auto_dtype(backend))
     if self.writes_for_backward is None:
       object.__setattr__(self, 'writes_for_backward', backend == 'cpu')
 

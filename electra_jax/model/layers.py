@@ -124,7 +124,7 @@ def gelu_for(cfg):
 class Dropout(nn.Module):
   """Inverted dropout, keep probability 1 - rate, masks from `random_bits` of `dropout_words`.
   `write_mask`: the mask is written once (one byte per entry) and read by the backward pass;
-  otherwise XLA recomputes the hash there (which chips prefer: hardware/chips.py)."""
+  otherwise XLA recomputes the hash there (which chips prefer: platform/chips.py)."""
   rate: float
   write_mask: bool = False
 

@@ -17,10 +17,10 @@ import optax
 from electra_jax.config import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.data.tokenizer import SpecialIds
-from electra_jax.model import attention as attention_lib
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import masking
 from electra_jax.objectives.metrics import ratio
+from electra_jax.platform import backends
 
 AUC_BINS = 4096  # histogram bins of discriminator logits in [-AUC_RANGE, AUC_RANGE]
 AUC_RANGE = 16.0
@@ -38,7 +38,7 @@ class _ObjectiveConfigBase:
     range."""
     values = dict(objective_cfg.items())
     fields_lib.check(config_lib.OBJECTIVE, values, 'objective', prefix='objective.')
-    accelerator = (platform or jax.default_backend()) in attention_lib.ACCELERATORS
+    accelerator = backends.is_accelerator(platform or jax.default_backend())
     return cls(**values, sampler='gumbel' if accelerator else 'cdf')
 
 

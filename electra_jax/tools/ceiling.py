@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax.hardware import aot
-from electra_jax.hardware import chips as chips_lib
+from electra_jax.platform import chips as chips_lib
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.hardware import hlo_cost
 

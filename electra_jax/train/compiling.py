@@ -15,7 +15,7 @@ from electra_jax import UserError, user_errors
 from electra_jax.data import records as records_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.hardware import aot
-from electra_jax.hardware import chips
+from electra_jax.platform import chips
 from electra_jax.hardware import compile_cache
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.model import attention as attention_lib
@@ -32,7 +32,7 @@ def model_for_devices(model_fields, platform: str, chip: str, length: int, check
   """The model's view for a run on `platform` (devices of kind `chip`) at `length` tokens, from
   `config.model` or a view's fields: dtype 'auto' and attention 'auto' decided (the attention
   paths checked at the run's shape on the device when `checked`; every process takes one
-  verdict), the chip's recompute choice (hardware/chips.py), the attention line logged. Made once,
+  verdict), the chip's recompute choice (platform/chips.py), the attention line logged. Made once,
   before anything is initialized or compiled: pre-training, fine-tuning and --topology alike."""
   with user_errors(ValueError):
     model_cfg = model_lib.ModelConfig.from_config(
