@@ -1,6 +1,6 @@
 """A workdir, made and held by one run: `<workdir>/run.lock` names the run that holds it.
 
-    with workdir.claim(path, 'pre-training'):  # a key of KINDS
+    with workdir.claim(path, 'pre-training'):  # a key of RUN_KINDS
       ...  # nothing else writes here until the block ends
 
 `claim` makes the folder (one sentence when it is a file or cannot be written), takes its lock, and
@@ -226,21 +226,22 @@ def require_checkpoint(path: str, what: str = 'pre-training'):
 
 
 # What a workdir holds, recorded in KIND_FILE when a run first claims it, and the command of each.
-KINDS = {'pre-training': 'launch/train.py', 'fine-tuning': 'launch/finetune.py',
-         'fine-tuning search': 'launch/finetune.py with --config.search',
-         'comparison': 'launch/compare.py'}
+RUN_KINDS = {'pre-training': 'launch/train.py', 'fine-tuning': 'launch/finetune.py',
+             'fine-tuning search': 'launch/finetune.py with --config.search',
+             'comparison': 'launch/compare.py'}
 KIND_FILE = 'workdir.json'
 
 
 def kind_of(path: str) -> str | None:
-  """The kind of run `path` holds (a key of KINDS), or None where it holds none (absent, empty, a
-  folder of other files). Workdirs made before KIND_FILE existed are known by their config.json."""
+  """The kind of run `path` holds (a key of RUN_KINDS), or None where it holds none (absent,
+  empty, a folder of other files). Workdirs made before KIND_FILE existed are known by their
+  config.json."""
   if not fs.isdir(path):
     return None
   recorded = fs.join(path, KIND_FILE)
   if fs.isfile(recorded):
     record = fs.read_json(recorded, f'delete it: the next run in {path} writes it again')
-    if isinstance(record, dict) and record.get('kind') in KINDS:
+    if isinstance(record, dict) and record.get('kind') in RUN_KINDS:
       return record['kind']
   config = fs.join(path, 'config.json')
   if fs.isfile(config):
@@ -266,17 +267,17 @@ def check_kind(path: str, kind: str, flag: str = '--workdir'):
   hint = {('pre-training', 'fine-tuning'): f' (--init={path} starts it from that pre-training)',
           ('pre-training', 'fine-tuning search'): f' (--init={path} starts it from that '
                                                   'pre-training)'}.get((held, kind), '')
-  raise UserError(f'{flag} {path} holds a {held} ({KINDS[held]}), and a {kind} there would '
+  raise UserError(f'{flag} {path} holds a {held} ({RUN_KINDS[held]}), and a {kind} there would '
                   f'overwrite it; give the {kind} a folder of its own{hint}')
 
 
 @contextlib.contextmanager
 def claim(path: str, kind: str, mode: str = ''):
-  """The workdir `path`, made, for this run of `kind` (a key of KINDS) alone while inside (process
-  0 holds the lock; every process learns whether it got it). A workdir holding another kind of run
-  is refused before anything is written; the kind is recorded on the first claim. A run refused,
-  failed or stopped before it wrote anything leaves nothing behind: neither the record of the kind
-  nor the folder if it made it."""
+  """The workdir `path`, made, for this run of `kind` (a key of RUN_KINDS) alone while inside
+  (process 0 holds the lock; every process learns whether it got it). A workdir holding another
+  kind of run is refused before anything is written; the kind is recorded on the first claim. A
+  run refused, failed or stopped before it wrote anything leaves nothing behind: neither the
+  record of the kind nor the folder if it made it."""
   check_kind(path, kind)
   existed = fs.isdir(path)
   make(path)
