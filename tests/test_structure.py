@@ -175,10 +175,19 @@ def test_one_module_imports_tensorflow():
   assert not importers, f'TensorFlow imported outside {TF_OWNER}: {importers}'
 
 
+def _launch_scripts() -> dict[str, str]:
+  """{'launch/<script>': file} of the commands."""
+  folder = os.path.join(ROOT, 'launch')
+  return {f'launch/{n[:-3]}': os.path.join(folder, n) for n in sorted(os.listdir(folder))
+          if n.endswith('.py')}
+
+
 @pytest.mark.fast
 def test_no_function_is_longer_than_a_screen():
+  """The package's functions and the commands' (launch/ is read too)."""
   long = []
-  for name, path in _modules().items():
+  assert len(_launch_scripts()) > 10
+  for name, path in {**_modules(), **_launch_scripts()}.items():
     for node in ast.walk(ast.parse(open(path).read())):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         lines = node.end_lineno - node.lineno + 1
