@@ -282,10 +282,11 @@ class Checkpointer:
     reads whole trees, so its folder is read by a tree handler of its own)."""
     wanted = {'params': {k: v for k, v in abstract.params.items() if k in only}}
     reader = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
+    args = ocp.args.PyTreeRestore(
+        wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
+        partial_restore=True)
     try:
-      read = reader.restore(self.manager.directory / str(step) / 'state', args=ocp.args.PyTreeRestore(
-          wanted, restore_args=ocp.checkpoint_utils.construct_restore_args(wanted),
-          partial_restore=True))
+      read = reader.restore(self.manager.directory / str(step) / 'state', args=args)
     finally:
       reader.close()
     return abstract.replace(params=read['params'])
