@@ -2,6 +2,7 @@
 made of."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -430,28 +431,62 @@ def test_mlm_cross_entropy_by_selection_equals_optax_in_value_and_gradient():
 def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(tmp_path, records_dir,
                                                                                monkeypatch):
   """A new objective is one registry entry: here ELECTRA with its detection loss alone weighted
-  (the generator still trains), declared in this test. It trains end to end, its FLOPs come from
-  its entry, the run's summary reports what it measures, and the compare tool plans it and its
-  variant at the same compute as the others."""
+  (the generator still trains) and a metric of its own, declared in this test. It trains end to
+  end; its metric is on its progress and evaluation lines, its curves, its summary, ranks its
+  checkpoints the way it declares (lower is better) and has its column in the comparison; its
+  FLOPs come from its entry, and the compare tool plans it and its variant at the same compute as
+  the others."""
   from electra_jax.hardware import flops  # pylint: disable=import-outside-toplevel
+  from electra_jax.objectives.metrics import Metric  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import logs as logs_lib  # pylint: disable=import-outside-toplevel
 
   def half_detection(params, batch, rng, **kwargs):
     cfg = kwargs.pop('cfg')
-    return electra_objective.electra_loss(params, batch, rng, cfg=dataclasses.replace(
+    loss, metrics = electra_objective.electra_loss(params, batch, rng, cfg=dataclasses.replace(
         cfg, disc_weight=cfg.disc_weight / 2), **kwargs)
+    return loss, {**metrics, 'half_disc_loss': metrics['disc_loss'] * jnp.array([0.5, 1.0])}
 
   heads = lambda h, e, v, s, n: objective_common.detection_head_flops(h, e, v, s, n) + 1000.0
+  half = Metric('half_disc_loss', 'min', 'half the detection loss', column='half detection')
   probe = objective_common.Objective(
       'half_detection', half_detection, head_flops=heads,
-      variants={'half_detection_nes': {'untied_generator_embeddings': True}})
+      variants={'half_detection_nes': {'untied_generator_embeddings': True}},
+      metrics=objective_common.DETECTION_METRICS + (half,),
+      shown=('loss', 'half_disc_loss'),
+      summary=(objective_common.DETECTION_SUMMARY, 'half detection loss {half_disc_loss:.4f}'))
   monkeypatch.setitem(objectives.OBJECTIVES, probe.name, probe)
+  drawn = []
+  plot = logs_lib.plot_curves
+  monkeypatch.setattr(logs_lib, 'plot_curves', lambda r, p, panels=None: (
+      drawn.append(panels), plot(r, p, panels))[1])
   lines = []
   config = test_config(**{'data.records': records_dir, 'objective.name': 'half_detection',
-                          **OBJECTIVE_RUN})
-  summary = pretrain.train_and_evaluate(config, str(tmp_path / 'w'), log=lines.append)
-  assert {'disc_auc', 'mlm_loss'} <= set(summary['eval'])
-  assert any(l.startswith('summary (held-out') and 'discriminator AUC' in l for l in lines), lines
+                          **OBJECTIVE_RUN, 'train_steps': 6, 'eval_every': 2,
+                          'keep_best': 'half_disc_loss', 'optimizer.learning_rate': 3e-2})
+  workdir = str(tmp_path / 'w')
+  summary = pretrain.train_and_evaluate(config, workdir, log=lines.append)
+  assert {'disc_auc', 'mlm_loss', 'half_disc_loss'} <= set(summary['eval'])
+  np.testing.assert_allclose(summary['eval']['half_disc_loss'], summary['eval']['disc_loss'] / 2,
+                             rtol=1e-6)
+  progress = [l for l in lines if '| step ' in l or ' eval step ' in l]
+  assert progress and all('| loss ' in l and '| half_disc_loss ' in l and 'disc_auc' not in l
+                          for l in progress), progress
+  assert any(l.startswith('summary (held-out') and 'discriminator AUC' in l and
+             f'half detection loss {summary["eval"]["half_disc_loss"]:.4f}' in l
+             for l in lines), lines
+  assert drawn and ('half_disc_loss', 'half the detection loss', False) in drawn[-1], drawn
+  evals = {r['step']: r['half_disc_loss'] for r in logs_lib.read_jsonl(
+      os.path.join(workdir, 'metrics.jsonl')) if r['split'] == 'eval'}
+  assert sorted(evals) == [2, 4, 6] and len(set(evals.values())) == 3, evals
+  best = min(evals, key=evals.get)  # a loss: lower is better, as its declaration says
+  assert summary['best_checkpoint'] == os.path.join(workdir, 'checkpoints', str(best))
+  compare._write([compare._row('half_detection', 'half_detection', 1.0, 6, summary['eval'], {})],
+                 workdir, 6, lambda *_: None)
+  with open(os.path.join(workdir, 'comparison.md')) as f:
+    table = f.read().splitlines()
+  assert '| half detection |' in table[2] and table[4].endswith(
+      f'| {summary["eval"]["half_disc_loss"]:.3f} |'), table
   cfg = model_lib.ModelConfig.from_config(config.model)
   args = (cfg, config.data.max_seq_length, 8, config.objective.max_predictions)
   extra = flops.step_matmul_flops(*args, 'half_detection') - flops.step_matmul_flops(*args)

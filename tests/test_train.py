@@ -438,7 +438,10 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
     ({'data.corpus': 'EMPTY'}, 'holds no text'),
     ({'data.corpus': 'TINY', 'model.vocab_size': 5000}, 'too small for a vocabulary of 5000'),
     ({'model.generator': 'big'}, "model.generator is 'big'"),
-    ({'keep_best': 'auc'}, "keep_best is 'auc', not a held-out metric; use one of loss, "),
+    ({'keep_best': 'auc'}, "keep_best is 'auc', not a held-out metric of objective electra; use one "
+     'of loss, '),
+    ({'keep_best': 'main_mlm_loss'}, "keep_best is 'main_mlm_loss', not a held-out metric of "
+     'objective electra; use one of loss, mlm_loss, disc_loss, disc_auc, mlm_accuracy, '),
     ({'keep_best': 'disc_auc'}, 'but eval_every is 0; set --config.eval_every'),
 ])
 def test_bad_input_is_refused_and_leaves_nothing(tmp_path, records_dir, overrides, message):

@@ -16,6 +16,7 @@ from electra_jax.convert import sources
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.model import electra as model_lib
+from electra_jax.objectives import registry as objectives
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import step as step_lib
@@ -72,7 +73,8 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
   setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
-    ckpt = checkpoint_lib.Checkpointer.of_run(init, config)
+    ckpt = checkpoint_lib.Checkpointer.of_run(
+        init, config, objectives.ranking(config.objective.name, config.keep_best))
     try:
       if ckpt.latest_step() is None:
         raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves '

@@ -19,7 +19,7 @@ from electra_jax.config import pretraining as config_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import masking
-from electra_jax.objectives.metrics import ratio
+from electra_jax.objectives.metrics import Metric, ratio
 from electra_jax.platform import backends
 
 AUC_BINS = 4096  # histogram bins of discriminator logits in [-AUC_RANGE, AUC_RANGE]
@@ -119,6 +119,27 @@ def decoder_rows(model, draws: Draws):
   return draws.rows if model.cfg.decoder_rows == 'batch' else None
 
 
+# The metrics of the terms below, and the summary line's parts that read them: each objective lists
+# those it reports in its `Objective` entry (a metric of its own is declared in its module).
+LOSS = Metric('loss', 'min', 'total loss')
+MLM_LOSS = Metric('mlm_loss', 'min', 'generator MLM loss (nats)', baseline=True,
+                  column='held-out MLM loss')
+MLM_ACCURACY = Metric('mlm_accuracy', 'max', 'generator accuracy')
+SAMPLED_ACCURACY = Metric('sampled_mlm_accuracy', 'max')  # the generator's sample is the original
+DISC_LOSS = Metric('disc_loss', 'min', 'discriminator loss')
+DISC_AUC = Metric('disc_auc', 'max', 'discriminator AUC', column='disc AUC')
+DISC_COUNTS = (Metric('disc_accuracy', 'max'), Metric('disc_precision', 'max'),
+               Metric('disc_recall', 'max'))
+REPLACED = Metric('replaced_fraction', title='replaced tokens')
+GENERATOR_SUMMARY = ('{generator} loss {mlm_loss:.3f} nats vs unigram baseline {baseline:.3f}, '
+                     'accuracy {mlm_accuracy:.3f}')
+DETECTION_SUMMARY = 'discriminator AUC {disc_auc:.3f} (chance 0.5), accuracy {disc_accuracy:.3f}'
+# ELECTRA's: the generator's and the detection's, in the order of curves.png's panels
+DETECTION_METRICS = (LOSS, MLM_LOSS, DISC_LOSS, DISC_AUC, MLM_ACCURACY, REPLACED, SAMPLED_ACCURACY,
+                     *DISC_COUNTS)
+DETECTION_SHOWN = ('loss', 'mlm_loss', 'disc_loss', 'mlm_accuracy', 'disc_auc')
+
+
 def mlm_terms(logits, targets, weights, count, prefix='mlm'):
   """Cross-entropy (its sum over the slots divided by `count`, the global number of used slots)
   and argmax accuracy at the prediction slots, as metric sums."""
@@ -193,7 +214,8 @@ def mlm_head_flops(h: int, e: int, v: int, positions: int) -> float:
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """One pre-training objective: all the rest of the code asks of it (the step its loss, the run
-  its model fields, hardware/flops.py its heads' FLOPs, the compare tool its runs)."""
+  its model fields, hardware/flops.py its heads' FLOPs, the compare tool its runs, and the logs,
+  keep_best, the summary and the comparison its metrics)."""
   name: str
   loss: Callable  # (params, batch, rng, *, model, cfg, special, deterministic, draws) ->
   #                 (loss, metric sums)
@@ -204,3 +226,7 @@ class Objective:
   #   network is the generator)
   variants: dict = dataclasses.field(default_factory=dict)  # the compare tool's further runs:
   #   {run name: model overrides}
+  metrics: tuple = DETECTION_METRICS  # what it reports (Metric), curves.png's panels in order
+  shown: tuple = DETECTION_SHOWN  # the metrics on its progress and evaluation lines, in order
+  summary: tuple = (DETECTION_SUMMARY, GENERATOR_SUMMARY)  # the summary line's parts: formats of
+  #   the held-out values, `generator` (the generator's shape) and `baseline` (the unigram loss)

@@ -1,18 +1,25 @@
 """Metric sums -> numbers: what a step returns (`ratio`: a numerator and a denominator, summed over
-microbatches, devices and steps), the AUC of the detection logits' histograms, and the held-out
-metrics a run can keep its best checkpoint by. Writing and drawing them: train/logs.py."""
+microbatches, devices and steps), the AUC of the detection logits' histograms, and `Metric`, the
+declaration of one an objective reports. Writing and drawing them: train/logs.py."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Held-out metrics a run can keep its best checkpoint by (`keep_best`), and which way is better.
-EVAL_METRICS = {
-    'loss': 'min', 'mlm_loss': 'min', 'disc_loss': 'min',
-    'mlm_accuracy': 'max', 'sampled_mlm_accuracy': 'max', 'disc_accuracy': 'max',
-    'disc_precision': 'max', 'disc_recall': 'max', 'disc_auc': 'max',
-    'main_mlm_loss': 'min', 'main_mlm_accuracy': 'max', 'all_tokens_loss': 'min',
-}
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+  """A metric an objective reports, declared beside the loss that computes it (its module's
+  `Objective` entry): what the progress lines, curves.png, keep_best, the summary and the compare
+  tool read of it."""
+  name: str  # in the step's sums, metrics.jsonl and TensorBoard
+  better: str = ''  # 'min' or 'max': keep_best may rank checkpoints by it ('': it may not)
+  title: str = ''  # its panel in curves.png ('': none); an objective's first six are drawn
+  baseline: bool = False  # the unigram baseline drawn on its panel (a token loss in nats)
+  column: str = ''  # its column in the compare tool's table ('': none); metrics of one column
+  #   are alternatives (an objective reports one of them)
 
 
 def ratio(numerator, denominator):

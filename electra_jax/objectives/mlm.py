@@ -10,7 +10,7 @@ from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import common
 from electra_jax.objectives.common import Draws, ObjectiveConfig, Objective
-from electra_jax.objectives.metrics import ratio
+from electra_jax.objectives.metrics import Metric, ratio
 
 
 def mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
@@ -80,13 +80,34 @@ def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Ob
                 'copy_probability': ratio(jnp.exp(log_copy) * tokens, tokens)}
 
 
+MAIN_MLM_LOSS = Metric('main_mlm_loss', 'min', 'main MLM loss (nats)', baseline=True,
+                       column='main MLM / all-tokens loss')
+MAIN_MLM_ACCURACY = Metric('main_mlm_accuracy', 'max', 'main MLM accuracy')
+ALL_TOKENS_LOSS = Metric('all_tokens_loss', 'min', 'all-tokens MLM loss (nats)', baseline=True,
+                         column='main MLM / all-tokens loss')
+ALL_TOKENS_REPLACED_LOSS = Metric('all_tokens_replaced_loss', 'min')  # at the replaced tokens
+COPY_PROBABILITY = Metric('copy_probability', title='copy probability')  # D_t, mean over tokens
+
 OBJECTIVES = (
     Objective('mlm', mlm_loss, {'generator': 'tied', 'untied_generator_embeddings': False},
               head_flops=lambda h, e, v, s, n: common.mlm_head_flops(h, e, v, n),
-              generator=False),
+              generator=False,
+              metrics=(common.LOSS, common.MLM_LOSS, common.MLM_ACCURACY),
+              shown=('loss', 'mlm_loss', 'mlm_accuracy'), summary=(common.GENERATOR_SUMMARY,)),
     Objective('replace_mlm', replace_mlm_loss, {'discriminator_mlm': True},
-              head_flops=lambda h, e, v, s, n: common.mlm_head_flops(h, e, v, n)),
+              head_flops=lambda h, e, v, s, n: common.mlm_head_flops(h, e, v, n),
+              metrics=(common.LOSS, common.MLM_LOSS, MAIN_MLM_LOSS, common.MLM_ACCURACY,
+                       MAIN_MLM_ACCURACY, common.SAMPLED_ACCURACY),
+              shown=('loss', 'mlm_loss', 'main_mlm_loss', 'mlm_accuracy'),
+              summary=(common.GENERATOR_SUMMARY,
+                       'main MLM loss {main_mlm_loss:.3f} nats vs unigram baseline '
+                       '{baseline:.3f}, accuracy {main_mlm_accuracy:.3f}')),
     Objective('all_tokens_mlm', all_tokens_mlm_loss, {'discriminator_mlm': True},
               head_flops=lambda h, e, v, s, n: (common.mlm_head_flops(h, e, v, s)
-                                                + common.detection_head_flops(h, e, v, s, n))),
+                                                + common.detection_head_flops(h, e, v, s, n)),
+              metrics=(common.LOSS, common.MLM_LOSS, ALL_TOKENS_LOSS, common.MLM_ACCURACY,
+                       COPY_PROBABILITY, common.SAMPLED_ACCURACY, ALL_TOKENS_REPLACED_LOSS),
+              shown=('loss', 'mlm_loss', 'all_tokens_loss', 'mlm_accuracy'),
+              summary=(common.GENERATOR_SUMMARY,
+                       'all-tokens MLM loss {all_tokens_loss:.3f} nats')),
 )

@@ -1,7 +1,8 @@
 """The pre-training objectives: a table of the modules that define them (each a tuple
 `OBJECTIVES` of `common.Objective` entries), and what the rest of the code asks of them: the
-objective by name, the compare tool's runs, the model fields an objective needs. A new
-objective is a module of this package, one line here and a preset (configs/).
+objective by name, the compare tool's runs and columns, the model fields an objective needs, the
+metric keep_best ranks by. A new objective is a module of this package, one line here and a preset
+(configs/); its metrics are declared in its module.
 """
 
 from electra_jax.objectives import electra, electric, mlm
@@ -17,6 +18,29 @@ def runs() -> dict[str, tuple[str, dict]]:
   for o in OBJECTIVES.values():
     out.update({run: (o.name, overrides) for run, overrides in o.variants.items()})
   return out
+
+
+def columns() -> dict[str, tuple[str, ...]]:
+  """The compare tool's columns of held-out metrics: {column: the metrics shown in it}, in the
+  order the objectives declare them."""
+  out = {}
+  for o in OBJECTIVES.values():
+    for m in o.metrics:
+      if m.column and m.name not in out.setdefault(m.column, ()):
+        out[m.column] += (m.name,)
+  return out
+
+
+def ranking(objective: str, metric: str) -> str:
+  """'min' or 'max': which way `metric` of `objective` is better (keep_best; 'max' for none);
+  ValueError naming those it may rank by."""
+  if not metric:
+    return 'max'
+  ranked = {m.name: m.better for m in get(objective).metrics if m.better}
+  if metric not in ranked:
+    raise ValueError(f'keep_best is {metric!r}, not a held-out metric of objective {objective}; '
+                     f'use one of {", ".join(ranked)}, or \'\' to keep the latest only')
+  return ranked[metric]
 
 
 def fit_model_config(config, log=print):

@@ -31,7 +31,6 @@ from electra_jax.train import workdir as workdir_lib
 
 HEADLINE = ('electra', 'mlm')  # the paper's comparison, stated in a line of its own when both ran
 DEFAULT_RUNS = ('electra', 'electra_15', 'mlm', 'replace_mlm', 'all_tokens_mlm', 'electric')
-_HELD_OUT = ('mlm_loss', 'disc_auc', 'main_mlm_loss', 'all_tokens_loss')
 
 
 def run_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
@@ -275,21 +274,21 @@ def _row(name, objective, per_step, steps, held_out, tuned: dict) -> dict:
     if split != 'test' and f'test/{score}' in result['median']:  # a labelled test split
       d.update(test_median=result['median'][f'test/{score}'], test_seeds=seeds('test'))
   return {'run': name, 'objective': objective, 'pretrain_flops': per_step * steps, 'steps': steps,
-          **{k: held_out[k] for k in _HELD_OUT if k in held_out}, 'downstream': downstream}
+          **{k: held_out[k] for names in objectives.columns().values() for k in names
+             if k in held_out}, 'downstream': downstream}
 
 
 def _write(results: list[dict], workdir: str, electra_steps: int, log):
   labels = list(results[0]['downstream'])
   tested = {label: all('test_median' in r['downstream'][label] for r in results)
             for label in labels}
-  header = ('| run | objective | pre-training FLOPs | steps | held-out MLM loss | disc AUC | '
-            'main MLM / all-tokens loss | ' + ' | '.join(
-                f'{label} {results[0]["downstream"][label]["metric"]} (median of seeds)'
-                + (' / test median' if tested[label] else '') for label in labels) + ' |')
-  lines = [header, '|' + '---|' * (7 + len(labels))]
-  fmt = lambda r, k: f'{r[k]:.3f}' if k in r else '-'
+  columns = objectives.columns()  # held-out metrics by column: a run reports one of each
+  header = ('| run | objective | pre-training FLOPs | steps | ' + ' | '.join(columns) + ' | '
+            + ' | '.join(f'{label} {results[0]["downstream"][label]["metric"]} (median of seeds)'
+                         + (' / test median' if tested[label] else '') for label in labels) + ' |')
+  lines = [header, '|' + '---|' * (4 + len(columns) + len(labels))]
   for r in results:
-    main = fmt(r, 'main_mlm_loss') if 'main_mlm_loss' in r else fmt(r, 'all_tokens_loss')
+    held = [next((f'{r[k]:.3f}' for k in names if k in r), '-') for names in columns.values()]
     cells = []
     for label in labels:
       d = r['downstream'][label]
@@ -297,8 +296,7 @@ def _write(results: list[dict], workdir: str, electra_steps: int, log):
       cells.append(f'{100 * d["median"]:.2f}' + (f' ({seeds})' if seeds else '')
                    + (f' / {100 * d["test_median"]:.2f}' if tested[label] else ''))
     lines.append(f'| {r["run"]} | {r["objective"]} | {r["pretrain_flops"]:.3g} | {r["steps"]:,} | '
-                 f'{fmt(r, "mlm_loss")} | {fmt(r, "disc_auc")} | {main} | ' + ' | '.join(cells)
-                 + ' |')
+                 + ' | '.join(held + cells) + ' |')
   table = '\n'.join(lines)
   verdicts = _verdicts(results, labels, tested)
   fs.write_atomic(fs.join(workdir, 'comparison.md'),

@@ -27,7 +27,6 @@ except ImportError:  # another Orbax: its default handler is kept
   array_metadata_store = None
 
 from electra_jax import UserError
-from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.storage import fs
 from electra_jax.train import distributed
 
@@ -172,12 +171,12 @@ class Checkpointer:
             enable_async_checkpointing=True))
 
   @classmethod
-  def of_run(cls, workdir: str, config) -> 'Checkpointer':
+  def of_run(cls, workdir: str, config, best_mode: str = 'max') -> 'Checkpointer':
     """The checkpoints of the pre-training run of `config` in `workdir`: its number kept and the
-    held-out metric (and direction) its best one is kept by."""
+    held-out metric its best one is kept by, better when higher (`best_mode` 'max') or lower
+    ('min', which its objective declares)."""
     return cls(fs.join(workdir, 'checkpoints'), keep=config.keep_checkpoints,
-               best_metric=config.keep_best,
-               best_mode=metrics_lib.EVAL_METRICS.get(config.keep_best, 'max'))
+               best_metric=config.keep_best, best_mode=best_mode)
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()

@@ -29,9 +29,9 @@ try:  # TensorBoard's record format and protocol buffers (the package, not Tenso
 except ImportError:  # an image without it: metrics.jsonl and curves.png alone (Logs says so)
   record_writer = None
 
-# Order in which metrics are printed; the first block is what the progress line shows.
-SHOWN = ('loss', 'mlm_loss', 'disc_loss', 'main_mlm_loss', 'all_tokens_loss', 'mlm_accuracy',
-         'disc_auc', 'learning_rate')
+# What a progress line shows when its run names nothing else (a pre-training shows its objective's
+# metrics, a fine-tuning its task's).
+SHOWN = ('loss', 'learning_rate')
 
 def format_duration(seconds: float) -> str:
   if not math.isfinite(seconds):
@@ -220,19 +220,14 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 def plot_curves(records: list[dict], path: str, panels=None):
-  """Loss terms and discriminator/generator quality against steps, train and held-out (or the
-  `panels` given: (key, title) pairs)."""
+  """The `panels` (key, title[, baseline]) of the records against steps, train and held-out: the
+  first six of them the records hold. With `baseline` true, the records' last `unigram_baseline`
+  is drawn across the panel (a token loss in nats)."""
   import matplotlib  # pylint: disable=import-outside-toplevel  (0.4 s to import: only to draw)
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  candidates = [('loss', 'total loss'), ('mlm_loss', 'generator MLM loss (nats)'),
-                ('disc_loss', 'discriminator loss'), ('disc_auc', 'discriminator AUC'),
-                ('main_mlm_loss', 'main MLM loss (nats)'),
-                ('all_tokens_loss', 'all-tokens MLM loss (nats)'),
-                ('mlm_accuracy', 'generator accuracy'), ('main_mlm_accuracy', 'main MLM accuracy'),
-                ('copy_probability', 'copy probability'), ('replaced_fraction', 'replaced tokens')]
   present = {k for r in records for k in r}
-  panels = [p for p in panels or candidates if p[0] in present][:6] or [('loss', 'loss')]
+  panels = [p for p in panels or () if p[0] in present][:6] or [('loss', 'loss')]
   # Only the panels the run reports, at fixed margins: about half the time of a full grid laid out
   # by tight_layout.
   cols = min(len(panels), 3)
@@ -242,7 +237,7 @@ def plot_curves(records: list[dict], path: str, panels=None):
                       top=1 - 0.08 / rows, wspace=0.25, hspace=0.4)
   for ax in axes.flat[len(panels):]:
     ax.remove()
-  for ax, (key, title) in zip(axes.flat, panels):
+  for ax, (key, title, *baseline) in zip(axes.flat, panels):
     for split, style in (('train', '-'), ('eval', 'o-')):
       pts = [(r['step'], r[key]) for r in records
              if r.get('split') == split and r.get(key) is not None]
@@ -252,7 +247,7 @@ def plot_curves(records: list[dict], path: str, panels=None):
     ax.set_title(title)
     ax.set_xlabel('step')
     ax.grid(alpha=0.3)
-    if key.endswith('mlm_loss') or key == 'all_tokens_loss':
+    if any(baseline):
       base = [r['unigram_baseline'] for r in records if 'unigram_baseline' in r]
       if base:
         ax.axhline(base[-1], color='gray', linestyle='--', label='unigram baseline')

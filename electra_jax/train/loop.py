@@ -51,8 +51,8 @@ class Plan:
   keep_best: bool = False  # save after every evaluation (the checkpointer keeps the best)
   tokens_per_step: int = 0
   prefix: str = ''  # of every progress and evaluation line ('seed 3 | ')
-  fields: tuple | None = None  # values shown on the progress line (None: metrics.SHOWN)
-  eval_fields: tuple | None = None  # values shown on the evaluation line (None: metrics.SHOWN)
+  fields: tuple | None = None  # values shown on the progress line (None: logs.SHOWN)
+  eval_fields: tuple | None = None  # values shown on the evaluation line (None: logs.SHOWN)
   eval_note: str = ''  # appended to the evaluation line
   eval_record: dict = dataclasses.field(default_factory=dict)  # written with each evaluation
 

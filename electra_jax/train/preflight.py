@@ -14,7 +14,6 @@ from electra_jax.config import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.model import electra as model_lib
-from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.storage import fs
 from electra_jax.train import init_from
@@ -46,9 +45,8 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True):
                     f'{d.max_seq_length}-token sequences; raise it')
   if config.nonfinite not in ('stop', 'skip'):
     raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
-  if config.keep_best and config.keep_best not in metrics_lib.EVAL_METRICS:
-    raise UserError(f'keep_best is {config.keep_best!r}, not a held-out metric; use one of '
-                    f'{", ".join(metrics_lib.EVAL_METRICS)}, or \'\' to keep the latest only')
+  with user_errors(ValueError):
+    objectives.ranking(config.objective.name, config.keep_best)
   if config.keep_best and not config.eval_every:
     raise UserError(f'keep_best={config.keep_best!r} ranks the checkpoints saved at evaluations, '
                     'but eval_every is 0; set --config.eval_every')

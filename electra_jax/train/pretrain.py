@@ -25,6 +25,7 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.objectives import registry as objectives
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import compiling
@@ -142,7 +143,8 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   platform = mesh.devices.flat[0].platform
   model_cfg = compiling.model_for_run(config, platform, log=log, chip=mesh.devices.flat[0].device_kind)
   make_setup = lambda cfg: step_lib.build_setup(config, special, platform, cfg)
-  ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config)
+  ckpt = checkpoint_lib.Checkpointer.of_run(
+      workdir, config, objectives.ranking(config.objective.name, config.keep_best))
   latest = ckpt.latest_step()
   if latest is not None:  # a checkpoint of other shapes is refused before the compilation
     with user_errors(ValueError):
@@ -172,10 +174,13 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   # ---- the loop ----
   annotate = _describe_run(config, setup, state, mesh, readers, start, log)
   baseline = meta['unigram_xent']
+  objective = objectives.get(config.objective.name)
   plan = loop_lib.Plan.of(
       config, total_steps=config.train_steps, keep_best=bool(config.keep_best),
-      tokens_per_step=d.batch_size * d.max_seq_length, eval_note=f' | unigram baseline {baseline:.4f}',
+      tokens_per_step=d.batch_size * d.max_seq_length, fields=objective.shown + ('learning_rate',),
+      eval_fields=objective.shown, eval_note=f' | unigram baseline {baseline:.4f}',
       eval_record={'unigram_baseline': baseline})
+  panels = [(m.name, m.title, m.baseline) for m in objective.metrics if m.title]
   saved_meta = lambda step: {'step': step, 'readers': readers,  # and what the run is: checked
                              'data_position': step * d.batch_size // readers,  # on resume
                              'vocab_fingerprint': meta['vocab_fingerprint'],
@@ -188,8 +193,8 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   distributed.barrier('first_step')
   with user_errors(input_pipeline.DamagedRecords, checkpoint_lib.DiskFull):
     result = loop_lib.run(plan, state, train_fn, batches, start, evaluate=evaluate_now, ckpt=ckpt,
-                          meta=saved_meta, logs=logs_lib.Logs(workdir, main), log=log,
-                          annotate=annotate)
+                          meta=saved_meta, logs=logs_lib.Logs(workdir, main, panels=panels),
+                          log=log, annotate=annotate)
     best = ckpt.best_step()
     ckpt.close()
   return _summarize(config, workdir, setup, ckpt, result, best, baseline, eval_batches, log)
@@ -299,18 +304,9 @@ def _summarize(config, workdir: str, setup, ckpt, result, best, baseline: float,
     log(f'best held-out {config.keep_best}: step {best} ({summary["best_checkpoint"]})')
   if distributed.is_main():  # strict JSON: a metric without a value (NaN) is written as null
     fs.write_atomic(fs.join(workdir, 'summary.json'), logs_lib.dumps(summary, indent=2))
-  parts = []
-  if 'disc_auc' in values:
-    parts.append(f'discriminator AUC {values["disc_auc"]:.3f} (chance 0.5), accuracy '
-                 f'{values["disc_accuracy"]:.3f}')
-  gen_name = setup.model_cfg.generator_shape.summary
-  for key, name in (('mlm', gen_name),
-                    ('main_mlm', 'main MLM'), ('all_tokens', 'all-tokens MLM')):
-    if f'{key}_loss' in values:
-      accuracy = (f', accuracy {values[key + "_accuracy"]:.3f}'
-                  if f'{key}_accuracy' in values else '')
-      versus = f' vs unigram baseline {baseline:.3f}' if key != 'all_tokens' else ''
-      parts.append(f'{name} loss {values[key + "_loss"]:.3f} nats{versus}{accuracy}')
+  parts = [part.format(**values, generator=setup.model_cfg.generator_shape.summary,
+                       baseline=baseline)
+           for part in objectives.get(config.objective.name).summary]
   log(f'summary (held-out, {eval_batches} batches of {config.data.eval_batch_size}, no dropout): '
       + '; '.join(parts))
   log(f'final parameters: {summary["checkpoint"]} | curves: {fs.join(workdir, "curves.png")}')
