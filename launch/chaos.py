@@ -80,11 +80,12 @@ def _final_states(config, workdirs: list[str]):
   import jax  # pylint: disable=import-outside-toplevel
   from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.data import records  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import setup as pretrain_setup  # pylint: disable=import-outside-toplevel
   from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.data.tokenizer import SpecialIds  # pylint: disable=import-outside-toplevel
   records_dir = config.data.records or os.path.join(workdirs[0], 'data')
   special = SpecialIds(**records.read_metadata(records_dir)['special_ids'])
-  setup = step_lib.build_setup(config, special)
+  setup = pretrain_setup.build_setup(config, special)
   target = jax.jit(lambda: step_lib.init_state(setup))()
   states = []
   for workdir in workdirs:

@@ -47,7 +47,7 @@ def _set(config, path: str, text: str):
 
 def _row(preset: str, slice_name: str, log) -> dict:
   from electra_jax import UserError  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import compiling  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import compiling  # pylint: disable=import-outside-toplevel
   from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   config = cli._load_config(os.path.join(root, 'configs', f'{preset}.py'), 'presets')  # pylint: disable=protected-access

@@ -45,7 +45,7 @@ def main(argv):
     from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
     try:
       slice_ = topology.for_compiling(_TOPOLOGY.value, _NUM_SLICES.value)
-      from electra_jax.train import compiling  # pylint: disable=import-outside-toplevel
+      from electra_jax.pretraining import compiling  # pylint: disable=import-outside-toplevel
       return compiling.compile_for_topology(_CONFIG.value, slice_,
                                             lambda line: print(line, flush=True))
     except ValueError as e:
@@ -61,7 +61,7 @@ def main(argv):
     raise cli.UserError(str(e)) from None
   cli.check_paths(_WORKDIR.value, _CONFIG.value)
   import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import run as pretrain  # pylint: disable=import-outside-toplevel
   if how and distributed.is_main():
     print(f'{jax.process_count()} processes ({how}), {jax.device_count()} devices in all',
           flush=True)

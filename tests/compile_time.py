@@ -22,6 +22,7 @@ from conftest import test_config  # noqa: E402  pylint: disable=wrong-import-pos
 from electra_jax.tools.benchmark import SPECIAL  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.tools.benchmark import synthetic_batch  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.train import partitioning  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -29,7 +30,7 @@ def main():
   jax.config.update('jax_enable_compilation_cache', False)
   config = test_config()
   mesh = partitioning.make_mesh(jax.devices())
-  init_fn, train_fn, _ = step_lib.compile_steps(step_lib.build_setup(config, SPECIAL), mesh)
+  init_fn, train_fn, _ = step_lib.compile_steps(pretrain_setup.build_setup(config, SPECIAL), mesh)
   state = init_fn()
   batch = jax.device_put(synthetic_batch(16, 32, config.model.vocab_size, seed=0),
                          partitioning.batch_sharding(mesh))

@@ -133,9 +133,10 @@ def poisoned_setup(config, bad_steps, build=None):
   (the tests that need a non-finite step all poison step 3: one compiled program serves them)."""
   import dataclasses  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import setup as pretrain_setup  # pylint: disable=import-outside-toplevel
   from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
-  setup = (build or step_lib.build_setup)(config, SPECIAL)
+  setup = (build or pretrain_setup.build_setup)(config, SPECIAL)
   train_key = step_lib._keys(config.seed)[1]  # pylint: disable=protected-access
   bad = jnp.stack([jax.random.key_data(jax.random.fold_in(train_key, s - 1)) for s in bad_steps])
 
@@ -210,7 +211,7 @@ def records_dir(tmp_path_factory, corpus_file):
 @pytest.fixture(scope='session')
 def pretrained(tmp_path_factory, records_dir):
   """A pre-training workdir of the test model (4 steps), what fine-tuning tests start from."""
-  from electra_jax.train import pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import run as pretrain  # pylint: disable=import-outside-toplevel
   workdir = str(tmp_path_factory.mktemp('pretrained') / 'w')
   pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
                               log=lambda *_: None)

@@ -22,6 +22,7 @@ from electra_jax.model import flash
 from electra_jax.model import masks as attention_masks
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 from electra_jax.train import partitioning
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib
 
 # small tiles, so every loop of every kernel runs several steps
@@ -215,7 +216,7 @@ def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path(layou
   results = {}
   for impl in ('explicit', 'pallas'):
     config.model.attention = impl
-    setup = step_lib.build_setup(config, SPECIAL)
+    setup = pretrain_setup.build_setup(config, SPECIAL)
     init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
     state = init_fn()
     for _ in range(2):
@@ -282,7 +283,7 @@ def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
   for impl in ('explicit', 'auto'):
     calls.clear()
     config.model.attention = impl
-    setup = step_lib.build_setup(config, SPECIAL)
+    setup = pretrain_setup.build_setup(config, SPECIAL)
     init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
     step_batch = synthetic_batch(16, config.data.max_seq_length, config.model.vocab_size)
     _, metrics = train_fn(init_fn(), jax.device_put(step_batch, partitioning.batch_sharding(mesh)))

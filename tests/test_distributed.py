@@ -14,7 +14,8 @@ from conftest import (CHILD_ENV, ROOT, TEST_XLA_FLAGS, launch_command, load_conf
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import distributed
-from electra_jax.train import pretrain
+from electra_jax.pretraining import run as pretrain
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib
 
 CLUSTER = os.path.join(ROOT, 'launch', 'local_cluster.py')
@@ -40,7 +41,7 @@ def _cluster(config_file, workdir, tmp_path, processes=2, devices=4, cores=None,
 
 def _params(workdir, step, config):
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-  setup = step_lib.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(config, SPECIAL)
   state, meta = ckpt.restore(step, jax.jit(lambda: step_lib.init_state(setup))())
   ckpt.close()
   return state, meta

@@ -19,7 +19,8 @@ from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.storage import fs
 from electra_jax.storage import remote_fs
 from electra_jax.train import checkpoint as checkpoint_lib
-from electra_jax.train import pretrain
+from electra_jax.pretraining import run as pretrain
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib
 
 BUCKET = 'gs://electra-test'
@@ -122,7 +123,7 @@ def test_pretraining_in_a_bucket_survives_sigkill_bit_identically_and_exports(
   # The uninterrupted run, local and in this process (records read from the bucket all the same).
   pretrain.train_and_evaluate(load_config(config_file), straight, log=lambda *_: None)
   states = []
-  setup = step_lib.build_setup(load_config(config_file), SPECIAL)
+  setup = pretrain_setup.build_setup(load_config(config_file), SPECIAL)
   for workdir in (killed, straight):
     ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'))
     states.append(ckpt.restore(6, jax.jit(lambda: step_lib.init_state(setup))())[0])

@@ -117,9 +117,10 @@ from electra_jax.data import tokenizer as tokenizer_lib  # noqa: E402  pylint: d
 from electra_jax.finetune import pretrained as finetune_pretrained  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.tools import export as export_lib  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.train import checkpoint as checkpoint_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import init_from  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import preflight  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import pretrain  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.pretraining import init_from  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.pretraining import preflight  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.pretraining import run as pretrain  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 TEXTS = ['The cat sat on a mat, while dogs ran past green trees.',
@@ -367,7 +368,7 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
   assert parsed.model.generator_hidden_fraction == 0.5 and not parsed.data.vocab  # left as parsed
   assert any('generator_hidden_fraction 0.5 -> 1.0' in l for l in lines), lines
   assert run_config.data.vocab == os.path.join(folder, 'vocab.model')
-  setup = step_lib.build_setup(run_config, tokenizer_lib.load_tokenizer(vocab).special)
+  setup = pretrain_setup.build_setup(run_config, tokenizer_lib.load_tokenizer(vocab).special)
   mesh = partitioning.make_mesh()
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = pretrain.start_from(setup, init_fn(), source)
@@ -448,7 +449,7 @@ def test_benchmark_peer_runs_the_same_step():
   peer = result['peer']
   assert len(peer['ms_per_step_runs']) == 2 and min(peer['ms_per_step_runs']) > 0
   assert result['speedup_over_peer'] > 0
-  setup = step_lib.build_setup(config, tokenizer_lib.SPECIAL)
+  setup = pretrain_setup.build_setup(config, tokenizer_lib.SPECIAL)
   batch = synthetic_batch(16, 32, config.model.vocab_size)
   ours = float(jax.jit(lambda: setup.loss_fn(setup.init_params(jax.random.key(0)), batch,
                                              jax.random.key(1))[0])())

@@ -106,7 +106,7 @@ def test_decoder_rows_batch_updates_only_the_rows_of_the_batchs_tokens():
     """(loss, its gradient, the gradient of the generator's MLM loss alone)."""
     c = test_config(**{'model.decoder_rows': rows, 'model.dropout_rate': 0.0,
                        'model.attention_dropout_rate': 0.0, 'microbatches': microbatches})
-    setup = step_lib.build_setup(c, SPECIAL)
+    setup = pretrain_setup.build_setup(c, SPECIAL)
     params = setup.init_params(jax.random.key(0))
     rng = jax.random.key(3)
 
@@ -179,7 +179,8 @@ def test_disallow_correct_makes_every_used_slot_a_replacement():
 
 from electra_jax.objectives import masking  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.train import partitioning  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import pretrain  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.pretraining import run as pretrain  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402  pylint: disable=wrong-import-position
 from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
 
 _OBJ = {}
@@ -273,7 +274,7 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
 @pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
                                   'electric'])
 def test_objective_learns_on_the_8_device_mesh(name):
-  setup = step_lib.build_setup(objective_config(name), SPECIAL)  # the microbatching test's step
+  setup = pretrain_setup.build_setup(objective_config(name), SPECIAL)  # the microbatching test's step
   mesh = partitioning.make_mesh(jax.devices())
   assert mesh.devices.size == 8
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
@@ -436,8 +437,9 @@ def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(t
   checkpoints the way it declares (lower is better) and has its column in the comparison; its
   FLOPs come from its entry, and the compare tool plans it and its variant at the same compute as
   the others."""
-  from electra_jax.hardware import flops  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import step_flops as step_flops_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.objectives.metrics import Metric  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import pretrained as pretrained_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
   from electra_jax.train import logs as logs_lib  # pylint: disable=import-outside-toplevel
 
@@ -481,6 +483,10 @@ def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(t
   assert sorted(evals) == [2, 4, 6] and len(set(evals.values())) == 3, evals
   best = min(evals, key=evals.get)  # a loss: lower is better, as its declaration says
   assert summary['best_checkpoint'] == os.path.join(workdir, 'checkpoints', str(best))
+  # A fine-tuning from its best checkpoint takes the same one, reading the direction its
+  # checkpoints record (a fine-tuning imports no objective).
+  assert pretrained_lib.load(workdir, step='best', log=lambda *_: None).checkpoint == (
+      summary['best_checkpoint'])
   compare._write([compare._row('half_detection', 'half_detection', 1.0, 6, summary['eval'], {})],
                  workdir, 6, lambda *_: None)
   with open(os.path.join(workdir, 'comparison.md')) as f:
@@ -489,9 +495,10 @@ def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(t
       f'| {summary["eval"]["half_disc_loss"]:.3f} |'), table
   cfg = model_lib.ModelConfig.from_config(config.model)
   args = (cfg, config.data.max_seq_length, 8, config.objective.max_predictions)
-  extra = flops.step_matmul_flops(*args, 'half_detection') - flops.step_matmul_flops(*args)
+  count = step_flops_lib.step_matmul_flops
+  extra = count(*args, 'half_detection') - count(*args)
   assert extra == 3 * 8 * 1000.0  # its heads' forward FLOPs per example, x3 (with the backward)
-  assert flops.step_matmul_flops(*args, 'mlm') < flops.step_matmul_flops(*args, 'half_detection')
+  assert count(*args, 'mlm') < count(*args, 'half_detection')
   rows = {r['name']: r for r in compare.plan(test_config(), ['electra', 'half_detection',
                                                              'half_detection_nes'], 100)}
   assert rows['half_detection']['config'].objective.name == 'half_detection'

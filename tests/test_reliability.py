@@ -28,8 +28,9 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 from electra_jax.train import optim
 from electra_jax.train import partitioning
-from electra_jax.train import preflight
-from electra_jax.train import pretrain
+from electra_jax.pretraining import preflight
+from electra_jax.pretraining import run as pretrain
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib
 
 
@@ -142,7 +143,7 @@ def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refu
   import optax  # pylint: disable=import-outside-toplevel
   mesh = partitioning.make_mesh(jax.devices()[:1])
   batch = synthetic_batch(16, 32, 96, seed=2)
-  setup = step_lib.build_setup(test_config(**{'optimizer.grad_clip_norm': 0.0}), SPECIAL)
+  setup = pretrain_setup.build_setup(test_config(**{'optimizer.grad_clip_norm': 0.0}), SPECIAL)
   assert setup.check_update
   poisoned = dataclasses.replace(setup, tx=optax.chain(setup.tx, optax.scale(float('nan'))))
   init_fn, train_fn, _ = step_lib.compile_steps(poisoned, mesh)
@@ -153,9 +154,9 @@ def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refu
   for a, b in zip(jax.tree.leaves(jax.device_get(state.params)), jax.tree.leaves(before)):
     np.testing.assert_array_equal(a, b)
 
-  clipped = step_lib.build_setup(test_config(), SPECIAL)  # grad_clip_norm 1.0
+  clipped = pretrain_setup.build_setup(test_config(), SPECIAL)  # grad_clip_norm 1.0
   assert not clipped.check_update
-  assert step_lib.build_setup(test_config(**{'optimizer.eps': 1e-35}), SPECIAL).check_update
+  assert pretrain_setup.build_setup(test_config(**{'optimizer.eps': 1e-35}), SPECIAL).check_update
   huge = lambda *args, **kw: (lambda l, m: (l * 1e15, m))(*clipped.loss_fn(*args, **kw))
   init_fn, train_fn, _ = step_lib.compile_steps(dataclasses.replace(clipped, loss_fn=huge), mesh)
   state = init_fn()
@@ -234,9 +235,9 @@ def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, reco
   # a run that stopped before its first checkpoint does not lock its workdir: a changed command
   # starts it afresh
   workdir = str(tmp_path / 'locked')
-  real = step_lib.build_setup
+  real = pretrain_setup.build_setup
   with monkeypatch.context() as m:  # a NaN loss at step 3, before the first checkpoint
-    m.setattr(step_lib, 'build_setup', lambda config, special, *rest: poisoned_setup(
+    m.setattr(pretrain_setup, 'build_setup', lambda config, special, *rest: poisoned_setup(
                           config, [3], lambda c, s: real(c, s, *rest)))
     with pytest.raises(UserError, match='^step 3: the loss, gradient norm or update is not finite'):
       pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,

@@ -100,7 +100,7 @@ def _python(script: str):
 # The wings, lowest first: each imports only wings before it (and itself); the package's
 # __init__ (UserError, Stopped) is below them all, cli.py above them all.
 WINGS = ('storage', 'platform', 'config', 'data', 'model', 'objectives', 'convert', 'hardware',
-         'train', 'finetune', 'tools', 'cli')
+         'train', 'pretraining', 'finetune', 'tools', 'cli')
 
 # Imports that stay inside functions, each for a reason: heavy libraries a run may never need
 # (TensorFlow, behind storage/tf_import.py; scikit-learn for the TF-IDF baseline; matplotlib to
@@ -129,6 +129,33 @@ def test_each_wing_imports_only_the_wings_below_it():
   planted = ast.parse('from electra_jax.train import loop\n')
   found = [(n.module, n.names[0].name) for n in ast.walk(planted) if isinstance(n, ast.ImportFrom)]
   assert rank[_wing(f'{found[0][0]}.{found[0][1]}')] > rank['model']
+
+
+def _reached(graph: dict, start: str) -> set:
+  seen, todo = set(), [start]
+  while todo:
+    module = todo.pop()
+    if module not in seen:
+      seen.add(module)
+      todo += graph.get(module, ())
+  return seen
+
+
+@pytest.mark.fast
+def test_the_engine_and_a_fine_tuning_reach_no_objective_and_nothing_of_pretraining():
+  """Every module of train/ (the engine) and the fine-tuning's driver reach, through every import
+  (lazy ones too), no pre-training objective (of objectives/, only the arithmetic of metric sums)
+  and nothing of pretraining/: a fine-tuning runs the engine with a setup of its own."""
+  graph = _graph()
+  starts = [m for m in graph if _wing(m) == 'train'] + ['electra_jax.finetune.run']
+  allowed = {'electra_jax.objectives', 'electra_jax.objectives.metrics'}
+  found = {start: sorted(m for m in _reached(graph, start) if _wing(m) == 'pretraining' or (
+      _wing(m) == 'objectives' and m not in allowed)) for start in starts}
+  assert not any(found.values()), {k: v for k, v in found.items() if v}
+  assert len(starts) > 8 and len(_reached(graph, 'electra_jax.finetune.run')) > 40
+  # What it looks for: the pre-training's driver reaches every objective.
+  assert {'electra_jax.objectives.electra', 'electra_jax.objectives.mlm'} <= _reached(
+      graph, 'electra_jax.pretraining.run')
 
 
 @pytest.mark.fast

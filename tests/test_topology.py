@@ -18,6 +18,7 @@ from electra_jax import UserError
 from electra_jax import cli as cli_lib
 from electra_jax.hardware import aot
 from electra_jax.hardware import flops
+from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import topology
 from electra_jax.model import attention
@@ -25,8 +26,9 @@ from electra_jax.model import electra as model_lib
 from electra_jax.model import flash
 from electra_jax.platform import chips
 from electra_jax.tools import ceiling
-from electra_jax.train import compiling
+from electra_jax.pretraining import compiling
 from electra_jax.train import partitioning
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib
 
 needs_libtpu = pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
@@ -250,7 +252,7 @@ def test_the_ceilings_matmuls_are_the_ones_mfu_counts():
     n = c.objective.max_predictions
     matmuls, attention = ceiling.forward_matmuls(cfg, 512, 3, n)
     counted = sum(mm.flops * mm.count for mm in matmuls) + attention
-    assert counted * 3 == pytest.approx(flops.step_matmul_flops(cfg, 512, 3, n), rel=1e-12)
+    assert counted * 3 == pytest.approx(step_flops_lib.step_matmul_flops(cfg, 512, 3, n), rel=1e-12)
 
 
 @needs_libtpu
@@ -411,14 +413,14 @@ def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
   from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
   config = test_config()
   assert config.fsdp is None
-  setup = step_lib.build_setup(config, SPECIAL, 'tpu')
+  setup = pretrain_setup.build_setup(config, SPECIAL, 'tpu')
   chips = topology.parse('v5e-8').devices()
   assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips))
   assert not step_lib.uses_fsdp(setup, partitioning.make_mesh(chips[:1]))
   assert not step_lib.uses_fsdp(setup, partitioning.make_mesh())  # this CPU's 8 devices
   for asked in (True, False):
     config.fsdp = asked
-    setup = step_lib.build_setup(config, SPECIAL, 'tpu')
+    setup = pretrain_setup.build_setup(config, SPECIAL, 'tpu')
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh()) is asked
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips)) is asked
   argv = cli_lib._resolve_overrides(  # pylint: disable=protected-access
@@ -463,7 +465,7 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
   config = test_config(**{'data.records': records_dir, 'microbatches': 1})
   mesh = partitioning.make_mesh()
   from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
-  make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL, 'cpu', cfg)
+  make_setup = lambda cfg: pretrain_setup.build_setup(config, SPECIAL, 'cpu', cfg)
   pallas = dataclasses.replace(model_lib.ModelConfig.from_config(config.model, 'cpu'),
                                attention='pallas')
 

@@ -29,13 +29,14 @@ from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import partitioning
-from electra_jax.train import pretrain
+from electra_jax.pretraining import run as pretrain
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib
 
 
 def _run_steps(config, devices, batches):
   mesh = partitioning.make_mesh(devices)
-  setup = step_lib.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(config, SPECIAL)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = init_fn()
   sharding = partitioning.batch_sharding(mesh)
@@ -70,7 +71,7 @@ def test_microbatched_steps_equal_whole_batch_steps(objective, monkeypatch):
     chosen = objective_common.ObjectiveConfig.from_config
     monkeypatch.setattr(objective_common.ObjectiveConfig, 'from_config', classmethod(
         lambda cls, c, platform='': dataclasses.replace(chosen(c, platform), sampler='gumbel')))
-    assert step_lib.build_setup(config, SPECIAL).objective_cfg.sampler == 'gumbel'
+    assert pretrain_setup.build_setup(config, SPECIAL).objective_cfg.sampler == 'gumbel'
   batches = [synthetic_batch(32, 32, config.model.vocab_size, seed=s) for s in range(2)]
   whole, m_whole = _run_steps(config, jax.devices(), batches)
   config.microbatches = 4
@@ -114,7 +115,7 @@ def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_de
   ckpt.save(3, state, {'step': 3})
   ckpt.close()
   config.fsdp = False
-  init_dp, _, _ = step_lib.compile_steps(step_lib.build_setup(config, SPECIAL),
+  init_dp, _, _ = step_lib.compile_steps(pretrain_setup.build_setup(config, SPECIAL),
                                           partitioning.make_mesh())
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
   restored, _ = ckpt.restore(3, init_dp())
@@ -152,7 +153,7 @@ def test_fsdp_rules_split_one_dimension_the_devices_divide():
 
 
 def _temporaries(config):
-  setup = step_lib.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(config, SPECIAL)
   mesh = partitioning.make_mesh(jax.devices()[:1])
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh)) for k, v in synthetic_batch(
@@ -169,7 +170,7 @@ def test_remat_and_microbatches_give_the_same_step_in_less_memory():
   remat, _ = _run_steps(config, jax.devices(), batches)
   for a, b in zip(jax.tree.leaves(remat), jax.tree.leaves(plain)):
     np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
-  setup = step_lib.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(config, SPECIAL)
   jaxpr = str(jax.make_jaxpr(functools.partial(step_lib.train_step, setup))(
       jax.eval_shape(lambda: step_lib.init_state(setup)), batches[0]))
   layers = 2 * config.model.num_layers  # the generator's and the discriminator's
@@ -378,7 +379,7 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   for w in (w1, w2):
     ckpt = checkpoint_lib.Checkpointer(os.path.join(w, 'checkpoints'))
     assert ckpt.latest_step() == 6
-    setup = step_lib.build_setup(_small_run_config(corpus_file, train_steps=6), SPECIAL)
+    setup = pretrain_setup.build_setup(_small_run_config(corpus_file, train_steps=6), SPECIAL)
     target = jax.jit(lambda: step_lib.init_state(setup))()
     restored.append(ckpt.restore(6, target)[0])
     ckpt.close()
@@ -511,7 +512,7 @@ def test_unwritable_workdir_and_other_runs_are_refused(tmp_path, records_dir):
 def test_eval_step_is_deterministic(records_dir):
   config = test_config(**{'data.records': records_dir})
   mesh = partitioning.make_mesh()
-  setup = step_lib.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(config, SPECIAL)
   init_fn, _, eval_fn = step_lib.compile_steps(setup, mesh)
   state = init_fn()
   b = {k: jax.device_put(v, partitioning.batch_sharding(mesh))
@@ -555,7 +556,7 @@ def test_a_nonfinite_step_changes_nothing_and_is_counted():
 def test_state_shapes_from_known_parameter_shapes_equal_the_traced_ones():
   """A setup that knows its parameters' shapes (a fine-tuning's, computed for the layer-wise
   factors) gives the state's shapes without tracing the initializers again: the same shapes."""
-  setup = step_lib.build_setup(test_config(), SPECIAL)
+  setup = pretrain_setup.build_setup(test_config(), SPECIAL)
   traced = step_lib.state_shapes(setup)
   known = dataclasses.replace(setup, param_shapes=jax.eval_shape(
       setup.init_params, jax.random.key(0)), init_params=None)  # never called
@@ -568,7 +569,7 @@ def test_initial_weights_given_to_a_setup_are_arguments_of_its_init_program():
   """A fine-tuning's pre-trained weights reach the init program as arguments, one per array, not
   as constants compiled into it (which made a Base fine-tuning's cached init program 314 MB and
   its cache key the weights'); the state starts from them."""
-  setup = step_lib.build_setup(test_config(), SPECIAL)
+  setup = pretrain_setup.build_setup(test_config(), SPECIAL)
   given = jax.tree.map(lambda x: x + 1.0, setup.init_params(jax.random.key(9)))
   mesh = partitioning.make_mesh(jax.devices()[:1])
   arguments = {}
@@ -588,7 +589,7 @@ def test_the_clipped_guard_is_a_select_in_place_and_the_unclipped_one_a_conditio
   optimizer state to the step's temporary memory. Unclipped, it is a conditional."""
   mesh = partitioning.make_mesh(jax.devices()[:1])
   batch = synthetic_batch(16, 32, 96, seed=2)
-  clipped = step_lib.build_setup(test_config(), SPECIAL)
+  clipped = pretrain_setup.build_setup(test_config(), SPECIAL)
   compiled = {}
   for name, setup in (('select', clipped), ('conditional', dataclasses.replace(
       clipped, check_update=True))):
@@ -603,8 +604,8 @@ def test_the_clipped_guard_is_a_select_in_place_and_the_unclipped_one_a_conditio
 
 
 def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir, monkeypatch):
-  real = step_lib.build_setup
-  monkeypatch.setattr(step_lib, 'build_setup',
+  real = pretrain_setup.build_setup
+  monkeypatch.setattr(pretrain_setup, 'build_setup',
                       lambda config, special, *rest: poisoned_setup(
                           config, [3], lambda c, s: real(c, s, *rest)))
   overrides = {'data.records': records_dir, 'train_steps': 6, 'save_every': 2, 'log_every': 2}
@@ -704,7 +705,7 @@ def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
   pretrain.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   _, _, saved = ckpt.restore_latest(jax.jit(lambda: step_lib.init_state(
-      step_lib.build_setup(test_config(**overrides), SPECIAL)))(), log=_quiet)
+      pretrain_setup.build_setup(test_config(**overrides), SPECIAL)))(), log=_quiet)
   ckpt.close()
   assert saved['vocab_fingerprint'] == records_lib.read_metadata(records_dir)['vocab_fingerprint']
   assert saved['config'] == json.loads(test_config(**overrides).to_json())
@@ -756,7 +757,7 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
   states = []
   for workdir in (killed, straight):
     ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-    setup = step_lib.build_setup(load_config(config_file), SPECIAL)
+    setup = pretrain_setup.build_setup(load_config(config_file), SPECIAL)
     target = jax.jit(lambda: step_lib.init_state(setup))()
     states.append(ckpt.restore(12, target)[0])
     ckpt.close()
@@ -788,7 +789,7 @@ def _board(workdir) -> list[tuple[str, int, float]]:
 
 
 def test_a_checkpoint_saved_on_eight_devices_restores_on_one(tmp_path):
-  setup = step_lib.build_setup(test_config(), SPECIAL)
+  setup = pretrain_setup.build_setup(test_config(), SPECIAL)
   mesh8 = partitioning.make_mesh()
   mesh1 = partitioning.make_mesh(jax.devices()[:1])
   init8, train8, _ = step_lib.compile_steps(setup, mesh8)

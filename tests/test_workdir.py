@@ -14,7 +14,7 @@ import pytest
 
 from conftest import CHILD_ENV, ROOT, run_config_file, test_config
 from electra_jax import UserError
-from electra_jax.train import pretrain
+from electra_jax.pretraining import run as pretrain
 from electra_jax.train import workdir as workdir_lib
 
 

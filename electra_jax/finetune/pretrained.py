@@ -14,11 +14,10 @@ from electra_jax import UserError, user_errors
 from electra_jax.config import pretraining as config_defaults
 from electra_jax.convert import sources
 from electra_jax.data import records as records_lib
-from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.model import electra as model_lib
-from electra_jax.objectives import registry as objectives
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import optim
 from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
 
@@ -69,38 +68,60 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
     return _load_source(init, from_scratch, log)
   config = config_defaults.complete(config)
   with user_errors(ValueError, FileNotFoundError):
-    _, meta, vocab = records_lib.workdir_vocab(init, config)
-  setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
+    _, _, vocab = records_lib.workdir_vocab(init, config)
+  model_cfg = model_lib.ModelConfig.from_config(config.model)
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
-    ckpt = checkpoint_lib.Checkpointer.of_run(
-        init, config, objectives.ranking(config.objective.name, config.keep_best))
-    try:
-      if ckpt.latest_step() is None:
-        raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves '
-                        'at the end, at save_every steps and when stopped)')
-      device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # (what to read into:
-      target = jax.tree.map(  # shapes alone; a state initialized only to be overwritten cost a
-          lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),  # second at start)
-          jax.eval_shape(functools.partial(step_lib.init_state, setup)))
-      with user_errors(ValueError):
-        if step == 'latest':
-          step, state, _ = ckpt.restore_latest(target, log, only=_READ)
-          if not step:  # every checkpoint deleted while read
-            raise UserError(f'{init} holds no checkpoint any more (its run deleted them while '
-                            'they were read); try again, or give another --init')
-        else:
-          step = _chosen_step(ckpt, init, step, config.keep_best)
-          ckpt.check_shapes(step, target)
-          state, _ = ckpt.restore(step, target, only=_READ)
-    finally:
-      ckpt.close()
-    params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
-    if 'embeddings_residual' in state.params:  # GDES: the discriminator's own word table
-      params['embeddings'] = {**params['embeddings'], 'word_embeddings': (
-          params['embeddings']['word_embeddings'] + state.params['embeddings_residual'])}
-    where = fs.join(ckpt.directory, str(step))
-  return Pretrained(setup.model_cfg, params, vocab, config.data.lower_case, where, config)
+    params, where = _read_checkpoint(init, config, model_cfg, step, log)
+  return Pretrained(model_cfg, params, vocab, config.data.lower_case, where, config)
+
+
+def _read_checkpoint(init: str, config, model_cfg, step: str, log) -> tuple[dict, str]:
+  """(the discriminator's parameters, the checkpoint's path) of checkpoint `step` of the
+  pre-training in `init`, read into this process's first device (its layout: the run's model and
+  optimizer; the discriminator and embeddings alone are read)."""
+  mode = _best_mode(init, config) if step == 'best' else 'max'
+  ckpt = checkpoint_lib.Checkpointer.of_run(init, config, mode)
+  try:
+    if ckpt.latest_step() is None:
+      raise UserError(f'{init} has no checkpoint yet; let its pre-training save one (it saves '
+                      'at the end, at save_every steps and when stopped)')
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    shapes = jax.eval_shape(functools.partial(model_lib.init_params, model_cfg),
+                            jax.random.key(0))
+    target = jax.tree.map(  # shapes alone: a state initialized only to be overwritten cost a
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),  # second at start
+        step_lib.shapes_of_state(optim.make_optimizer(config.optimizer)[0], shapes))
+    with user_errors(ValueError):
+      if step == 'latest':
+        step, state, _ = ckpt.restore_latest(target, log, only=_READ)
+        if not step:  # every checkpoint deleted while read
+          raise UserError(f'{init} holds no checkpoint any more (its run deleted them while '
+                          'they were read); try again, or give another --init')
+      else:
+        step = _chosen_step(ckpt, init, step, config.keep_best)
+        ckpt.check_shapes(step, target)
+        state, _ = ckpt.restore(step, target, only=_READ)
+  finally:
+    ckpt.close()
+  params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
+  if 'embeddings_residual' in state.params:  # GDES: the discriminator's own word table
+    params['embeddings'] = {**params['embeddings'], 'word_embeddings': (
+        params['embeddings']['word_embeddings'] + state.params['embeddings_residual'])}
+  return params, fs.join(ckpt.directory, str(step))
+
+
+def _best_mode(init: str, config) -> str:
+  """Which way the pre-training's keep_best metric is better ('min' or 'max'): as its latest
+  checkpoint records it (what its objective declares), or, in checkpoints saved before they
+  recorded it, by the table that ranked them then (lower for a loss, higher for the rest)."""
+  ckpt = checkpoint_lib.Checkpointer(fs.join(init, 'checkpoints'))
+  try:
+    latest = ckpt.latest_step()
+    meta = ckpt.meta(latest) if latest is not None else {}
+  finally:
+    ckpt.close()
+  return meta.get('keep_best_mode') or ('min' if config.keep_best.endswith('loss') else 'max')
 
 
 def for_finetuning(cfg, mode: str, log=print) -> Pretrained:

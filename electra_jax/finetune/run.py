@@ -34,9 +34,9 @@ from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hardware import compile_cache
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
-from electra_jax.train import compiling
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop as loop_lib
+from electra_jax.train import model_view
 from electra_jax.train import optim
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
@@ -280,8 +280,9 @@ def _finetune(cfg, workdir: str, log, pretrained, task, splits: dict, data: dict
   log(config_lib.recipe(cfg, task, pretrained.model_cfg, bool(pretrained.params))
       + kind.describe(cfg))
   device = jax.devices()[0]  # one attention path for every host, checked at this length
-  model_cfg = compiling.model_for_devices(dataclasses.asdict(pretrained.model_cfg), device.platform,
-                                          device.device_kind, cfg.max_seq_length, log=log)
+  model_cfg = model_view.model_for_devices(dataclasses.asdict(pretrained.model_cfg),
+                                           device.platform, device.device_kind, cfg.max_seq_length,
+                                           log=log)
   pretrained = dataclasses.replace(pretrained, model_cfg=model_cfg)
   fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))  # every check passed
   results = []

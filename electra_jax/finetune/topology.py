@@ -17,7 +17,7 @@ from electra_jax.finetune import run
 from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hardware import aot
 from electra_jax.hardware import flops as flops_lib
-from electra_jax.train import compiling
+from electra_jax.train import model_view
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 
@@ -41,7 +41,7 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
       task, _ = registry.load(cfg.task, pretrained.config, log)
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
   dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'
-  model_cfg = compiling.model_for_devices(  # as the run on the slice decides it
+  model_cfg = model_view.model_for_devices(  # as the run on the slice decides it
       {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu', slice_.device_kind,
       cfg.max_seq_length, checked=False, log=log)
   setup = run.make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, 1000,

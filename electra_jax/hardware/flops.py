@@ -5,8 +5,9 @@ every operation counts (matmul = 2 * m * n * k, softmax 5, LayerNorm 5, GELU 8, 
 element), the backward pass costs as much as the forward, embedding lookups are dense one-hot
 matmuls, and the generator's output softmax is charged for a fixed 15.625% of the positions.
 
-`step_matmul_flops` counts what our train step multiplies (the vocabulary projection only at the
-N prediction slots, lookups free) with the usual backward = 2 x forward: the model FLOPs behind MFU.
+`encoder_matmuls` counts what our encoders multiply (lookups free), the part of a pre-training
+step's model FLOPs (pretraining/step_flops.py, with its objective's heads) and of a fine-tuning's
+that the network's size decides.
 """
 
 import functools
@@ -17,7 +18,6 @@ import jax.numpy as jnp
 
 from electra_jax.platform import chips
 from electra_jax.model.electra import ModelConfig
-from electra_jax.objectives import registry as objectives
 
 _SOFTMAX, _LAYER_NORM, _GELU, _DROPOUT = 5, 5, 8, 4
 
@@ -99,7 +99,9 @@ def paper_train_flops(cfg: ModelConfig, seq_len: int, batch_size: int, steps: fl
   return 2.0 * batch_size * steps * (disc + gen)
 
 
-def _encoder_matmuls(h, layers, inter, e, s):
+def encoder_matmuls(h, layers, inter, e, s):
+  """Forward matmul FLOPs of an encoder of `layers` layers (width h, FFN inter, embeddings e
+  projected to h where they differ) over one example of s tokens."""
   per_token = layers * (2 * 4 * h * h + 2 * 2 * h * inter + 2 * 2 * h * s)
   if e != h:
     per_token += 2 * e * h
@@ -108,18 +110,5 @@ def _encoder_matmuls(h, layers, inter, e, s):
 
 def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
   """Matmul FLOPs of one example's forward pass through the discriminator's encoder."""
-  return float(_encoder_matmuls(cfg.hidden_size, cfg.num_layers, cfg.intermediate_size,
-                                cfg.embedding_size, seq_len))
-
-
-def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
-                      num_predictions: int, objective: str = 'electra') -> float:
-  """Matmul FLOPs of one train step (forward + backward = 3 x forward) of `objective`: the main
-  network, its heads (the objective's `head_flops`) and, where it has one, the generator."""
-  h, e, v, s, n = cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, seq_len, num_predictions
-  entry = objectives.get(objective)
-  fwd = _encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s)
-  fwd += entry.head_flops(h, e, v, s, n)
-  if entry.generator:  # the generator's encoder(s) and MLM head, by its shape
-    fwd += cfg.generator_shape.forward_flops(cfg, s, n, _encoder_matmuls)
-  return 3.0 * batch_size * fwd
+  return float(encoder_matmuls(cfg.hidden_size, cfg.num_layers, cfg.intermediate_size,
+                               cfg.embedding_size, seq_len))

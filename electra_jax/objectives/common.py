@@ -71,6 +71,15 @@ class Draws(NamedTuple):
   counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
   rows: jax.Array | None = None  # [V] bool: the vocabulary's tokens present in the global batch
 
+  def rowwise(self) -> tuple:
+    """The arrays with a row per example, which a step split into microbatches splits too."""
+    return self.masked, self.sample_uniform, self.sample_seeds
+
+  def with_rowwise(self, rowwise: tuple) -> 'Draws':
+    """These draws with `rowwise()`'s arrays replaced (a microbatch's rows of them)."""
+    masked, uniform, seeds = rowwise
+    return self._replace(masked=masked, sample_uniform=uniform, sample_seeds=seeds)
+
 
 def candidates(batch, special: SpecialIds) -> jax.Array:
   """[B, L] bool: real tokens other than [PAD], [CLS], [SEP]."""

@@ -21,15 +21,17 @@ import numpy as np
 
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.hardware import flops as flops_lib
+from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
 from electra_jax.model import attention
 from electra_jax.model import electra as model_lib
 from electra_jax.model import flash
 from electra_jax.model import masks as attention_masks
+from electra_jax.pretraining import preflight
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.tools import profiling
 from electra_jax.train import loop as loop_lib
 from electra_jax.train import partitioning
-from electra_jax.train import preflight
 from electra_jax.train import step as step_lib
 
 
@@ -111,7 +113,7 @@ def _compiled(config):
   """(mesh of all devices, setup, init, train step) of `config`, checked."""
   mesh = partitioning.make_mesh()
   preflight.check_config(config, mesh)
-  setup = step_lib.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(config, SPECIAL)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   return mesh, setup, init_fn, train_fn
 
@@ -188,7 +190,7 @@ def max_batch(config, limit_mb: float | None = None, margin: float = 0.95) -> di
 
 def peer_max_batch(config) -> int:
   """The PyTorch peer's largest batch on this GPU (it tries real steps until out of memory)."""
-  setup = step_lib.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(config, SPECIAL)
   d = config.data
   with tempfile.TemporaryDirectory(prefix='electra_peer_') as folder:
     batch_file = os.path.join(folder, 'batch.npz')
@@ -310,7 +312,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
       peer_folder.cleanup()
   profile = _profile(train_fn, state, batch, steps, profile_dir) if profile_dir else None
   step_s = statistics.median(runs)
-  model_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
+  model_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                             setup.objective_cfg.max_predictions,
                                             config.objective.name)
   paper_flops = flops_lib.paper_train_flops(setup.model_cfg, d.max_seq_length, d.batch_size, 1)

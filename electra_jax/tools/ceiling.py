@@ -4,7 +4,7 @@ alone for the chip, and nothing else.
 The step's estimate (hardware/aot.py, hardware/hlo_cost.py) sums the compiler's cost of every operation. How much of
 the gap to the chip's peak is the matmuls' own? Each matmul the step does (the encoder's and the
 generator's projections, the heads, the vocabulary projection, forward, input gradient and weight
-gradient, as `flops.step_matmul_flops` counts them) is compiled by itself for one chip of the slice
+gradient, as `step_flops.step_matmul_flops` counts them) is compiled by itself for one chip of the slice
 at the step's shapes per chip, and the compiler's estimates are summed; attention's score and
 context products run in the flash kernel and count at the chip's peak. A step doing these matmuls
 is estimated no faster than that sum, so the sum bounds the step's estimated MFU: a bound for this
@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from electra_jax.hardware import aot
 from electra_jax.platform import chips as chips_lib
-from electra_jax.hardware import flops as flops_lib
+from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
 
 
@@ -50,7 +50,7 @@ def _projections(name, layers, width, inter, tokens):
 
 def forward_matmuls(cfg, seq_len: int, rows: int, predictions: int) -> tuple[list, float]:
   """([Matmul] of one forward pass of the ELECTRA step over `rows` examples, the forward FLOPs of
-  attention's score and context products): the shapes behind `flops.step_matmul_flops`."""
+  attention's score and context products): the shapes behind `step_flops.step_matmul_flops`."""
   h, e, v, s = cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, seq_len
   t, p = rows * s, rows * predictions
   out = _projections('discriminator', cfg.num_layers, h, cfg.intermediate_size, t)
@@ -106,7 +106,7 @@ def ceiling(cfg, seq_len: int, batch_size: int, predictions: int, microbatches: 
       total += seconds * mm.count * parts
   attention_seconds = 3 * attention / chip.peak_flops * parts
   per_step = total + attention_seconds
-  model_flops = flops_lib.step_matmul_flops(cfg, seq_len, batch_size, predictions)
+  model_flops = step_flops_lib.step_matmul_flops(cfg, seq_len, batch_size, predictions)
   return dict(seconds=per_step, matmul_seconds=total, attention_seconds=attention_seconds,
               rows=rows, parts=parts, mfu=model_flops / (chips * chip.peak_flops * per_step),
               model_flops=model_flops, ideal_seconds=model_flops / (chips * chip.peak_flops),

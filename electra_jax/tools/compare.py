@@ -4,7 +4,7 @@
     -> one records folder shared by all -> pre-train each -> fine-tune each with the same seeds
     (and the same model from random weights) -> one table: comparison.md / comparison.json
 
-FLOPs per step are the analytic matmul count of each objective's step (flops.step_matmul_flops):
+FLOPs per step are the analytic matmul count of each objective's step (step_flops.step_matmul_flops):
 an objective without a generator (BERT MLM) gets more steps. Re-running the same command resumes:
 finished pre-trainings and fine-tunings are read back, not redone.
 """
@@ -21,12 +21,13 @@ from electra_jax.finetune import run as finetune_run
 from electra_jax.finetune import search
 from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hardware import flops as flops_lib
+from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import registry as objectives
+from electra_jax.pretraining import preflight
+from electra_jax.pretraining import run as pretrain
 from electra_jax.storage import fs
 from electra_jax.tools import benchmark
-from electra_jax.train import preflight
-from electra_jax.train import pretrain
 from electra_jax.train import workdir as workdir_lib
 
 HEADLINE = ('electra', 'mlm')  # the paper's comparison, stated in a line of its own when both ran
@@ -62,7 +63,7 @@ def with_fields(target: ml_collections.ConfigDict, source: ml_collections.Config
 
 def step_flops(c: ml_collections.ConfigDict) -> float:
   cfg = model_lib.ModelConfig.from_config(c.model)
-  return flops_lib.step_matmul_flops(cfg, c.data.max_seq_length, c.data.batch_size,
+  return step_flops_lib.step_matmul_flops(cfg, c.data.max_seq_length, c.data.batch_size,
                                      c.objective.max_predictions, c.objective.name)
 
 

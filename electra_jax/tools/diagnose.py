@@ -36,6 +36,7 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as finetune_config
 from electra_jax.finetune import registry
 from electra_jax.model import electra as model_lib
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import step as step_lib
@@ -226,7 +227,7 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
   workdir_lib.require_checkpoint(workdir)
   with user_errors(ValueError, FileNotFoundError):
     records_dir, meta, _ = records_lib.workdir_vocab(workdir, config)
-  setup = step_lib.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
+  setup = pretrain_setup.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
   dataset = input_pipeline.make_dataset(records_dir, 'eval', batch_size, shuffle=False)
   batches = [dict(b) for b in dataset.take(num_batches).as_numpy_iterator()]
   if not batches:

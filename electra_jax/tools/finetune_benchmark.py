@@ -38,9 +38,9 @@ from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import xla_options
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import metrics as metrics_lib
-from electra_jax.train import compiling
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop as loop_lib
+from electra_jax.train import model_view
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 
@@ -89,8 +89,8 @@ def problem(cfg, model_config=None, log=print) -> Problem:
                                       cfg.max_seq_length))
   config_lib.check_for_model(cfg, model_cfg)
   device = jax.devices()[0]
-  model_cfg = compiling.model_for_devices(dataclasses.asdict(model_cfg), device.platform,
-                                          device.device_kind, cfg.max_seq_length, log=log)
+  model_cfg = model_view.model_for_devices(dataclasses.asdict(model_cfg), device.platform,
+                                           device.device_kind, cfg.max_seq_length, log=log)
   if len(train) < cfg.batch_size:
     raise UserError(f'the train split has {len(train)} examples, fewer than one batch of '
                     f'{cfg.batch_size}; lower --finetune_config.batch_size')
@@ -370,7 +370,7 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
   mesh = partitioning.make_mesh(slice_.devices())
   out = {'slice': slice_.name}
   with aot.no_persistent_cache():
-    model_cfg = compiling.model_for_devices(
+    model_cfg = model_view.model_for_devices(
         {**dataclasses.asdict(p.pretrained.model_cfg), 'dtype': 'auto'}, 'tpu',
         slice_.device_kind, p.cfg.max_seq_length, checked=False, log=log)
     kind = registry.get(p.task.kind)

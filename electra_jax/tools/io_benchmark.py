@@ -9,6 +9,7 @@ import jax
 from electra_jax.data import input_pipeline
 from electra_jax.data import records
 from electra_jax.data.tokenizer import SPECIAL
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
@@ -47,7 +48,7 @@ def benchmark_checkpoint(config, directory: str, repeats: int = 3) -> dict:
   """Times checkpoint saves of the config's full train state: how long `save` holds the loop
   (copying the arrays off the devices) and how long until the files are complete (background)."""
   mesh = partitioning.make_mesh()
-  init_fn, _, _ = step_lib.compile_steps(step_lib.build_setup(config, SPECIAL), mesh)
+  init_fn, _, _ = step_lib.compile_steps(pretrain_setup.build_setup(config, SPECIAL), mesh)
   state = jax.block_until_ready(init_fn())
   ckpt = checkpoint_lib.Checkpointer(directory, keep=1)
   blocking, total = [], []

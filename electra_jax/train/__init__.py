@@ -1,1 +1,3 @@
-"""The training run: the step, optimizer, loop, logs, checkpoints, workdir, devices and processes, and the pre-training run that ties them together."""
+"""The engine: the step, optimizer, loop, logs, checkpoints, workdir, devices and processes, and
+the model's view for the devices; what pre-training (pretraining/) and fine-tuning (finetune/)
+run."""

@@ -271,7 +271,7 @@ class Checkpointer:
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, target_state)
     with _reading(self._arrays(step)):
       if only:
-        return self._restore_params(step, abstract, only), self._restore_meta(step)
+        return self._restore_params(step, abstract, only), self.meta(step)
       out = self.manager.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
     return out['state'], out['meta']
@@ -290,7 +290,8 @@ class Checkpointer:
       reader.close()
     return abstract.replace(params=read['params'])
 
-  def _restore_meta(self, step: int) -> dict:
+  def meta(self, step: int) -> dict:
+    """The meta saved with the checkpoint of `step`."""
     return self.manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))['meta']
 
   def restore_arrays(self, step: int):

@@ -12,7 +12,7 @@
     at the end:  the last report, an evaluation, a save
 
 The application says what a step, a batch, an evaluation and a checkpoint's metadata are
-(electra_jax/train/pretrain.py, electra_jax/finetune/run.py); nothing here knows about ELECTRA.
+(electra_jax/pretraining/run.py, electra_jax/finetune/run.py); nothing here knows about ELECTRA.
 """
 
 import dataclasses

@@ -17,17 +17,12 @@ from typing import Any, Callable
 import flax
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import electra as model_lib
-from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import metrics as metrics_lib
-from electra_jax.objectives import registry as objectives
-from electra_jax.train import optim
 from electra_jax.train import partitioning
 
 
@@ -48,7 +43,8 @@ class TrainState:
 class Setup:
   """Everything static a run needs, built once from the config and the vocabulary's ids.
 
-  Pre-training and fine-tuning differ only here: their models, losses and initial parameters.
+  Pre-training and fine-tuning differ only here: their models, losses and initial parameters
+  (pre-training's adds its objective: pretraining/setup.py).
   """
   model_cfg: model_lib.ModelConfig
   model: Any
@@ -57,9 +53,10 @@ class Setup:
   loss_fn: Callable  # (params, batch, rng, deterministic) -> (loss, metric sums)
   seed: int
   init_params: Callable  # key -> parameters
-  objective_cfg: objective_common.ObjectiveConfig | None = None  # pre-training only
-  special: SpecialIds | None = None  # pre-training only
-  draw: Callable | None = None  # (rng, global batch) -> objective_common.Draws: masking, normalizers
+  draw: Callable | None = None  # (rng, global batch) -> what the loss draws once for the whole
+  #   batch (pre-training's masking, sampling numbers and loss normalizers), given to each
+  #   microbatch's loss as `draws=`: its `rowwise()` arrays split by rows with the batch and put
+  #   back by `with_rowwise(parts)`
   microbatches: int = 1  # gradient accumulation: sequential parts of the global batch per step
   fsdp: bool | None = False  # parameters and optimizer state split over the devices
   #   (partitioning.py); None: decided for the mesh (`uses_fsdp`)
@@ -72,43 +69,18 @@ class Setup:
   #   make its cached program as large as the model and its key the weights')
 
 
-def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
-                model_cfg: model_lib.ModelConfig | None = None) -> Setup:
-  """The setup of a pre-training run on `platform` ('' : JAX's default backend); `model_cfg`, when
-  given, is the model's view already decided for the run (its attention path resolved).
-  `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
-  model_cfg = model_cfg or model_lib.ModelConfig.from_config(config.model, platform)
-  objective_cfg = objective_common.ObjectiveConfig.from_config(config.objective, platform)
-  model = model_lib.Electra(model_cfg)
-  tx, schedule = optim.make_optimizer(config.optimizer)
-  objective = objectives.get(config.objective.name).loss
-
-  def loss_fn(params, batch, rng, deterministic=False, draws=None):
-    return objective(params, batch, rng, model=model, cfg=objective_cfg, special=special,
-                     deterministic=deterministic, draws=draws)
-
-  def draw(rng, batch):
-    return objective_common.draw(rng, batch, objective_cfg, special, model_cfg.vocab_size)
-
-  return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
-               seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
-               objective_cfg=objective_cfg, special=special, draw=draw,
-               microbatches=max(1, config.microbatches), fsdp=config.fsdp,
-               check_update=not optim.bounds_updates(config.optimizer))
-
-
 def _keys(seed: int):
   init_key, train_key, eval_key = jax.random.split(jax.random.key(seed), 3)
   return init_key, train_key, eval_key
 
 
 def init_state(setup: Setup, *init_args) -> TrainState:
-  return _state_of(setup, setup.init_params(_keys(setup.seed)[0], *init_args))
+  return _state_of(setup.tx, setup.init_params(_keys(setup.seed)[0], *init_args))
 
 
-def _state_of(setup: Setup, params) -> TrainState:
+def _state_of(tx: optax.GradientTransformation, params) -> TrainState:
   zero = jnp.zeros((), jnp.int32)
-  return TrainState(zero, params, setup.tx.init(params), zero, zero - 1)
+  return TrainState(zero, params, tx.init(params), zero, zero - 1)
 
 
 def state_shapes(setup: Setup) -> TrainState:
@@ -116,7 +88,13 @@ def state_shapes(setup: Setup) -> TrainState:
   initializers)."""
   if setup.param_shapes is None:
     return jax.eval_shape(functools.partial(init_state, setup), *setup.init_args)
-  return jax.eval_shape(functools.partial(_state_of, setup), setup.param_shapes)
+  return shapes_of_state(setup.tx, setup.param_shapes)
+
+
+def shapes_of_state(tx: optax.GradientTransformation, param_shapes) -> TrainState:
+  """The shapes of the state that `tx` trains parameters of `param_shapes` with (a saved run's
+  layout, read without its setup)."""
+  return jax.eval_shape(functools.partial(_state_of, tx), param_shapes)
 
 
 def train_step(setup: Setup, state: TrainState, batch: dict) -> tuple[TrainState, dict]:
@@ -178,16 +156,14 @@ def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
   def split(x):  # [B, ..] -> [M, B / M, ..]
     return x.reshape((x.shape[0] // m, m) + x.shape[1:]).swapaxes(0, 1)
 
-  def part(k, rows, masked, uniform, seeds):
-    part_draws = draws._replace(masked=masked, sample_uniform=uniform, sample_seeds=seeds)
-    return grad_fn(params, rows, jax.random.fold_in(rng, k), draws=part_draws)
+  def part(k, rows, rowwise):
+    return grad_fn(params, rows, jax.random.fold_in(rng, k), draws=draws.with_rowwise(rowwise))
 
   def body(total, xs):
     (loss, metrics), grads = part(*xs)
     return jax.tree.map(jnp.add, total, ((loss, metrics), _like_params(setup, grads))), None
 
-  xs = (jnp.arange(m), *jax.tree.map(split, (batch, draws.masked, draws.sample_uniform,
-                                             draws.sample_seeds)))
+  xs = (jnp.arange(m), *jax.tree.map(split, (batch, draws.rowwise())))
   zeros = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
                        jax.eval_shape(part, *jax.tree.map(lambda x: x[0], xs)))
   ((loss, metrics), grads), _ = jax.lax.scan(body, zeros, xs)

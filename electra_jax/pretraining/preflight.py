@@ -15,8 +15,8 @@ from electra_jax.config import pretraining as config_lib
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.model import electra as model_lib
 from electra_jax.objectives import registry as objectives
+from electra_jax.pretraining import init_from
 from electra_jax.storage import fs
-from electra_jax.train import init_from
 from electra_jax.train import optim
 from electra_jax.train import partitioning
 

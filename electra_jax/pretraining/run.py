@@ -24,16 +24,18 @@ from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.hardware import flops as flops_lib
+from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.objectives import registry as objectives
+from electra_jax.pretraining import compiling
+from electra_jax.pretraining import preflight
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
-from electra_jax.train import compiling
 from electra_jax.train import distributed
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop as loop_lib
 from electra_jax.train import partitioning
-from electra_jax.train import preflight
 from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
 
@@ -142,9 +144,9 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   special = SpecialIds(**meta['special_ids'])
   platform = mesh.devices.flat[0].platform
   model_cfg = compiling.model_for_run(config, platform, log=log, chip=mesh.devices.flat[0].device_kind)
-  make_setup = lambda cfg: step_lib.build_setup(config, special, platform, cfg)
-  ckpt = checkpoint_lib.Checkpointer.of_run(
-      workdir, config, objectives.ranking(config.objective.name, config.keep_best))
+  make_setup = lambda cfg: pretrain_setup.build_setup(config, special, platform, cfg)
+  best_mode = objectives.ranking(config.objective.name, config.keep_best)
+  ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config, best_mode)
   latest = ckpt.latest_step()
   if latest is not None:  # a checkpoint of other shapes is refused before the compilation
     with user_errors(ValueError):
@@ -186,7 +188,8 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
                              'vocab_fingerprint': meta['vocab_fingerprint'],
                              'records_fingerprint': records_lib.fingerprint(meta),
                              'records': {k: meta.get(k) for k in records_lib.IDENTITY},
-                             'config': json.loads(config.to_json())}
+                             'config': json.loads(config.to_json()),
+                             'keep_best_mode': best_mode}  # (for a fine-tuning's init_step=best)
   evaluate_now = lambda step, state: evaluate(eval_fn, state.params, eval_ds, sharding,
                                               eval_batches, records_dir)
   # Every process has compiled and restored before the first exchange (see distributed.barrier).
@@ -274,7 +277,7 @@ def _describe_run(config, setup, state, mesh, readers: int, start: int, log):
   """Logs the run's size and speed reference; returns the progress lines' MFU annotation."""
   d = config.data
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
-  step_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
+  step_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                            setup.objective_cfg.max_predictions,
                                            config.objective.name)
   hosts = (f'{jax.process_count()} processes, ' if jax.process_count() > 1 else '')

@@ -1,5 +1,5 @@
-"""The run's programs compiled ahead of its first batch: the model's view for the devices, the
-train and evaluation steps (microbatches chosen to fit, the Pallas kernel's fallback), and the
+"""A pre-training's programs compiled ahead of its first batch: the model's view for the devices,
+the train and evaluation steps (microbatches chosen to fit, the Pallas kernel's fallback), and the
 whole run compiled for a Cloud TPU slice on this machine (`compile_for_topology`: no TPU, no data).
 """
 
@@ -15,38 +15,21 @@ from electra_jax import UserError, user_errors
 from electra_jax.data import records as records_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.hardware import aot
-from electra_jax.platform import chips
 from electra_jax.hardware import compile_cache
-from electra_jax.hardware import flops as flops_lib
+from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.model import attention as attention_lib
-from electra_jax.model import electra as model_lib
-from electra_jax.train import distributed
+from electra_jax.pretraining import preflight
+from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import logs as logs_lib
+from electra_jax.train import model_view
 from electra_jax.train import partitioning
-from electra_jax.train import preflight
 from electra_jax.train import step as step_lib
 
 
-def model_for_devices(model_fields, platform: str, chip: str, length: int, checked: bool = True,
-                      log=print) -> model_lib.ModelConfig:
-  """The model's view for a run on `platform` (devices of kind `chip`) at `length` tokens, from
-  `config.model` or a view's fields: dtype 'auto' and attention 'auto' decided (the attention
-  paths checked at the run's shape on the device when `checked`; every process takes one
-  verdict), the chip's recompute choice (platform/chips.py), the attention line logged. Made once,
-  before anything is initialized or compiled: pre-training, fine-tuning and --topology alike."""
-  with user_errors(ValueError):
-    model_cfg = model_lib.ModelConfig.from_config(
-        model_fields, platform, chips.writes_for_backward(platform, chip))
-    model_cfg, note = attention_lib.resolve(
-        model_cfg, length, checked, agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
-  if note:
-    log(note)
-  return model_cfg
-
-
 def model_for_run(config, platform: str, checked: bool = True, log=print, chip: str = ''):
-  """`model_for_devices` of a pre-training config."""
-  return model_for_devices(config.model, platform, chip, config.data.max_seq_length, checked, log)
+  """`model_view.model_for_devices` of a pre-training config."""
+  return model_view.model_for_devices(config.model, platform, chip, config.data.max_seq_length,
+                                      checked, log)
 
 
 def _batch_shapes(sharding, rows: int, length: int) -> dict:
@@ -155,7 +138,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
   d = config.data
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
   model_cfg = model_for_run(config, 'tpu', checked=False, log=log, chip=devices[0].device_kind)
-  make_setup = lambda cfg: step_lib.build_setup(config, SPECIAL_IDS, 'tpu', cfg)
+  make_setup = lambda cfg: pretrain_setup.build_setup(config, SPECIAL_IDS, 'tpu', cfg)
   capacity = slice_.hbm_bytes
   t = time.perf_counter()
   try:  # the programs a run on the slice compiles (compile_run), the state's init among them
@@ -190,7 +173,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
   log(f'  largest global batch that fits with {m} microbatch{"es" if m > 1 else ""}: '
       f'{best * mesh.devices.size:,} ({best} rows per chip; an estimate: the batch and '
       'temporaries taken to grow in proportion to the rows)')
-  step_flops = flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
+  step_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                            setup.objective_cfg.max_predictions,
                                            config.objective.name)
   lines, numbers = aot.estimate_lines(train, slice_.chip, slice_.chips, slice_.num_slices,

@@ -1,0 +1,47 @@
+"""The step's setup of a pre-training (train/step.py's `Setup` with its objective): the model,
+the objective's loss and draws, the optimizer, the microbatches and the split of the state."""
+
+import dataclasses
+import functools
+
+import ml_collections
+
+from electra_jax.data.tokenizer import SpecialIds
+from electra_jax.model import electra as model_lib
+from electra_jax.objectives import common as objective_common
+from electra_jax.objectives import registry as objectives
+from electra_jax.train import optim
+from electra_jax.train import step as step_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup(step_lib.Setup):
+  """A pre-training's setup: the engine's, and the objective's view of the config and the
+  vocabulary's special ids it was built with."""
+  objective_cfg: objective_common.ObjectiveConfig | None = None
+  special: SpecialIds | None = None
+
+
+def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
+                model_cfg: model_lib.ModelConfig | None = None) -> Setup:
+  """The setup of a pre-training run on `platform` ('' : JAX's default backend); `model_cfg`, when
+  given, is the model's view already decided for the run (its attention path resolved).
+  `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
+  model_cfg = model_cfg or model_lib.ModelConfig.from_config(config.model, platform)
+  objective_cfg = objective_common.ObjectiveConfig.from_config(config.objective, platform)
+  model = model_lib.Electra(model_cfg)
+  tx, schedule = optim.make_optimizer(config.optimizer)
+  objective = objectives.get(config.objective.name).loss
+
+  def loss_fn(params, batch, rng, deterministic=False, draws=None):
+    return objective(params, batch, rng, model=model, cfg=objective_cfg, special=special,
+                     deterministic=deterministic, draws=draws)
+
+  def draw(rng, batch):
+    return objective_common.draw(rng, batch, objective_cfg, special, model_cfg.vocab_size)
+
+  return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
+               seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
+               objective_cfg=objective_cfg, special=special, draw=draw,
+               microbatches=max(1, config.microbatches), fsdp=config.fsdp,
+               check_update=not optim.bounds_updates(config.optimizer))

@@ -1,0 +1,20 @@
+"""The model FLOPs of a pre-training step, behind its MFU: what the step multiplies (the
+vocabulary projection only at the N prediction slots, lookups free), with the usual backward = 2 x
+forward, for the main network, its objective's heads and, where it has one, the generator."""
+
+from electra_jax.hardware import flops
+from electra_jax.model.electra import ModelConfig
+from electra_jax.objectives import registry as objectives
+
+
+def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
+                      num_predictions: int, objective: str = 'electra') -> float:
+  """Matmul FLOPs of one train step (forward + backward = 3 x forward) of `objective`: the main
+  network, its heads (the objective's `head_flops`) and, where it has one, the generator."""
+  h, e, v, s, n = cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, seq_len, num_predictions
+  entry = objectives.get(objective)
+  fwd = flops.encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s)
+  fwd += entry.head_flops(h, e, v, s, n)
+  if entry.generator:  # the generator's encoder(s) and MLM head, by its shape
+    fwd += cfg.generator_shape.forward_flops(cfg, s, n, flops.encoder_matmuls)
+  return 3.0 * batch_size * fwd
