@@ -30,6 +30,25 @@ def test_the_model_and_objective_views_are_the_declared_sections():
 
 
 @pytest.mark.fast
+def test_the_finetuning_optimizer_is_the_pretraining_section_with_its_own_values(monkeypatch):
+  """A fine-tuning's optimizer config has every field the pre-training's optimizer section
+  declares: its own value where it declares the field too, its schedule's where it sets one, the
+  pre-training's default otherwise (a field added there arrives without another line)."""
+  cfg = ft_config.default_config()
+  cfg.optimizer.b2, cfg.optimizer.grad_clip_norm = 0.98, 0.5
+  wide = type('Model', (), {'hidden_size': 768})()
+  opt = ft_config.optimizer_config(cfg, wide, 1000)
+  assert set(opt) == set(config_lib.OPTIMIZER.fields)
+  assert (opt.b2, opt.grad_clip_norm, opt.weight_decay) == (0.98, 0.5, cfg.optimizer.weight_decay)
+  assert (opt.learning_rate, opt.warmup_steps, opt.decay_steps) == (1e-4, 100, 1000)
+  config_lib.default_config().optimizer.update(opt)  # every value one the section accepts
+  extra = fields.Field(7, 'a test field')
+  monkeypatch.setattr(config_lib, 'OPTIMIZER', dataclasses.replace(
+      config_lib.OPTIMIZER, fields={**config_lib.OPTIMIZER.fields, 'extra': extra}))
+  assert ft_config.optimizer_config(cfg, wide, 1000).extra == 7
+
+
+@pytest.mark.fast
 def test_unknown_keys_are_refused_never_dropped():
   c = config_lib.default_config()
   c.model.hidden_sise = 64  # a config file's typo: ConfigDict takes it

@@ -171,14 +171,17 @@ def check_for_model(cfg, model_cfg):
 
 
 def optimizer_config(cfg, model_cfg, total_steps: int) -> ml_collections.ConfigDict:
-  """The optimizer of a fine-tuning of `total_steps` as optim.make_optimizer takes it: the
-  original's schedule (linear warm-up, linear decay to 0), the paper's rates where `cfg` says 0."""
+  """The optimizer of a fine-tuning of `total_steps` as optim.make_optimizer takes it: each field
+  of the pre-training's optimizer section, with the original's schedule (linear warm-up, linear
+  decay to 0), the paper's rate where `cfg` says 0, `cfg`'s own value of a field declared in both,
+  and the pre-training's default of any other."""
   o = cfg.optimizer
-  return ml_collections.ConfigDict(dict(
-      learning_rate=o.learning_rate or paper_learning_rate(model_cfg.hidden_size),
-      warmup_steps=int(o.warmup_fraction * total_steps), decay_steps=total_steps, decay_power=1.0,
-      schedule='original', b1=o.b1, b2=o.b2, eps=o.eps, bias_correction=o.bias_correction,
-      weight_decay=o.weight_decay, grad_clip_norm=o.grad_clip_norm))
+  schedule = dict(learning_rate=o.learning_rate or paper_learning_rate(model_cfg.hidden_size),
+                  warmup_steps=int(o.warmup_fraction * total_steps), decay_steps=total_steps,
+                  decay_power=1.0, schedule='original')
+  return ml_collections.ConfigDict({
+      name: schedule[name] if name in schedule else o[name] if name in o else field.default
+      for name, field in pretraining.OPTIMIZER.fields.items()})
 
 
 def recipe(cfg, task, model_cfg, pretrained: bool) -> str:
