@@ -9,21 +9,19 @@ A BERT WordPiece vocab.txt needs no building: pass it as --config.data.vocab dir
 
 import os
 
-
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.data import records
 
 _CORPUS = flags.DEFINE_string('corpus', 'builtin', "a file, folder or glob of text, or 'builtin'")
-_TEXT_FIELD = flags.DEFINE_string('text_field', 'text', 'the field of .jsonl objects holding text')
 _TFDS = flags.DEFINE_string('tfds', None, 'a TFDS text dataset as NAME[:SPLIT], instead of --corpus')
 _TFDS_FIELD = flags.DEFINE_string('tfds_field', 'text', 'the TFDS feature that holds the text')
 _OUTPUT = flags.DEFINE_string('output', None, 'the .model file to write')
-_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 30522, 'entries, the five special tokens included')
-_LOWER_CASE = flags.DEFINE_bool('lower_case', True, 'lower-case text in the normalizer')
-_COVERAGE = flags.DEFINE_float('character_coverage', 0.9995, 'share of characters the vocab covers')
-_MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 2_000_000, 'lines sampled for training')
-_SEED = flags.DEFINE_integer('seed', 0, 'seed of the line sample')
+# The vocabulary's settings as the records declare them (the pre-training config, data/records.py)
+_SETTINGS = cli.declared_flags({
+    name: field for name, field in records.declarations().items() if name in (
+        'text_field', 'vocab_size', 'lower_case', 'character_coverage', 'max_sentences', 'seed')})
 flags.mark_flags_as_required(['output'])
 
 
@@ -45,18 +43,20 @@ def main(argv):
       raise cli.UserError(f'cannot write {output}: {folder} is not a writable folder')
   except OSError as e:
     raise cli.UserError(cli.storage_error(e, output)) from None
+  given = {name: flag.value for name, flag in _SETTINGS.items()}
   try:
     if _TFDS.value:
       source = corpus.Source(f'tfds:{_TFDS.value}', _TFDS_FIELD.value)
     else:
-      source = corpus.Source(_CORPUS.value, _TEXT_FIELD.value)
+      source = corpus.Source(_CORPUS.value, given['text_field'])
     source.require_text()
     stats = {}
-    print(f'training a SentencePiece vocabulary of {_VOCAB_SIZE.value:,} entries on '
+    print(f'training a SentencePiece vocabulary of {given["vocab_size"]:,} entries on '
           f'{source.spec}', flush=True)
     tok = tokenizer.train_sentencepiece(  # streams the corpus; samples --max_sentences lines
-        source.lines(), output, _VOCAB_SIZE.value, lower_case=_LOWER_CASE.value, seed=_SEED.value,
-        character_coverage=_COVERAGE.value, max_sentences=_MAX_SENTENCES.value, stats=stats,
+        source.lines(), output, given['vocab_size'], lower_case=given['lower_case'],
+        seed=given['seed'], character_coverage=given['character_coverage'],
+        max_sentences=given['max_sentences'], stats=stats,
         log=lambda line: print(line, flush=True))
     if stats.get('lines_cut'):
       print(f'warning: corpus {source.spec}: {stats["lines_cut"]:,} sentence(s) longer than '

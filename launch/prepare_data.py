@@ -12,33 +12,22 @@ complete shards; the same command run again writes just the missing ones.
 
 import os
 
-
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.data import records
 
 _CORPUS = flags.DEFINE_string('corpus', None, "a file, folder or glob of .txt/.gz/.jsonl[.gz] "
                               "files, or 'builtin'")
-_TEXT_FIELD = flags.DEFINE_string('text_field', 'text', 'the field of .jsonl objects holding text')
 _TFDS = flags.DEFINE_string('tfds', None, 'a TFDS text dataset as NAME[:SPLIT], instead of --corpus '
                             '(TFDS_DATA_DIR says where TFDS keeps it)')
 _TFDS_FIELD = flags.DEFINE_string('tfds_field', 'text', 'the feature of the TFDS examples that '
                                   'holds the text')
 _OUTPUT = flags.DEFINE_string('output', None, 'the records folder to write (or to finish)')
-_VOCAB = flags.DEFINE_string('vocab', '', 'a SentencePiece .model or WordPiece vocab.txt; empty: '
-                             'train a SentencePiece vocabulary on the corpus')
-_VOCAB_SIZE = flags.DEFINE_integer('vocab_size', 30522, 'entries of a trained vocabulary')
-_LOWER_CASE = flags.DEFINE_bool('lower_case', True, 'lower-case text in the tokenizer')
-_COVERAGE = flags.DEFINE_float('character_coverage', 0.9995, 'share of characters a trained '
-                               'vocabulary covers')
-_MAX_SENTENCES = flags.DEFINE_integer('max_sentences', 2_000_000, 'sentences sampled to train a '
-                                      'vocabulary')
-_MAX_SEQ_LENGTH = flags.DEFINE_integer('max_seq_length', 128, 'tokens per example')
-_SEED = flags.DEFINE_integer('seed', 0, 'seed of the held-out split and of the example builder')
-_EVAL_FRACTION = flags.DEFINE_float('eval_fraction', 0.02, 'share of documents held out')
-_NUM_SHARDS = flags.DEFINE_integer('num_shards', 64, 'train shard files: at least the input '
-                                   'readers of training (data.readers), which the processes share')
-_NUM_EVAL_SHARDS = flags.DEFINE_integer('num_eval_shards', 4, 'held-out shard files')
+# The records' settings as declared (the pre-training config, data/records.py), but more shard
+# files than a pre-training builds for itself: a corpus worth this command is larger, and a
+# training's input readers (data.readers) take at most one per shard file.
+_SETTINGS = cli.declared_flags(records.declarations(), num_shards=64, num_eval_shards=4)
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', os.cpu_count() or 1, 'worker processes')
 flags.mark_flags_as_required(['output'])
 
@@ -51,20 +40,16 @@ def main(argv):
                         '--tfds=<name>[:<split>]')
   from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   from electra_jax.data import prepare  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
-  cli.check_paths(_OUTPUT.value, _CORPUS.value, _VOCAB.value)
+  given = {name: flag.value for name, flag in _SETTINGS.items()}
+  vocab = given['vocab']
+  cli.check_paths(_OUTPUT.value, _CORPUS.value, vocab)
   source = f'tfds:{_TFDS.value}' if _TFDS.value else _CORPUS.value
-  if _VOCAB.value and not fs.isfile(_VOCAB.value):
-    raise cli.UserError(f'--vocab {_VOCAB.value} is not a file; give a SentencePiece .model or a '
+  if vocab and not fs.isfile(vocab):
+    raise cli.UserError(f'--vocab {vocab} is not a file; give a SentencePiece .model or a '
                         'WordPiece vocab.txt, or leave it empty to train one')
-  settings = records.Settings(
-      source=source, max_seq_length=_MAX_SEQ_LENGTH.value, seed=_SEED.value,
-      eval_fraction=_EVAL_FRACTION.value, num_shards=_NUM_SHARDS.value,
-      num_eval_shards=_NUM_EVAL_SHARDS.value,
-      text_field=_TFDS_FIELD.value if _TFDS.value else _TEXT_FIELD.value,
-      lower_case=_LOWER_CASE.value, vocab=fs.abspath(_VOCAB.value) if _VOCAB.value else '',
-      vocab_size=_VOCAB_SIZE.value, character_coverage=_COVERAGE.value,
-      max_sentences=_MAX_SENTENCES.value)
+  settings = records.Settings(source=source, **{
+      **given, 'vocab': fs.abspath(vocab) if vocab else '',
+      'text_field': _TFDS_FIELD.value if _TFDS.value else given['text_field']})
   try:
     prepare.records_folder(settings, _OUTPUT.value, num_workers=_NUM_WORKERS.value,
                            log=lambda line: print(line, flush=True))

@@ -281,3 +281,22 @@ def test_held_out_evaluation_reads_each_example_once_in_every_process_alike(buil
   assert len(batches) == sum(per_file) // 8
   rows = [tuple(r) for b in batches for r in b['input_ids']]
   assert len(set(rows)) == len(rows)
+
+
+@pytest.mark.fast
+def test_the_commands_flags_for_the_records_settings_are_their_declarations():
+  """prepare_data.py's flags for the records' settings carry each declaration's meaning and
+  default, but for the shard counts it states as its own; build_vocab.py's the same."""
+  declared = records.declarations()
+  for script, own in (('prepare_data.py', {'num_shards': 64, 'num_eval_shards': 4}),
+                      ('build_vocab.py', {})):
+    done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', script), '--helpshort'],
+                          capture_output=True, text=True, timeout=300, check=False)
+    text = ' '.join(done.stdout.split())
+    shown = [name for name in declared if f'--{name}: ' in text or f'--[no]{name}: ' in text]
+    assert len(shown) >= 6, (script, text[-2000:])
+    for name in shown:
+      default = own.get(name, declared[name].default)
+      default = str(default).lower() if isinstance(default, bool) else default
+      assert f"{' '.join(declared[name].doc.split())} (default: '{default}')" in text, (
+          script, name, text[-3000:])

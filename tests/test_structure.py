@@ -323,6 +323,22 @@ def test_the_config_is_declared_once():
           for t in node.targets):
         found.append(f'{name}:{node.lineno}')
   assert not found, f'config fields defaulted or listed outside their declaration: {found}'
+  # A command's flag for a setting of the records (a field of the pre-training config or of the
+  # vocabulary trainer) is the declaration's (cli.declared_flags), not a flag defined again with
+  # a default and meaning of its own.
+  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
+  settings = set(records.declarations())
+  launch = os.path.join(ROOT, 'launch')
+  restated = []
+  for script in sorted(os.listdir(launch)):
+    if script in ('prepare_data.py', 'build_vocab.py'):
+      tree = ast.parse(open(os.path.join(launch, script)).read())
+      restated += [f'{script}:{n.lineno} --{n.args[0].value}' for n in ast.walk(tree)
+                   if isinstance(n, ast.Call) and 'DEFINE' in ast.unparse(n.func) and n.args
+                   and isinstance(n.args[0], ast.Constant) and n.args[0].value in settings]
+  assert not restated, f'settings of the records declared again as flags: {restated}'
+  planted = ast.parse("flags.DEFINE_integer('num_shards', 64, 'train shard files')")
+  assert any(isinstance(n, ast.Call) and n.args[0].value in settings for n in ast.walk(planted))
 
 
 @pytest.mark.fast

@@ -30,36 +30,58 @@ def shard_name(split: str, index: int, count: int) -> str:
   return f'{split}-{index:05d}-of-{count:05d}.tfrecord'
 
 
-# The pre-training config's declared defaults (config/pretraining.py), which Settings takes.
-_DEFAULTS = fields.json_default(config_lib.CONFIG)
-_DATA = _DEFAULTS['data']
+# Where each setting of a records folder but its source is declared: a field of the pre-training
+# config (its path there), or one of the vocabulary trainer's, declared here.
+_CONFIG_PATHS = {'max_seq_length': 'data.max_seq_length', 'seed': 'seed',
+                 'eval_fraction': 'data.eval_fraction', 'num_shards': 'data.num_shards',
+                 'num_eval_shards': 'data.num_eval_shards', 'text_field': 'data.text_field',
+                 'lower_case': 'data.lower_case', 'vocab': 'data.vocab',
+                 'vocab_size': 'model.vocab_size'}
+VOCAB_TRAINER = {
+    'character_coverage': fields.Field(0.9995, 'share of characters a trained vocabulary covers'),
+    'max_sentences': fields.Field(2_000_000, 'sentences sampled to train a vocabulary'),
+}
+
+
+def declarations() -> dict[str, fields.Field]:
+  """{setting: its declaration (default, meaning)}: every field of `Settings` but its source.
+  launch/prepare_data.py and launch/build_vocab.py take their flags from here."""
+  declared = fields.declared(config_lib.CONFIG)
+  return {**{name: declared[path] for name, path in _CONFIG_PATHS.items()}, **VOCAB_TRAINER}
+
+
+_DECLARED = declarations()
+
+
+def _at(config, path: str):
+  """The value at a dotted path of a config ('data.num_shards')."""
+  for key in path.split('.'):
+    config = config[key]
+  return config
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
   """Everything the bytes of a records folder depend on: the data fields of the pre-training config
-  (`of_config`; each default is the config's, declared there) and two of the vocabulary trainer."""
+  (`of_config`) and two of the vocabulary trainer, each default its declaration's."""
   source: str  # data.corpus: 'builtin', 'tfds:NAME[:SPLIT]', or a file, folder or glob
-  max_seq_length: int = _DATA['max_seq_length']
-  seed: int = _DEFAULTS['seed']
-  eval_fraction: float = _DATA['eval_fraction']
-  num_shards: int = _DATA['num_shards']
-  num_eval_shards: int = _DATA['num_eval_shards']
-  text_field: str = _DATA['text_field']
-  lower_case: bool = _DATA['lower_case']
-  vocab: str = _DATA['vocab']  # a given vocabulary file; '' trains a SentencePiece vocabulary
-  vocab_size: int = _DEFAULTS['model']['vocab_size']  # entries of a trained vocabulary
-  character_coverage: float = 0.9995
-  max_sentences: int = 2_000_000  # sentences sampled to train a vocabulary
+  max_seq_length: int = _DECLARED['max_seq_length'].default
+  seed: int = _DECLARED['seed'].default
+  eval_fraction: float = _DECLARED['eval_fraction'].default
+  num_shards: int = _DECLARED['num_shards'].default
+  num_eval_shards: int = _DECLARED['num_eval_shards'].default
+  text_field: str = _DECLARED['text_field'].default
+  lower_case: bool = _DECLARED['lower_case'].default
+  vocab: str = _DECLARED['vocab'].default  # a given vocabulary file; '' trains a SentencePiece one
+  vocab_size: int = _DECLARED['vocab_size'].default  # entries of a trained vocabulary
+  character_coverage: float = _DECLARED['character_coverage'].default
+  max_sentences: int = _DECLARED['max_sentences'].default
 
   @classmethod
   def of_config(cls, config) -> 'Settings':
     """The records a pre-training config reads (built under its workdir when data.records is '')."""
-    d = config.data
-    return cls(source=d.corpus, max_seq_length=d.max_seq_length, seed=config.seed,
-               eval_fraction=d.eval_fraction, num_shards=d.num_shards,
-               num_eval_shards=d.num_eval_shards, text_field=d.text_field,
-               lower_case=d.lower_case, vocab=d.vocab, vocab_size=config.model.vocab_size)
+    return cls(source=config.data.corpus,
+               **{name: _at(config, path) for name, path in _CONFIG_PATHS.items()})
 
   def shards(self) -> list[tuple[str, int]]:
     return ([('train', i) for i in range(self.num_shards)] +
