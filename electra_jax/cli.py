@@ -202,16 +202,18 @@ def define_config_file(name: str, default: str | None, help_text: str):
   return config_flags.DEFINE_config_file(name, default, help_text)
 
 
-def declared_flags(declarations: dict, **own_defaults) -> dict:
-  """absl flags of declared settings ({name: config.fields.Field}): each named after its field,
-  its help the declaration's meaning, its default the declaration's or, where a command states
-  its own in `own_defaults`, that one. {name: the flag's holder}."""
+def declared_flags(declarations: dict, only: tuple = (), **own_defaults) -> dict:
+  """absl flags of declared settings ({name: config.fields.Field}; `only` those named): each
+  named after its field, its help the declaration's meaning, its default the declaration's or,
+  where a command states its own in `own_defaults`, that one. {name: the flag's holder}."""
   define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
             str: flags.DEFINE_string}
   caller = inspect.currentframe().f_back.f_globals['__name__']  # the command's, for its --help
   module = sys.argv[0] if caller == '__main__' else caller
   holders = {}
   for name, field in declarations.items():
+    if only and name not in only:
+      continue
     default = own_defaults.pop(name, field.default)
     holders[name] = define[type(field.default)](name, default, field.doc, module_name=module)
   if own_defaults:

@@ -19,9 +19,8 @@ _TFDS = flags.DEFINE_string('tfds', None, 'a TFDS text dataset as NAME[:SPLIT], 
 _TFDS_FIELD = flags.DEFINE_string('tfds_field', 'text', 'the TFDS feature that holds the text')
 _OUTPUT = flags.DEFINE_string('output', None, 'the .model file to write')
 # The vocabulary's settings as the records declare them (the pre-training config, data/records.py)
-_SETTINGS = cli.declared_flags({
-    name: field for name, field in records.declarations().items() if name in (
-        'text_field', 'vocab_size', 'lower_case', 'character_coverage', 'max_sentences', 'seed')})
+_SETTINGS = cli.declared_flags(records.declarations(), only=(
+    'text_field', 'vocab_size', 'lower_case', 'character_coverage', 'max_sentences', 'seed'))
 flags.mark_flags_as_required(['output'])
 
 

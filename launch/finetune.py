@@ -53,8 +53,8 @@ def main(argv):
     from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
     try:
       slice_ = topology.for_compiling(_TOPOLOGY.value, _NUM_SLICES.value)
-      from electra_jax.finetune import topology as finetune_topology  # pylint: disable=import-outside-toplevel
-      return finetune_topology.compile_for_topology(config, slice_,
+      from electra_jax.finetune import compiling as finetune_compiling  # pylint: disable=import-outside-toplevel
+      return finetune_compiling.compile_for_topology(config, slice_,
                                                     lambda line: print(line, flush=True))
     except ValueError as e:
       raise cli.UserError(str(e)) from None

@@ -28,7 +28,7 @@ def main(argv):
   if _MICROBATCHES.value < 1:
     raise cli.UserError('--microbatches must be at least 1')
   from electra_jax.config import pretraining as config_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.model import electra as model_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import networks as model_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import ceiling  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value

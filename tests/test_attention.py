@@ -17,9 +17,9 @@ from jax import export
 
 from conftest import test_config
 from electra_jax.model import attention
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.model import flash
-from electra_jax.model import masks as attention_masks
+from electra_jax.model import attention_masks
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 from electra_jax.train import partitioning
 from electra_jax.pretraining import setup as pretrain_setup

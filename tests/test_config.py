@@ -8,7 +8,7 @@ import pytest
 from electra_jax.config import fields
 from electra_jax.config import pretraining as config_lib
 from electra_jax.finetune import config as ft_config
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
 
 

@@ -12,6 +12,7 @@ import pytest
 from conftest import ROOT
 from electra_jax import UserError
 from electra_jax import cli
+from electra_jax.data import records
 
 pytestmark = pytest.mark.fast
 
@@ -33,6 +34,10 @@ def script_flags(script: str) -> dict:
     shared = open(os.path.join(ROOT, 'electra_jax', 'cli.py')).read()
     defined.update((name, None) for name in re.findall(r"DEFINE_\w+\(\s*'(\w+)'", shared))
   defined.update((name, None) for name in re.findall(r"add_argument\('--(\w+)'", source))
+  declared = re.search(r"declared_flags\(records\.declarations\(\)(?:, only=\(([^)]*)\))?", source)
+  if declared:  # the records' settings, as data/records.py declares them
+    only = re.findall(r"'(\w+)'", declared.group(1) or '')
+    defined.update((name, None) for name in records.declarations() if not only or name in only)
   for name, default in re.findall(r"define_config_file\(\s*'(\w+)',\s*(None|'[^']*'|"
                                   r"os\.path\.join\(_ROOT[^)]*\))", source):
     parts = re.findall(r"'([^']*)'", default)  # a path, or os.path.join(_ROOT, 'a', 'b.py')

@@ -23,7 +23,7 @@ from electra_jax.finetune import registry
 from electra_jax.finetune import run
 from electra_jax.finetune import scores
 from electra_jax.finetune import tasks as tasks_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.storage import tf_import
 from electra_jax.tools import export as export_lib
 from electra_jax.train import checkpoint as checkpoint_lib

@@ -5,7 +5,7 @@ import pytest
 from configs import base, large, small
 from electra_jax.hardware import flops
 from electra_jax.pretraining import step_flops as step_flops_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 
 
 def _paper(preset, variant=None):

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import test_config
 from electra_jax.convert import hf
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.tools.benchmark import synthetic_batch
 from electra_jax.train import partitioning
 

@@ -13,9 +13,9 @@ import pytest
 from configs import base, large, small, tiny
 from conftest import test_config
 from electra_jax.model import attention
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.model import layers
-from electra_jax.model import masks as attention_masks
+from electra_jax.model import attention_masks
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import electra as electra_objective
 from electra_jax.platform import chips

@@ -56,7 +56,7 @@ def test_the_scorer_scores_each_candidate_alone():
   """Scores of candidates in another order are the same scores in that order, and each equals
   the one-output Classifier's on that candidate alone."""
   from conftest import test_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.model import electra as model_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import networks as model_lib  # pylint: disable=import-outside-toplevel
   cfg = model_lib.ModelConfig.from_config(test_config().model)
   model = multiple_choice.ChoiceScorer(cfg, 1)
   params = heads.init_params(model, jax.random.key(0), shape=(1, 2, 8))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import OBJECTIVE_RUN, objective_config, test_config
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import electra as electra_objective
 from electra_jax.objectives import registry as objectives

@@ -8,7 +8,7 @@ import pytest
 from flax.traverse_util import flatten_dict
 
 from configs import small
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.train import optim
 
 

@@ -20,7 +20,7 @@ from electra_jax.finetune import packing
 from electra_jax.finetune import registry
 from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.finetune.encode import Encoded
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.train import partitioning
 
 LENGTH = 32

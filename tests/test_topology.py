@@ -22,7 +22,7 @@ from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import topology
 from electra_jax.model import attention
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.model import flash
 from electra_jax.platform import chips
 from electra_jax.tools import ceiling
@@ -277,7 +277,7 @@ def test_v4_8_compiles_the_pretraining_and_a_finetuning_step(pretrained):
   """The same on v4's megacore chips (4 devices of two cores), data parallel, and the fine-tuning
   of a classifier on the test model's pre-training."""
   from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import topology as finetune_topology  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import compiling as finetune_compiling  # pylint: disable=import-outside-toplevel
   lines = []
   report = compiling.compile_for_topology(base_like(fsdp=False, microbatches=1),
                                          topology.parse('v4-8'), lines.append)
@@ -287,7 +287,7 @@ def test_v4_8_compiles_the_pretraining_and_a_finetuning_step(pretrained):
   cfg = finetune_config.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32)
   cfg.task.name = 'builtin'
-  tuned = finetune_topology.compile_for_topology(cfg, topology.parse('v4-8'), lines.append)
+  tuned = finetune_compiling.compile_for_topology(cfg, topology.parse('v4-8'), lines.append)
   assert tuned['kind'] == 'classification'
   assert 'tpu_custom_call' in tuned['train step']['hlo']
   assert tuned['estimate']['step_s'] > 0

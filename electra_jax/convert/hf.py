@@ -14,7 +14,7 @@ from safetensors.numpy import save
 import jax
 import numpy as np
 
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 
 # Our layer's modules -> HF's names under encoder.layer.<i>.

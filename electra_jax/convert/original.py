@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from electra_jax.convert import hf
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 from electra_jax.storage import tf_import
 

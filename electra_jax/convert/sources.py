@@ -23,7 +23,7 @@ from electra_jax.convert import hf
 from electra_jax.convert import original
 from electra_jax.convert import vocab as vocab_lib
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 
 _ROWS = ('word_embeddings', 'output_bias')  # parameters with one row per vocabulary entry

@@ -19,5 +19,5 @@
     search.py     a few recipes (--config.search), each fine-tuned K times, the best dev median kept
     scores.py     accuracy, F1, Matthews correlation, Pearson, Spearman
     baseline.py   TF-IDF + linear model on the same splits
-    topology.py   the fine-tuning compiled for a Cloud TPU slice (--topology)
+    compiling.py  the fine-tuning compiled for a Cloud TPU slice (--topology)
 """

@@ -9,7 +9,7 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.model import layers
 
 

@@ -6,7 +6,8 @@ the original's fine-tuning); with packing, as many as fit share a row:
 
     input_ids, segment_ids  [R, L]  the sequences' tokens and token types, one after the other
     input_mask              [R, L]  the sequence each token belongs to: 1, 2, ... (0: padding); a
-                                    token attends to its own sequence alone (model/masks.py)
+                                    token attends to its own sequence alone
+                                    (model/attention_masks.py)
     positions               [R, L]  each token's position in its sequence (0 at its [CLS])
     starts                  [R, S]  where each of a row's sequences starts (-1: no sequence)
     slots                   [X, K]  each example's sequences as row * S + slot (-1: no example)

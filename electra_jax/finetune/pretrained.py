@@ -14,7 +14,7 @@ from electra_jax import UserError, user_errors
 from electra_jax.config import pretraining as config_defaults
 from electra_jax.convert import sources
 from electra_jax.data import records as records_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import optim

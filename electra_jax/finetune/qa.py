@@ -14,7 +14,7 @@ import optax
 from electra_jax import UserError
 from electra_jax.finetune import kinds
 from electra_jax.finetune import squad
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.storage import fs
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax.platform import chips
-from electra_jax.model.electra import ModelConfig
+from electra_jax.model.networks import ModelConfig
 
 _SOFTMAX, _LAYER_NORM, _GELU, _DROPOUT = 5, 5, 8, 4
 

@@ -4,7 +4,7 @@ Every path computes, per batch row b and head h,
 
     context = dropout(softmax(q k^T / sqrt(d) + mask)) v,   mask: 0 where allowed, -10000 elsewhere
 
-with the same dropout mask (masks.py: a hash of the key and the four indices, so the
+with the same dropout mask (attention_masks.py: a hash of the key and the four indices, so the
 backward pass regenerates it), where the mask lets a query see the keys of its own sequence: a row
 may pack several examples (its key mask numbers them), each attending to itself alone. The paths, in `PATHS` (name, what it runs, whether it draws dropout,
 the shapes it takes, its start-up check):
@@ -35,7 +35,7 @@ import numpy as np
 
 from electra_jax.model import flash as flash_lib
 from electra_jax.platform import backends
-from electra_jax.model.masks import MASK_VALUE, allowed_mask, probs_keep, seed_words, threshold
+from electra_jax.model.attention_masks import MASK_VALUE, allowed_mask, probs_keep, seed_words, threshold
 
 
 

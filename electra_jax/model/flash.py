@@ -21,7 +21,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec as P
 
-from electra_jax.model.masks import MASK_VALUE, keep_bits, row_seed, threshold
+from electra_jax.model.attention_masks import MASK_VALUE, keep_bits, row_seed, threshold
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax.model import masks as attention_masks
+from electra_jax.model import attention_masks
 
 
 def truncated_normal(stddev: float):

@@ -17,7 +17,7 @@ import optax
 from electra_jax.config import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.data.tokenizer import SpecialIds
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import masking
 from electra_jax.objectives.metrics import Metric, ratio
 from electra_jax.platform import backends

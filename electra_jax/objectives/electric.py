@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax.data.tokenizer import SpecialIds
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common
 from electra_jax.objectives import masking
 from electra_jax.objectives.common import Draws, ObjectiveConfig, Objective

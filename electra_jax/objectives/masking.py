@@ -20,7 +20,7 @@ from typing import NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 
-from electra_jax.model.masks import keyed_hash
+from electra_jax.model.attention_masks import keyed_hash
 
 
 class Masked(NamedTuple):

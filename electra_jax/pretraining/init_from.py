@@ -10,7 +10,7 @@ import numpy as np
 from electra_jax.config import pretraining as config_lib
 from electra_jax.convert import sources
 from electra_jax.data import records as records_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.model import generators
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib

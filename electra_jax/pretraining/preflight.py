@@ -13,7 +13,7 @@ from electra_jax import UserError, user_errors
 from electra_jax.config import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.data import corpus as corpus_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import init_from
 from electra_jax.storage import fs

@@ -7,7 +7,7 @@ import functools
 import ml_collections
 
 from electra_jax.data.tokenizer import SpecialIds
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import registry as objectives
 from electra_jax.train import optim

@@ -3,7 +3,7 @@ vocabulary projection only at the N prediction slots, lookups free), with the us
 forward, for the main network, its objective's heads and, where it has one, the generator."""
 
 from electra_jax.hardware import flops
-from electra_jax.model.electra import ModelConfig
+from electra_jax.model.networks import ModelConfig
 from electra_jax.objectives import registry as objectives
 
 

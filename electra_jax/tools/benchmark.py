@@ -24,9 +24,9 @@ from electra_jax.hardware import flops as flops_lib
 from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
 from electra_jax.model import attention
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.model import flash
-from electra_jax.model import masks as attention_masks
+from electra_jax.model import attention_masks
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.tools import profiling

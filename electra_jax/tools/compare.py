@@ -22,7 +22,7 @@ from electra_jax.finetune import search
 from electra_jax.finetune import tasks as tasks_lib
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.pretraining import step_flops as step_flops_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import run as pretrain

@@ -34,7 +34,7 @@ from electra_jax.finetune import config as finetune_config
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import registry
 from electra_jax.finetune import tasks
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import workdir as workdir_lib

@@ -36,7 +36,7 @@ from electra_jax.finetune import run
 from electra_jax.hardware import aot
 from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import xla_options
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop as loop_lib

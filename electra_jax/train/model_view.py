@@ -3,7 +3,7 @@ compiled: pre-training, fine-tuning and --topology alike."""
 
 from electra_jax import user_errors
 from electra_jax.model import attention as attention_lib
-from electra_jax.model import electra as model_lib
+from electra_jax.model import networks as model_lib
 from electra_jax.platform import chips
 from electra_jax.train import distributed
 
