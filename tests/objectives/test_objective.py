@@ -407,7 +407,7 @@ def test_electric_noise_correction_and_labels():
 @pytest.mark.fast
 def test_the_sampler_is_the_faster_one_on_each_platform():
   """The Gumbel-max sampler on GPUs and TPUs (one fused pass), the inverted CDF on CPUs (no
-  logarithm per entry); both draw from the generator's softmax (tests/test_masking.py)."""
+  logarithm per entry); both draw from the generator's softmax (tests/objectives/test_masking.py)."""
   o = test_config().objective
   assert objective_common.ObjectiveConfig.from_config(o, 'tpu').sampler == 'gumbel'
   assert objective_common.ObjectiveConfig.from_config(o, 'cuda').sampler == 'gumbel'
