@@ -4,8 +4,8 @@ A config (`config/pretraining.py` for pre-training, `finetune/config.py` for fin
 `Field`s. From it come the ml_collections config (`build`), the checks of every value and the
 refusal of unknown keys (`check`), and the rules of a run that resumes in its workdir or starts
 from other weights (`paths`, `same_run_diffs`). The model's and the objective's views
-(`model.networks.ModelConfig`, `objectives.common.ObjectiveConfig`) are dataclasses made from their sections
-(`view_fields`).
+(`model.networks.ModelConfig`, `objectives.common.ObjectiveConfig`) are dataclasses made from
+their sections (`view_fields`).
 """
 
 import dataclasses

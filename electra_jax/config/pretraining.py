@@ -9,7 +9,8 @@ From `CONFIG` come the config itself (`default_config`), the checks of every val
 of unknown keys (`check`), what a run resuming in its workdir must keep (`resume: same`; the model,
 objective and data sections and the seed, but for how the model is computed) and what a run starting
 from other weights must share with them or takes from them (`init_from`), and the model's and the
-objective's views (model.networks.ModelConfig, objectives.common.ObjectiveConfig). See electra_jax/config/fields.py.
+objective's views (model.networks.ModelConfig, objectives.common.ObjectiveConfig). See
+electra_jax/config/fields.py.
 """
 
 from electra_jax.config import fields

@@ -7,7 +7,8 @@
 A source is an HF transformers folder (a discriminator, e.g. ElectraForPreTraining, ElectraModel or
 a task model; optionally with its generator, ElectraForMaskedLM), the folder launch/export.py writes
 (`discriminator/` and `generator/`) or a checkpoint of the original TensorFlow release. The workdir
-of another electra_jax pre-training run is read by pretraining/init_from.py, which gives the same Source.
+of another electra_jax pre-training run is read by pretraining/init_from.py, which gives the same
+Source.
 
 A padded vocabulary (an embedding table with more rows than the vocabulary has entries, e.g.
 rounded up for TPUs) is cut to the vocabulary: the extra rows are never produced by the tokenizer,

@@ -35,7 +35,8 @@ import numpy as np
 
 from electra_jax.model import flash as flash_lib
 from electra_jax.platform import backends
-from electra_jax.model.attention_masks import MASK_VALUE, allowed_mask, probs_keep, seed_words, threshold
+from electra_jax.model.attention_masks import (MASK_VALUE, allowed_mask, probs_keep, seed_words,
+                                               threshold)
 
 
 

@@ -4,8 +4,8 @@
     -> one records folder shared by all -> pre-train each -> fine-tune each with the same seeds
     (and the same model from random weights) -> one table: comparison.md / comparison.json
 
-FLOPs per step are the analytic matmul count of each objective's step (step_flops.step_matmul_flops):
-an objective without a generator (BERT MLM) gets more steps. Re-running the same command resumes:
+FLOPs per step are the analytic matmul count of each objective's step
+(pretraining/step_flops.py): an objective without a generator (BERT MLM) gets more steps. Re-running the same command resumes:
 finished pre-trainings and fine-tunings are read back, not redone.
 """
 

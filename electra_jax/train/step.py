@@ -6,8 +6,8 @@ and their compilation over a mesh.
 
 Every random choice of step t comes from fold_in(key(seed), t): a run is reproducible and a resumed
 run continues exactly. The bits do not depend on how arrays are sharded because JAX's threefry is
-partitionable (`jax_threefry_partitionable`, JAX's default since 0.5; tests/pretraining/test_train.py checks
-that eight devices step as one).
+partitionable (`jax_threefry_partitionable`, JAX's default since 0.5;
+tests/pretraining/test_train.py checks that eight devices step as one).
 """
 
 import dataclasses
