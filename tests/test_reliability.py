@@ -403,7 +403,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
 
 @pytest.mark.fast
 def test_rows_with_more_fields_than_the_header_are_refused(tmp_path):
-  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
   path = tmp_path / 'train.tsv'
   path.write_text('text\tlabel\ngood film\t1\nbad\tfilm\t0\n')
   with pytest.raises(ValueError, match=r'data row 2 of .*train.tsv has 3 fields but the header '
@@ -764,7 +764,7 @@ def test_a_checkpoint_of_another_run_is_refused_naming_what_differs(tmp_path, pr
 def test_files_are_read_exactly_as_written_or_refused_with_the_row(tmp_path):
   """Quoting, headers, types, sizes and encodings of your own files: each read as written, or
   refused in one sentence naming the line."""
-  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
   rows = [(f'text number {i} with words', 'ab'[i % 2]) for i in range(64)]
 
   def table(name, rows, sep=',', header=('text', 'label')):
@@ -834,7 +834,7 @@ def test_files_are_read_exactly_as_written_or_refused_with_the_row(tmp_path):
 @pytest.mark.fast
 def test_regression_targets_are_scaled_by_their_range_and_one_value_is_refused(tmp_path):
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import registry  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import registry  # pylint: disable=import-outside-toplevel
   train = tmp_path / 'train.csv'
   train.write_text('text,price\na,100000\nb,900000\nc,500000\n')
   cfg = ft_config.default_config().task
@@ -857,7 +857,7 @@ def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
   from electra_jax import cli  # pylint: disable=import-outside-toplevel
   from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
   data = tmp_path / 'train.csv'
   data.write_text('text,label\na,x\nb,y\n')
   own = load_config(os.path.join(ROOT, 'configs', 'finetune', 'own.py'))
@@ -903,7 +903,7 @@ def test_round_four_inputs_of_a_new_user_are_one_sentence_or_read_as_meant(tmp_p
   null (they read as the word 'None') or numbers, a data file that is a folder, a second text
   column that is the first, a null text in a JSON-lines data file, a max_seq_length that leaves an
   example no room."""
-  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
   from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   (tmp_path / 'config.json').write_text('[1, 2]')
   with pytest.raises(UserError, match=r'config.json holds \[1, 2\], not an object: the file is '
@@ -943,8 +943,8 @@ def test_data_that_is_likely_a_mistake_is_named_in_a_warning(tmp_path):
   """A dev file that is (mostly) the train file, a label column with a class per example (an id
   or text column): trained as given, and said."""
   from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import registry  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import registry  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
   rows = ''.join(f'text {i},{"ab"[i % 2]}\n' for i in range(40))
   (tmp_path / 'train.csv').write_text('text,label\n' + rows)
   (tmp_path / 'dev.csv').write_text('text,label\n' + rows[:200] + 'new one,a\n')
@@ -956,7 +956,7 @@ def test_data_that_is_likely_a_mistake_is_named_in_a_warning(tmp_path):
       f'warning: {share:.0f}% of the dev examples are in the train data too: the dev score '
       'measures what was seen (is task.dev the train file?)']
   assert tasks_lib.overlap_notes({'train': splits['train'], 'dev': splits['dev'][-1:]}) == []
-  from electra_jax.finetune import squad  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import squad  # pylint: disable=import-outside-toplevel
   questions = [squad.Question(str(i), f'q{i}?', 'a context', ('a',), (0,)) for i in range(4)]
   assert tasks_lib.overlap_notes({'train': questions, 'dev': questions[:2]})[0].startswith(
       'warning: 100% of the dev examples are in the train data too')

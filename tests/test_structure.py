@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import registry
 from electra_jax.model import generators
 
 PACKAGE = os.path.join(ROOT, 'electra_jax')
@@ -158,6 +158,31 @@ def test_the_engine_and_a_fine_tuning_reach_no_objective_and_nothing_of_pretrain
       graph, 'electra_jax.pretraining.run')
 
 
+FINETUNE_ROOMS = ('inputs', 'kinds')  # lowest first; the wing's own modules (the driver) above
+
+
+def _room(module: str) -> int:
+  parts = module.split('.')
+  return FINETUNE_ROOMS.index(parts[2]) if len(parts) > 2 and parts[2] in FINETUNE_ROOMS else (
+      len(FINETUNE_ROOMS))
+
+
+@pytest.mark.fast
+def test_the_fine_tunings_rooms_import_only_the_rooms_before_them():
+  """finetune/'s rooms: inputs/ (where labelled text comes from and how it becomes arrays), then
+  kinds/ (each kind of task, its head and scores, their registry), then the driver (run, config,
+  batches, search, ...): a room imports only itself and the rooms before it."""
+  graph = _graph()
+  ours = [m for m in graph if _wing(m) == 'finetune' and m != 'electra_jax.finetune']
+  upward = sorted(f'{m} -> {d}' for m in ours for d in graph[m]
+                  if _wing(d) == 'finetune' and d != 'electra_jax.finetune'
+                  and _room(d) > _room(m))
+  assert not upward, f'imports into a room above: {upward}'
+  assert {_room(m) for m in ours} == {0, 1, 2}, ours  # every room holds modules
+  # What it looks for: a kind importing the driver's batches.
+  assert _room('electra_jax.finetune.batches') > _room('electra_jax.finetune.kinds.qa')
+
+
 @pytest.mark.fast
 def test_imports_are_at_the_top_of_each_module():
   lazy = []
@@ -262,11 +287,11 @@ def _comparisons_naming(names: set, skip) -> list[str]:
 @pytest.mark.fast
 def test_no_branch_on_a_task_kind_outside_its_module():
   """Comparisons with a fine-tuning task kind's name ('regression', 'qa', ...) happen only in the
-  kind's module (finetune/registry.KINDS) and the registry: the driver, the loaders, the export
+  kind's module (finetune/kinds/registry.KINDS) and the registry: the driver, the loaders, the export
   and the baseline ask the kind object."""
   names = set(registry.KINDS)
   owners = {type(k).__module__ for k in registry.KINDS.values()} | {
-      'electra_jax.finetune.kinds', 'electra_jax.finetune.registry'}
+      'electra_jax.finetune.kinds.interface', 'electra_jax.finetune.kinds.registry'}
   found = _comparisons_naming(names, lambda module: module in owners)
   assert not found, f'a task kind compared outside its module: {found}'
   # What it looks for: the branches run.py had, such as this one, are found, and a module
@@ -378,9 +403,11 @@ def _architecture() -> str:
   return open(os.path.join(ROOT, 'docs', 'architecture.md')).read()
 
 
-def _named_files(text: str) -> set[str]:
-  """The module file names (`name.py`) a piece of the document mentions."""
-  return set(re.findall(r'\b([a-z_0-9]+\.py)\b', text))
+def _named_files(text: str, rooms: set = frozenset()) -> set[str]:
+  """The module file names (`name.py`, or `room/name.py` in one of the wing's `rooms`) a piece of
+  the document mentions."""
+  return {f'{room}/{name}' if room in rooms else name
+          for room, name in re.findall(r'(?:\b([a-z_0-9]+)/)?\b([a-z_0-9]+\.py)\b', text)}
 
 
 def _tree_entry(tree: list[str], wing: str) -> str:
@@ -405,8 +432,11 @@ def test_the_architecture_document_names_every_module_of_each_wing_in_the_wings_
   assert list(named) == list(WINGS[:-1]), list(named)
   tree = text[text.index('## The tree'):].split('\n')
   for wing in WINGS[:-1]:
-    files = {m.split('.')[2] + '.py' for m in modules if _wing(m) == wing and m.count('.') == 2}
-    for where, listed in (('table', _named_files(named[wing])),
-                          ('tree', _named_files(_tree_entry(tree, wing)))):
+    ours = [m.split('.')[2:] for m in modules if _wing(m) == wing]
+    rooms = {parts[0] for parts in ours if len(parts) == 2}  # a wing's folders of modules
+    files = {'/'.join(parts) + '.py' for parts in ours if parts and parts[0] not in rooms
+             or len(parts) == 2}
+    for where, listed in (('table', _named_files(named[wing], rooms)),
+                          ('tree', _named_files(_tree_entry(tree, wing), rooms))):
       assert listed == files, (wing, where, 'missing', sorted(files - listed), 'not modules',
                                sorted(listed - files))

@@ -8,7 +8,7 @@ STS-B train on both orders of each pair; MNLI is scored on matched and mismatche
 """
 
 from electra_jax.finetune.config import default_config
-from electra_jax.finetune.tasks import GLUE
+from electra_jax.finetune.inputs.tasks import GLUE
 
 
 def get_config(task='sst2'):

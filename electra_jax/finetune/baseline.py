@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from electra_jax.finetune import registry
-from electra_jax.finetune import scores
+from electra_jax.finetune.kinds import registry
+from electra_jax.finetune.kinds import scores
 
 _PAIR = ' qqsepqq '  # joins a pair's texts: a word no text holds
 _STRENGTHS = (0.3, 1.0, 3.0, 10.0, 30.0)  # logistic regression's C; ridge's alpha is 1 / C

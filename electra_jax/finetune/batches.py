@@ -2,7 +2,7 @@
 epoch) orders, and predictions and scores over whole splits.
 
 A kind whose examples are sequences (every kind but SQuAD's windows) gets its batches as rows
-(finetune/packing.py): with `packing`, several sequences share a row; without, a row each.
+(finetune/inputs/packing.py): with `packing`, several sequences share a row; without, a row each.
 """
 
 import functools
@@ -11,9 +11,9 @@ import itertools
 import jax
 import numpy as np
 
-from electra_jax.finetune import kinds
-from electra_jax.finetune import packing
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import interface as kinds
+from electra_jax.finetune.inputs import packing
+from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import xla_options
 from electra_jax.train import partitioning
 

@@ -12,8 +12,8 @@ from electra_jax import UserError, user_errors
 from electra_jax.config import fields
 from electra_jax.config import pretraining
 from electra_jax.config.fields import Field as F, Section, at_least, inside, one_of, rule
-from electra_jax.finetune import heads
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import heads
+from electra_jax.finetune.kinds import registry
 from electra_jax.storage import fs
 from electra_jax.train import partitioning
 
@@ -43,7 +43,7 @@ TASK = Section(doc='the task: a named benchmark or your own files', fields=dict(
     text_b=F('', "a second text column for pair tasks ('' = single text)"),
     label=F('label', 'the label column'),
     kind=F('classification', "'classification' (names), 'regression' (numbers), 'tagging' "
-           "(CoNLL), 'multiple_choice' (a context and candidates): finetune/registry.py's table",
+           "(CoNLL), 'multiple_choice' (a context and candidates): finetune/kinds/registry.py's table",
            _kind),
     choices=F('', "multiple choice: the candidates' columns, comma separated (the label: the "
               "right one's index, 0 first)"),
@@ -104,7 +104,7 @@ CONFIG = Section(fields=dict(
     packing=F(True, "fine-tuning and prediction batches as rows of max_seq_length that hold as many "
               "whole examples as fit, each computed exactly as in a row of its own (its positions, "
               "its attention, its [CLS]), where that takes at most 3/4 of the rows (else a row "
-              "each); False: a row per example, padded (finetune/packing.py)",
+              "each); False: a row per example, padded (finetune/inputs/packing.py)",
               BOOL, resume='free'),
     packing_shapes=F(3, 'with packing: the batch shapes (row counts) a run compiles at most, '
                      'chosen over its batches to leave the fewest rows empty; 1: one shape, the '

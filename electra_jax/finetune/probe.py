@@ -24,7 +24,7 @@ import numpy as np
 
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import registry
 
 _FITTED = {}  # the last fit, by its features and targets
 

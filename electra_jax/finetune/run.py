@@ -1,7 +1,7 @@
 """Fine-tuning: the pre-training `train_step` and mesh with a task head, K seeds, a results table.
 
     pre-training workdir -> discriminator parameters, vocabulary, model config  (pretrained.py)
-    task -> examples -> encoded arrays                    (tasks.py, the task's kind: kinds.py)
+    task -> examples -> encoded arrays         (inputs/tasks.py, the task's kind: kinds/registry.py)
     -> shuffled global batches (seed, epoch)                                   (batches.py)
     -> step_lib.train_step (the pre-training step: loss, clip, layer-wise AdamW, NaN guard)
     -> dev predictions -> scores per seed -> median -> results.md / .json       (results.py)
@@ -23,14 +23,14 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune import heads
-from electra_jax.finetune import packing
+from electra_jax.finetune.kinds import heads
+from electra_jax.finetune.inputs import packing
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import probe as probe_lib
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import results as results_lib
 from electra_jax.finetune import search as search_lib
-from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.hardware import compile_cache
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib

@@ -16,10 +16,10 @@ import ml_collections
 from electra_jax import UserError, user_errors
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run as finetune_run
 from electra_jax.finetune import search
-from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.model import networks as model_lib

@@ -34,7 +34,7 @@ from electra_jax.data import input_pipeline
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as finetune_config
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import registry
 from electra_jax.model import networks as model_lib
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.storage import fs

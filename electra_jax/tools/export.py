@@ -32,8 +32,8 @@ from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as finetune_config
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune import registry
-from electra_jax.finetune import tasks
+from electra_jax.finetune.kinds import registry
+from electra_jax.finetune.inputs import tasks
 from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
@@ -46,7 +46,7 @@ class Exported:
   cfg: model_lib.ModelConfig
   params: Any  # our parameters that were exported (Electra's, or a fine-tuned Classifier's)
   tokenizer: Any
-  kind: str  # 'pretraining' or the fine-tuned task's kind (finetune/kinds.py)
+  kind: str  # 'pretraining' or the fine-tuned task's kind (finetune/kinds/interface.py)
 
 
 def _read_config(workdir: str) -> dict:

@@ -29,9 +29,9 @@ from electra_jax.convert import hf as hf_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune import packing
+from electra_jax.finetune.inputs import packing
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run
 from electra_jax.hardware import aot
 from electra_jax.hardware import hlo_cost

@@ -15,14 +15,14 @@ from electra_jax import UserError
 from electra_jax.convert import hf as hf_lib
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune import encode as encode_lib
-from electra_jax.finetune import files
-from electra_jax.finetune import heads
+from electra_jax.finetune.inputs import encode as encode_lib
+from electra_jax.finetune.inputs import files
+from electra_jax.finetune.kinds import heads
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run
-from electra_jax.finetune import scores
-from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.finetune.kinds import scores
+from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.model import networks as model_lib
 from electra_jax.storage import tf_import
 from electra_jax.tools import export as export_lib
@@ -746,7 +746,7 @@ def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module(
 
 @pytest.mark.fast
 def test_chunks_are_read_as_conlleval_reads_them_and_written_as_bioes():
-  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import tagging  # pylint: disable=import-outside-toplevel
   iob1 = ['I-PER', 'I-PER', 'O', 'I-LOC', 'B-LOC', 'I-ORG', 'O', 'B-MISC']
   assert tagging.chunks(iob1) == [(0, 1, 'PER'), (3, 3, 'LOC'), (4, 4, 'LOC'), (5, 5, 'ORG'),
                                   (7, 7, 'MISC')]
@@ -797,7 +797,7 @@ def _tagged(n, seed):
 
 @pytest.mark.fast
 def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
-  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import tagging  # pylint: disable=import-outside-toplevel
   path = _write_conll(tmp_path / 'train.txt', [(['old', 'stone', 'walls', 'sat'],
                                                 ['B-PLACE', 'I-PLACE', 'I-PLACE', 'O'])])
   assert tagging.read_conll(path) == [(('old', 'stone', 'walls', 'sat'),
@@ -831,7 +831,7 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
 
 @pytest.mark.fast
 def test_predictions_and_exported_labels_speak_the_train_files_scheme():
-  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import tagging  # pylint: disable=import-outside-toplevel
   iob1 = ('I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC', 'I-ORG')
   iob2 = ('B-PER', 'I-PER', 'B-PER', 'O', 'B-LOC', 'B-ORG')
   bioes = ('B-PER', 'E-PER', 'S-PER', 'O', 'S-LOC', 'S-ORG')
@@ -850,7 +850,7 @@ def test_predictions_and_exported_labels_speak_the_train_files_scheme():
 
 @pytest.mark.fast
 def test_encode_tagged_puts_each_tag_on_the_first_sub_token_and_cuts_long_sentences():
-  from electra_jax.finetune import tagging  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import tagging  # pylint: disable=import-outside-toplevel
   tok = _Tokenizer()
   tok.encode_batch = lambda words: [[10 + i for i in range(len(w) // 3)] for w in words]
   task = tasks_lib.Task('t', 'tagging', ('O', 'S-X'), ('f1',))
@@ -1090,11 +1090,11 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
 
 
 def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monkeypatch):
-  """A kind of task is one module's KIND and one entry of finetune/registry.py: here, declared in
+  """A kind of task is one module's KIND and one entry of finetune/kinds/registry.py: here, declared in
   this test, texts classed by their length (no label column), which the config takes as
   task.kind, the loader reads, and a fine-tuning trains and scores end to end."""
-  from electra_jax.finetune import classification  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import classification  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
 
   class ByLength(classification.Classification):
     name = 'by_length'

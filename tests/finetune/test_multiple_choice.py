@@ -1,4 +1,4 @@
-"""Multiple choice (finetune/multiple_choice.py): the candidates' layout, a scorer that treats each
+"""Multiple choice (finetune/kinds/multiple_choice.py): the candidates' layout, a scorer that treats each
 candidate alike, a synthetic task learnt far above chance, saved fine-tunings scored and predicted
 again, and the export as HF's ElectraForMultipleChoice with our logits."""
 
@@ -14,12 +14,12 @@ from conftest import WORDS
 from electra_jax import UserError
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune import heads
-from electra_jax.finetune import multiple_choice
+from electra_jax.finetune.kinds import heads
+from electra_jax.finetune.kinds import multiple_choice
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune import registry
+from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run
-from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.tools import export as export_lib
 from electra_jax.train import checkpoint as checkpoint_lib
 
@@ -161,7 +161,7 @@ def _exports_with_our_logits(workdir, pretrained, tmp_path):
 
 @pytest.mark.fast
 def test_an_empty_candidate_is_refused_and_an_empty_text_named(tmp_path):
-  from electra_jax.finetune import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
   path = tmp_path / 'mc.csv'
   path.write_text('ctx,a,b,label\nx,y,z,0\n,p,q,1\nw,,q,1\nv,r, ,0\n')
   with pytest.raises(ValueError, match=r"^data row 3 of .*mc.csv has an empty candidate in the "

@@ -13,13 +13,13 @@ import pytest
 
 from conftest import TEST_MODEL
 from electra_jax.finetune import batches
-from electra_jax.finetune import classification
-from electra_jax.finetune import heads
-from electra_jax.finetune import multiple_choice
-from electra_jax.finetune import packing
-from electra_jax.finetune import registry
-from electra_jax.finetune import tasks as tasks_lib
-from electra_jax.finetune.encode import Encoded
+from electra_jax.finetune.kinds import classification
+from electra_jax.finetune.kinds import heads
+from electra_jax.finetune.kinds import multiple_choice
+from electra_jax.finetune.inputs import packing
+from electra_jax.finetune.kinds import registry
+from electra_jax.finetune.inputs import tasks as tasks_lib
+from electra_jax.finetune.inputs.encode import Encoded
 from electra_jax.model import networks as model_lib
 from electra_jax.train import partitioning
 

@@ -13,7 +13,7 @@ from electra_jax import UserError
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import run
-from electra_jax.finetune import squad
+from electra_jax.finetune.inputs import squad
 
 
 @pytest.mark.fast

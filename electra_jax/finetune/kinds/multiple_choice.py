@@ -11,11 +11,11 @@ import numpy as np
 
 from electra_jax import UserError
 from electra_jax.convert import hf
-from electra_jax.finetune import classification
-from electra_jax.finetune import encode as encode_lib
-from electra_jax.finetune import files
-from electra_jax.finetune import heads
-from electra_jax.finetune import tasks as tasks_lib
+from electra_jax.finetune.kinds import classification
+from electra_jax.finetune.inputs import encode as encode_lib
+from electra_jax.finetune.inputs import files
+from electra_jax.finetune.kinds import heads
+from electra_jax.finetune.inputs import tasks as tasks_lib
 
 
 class ChoiceScorer(heads.Classifier):
@@ -24,7 +24,7 @@ class ChoiceScorer(heads.Classifier):
 
   def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True,
                positions=None, starts=None):
-    if input_ids.ndim == 2:  # rows (finetune/packing.py)
+    if input_ids.ndim == 2:  # rows (finetune/inputs/packing.py)
       return super().__call__(input_ids, segment_ids, input_mask, deterministic, positions,
                               starts)
     n, c, length = input_ids.shape

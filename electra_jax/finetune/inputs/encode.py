@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from electra_jax.finetune.tasks import Example, Task
+from electra_jax.finetune.inputs.tasks import Example, Task
 
 
 @dataclasses.dataclass

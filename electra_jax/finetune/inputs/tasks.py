@@ -16,7 +16,7 @@ import numpy as np
 
 from electra_jax.data import corpus
 from electra_jax.data import records
-from electra_jax.finetune import squad
+from electra_jax.finetune.inputs import squad
 from electra_jax.storage import fs
 from electra_jax.storage import tf_import
 
@@ -40,7 +40,7 @@ def fingerprint(examples: list) -> str:
 @dataclasses.dataclass(frozen=True)
 class Task:
   name: str
-  kind: str  # a name in finetune/registry.py's table: 'classification', 'regression', ...
+  kind: str  # a name in finetune/kinds/registry.py's table: 'classification', 'regression', ...
   labels: tuple  # class names in output order (classification)
   metrics: tuple  # scores.SCORES names; the first is the task's headline score
   dev_splits: tuple = ('dev',)  # evaluated splits (MNLI: matched and mismatched); the first

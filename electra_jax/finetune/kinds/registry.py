@@ -1,18 +1,18 @@
 """The kinds of fine-tuning task, a table of the modules that define them (each a `KIND`, the
-interface of kinds.py), and the loading of a task by its config: a named one (GLUE, SQuAD, the
-built-in tasks: tasks.py) or your own files, read by the kind of task they hold.
+interface of interface.py), and the loading of a task by its config: a named one (GLUE, SQuAD, the
+built-in tasks: inputs/tasks.py) or your own files, read by the kind of task they hold.
 
     registry.get('regression')                -> the kind
     registry.load(cfg.task, pretraining, log) -> (task, {split: examples})
 """
 
-from electra_jax.finetune import classification
-from electra_jax.finetune import multiple_choice
-from electra_jax.finetune import qa
-from electra_jax.finetune import regression
-from electra_jax.finetune import tagging
-from electra_jax.finetune import tasks
-from electra_jax.finetune.kinds import Kind
+from electra_jax.finetune.kinds import classification
+from electra_jax.finetune.kinds import multiple_choice
+from electra_jax.finetune.kinds import qa
+from electra_jax.finetune.kinds import regression
+from electra_jax.finetune.kinds import tagging
+from electra_jax.finetune.inputs import tasks
+from electra_jax.finetune.kinds.interface import Kind
 
 KINDS: dict[str, Kind] = {m.KIND.name: m.KIND for m in (
     classification, regression, tagging, qa, multiple_choice)}

@@ -1,4 +1,4 @@
-"""The interface of a kind of fine-tuning task. Each kind is one module under electra_jax/finetune/
+"""The interface of a kind of fine-tuning task. Each kind is one module of electra_jax/finetune/kinds/
 defining `KIND`, an object of a subclass of `Kind`, and one entry of registry.py's table. The
 driver (run.py), the export (tools/export.py), the loaders and the baseline ask the task's kind;
 none of them names a kind.
@@ -30,7 +30,7 @@ class Kind:
   own_data = ''  # what task.train holds for this kind, for messages ('' : not your own data)
   hf_class = ''  # the HF transformers class it is exported as ('' : none)
   init_shape = (1, 8)  # of the token ids the model is initialized on
-  packs = True  # its examples are sequences that rows pack (finetune/packing.py); False: each
+  packs = True  # its examples are sequences that rows pack (finetune/inputs/packing.py); False: each
   #               example is a row as `encode` gives it (SQuAD's windows)
 
   def load(self, cfg, log=print):

@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from electra_jax.finetune.encode import Encoded
+from electra_jax.finetune.inputs.encode import Encoded
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from electra_jax.finetune.tasks import Example
+from electra_jax.finetune.inputs.tasks import Example
 from electra_jax.storage import fs
 
 

@@ -21,7 +21,7 @@ class Classifier(nn.Module):
   the mean of the hidden states of the example's real tokens ([CLS] and [SEP]s included) instead
   of [CLS]'s alone.
 
-  Rows that pack several sequences (finetune/packing.py) give `positions` (each token's in its
+  Rows that pack several sequences (finetune/inputs/packing.py) give `positions` (each token's in its
   sequence) and `starts` ([B, S]: where each sequence starts): the head then reads each sequence
   ([B, S, num_outputs]; per token as before), the mean over its own tokens (`input_mask` numbers
   them), exactly as in a row of its own.
