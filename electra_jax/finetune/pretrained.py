@@ -119,6 +119,8 @@ def _best_mode(init: str, config) -> str:
   try:
     latest = ckpt.latest_step()
     meta = ckpt.meta(latest) if latest is not None else {}
+  except (OSError, ValueError):  # a damaged latest checkpoint: the reading after this says so
+    meta = {}
   finally:
     ckpt.close()
   return meta.get('keep_best_mode') or ('min' if config.keep_best.endswith('loss') else 'max')
