@@ -8,7 +8,8 @@ scores, and their registry) and, here, the driver:
                   evaluation and prediction of saved fine-tunings
     config.py     the fine-tuning config, its checks and the recipe it resolves
     pretrained.py the model a fine-tuning starts from (a pre-training workdir, HF, original)
-    batches.py    global batches, the train stream, predictions and scores over a split
+    batches.py    a batch's arrays assembled from inputs/packing.py's plan, global batches, the
+                  train stream, predictions and scores over a split
     results.py    the seeds' table, median and baseline row; results.md / results.json
     search.py     a few recipes (--config.search), each fine-tuned K times, the best dev median kept
     probe.py      the head from a linear probe, and the probe per layer

@@ -1,8 +1,10 @@
-"""Fine-tuning's batches: this process's share of global batches, the train stream of (seed,
-epoch) orders, and predictions and scores over whole splits.
+"""Fine-tuning's batches: the train stream of (seed, epoch) orders, the arrays of a batch
+assembled from packing's plan (`assemble`), this process's share of global batches on the
+devices, and predictions and scores over whole splits.
 
 A kind whose examples are sequences (every kind but SQuAD's windows) gets its batches as rows
-(finetune/inputs/packing.py): with `packing`, several sequences share a row; without, a row each.
+planned by finetune/inputs/packing.py: with `packing`, several sequences share a row; without, a
+row each.
 """
 
 import functools
@@ -11,8 +13,8 @@ import itertools
 import jax
 import numpy as np
 
-from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.inputs import packing
+from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import xla_options
 from electra_jax.train import partitioning
@@ -64,7 +66,7 @@ def packed_batch(data, examples: np.ndarray, shapes: packing.Shapes, pack: bool,
   plans = [packing.place(data, share, pack) for share in shares]  # every process's: one shape
   layout = shapes.holding(max(len(plan) for plan in plans), n)
   rows = layout.rows // n
-  arrays = packing.assemble(data, shares[p], layout, pack, row_offset=p * rows, rows=rows,
+  arrays = assemble(data, shares[p], layout, pack, row_offset=p * rows, rows=rows,
                             placed=plans[p])
   return to_devices(arrays, sharding)
 
@@ -78,6 +80,64 @@ def train_batches(data, batch_size: int, seed: int, start: int, sharding,
       yield global_batch(data.arrays(), examples, sharding)
     else:
       yield packed_batch(data, examples, shapes, pack, sharding)
+
+
+def assemble(data, examples: np.ndarray, layout: packing.Layout, pack: bool, row_offset: int = 0,
+             rows: int | None = None, placed: list | None = None) -> dict:
+  """The arrays of a batch of `examples` (indices into `data`; -1: no example) in `rows` rows
+  (default: layout.rows), its slots numbered from global row `row_offset`; `placed`: the rows as
+  `packing.plan` gives them for the examples' sequences in order (default: `packing.place`'s)."""
+  rows = layout.rows if rows is None else rows
+  k, length, s = layout.choices, layout.length, layout.slots
+  flat = lambda x: x.reshape(len(data) * k, length)
+  ids, segments = flat(data.input_ids), flat(data.segment_ids)
+  sizes = packing.lengths(data).reshape(-1)
+  sequences = [i * k + c for i in examples if i >= 0 for c in range(k)]
+  if placed is None:
+    placed = packing.place(data, examples, pack)
+  if len(placed) > rows or any(len(r) > s for r in placed):
+    raise ValueError(f'a batch needs {len(placed)} rows of up to {max(map(len, placed))} '
+                     f'sequences; the layout has {rows} of {s}')
+  token_labels = data.labels.ndim == 2 and data.labels.shape[1] == length and k == 1
+  out = {'input_ids': np.zeros((rows, length), np.int32),
+         'segment_ids': np.zeros((rows, length), np.int32),
+         'input_mask': np.zeros((rows, length), np.int32),
+         'positions': np.zeros((rows, length), np.int32),
+         'starts': np.full((rows, s), -1, np.int32)}
+  if token_labels:
+    out['labels'] = np.full((rows, length), -1, data.labels.dtype)
+  where = {}  # sequence -> its global slot
+  for r, row in enumerate(placed):
+    at = 0
+    for e, j in enumerate(row):
+      q, n = sequences[j], int(sizes[sequences[j]])
+      out['input_ids'][r, at:at + n] = ids[q, :n]
+      out['segment_ids'][r, at:at + n] = segments[q, :n]
+      out['input_mask'][r, at:at + n] = e + 1
+      out['positions'][r, at:at + n] = np.arange(n)
+      out['starts'][r, e] = at
+      if token_labels:
+        out['labels'][r, at:at + n] = data.labels[q, :n]
+      where[q] = (row_offset + r) * s + e
+      at += n
+  out['slots'] = np.asarray([[where[i * k + c] for c in range(k)] if i >= 0 else [-1] * k
+                             for i in examples], np.int32)
+  if not token_labels:
+    missing = -1 if np.issubdtype(data.labels.dtype, np.integer) else np.nan
+    out['labels'] = np.asarray([data.labels[i] if i >= 0 else missing for i in examples],
+                               data.labels.dtype)
+  return out
+
+
+def per_example(outputs: np.ndarray, slots: np.ndarray) -> np.ndarray:
+  """[X, K, ...] of per-sequence outputs [R, S, ...] at each example's slots."""
+  flat = outputs.reshape((-1,) + outputs.shape[2:])
+  return flat[np.maximum(slots, 0)]
+
+
+def fill(batch: dict) -> tuple[int, int]:
+  """(real tokens, tokens) of a batch's rows: how full packing made them."""
+  return int((batch['input_mask'] > 0).sum()), batch['input_mask'].size
 
 
 @functools.lru_cache(maxsize=8)
@@ -121,57 +181,17 @@ def predict(model, params, data, batch_size: int, mesh, method: str | None = Non
   return jax.tree.map(lambda *parts: np.concatenate(parts)[:n], *out)
 
 
-def _place(placed: list, free: list, sizes, first: int, length: int, pack: bool):
-  """(rows, room left) after an example's sequences (`sizes`, numbered from `first`) are added by
-  first fit (packed) or a row each; the lists given are left as they were."""
-  placed, free = [list(r) for r in placed], list(free)
-  for c, size in enumerate(int(x) for x in sizes):
-    packing.fit(placed, free, first + c, size, length, pack)
-  return placed, free
-
-
-def prediction_calls(data, rows: int, pack: bool) -> list[tuple[list, list]]:
-  """(examples, their rows as packing.plan gives them) of each prediction call, in order: as many
-  examples as `rows` rows hold, each placed by first fit as it comes (an example's sequences in
-  one call)."""
-  length, sizes = data.input_ids.shape[-1], packing.lengths(data)
-  k = sizes.shape[1]
-  calls, examples, placed, free = [], [], [], []
-  for i in range(len(data)):
-    trial = _place(placed, free, sizes[i], len(examples) * k, length, pack)
-    if len(trial[0]) > rows and examples:
-      calls.append((examples, placed))
-      examples = []
-      trial = _place([], [], sizes[i], 0, length, pack)
-    if len(trial[0]) > rows:
-      raise ValueError(f'example {i} needs {len(trial[0])} rows of {length} tokens (one per '
-                       f'choice) but a prediction call has {rows}: set eval_batch_size to '
-                       f'{len(trial[0])} or more.')
-    placed, free = trial
-    examples.append(i)
-  return calls + ([(examples, placed)] if examples else [])
-
-
-def prediction_packing(data, rows: int, pack: bool | None) -> bool | None:
-  """`pack` for predicting `data`, `rows` rows a call: packed only where it pays (packing.pays:
-  the packed calls at most PAYS of the padded ones'); None (a kind that does not pack) as it is."""
-  per_call = rows // packing.choices(data)  # examples a padded call holds
-  if not pack or not per_call:  # (too few rows: `predict` says so in one sentence)
-    return pack
-  return packing.pays(len(prediction_calls(data, rows, True)), -(-len(data) // per_call))
-
-
 def task_prediction_packing(cfg, kind, data) -> bool | None:
   """`prediction_packing` of a fine-tuning: `cfg.eval_batch_size` rows a call, `cfg.packing` for a
   task kind that packs (None for one that does not)."""
-  return prediction_packing(data, cfg.eval_batch_size, cfg.packing if kind.packs else None)
+  return packing.prediction_packing(data, cfg.eval_batch_size, cfg.packing if kind.packs else None)
 
 
 def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool,
                   xla_defaults: bool = False):
   sharding = partitioning.batch_sharding(mesh)
   fn = predict_fn(model, mesh, method, rows=True, xla_defaults=xla_defaults)
-  calls = prediction_calls(data, rows, pack)
+  calls = packing.prediction_calls(data, rows, pack)
   slots = max(len(r) for _, placed in calls for r in placed)
   k = packing.choices(data)
   per_token = getattr(model, 'per_token', False) and method is None
@@ -179,7 +199,7 @@ def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool,
   for call, placed in calls:
     layout = packing.Layout(rows=rows, slots=slots, examples=len(call), choices=k,
                             length=data.input_ids.shape[-1])
-    batch = packing.assemble(data, np.asarray(call), layout, pack, placed=placed)
+    batch = assemble(data, np.asarray(call), layout, pack, placed=placed)
     inputs = {key: v for key, v in batch.items() if key not in ('slots', 'labels')}
     out = np.asarray(jax.device_get(fn(params, global_batch(inputs, np.arange(rows), sharding))))
     if per_token:  # [R, L, C] -> each example's tokens from its row, at positions 0, 1, ...
@@ -189,7 +209,7 @@ def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool,
         start, n = batch['starts'][r, e], int(packing.lengths(data)[call[x], 0])
         part[x, :n] = out[r, start:start + n]
     else:
-      part = packing.per_example(out, batch['slots'])  # [X, K, ...]
+      part = per_example(out, batch['slots'])  # [X, K, ...]
       part = part[:, 0] if k == 1 else part[..., 0]
     outputs.append(part)
   return np.concatenate(outputs)

@@ -9,12 +9,12 @@ import jax
 from electra_jax import UserError, user_errors
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune.kinds import interface as kinds
-from electra_jax.finetune.inputs import packing
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run
+from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.inputs import tasks as tasks_lib
+from electra_jax.finetune.kinds import interface as kinds
+from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import aot
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.train import model_view

@@ -23,14 +23,14 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune.kinds import heads
-from electra_jax.finetune.inputs import packing
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import probe as probe_lib
-from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import results as results_lib
 from electra_jax.finetune import search as search_lib
+from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.inputs import tasks as tasks_lib
+from electra_jax.finetune.kinds import heads
+from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import compile_cache
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib

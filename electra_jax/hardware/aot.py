@@ -21,8 +21,8 @@ from jax.experimental.compilation_cache import compilation_cache
 import jax
 import numpy as np
 
-from electra_jax.platform import chips as chips_lib
 from electra_jax.hardware import hlo_cost
+from electra_jax.platform import chips as chips_lib
 
 MARGIN = 0.95  # a step fits when its memory is at most this share of the device's
 GiB = 2 ** 30

@@ -16,8 +16,8 @@ import time
 import jax
 import jax.numpy as jnp
 
-from electra_jax.platform import chips
 from electra_jax.model.networks import ModelConfig
+from electra_jax.platform import chips
 
 _SOFTMAX, _LAYER_NORM, _GELU, _DROPOUT = 5, 5, 8, 4
 

@@ -10,8 +10,8 @@ import numpy as np
 from electra_jax.config import pretraining as config_lib
 from electra_jax.convert import sources
 from electra_jax.data import records as records_lib
-from electra_jax.model import networks as model_lib
 from electra_jax.model import generators
+from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import workdir as workdir_lib

@@ -21,14 +21,14 @@ import numpy as np
 
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.hardware import flops as flops_lib
-from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
 from electra_jax.model import attention
-from electra_jax.model import networks as model_lib
-from electra_jax.model import flash
 from electra_jax.model import attention_masks
+from electra_jax.model import flash
+from electra_jax.model import networks as model_lib
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import setup as pretrain_setup
+from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.tools import profiling
 from electra_jax.train import loop as loop_lib
 from electra_jax.train import partitioning

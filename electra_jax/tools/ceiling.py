@@ -20,9 +20,9 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax.hardware import aot
+from electra_jax.hardware import hlo_cost
 from electra_jax.platform import chips as chips_lib
 from electra_jax.pretraining import step_flops as step_flops_lib
-from electra_jax.hardware import hlo_cost
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,16 +16,16 @@ import ml_collections
 from electra_jax import UserError, user_errors
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run as finetune_run
 from electra_jax.finetune import search
 from electra_jax.finetune.inputs import tasks as tasks_lib
+from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import flops as flops_lib
-from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import run as pretrain
+from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.storage import fs
 from electra_jax.tools import benchmark
 from electra_jax.train import workdir as workdir_lib

@@ -32,8 +32,8 @@ from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as finetune_config
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune.kinds import registry
 from electra_jax.finetune.inputs import tasks
+from electra_jax.finetune.kinds import registry
 from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib

@@ -29,10 +29,10 @@ from electra_jax.convert import hf as hf_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune.inputs import packing
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run
+from electra_jax.finetune.inputs import packing
+from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import aot
 from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import xla_options
@@ -135,7 +135,7 @@ class _Ours:
                                           self.p.cfg.seed)).copy()
     while len(packing.place(self.p.train, examples, self.pack)) > layout.rows:
       examples[np.flatnonzero(examples >= 0)[-1]] = -1
-    arrays = packing.assemble(self.p.train, examples, layout, self.pack)
+    arrays = batches.assemble(self.p.train, examples, layout, self.pack)
     sharding = partitioning.batch_sharding(self.mesh)
     return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in arrays.items()}
 

@@ -88,9 +88,9 @@ def test_a_packed_batch_gives_each_example_the_padded_logits_and_gradient(kind, 
   params = heads.init_params(model, jax.random.key(0), shape=shape)
   examples = np.arange(12)
   k = packing.choices(data)
-  padded = packing.assemble(data, examples, packing.Layout(12 * k, 1, 12, k, LENGTH), False)
+  padded = batches.assemble(data, examples, packing.Layout(12 * k, 1, 12, k, LENGTH), False)
   packed_layout = packing.shapes(data, [examples], True, devices=1).largest
-  packed = packing.assemble(data, examples, packed_layout, True)
+  packed = batches.assemble(data, examples, packed_layout, True)
   assert packed_layout.rows < 12 * k / 2 and packed_layout.slots > 2  # really packed
   loss = functools.partial(registry.get(kind).loss, model=model, task=task, deterministic=True)
   out = {}
@@ -136,8 +136,8 @@ def test_rows_are_filled_first_fit_longest_first_and_the_layout_fits_every_batch
   layout = packing.shapes(data, steps, True, devices=8).largest
   assert layout.rows % 8 == 0 and layout.examples == 16
   for examples in steps:  # each batch fits, and its examples' tokens are all there
-    batch = packing.assemble(data, examples, layout, True)
-    real, total = packing.fill(batch)
+    batch = batches.assemble(data, examples, layout, True)
+    real, total = batches.fill(batch)
     assert real == int(packing.lengths(data)[examples].sum()) and total == layout.rows * LENGTH
     assert sorted(np.asarray(batch['slots'])[:, 0].tolist()) == sorted(
         set(np.asarray(batch['slots'])[:, 0].tolist()))  # one slot each
@@ -155,9 +155,9 @@ def test_packed_predictions_come_back_in_order_and_equal_the_padded_ones(kind):
   packed = batches.predict(model, params, data, 8, mesh, pack=True)
   assert padded.shape[0] == 37 and padded.shape == packed.shape
   np.testing.assert_allclose(packed, padded, rtol=1e-5, atol=1e-5)
-  calls = batches.prediction_calls(data, 8, True)
+  calls = packing.prediction_calls(data, 8, True)
   assert [i for examples, _ in calls for i in examples] == list(range(37))
-  assert len(calls) < len(batches.prediction_calls(data, 8, False))
+  assert len(calls) < len(packing.prediction_calls(data, 8, False))
 
 
 @pytest.mark.fast
@@ -217,10 +217,10 @@ def test_packing_is_used_where_it_pays_and_texts_that_fill_their_rows_keep_a_row
   mask = (np.arange(LENGTH)[None] < sizes[:, None]).astype(np.int32)
   long = Encoded(input_ids=mask * 7, segment_ids=np.zeros_like(mask), input_mask=mask,
                  labels=np.zeros(64, np.int32), truncated=0)
-  assert batches.prediction_packing(short, 16, True) is True
-  assert batches.prediction_packing(long, 16, True) is False
-  assert batches.prediction_packing(short, 16, False) is False
-  assert batches.prediction_packing(short, 16, None) is None  # a kind that does not pack
+  assert packing.prediction_packing(short, 16, True) is True
+  assert packing.prediction_packing(long, 16, True) is False
+  assert packing.prediction_packing(short, 16, False) is False
+  assert packing.prediction_packing(short, 16, None) is None  # a kind that does not pack
   cfg = ft_config.default_config()
   cfg.batch_size, cfg.max_seq_length = 16, LENGTH
   mesh = partitioning.make_mesh()
@@ -242,15 +242,15 @@ def test_a_layout_too_small_for_a_batch_is_an_error_not_a_dropped_example():
   small = dataclasses.replace(packing.shapes(data, [np.arange(16)], True, devices=1).largest,
                               rows=1)
   with pytest.raises(ValueError, match='rows'):
-    packing.assemble(data, np.arange(16), small, True)
+    batches.assemble(data, np.arange(16), small, True)
 
 
 @pytest.mark.fast
 def test_an_example_with_more_choices_than_a_prediction_call_has_rows_is_refused():
   _, data = _data('multiple_choice', 4, seed=6)
   with pytest.raises(ValueError, match='eval_batch_size to 3 or more'):
-    batches.prediction_calls(data, 2, False)
-  assert len(batches.prediction_calls(data, 3, False)) == 4
+    packing.prediction_calls(data, 2, False)
+  assert len(packing.prediction_calls(data, 3, False)) == 4
 
 
 def _short_text_task(folder, n: int, seed: int) -> str:

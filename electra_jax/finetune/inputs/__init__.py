@@ -7,6 +7,6 @@ becomes arrays, of no kind in particular.
     encode.py     text pairs -> [CLS] a [SEP] b [SEP] id arrays, truncated by the documented rule;
                   tagged sentences -> tags on each word's first sub-token
     squad.py      SQuAD's files, its windows, span decoding and the official EM / F1
-    packing.py    examples placed in rows: the plan (which examples share a row) and the
-                  assembly (the arrays of a batch)
+    packing.py    examples placed in rows, planned: which sequences share a row, the shapes of a
+                  run's batches, a split's prediction calls (the driver's batches.py assembles)
 """

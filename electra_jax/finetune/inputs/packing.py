@@ -1,4 +1,7 @@
-"""Fine-tuning's rows: the encoded sequences of a batch packed into rows of max_seq_length tokens.
+"""Fine-tuning's rows, planned: which encoded sequences of a batch share a row of max_seq_length
+tokens (`place`, `plan`), the shapes a run's batches take (`shapes`), a split's prediction calls
+(`prediction_calls`) and whether packing pays. The arrays of a batch are assembled from a plan in
+finetune/batches.py (`assemble`), which asks this module and is never asked by it.
 
 An example is one encoded sequence ([CLS] a [SEP] (b [SEP])), or, for multiple choice, one per
 candidate. Without packing each sequence fills a row of its own, padded (the layout of HF's and
@@ -146,59 +149,41 @@ def _fewest_empty(values: list, count: np.ndarray, most: int) -> list:
   return best[-1][-1][1]
 
 
-def assemble(data: Encoded, examples: np.ndarray, layout: Layout, pack: bool, row_offset: int = 0,
-             rows: int | None = None, placed: list | None = None) -> dict:
-  """The arrays of a batch of `examples` (indices into `data`; -1: no example) in `rows` rows
-  (default: layout.rows), its slots numbered from global row `row_offset`; `placed`: the rows as
-  `plan` gives them for the examples' sequences in order (default: `plan`'s packing)."""
-  rows = layout.rows if rows is None else rows
-  k, length, s = layout.choices, layout.length, layout.slots
-  flat = lambda x: x.reshape(len(data) * k, length)
-  ids, segments = flat(data.input_ids), flat(data.segment_ids)
-  sizes = lengths(data).reshape(-1)
-  sequences = [i * k + c for i in examples if i >= 0 for c in range(k)]
-  if placed is None:
-    placed = place(data, examples, pack)
-  if len(placed) > rows or any(len(r) > s for r in placed):
-    raise ValueError(f'a batch needs {len(placed)} rows of up to {max(map(len, placed))} '
-                     f'sequences; the layout has {rows} of {s}')
-  token_labels = data.labels.ndim == 2 and data.labels.shape[1] == length and k == 1
-  out = {'input_ids': np.zeros((rows, length), np.int32),
-         'segment_ids': np.zeros((rows, length), np.int32),
-         'input_mask': np.zeros((rows, length), np.int32),
-         'positions': np.zeros((rows, length), np.int32),
-         'starts': np.full((rows, s), -1, np.int32)}
-  if token_labels:
-    out['labels'] = np.full((rows, length), -1, data.labels.dtype)
-  where = {}  # sequence -> its global slot
-  for r, row in enumerate(placed):
-    at = 0
-    for e, j in enumerate(row):
-      q, n = sequences[j], int(sizes[sequences[j]])
-      out['input_ids'][r, at:at + n] = ids[q, :n]
-      out['segment_ids'][r, at:at + n] = segments[q, :n]
-      out['input_mask'][r, at:at + n] = e + 1
-      out['positions'][r, at:at + n] = np.arange(n)
-      out['starts'][r, e] = at
-      if token_labels:
-        out['labels'][r, at:at + n] = data.labels[q, :n]
-      where[q] = (row_offset + r) * s + e
-      at += n
-  out['slots'] = np.asarray([[where[i * k + c] for c in range(k)] if i >= 0 else [-1] * k
-                             for i in examples], np.int32)
-  if not token_labels:
-    missing = -1 if np.issubdtype(data.labels.dtype, np.integer) else np.nan
-    out['labels'] = np.asarray([data.labels[i] if i >= 0 else missing for i in examples],
-                               data.labels.dtype)
-  return out
+def _place(placed: list, free: list, sizes, first: int, length: int, pack: bool):
+  """(rows, room left) after an example's sequences (`sizes`, numbered from `first`) are added by
+  first fit (packed) or a row each; the lists given are left as they were."""
+  placed, free = [list(r) for r in placed], list(free)
+  for c, size in enumerate(int(x) for x in sizes):
+    fit(placed, free, first + c, size, length, pack)
+  return placed, free
 
 
-def per_example(outputs: np.ndarray, slots: np.ndarray) -> np.ndarray:
-  """[X, K, ...] of per-sequence outputs [R, S, ...] at each example's slots."""
-  flat = outputs.reshape((-1,) + outputs.shape[2:])
-  return flat[np.maximum(slots, 0)]
+def prediction_calls(data, rows: int, pack: bool) -> list[tuple[list, list]]:
+  """(examples, their rows as `plan` gives them) of each prediction call, in order: as many
+  examples as `rows` rows hold, each placed by first fit as it comes (an example's sequences in
+  one call)."""
+  length, sizes = data.input_ids.shape[-1], lengths(data)
+  k = sizes.shape[1]
+  calls, examples, placed, free = [], [], [], []
+  for i in range(len(data)):
+    trial = _place(placed, free, sizes[i], len(examples) * k, length, pack)
+    if len(trial[0]) > rows and examples:
+      calls.append((examples, placed))
+      examples = []
+      trial = _place([], [], sizes[i], 0, length, pack)
+    if len(trial[0]) > rows:
+      raise ValueError(f'example {i} needs {len(trial[0])} rows of {length} tokens (one per '
+                       f'choice) but a prediction call has {rows}: set eval_batch_size to '
+                       f'{len(trial[0])} or more.')
+    placed, free = trial
+    examples.append(i)
+  return calls + ([(examples, placed)] if examples else [])
 
 
-def fill(batch: dict) -> tuple[int, int]:
-  """(real tokens, tokens) of a batch's rows: how full packing made them."""
-  return int((batch['input_mask'] > 0).sum()), batch['input_mask'].size
+def prediction_packing(data, rows: int, pack: bool | None) -> bool | None:
+  """`pack` for predicting `data`, `rows` rows a call: packed only where it pays (`pays`:
+  the packed calls at most PAYS of the padded ones'); None (a kind that does not pack) as it is."""
+  per_call = rows // choices(data)  # examples a padded call holds
+  if not pack or not per_call:  # (too few rows: `predict` says so in one sentence)
+    return pack
+  return pays(len(prediction_calls(data, rows, True)), -(-len(data) // per_call))

@@ -11,10 +11,10 @@ from electra_jax import UserError
 from electra_jax.convert import hf
 from electra_jax.finetune.inputs import encode as encode_lib
 from electra_jax.finetune.inputs import files
+from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import heads
 from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.kinds import scores as scores_lib
-from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.storage import fs
 

@@ -9,8 +9,8 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
-from electra_jax.model import networks as model_lib
 from electra_jax.model import layers
+from electra_jax.model import networks as model_lib
 
 
 class Classifier(nn.Module):

@@ -11,11 +11,11 @@ import numpy as np
 
 from electra_jax import UserError
 from electra_jax.convert import hf
-from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.inputs import encode as encode_lib
 from electra_jax.finetune.inputs import files
-from electra_jax.finetune.kinds import heads
 from electra_jax.finetune.inputs import tasks as tasks_lib
+from electra_jax.finetune.kinds import classification
+from electra_jax.finetune.kinds import heads
 
 
 class ChoiceScorer(heads.Classifier):

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import optax
 
 from electra_jax import UserError
-from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.inputs import squad
+from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.storage import fs

@@ -6,12 +6,12 @@ built-in tasks: inputs/tasks.py) or your own files, read by the kind of task the
     registry.load(cfg.task, pretraining, log) -> (task, {split: examples})
 """
 
+from electra_jax.finetune.inputs import tasks
 from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.kinds import multiple_choice
 from electra_jax.finetune.kinds import qa
 from electra_jax.finetune.kinds import regression
 from electra_jax.finetune.kinds import tagging
-from electra_jax.finetune.inputs import tasks
 from electra_jax.finetune.kinds.interface import Kind
 
 KINDS: dict[str, Kind] = {m.KIND.name: m.KIND for m in (

@@ -6,10 +6,10 @@ exported as HF's ElectraForSequenceClassification with problem_type 'regression'
 import jax.numpy as jnp
 import numpy as np
 
-from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.inputs import files
-from electra_jax.finetune.kinds import scores as scores_lib
 from electra_jax.finetune.inputs import tasks as tasks_lib
+from electra_jax.finetune.kinds import classification
+from electra_jax.finetune.kinds import scores as scores_lib
 from electra_jax.objectives import metrics as metrics_lib
 
 

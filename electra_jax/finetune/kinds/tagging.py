@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from electra_jax.convert import hf
-from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.inputs import encode as encode_lib
+from electra_jax.finetune.inputs import tasks as tasks_lib
+from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.kinds import heads
 from electra_jax.finetune.kinds import interface as kinds
-from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.storage import fs
 
 
