@@ -107,6 +107,12 @@ def test_every_launch_flag_and_config_field_in_a_command_exists():
         wrong.append(f'{os.path.relpath(page, ROOT)}: launch/{script}.py does not exist')
         continue
       defined = script_flags(script)
+      for name in config_files(script):  # a config file a command names exists
+        given = re.search(rf'--{name}=([^\s:]+)', command.split(' -- ')[0])
+        if given and not re.search(r'[$<>\[]', given.group(1)) and not os.path.exists(
+            os.path.join(ROOT, given.group(1))):
+          wrong.append(f'{os.path.relpath(page, ROOT)}: launch/{script}.py --{name}='
+                       f'{given.group(1)}: no such file')
       for flag in FLAG.findall(command.split(' -- ')[0]):
         seen += 1
         name, _, field = flag.partition('.')

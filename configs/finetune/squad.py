@@ -1,6 +1,6 @@
 """SQuAD 1.1 or 2.0 from TFDS (or the official JSON files), the paper's recipe for the size.
 
-    python launch/finetune.py --config=configs/finetune/inputs/squad.py:v2.0 --init=$PRETRAINED \
+    python launch/finetune.py --config=configs/finetune/squad.py:v2.0 --init=$PRETRAINED \
         --workdir=$WORKDIR
     # the official files instead of TFDS:
     ... --config.task.train=train-v2.0.json --config.task.dev=dev-v2.0.json

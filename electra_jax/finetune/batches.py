@@ -67,7 +67,7 @@ def packed_batch(data, examples: np.ndarray, shapes: packing.Shapes, pack: bool,
   layout = shapes.holding(max(len(plan) for plan in plans), n)
   rows = layout.rows // n
   arrays = assemble(data, shares[p], layout, pack, row_offset=p * rows, rows=rows,
-                            placed=plans[p])
+                    placed=plans[p])
   return to_devices(arrays, sharding)
 
 
@@ -184,7 +184,8 @@ def predict(model, params, data, batch_size: int, mesh, method: str | None = Non
 def task_prediction_packing(cfg, kind, data) -> bool | None:
   """`prediction_packing` of a fine-tuning: `cfg.eval_batch_size` rows a call, `cfg.packing` for a
   task kind that packs (None for one that does not)."""
-  return packing.prediction_packing(data, cfg.eval_batch_size, cfg.packing if kind.packs else None)
+  return packing.prediction_packing(data, cfg.eval_batch_size,
+                                    cfg.packing if kind.packs else None)
 
 
 def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool,

@@ -159,7 +159,7 @@ def _question(entry, where: str, context: str, version: str) -> Question:
   if not texts and version == 'v1.1':
     raise ValueError(f'{where} has no answer ({"is_impossible" if impossible else "no answers"}'
                      '), which SQuAD 1.1 can neither learn nor score: the file is SQuAD 2.0\'s; '
-                     'fine-tune it with --config=configs/finetune/inputs/squad.py:v2.0 (task.name=squad2)')
+                     'fine-tune it with --config=configs/finetune/squad.py:v2.0 (task.name=squad2)')
   if not texts and not impossible and version == 'v2.0':
     raise ValueError(f'{where} has no answers and is not marked "is_impossible": true; mark it '
                      'so if it has none, or give its answers')
