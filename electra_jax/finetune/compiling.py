@@ -16,6 +16,7 @@ from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import aot
+from electra_jax.hardware import compile_cache
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.train import model_view
 from electra_jax.train import partitioning
@@ -27,7 +28,7 @@ def compile_for_topology(cfg, slice_, log=print) -> dict:
   the model's sizes come from --init's config (no weights are read), a named task's shape from its
   definition (your own data: its train file, for the labels). Logs each program's memory per chip
   and the estimated step; returns 0 when all compile and fit, else raises UserError."""
-  with aot.no_persistent_cache():
+  with compile_cache.off():
     return _compile_for_topology(cfg, slice_, log)
 
 

@@ -10,14 +10,12 @@ the step's time.
 The same `fit_microbatches` picks `microbatches=0` (auto) on real GPUs and TPUs before a run.
 """
 
-import contextlib
 import dataclasses
 import math
 import re
 import time
 from typing import Callable
 
-from jax.experimental.compilation_cache import compilation_cache
 import jax
 import numpy as np
 
@@ -166,20 +164,6 @@ def largest_batch(used: Memory, rows_per_device: int, limit: float, multiple: in
     return 0
   rows = int((MARGIN * limit - fixed) / per_row)
   return max(0, rows // multiple * multiple)
-
-
-@contextlib.contextmanager
-def no_persistent_cache():
-  """JAX's persistent compilation cache off inside: it cannot load programs compiled for devices
-  that are not here (a TPU slice), so writing them would only fill it and warn on every read."""
-  before = jax.config.jax_enable_compilation_cache
-  jax.config.update('jax_enable_compilation_cache', False)
-  compilation_cache.reset_cache()  # JAX decides once per process whether to use it: decide again
-  try:
-    yield
-  finally:
-    jax.config.update('jax_enable_compilation_cache', before)
-    compilation_cache.reset_cache()
 
 
 def timed_compile(lower: Callable) -> tuple:

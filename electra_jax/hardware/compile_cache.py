@@ -12,12 +12,19 @@ key does not hold: the folder is named by it too, so a cache on a shared home fo
 by a host with other CPU features. `JAX_COMPILATION_CACHE_DIR`, where set, is used as it is.
 """
 
+import contextlib
+import functools
 import hashlib
+from importlib import metadata
+import json
 import logging
 import os
+import pickle
 import platform
 
 import jax
+from jax.experimental import serialize_executable
+from jax.experimental.compilation_cache import compilation_cache
 import jaxlib
 
 DEFAULT_ROOT = os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.join(
@@ -72,7 +79,9 @@ def enable(root: str | None) -> str | None:
     path = folder(os.path.expanduser(root))
   else:
     jax.config.update('jax_enable_compilation_cache', False)
+    _Kept.folder = None
     return None
+  _Kept.folder = os.path.join(path, 'kept')
   jax.config.update('jax_compilation_cache_dir', path)
   jax.config.update('jax_persistent_cache_min_compile_time_secs', MIN_COMPILE_S)
   jax.config.update('jax_compilation_cache_max_size', MAX_BYTES)
@@ -84,14 +93,261 @@ def enable(root: str | None) -> str | None:
   return path
 
 
-def note(before: tuple[int, int]) -> str:
-  """' (3 of 4 programs from the compilation cache)' since the counts `before` (hits, misses), or
-  '' when none came from it."""
-  hits, misses = CACHED.hits - before[0], CACHED.misses - before[1]
+@contextlib.contextmanager
+def off():
+  """JAX's persistent compilation cache off inside: for programs compiled for devices that are
+  not here (a TPU slice: it could not load them, so writing them would only fill it and warn on
+  every read), and for programs kept whole (one it loaded cannot be written again whole)."""
+  before = jax.config.jax_enable_compilation_cache
+  jax.config.update('jax_enable_compilation_cache', False)
+  compilation_cache.reset_cache()  # JAX decides once per process whether to use it: decide again
+  try:
+    yield
+  finally:
+    jax.config.update('jax_enable_compilation_cache', before)
+    compilation_cache.reset_cache()
+
+
+def note(before: tuple[int, int, int, int]) -> str:
+  """' (3 of 4 programs from the compilation cache, 2 of them kept whole: not traced)' since the
+  counts `before` (counts()), or '' when none came from it."""
+  kept = KEPT.loaded - before[2]
+  hits = CACHED.hits - before[0] + kept
+  misses = CACHED.misses - before[1] + KEPT.compiled - before[3]
   if not hits:
     return ''
-  return f' ({hits} of {hits + misses} programs from the compilation cache)'
+  whole = f', {kept} of them kept whole: not traced' if kept else ''
+  return f' ({hits} of {hits + misses} programs from the compilation cache{whole})'
 
 
-def counts() -> tuple[int, int]:
-  return CACHED.hits, CACHED.misses
+def counts() -> tuple[int, int, int, int]:
+  """(JAX's cache hits, its misses, programs loaded whole, programs compiled to be kept) of this
+  process so far."""
+  return CACHED.hits, CACHED.misses, KEPT.loaded, KEPT.compiled
+
+
+# ================================================================================================
+# Programs kept whole: loaded by the next run without tracing
+# ================================================================================================
+#
+# JAX's cache above keys a program by its lowered text: a run traces and lowers every program
+# before it can look (a Base fine-tuning step: about 1.3 s on a CPU, for a load of 1.1 s). A `Kept`
+# program is keyed instead by what its trace depends on, all known before it: this package's
+# source, the versions of the libraries that trace, JAX's settings, XLA's flags, the devices and
+# the mesh, the arguments' shapes, dtypes and shardings, and the caller's description of what the
+# program closes over (a fine-tuning's config, model config, task and step count). A change to
+# any of them is another key, so another program, compiled and kept in turn; a kept file that
+# cannot be read is compiled again and replaced.
+
+_UNKEPT = 'not serializable'  # kept in place of a program that cannot be
+_KEPT_MAX_BYTES = 2 << 30  # the oldest-used kept programs go beyond this
+_LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'ml_collections')
+class _Kept:
+  folder = None  # where, once `enable` turned the cache on
+  loaded = 0  # programs this process loaded whole (the log's note)
+  compiled = 0  # and compiled to keep them (misses: JAX's cache was off for them)
+
+
+KEPT = _Kept()
+
+
+@functools.cache
+def _source_digest() -> str:
+  """Of this package's Python source: another version of the code traces other programs."""
+  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  digest = hashlib.sha256()
+  for folder_, dirs, files in sorted(os.walk(package)):
+    dirs.sort()
+    for name in sorted(files):
+      if name.endswith('.py'):
+        path = os.path.join(folder_, name)
+        digest.update(os.path.relpath(path, package).encode() + b'\0')
+        with open(path, 'rb') as f:
+          digest.update(f.read() + b'\0')
+  return digest.hexdigest()
+
+
+@functools.cache
+def _versions() -> dict:
+  versions = {}
+  for name in _LIBRARIES:
+    try:
+      versions[name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+      versions[name] = None
+  return versions
+
+
+def _environment() -> dict:
+  """What, beside the code and the caller's description, a traced and compiled program depends
+  on in this process."""
+  client = jax.devices()[0].client
+  return {
+      'source': _source_digest(), 'versions': _versions(), 'host': host(),
+      'backend': [client.platform, client.platform_version],
+      'devices': [[d.id, d.device_kind, d.process_index] for d in jax.devices()],
+      'config': {k: repr(v) for k, v in sorted(jax.config.values.items())
+                 if not k.startswith(('jax_compilation_cache', 'jax_persistent_cache'))},
+      'env': {k: os.environ.get(k) for k in ('XLA_FLAGS', 'LIBTPU_INIT_ARGS')},
+  }
+
+
+def _signature(args) -> tuple:
+  leaves, tree = jax.tree.flatten(args)
+  return tree, tuple((getattr(x, 'shape', None), str(getattr(x, 'dtype', type(x).__name__)),
+                      getattr(x, 'weak_type', False), getattr(x, 'sharding', None))
+                     for x in leaves)
+
+
+def _path(name: str, describe: str, parts: dict) -> str | None:
+  """The file of `name` kept under `describe` and `parts` in this process's environment, or None
+  where nothing is kept (the cache off, or several processes: each keeps its own programs)."""
+  where = kept_folder()
+  if where is None or jax.process_count() > 1:
+    return None
+  key = hashlib.sha256(json.dumps({'name': name, 'describe': describe, 'parts': parts,
+                                   'environment': _environment()},
+                                  sort_keys=True, default=repr).encode()).hexdigest()
+  return os.path.join(where, f'{name}-{key[:40]}.bin')
+
+
+def _read(path: str | None):
+  """What `path` holds, or None when it is absent or cannot be read (then made again)."""
+  if path is None:
+    return None
+  try:
+    with open(path, 'rb') as f:
+      value = pickle.load(f)
+    os.utime(path)  # (used: the last to go when the folder is trimmed)
+    return value
+  except FileNotFoundError:
+    return None
+  except Exception as e:  # a damaged or foreign file: made again and replaced
+    logging.getLogger(__name__).info('kept %s not read (%s); making it again', path, e)
+    return None
+
+
+def _ids(sharding) -> list | None:
+  devices = getattr(sharding, '_device_assignment', None)
+  return None if devices is None else [d.id for d in devices]
+
+
+class Kept:
+  """`jitted` (a `jax.jit` function), its compiled programs kept in the cache's folder between
+  runs under `name` and `describe` (JSON-able: what the function closes over, which its
+  arguments do not say). Called as `jitted` is; `lower` is jitted's."""
+
+  def __init__(self, jitted, name: str, describe: dict, mesh):
+    self.jitted, self.name, self.mesh = jitted, name, mesh
+    self.describe = json.dumps(describe, sort_keys=True, default=repr)
+    self._programs = {}
+
+  def lower(self, *args):
+    return self.jitted.lower(*args)
+
+  def __call__(self, *args):
+    # A compiled program checks its arguments before it runs (TypeError: other shapes, dtypes
+    # or trees; ValueError: other shardings): the programs of other arguments are tried, each in
+    # microseconds, before the arguments' signature is made (1.5 ms for a Base state).
+    for program in self._programs.values():  # (few: one per shape of the batch)
+      try:
+        return program(*args)
+      except (TypeError, ValueError):
+        pass
+    signature = _signature(args)
+    if signature not in self._programs:
+      self._programs[signature] = self._program(args, signature)
+    return self._programs[signature](*args)  # (its own error, where the arguments are wrong)
+
+  def _program(self, args, signature):
+    tree, leaves = signature
+    path = _path(self.name, self.describe, {
+        'mesh': [list(self.mesh.axis_names), self.mesh.device_ids.tolist()],
+        'arguments': [str(tree), [[s, d, w, repr(h), _ids(h)] for s, d, w, h in leaves]]})
+    kept = _read(path)
+    if kept is not None and kept != _UNKEPT:
+      try:
+        payload, in_tree, out_tree, ids = kept
+        by_id = {d.id: d for d in jax.devices()}
+        program = serialize_executable.deserialize_and_load(
+            payload, in_tree, out_tree, execution_devices=[by_id[i] for i in ids])
+        KEPT.loaded += 1
+        return program
+      except Exception as e:  # (written by a build this key does not tell apart)
+        logging.getLogger(__name__).info('kept %s not loaded (%s); compiling it', path, e)
+    if path is None or kept == _UNKEPT:  # (JAX's cache as for any program)
+      return self.jitted.lower(*args).compile()
+    KEPT.compiled += 1
+    with off():  # compiled here: a program JAX's cache loaded does not serialize whole (on CPUs
+      #            its kernels are missing when it is loaded again)
+      program = self.jitted.lower(*args).compile()
+    try:
+      kept = (*serialize_executable.serialize(program), _device_ids(program))
+    except Exception as e:  # not serializable here (a backend without it, closed-over
+      #                       constants): the next runs leave it to JAX's cache
+      logging.getLogger(__name__).info('program %s not kept (%s)', path, e)
+      kept = _UNKEPT
+    _keep(kept, path)
+    return program
+
+
+def _device_ids(program) -> list[int]:
+  """The devices `program` runs on, in its order (its arguments' or results' shardings')."""
+  for sharding in jax.tree.leaves((program.input_shardings, program.output_shardings)):
+    return [d.id for d in sharding._device_assignment]  # pylint: disable=protected-access
+  raise ValueError('a program of no arrays')
+
+
+def kept_value(name: str, describe: dict, make):
+  """`make()` (a value that pickles: shapes traced from the model, say), kept as programs are:
+  the next run with the same `describe` (all that `make` depends on) reads it instead."""
+  path = _path(name, json.dumps(describe, sort_keys=True, default=repr), {})
+  value = _read(path)
+  if value is None:
+    value = make()
+    if path is not None:
+      _keep(value, path)
+  return value
+
+
+def kept_folder() -> str | None:
+  """Where whole programs are kept: beside JAX's cache where `enable` turned it on (launched runs;
+  code that patches functions, as tests do, would otherwise load programs traced without the
+  patch), None where it is off."""
+  if not jax.config.jax_enable_compilation_cache:
+    return None
+  return _Kept.folder
+
+
+def _keep(value, path: str):
+  """Writes `value` (pickled) to `path` whole or not at all; a folder that cannot be written
+  leaves the run as it is (the next one makes it again)."""
+  partial = f'{path}.{os.getpid()}.partial'
+  try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(partial, 'wb') as f:
+      pickle.dump(value, f)
+    os.replace(partial, path)
+  except Exception as e:  # (a full or read-only disk, a value that does not pickle)
+    logging.getLogger(__name__).info('%s not kept (%s)', path, e)
+    if os.path.exists(partial):
+      os.remove(partial)
+    return
+  _trim(os.path.dirname(path))
+
+
+def _trim(where: str):
+  files = []
+  for entry in os.scandir(where):
+    if entry.name.endswith('.bin'):
+      stat = entry.stat()
+      files.append((stat.st_mtime, stat.st_size, entry.path))
+  total = sum(size for _, size, _ in files)
+  for _, size, path in sorted(files):
+    if total <= _KEPT_MAX_BYTES:
+      break
+    try:
+      os.remove(path)
+    except OSError:
+      pass
+    total -= size

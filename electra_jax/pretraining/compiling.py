@@ -126,7 +126,7 @@ def compile_for_topology(config: ml_collections.ConfigDict, slice_, log=print) -
   TPU and no data. Logs each program's memory per chip and the estimated step; returns the report
   (memory, microbatches, attention path, estimate, the train step's HLO) when every program
   compiles and fits, else raises UserError naming the fix."""
-  with aot.no_persistent_cache():
+  with compile_cache.off():
     return _compile_for_topology(config, slice_, log)
 
 

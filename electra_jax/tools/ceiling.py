@@ -19,7 +19,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from electra_jax.hardware import aot
+from electra_jax.hardware import compile_cache
 from electra_jax.hardware import hlo_cost
 from electra_jax.platform import chips as chips_lib
 from electra_jax.pretraining import step_flops as step_flops_lib
@@ -94,7 +94,7 @@ def ceiling(cfg, seq_len: int, batch_size: int, predictions: int, microbatches: 
   rows = batch_size // chips // parts
   matmuls, attention = forward_matmuls(cfg, seq_len, rows, predictions)
   cache, lines, total = {}, [], 0.0
-  with aot.no_persistent_cache():
+  with compile_cache.off():
     for mm in matmuls:
       seconds = 0.0
       for kind in ('forward', 'input grad', 'weight grad'):

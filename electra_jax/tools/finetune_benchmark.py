@@ -34,6 +34,7 @@ from electra_jax.finetune import run
 from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import aot
+from electra_jax.hardware import compile_cache
 from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import xla_options
 from electra_jax.model import networks as model_lib
@@ -369,7 +370,7 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
   not a measurement."""
   mesh = partitioning.make_mesh(slice_.devices())
   out = {'slice': slice_.name}
-  with aot.no_persistent_cache():
+  with compile_cache.off():
     model_cfg = model_view.model_for_devices(
         {**dataclasses.asdict(p.pretrained.model_cfg), 'dtype': 'auto'}, 'tpu',
         slice_.device_kind, p.cfg.max_seq_length, checked=False, log=log)

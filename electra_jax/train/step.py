@@ -21,6 +21,7 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
+from electra_jax.hardware import compile_cache
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.train import partitioning
@@ -208,22 +209,30 @@ def uses_fsdp(setup: Setup, mesh) -> bool:
   return mesh.devices.size > 1 and mesh.devices.flat[0].platform == 'tpu'
 
 
-def compile_steps(setup: Setup, mesh):
+def compile_steps(setup: Setup, mesh, kept: dict | None = None):
   """(init, train_step, eval_step) jitted over the mesh: batch split on 'data', state replicated
-  (or split by FSDP's rules, `uses_fsdp`)."""
+  (or split by FSDP's rules, `uses_fsdp`). `kept`, where given, says (JSON-able) all that `setup`
+  was built from: the init and train programs are then kept whole in the compilation cache's
+  folder, and a later run with the same description, code and devices loads them untraced
+  (compile_cache.Kept)."""
   data = partitioning.batch_sharding(mesh)
   repl = partitioning.replicated(mesh)
   setup = dataclasses.replace(setup, fsdp=uses_fsdp(setup, mesh))
-  state = partitioning.state_shardings(state_shapes(setup), mesh, setup.fsdp)
+  shapes = (state_shapes(setup) if kept is None else
+            compile_cache.kept_value('state', kept, lambda: state_shapes(setup)))
+  state = partitioning.state_shardings(shapes, mesh, setup.fsdp)
   if setup.fsdp:
     setup = dataclasses.replace(setup, param_shardings=state.params)
   on_mesh = lambda fn: partitioning.on_mesh(functools.partial(fn, setup), mesh)
   init = jax.jit(on_mesh(init_state), out_shardings=state)
+  keep = ((lambda fn, name: compile_cache.Kept(fn, name, kept, mesh)) if kept is not None else
+          (lambda fn, name: fn))
+  init = keep(init, 'init')
   if setup.init_args:  # replicated over the mesh: every process passes its whole copy
     init = _Bound(init, jax.tree.map(
         lambda a: jax.make_array_from_process_local_data(repl, np.asarray(a)), setup.init_args))
-  train = jax.jit(on_mesh(train_step), in_shardings=(state, data), out_shardings=(state, repl),
-                  donate_argnums=(0,))
+  train = keep(jax.jit(on_mesh(train_step), in_shardings=(state, data),
+                       out_shardings=(state, repl), donate_argnums=(0,)), 'train_step')
   evaluate = jax.jit(on_mesh(eval_step), in_shardings=(state.params, data, repl),
                      out_shardings=repl)
   return init, train, evaluate

@@ -20,7 +20,7 @@ path = compile_cache.enable(sys.argv[1])
 before = compile_cache.counts()
 f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())
 f(jnp.ones((64, 64))).block_until_ready()
-hits, misses = compile_cache.counts()
+hits, misses, _, _ = compile_cache.counts()
 print(json.dumps({'path': path, 'hits': hits - before[0], 'misses': misses - before[1],
                   'note': compile_cache.note(before)}))
 '''
@@ -58,3 +58,98 @@ def test_the_cache_folder_is_this_jax_and_host(monkeypatch):
   monkeypatch.undo()
   monkeypatch.setattr(compile_cache.platform, 'processor', lambda: 'another cpu')
   assert compile_cache.folder('/c') != here
+
+
+KEPT_CHILD = r'''
+import json, sys
+import jax, jax.numpy as jnp, numpy as np, optax
+from electra_jax.hardware import compile_cache
+from electra_jax.train import partitioning
+root, rate, rows, keep = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == 'kept'
+compile_cache.enable(root)
+traces = []
+tx = optax.adamw(rate)
+def step(p, o, x, y):  # a train step: XLA fuses its iota, selects and updates into many kernels
+  traces.append(1)
+  loss = lambda p: optax.softmax_cross_entropy(jax.nn.gelu(x @ p['w1']) @ p['w2'],
+                                               jax.nn.one_hot(y, 8)).mean()
+  l, g = jax.value_and_grad(loss)(p)
+  u, o = tx.update(g, o, p)
+  return optax.apply_updates(p, u), o, l
+mesh = partitioning.make_mesh()
+fn = jax.jit(step)
+if keep:
+  fn = compile_cache.Kept(fn, 'step', {'rate': rate}, mesh)
+p = {'w1': jnp.full((16, 32), 0.1, jnp.float32), 'w2': jnp.full((32, 8), 0.1, jnp.float32)}
+o = tx.init(p)
+x, y = jnp.arange(rows * 16.0).reshape(rows, 16) / 64, jnp.arange(rows) % 8
+losses, before = [], compile_cache.counts()  # (the arrays' own programs above not counted)
+for _ in range(3):
+  p, o, l = fn(p, o, x, y)
+  losses.append(float(l))
+print(json.dumps({'traces': len(traces), 'losses': losses, 'note': compile_cache.note(before),
+                  'w1': np.asarray(p['w1']).tolist()}))
+'''
+
+
+def _kept(root, rate=1e-2, rows=4, keep='kept') -> dict:
+  env = {k: v for k, v in CHILD_ENV.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
+  done = subprocess.run([sys.executable, '-c', KEPT_CHILD, str(root), str(rate), str(rows), keep],
+                        capture_output=True, text=True, env=env, timeout=120, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_kept_program_is_loaded_by_the_next_run_without_tracing_and_computes_the_same(tmp_path):
+  """A program kept whole (compile_cache.Kept) is loaded by the next run untraced, and its steps
+  give the same numbers to the bit; another description or other shapes are other programs; a
+  damaged file is compiled again and replaced; with the cache off nothing is kept. The first run
+  follows one that left the same program in JAX's own cache: a program loaded from there does not
+  serialize whole (loaded again, XLA's CPU runtime misses its kernels), so it is compiled anew."""
+  root = tmp_path / 'cache'
+  plain = _kept(root, keep='plain')  # JAX's cache now holds the step
+  first = _kept(root)
+  assert first['traces'] == 1 and first['losses'] == plain['losses']
+  assert 'kept whole' not in first['note']
+  kept = os.path.join(compile_cache.folder(str(root)), 'kept')
+  files = sorted(os.listdir(kept))
+  assert len(files) == 1 and files[0].startswith('step-'), files
+  second = _kept(root)
+  assert second['traces'] == 0, second
+  assert second['losses'] == first['losses'] and second['w1'] == first['w1']
+  assert second['note'] == ' (1 of 1 programs from the compilation cache, 1 of them kept whole: not traced)'
+  assert _kept(root, rate=2e-2)['traces'] == 1  # another description: another program
+  assert _kept(root, rows=6)['traces'] == 1  # other shapes
+  assert len(os.listdir(kept)) == 3
+  path = os.path.join(kept, files[0])
+  with open(path, 'r+b') as f:
+    f.truncate(os.path.getsize(path) // 2)
+  damaged = _kept(root)
+  assert damaged['traces'] == 1 and damaged['losses'] == first['losses']
+  assert _kept(root)['traces'] == 0  # replaced whole
+  off = _kept('')
+  assert off['traces'] == 1 and off['note'] == '' and len(os.listdir(kept)) == 3
+
+
+@pytest.mark.fast
+def test_a_kept_programs_key_holds_the_code_libraries_and_devices(monkeypatch, tmp_path):
+  """Another source of this package, another version of a library that traces, other XLA flags or
+  another description name another file; the same ones the same file."""
+  monkeypatch.setattr(compile_cache._Kept, 'folder', str(tmp_path))
+  here = compile_cache._path('step', '{}', {})
+  assert here == compile_cache._path('step', '{}', {}) and here.startswith(str(tmp_path))
+  assert compile_cache._path('step', '{"rate": 1}', {}) != here
+  assert compile_cache._path('step', '{}', {'arguments': 'f32[4]'}) != here
+  monkeypatch.setenv('XLA_FLAGS', os.environ.get('XLA_FLAGS', '') + ' --xla_cpu_use_thunk_runtime')
+  assert compile_cache._path('step', '{}', {}) != here
+  monkeypatch.undo()
+  monkeypatch.setattr(compile_cache._Kept, 'folder', str(tmp_path))
+  assert compile_cache._path('step', '{}', {}) == here
+  monkeypatch.setattr(compile_cache, '_versions', lambda: {'jax': '0.0.1'})
+  assert compile_cache._path('step', '{}', {}) != here
+  monkeypatch.undo()
+  monkeypatch.setattr(compile_cache._Kept, 'folder', str(tmp_path))
+  monkeypatch.setattr(compile_cache, '_source_digest', lambda: 'another source')
+  assert compile_cache._path('step', '{}', {}) != here
+  monkeypatch.setattr(compile_cache._Kept, 'folder', None)  # the cache off (or tests: not enabled)
+  assert compile_cache._path('step', '{}', {}) is None
