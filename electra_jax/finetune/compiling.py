@@ -4,7 +4,6 @@ the model's sizes from --init's config (no weights read), the task's shapes from
 
 import dataclasses
 
-import jax
 
 from electra_jax import UserError, user_errors
 from electra_jax.finetune import batches
@@ -48,7 +47,7 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
   setup = run.make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, 1000,
                          cfg.seed)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
-  state = jax.eval_shape(init_fn)
+  state = init_fn.eval_shape()
   sharding = partitioning.batch_sharding(mesh)
   kind = registry.get(task.kind)
   capacity, problems, report = slice_.hbm_bytes, [], {'slice': slice_.name, 'kind': task.kind}

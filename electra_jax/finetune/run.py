@@ -58,7 +58,7 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
   shapes = compile_cache.kept_value('finetuning_params', setup_description(  # (traced: 0.1 s)
-      cfg, pretrained, task, total_steps, seed), lambda: jax.eval_shape(init, jax.random.key(0)))
+      cfg, pretrained, task, total_steps), lambda: jax.eval_shape(init, jax.random.key(0)))
   factors = optim.layerwise_multipliers(shapes, model_cfg.num_layers, decay,
                                         o.layerwise_decay_rule)
   factors = optim.with_word_table_factor(factors, o.word_table_lr)
@@ -71,12 +71,11 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
                         init_args=() if pretrained.params is None else (pretrained.params,))
 
 
-def setup_description(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: int,
-                      seed: int) -> dict:
-  """All that make_setup's programs are built from (its arguments, the weights aside: they are
-  the init program's arguments), as the key of the programs kept whole between runs."""
+def setup_description(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: int) -> dict:
+  """All that make_setup's programs are built from (its arguments, the weights and the seed aside:
+  they are the programs' arguments), as the key of the programs kept whole between runs."""
   return {'config': json.loads(cfg.to_json()), 'model': dataclasses.asdict(pretrained.model_cfg),
-          'task': dataclasses.asdict(task), 'total_steps': total_steps, 'seed': seed,
+          'task': dataclasses.asdict(task), 'total_steps': total_steps,
           'pretrained': pretrained.params is not None}
 
 
@@ -93,7 +92,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   total = max(1, int(round(epochs * (len(train) // cfg.batch_size))))
   setup = make_setup(cfg, pretrained, task, total, seed)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh, kept=setup_description(
-      cfg, pretrained, task, total, seed))
+      cfg, pretrained, task, total))
   fs.makedirs(workdir, exist_ok=True)
   ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1,
                                      best_metric=task.metrics[0] if cfg.eval_every else '')
@@ -189,7 +188,7 @@ def packing_note(train, shapes, cfg, pack: bool) -> str:
   counts = ', '.join(str(l.rows) for l in shapes.layouts)
   return (f'{layout.examples} examples a step packed in {shapes.mean_rows:.1f} rows of '
           f'{layout.length} tokens on average ({counts} rows: {len(shapes.layouts)} '
-          f'shape{"s" if len(shapes.layouts) > 1 else ""}; up to {layout.slots} sequences a row), '
+          f'shape{"s" if len(shapes.layouts) > 1 else ""}; room for {layout.slots} sequences a row), '
           f'{share(shapes.mean_rows)} of their tokens real; a row each, {padded} rows would be '
           f'{share(padded)}')
 

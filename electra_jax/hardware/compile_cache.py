@@ -235,7 +235,7 @@ def _ids(sharding) -> list | None:
 class Kept:
   """`jitted` (a `jax.jit` function), its compiled programs kept in the cache's folder between
   runs under `name` and `describe` (JSON-able: what the function closes over, which its
-  arguments do not say). Called as `jitted` is; `lower` is jitted's."""
+  arguments do not say). Called as `jitted` is; `lower` and `eval_shape` are jitted's."""
 
   def __init__(self, jitted, name: str, describe: dict, mesh):
     self.jitted, self.name, self.mesh = jitted, name, mesh
@@ -244,6 +244,9 @@ class Kept:
 
   def lower(self, *args):
     return self.jitted.lower(*args)
+
+  def eval_shape(self, *args):
+    return self.jitted.eval_shape(*args)
 
   def __call__(self, *args):
     # A compiled program checks its arguments before it runs (TypeError: other shapes, dtypes

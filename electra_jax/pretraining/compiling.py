@@ -61,7 +61,7 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
   def build(model_cfg):
     setup = make_setup(model_cfg)
     init, _, evaluate = step_lib.compile_steps(setup, mesh)
-    state = jax.eval_shape(init)
+    state = init.eval_shape()
     compile_train = lambda m: step_lib.compile_steps(
         dataclasses.replace(setup, microbatches=m), mesh)[1].lower(
             state, _batch_shapes(sharding, d.batch_size, d.max_seq_length)).compile()
@@ -153,7 +153,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
   compile_s = time.perf_counter() - t
   setup, train, evaluate, used = (programs.setup, programs.train, programs.evaluate,
                                   programs.memory)
-  state = jax.eval_shape(programs.init)
+  state = programs.init.eval_shape()
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   rows = d.batch_size // mesh.devices.size
   split = ' split by FSDP' if step_lib.uses_fsdp(setup, mesh) else ''

@@ -150,8 +150,8 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   latest = ckpt.latest_step()
   if latest is not None:  # a checkpoint of other shapes is refused before the compilation
     with user_errors(ValueError):
-      ckpt.check_shapes(latest, jax.eval_shape(step_lib.compile_steps(make_setup(model_cfg),
-                                                                      mesh)[0]))
+      ckpt.check_shapes(latest, step_lib.compile_steps(make_setup(model_cfg),
+                                                       mesh)[0].eval_shape())
   programs = compiling.compile_logged(config, make_setup, model_cfg, mesh, log)
   setup, train_fn, eval_fn = programs.setup, programs.train, programs.evaluate
 

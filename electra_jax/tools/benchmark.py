@@ -124,7 +124,7 @@ def step_memory(config) -> dict:
   FSDP) and XLA's buffer assignment. Large on 8 devices can be sized on a laptop."""
   mesh, setup, init_fn, train_fn = _compiled(config)
   d = config.data
-  state = jax.eval_shape(init_fn)
+  state = init_fn.eval_shape()
   batch = {k: jax.ShapeDtypeStruct((d.batch_size, d.max_seq_length), np.int32,
                                    sharding=partitioning.batch_sharding(mesh))
            for k in ('input_ids', 'input_mask', 'segment_ids')}

@@ -381,7 +381,7 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
       setup = run.make_setup(cfg, dataclasses.replace(p.pretrained, model_cfg=model_cfg), p.task,
                              p.total_steps, cfg.seed)
       init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
-      state = jax.eval_shape(init_fn)
+      state = init_fn.eval_shape()
       shapes = batches.train_shapes(p.train, cfg.batch_size, cfg.seed, p.total_steps, cfg.packing,
                                     mesh, cfg.packing_shapes)
       seconds, kernels = [], []

@@ -223,30 +223,59 @@ def compile_steps(setup: Setup, mesh, kept: dict | None = None):
   state = partitioning.state_shardings(shapes, mesh, setup.fsdp)
   if setup.fsdp:
     setup = dataclasses.replace(setup, param_shardings=state.params)
-  on_mesh = lambda fn: partitioning.on_mesh(functools.partial(fn, setup), mesh)
-  init = jax.jit(on_mesh(init_state), out_shardings=state)
+  # The seed is the programs' first argument, not a constant compiled into them: a fine-tuning's
+  # seeds run one program (traced and compiled once, kept once), and the numbers are the same.
+  on_mesh = lambda fn: partitioning.on_mesh(functools.partial(_seeded(fn), setup), mesh)
+  seed = _seed_argument(setup.seed, repl)
   keep = ((lambda fn, name: compile_cache.Kept(fn, name, kept, mesh)) if kept is not None else
           (lambda fn, name: fn))
-  init = keep(init, 'init')
-  if setup.init_args:  # replicated over the mesh: every process passes its whole copy
-    init = _Bound(init, jax.tree.map(
-        lambda a: jax.make_array_from_process_local_data(repl, np.asarray(a)), setup.init_args))
-  train = keep(jax.jit(on_mesh(train_step), in_shardings=(state, data),
-                       out_shardings=(state, repl), donate_argnums=(0,)), 'train_step')
-  evaluate = jax.jit(on_mesh(eval_step), in_shardings=(state.params, data, repl),
+  init = keep(jax.jit(on_mesh(init_state), out_shardings=state), 'init')
+  init = _Bound(init, (seed,) + jax.tree.map(  # replicated over the mesh: every process passes
+      lambda a: jax.make_array_from_process_local_data(repl, np.asarray(a)),  # its whole copy
+      tuple(setup.init_args)))
+  train = keep(jax.jit(on_mesh(train_step), in_shardings=(repl, state, data),
+                       out_shardings=(state, repl), donate_argnums=(1,)), 'train_step')
+  evaluate = jax.jit(on_mesh(eval_step), in_shardings=(repl, state.params, data, repl),
                      out_shardings=repl)
-  return init, train, evaluate
+  return init, _Bound(train, (seed,)), _Bound(evaluate, (seed,))
+
+
+def _seeded(fn):
+  """`fn(setup, ...)` as `fn(setup, seed, ...)`: the seed a traced argument in place of setup's."""
+  return lambda setup, seed, *args: fn(dataclasses.replace(setup, seed=seed), *args)
+
+
+def _seed_argument(seed: int, replicated):
+  """The seed as the programs take it: an array on every device of the mesh, or its shape where
+  the devices are not this machine's (a TPU slice compiled for here: lowered, never run)."""
+  if not set(replicated.mesh.devices.flat) <= set(jax.devices()):
+    return jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated)
+  return jax.make_array_from_process_local_data(replicated, np.asarray(seed, np.int32))
 
 
 class _Bound:
-  """A jitted init program with its arguments bound: called and lowered with none, as the init
-  programs without arguments are."""
+  """A program, jitted, lowered or compiled, with its first arguments bound (the seed; an init
+  program's pre-trained weights): called, lowered and compiled with the others alone; the rest
+  (memory and cost analyses, text) is the program's."""
 
   def __init__(self, fn, args: tuple):
     self.fn, self.args = fn, args
 
-  def __call__(self):
-    return self.fn(*self.args)
+  def __call__(self, *rest):
+    return self.fn(*self.args, *rest)
 
-  def lower(self):
-    return self.fn.lower(*self.args)
+  def lower(self, *rest):
+    return _Bound(self.fn.lower(*self.args, *rest), self.args)
+
+  def compile(self, *args, **kwargs):
+    return _Bound(self.fn.compile(*args, **kwargs), self.args)
+
+  def eval_shape(self, *rest):
+    """The outputs' shapes, dtypes and shardings (`jax.eval_shape` of a bound program would
+    leave out the shardings)."""
+    return self.fn.eval_shape(*self.args, *rest)
+
+  def __getattr__(self, name):
+    if name in ('fn', 'args'):  # (not yet set: copied or unpickled)
+      raise AttributeError(name)
+    return getattr(self.fn, name)

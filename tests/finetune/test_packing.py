@@ -135,6 +135,10 @@ def test_rows_are_filled_first_fit_longest_first_and_the_layout_fits_every_batch
   steps = [np.arange(i, i + 16) for i in range(0, 64, 16)]
   layout = packing.shapes(data, steps, True, devices=8).largest
   assert layout.rows % 8 == 0 and layout.examples == 16
+  # room for the most sequences a row holds, rounded up (seeds whose rows hold 10 or 11 share
+  # one program)
+  most = max(len(r) for step in steps for r in packing.place(data, step, True))
+  assert layout.slots % packing.SLOTS_MULTIPLE == 0 and most <= layout.slots < most + 4
   for examples in steps:  # each batch fits, and its examples' tokens are all there
     batch = batches.assemble(data, examples, layout, True)
     real, total = batches.fill(batch)

@@ -568,7 +568,7 @@ def test_state_shapes_from_known_parameter_shapes_equal_the_traced_ones():
 def test_initial_weights_given_to_a_setup_are_arguments_of_its_init_program():
   """A fine-tuning's pre-trained weights reach the init program as arguments, one per array, not
   as constants compiled into it (which made a Base fine-tuning's cached init program 314 MB and
-  its cache key the weights'); the state starts from them."""
+  its cache key the weights'); the state starts from them. (The seed is the one argument besides.)"""
   setup = pretrain_setup.build_setup(test_config(), SPECIAL)
   given = jax.tree.map(lambda x: x + 1.0, setup.init_params(jax.random.key(9)))
   mesh = partitioning.make_mesh(jax.devices()[:1])
@@ -579,7 +579,7 @@ def test_initial_weights_given_to_a_setup_are_arguments_of_its_init_program():
     arguments[name] = len(jax.tree.leaves(init_fn.lower().args_info))
     for a, b in zip(jax.tree.leaves(init_fn().params), jax.tree.leaves(given)):
       np.testing.assert_array_equal(a, b)
-  assert arguments == {'given': len(jax.tree.leaves(given)), 'closed over': 0}
+  assert arguments == {'given': 1 + len(jax.tree.leaves(given)), 'closed over': 1}
 
 
 @pytest.mark.fast
@@ -594,7 +594,7 @@ def test_the_clipped_guard_is_a_select_in_place_and_the_unclipped_one_a_conditio
   for name, setup in (('select', clipped), ('conditional', dataclasses.replace(
       clipped, check_update=True))):
     init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
-    shape = jax.eval_shape(init_fn)
+    shape = init_fn.eval_shape()
     compiled[name] = train_fn.lower(shape, batch).compile()
   conditionals = lambda c: len(re.findall(r'\sconditional\(', c.as_text()))
   assert conditionals(compiled['select']) == 0 and conditionals(compiled['conditional']) == 1

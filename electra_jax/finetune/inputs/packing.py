@@ -117,11 +117,18 @@ class Shapes:
     return next(l for l in self.layouts if l.rows // processes >= rows)
 
 
+# Sequences per row are rounded up to a multiple of this: the seeds of a fine-tuning, whose
+# shuffles fill rows with up to 10 or 11 sequences, then take one program (a program per shape of
+# the batch; a Base step compiles for about a minute on a GPU host). A slot costs a few indices.
+SLOTS_MULTIPLE = 4
+
+
 def shapes(data: Encoded, batches: list, pack: bool, devices: int, processes: int = 1,
            most: int = 1) -> Shapes:
   """The shapes of `batches` (arrays of example indices, each split evenly among the processes):
   at most `most` row counts (multiples of the devices), those that leave the fewest rows empty
-  when each batch takes the smallest that holds it; sequences per row: the most any row holds."""
+  when each batch takes the smallest that holds it; sequences per row: the most any row holds,
+  rounded up to SLOTS_MULTIPLE."""
   needed, slots = [], 1
   for batch in batches:
     plans = [place(data, share, pack) for share in np.split(np.asarray(batch), processes)]
@@ -129,6 +136,7 @@ def shapes(data: Encoded, batches: list, pack: bool, devices: int, processes: in
     needed.append(-(-per_process * processes // devices) * devices)  # rows, all processes
     slots = max([slots] + [len(r) for p in plans for r in p])
   sizes = _fewest_empty(sorted(set(needed)), np.bincount(needed), most)
+  slots = -(-slots // SLOTS_MULTIPLE) * SLOTS_MULTIPLE
   layouts = tuple(Layout(rows=r, slots=slots, examples=len(batches[0]), choices=choices(data),
                          length=data.input_ids.shape[-1]) for r in sizes)
   taken = [next(r for r in sizes if r >= n) for n in needed]
