@@ -235,7 +235,8 @@ def _ids(sharding) -> list | None:
 class Kept:
   """`jitted` (a `jax.jit` function), its compiled programs kept in the cache's folder between
   runs under `name` and `describe` (JSON-able: what the function closes over, which its
-  arguments do not say). Called as `jitted` is; `lower` and `eval_shape` are jitted's."""
+  arguments do not say). Called as `jitted` is, and lowered and compiled ahead of time as it is
+  (`lower(...).compile()`: loaded from the kept file where there is one, not traced)."""
 
   def __init__(self, jitted, name: str, describe: dict, mesh):
     self.jitted, self.name, self.mesh = jitted, name, mesh
@@ -243,7 +244,7 @@ class Kept:
     self._programs = {}
 
   def lower(self, *args):
-    return self.jitted.lower(*args)
+    return _Lowered(self, args)
 
   def eval_shape(self, *args):
     return self.jitted.eval_shape(*args)
@@ -257,10 +258,15 @@ class Kept:
         return program(*args)
       except (TypeError, ValueError):
         pass
+    return self.compiled(args)(*args)  # (its own error, where the arguments are wrong)
+
+  def compiled(self, args):
+    """The program of `args` (arrays or their shapes): kept in this process, loaded from its
+    kept file, or compiled and kept."""
     signature = _signature(args)
     if signature not in self._programs:
       self._programs[signature] = self._program(args, signature)
-    return self._programs[signature](*args)  # (its own error, where the arguments are wrong)
+    return self._programs[signature]
 
   def _program(self, args, signature):
     tree, leaves = signature
@@ -292,6 +298,24 @@ class Kept:
       kept = _UNKEPT
     _keep(kept, path)
     return program
+
+
+class _Lowered:
+  """`Kept.lower(...)`: its `compile()` the kept program (not traced where it was kept); the rest
+  (the lowered text, its costs) jitted's lowering, traced where asked for."""
+
+  def __init__(self, kept: Kept, args: tuple):
+    self.kept, self.args = kept, args
+
+  def compile(self, *args, **kwargs):
+    if args or kwargs:  # (compiler options: not the kept program's)
+      return self.kept.jitted.lower(*self.args).compile(*args, **kwargs)
+    return self.kept.compiled(self.args)
+
+  def __getattr__(self, name):
+    if name in ('kept', 'args'):  # (not yet set: copied or unpickled)
+      raise AttributeError(name)
+    return getattr(self.kept.jitted.lower(*self.args), name)
 
 
 def _device_ids(program) -> list[int]:

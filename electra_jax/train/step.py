@@ -212,9 +212,8 @@ def uses_fsdp(setup: Setup, mesh) -> bool:
 def compile_steps(setup: Setup, mesh, kept: dict | None = None):
   """(init, train_step, eval_step) jitted over the mesh: batch split on 'data', state replicated
   (or split by FSDP's rules, `uses_fsdp`). `kept`, where given, says (JSON-able) all that `setup`
-  was built from: the init and train programs are then kept whole in the compilation cache's
-  folder, and a later run with the same description, code and devices loads them untraced
-  (compile_cache.Kept)."""
+  was built from: the programs are then kept whole in the compilation cache's folder, and a later
+  run with the same description, code and devices loads them untraced (compile_cache.Kept)."""
   data = partitioning.batch_sharding(mesh)
   repl = partitioning.replicated(mesh)
   setup = dataclasses.replace(setup, fsdp=uses_fsdp(setup, mesh))
@@ -235,8 +234,8 @@ def compile_steps(setup: Setup, mesh, kept: dict | None = None):
       tuple(setup.init_args)))
   train = keep(jax.jit(on_mesh(train_step), in_shardings=(repl, state, data),
                        out_shardings=(state, repl), donate_argnums=(1,)), 'train_step')
-  evaluate = jax.jit(on_mesh(eval_step), in_shardings=(repl, state.params, data, repl),
-                     out_shardings=repl)
+  evaluate = keep(jax.jit(on_mesh(eval_step), in_shardings=(repl, state.params, data, repl),
+                          out_shardings=repl), 'eval_step')
   return init, _Bound(train, (seed,)), _Bound(evaluate, (seed,))
 
 
