@@ -231,7 +231,8 @@ def compile_steps(setup: Setup, mesh, kept: dict | None = None):
   init = keep(jax.jit(on_mesh(init_state), out_shardings=state), 'init')
   init = _Bound(init, (seed,) + jax.tree.map(  # replicated over the mesh: every process passes
       lambda a: jax.make_array_from_process_local_data(repl, np.asarray(a)),  # its whole copy
-      tuple(setup.init_args)))
+      tuple(setup.init_args)), shapes=jax.tree.map(
+          lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, state))
   train = keep(jax.jit(on_mesh(train_step), in_shardings=(repl, state, data),
                        out_shardings=(state, repl), donate_argnums=(1,)), 'train_step')
   evaluate = keep(jax.jit(on_mesh(eval_step), in_shardings=(repl, state.params, data, repl),
@@ -257,8 +258,8 @@ class _Bound:
   program's pre-trained weights): called, lowered and compiled with the others alone; the rest
   (memory and cost analyses, text) is the program's."""
 
-  def __init__(self, fn, args: tuple):
-    self.fn, self.args = fn, args
+  def __init__(self, fn, args: tuple, shapes=None):
+    self.fn, self.args, self.shapes = fn, args, shapes  # (the outputs', where known)
 
   def __call__(self, *rest):
     return self.fn(*self.args, *rest)
@@ -271,10 +272,12 @@ class _Bound:
 
   def eval_shape(self, *rest):
     """The outputs' shapes, dtypes and shardings (`jax.eval_shape` of a bound program would
-    leave out the shardings)."""
+    leave out the shardings): an init program's known ones, not traced again."""
+    if self.shapes is not None and not rest:
+      return self.shapes
     return self.fn.eval_shape(*self.args, *rest)
 
   def __getattr__(self, name):
-    if name in ('fn', 'args'):  # (not yet set: copied or unpickled)
+    if name in ('fn', 'args', 'shapes'):  # (not yet set: copied or unpickled)
       raise AttributeError(name)
     return getattr(self.fn, name)

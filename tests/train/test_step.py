@@ -40,3 +40,23 @@ def test_every_seed_runs_one_program_and_gets_the_numbers_of_its_seed_compiled_i
   (texts_a, a), (texts_b, b) = runs
   assert texts_a == texts_b  # one program for both seeds
   assert any(not np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def test_the_init_programs_shapes_are_known_without_tracing_it_and_are_its_own():
+  """compile_steps' init program gives its outputs' shapes, dtypes and shardings from the state's
+  shapes it already has (a Base pre-training's start traced its initializers once more for them):
+  those a trace of the program gives, replicated, under FSDP over 8 devices, and with weights
+  given as arguments."""
+  setup = pretrain_setup.build_setup(test_config(), SPECIAL)
+  given = setup.init_params(jax.random.key(9))
+  for devices, variant in ((1, {}), (8, {'fsdp': True}),
+                           (8, {'init_params': lambda key, p: p, 'init_args': (given,)})):
+    mesh = partitioning.make_mesh(jax.devices()[:devices])
+    init_fn = step_lib.compile_steps(dataclasses.replace(setup, **variant), mesh)[0]
+    known, traced = init_fn.eval_shape(), init_fn.fn.eval_shape(*init_fn.args)
+    assert jax.tree.structure(known) == jax.tree.structure(traced)
+    for a, b in zip(jax.tree.leaves(known), jax.tree.leaves(traced), strict=True):
+      assert (a.shape, a.dtype, a.sharding) == (b.shape, b.dtype, b.sharding), (a, b)
+  assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated
+             for x in jax.tree.leaves(step_lib.compile_steps(dataclasses.replace(
+                 setup, fsdp=True), partitioning.make_mesh())[0].eval_shape()))
