@@ -135,13 +135,16 @@ def counts() -> tuple[int, int, int, int]:
 # program is keyed instead by what its trace depends on, all known before it: this package's
 # source, the versions of the libraries that trace, JAX's settings, XLA's flags, the devices and
 # the mesh, the arguments' shapes, dtypes and shardings, and the caller's description of what the
-# program closes over (a fine-tuning's config, model config, task and step count). A change to
-# any of them is another key, so another program, compiled and kept in turn; a kept file that
-# cannot be read is compiled again and replaced.
+# program closes over (a pre-training's config, special ids, platform, model view and
+# microbatches; a fine-tuning's config, model config, task and step count). A change to any of
+# them is another key, so another program, compiled and kept in turn; a kept file that cannot be
+# read is compiled again and replaced.
 
 _UNKEPT = 'not serializable'  # kept in place of a program that cannot be
 _KEPT_MAX_BYTES = 2 << 30  # the oldest-used kept programs go beyond this
 _LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'ml_collections')
+
+
 class _Kept:
   folder = None  # where, once `enable` turned the cache on
   loaded = 0  # programs this process loaded whole (the log's note)
@@ -218,13 +221,16 @@ def _read(path: str | None):
   try:
     with open(path, 'rb') as f:
       value = pickle.load(f)
-    os.utime(path)  # (used: the last to go when the folder is trimmed)
-    return value
   except FileNotFoundError:
     return None
   except Exception as e:  # a damaged or foreign file: made again and replaced
     logging.getLogger(__name__).info('kept %s not read (%s); making it again', path, e)
     return None
+  try:
+    os.utime(path)  # (used: the last to go when the folder is trimmed)
+  except OSError:  # (a folder shared read-only)
+    pass
+  return value
 
 
 def _ids(sharding) -> list | None:
