@@ -5,6 +5,7 @@
 #   bash launch/gpu_benchmarks.sh small       # Small 128 x 128 vs HF + torch.compile
 #   bash launch/gpu_benchmarks.sh maxbatch    # largest batch per device, Base and Large at 512
 #   bash launch/gpu_benchmarks.sh quick       # our steps alone, each variant of a change in turn
+#   bash launch/gpu_benchmarks.sh start       # a Base fine-tuning's start, first and from the cache
 #   bash launch/gpu_benchmarks.sh all         # attention, base, small, maxbatch
 # Each section prints its results and writes JSON next to OUT (default /tmp/electra_gpu).
 # Wall time on an H100 (jax 0.11.2, at ff97c9e): base's first command 277 s (our compile 72 s, the
@@ -77,7 +78,44 @@ inputs() {
   cp "$demo/config.json" "$demo/workdir.json" "$INPUTS/init/"
   cp "$demo/data/metadata.json" "$demo/data/vocab.model" "$INPUTS/init/data/"
   cp "$suite/debian_section/train.csv" "$suite/debian_section/dev.csv" "$INPUTS/task/"
+  # a Base-sized pre-training's folder without weights, for `start` (its fine-tunings start from
+  # random weights): the quick start's, with configs/base.py's model
+  mkdir -p "$INPUTS/init_base"
+  cp -r "$INPUTS/init/data" "$INPUTS/init/workdir.json" "$INPUTS/init_base/"
+  $PY - "$INPUTS/init/config.json" "$INPUTS/init_base/config.json" <<'EOF'
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location('base', 'configs/base.py')
+base = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(base)
+config = json.load(open(sys.argv[1]))
+config['model'] = {**base.get_config().model.to_dict(), 'vocab_size': config['model']['vocab_size']}
+json.dump(config, open(sys.argv[2], 'w'), indent=2)
+EOF
   echo "inputs in $INPUTS: carry it with the checkout"
+}
+
+start() {
+  # a fine-tuning's start, the same command twice with an empty compilation cache first: the first
+  # run compiles its programs, the second loads them whole (docs/speed.md, "Compiled once"). The
+  # time from the process's start to the first step's line; Base-sized, from random weights
+  # (from_scratch: the inputs carry no checkpoint), the tiny model under QUICK_CONFIG
+  local init="$INPUTS/init_base" cache="$OUT/start_cache" i t0 line
+  [ -z "${QUICK_CONFIG:-}" ] || init="$INPUTS/init"
+  rm -rf "$cache"
+  for i in 1 2; do
+    rm -rf "$OUT/start_$i"
+    t0=$(date +%s%N)
+    $PY launch/finetune.py --config=configs/finetune/own.py --init="$init" \
+      --workdir="$OUT/start_$i" --config.from_scratch=True \
+      --config.task.train="$INPUTS/task/train.csv" --config.task.dev="$INPUTS/task/dev.csv" \
+      --config.epochs=0.02 --config.log_every=1 --config.baseline=False \
+      --compilation_cache="$cache" 2>&1 | while IFS= read -r line; do
+        echo "$line"
+        if [[ $line == *"| step 1/"* ]]; then
+          echo "== run $i: the first step's line $(( ($(date +%s%N) - t0) / 1000000 )) ms after the start"
+        fi
+      done
+  done
 }
 
 quick() {
@@ -106,6 +144,7 @@ case "${1:-all}" in
   maxbatch) maxbatch ;;
   inputs) inputs ;;
   quick) quick ;;
+  start) start ;;
   all) attention; base; small; maxbatch ;;
-  *) echo "usage: $0 attention|base|small|maxbatch|inputs|quick|all" >&2; exit 2 ;;
+  *) echo "usage: $0 attention|base|small|maxbatch|inputs|quick|start|all" >&2; exit 2 ;;
 esac
