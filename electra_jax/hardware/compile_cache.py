@@ -97,7 +97,7 @@ def enable(root: str | None) -> str | None:
 def off():
   """JAX's persistent compilation cache off inside: for programs compiled for devices that are
   not here (a TPU slice: it could not load them, so writing them would only fill it and warn on
-  every read), and for programs kept whole (one it loaded cannot be written again whole)."""
+  every read)."""
   before = jax.config.jax_enable_compilation_cache
   jax.config.update('jax_enable_compilation_cache', False)
   compilation_cache.reset_cache()  # JAX decides once per process whether to use it: decide again
@@ -108,22 +108,20 @@ def off():
     compilation_cache.reset_cache()
 
 
-def note(before: tuple[int, int, int, int]) -> str:
+def note(before: tuple[int, int, int]) -> str:
   """' (3 of 4 programs from the compilation cache, 2 of them kept whole: not traced)' since the
   counts `before` (counts()), or '' when none came from it."""
   kept = KEPT.loaded - before[2]
-  hits = CACHED.hits - before[0] + kept
-  misses = CACHED.misses - before[1] + KEPT.compiled - before[3]
+  hits, misses = CACHED.hits - before[0] + kept, CACHED.misses - before[1]
   if not hits:
     return ''
   whole = f', {kept} of them kept whole: not traced' if kept else ''
   return f' ({hits} of {hits + misses} programs from the compilation cache{whole})'
 
 
-def counts() -> tuple[int, int, int, int]:
-  """(JAX's cache hits, its misses, programs loaded whole, programs compiled to be kept) of this
-  process so far."""
-  return CACHED.hits, CACHED.misses, KEPT.loaded, KEPT.compiled
+def counts() -> tuple[int, int, int]:
+  """(JAX's cache hits, its misses, programs loaded whole) of this process so far."""
+  return CACHED.hits, CACHED.misses, KEPT.loaded
 
 
 # ================================================================================================
@@ -148,7 +146,6 @@ _LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'ml_collections')
 class _Kept:
   folder = None  # where, once `enable` turned the cache on
   loaded = 0  # programs this process loaded whole (the log's note)
-  compiled = 0  # and compiled to keep them (misses: JAX's cache was off for them)
 
 
 KEPT = _Kept()
@@ -223,8 +220,10 @@ def _read(path: str | None):
       value = pickle.load(f)
   except FileNotFoundError:
     return None
-  except Exception as e:  # a damaged or foreign file: made again and replaced
+  except Exception as e:  # a damaged or foreign file: removed, and made again
     logging.getLogger(__name__).info('kept %s not read (%s); making it again', path, e)
+    with contextlib.suppress(OSError):
+      os.remove(path)
     return None
   try:
     os.utime(path)  # (used: the last to go when the folder is trimmed)
@@ -288,14 +287,17 @@ class Kept:
             payload, in_tree, out_tree, execution_devices=[by_id[i] for i in ids])
         KEPT.loaded += 1
         return program
-      except Exception as e:  # (written by a build this key does not tell apart)
+      except Exception as e:  # (written by a build this key does not tell apart): removed
         logging.getLogger(__name__).info('kept %s not loaded (%s); compiling it', path, e)
-    if path is None or kept == _UNKEPT:  # (JAX's cache as for any program)
-      return self.jitted.lower(*args).compile()
-    KEPT.compiled += 1
-    with off():  # compiled here: a program JAX's cache loaded does not serialize whole (on CPUs
-      #            its kernels are missing when it is loaded again)
-      program = self.jitted.lower(*args).compile()
+        with contextlib.suppress(OSError):
+          os.remove(path)
+    hits = CACHED.hits
+    program = self.jitted.lower(*args).compile()  # (through JAX's cache, as any program)
+    if path is None or kept == _UNKEPT or CACHED.hits > hits:
+      # One JAX's cache loaded is not kept: it does not serialize whole (loaded again on a CPU,
+      # its kernels are missing). The next run traces it and finds it there, as before it was
+      # kept; a program compiled here is kept.
+      return program
     try:
       kept = (*serialize_executable.serialize(program), _device_ids(program))
     except Exception as e:  # not serializable here (a backend without it, closed-over

@@ -933,8 +933,11 @@ def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(t
   from conftest import CHILD_ENV  # pylint: disable=import-outside-toplevel
   config_file = _finetune_config_file(tmp_path, pretrained, eval_every=20, save_every=10)
   straight, stopped = tmp_path / 'straight', tmp_path / 'stopped'
+  # a compilation cache of their own: the straight run compiles the programs (one that JAX's
+  # cache, shared with the other tests, held would be taken from there and not kept)
+  env = {**CHILD_ENV, 'JAX_COMPILATION_CACHE_DIR': str(tmp_path / 'cache')}
   out = subprocess.run(_finetune_command(config_file, straight), capture_output=True, text=True,
-                       env=CHILD_ENV, timeout=600)
+                       env=env, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   seed_dir = straight / 'seed_0'
   evals = [json.loads(l) for l in open(seed_dir / 'metrics.jsonl') if '"split": "eval"' in l]
@@ -948,19 +951,19 @@ def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(t
   assert re.search(r'^\d\d:\d\d:\d\d seed 0 \| eval step 20 \| accuracy ', out.stdout, re.M)
 
   proc = subprocess.Popen(_finetune_command(config_file, stopped), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=CHILD_ENV)
+                          stderr=subprocess.STDOUT, text=True, env=env)
   _until(proc, ' step 25/60 ')
   proc.kill()  # SIGKILL: resumed from checkpoint 20 (or 10 while 20 was being written)
   proc.wait()
   proc = subprocess.Popen(_finetune_command(config_file, stopped), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=CHILD_ENV)
+                          stderr=subprocess.STDOUT, text=True, env=env)
   seen = _until(proc, ' step 35/60 ')
   assert any('seed 0: resumed from' in l for l in seen), ''.join(seen[-20:])
   proc.send_signal(signal.SIGTERM)
   rest, _ = proc.communicate(timeout=120)
   assert proc.returncode == 143 and 'stopped by SIGTERM at step ' in rest, rest[-3000:]
   out = subprocess.run(_finetune_command(config_file, stopped), capture_output=True, text=True,
-                       env=CHILD_ENV, timeout=600)
+                       env=env, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
   # its init and train step programs kept whole by an earlier run: loaded, not traced (and
   # below, the same numbers to the bit as the run that compiled them)

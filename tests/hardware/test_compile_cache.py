@@ -20,7 +20,7 @@ path = compile_cache.enable(sys.argv[1])
 before = compile_cache.counts()
 f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())
 f(jnp.ones((64, 64))).block_until_ready()
-hits, misses, _, _ = compile_cache.counts()
+hits, misses, _ = compile_cache.counts()
 print(json.dumps({'path': path, 'hits': hits - before[0], 'misses': misses - before[1],
                   'note': compile_cache.note(before)}))
 '''
@@ -65,7 +65,8 @@ import json, sys
 import jax, jax.numpy as jnp, numpy as np, optax
 from electra_jax.hardware import compile_cache
 from electra_jax.train import partitioning
-root, rate, rows, keep = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == 'kept'
+root, rate, rows, keep, tag = (sys.argv[1], float(sys.argv[2]), int(sys.argv[3]),
+                               sys.argv[4] == 'kept', sys.argv[5])
 compile_cache.enable(root)
 traces = []
 tx = optax.adamw(rate)
@@ -79,7 +80,7 @@ def step(p, o, x, y):  # a train step: XLA fuses its iota, selects and updates i
 mesh = partitioning.make_mesh()
 fn = jax.jit(step)
 if keep:
-  fn = compile_cache.Kept(fn, 'step', {'rate': rate}, mesh)
+  fn = compile_cache.Kept(fn, 'step', {'rate': rate, 'tag': tag}, mesh)
 p = {'w1': jnp.full((16, 32), 0.1, jnp.float32), 'w2': jnp.full((32, 8), 0.1, jnp.float32)}
 o = tx.init(p)
 x, y = jnp.arange(rows * 16.0).reshape(rows, 16) / 64, jnp.arange(rows) % 8
@@ -92,43 +93,49 @@ print(json.dumps({'traces': len(traces), 'losses': losses, 'note': compile_cache
 '''
 
 
-def _kept(root, rate=1e-2, rows=4, keep='kept') -> dict:
+def _kept(root, rate=1e-2, rows=4, keep='kept', tag='') -> dict:
   env = {k: v for k, v in CHILD_ENV.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
-  done = subprocess.run([sys.executable, '-c', KEPT_CHILD, str(root), str(rate), str(rows), keep],
+  done = subprocess.run([sys.executable, '-c', KEPT_CHILD, str(root), str(rate), str(rows), keep,
+                         tag],
                         capture_output=True, text=True, env=env, timeout=120, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   return json.loads(done.stdout.splitlines()[-1])
 
 
 def test_a_kept_program_is_loaded_by_the_next_run_without_tracing_and_computes_the_same(tmp_path):
-  """A program kept whole (compile_cache.Kept) is loaded by the next run untraced, and its steps
-  give the same numbers to the bit; another description or other shapes are other programs; a
-  damaged file is compiled again and replaced; with the cache off nothing is kept. The first run
-  follows one that left the same program in JAX's own cache: a program loaded from there does not
-  serialize whole (loaded again, XLA's CPU runtime misses its kernels), so it is compiled anew."""
+  """A program compiled by a run is kept whole (compile_cache.Kept) and loaded by the next run
+  untraced, its steps giving the same numbers to the bit; other shapes are another program. A
+  description whose program JAX's own cache already holds (a setting the program does not read,
+  changed) is traced and taken from there, and not kept: loaded from there, a program does not
+  serialize whole (loaded again, XLA's CPU runtime misses its kernels), so the run after it would
+  fail. A damaged file is removed and the program taken from JAX's cache; with the cache off
+  nothing is kept."""
   root = tmp_path / 'cache'
-  plain = _kept(root, keep='plain')  # JAX's cache now holds the step
-  first = _kept(root)
-  assert first['traces'] == 1 and first['losses'] == plain['losses']
-  assert 'kept whole' not in first['note']
   kept = os.path.join(compile_cache.folder(str(root)), 'kept')
+  first = _kept(root)
+  assert first['traces'] == 1 and first['note'] == ''  # compiled (JAX's cache had nothing)
   files = sorted(os.listdir(kept))
   assert len(files) == 1 and files[0].startswith('step-'), files
   second = _kept(root)
   assert second['traces'] == 0, second
   assert second['losses'] == first['losses'] and second['w1'] == first['w1']
   assert second['note'] == ' (1 of 1 programs from the compilation cache, 1 of them kept whole: not traced)'
-  assert _kept(root, rate=2e-2)['traces'] == 1  # another description: another program
-  assert _kept(root, rows=6)['traces'] == 1  # other shapes
-  assert len(os.listdir(kept)) == 3
+  for _ in range(2):  # the same program under another description: JAX's, not kept
+    other = _kept(root, tag='a setting the program does not read')
+    assert other['traces'] == 1 and other['losses'] == first['losses'] and other['w1'] == first['w1']
+    assert other['note'] == ' (1 of 1 programs from the compilation cache)'
+    assert sorted(os.listdir(kept)) == files
+  wider = _kept(root, rows=6)  # other shapes: another program, compiled and kept
+  assert wider['traces'] == 1 and len(os.listdir(kept)) == 2
+  assert _kept(root, rows=6)['traces'] == 0
   path = os.path.join(kept, files[0])
   with open(path, 'r+b') as f:
     f.truncate(os.path.getsize(path) // 2)
   damaged = _kept(root)
   assert damaged['traces'] == 1 and damaged['losses'] == first['losses']
-  assert _kept(root)['traces'] == 0  # replaced whole
+  assert not os.path.exists(path) and len(os.listdir(kept)) == 1  # removed; JAX's program used
   off = _kept('')
-  assert off['traces'] == 1 and off['note'] == '' and len(os.listdir(kept)) == 3
+  assert off['traces'] == 1 and off['note'] == '' and len(os.listdir(kept)) == 1
 
 
 @pytest.mark.fast

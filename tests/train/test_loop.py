@@ -141,7 +141,10 @@ def test_a_launched_run_on_one_device_stops_on_sigterm_survives_sigkill_and_ends
   import signal  # pylint: disable=import-outside-toplevel
   from conftest import launch_command, run_config_file  # pylint: disable=import-outside-toplevel
   from test_train import _wait_for_step  # pylint: disable=import-outside-toplevel
-  env = {**CHILD_ENV, 'XLA_FLAGS': f'{TEST_XLA_FLAGS} --xla_force_host_platform_device_count=1'}
+  # (a compilation cache of their own: the first run compiles the programs, which one that JAX's
+  # cache, shared with the other tests, held would take from there and not keep)
+  env = {**CHILD_ENV, 'XLA_FLAGS': f'{TEST_XLA_FLAGS} --xla_force_host_platform_device_count=1',
+         'JAX_COMPILATION_CACHE_DIR': str(tmp_path / 'cache')}
   config_file = run_config_file(tmp_path, records_dir, train_steps=12, save_every=2)
   stopped, straight = tmp_path / 'stopped', tmp_path / 'straight'
   proc = subprocess.Popen(launch_command(config_file, stopped), stdout=subprocess.PIPE,
