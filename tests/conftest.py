@@ -23,7 +23,8 @@ os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 # Every wing's test folder on the path: a wing's tests use helpers of another's (the synthetic
-# task of test_finetune, the step watcher of test_train), also when run alone (`pytest tests/tools`).
+# task of test_finetune, the step watcher of test_train), also when run alone
+# (`pytest tests/tools`).
 sys.path.extend(sorted(e.path for e in os.scandir(os.path.dirname(os.path.abspath(__file__)))
                        if e.is_dir() and not e.name.startswith(('_', '.'))))
 

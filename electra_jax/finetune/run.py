@@ -188,7 +188,8 @@ def packing_note(train, shapes, cfg, pack: bool) -> str:
   counts = ', '.join(str(l.rows) for l in shapes.layouts)
   return (f'{layout.examples} examples a step packed in {shapes.mean_rows:.1f} rows of '
           f'{layout.length} tokens on average ({counts} rows: {len(shapes.layouts)} '
-          f'shape{"s" if len(shapes.layouts) > 1 else ""}; room for {layout.slots} sequences a row), '
+          f'shape{"s" if len(shapes.layouts) > 1 else ""}; room for {layout.slots} sequences a '
+          'row), '
           f'{share(shapes.mean_rows)} of their tokens real; a row each, {padded} rows would be '
           f'{share(padded)}')
 

@@ -119,10 +119,12 @@ def test_a_kept_program_is_loaded_by_the_next_run_without_tracing_and_computes_t
   second = _kept(root)
   assert second['traces'] == 0, second
   assert second['losses'] == first['losses'] and second['w1'] == first['w1']
-  assert second['note'] == ' (1 of 1 programs from the compilation cache, 1 of them kept whole: not traced)'
+  assert second['note'] == (' (1 of 1 programs from the compilation cache, 1 of them kept whole: '
+                            'not traced)')
   for _ in range(2):  # the same program under another description: JAX's, not kept
     other = _kept(root, tag='a setting the program does not read')
-    assert other['traces'] == 1 and other['losses'] == first['losses'] and other['w1'] == first['w1']
+    assert other['traces'] == 1
+    assert other['losses'] == first['losses'] and other['w1'] == first['w1']
     assert other['note'] == ' (1 of 1 programs from the compilation cache)'
     assert sorted(os.listdir(kept)) == files
   wider = _kept(root, rows=6)  # other shapes: another program, compiled and kept

@@ -568,7 +568,8 @@ def test_state_shapes_from_known_parameter_shapes_equal_the_traced_ones():
 def test_initial_weights_given_to_a_setup_are_arguments_of_its_init_program():
   """A fine-tuning's pre-trained weights reach the init program as arguments, one per array, not
   as constants compiled into it (which made a Base fine-tuning's cached init program 314 MB and
-  its cache key the weights'); the state starts from them. (The seed is the one argument besides.)"""
+  its cache key the weights'); the state starts from them. (The seed is the one argument
+  besides.)"""
   setup = pretrain_setup.build_setup(test_config(), SPECIAL)
   given = jax.tree.map(lambda x: x + 1.0, setup.init_params(jax.random.key(9)))
   mesh = partitioning.make_mesh(jax.devices()[:1])
