@@ -371,7 +371,8 @@ def run(main):
   """absl's app.run, with one-sentence errors for bad flags and for UserError, and a prompt exit."""
   def wrapped(argv):
     fewer_collections()
-    compile_cache.enable(_COMPILATION_CACHE.value)
+    # (the command line names the programs its next run loads ahead, in the background)
+    compile_cache.enable(_COMPILATION_CACHE.value, command=repr((os.getcwd(), sys.argv)))
     signal.signal(signal.SIGTERM, _terminate)  # (the training loop installs its own: it saves)
     if not ('topology' in flags.FLAGS and flags.FLAGS.topology):
       quiet_tpu_runtime()

@@ -21,6 +21,7 @@ import logging
 import os
 import pickle
 import platform
+import threading
 
 import jax
 from jax.experimental import serialize_executable
@@ -70,9 +71,13 @@ class _Counter(logging.Filter):
 CACHED = _Counter(logging.WARNING)  # (the counts of this process)
 
 
-def enable(root: str | None) -> str | None:
+def enable(root: str | None, command: str | None = None) -> str | None:
   """Turns the cache on for this process, in `folder(root)`; `root` '' or None: off. Returns the
-  folder used (JAX_COMPILATION_CACHE_DIR's where that is set), or None."""
+  folder used (JAX_COMPILATION_CACHE_DIR's where that is set), or None. `command` (the command
+  line, say) names the programs this run keeps or loads whole: the next run of the same command
+  loads them in the background from its start (`_Ahead`)."""
+  global AHEAD  # pylint: disable=global-statement
+  _Kept.command, AHEAD = command, _Ahead()
   if os.environ.get('JAX_COMPILATION_CACHE_DIR'):
     path = os.environ['JAX_COMPILATION_CACHE_DIR']
   elif root:
@@ -145,7 +150,9 @@ _LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'ml_collections')
 
 class _Kept:
   folder = None  # where, once `enable` turned the cache on
+  command = None  # `enable`'s: names the list of programs loaded ahead (_Ahead)
   loaded = 0  # programs this process loaded whole (the log's note)
+  programs = {}  # path -> the program this process compiled or loaded from it (the next seed's)
 
 
 KEPT = _Kept()
@@ -205,6 +212,7 @@ def _path(name: str, describe: str, parts: dict) -> str | None:
   where = kept_folder()
   if where is None or jax.process_count() > 1:
     return None
+  AHEAD.start(where)
   key = hashlib.sha256(json.dumps({'name': name, 'describe': describe, 'parts': parts,
                                    'environment': _environment()},
                                   sort_keys=True, default=repr).encode()).hexdigest()
@@ -278,26 +286,31 @@ class Kept:
     path = _path(self.name, self.describe, {
         'mesh': [list(self.mesh.axis_names), self.mesh.device_ids.tolist()],
         'arguments': [str(tree), [[s, d, w, repr(h), _ids(h)] for s, d, w, h in leaves]]})
-    kept = _read(path)
-    if kept is not None and kept != _UNKEPT:
-      try:
-        payload, in_tree, out_tree, ids = kept
-        by_id = {d.id: d for d in jax.devices()}
-        program = serialize_executable.deserialize_and_load(
-            payload, in_tree, out_tree, execution_devices=[by_id[i] for i in ids])
-        KEPT.loaded += 1
-        return program
-      except Exception as e:  # (written by a build this key does not tell apart): removed
-        logging.getLogger(__name__).info('kept %s not loaded (%s); compiling it', path, e)
-        with contextlib.suppress(OSError):
-          os.remove(path)
-    hits = CACHED.hits
+    if path in _Kept.programs:  # (another seed's, in this process)
+      KEPT.loaded += 1
+      return _Kept.programs[path]
+    program, kept = (None, None) if path is None else (
+        AHEAD.take(path) if AHEAD.has(path) else _load(path))
+    if program is not None:
+      KEPT.loaded += 1
+    else:
+      program, kept = self._compiled(args, path, kept)
+    if path is not None and kept != _UNKEPT and os.path.exists(path):  # loaded or kept whole:
+      _Kept.programs[path] = program  # the next seed's, and loaded ahead by the next run of this
+      AHEAD.used(path)  #                command
+    return program
+
+  def _compiled(self, args, path, kept) -> tuple:
+    """(the program of `args`, compiled or taken from JAX's cache; what was kept of it: None
+    where nothing is)."""
+    misses = CACHED.misses
     program = self.jitted.lower(*args).compile()  # (through JAX's cache, as any program)
-    if path is None or kept == _UNKEPT or CACHED.hits > hits:
-      # One JAX's cache loaded is not kept: it does not serialize whole (loaded again on a CPU,
-      # its kernels are missing). The next run traces it and finds it there, as before it was
-      # kept; a program compiled here is kept.
-      return program
+    if path is None or kept == _UNKEPT or CACHED.misses == misses:
+      # Only a program compiled here is kept: one JAX's cache gave (from its folder, or from
+      # memory, compiled for another function of the same trace) does not serialize whole
+      # (loaded again on a CPU, its kernels are missing). The next run traces it and finds it
+      # there, as before it was kept.
+      return program, kept
     try:
       kept = (*serialize_executable.serialize(program), _device_ids(program))
     except Exception as e:  # not serializable here (a backend without it, closed-over
@@ -305,7 +318,91 @@ class Kept:
       logging.getLogger(__name__).info('program %s not kept (%s)', path, e)
       kept = _UNKEPT
     _keep(kept, path)
-    return program
+    return program, kept
+
+
+def _load(path: str) -> tuple:
+  """(the program kept in `path`, loaded; or None, what the file held: None, or _UNKEPT for a
+  program that does not serialize). A file this build cannot load is removed."""
+  kept = _read(path)
+  if kept is None or kept == _UNKEPT:
+    return None, kept
+  try:
+    payload, in_tree, out_tree, ids = kept
+    by_id = {d.id: d for d in jax.devices()}
+    return serialize_executable.deserialize_and_load(
+        payload, in_tree, out_tree, execution_devices=[by_id[i] for i in ids]), None
+  except Exception as e:  # (written by a build this key does not tell apart): removed
+    logging.getLogger(__name__).info('kept %s not loaded (%s); compiling it', path, e)
+    with contextlib.suppress(OSError):
+      os.remove(path)
+    return None, None
+
+
+class _Ahead:
+  """The kept programs the last run of this command used, loaded in a background thread from the
+  moment this run first looks for one (its first `_path`: the backend is up), while it reads its
+  checkpoint and data. XLA loads a program without holding Python's lock: a Base fine-tuning's
+  two programs take about 1 s of a CPU start. Each run writes the list of what it used (the
+  files' names) under its command and environment in the kept folder's `runs/`; a program no
+  longer wanted is loaded for nothing, one not listed is loaded when asked for, as before."""
+
+  def __init__(self):
+    self.started, self.listed, self.list_path = False, [], None
+    self.pending, self.done = {}, {}  # path -> the thread's Event; path -> what _load gave
+    self.in_use, self.taken = [], 0  # names this run used; programs it took loaded
+
+  def start(self, where: str):
+    if self.started:
+      return
+    self.started = True
+    if _Kept.command is None:
+      return
+    key = hashlib.sha256(json.dumps({'command': _Kept.command, 'environment': _environment()},
+                                    sort_keys=True, default=repr).encode()).hexdigest()
+    self.list_path = os.path.join(where, 'runs', f'{key[:40]}.json')
+    try:
+      with open(self.list_path) as f:
+        self.listed = [n for n in json.load(f)
+                       if isinstance(n, str) and n.endswith('.bin') and '/' not in n]
+    except (OSError, ValueError):
+      return
+    self.pending = {os.path.join(where, n): threading.Event() for n in self.listed}
+    threading.Thread(target=self._load_all, args=(list(self.pending.items()),), daemon=True,
+                     name='kept programs ahead').start()
+
+  def _load_all(self, pending: list):
+    for path, loaded in pending:
+      try:
+        self.done[path] = _load(path)
+      except Exception:  # pylint: disable=broad-except  (asked for again, it says why)
+        self.done[path] = (None, None)
+      loaded.set()
+
+  def has(self, path: str) -> bool:
+    return path in self.pending
+
+  def take(self, path: str) -> tuple:
+    """(the program kept at `path`, loaded, or None; what its file held: see `_load`), once the
+    thread has it."""
+    self.pending.pop(path).wait()
+    program, kept = self.done.pop(path)
+    self.taken += program is not None
+    return program, kept
+
+  def used(self, path: str):
+    """Notes that this run used the program kept at `path`; the list is written when it is no
+    longer the start of the last run's."""
+    name = os.path.basename(path)
+    if self.list_path is None or name in self.in_use:
+      return
+    self.in_use.append(name)
+    if self.in_use != self.listed[:len(self.in_use)]:
+      self.listed = list(self.in_use)
+      _write(json.dumps(self.in_use).encode(), self.list_path)
+
+
+AHEAD = _Ahead()
 
 
 class _Lowered:
@@ -357,18 +454,29 @@ def kept_folder() -> str | None:
 def _keep(value, path: str):
   """Writes `value` (pickled) to `path` whole or not at all; a folder that cannot be written
   leaves the run as it is (the next one makes it again)."""
+  try:
+    data = pickle.dumps(value)
+  except Exception as e:  # pylint: disable=broad-except  (a value that does not pickle)
+    logging.getLogger(__name__).info('%s not kept (%s)', path, e)
+    return
+  if _write(data, path):
+    _trim(os.path.dirname(path))
+
+
+def _write(data: bytes, path: str) -> bool:
+  """`data` in `path`, whole or not at all (False: the disk full or read-only, said at INFO)."""
   partial = f'{path}.{os.getpid()}.partial'
   try:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(partial, 'wb') as f:
-      pickle.dump(value, f)
+      f.write(data)
     os.replace(partial, path)
-  except Exception as e:  # (a full or read-only disk, a value that does not pickle)
+    return True
+  except OSError as e:
     logging.getLogger(__name__).info('%s not kept (%s)', path, e)
     if os.path.exists(partial):
       os.remove(partial)
-    return
-  _trim(os.path.dirname(path))
+    return False
 
 
 def _trim(where: str):

@@ -65,9 +65,9 @@ import json, sys
 import jax, jax.numpy as jnp, numpy as np, optax
 from electra_jax.hardware import compile_cache
 from electra_jax.train import partitioning
-root, rate, rows, keep, tag = (sys.argv[1], float(sys.argv[2]), int(sys.argv[3]),
-                               sys.argv[4] == 'kept', sys.argv[5])
-compile_cache.enable(root)
+root, rate, rows, keep, tag, command = (sys.argv[1], float(sys.argv[2]), int(sys.argv[3]),
+                                        sys.argv[4] == 'kept', sys.argv[5], sys.argv[6])
+compile_cache.enable(root, command=command)
 traces = []
 tx = optax.adamw(rate)
 def step(p, o, x, y):  # a train step: XLA fuses its iota, selects and updates into many kernels
@@ -85,18 +85,24 @@ p = {'w1': jnp.full((16, 32), 0.1, jnp.float32), 'w2': jnp.full((32, 8), 0.1, jn
 o = tx.init(p)
 x, y = jnp.arange(rows * 16.0).reshape(rows, 16) / 64, jnp.arange(rows) % 8
 losses, before = [], compile_cache.counts()  # (the arrays' own programs above not counted)
+given = (p, o, x, y)
 for _ in range(3):
   p, o, l = fn(p, o, x, y)
   losses.append(float(l))
-print(json.dumps({'traces': len(traces), 'losses': losses, 'note': compile_cache.note(before),
-                  'w1': np.asarray(p['w1']).tolist()}))
+note = compile_cache.note(before)
+again = True  # another seed's program of the same description: this process's own
+if keep:
+  again = compile_cache.Kept(jax.jit(step), 'step', {'rate': rate, 'tag': tag}, mesh).compiled(
+      given) is fn.compiled(given)
+print(json.dumps({'traces': len(traces), 'losses': losses, 'note': note, 'again': again,
+                  'ahead': compile_cache.AHEAD.taken, 'w1': np.asarray(p['w1']).tolist()}))
 '''
 
 
-def _kept(root, rate=1e-2, rows=4, keep='kept', tag='') -> dict:
+def _kept(root, rate=1e-2, rows=4, keep='kept', tag='', command='train') -> dict:
   env = {k: v for k, v in CHILD_ENV.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
   done = subprocess.run([sys.executable, '-c', KEPT_CHILD, str(root), str(rate), str(rows), keep,
-                         tag],
+                         tag, command],
                         capture_output=True, text=True, env=env, timeout=120, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   return json.loads(done.stdout.splitlines()[-1])
@@ -104,40 +110,49 @@ def _kept(root, rate=1e-2, rows=4, keep='kept', tag='') -> dict:
 
 def test_a_kept_program_is_loaded_by_the_next_run_without_tracing_and_computes_the_same(tmp_path):
   """A program compiled by a run is kept whole (compile_cache.Kept) and loaded by the next run
-  untraced, its steps giving the same numbers to the bit; other shapes are another program. A
-  description whose program JAX's own cache already holds (a setting the program does not read,
+  untraced, its steps giving the same numbers to the bit, in the background from the run's start
+  where the same command used it last (compile_cache._Ahead); other shapes are another program.
+  A description whose program JAX's own cache already holds (a setting the program does not read,
   changed) is traced and taken from there, and not kept: loaded from there, a program does not
   serialize whole (loaded again, XLA's CPU runtime misses its kernels), so the run after it would
   fail. A damaged file is removed and the program taken from JAX's cache; with the cache off
   nothing is kept."""
   root = tmp_path / 'cache'
   kept = os.path.join(compile_cache.folder(str(root)), 'kept')
+  programs = lambda: sorted(f for f in os.listdir(kept) if f.endswith('.bin'))
   first = _kept(root)
   assert first['traces'] == 1 and first['note'] == ''  # compiled (JAX's cache had nothing)
-  files = sorted(os.listdir(kept))
+  assert first['again'] and first['ahead'] == 0  # (another seed: this process's program)
+  files = programs()
   assert len(files) == 1 and files[0].startswith('step-'), files
   second = _kept(root)
-  assert second['traces'] == 0, second
+  assert second['traces'] == 0 and second['ahead'] == 1 and second['again'], second
   assert second['losses'] == first['losses'] and second['w1'] == first['w1']
   assert second['note'] == (' (1 of 1 programs from the compilation cache, 1 of them kept whole: '
                             'not traced)')
+  another = _kept(root, command='another command')  # loaded when asked, not ahead
+  assert another['traces'] == 0 and another['ahead'] == 0 and another['w1'] == first['w1']
   for _ in range(2):  # the same program under another description: JAX's, not kept
     other = _kept(root, tag='a setting the program does not read')
-    assert other['traces'] == 1
+    assert other['traces'] == 1 and other['ahead'] == 0
     assert other['losses'] == first['losses'] and other['w1'] == first['w1']
     assert other['note'] == ' (1 of 1 programs from the compilation cache)'
-    assert sorted(os.listdir(kept)) == files
+    assert programs() == files
   wider = _kept(root, rows=6)  # other shapes: another program, compiled and kept
-  assert wider['traces'] == 1 and len(os.listdir(kept)) == 2
-  assert _kept(root, rows=6)['traces'] == 0
+  assert wider['traces'] == 1 and len(programs()) == 2
+  wider = _kept(root, rows=6)
+  assert wider['traces'] == 0 and wider['ahead'] == 1
   path = os.path.join(kept, files[0])
   with open(path, 'r+b') as f:
     f.truncate(os.path.getsize(path) // 2)
   damaged = _kept(root)
   assert damaged['traces'] == 1 and damaged['losses'] == first['losses']
-  assert not os.path.exists(path) and len(os.listdir(kept)) == 1  # removed; JAX's program used
+  assert not os.path.exists(path) and len(programs()) == 1  # removed; JAX's program used
+  os.remove(os.path.join(kept, programs()[0]))  # listed for the command, gone: JAX's program
+  gone = _kept(root, rows=6)
+  assert gone['traces'] == 1 and gone['ahead'] == 0 and gone['losses'] == wider['losses']
   off = _kept('')
-  assert off['traces'] == 1 and off['note'] == '' and len(os.listdir(kept)) == 1
+  assert off['traces'] == 1 and off['note'] == '' and not programs()
 
 
 @pytest.mark.fast
