@@ -58,6 +58,8 @@ def main(argv):
                                                     lambda line: print(line, flush=True))
     except ValueError as e:
       raise cli.UserError(str(e)) from None
+  from electra_jax.hardware import compile_cache  # pylint: disable=import-outside-toplevel
+  compile_cache.load_ahead()  # (the last run's programs, while this one imports and reads)
   from electra_jax.finetune import config as config_lib  # pylint: disable=import-outside-toplevel
   from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   cli.check_paths(_WORKDIR.value, _INIT.value)

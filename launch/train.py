@@ -61,6 +61,8 @@ def main(argv):
     raise cli.UserError(str(e)) from None
   cli.check_paths(_WORKDIR.value, _CONFIG.value)
   import jax  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import compile_cache  # pylint: disable=import-outside-toplevel
+  compile_cache.load_ahead()  # (the last run's programs, while this one imports and reads)
   from electra_jax.pretraining import run as pretrain  # pylint: disable=import-outside-toplevel
   if how and distributed.is_main():
     print(f'{jax.process_count()} processes ({how}), {jax.device_count()} devices in all',

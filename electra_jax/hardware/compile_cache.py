@@ -340,9 +340,9 @@ def _load(path: str) -> tuple:
 
 
 class _Ahead:
-  """The kept programs the last run of this command used, loaded in a background thread from the
-  moment this run first looks for one (its first `_path`: the backend is up), while it reads its
-  checkpoint and data. XLA loads a program without holding Python's lock: a Base fine-tuning's
+  """The kept programs the last run of this command used, loaded in a background thread from
+  `load_ahead` or this run's first look for one (its first `_path`), while it imports and reads
+  its checkpoint and data. XLA loads a program without holding Python's lock: a Base fine-tuning's
   two programs take about 1 s of a CPU start. Each run writes the list of what it used (the
   files' names) under its command and environment in the kept folder's `runs/`; a program no
   longer wanted is loaded for nothing, one not listed is loaded when asked for, as before."""
@@ -428,6 +428,15 @@ def _device_ids(program) -> list[int]:
   for sharding in jax.tree.leaves((program.input_shardings, program.output_shardings)):
     return [d.id for d in sharding._device_assignment]  # pylint: disable=protected-access
   raise ValueError('a program of no arrays')
+
+
+def load_ahead():
+  """Starts loading, in a background thread, the kept programs the last run of this command used
+  (`_Ahead`): called by a launched run as soon as it is one process with its backend up, before
+  its own imports and reads. Otherwise the first look into the kept folder starts it."""
+  where = kept_folder()
+  if where is not None and jax.process_count() == 1:
+    AHEAD.start(where)
 
 
 def kept_value(name: str, describe: dict, make):
