@@ -16,6 +16,7 @@ import contextlib
 import functools
 import hashlib
 from importlib import metadata
+import io
 import json
 import logging
 import os
@@ -58,11 +59,14 @@ class _Counter(logging.Filter):
   def __init__(self, level: int):
     super().__init__()
     self.level, self.hits, self.misses = level, 0, 0
+    self.hit_key = None  # the key of the last hit (its entry: what `Kept` keeps of it)
 
   def filter(self, record):
     message = record.getMessage()
     if message.startswith('Persistent compilation cache hit'):
       self.hits += 1
+      args = record.args if isinstance(record.args, tuple) else ()
+      self.hit_key = args[-1] if args and isinstance(args[-1], str) else None
     elif message.startswith('PERSISTENT COMPILATION CACHE MISS'):
       self.misses += 1
     return record.levelno >= self.level
@@ -303,22 +307,58 @@ class Kept:
   def _compiled(self, args, path, kept) -> tuple:
     """(the program of `args`, compiled or taken from JAX's cache; what was kept of it: None
     where nothing is)."""
-    misses = CACHED.misses
+    hits, misses = CACHED.hits, CACHED.misses
     program = self.jitted.lower(*args).compile()  # (through JAX's cache, as any program)
-    if path is None or kept == _UNKEPT or CACHED.misses == misses:
-      # Only a program compiled here is kept: one JAX's cache gave (from its folder, or from
-      # memory, compiled for another function of the same trace) does not serialize whole
-      # (loaded again on a CPU, its kernels are missing). The next run traces it and finds it
-      # there, as before it was kept.
+    if path is None or kept == _UNKEPT:
       return program, kept
     try:
-      kept = (*serialize_executable.serialize(program), _device_ids(program))
+      if CACHED.misses > misses:  # compiled here
+        kept = (*serialize_executable.serialize(program), _device_ids(program))
+      elif CACHED.hits > hits and CACHED.hit_key:  # loaded from JAX's cache
+        kept = (*_serialized_from_entry(program, CACHED.hit_key), _device_ids(program))
+      else:  # from memory (compiled for another function of the same trace): left to JAX
+        return program, None
     except Exception as e:  # not serializable here (a backend without it, closed-over
       #                       constants): the next runs leave it to JAX's cache
       logging.getLogger(__name__).info('program %s not kept (%s)', path, e)
       kept = _UNKEPT
     _keep(kept, path)
     return program, kept
+
+
+def _serialized_from_entry(program, key: str) -> tuple:
+  """`serialize_executable.serialize(program)` for a program JAX's cache loaded (under `key`), its
+  executable given as the bytes its compile wrote there: a loaded executable does not serialize
+  whole again (with jaxlib 0.10.2 on CPUs the copy misses its kernels: `Function
+  add_select_fusion not found` at its first run). JAX's cache's own entry format (private: a
+  change raises, and the program is left to JAX's cache)."""
+  # pylint: disable=import-outside-toplevel,protected-access
+  from jax._src import compilation_cache as entries
+  from jax._src.lib import _jax
+  from jax._src.lib import xla_client
+  entry = entries._cache.get(key) if entries._cache is not None else None
+  if entry is None:
+    raise ValueError(f'JAX\'s cache has no entry {key}')
+  executable, _ = entries.extract_executable_and_time(entries.decompress_executable(entry))
+  given = []
+
+  class Pickler(serialize_executable._JaxPjrtPickler):
+    def persistent_id(self, obj):
+      if isinstance(obj, (xla_client.LoadedExecutable, _jax.Executable)):
+        given.append(obj)
+        return ('exec', executable)
+      return super().persistent_id(obj)
+
+  unloaded = program._executable._unloaded_executable
+  if (getattr(unloaded, 'mut', None) and unloaded.mut.in_mut) or program._params.const_args:
+    raise ValueError('a program with closed-over mutable arrays or constants')
+  args_info, in_tree = jax.tree.flatten(program.args_info)
+  with io.BytesIO() as f:
+    Pickler(f).dump((unloaded, args_info, program._no_kwargs))
+    payload = f.getvalue()
+  if len(given) != 1:
+    raise ValueError(f'{len(given)} executables in one program')
+  return payload, in_tree, program.out_tree
 
 
 def _load(path: str) -> tuple:
