@@ -59,14 +59,14 @@ class _Counter(logging.Filter):
   def __init__(self, level: int):
     super().__init__()
     self.level, self.hits, self.misses = level, 0, 0
-    self.hit_key = None  # the key of the last hit (its entry: what `Kept` keeps of it)
+    self.hit = None  # (the thread, the key) of the last hit: its entry is what `Kept` keeps
 
   def filter(self, record):
     message = record.getMessage()
     if message.startswith('Persistent compilation cache hit'):
       self.hits += 1
       args = record.args if isinstance(record.args, tuple) else ()
-      self.hit_key = args[-1] if args and isinstance(args[-1], str) else None
+      self.hit = (record.thread, args[-1]) if args and isinstance(args[-1], str) else None
     elif message.startswith('PERSISTENT COMPILATION CACHE MISS'):
       self.misses += 1
     return record.levelno >= self.level
@@ -314,8 +314,9 @@ class Kept:
     try:
       if CACHED.misses > misses:  # compiled here
         kept = (*serialize_executable.serialize(program), _device_ids(program))
-      elif CACHED.hits > hits and CACHED.hit_key:  # loaded from JAX's cache
-        kept = (*_serialized_from_entry(program, CACHED.hit_key), _device_ids(program))
+      elif CACHED.hits == hits + 1 and CACHED.hit and CACHED.hit[0] == threading.get_ident():
+        # loaded from JAX's cache: the one hit this thread's compile logged
+        kept = (*_serialized_from_entry(program, CACHED.hit[1]), _device_ids(program))
       else:  # from memory (compiled for another function of the same trace): left to JAX
         return program, None
     except Exception as e:  # not serializable here (a backend without it, closed-over
