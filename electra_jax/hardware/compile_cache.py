@@ -311,18 +311,21 @@ class Kept:
     program = self.jitted.lower(*args).compile()  # (through JAX's cache, as any program)
     if path is None or kept == _UNKEPT:
       return program, kept
-    try:
-      if CACHED.misses > misses:  # compiled here
+    if CACHED.misses > misses:  # compiled here
+      try:
         kept = (*serialize_executable.serialize(program), _device_ids(program))
-      elif CACHED.hits == hits + 1 and CACHED.hit and CACHED.hit[0] == threading.get_ident():
-        # loaded from JAX's cache: the one hit this thread's compile logged
+      except Exception as e:  # not serializable here (a backend without it, closed-over
+        #                       constants): the next runs leave it to JAX's cache
+        logging.getLogger(__name__).info('program %s not kept (%s)', path, e)
+        kept = _UNKEPT
+    elif CACHED.hits == hits + 1 and CACHED.hit and CACHED.hit[0] == threading.get_ident():
+      try:  # loaded from JAX's cache: the one hit this thread's compile logged
         kept = (*_serialized_from_entry(program, CACHED.hit[1]), _device_ids(program))
-      else:  # from memory (compiled for another function of the same trace): left to JAX
+      except Exception as e:  # (the entry gone, or another format): left to JAX's cache
+        logging.getLogger(__name__).info('program %s not kept (%s)', path, e)
         return program, None
-    except Exception as e:  # not serializable here (a backend without it, closed-over
-      #                       constants): the next runs leave it to JAX's cache
-      logging.getLogger(__name__).info('program %s not kept (%s)', path, e)
-      kept = _UNKEPT
+    else:  # from memory (compiled for another function of the same trace): left to JAX
+      return program, None
     _keep(kept, path)
     return program, kept
 

@@ -69,6 +69,8 @@ from electra_jax.train import partitioning
 root, rate, rows, keep, tag, command = (sys.argv[1], float(sys.argv[2]), int(sys.argv[3]),
                                         sys.argv[4] == 'kept', sys.argv[5], sys.argv[6])
 compile_cache.enable(root, command=command)
+if tag == 'entries unreadable':  # (another JAX's format, say)
+  compile_cache._serialized_from_entry = lambda *a: 1 / 0
 traces = []
 tx = optax.adamw(rate)
 def step(p, o, x, y):  # a train step: XLA fuses its iota, selects and updates into many kernels
@@ -159,6 +161,18 @@ def test_a_kept_program_is_loaded_by_the_next_run_without_tracing_and_computes_t
   assert programs() == files
   off = _kept('')
   assert off['traces'] == 1 and off['note'] == '' and programs() == files
+
+
+def test_a_program_whose_jax_cache_entry_cannot_be_read_is_left_to_jax(tmp_path):
+  """Where JAX's entry of a program it loaded cannot be read, nothing is kept (no marker either:
+  the next run may read it), and the program runs as JAX's cache gave it."""
+  root = tmp_path / 'cache'
+  kept = os.path.join(compile_cache.folder(str(root)), 'kept')
+  first = _kept(root)
+  for _ in range(2):
+    other = _kept(root, tag='entries unreadable')
+    assert other['traces'] == 1 and other['losses'] == first['losses']
+    assert len([f for f in os.listdir(kept) if f.endswith('.bin')]) == 1
 
 
 @pytest.mark.fast
