@@ -149,6 +149,7 @@ def counts() -> tuple[int, int, int]:
 
 _UNKEPT = 'not serializable'  # kept in place of a program that cannot be
 _KEPT_MAX_BYTES = 2 << 30  # the oldest-used kept programs go beyond this
+_LISTS_KEPT = 1000  # lists of the programs a command used (_Ahead): the oldest go beyond this
 _LIBRARIES = ('jax', 'jaxlib', 'flax', 'optax', 'numpy', 'ml_collections')
 
 
@@ -409,6 +410,7 @@ class _Ahead:
       with open(self.list_path) as f:
         self.listed = [n for n in json.load(f)
                        if isinstance(n, str) and n.endswith('.bin') and '/' not in n]
+      os.utime(self.list_path)  # (used: the last to go when the lists are trimmed)
     except (OSError, ValueError):
       return
     self.pending = {os.path.join(where, n): threading.Event() for n in self.listed}
@@ -443,7 +445,8 @@ class _Ahead:
     self.in_use.append(name)
     if self.in_use != self.listed[:len(self.in_use)]:
       self.listed = list(self.in_use)
-      _write(json.dumps(self.in_use).encode(), self.list_path)
+      if _write(json.dumps(self.in_use).encode(), self.list_path):
+        _trim(os.path.dirname(self.list_path), '.json', _LISTS_KEPT)
 
 
 AHEAD = _Ahead()
@@ -532,18 +535,20 @@ def _write(data: bytes, path: str) -> bool:
     return False
 
 
-def _trim(where: str):
+def _trim(where: str, suffix: str = '.bin', most: int | None = None):
+  """The oldest-used files of `where` ending in `suffix` removed, beyond _KEPT_MAX_BYTES in all
+  or beyond `most` files."""
   files = []
   for entry in os.scandir(where):
-    if entry.name.endswith('.bin'):
+    if entry.name.endswith(suffix):
       stat = entry.stat()
       files.append((stat.st_mtime, stat.st_size, entry.path))
-  total = sum(size for _, size, _ in files)
+  total, count = sum(size for _, size, _ in files), len(files)
   for _, size, path in sorted(files):
-    if total <= _KEPT_MAX_BYTES:
+    if total <= _KEPT_MAX_BYTES and (most is None or count <= most):
       break
     try:
       os.remove(path)
     except OSError:
       pass
-    total -= size
+    total, count = total - size, count - 1

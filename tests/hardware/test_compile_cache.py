@@ -197,3 +197,17 @@ def test_a_kept_programs_key_holds_the_code_libraries_and_devices(monkeypatch, t
   assert compile_cache._path('step', '{}', {}) != here
   monkeypatch.setattr(compile_cache._Kept, 'folder', None)  # the cache off (or tests: not enabled)
   assert compile_cache._path('step', '{}', {}) is None
+
+
+@pytest.mark.fast
+def test_the_lists_of_programs_commands_used_keep_the_most_recently_used(tmp_path):
+  """The folder of lists (one per command, `_Ahead`) keeps its `most` most recently used files;
+  the programs beside them are not counted."""
+  for i in range(5):
+    path = tmp_path / f'{i}.json'
+    path.write_text('[]')
+    os.utime(path, (1000 + i, 1000 + i))
+  (tmp_path / 'a.bin').write_bytes(b'program')
+  os.utime(tmp_path / 'a.bin', (1, 1))
+  compile_cache._trim(str(tmp_path), '.json', 3)
+  assert sorted(os.listdir(tmp_path)) == ['2.json', '3.json', '4.json', 'a.bin']
