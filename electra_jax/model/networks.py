@@ -177,14 +177,16 @@ class TransformerLayer(nn.Module):
     rate = 0.0 if deterministic else cfg.attention_dropout_rate
     words = dropout_words(self) if rate > 0 else None
     split = lambda y: y.reshape(batch, length, self.num_heads, head)
-    q = split(dense(self.hidden_size, 'query')(x))
+    # (the query's and value's bias gradients: the attention kernel's written bfloat16 outputs
+    # summed over the tokens by a matmul on TPUs, layers.low_precision_dense)
+    q = split(Dense(self.hidden_size, cfg, name='query', bias_by_matmul=True)(x))
     # The key's bias adds q . b to every score of a query: a constant per row, which the softmax
     # removes (also under the mask and before dropout). It stays a parameter (checkpoints, HF,
     # the original's weights) and is not computed: the outputs are the same, and its gradient,
     # zero in exact arithmetic, is exactly zero instead of rounding noise (and costs no pass over
     # the keys' gradient).
     k = split(dense(self.hidden_size, 'key')(x, add_bias=False))
-    v = split(dense(self.hidden_size, 'value')(x))
+    v = split(Dense(self.hidden_size, cfg, name='value', bias_by_matmul=True)(x))
     context = attention_lib.attend(cfg, q, k, v, input_mask, direction=self.direction,
                                    deterministic=deterministic, words=words,
                                    initializing=self.is_initializing())

@@ -286,6 +286,43 @@ def test_writing_for_the_backward_pass_changes_no_value_and_follows_the_chip():
     np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.fast
+def test_the_bias_gradient_summed_by_a_matmul_equals_the_plain_dense():
+  """`layers.low_precision_dense` (TPUs' bfloat16 dense layers) gives the plain layer's output
+  and its x and kernel gradients bit for bit, and its bias gradient (row 0 of ones @ the
+  cotangent) up to the order of float32 additions; Dense takes it where asked, for bfloat16 on
+  TPUs only."""
+  kx, kw, kb, kg = jax.random.split(jax.random.key(0), 4)
+  x = jax.random.normal(kx, (4, 24, 16)).astype(jnp.bfloat16)
+  w = jax.random.normal(kw, (16, 40)).astype(jnp.bfloat16)
+  b = jax.random.normal(kb, (40,))
+  g = jax.random.normal(kg, (4, 24, 40)).astype(jnp.bfloat16)  # (a bfloat16 output's cotangent)
+  plain = lambda x, w, b: layers.low_precision_matmul(x, w) + b
+  out, pull = jax.vjp(plain, x, w, b)
+  out_mxu, pull_mxu = jax.vjp(layers.low_precision_dense, x, w, b)
+  np.testing.assert_array_equal(out, out_mxu)
+  (dx, dw, db), (dx_mxu, dw_mxu, db_mxu) = pull(g.astype(jnp.float32)), pull_mxu(
+      g.astype(jnp.float32))
+  np.testing.assert_array_equal(dx, dx_mxu)
+  np.testing.assert_array_equal(dw, dw_mxu)
+  np.testing.assert_allclose(db, db_mxu, rtol=1e-6, atol=1e-5)
+  np.testing.assert_allclose(db, g.astype(jnp.float32).sum((0, 1)), rtol=1e-6, atol=1e-5)
+  used, original = [], layers.low_precision_dense
+  def spy(*args):
+    used.append(1)
+    return original(*args)
+  for platform, dtype, asked, expected in (('tpu', 'bfloat16', True, 1),
+                                           ('tpu', 'bfloat16', False, 0),
+                                           ('gpu', 'bfloat16', True, 0),
+                                           ('tpu', 'float32', True, 0)):
+    used.clear()
+    cfg = model_lib.ModelConfig(platform=platform, dtype=dtype)
+    with pytest.MonkeyPatch.context() as patch:
+      patch.setattr(layers, 'low_precision_dense', spy)
+      layers.Dense(40, cfg, bias_by_matmul=asked).init(jax.random.key(1), x)
+    assert len(used) == expected, (platform, dtype, asked)
+
+
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
 def test_layer_norm_equals_flax_in_value_and_gradient(dtype):
   """The LayerNorm with its own backward pass: Flax's LayerNorm's parameters (names, shapes,
