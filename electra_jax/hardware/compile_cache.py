@@ -29,6 +29,13 @@ from jax.experimental import serialize_executable
 from jax.experimental.compilation_cache import compilation_cache
 import jaxlib
 
+try:  # JAX's own cache entries and executables (private: `_serialized_from_entry` needs them)
+  from jax._src import compilation_cache as jax_entries  # pylint: disable=ungrouped-imports
+  from jax._src.lib import _jax
+  from jax._src.lib import xla_client
+except ImportError:  # (another JAX: programs its cache loaded are left to it, not kept)
+  jax_entries = _jax = xla_client = None
+
 DEFAULT_ROOT = os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.join(
     os.path.expanduser('~'), '.cache'), 'electra_jax', 'xla')
 MAX_BYTES = 4 << 30  # least recently used entries go beyond this (JAX's LRU cache)
@@ -337,14 +344,14 @@ def _serialized_from_entry(program, key: str) -> tuple:
   whole again (with jaxlib 0.10.2 on CPUs the copy misses its kernels: `Function
   add_select_fusion not found` at its first run). JAX's cache's own entry format (private: a
   change raises, and the program is left to JAX's cache)."""
-  # pylint: disable=import-outside-toplevel,protected-access
-  from jax._src import compilation_cache as entries
-  from jax._src.lib import _jax
-  from jax._src.lib import xla_client
-  entry = entries._cache.get(key) if entries._cache is not None else None
+  # pylint: disable=protected-access
+  if jax_entries is None:
+    raise ValueError('this JAX has no compilation_cache module where it was')
+  entry = jax_entries._cache.get(key) if jax_entries._cache is not None else None
   if entry is None:
     raise ValueError(f'JAX\'s cache has no entry {key}')
-  executable, _ = entries.extract_executable_and_time(entries.decompress_executable(entry))
+  executable, _ = jax_entries.extract_executable_and_time(
+      jax_entries.decompress_executable(entry))
   given = []
 
   class Pickler(serialize_executable._JaxPjrtPickler):
