@@ -22,6 +22,7 @@ from ml_collections import config_flags
 
 from electra_jax import Stopped, UserError
 from electra_jax.hardware import compile_cache
+from electra_jax.platform import host_memory
 from electra_jax.storage import fs
 
 _COMPILATION_CACHE = flags.DEFINE_string(
@@ -408,4 +409,5 @@ def run(main):
       traceback.print_exc()
       exit_now(1)
     exit_now(0)
+  host_memory.keep_freed()  # (on the CPU: before JAX's backend starts its threads)
   app.run(wrapped, flags_parser=_parse)

@@ -35,7 +35,9 @@ from electra_jax import cli  # pylint: disable=wrong-import-position
 from electra_jax.config.pretraining import default_config  # pylint: disable=wrong-import-position
 from electra_jax.data import prepare as prepare_lib  # pylint: disable=wrong-import-position
 from electra_jax.data import records  # pylint: disable=wrong-import-position
+from electra_jax.platform import host_memory  # pylint: disable=wrong-import-position
 
+host_memory.keep_freed()  # as the launch scripts do, before JAX's backend starts its threads
 assert jax.device_count() == 8, 'tests expect 8 fake CPU devices (XLA_FLAGS was set too late)'
 # Many tests compile the same small programs: a persistent cache compiles each once per session.
 jax.config.update('jax_compilation_cache_dir', os.path.join(
