@@ -9,8 +9,8 @@ every thread from the one heap and keep what is freed there (mallopt: one arena,
 their own, up to 2 GB kept free at the heap's top), so a step reuses the last step's pages. The
 cost: the process holds its peak of host memory instead of giving it back between steps.
 
-Only where JAX will run on the CPU (JAX_PLATFORMS names it first, or the machine has no TPU or GPU
-device): an accelerator's temporaries are in its own memory, and a TPU host's many input threads
+Only where JAX will run on the CPU (JAX_PLATFORMS names it first, or JAX's own probes of the
+machine find no TPU chip and no NVIDIA or AMD GPU): an accelerator's temporaries are in its own memory, and a TPU host's many input threads
 keep their arenas. Where glibc's malloc was configured in the environment (MALLOC_* or a
 glibc.malloc tunable in GLIBC_TUNABLES), that is left as it is; without glibc, nothing is done.
 Processes this one starts inherit the same settings (the same variables, which glibc reads at
@@ -18,15 +18,19 @@ start), so a peer compared in a child process runs with the same allocator.
 """
 
 import ctypes
-import glob
 import os
+import platform
+
+try:  # JAX's probes of the machine's TPU chips and GPUs, run before its backend starts (private)
+  from jax._src import hardware_utils
+except ImportError:  # (another JAX: where JAX_PLATFORMS does not say, glibc is left as it is)
+  hardware_utils = None
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc's malloc.h
 _KEEP = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1))
 # The same for a child process, as glibc reads them from its environment at start.
 ENVIRONMENT = {'MALLOC_ARENA_MAX': '1', 'MALLOC_MMAP_MAX_': '0',
                'MALLOC_TRIM_THRESHOLD_': str(2**31 - 1)}
-_ACCELERATORS = ('/dev/accel[0-9]*', '/dev/vfio/[0-9]*', '/dev/nvidia[0-9]*', '/dev/kfd')
 
 
 def cpu_run() -> bool:
@@ -34,7 +38,12 @@ def cpu_run() -> bool:
   platforms = os.environ.get('JAX_PLATFORMS', '').strip()
   if platforms:
     return platforms.split(',')[0].strip() == 'cpu'
-  return not any(glob.glob(pattern) for pattern in _ACCELERATORS)
+  try:
+    return not (hardware_utils.num_available_tpu_chips_and_device_id()[0]
+                or hardware_utils.has_visible_nvidia_gpu()
+                or hardware_utils.num_available_amd_gpus(stop_at=1))
+  except (AttributeError, OSError, TypeError):  # (probes moved or changed: unknown, left alone)
+    return False
 
 
 def configured() -> bool:
@@ -49,12 +58,10 @@ def keep_freed() -> bool:
   has an arena of its own keeps it."""
   if configured():
     return all(os.environ.get(k) == v for k, v in ENVIRONMENT.items())
-  if not cpu_run():
+  if platform.libc_ver()[0] != 'glibc' or not cpu_run():
     return False
   try:
-    libc = ctypes.CDLL(None)
-    libc.gnu_get_libc_version.restype = ctypes.c_char_p  # (glibc's alone)
-    mallopt = libc.mallopt
+    mallopt = ctypes.CDLL(None).mallopt
   except (OSError, AttributeError):
     return False
   if not all(mallopt(option, value) == 1 for option, value in _KEEP):

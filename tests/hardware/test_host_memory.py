@@ -70,6 +70,17 @@ def test_only_cpu_runs_and_unconfigured_glibc(monkeypatch):
   assert not host_memory.cpu_run()
   monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   assert host_memory.cpu_run() and not host_memory.configured()
+  # JAX_PLATFORMS unset: JAX's probes of the machine decide (a TPU chip, an NVIDIA or AMD GPU).
+  monkeypatch.delenv('JAX_PLATFORMS')
+  probes = host_memory.hardware_utils
+  for tpus, nvidia, amd in ((0, False, 0), (4, False, 0), (0, True, 0), (0, False, 1)):
+    monkeypatch.setattr(probes, 'num_available_tpu_chips_and_device_id', lambda t=tpus: (t, None))
+    monkeypatch.setattr(probes, 'has_visible_nvidia_gpu', lambda n=nvidia: n)
+    monkeypatch.setattr(probes, 'num_available_amd_gpus', lambda stop_at=None, a=amd: a)
+    assert host_memory.cpu_run() == (not (tpus or nvidia or amd)), (tpus, nvidia, amd)
+  monkeypatch.delattr(probes, 'has_visible_nvidia_gpu')  # (another JAX): left as glibc has it
+  assert not host_memory.cpu_run()
+  monkeypatch.setenv('JAX_PLATFORMS', 'cpu')
   monkeypatch.setenv('GLIBC_TUNABLES', 'glibc.malloc.arena_max=4')
   assert host_memory.configured() and not host_memory.keep_freed()  # the user's, as given
   assert 'MALLOC_ARENA_MAX' not in os.environ
