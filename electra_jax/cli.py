@@ -368,12 +368,37 @@ def quiet_tpu_runtime():
     os.environ.setdefault('TPU_HOST_BOUNDS', '1,1,1')
 
 
+def _enable_compilation_cache(command: str):
+  """--compilation_cache's folder, or JAX_COMPILATION_CACHE_DIR's, for this run. One that cannot be
+  written to ends the run in one sentence where it was asked for; the default folder only warns,
+  and the run compiles without the cache."""
+  try:
+    compile_cache.enable(_COMPILATION_CACHE.value, command=command)
+    return
+  except compile_cache.Unusable as e:
+    problem = e
+  if os.environ.get('JAX_COMPILATION_CACHE_DIR'):
+    print(f'error: JAX_COMPILATION_CACHE_DIR={problem.path}: compiled programs cannot be kept '
+          f'there ({problem.why}); give it a folder this user can write to, or unset it',
+          file=sys.stderr)
+    exit_now(2)
+  if flags.FLAGS['compilation_cache'].present:
+    print(f'error: --compilation_cache={_COMPILATION_CACHE.value}: compiled programs cannot be '
+          f'kept in {problem.path} ({problem.why}); give a folder this user can write to, or '
+          '--compilation_cache= to compile without keeping them', file=sys.stderr)
+    exit_now(2)
+  print(f'warning: compiled programs cannot be kept in {problem.path} ({problem.why}); this run '
+        'compiles every program (--compilation_cache=<folder> keeps them elsewhere)',
+        file=sys.stderr)
+  compile_cache.enable('', command=command)
+
+
 def run(main):
   """absl's app.run, with one-sentence errors for bad flags and for UserError, and a prompt exit."""
   def wrapped(argv):
     fewer_collections()
     # (the command line names the programs its next run loads ahead, in the background)
-    compile_cache.enable(_COMPILATION_CACHE.value, command=repr((os.getcwd(), sys.argv)))
+    _enable_compilation_cache(command=repr((os.getcwd(), sys.argv)))
     signal.signal(signal.SIGTERM, _terminate)  # (the training loop installs its own: it saves)
     if not ('topology' in flags.FLAGS and flags.FLAGS.topology):
       quiet_tpu_runtime()

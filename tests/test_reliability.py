@@ -25,6 +25,7 @@ from electra_jax.data import input_pipeline
 from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.hardware import compile_cache
 from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
 from electra_jax.train import optim
 from electra_jax.train import partitioning
@@ -399,6 +400,40 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
     assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
   for name in ('r1', 'r2', 'r3', 'cmp'):
     assert not os.path.exists(tmp_path / name)
+
+
+@pytest.mark.fast
+def test_a_compilation_cache_that_cannot_be_written_is_one_line_or_a_warning(tmp_path):
+  """A cache folder asked for (--compilation_cache, JAX_COMPILATION_CACHE_DIR) that cannot be made
+  or written to ends the run in one sentence before anything is written; the default folder only
+  warns once, and the run goes on without the cache (JAX alone would warn at every program)."""
+  a_file = tmp_path / 'a_file'
+  a_file.write_text('x')
+  corpus = tmp_path / 'c.txt'
+  corpus.write_text('The cat sat on the mat. A dog ran past the tree.\nBirds sang songs.\n')
+  env = {k: v for k, v in CHILD_ENV.items() if k != 'JAX_COMPILATION_CACHE_DIR'}
+  done = _launch('prepare_data.py', '--corpus=builtin', f'--output={tmp_path / "r1"}',
+                 f'--compilation_cache={a_file}', env=env)
+  assert done.returncode == 2 and _last(done) == (
+      f'error: --compilation_cache={a_file}: compiled programs cannot be kept in '
+      f'{compile_cache.folder(str(a_file))} (not a directory); give a folder this user can write '
+      'to, or --compilation_cache= to compile without keeping them'), done.stderr[-2000:]
+  done = _launch('prepare_data.py', '--corpus=builtin', f'--output={tmp_path / "r2"}',
+                 env={**env, 'JAX_COMPILATION_CACHE_DIR': str(a_file / 'x')})
+  assert done.returncode == 2 and _last(done) == (
+      f'error: JAX_COMPILATION_CACHE_DIR={a_file / "x"}: compiled programs cannot be kept there '
+      '(not a directory); give it a folder this user can write to, or unset it')
+  done = _launch('prepare_data.py', f'--corpus={corpus}', f'--output={tmp_path / "r3"}',
+                 '--vocab_size=3', env={**env, 'XDG_CACHE_HOME': str(a_file)})
+  assert done.returncode == 2 and _last(done).startswith('error: vocab_size=3 leaves no room')
+  warning = (f'warning: compiled programs cannot be kept in '
+             f'{os.path.join(a_file, "electra_jax", "xla")}/')
+  assert [l.startswith(warning) for l in done.stderr.splitlines()].count(True) == 1, done.stderr
+  for name in ('r1', 'r2', 'r3'):
+    assert not os.path.exists(tmp_path / name)
+  compile_cache._check('gs://a-bucket/cache')  # (a bucket: left to JAX, nothing made here)
+  with pytest.raises(compile_cache.Unusable, match='not a directory'):
+    compile_cache._check(str(a_file / 'cache'))
 
 
 @pytest.mark.fast

@@ -22,6 +22,7 @@ import logging
 import os
 import pickle
 import platform
+import tempfile
 import threading
 
 import jax
@@ -59,6 +60,28 @@ def folder(root: str) -> str:
   return os.path.join(root, f'jax-{jax.__version__}-jaxlib-{jaxlib.__version__}-{host()}')
 
 
+class Unusable(Exception):
+  """The cache's folder cannot be made or written to (`path`, `why`)."""
+
+  def __init__(self, path: str, why: str):
+    super().__init__(f'{path}: {why}')
+    self.path, self.why = path, why
+
+
+def _check(path: str):
+  """Makes the local folder `path` if need be and writes a file there (then removes it), or raises
+  Unusable: JAX itself would only warn at every program it fails to read or write there. A bucket
+  (gs://...) is left to JAX."""
+  if '://' in path:
+    return
+  try:
+    os.makedirs(path, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=path, prefix='.probe-'):
+      pass
+  except OSError as e:
+    raise Unusable(path, (e.strerror or str(e)).lower()) from None
+
+
 class _Counter(logging.Filter):
   """Counts JAX's persistent-cache hits and misses from its compiler's log records, and lets
   through only what the log would have shown without it (the records below the level it had)."""
@@ -84,16 +107,17 @@ CACHED = _Counter(logging.WARNING)  # (the counts of this process)
 
 def enable(root: str | None, command: str | None = None) -> str | None:
   """Turns the cache on for this process, in `folder(root)`; `root` '' or None: off. Returns the
-  folder used (JAX_COMPILATION_CACHE_DIR's where that is set), or None. `command` (the command
-  line, say) names the programs this run keeps or loads whole: the next run of the same command
-  loads them in the background from its start (`_Ahead`)."""
+  folder used (JAX_COMPILATION_CACHE_DIR's where that is set), or None; raises Unusable, the cache
+  left as it was, where a local folder cannot be made or written to. `command` (the command line,
+  say) names the programs this run keeps or loads whole: the next run of the same command loads
+  them in the background from its start (`_Ahead`)."""
   global AHEAD  # pylint: disable=global-statement
+  path = (os.environ.get('JAX_COMPILATION_CACHE_DIR')
+          or (folder(os.path.expanduser(root)) if root else None))
+  if path:
+    _check(path)
   _Kept.command, AHEAD = command, _Ahead()
-  if os.environ.get('JAX_COMPILATION_CACHE_DIR'):
-    path = os.environ['JAX_COMPILATION_CACHE_DIR']
-  elif root:
-    path = folder(os.path.expanduser(root))
-  else:
+  if not path:
     jax.config.update('jax_enable_compilation_cache', False)
     _Kept.folder = None
     return None
