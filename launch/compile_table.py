@@ -17,7 +17,7 @@ import time
 
 from absl import flags
 
-from electra_jax import cli
+from electra_jax import cli, user_errors
 
 _PRESETS = flags.DEFINE_list('presets', ['small', 'base', 'large'], 'configs/<name>.py presets')
 _SLICES = flags.DEFINE_list('slices', ['v4-8', 'v5e-8', 'v5p-8', 'v6e-8', 'v4-32'],
@@ -45,27 +45,31 @@ def _set(config, path: str, text: str):
   setattr(target, last, value)
 
 
-def _row(preset: str, slice_name: str, log) -> dict:
-  from electra_jax import UserError  # pylint: disable=import-outside-toplevel
-  from electra_jax.pretraining import compiling  # pylint: disable=import-outside-toplevel
-  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
+def _config(preset: str):
+  """configs/<preset>.py with --set applied (one sentence for an unknown preset or field)."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   config = cli._load_config(os.path.join(root, 'configs', f'{preset}.py'), 'presets')  # pylint: disable=protected-access
   for item in _OVERRIDES.value:
     key, _, value = item.partition('=')
     _set(config, key, value)
+  return config
+
+
+def _row(preset: str, config, slice_name: str, slice_, log) -> dict:
+  from electra_jax import UserError  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import compiling  # pylint: disable=import-outside-toplevel
   row = {'preset': preset, 'slice': slice_name, 'batch': config.data.batch_size,
          'length': config.data.max_seq_length, 'overrides': list(_OVERRIDES.value)}
   t = time.perf_counter()
   try:
-    report = compiling.compile_for_topology(config, topology.parse(slice_name), log)
+    report = compiling.compile_for_topology(config, slice_, log)
   except UserError as e:
     row.update(fits=False, error=str(e), seconds=time.perf_counter() - t)
     return row
   memory = report['memory']['train']
   row.update(fits=True, seconds=time.perf_counter() - t, attention=report['attention'],
              microbatches=report['microbatches'], hbm_gib=memory.total / 2 ** 30,
-             hbm_of_gib=topology.parse(slice_name).hbm_bytes / 2 ** 30,
+             hbm_of_gib=slice_.hbm_bytes / 2 ** 30,
              largest_batch=report['largest_batch'], step_ms=1e3 * report['estimate']['step_s'],
              tokens_per_s=report['estimate']['tokens_per_s'], mfu=report['estimate']['mfu'])
   return row
@@ -90,11 +94,17 @@ def _table(rows: list) -> str:
 def main(argv):
   del argv
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')
+  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
+  # every slice, preset and field checked before the first cell compiles (minutes each)
+  with user_errors(ValueError):
+    slices = {name: topology.parse(name, flag='--slices') for name in _SLICES.value}
+  configs = {preset: _config(preset) for preset in _PRESETS.value}
   rows = []
-  for preset in _PRESETS.value:
-    for slice_name in _SLICES.value:
+  for preset, config in configs.items():
+    for slice_name, slice_ in slices.items():
       print(f'== {preset} on {slice_name}', flush=True)
-      rows.append(_row(preset, slice_name, lambda line: print('  ' + line, flush=True)))
+      rows.append(_row(preset, config, slice_name, slice_,
+                       lambda line: print('  ' + line, flush=True)))
       with open(_OUT.value + '.json', 'w') as f:
         json.dump(rows, f, indent=2)
       with open(_OUT.value + '.md', 'w') as f:

@@ -388,6 +388,13 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
        'error: --repeats=0: 0 is not a positive integer'),
       (('benchmark.py', '--config=configs/tiny.py', '--steps=ten'),
        'error: --steps=ten: give an integer'),
+      # compile_table.py checks every slice, preset and field before its first cell compiles
+      (('compile_table.py', '--presets=small', '--slices=v5e-8,v9z-8', f'--out={tmp_path / "t"}'),
+       "error: --slices='v9z-8' is not a Cloud TPU accelerator type; use one such as"),
+      (('compile_table.py', '--presets=small,nope', '--slices=v5e-8', f'--out={tmp_path / "t"}'),
+       'error: --presets: the config file '),
+      (('compile_table.py', '--presets=small', '--slices=v5e-8', '--set=nofield=1',
+        f'--out={tmp_path / "t"}'), 'error: --set nofield: no such config field'),
       (('compare.py', f'--workdir={tmp_path / "cmp"}', f'--suite={tmp_path / "suite"}'),
        f'error: {tmp_path / "suite" / "suite.json"} is not a suite\'s description (a "tasks" list '
        'whose entries each have a "name"); build the suite again: python launch/build_tasks.py '
@@ -398,7 +405,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
   for args, want in cases:
     done = _launch(*args)
     assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
-  for name in ('r1', 'r2', 'r3', 'cmp'):
+  for name in ('r1', 'r2', 'r3', 'cmp', 't.md', 't.json'):
     assert not os.path.exists(tmp_path / name)
 
 

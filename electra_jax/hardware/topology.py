@@ -96,12 +96,13 @@ def for_compiling(name: str, num_slices: int = 1) -> Slice:
   return slice_
 
 
-def parse(name: str, num_slices: int = 1) -> Slice:
-  """The slice `name` ('v4-8', 'v5litepod-16', 'v5e-8', 'v5p-8', 'v6e-8', 'v4-32', ...)."""
+def parse(name: str, num_slices: int = 1, flag: str = '--topology') -> Slice:
+  """The slice `name` ('v4-8', 'v5litepod-16', 'v5e-8', 'v5p-8', 'v6e-8', 'v4-32', ...); `flag`:
+  the flag that gave it, in the error's sentence."""
   names = sorted(chips_lib.slice_names(), key=len, reverse=True)
   m = re.fullmatch(rf'({"|".join(names)})-(\d+)', name.strip().lower())
   if not m:
-    raise ValueError(f'--topology={name!r} is not a Cloud TPU accelerator type; use one such as '
+    raise ValueError(f'{flag}={name!r} is not a Cloud TPU accelerator type; use one such as '
                      f'{", ".join(f"{n}-8" for n in chips_lib.slice_names())} or a larger slice '
                      '(v4-32, v5e-32)')
   chip, count = chips_lib.of_slice_name(m.group(1)), int(m.group(2))
