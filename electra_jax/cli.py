@@ -370,23 +370,20 @@ def quiet_tpu_runtime():
 
 def _enable_compilation_cache(command: str):
   """--compilation_cache's folder, or JAX_COMPILATION_CACHE_DIR's, for this run. One that cannot be
-  written to ends the run in one sentence where it was asked for; the default folder only warns,
-  and the run compiles without the cache."""
+  written to is a UserError where it was asked for; the default folder only warns, and the run
+  compiles without the cache."""
   try:
     compile_cache.enable(_COMPILATION_CACHE.value, command=command)
     return
   except compile_cache.Unusable as e:
     problem = e
   if os.environ.get('JAX_COMPILATION_CACHE_DIR'):
-    print(f'error: JAX_COMPILATION_CACHE_DIR={problem.path}: compiled programs cannot be kept '
-          f'there ({problem.why}); give it a folder this user can write to, or unset it',
-          file=sys.stderr)
-    exit_now(2)
+    raise UserError(f'JAX_COMPILATION_CACHE_DIR={problem.path}: compiled programs cannot be kept '
+                    f'there ({problem.why}); give it a folder this user can write to, or unset it')
   if flags.FLAGS['compilation_cache'].present:
-    print(f'error: --compilation_cache={_COMPILATION_CACHE.value}: compiled programs cannot be '
-          f'kept in {problem.path} ({problem.why}); give a folder this user can write to, or '
-          '--compilation_cache= to compile without keeping them', file=sys.stderr)
-    exit_now(2)
+    raise UserError(f'--compilation_cache={_COMPILATION_CACHE.value}: compiled programs cannot be '
+                    f'kept in {problem.path} ({problem.why}); give a folder this user can write '
+                    'to, or --compilation_cache= to compile without keeping them')
   print(f'warning: compiled programs cannot be kept in {problem.path} ({problem.why}); this run '
         'compiles every program (--compilation_cache=<folder> keeps them elsewhere)',
         file=sys.stderr)
@@ -397,8 +394,6 @@ def run(main):
   """absl's app.run, with one-sentence errors for bad flags and for UserError, and a prompt exit."""
   def wrapped(argv):
     fewer_collections()
-    # (the command line names the programs its next run loads ahead, in the background)
-    _enable_compilation_cache(command=repr((os.getcwd(), sys.argv)))
     signal.signal(signal.SIGTERM, _terminate)  # (the training loop installs its own: it saves)
     if not ('topology' in flags.FLAGS and flags.FLAGS.topology):
       quiet_tpu_runtime()
@@ -409,6 +404,8 @@ def run(main):
       logging.get_absl_handler().addFilter(
           lambda record: not (record.levelno >= logging.ERROR and '/orbax/' in record.pathname))
     try:
+      # (the command line names the programs its next run loads ahead, in the background)
+      _enable_compilation_cache(command=repr((os.getcwd(), sys.argv)))
       main(argv)
     except UserError as e:
       print(f'error: {e}', file=sys.stderr)

@@ -30,6 +30,8 @@ from jax.experimental import serialize_executable
 from jax.experimental.compilation_cache import compilation_cache
 import jaxlib
 
+from electra_jax.storage import fs
+
 try:  # JAX's own cache entries and executables (private: `_serialized_from_entry` needs them)
   from jax._src import compilation_cache as jax_entries  # pylint: disable=ungrouped-imports
   from jax._src.lib import _jax
@@ -72,7 +74,7 @@ def _check(path: str):
   """Makes the local folder `path` if need be and writes a file there (then removes it), or raises
   Unusable: JAX itself would only warn at every program it fails to read or write there. A bucket
   (gs://...) is left to JAX."""
-  if '://' in path:
+  if fs.remote(path):
     return
   try:
     os.makedirs(path, exist_ok=True)
