@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 
@@ -13,9 +14,34 @@ import sys
 # no longer does.) PYTEST_XLA_DEFAULTS=1 compiles with XLA's defaults, as runs do; XLA_FLAGS of your
 # own come after these (XLA takes a flag's last value). Child processes inherit them; those that set
 # XLA_FLAGS themselves start from TEST_XLA_FLAGS.
-TEST_XLA_FLAGS = '' if os.environ.get('PYTEST_XLA_DEFAULTS') == '1' else (
-    '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false '
-    '--xla_backend_extra_options=xla_cpu_disable_loop_unrolling,xla_cpu_disable_slp_vectorizer')
+# XLA aborts the process on a flag it does not know, and its releases drop flags (jax 0.12's XLA
+# has no --xla_cpu_use_fusion_emitters): the flags are tried in a child first, and those the
+# installed XLA refuses are left out (once a session: the workers and children inherit the answer).
+
+
+def known_to_xla(flags: str) -> str:
+  """`flags` without those the installed XLA does not know (it names them all as it aborts)."""
+  kept = flags.split()
+  for _ in range(3):
+    out = subprocess.run([sys.executable, '-c', 'import jax; jax.devices("cpu")'],
+                         env={**os.environ, 'XLA_FLAGS': ' '.join(kept), 'JAX_PLATFORMS': 'cpu'},
+                         capture_output=True, text=True, timeout=300, check=False)
+    unknown = re.search(r'Unknown flags? in XLA_FLAGS: (.*)', out.stderr)
+    if out.returncode == 0 or not unknown:
+      assert out.returncode == 0, f'JAX did not start with XLA_FLAGS={kept}: {out.stderr[-2000:]}'
+      return ' '.join(kept)
+    kept = [f for f in kept if f not in unknown.group(1).split()]
+  raise AssertionError(f'XLA kept refusing flags of {flags!r}: {out.stderr[-2000:]}')
+
+
+if os.environ.get('PYTEST_XLA_DEFAULTS') == '1':
+  TEST_XLA_FLAGS = ''
+elif 'ELECTRA_TEST_XLA_FLAGS' in os.environ:  # a worker, or a child, of a session that tried them
+  TEST_XLA_FLAGS = os.environ['ELECTRA_TEST_XLA_FLAGS']
+else:
+  TEST_XLA_FLAGS = os.environ['ELECTRA_TEST_XLA_FLAGS'] = known_to_xla(
+      '--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false '
+      '--xla_backend_extra_options=xla_cpu_disable_loop_unrolling,xla_cpu_disable_slp_vectorizer')
 os.environ['XLA_FLAGS'] = ' '.join(filter(None, [TEST_XLA_FLAGS, os.environ.get('XLA_FLAGS'),
                                                  '--xla_force_host_platform_device_count=8']))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')

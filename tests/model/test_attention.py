@@ -6,6 +6,7 @@ mask, the two backward kernels) but not the Triton or Mosaic compilers: `test_ke
 checks that JAX lowers them for both (Triton IR, Mosaic MLIR); only a GPU or TPU can compile them.
 """
 
+import contextlib
 import dataclasses
 import functools
 
@@ -302,7 +303,9 @@ def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
 @pytest.mark.parametrize('platform, backend', [('cuda', 'gpu'), ('tpu', 'tpu')])
 def test_kernels_lower_for_gpu_and_tpu(platform, backend):
   """JAX lowers the forward and both backward kernels of ELECTRA-Base's attention (batch 8 x 512,
-  12 heads of 64, bfloat16, dropout) to Triton (GPU) and Mosaic (TPU) from this CPU machine."""
+  12 heads of 64, bfloat16, dropout) to Triton (GPU) and Mosaic (TPU) from this CPU machine.
+  Triton's lowering asks the device which GPU it is for: from jax 0.12 on, with no GPU here, an
+  abstract mesh names one (an H100; jax 0.10 took none)."""
   options = attention.default_options(backend)
 
   def loss(q, k, v, key_mask, words):
@@ -311,11 +314,15 @@ def test_kernels_lower_for_gpu_and_tpu(platform, backend):
 
   target = {'gpu': '__gpu$xla.gpu.triton', 'tpu': 'tpu_custom_call'}[backend]
   shape = jax.ShapeDtypeStruct((8, 512, 12, 64), jnp.bfloat16)
-  exported = export.export(
-      jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=[platform],
-      disabled_checks=[export.DisabledSafetyCheck.custom_call(target)])(
-          shape, shape, shape, jax.ShapeDtypeStruct((8, 512), jnp.int32),
-          jax.ShapeDtypeStruct((2,), jnp.uint32))
+  gpu = jax.sharding.AbstractDevice(device_kind='NVIDIA H100 80GB HBM3', num_cores=None,
+                                    platform='gpu')
+  with (jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh((1,), ('x',), abstract_device=gpu))
+        if backend == 'gpu' else contextlib.nullcontext()):
+    exported = export.export(
+        jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=[platform],
+        disabled_checks=[export.DisabledSafetyCheck.custom_call(target)])(
+            shape, shape, shape, jax.ShapeDtypeStruct((8, 512), jnp.int32),
+            jax.ShapeDtypeStruct((2,), jnp.uint32))
   text = exported.mlir_module()
   assert text.count(f'@{target}') == 3  # forward, dK/dV, dQ
   for name in ('electra_flash_forward', 'electra_flash_dkv', 'electra_flash_dq'):
