@@ -66,6 +66,15 @@ def inside(low, high, low_in: bool, high_in: bool):
   return valid
 
 
+MAX_SEED = 2**31 - 1  # the programs take the seed as an int32 (SentencePiece's trainer, a uint32)
+
+
+def seed(v):
+  """A seed every consumer of it takes: a whole number in [0, 2**31 - 1]."""
+  return None if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SEED else (
+      f'a seed is a whole number from 0 to {MAX_SEED} (a 32-bit integer)')
+
+
 def rule(ok: Callable, want: str):
   """Valid where `ok(value)` (a finite number passed to it); else 'give <want>'."""
   return lambda v: None if _number(v) and ok(v) else f'give {want}'

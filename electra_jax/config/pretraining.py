@@ -142,7 +142,7 @@ DATA = Section(doc='the corpus, its tokenizer, records and batches', fields=dict
 ))
 
 CONFIG = Section(resume='free', fields=dict(
-    seed=F(0, 'every random choice comes from a key derived from (seed, step)', AT_LEAST_0,
+    seed=F(0, 'every random choice comes from a key derived from (seed, step)', fields.seed,
            resume='same'),
     train_steps=F(1_000_000, 'optimizer steps', AT_LEAST_1),
     log_every=F(100, 'steps between progress lines / metric records (the only device reads)',

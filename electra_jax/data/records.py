@@ -220,3 +220,11 @@ def verify(records_dir: str, meta: dict):
       tokenizer_lib.file_fingerprint(vocab) != meta['vocab_fingerprint']):
     raise ValueError(f'the vocabulary {vocab} is missing or differs from the one the records were '
                      'tokenized with; restore it or rebuild the records')
+  tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case=meta.get('lower_case', True))
+  for key, actual in (('vocab_size', tokenizer.vocab_size),
+                      ('special_ids', tokenizer.special.as_dict())):
+    if key in meta and meta[key] != actual:
+      raise ValueError(f'{fs.join(records_dir, METADATA)} says {key} is {meta[key]!r}, and the '
+                       f'vocabulary the records were tokenized with ({vocab}) gives {actual!r}: '
+                       'the metadata was changed or comes from another folder; rebuild the '
+                       'records with launch/prepare_data.py')

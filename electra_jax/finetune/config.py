@@ -87,7 +87,7 @@ CONFIG = Section(fields=dict(
                 lambda x: None if x in ('latest', 'best') or str(x).isdigit() else
                 "give 'latest', 'best' or a step number such as 1000"),
     from_scratch=F(False, 'True: that model and vocabulary with random weights (a baseline)', BOOL),
-    seed=F(0, 'seed of the first fine-tuning; run k uses seed + k', at_least(0)),
+    seed=F(0, 'seed of the first fine-tuning; run k uses seed + k', fields.seed),
     num_seeds=F(1, 'fine-tunings from the same checkpoint; the median is reported (paper: 10)',
                 at_least(1), resume='free'),
     epochs=F(0.0, "0: the paper's for the task (3; 10 for RTE and STS-B; 3 for your own data)",
@@ -211,6 +211,11 @@ def check(cfg, mesh):
   key, a value outside its declared range, a batch the devices do not divide."""
   with user_errors(ValueError):
     fields.check(CONFIG, cfg, 'fine-tuning config')
+  last = cfg.seed + cfg.num_seeds - 1
+  if last > fields.MAX_SEED:
+    raise UserError(f'seed={cfg.seed} with num_seeds={cfg.num_seeds} makes the last fine-tuning\'s '
+                    f'seed {last}, and a seed is at most {fields.MAX_SEED} (a 32-bit integer); '
+                    f'give a seed of at most {fields.MAX_SEED - cfg.num_seeds + 1}')
     for what, value in (('batch_size', cfg.batch_size), ('eval_batch_size', cfg.eval_batch_size)):
       partitioning.check_batch_size(value, mesh, what)
 

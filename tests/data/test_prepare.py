@@ -6,6 +6,7 @@ import filecmp
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -142,6 +143,16 @@ def test_a_damaged_shard_or_vocabulary_is_found_before_training(tmp_path, built)
     f.write(b'\0')
   with pytest.raises(ValueError, match='differs from the one the records were tokenized with'):
     records.verify(broken, meta)
+  shutil.copyfile(os.path.join(built, records.VOCAB), os.path.join(broken, records.VOCAB))
+  # metadata.json edited (or copied from a folder of a larger vocabulary), the vocabulary intact
+  claimed = {**meta, 'vocab_size': 2 * meta['vocab_size']}
+  with pytest.raises(ValueError, match=re.escape(
+      f"{broken}/metadata.json says vocab_size is {2 * meta['vocab_size']}, and the vocabulary "
+      f"the records were tokenized with ({broken}/{records.VOCAB}) gives {meta['vocab_size']}: "
+      'the metadata was changed')):
+    records.verify(broken, claimed)
+  with pytest.raises(ValueError, match='says special_ids is'):
+    records.verify(broken, {**meta, 'special_ids': {**meta['special_ids'], 'mask': 7}})
 
 
 def _examples(dataset, n):
