@@ -6,6 +6,7 @@ A mistake the user can fix (unknown config key, bad value, missing file, ...) pr
 
 import difflib
 import errno
+import functools
 import gc
 import importlib.util
 import inspect
@@ -217,9 +218,18 @@ def declared_flags(declarations: dict, only: tuple = (), **own_defaults) -> dict
       continue
     default = own_defaults.pop(name, field.default)
     holders[name] = define[type(field.default)](name, default, field.doc, module_name=module)
+    if field.valid:  # the declaration's range, checked as the flags are parsed
+      flags.register_validator(name, functools.partial(_declared_value, field.valid))
   if own_defaults:
     raise ValueError(f'no declared setting named {", ".join(own_defaults)}')
   return holders
+
+
+def _declared_value(valid, value) -> bool:
+  problem = valid(value)
+  if problem:  # (absl names the flag and its value before it)
+    raise flags.ValidationError(problem)
+  return True
 
 
 def _parse(argv):
@@ -411,6 +421,11 @@ def run(main):
       print(f'error: {e}', file=sys.stderr)
       exit_now(2)
     except OSError as e:  # a bucket or a file out of reach: one sentence, not a traceback
+      if fs.no_space(e):  # (fs.DiskFull: a whole-file write, which left nothing behind)
+        print(f'error: {e.strerror}' if isinstance(e, fs.DiskFull) else
+              f'error: the disk is full{f" (writing {e.filename})" if e.filename else ""}; free '
+              'some space and run the same command again', file=sys.stderr)
+        exit_now(2)
       if e.filename and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         print(f'error: {e.filename}: {e.strerror.lower()}; choose a place this user can write to '
               '(or read, for an input)', file=sys.stderr)

@@ -280,18 +280,20 @@ def _on_small_disk(disk, size: str, command: str, timeout: int = 300):
                         capture_output=True, text=True, env=CHILD_ENV, timeout=timeout, check=False)
 
 
-def _can_mount_tmpfs(path) -> bool:
-  return _on_small_disk(path, '1m', 'true').returncode == 0
+def _disk_folder(tmp_path):
+  """tmp_path/disk, where _on_small_disk mounts its tmpfs (the test is skipped where it cannot)."""
+  disk = tmp_path / 'disk'
+  disk.mkdir()
+  if _on_small_disk(disk, '1m', 'true').returncode != 0:
+    pytest.skip('this machine cannot mount a tmpfs in a user namespace (unshare -Urm)')
+  return disk
 
 
 def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_dir):
   """Records onto a full disk: one line naming the disk and the space, nothing left behind. A
   checkpoint that does not fit: one line, the checkpoint before it untouched. (In a mount namespace
   of the test's own, with a small tmpfs.)"""
-  disk = tmp_path / 'disk'
-  disk.mkdir()
-  if not _can_mount_tmpfs(disk):
-    pytest.skip('this machine cannot mount a tmpfs in a user namespace (unshare -Urm)')
+  disk = _disk_folder(tmp_path)
   corpus = os.path.join(tmp_path, 'corpus.txt')
   with open(corpus, 'w') as f:
     f.write('\n\n'.join(' '.join(WORDS[i % len(WORDS)] for i in range(j, j + 40)) + '.'
@@ -328,10 +330,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_di
 def test_a_save_that_fills_the_disk_while_written_leaves_no_unfinished_folder(tmp_path):
   """Where the free space is not known beforehand (a mounted bucket), a checkpoint can fail half
   written: one DiskFull, its unfinished folder deleted, the checkpoint before it intact."""
-  disk = tmp_path / 'disk'
-  disk.mkdir()
-  if not _can_mount_tmpfs(disk):
-    pytest.skip('this machine cannot mount a tmpfs in a user namespace (unshare -Urm)')
+  disk = _disk_folder(tmp_path)
   script = tmp_path / 'save.py'
   script.write_text(f'''
 import numpy as np
@@ -358,6 +357,40 @@ print('intact:', bool(np.array_equal(np.asarray(restored['w']), state['w'])), me
           in done.stdout), done.stdout[-2000:] + done.stderr[-3000:]
   assert "intact: True {'step': 1}" in done.stdout, done.stdout[-2000:]
   assert done.stdout.split('exit=0')[1].split() == ['1'], done.stdout  # no unfinished folder
+
+
+@pytest.mark.fast
+def test_a_whole_file_that_does_not_fit_is_one_sentence_and_leaves_nothing(tmp_path):
+  """fs.write_atomic (results, configs, curves, an export's files) onto a full disk: DiskFull
+  naming the file, its size and the free space; the old contents intact, no temporary file."""
+  disk = _disk_folder(tmp_path)
+  script = tmp_path / 'write.py'
+  script.write_text(f'''
+from electra_jax.storage import fs
+fs.write_atomic('{disk}/results.json', 'old contents')
+try:
+  fs.write_atomic('{disk}/results.json', b'x' * 3_000_000)
+except fs.DiskFull as e:
+  print('DiskFull:', e.strerror)
+print('kept:', open('{disk}/results.json').read())
+''')
+  done = _on_small_disk(disk, '1m', f'{sys.executable} {script}; echo "exit=$?"; ls -A {disk}')
+  assert 'exit=0' in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
+  assert re.search(rf'DiskFull: the disk holding {disk} is full: results.json takes 3.0 MB and '
+                   r'[\d.]+ [KM]B are free; nothing of it was written: free some space and run the '
+                   'same command again', done.stdout), done.stdout
+  assert 'kept: old contents' in done.stdout
+  assert done.stdout.split('exit=0')[1].split() == ['results.json'], done.stdout  # no .tmp-<pid>
+
+
+def test_an_export_onto_a_full_disk_is_one_sentence_and_leaves_nothing(tmp_path, pretrained):
+  disk = _disk_folder(tmp_path)
+  done = _on_small_disk(disk, '8k', f'{sys.executable} {ROOT}/launch/export.py '
+                        f'--workdir={pretrained} --out={disk}/hf; echo "exit=$?"; ls -A {disk}')
+  assert re.fullmatch(rf'error: the disk holding {disk} is full: the export takes at least '
+                      r'[\d.]+ KB and [\d.]+ KB are free; nothing was written: free some space '
+                      'and run the same command again', _last(done)), done.stderr[-3000:]
+  assert done.stdout.split() == ['exit=2'], done.stdout  # no hf/, no hf.partial/
 
 
 @pytest.mark.fast
@@ -395,6 +428,18 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
        'error: --presets: the config file '),
       (('compile_table.py', '--presets=small', '--slices=v5e-8', '--set=nofield=1',
         f'--out={tmp_path / "t"}'), 'error: --set nofield: no such config field'),
+      # a seed is what every consumer of it takes (an int32 in the programs), checked for the last
+      # seed a run uses before anything is written
+      (('train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "w1"}',
+        '--config.seed=2147483648'), 'error: seed is 2147483648; a seed is a whole number from 0 '
+       'to 2147483647 (a 32-bit integer)'),
+      (('finetune.py', '--config=configs/finetune/builtin.py:topic', f'--init={tmp_path / "w1"}',
+        f'--workdir={tmp_path / "f1"}', '--config.seed=2147483647', '--num_seeds=2'),
+       "error: seed=2147483647 with num_seeds=2 makes the last fine-tuning's seed 2147483648, and "
+       'a seed is at most 2147483647 (a 32-bit integer); give a seed of at most 2147483646'),
+      (('prepare_data.py', f'--corpus={corpus}', f'--output={tmp_path / "r4"}',
+        '--seed=99999999999999999999'), 'error: flag --seed=99999999999999999999: a seed is a '
+       'whole number from 0 to 2147483647'),
       (('compare.py', f'--workdir={tmp_path / "cmp"}', f'--suite={tmp_path / "suite"}'),
        f'error: {tmp_path / "suite" / "suite.json"} is not a suite\'s description (a "tasks" list '
        'whose entries each have a "name"); build the suite again: python launch/build_tasks.py '
@@ -405,7 +450,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
   for args, want in cases:
     done = _launch(*args)
     assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
-  for name in ('r1', 'r2', 'r3', 'cmp', 't.md', 't.json'):
+  for name in ('r1', 'r2', 'r3', 'r4', 'w1', 'f1', 'cmp', 't.md', 't.json'):
     assert not os.path.exists(tmp_path / name)
 
 

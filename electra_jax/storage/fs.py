@@ -16,6 +16,7 @@ as Python's: FileNotFoundError, PermissionError, or OSError with the store's mes
 import builtins
 import codecs
 import contextlib
+import errno
 import glob as glob_lib
 import io
 import json
@@ -291,9 +292,17 @@ def write_atomic(path, data: str | bytes):
   path = _local(path)
   tmp = os.path.join(os.path.dirname(path) or '.',
                      f'.{os.path.basename(path)}.tmp-{os.getpid()}')
-  with open(tmp, mode) as f:
-    f.write(data)
-  os.replace(tmp, path)
+  try:
+    with open(tmp, mode) as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException as e:  # (a full disk, a signal): the old contents stay, the part goes
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    if isinstance(e, OSError) and no_space(e):
+      size = len(data.encode() if isinstance(data, str) else data)
+      raise DiskFull(path, size) from None
+    raise
 
 
 @contextlib.contextmanager
@@ -311,9 +320,23 @@ def local_copy(path):
 
 # ---- space ------------------------------------------------------------------------------------
 
+class DiskFull(OSError):
+  """A file could not be written for a full disk; nothing of it was left. Its message is one
+  sentence naming the file, the space it needs and the space free."""
+
+  def __init__(self, path: str, size: int):
+    self.size = size
+    free = free_bytes(path)
+    super().__init__(errno.ENOSPC, (
+        f'the disk holding {os.path.dirname(os.path.abspath(path))} is full: {basename(path)} '
+        f'takes {size_text(size)}' + (f' and {size_text(free)} are free' if free is not None
+                                      else '') + '; nothing of it was written: free some space '
+        'and run the same command again'), path)
+
+
 def no_space(e: BaseException) -> bool:
   """Whether `e` (from Python, TensorFlow or TensorStore) says a disk is full."""
-  if isinstance(e, OSError) and e.errno == 28:
+  if isinstance(e, OSError) and e.errno == errno.ENOSPC:
     return True
   return bool(re.search(r'No space left on device|os_error_code=.?28\b', str(e)))
 

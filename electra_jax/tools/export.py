@@ -139,6 +139,16 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
       if fs.isdir(out):
         fs.rmdir(out)  # empty, checked above
       fs.replace(partial, out)
+  except fs.DiskFull as e:  # one sentence for the whole export: at least what was written so far
+    written = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(partial)
+                  for n in names)
+    fs.rmtree(partial, ignore_errors=True)
+    free = fs.free_bytes(out)
+    raise UserError(f'the disk holding {os.path.dirname(os.path.abspath(out))} is full: the '
+                    f'export takes at least {fs.size_text(written + e.size)}' +
+                    (f' and {fs.size_text(free)} are free' if free is not None else '') +
+                    '; nothing was written: free some space and run the same command '
+                    'again') from None
   except BaseException:
     fs.rmtree(partial, ignore_errors=True)
     raise
