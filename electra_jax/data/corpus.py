@@ -115,14 +115,16 @@ def builtin_lines() -> Iterator[str]:
 
 
 MAX_LINE_BYTES = 100_000  # a longer line is cut (at a space where possible): memory stays bounded
-_BINARY_PROBE = 8192  # bytes read to tell a binary file (one with NUL bytes) from text
+_BINARY_PROBE = 8192  # bytes read to tell a binary file (NUL bytes in one of every 1,000 or more)
 
 
 @dataclasses.dataclass
 class ReadReport:
   """What reading a corpus met on the way: files read and skipped, bytes that were not UTF-8."""
   files: int = 0
-  skipped_binary: list = dataclasses.field(default_factory=list)
+  skipped_binary: list = dataclasses.field(default_factory=list)  # 'path (a NUL byte at ...)'
+  nul_bytes: int = 0  # stray NUL bytes in text files (dropped)
+  first_nul: str = ''  # where the first of them was: 'byte 5,210 of path'
   lines_with_bad_bytes: int = 0
   long_lines_cut: int = 0
   lines_split: int = 0  # text lines holding several sentences, split at their sentence ends
@@ -134,6 +136,9 @@ class ReadReport:
     if self.skipped_binary:
       names = ', '.join(self.skipped_binary[:3]) + (' ...' if len(self.skipped_binary) > 3 else '')
       out.append(f'skipped {len(self.skipped_binary)} binary file(s): {names}')
+    if self.nul_bytes:
+      out.append(f'{self.nul_bytes} NUL byte(s) in text were dropped (the first at '
+                 f'{self.first_nul})')
     if self.lines_with_bad_bytes:
       out.append(f'{self.lines_with_bad_bytes} line(s) held bytes that are not UTF-8; each such '
                  'byte was replaced by U+FFFD')
@@ -171,9 +176,10 @@ def _raw_position(f) -> int:
 _UTF16_BOMS = (b'\xff\xfe', b'\xfe\xff')
 
 
-def _is_binary(path: str) -> bool:
-  """Whether `path` holds no text (NUL bytes); a damaged .gz file or text in UTF-16/32 raises
-  ValueError naming it."""
+def _binary(path: str) -> str:
+  """Where `path` holds no text, why ('a NUL byte at byte 12, 30 in its first 8,192 bytes'); ''
+  for text, stray NUL bytes included. A damaged .gz file or text in UTF-16/32 raises ValueError
+  naming it."""
   with _reading(path):
     with _open_binary(path) as f:
       probe = f.read(_BINARY_PROBE)
@@ -183,7 +189,11 @@ def _is_binary(path: str) -> bool:
       (odd > 0.8 and even < 0.1) or (even > 0.8 and odd < 0.1))):  # ASCII text, two bytes each
     raise ValueError(f'{path} looks like UTF-16 (or UTF-32) text; convert it to UTF-8, e.g. '
                      f'iconv -f UTF-16 -t UTF-8 {path} > {os.path.splitext(path)[0]}.utf8.txt')
-  return b'\0' in probe
+  nuls = probe.count(0)
+  if nuls * 1000 <= len(probe):  # a stray NUL in text (read as text, the byte dropped and counted)
+    return ''
+  return (f'a NUL byte at byte {probe.index(0):,}, {nuls:,} in its first {len(probe):,} bytes: '
+          'not text')
 
 
 @contextlib.contextmanager
@@ -201,16 +211,25 @@ def _raw_lines(path: str, report: ReadReport) -> Iterator[str]:
   limit = MAX_LINE_BYTES
   base = report.bytes_done
   with _reading(path), _open_binary(path) as f:
-    carry, continued, count = b'', False, 0
+    carry, continued, count, offset = b'', False, 0, 0
     while True:
       count += 1
       if count % 4096 == 0:
         report.bytes_done = base + _raw_position(f)
-      chunk = f.readline(limit - len(carry))
+      want = limit - len(carry)
+      chunk = f.readline(want)
       if not chunk and not carry:
         return
+      read = len(chunk)
+      if b'\0' in chunk:
+        if not report.nul_bytes:
+          report.first_nul = f'byte {offset + chunk.index(0):,} of {path}'
+        report.nul_bytes += chunk.count(0)
+        chunk = chunk.replace(b'\0', b'')
+      offset += read
       data, carry = carry + chunk, b''
-      ended = data.endswith(b'\n') or not chunk
+      # a line ends at its newline, or at the file's end (a read shorter than asked for)
+      ended = data.endswith(b'\n') or read < want
       if not ended:  # cut a long line at its last space, keep the rest for the next piece
         cut = data.rfind(b' ', limit // 2)
         if cut > 0:
@@ -298,8 +317,9 @@ def file_lines(files: list[str], report: ReadReport | None = None,
   report = report if report is not None else ReadReport()
   done = 0
   for path in files:
-    if _is_binary(path):
-      report.skipped_binary.append(path)
+    why = _binary(path)
+    if why:
+      report.skipped_binary.append(f'{path} ({why})')
     else:
       report.files += 1
       if is_jsonl(path):
@@ -384,8 +404,10 @@ class Source:
   def require_text(self):
     """Fails with one sentence when the source holds no document (reads up to the first one)."""
     if next(iter(self.documents()), None) is None:
-      raise ValueError(f'the corpus {self.spec!r} holds no text; give a corpus with at least one '
-                       'non-empty line')
+      binary = self.report.skipped_binary
+      raise ValueError(f'the corpus {self.spec!r} holds no text' + (
+          f' (skipped as binary: {"; ".join(binary[:3])}{" ..." if len(binary) > 3 else ""})'
+          if binary else '') + '; give a corpus with at least one non-empty line of text')
 
   def lines(self) -> Iterator[str]:
     """Sentences, with '' after each document."""

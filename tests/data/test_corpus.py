@@ -33,8 +33,33 @@ def test_binary_files_are_skipped_and_empty_files_add_nothing(tmp_path):
     f.write('zipped sentence.\n')
   lines, report = _read(str(tmp_path))
   assert [l for l in lines if l] == ['one sentence.', 'zipped sentence.']
-  assert report.skipped_binary == [str(tmp_path / 'b.bin')] and report.files == 3
+  assert report.skipped_binary == [f'{tmp_path / "b.bin"} (a NUL byte at byte 0, 10 in its first '
+                                   '2,560 bytes: not text)'] and report.files == 3
   assert 'skipped 1 binary file(s)' in report.warnings()[0]
+
+
+@pytest.mark.fast
+def test_the_last_line_without_a_newline_is_read_whole_and_is_not_a_long_line(tmp_path):
+  (tmp_path / 'a.txt').write_text('First line.\nThe last line has no newline.')
+  lines, report = _read(str(tmp_path / 'a.txt'))
+  assert lines == ['First line.', 'The last line has no newline.', '']
+  assert report.long_lines_cut == 0 and report.warnings() == []
+
+
+@pytest.mark.fast
+def test_a_stray_nul_byte_in_text_is_dropped_and_named_and_a_binary_file_is_named(tmp_path):
+  text = '\n'.join(f'Sentence number {i} about cats and dogs.' for i in range(300)) + '\n'
+  raw = text.encode()
+  (tmp_path / 'a.txt').write_bytes(raw[:5000] + b'\0' + raw[5000:])  # one NUL in 11 KB of text
+  lines, report = _read(str(tmp_path / 'a.txt'))
+  assert lines == text.splitlines() + [''] and not report.skipped_binary
+  assert report.warnings() == [f'1 NUL byte(s) in text were dropped (the first at byte 5,000 of '
+                               f'{tmp_path / "a.txt"})']
+  (tmp_path / 'b.dat').write_bytes(b'text' + bytes(range(256)) * 4)
+  source = corpus_lib.Source(str(tmp_path / 'b.dat'))
+  with pytest.raises(ValueError, match=r"holds no text \(skipped as binary: .*b\.dat \(a NUL byte at "
+                     r'byte 4, 4 in its first 1,028 bytes: not text\)\); give a corpus'):
+    source.require_text()
 
 
 @pytest.mark.fast
