@@ -65,10 +65,11 @@ def _snapshot(folders: list[str]) -> set[str]:
 
 
 def _temporary_folders() -> set[str]:
-  """TFDS's folders in the system's temporary folder (`tfds*`, made by each attempt to copy a
-  prepared dataset from its bucket)."""
+  """TFDS's folders in the temporary folder (TMPDIR's, or the system's): `tmp*tfds`, made by each
+  attempt to copy a prepared dataset's description from its bucket (`mkdtemp('tfds')`), and
+  `tmp*tfds_beam_metadata`."""
   tmp = tempfile.gettempdir()
-  return {os.path.join(tmp, n) for n in os.listdir(tmp) if n.startswith('tfds')
+  return {os.path.join(tmp, n) for n in os.listdir(tmp) if 'tfds' in n
           and os.path.isdir(os.path.join(tmp, n))}
 
 
@@ -114,13 +115,25 @@ def tfds_load(name: str, split: str, data_dir: str | None, data_dir_hint: str, *
   the files the failed attempt left in a local data_dir (an unfinished download, the dataset's
   empty folders) are removed: the next try starts clean."""
   tfds = datasets()
+  temporary = _temporary_folders()
+  try:
+    return _load(tfds, name, split, data_dir, data_dir_hint, **kwargs)
+  finally:  # (TFDS reads the copied description and leaves its folder, also when it succeeds)
+    _remove_new(temporary)
+
+
+def _remove_new(temporary: set[str]):
+  for path in _temporary_folders() - temporary:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _load(tfds, name: str, split: str, data_dir: str | None, data_dir_hint: str, **kwargs):
   local = data_dir or os.environ.get('TFDS_DATA_DIR') or os.path.join(
       os.path.expanduser('~'), 'tensorflow_datasets')
   watched = [] if '://' in local else [os.path.join(local, name.split('/')[0]),
                                           os.path.join(local, 'downloads')]
   existed = os.path.isdir(local)
   before = _snapshot(watched)
-  temporary = _temporary_folders()
   try:
     try:
       return tfds.load(name, split=split, data_dir=data_dir, download=False, **kwargs)
@@ -128,8 +141,6 @@ def tfds_load(name: str, split: str, data_dir: str | None, data_dir_hint: str, *
       _check_reachable(tfds, name, data_dir)
       return tfds.load(name, split=split, data_dir=data_dir, **kwargs)
   except Exception as e:  # pylint: disable=broad-except
-    for path in _temporary_folders() - temporary:  # (TFDS's copy from its bucket, begun)
-      shutil.rmtree(path, ignore_errors=True)
     for path in sorted(_snapshot(watched) - before, key=len, reverse=True):  # deepest first
       if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)

@@ -67,7 +67,7 @@ def _offline(monkeypatch):
 
 
 def _tfds_temporary_folders() -> set:
-  return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith('tfds')}
+  return {n for n in os.listdir(tempfile.gettempdir()) if 'tfds' in n}
 
 
 @pytest.mark.fast
@@ -124,16 +124,25 @@ def test_the_readme_glue_command_without_a_network_is_one_sentence_and_leaves_no
 
 @pytest.mark.fast
 def test_a_failed_attempt_leaves_no_folder_of_tfds_in_the_temporary_folder(tmp_path, monkeypatch):
-  """TFDS makes a `tfds*` folder there on each try to copy a prepared dataset from its bucket."""
+  """TFDS makes a `tmp*tfds` folder in TMPDIR (or the system's temporary folder) on each try to
+  copy a prepared dataset's description from its bucket, whether the load fails or not."""
+  (tmp_path / 'tmp').mkdir()
+  monkeypatch.setenv('TMPDIR', str(tmp_path / 'tmp'))
+  monkeypatch.setattr(tempfile, 'tempdir', None)  # (gettempdir reads TMPDIR again)
+  outcome = {}
   def load(*args, download=True, **kwargs):
+    tempfile.mkdtemp('tfds')  # dataset_info.initialize_from_bucket's
     if not download:
       raise AssertionError('not prepared')
-    tempfile.mkdtemp(prefix='tfds')
-    raise ConnectionError("HTTPSConnectionPool(host='storage.googleapis.com', port=443)")
+    if outcome.get('fail'):
+      raise ConnectionError("HTTPSConnectionPool(host='storage.googleapis.com', port=443)")
+    return 'a dataset'
   monkeypatch.setattr(tfds, 'load', load)
   monkeypatch.setattr(tf_import, '_check_reachable', lambda *args: None)
-  temporary = _tfds_temporary_folders()
+  assert tf_import.tfds_load('glue/sst2', 'train', str(tmp_path / 'tfds'), 'hint') == 'a dataset'
+  assert os.listdir(tmp_path / 'tmp') == []
+  outcome['fail'] = True
   with pytest.raises(ValueError, match=r'^TFDS could not download glue/sst2: no connection to '
                                        r'storage.googleapis.com from this machine'):
     tf_import.tfds_load('glue/sst2', 'train', str(tmp_path / 'tfds'), 'point at it')
-  assert _tfds_temporary_folders() == temporary
+  assert os.listdir(tmp_path / 'tmp') == []
