@@ -1,5 +1,6 @@
 """SQuAD: the official scoring, sliding windows, span decoding, loading, learning end to end."""
 
+import collections
 import dataclasses
 import json
 import os
@@ -29,6 +30,61 @@ def test_official_normalization_and_scores():
   s = squad.scores(questions, {'q1': 'Paris France', 'q2': 'Paris'})
   assert s['exact'] == 0.0 and s['f1'] == pytest.approx((2 * 0.5 / 1.5 + 0) / 2)
   assert s['has_answer_f1'] == pytest.approx(2 / 3) and s['no_answer_exact'] == 0.0
+
+
+def _official(version, answers: dict, predictions: dict) -> dict:
+  """EM and F1 as SQuAD's official evaluate-v1.1.py and evaluate-v2.0.py compute them (their
+  rules, written out here to compare with): {qid: gold texts}, {qid: prediction}."""
+  def tokens(s):
+    return squad.normalize_answer(s).split()
+
+  def f1(pred, gold):
+    p, g = tokens(pred), tokens(gold)
+    if version == 'v2.0' and (not p or not g):
+      return float(p == g)
+    same = sum((collections.Counter(p) & collections.Counter(g)).values())
+    return 0.0 if same == 0 else 2 * same / (len(p) + len(g))
+
+  em = f = 0.0
+  for qid, golds in answers.items():
+    if version == 'v2.0':
+      golds = [a for a in golds if squad.normalize_answer(a)] or ['']
+    pred = predictions[qid]
+    em += max(float(squad.normalize_answer(pred) == squad.normalize_answer(g)) for g in golds)
+    f += max(f1(pred, g) for g in golds)
+  return {'exact': em / len(answers), 'f1': f / len(answers)}
+
+
+@pytest.mark.fast
+def test_each_version_is_scored_by_its_own_official_rules():
+  """Gold answers that normalize to nothing ('the', '.') and empty predictions: v1.1 keeps every
+  gold answer and gives F1 0 without a shared word; v2.0 drops such answers and gives an empty
+  prediction F1 1 against an empty gold answer. Ordinary answers score the same by both."""
+  q = lambda qid, *answers: squad.Question(qid, '?', 'c', answers, (0,) * len(answers))
+  odd = [q('q1', 'the'), q('q2', '.', 'Paris'), q('q3', 'The')]
+  predictions = {'q1': 'the', 'q2': '', 'q3': 'Paris'}
+  v1 = squad.scores(odd, predictions, 'v1.1')
+  v2 = squad.scores(odd, predictions, 'v2.0')
+  # v1.1: q1 EM 1 ('' == ''), F1 0; q2 EM 1 (against '.'), F1 0; q3 0, 0
+  assert v1 == {'exact': pytest.approx(2 / 3), 'f1': 0.0}
+  # v2.0: q1 gold [''] -> EM 1, F1 1; q2 gold ['Paris'] -> 0, 0; q3 gold [''] -> 0, 0
+  assert v2 == {'exact': pytest.approx(1 / 3), 'f1': pytest.approx(1 / 3)}
+  rng = random.Random(0)
+  pieces = ['the', 'a', '.', 'Paris', 'Eiffel Tower', 'tower', 'of', 'France', '', ' , ']
+  questions = [q(f'r{i}', *(' '.join(rng.choice(pieces) for _ in range(rng.randint(1, 3)))
+                            for _ in range(rng.randint(1, 3)))) for i in range(300)]
+  predictions = {x.qid: ' '.join(rng.choice(pieces) for _ in range(rng.randint(0, 3)))
+                 for x in questions}
+  answers = {x.qid: list(x.answers) for x in questions}
+  for version in ('v1.1', 'v2.0'):
+    ours = squad.scores(questions, predictions, version)
+    assert ours == pytest.approx(_official(version, answers, predictions)), version
+  assert squad.scores(questions, predictions, 'v1.1') != squad.scores(questions, predictions,
+                                                                      'v2.0')
+  ordinary = [x for x in questions if all(squad.normalize_answer(a) for a in x.answers)
+              and squad.normalize_answer(predictions[x.qid])]
+  assert len(ordinary) > 50
+  assert squad.scores(ordinary, predictions, 'v1.1') == squad.scores(ordinary, predictions, 'v2.0')
 
 
 class _Tokenizer:

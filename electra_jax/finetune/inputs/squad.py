@@ -167,7 +167,12 @@ def _question(entry, where: str, context: str, version: str) -> Question:
 
 
 # ================================================================================================
-# The official scoring (normalization of case, punctuation, articles and whitespace)
+# The official scoring (normalization of case, punctuation, articles and whitespace), each version
+# by its own script's rules. v1.1 (evaluate-v1.1.py) keeps every gold answer, and F1 is 0 where
+# no word is shared, so an answer that normalizes to nothing ('the', '.') has EM 1 and F1 0 against
+# another such. v2.0 (evaluate-v2.0.py) drops gold answers that normalize to nothing (a question
+# left without any has the gold answer ''), and an empty prediction or gold answer has F1 1 when
+# both are empty, 0 otherwise.
 # ================================================================================================
 
 def normalize_answer(s: str) -> str:
@@ -181,9 +186,9 @@ def exact(prediction: str, gold: str) -> float:
   return float(normalize_answer(prediction) == normalize_answer(gold))
 
 
-def f1(prediction: str, gold: str) -> float:
+def f1(prediction: str, gold: str, version: str = 'v2.0') -> float:
   p, g = normalize_answer(prediction).split(), normalize_answer(gold).split()
-  if not p or not g:  # a no-answer scores 1 only against a no-answer
+  if version == 'v2.0' and (not p or not g):  # a no-answer scores 1 only against a no-answer
     return float(p == g)
   common = sum((collections.Counter(p) & collections.Counter(g)).values())
   if common == 0:
@@ -192,15 +197,19 @@ def f1(prediction: str, gold: str) -> float:
   return 2 * precision * recall / (precision + recall)
 
 
-def scores(questions: list[Question], predictions: dict[str, str]) -> dict[str, float]:
-  """EM and F1 (each the best over the gold answers; a question without answers has the gold
-  answer ''), in [0, 1], plus both over answerable and unanswerable questions when there are both."""
+def scores(questions: list[Question], predictions: dict[str, str],
+           version: str = 'v2.0') -> dict[str, float]:
+  """EM and F1 by `version`'s official rules (each the best over the gold answers), in [0, 1],
+  plus both over answerable and unanswerable questions when there are both."""
+  if version not in ('v1.1', 'v2.0'):
+    raise ValueError(f'SQuAD has versions v1.1 and v2.0, not {version!r}')
   rows = []
   for q in questions:
-    golds = [a for a in q.answers if normalize_answer(a)] or ['']
+    golds = (list(q.answers) if version == 'v1.1' else
+             [a for a in q.answers if normalize_answer(a)] or [''])
     pred = predictions.get(q.qid, '')
     rows.append((bool(q.answers), max(exact(pred, g) for g in golds),
-                 max(f1(pred, g) for g in golds)))
+                 max(f1(pred, g, version) for g in golds)))
   out = {'exact': float(np.mean([r[1] for r in rows])), 'f1': float(np.mean([r[2] for r in rows]))}
   has = [r for r in rows if r[0]]
   if has and len(has) < len(rows):

@@ -141,7 +141,8 @@ class ExtractiveQA(kinds.Kind):
     return out
 
   def scores(self, task, outputs, data, examples: list, cfg=None) -> dict:
-    return squad.scores(examples, answers(cfg, outputs, data, examples))
+    return squad.scores(examples, answers(cfg, outputs, data, examples),
+                        'v2.0' if task.name == 'squad2' else 'v1.1')
 
   def write_predictions(self, task, split: str, outputs, examples: list, folder: str, data=None,
                         cfg=None) -> str:
