@@ -89,7 +89,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   cached = compile_cache.counts()
   train = data['train']
   epochs = cfg.epochs or task.epochs
-  total = max(1, int(round(epochs * (len(train) // cfg.batch_size))))
+  total = total_steps(cfg, task, train)
   setup = make_setup(cfg, pretrained, task, total, seed)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh, kept=setup_description(
       cfg, pretrained, task, total))
@@ -145,6 +145,11 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
          **batches.split_scores(cfg, task, setup.model, result.state.params, data, splits, mesh,
                                 task.test_splits)}
   return {**out, 'best_step': best} if cfg.eval_every and best is not None else out
+
+
+def total_steps(cfg, task, train) -> int:
+  """The optimizer steps of one fine-tuning: its epochs over the train data in whole batches."""
+  return max(1, int(round((cfg.epochs or task.epochs) * (len(train) // cfg.batch_size))))
 
 
 def _check_belongs(cfg, saved: dict, seed: int, trained_on: str, where: str):
@@ -290,6 +295,12 @@ def _finetune(cfg, workdir: str, log, pretrained, task, splits: dict, data: dict
       f' examples | from {pretrained.checkpoint}')
   log(config_lib.recipe(cfg, task, pretrained.model_cfg, bool(pretrained.params))
       + kind.describe(cfg))
+  total = total_steps(cfg, task, data['train'])
+  for warning in optim.schedule_warnings(
+      config_lib.optimizer_config(cfg, pretrained.model_cfg, total), total,
+      f'optimizer.warmup_fraction={cfg.optimizer.warmup_fraction:g}',
+      'warm up for a smaller share of the steps (the paper: 0.1)'):
+    log(f'warning: {warning}')
   device = jax.devices()[0]  # one attention path for every host, checked at this length
   model_cfg = model_view.model_for_devices(dataclasses.asdict(pretrained.model_cfg),
                                            device.platform, device.device_kind, cfg.max_seq_length,

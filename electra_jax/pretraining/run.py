@@ -36,6 +36,7 @@ from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import distributed
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop as loop_lib
+from electra_jax.train import optim
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
@@ -132,6 +133,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   mesh = partitioning.make_mesh()
   config, source = preflight.resolve(config, log)
   preflight.check_config(config, mesh)
+  for warning in optim.schedule_warnings(config.optimizer, config.train_steps,
+                                         f'optimizer.warmup_steps={config.optimizer.warmup_steps}',
+                                         'warm up for fewer steps (the paper: 10,000 of '
+                                         "1,000,000), or set optimizer.schedule="
+                                         "'warmup_then_decay'"):
+    log(f'warning: {warning}')
   with workdir_lib.claim(workdir, 'pre-training'):  # one run at a time in a workdir
     return _train(config, source, workdir, mesh, log)
 

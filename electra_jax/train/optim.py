@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from electra_jax.config import fields
@@ -98,6 +99,35 @@ def learning_rate_schedule(peak: float, warmup_steps: int, decay_steps: int, pow
     return peak * decay * warmup
 
   return schedule
+
+
+def highest_rate(opt_cfg, steps: int) -> float:
+  """The highest learning rate of a run of `steps` updates, as a share of the peak (the original
+  schedule multiplies the warm-up by the decay: warming up over all of a run's steps reaches 25%)."""
+  schedule = learning_rate_schedule(1.0, opt_cfg.warmup_steps, opt_cfg.decay_steps,
+                                    opt_cfg.decay_power, opt_cfg.schedule)
+  t = np.unique(np.append(np.linspace(0, steps - 1, 10_001).round(),
+                          min(opt_cfg.warmup_steps, steps - 1)))
+  return float(np.max(np.asarray(schedule(t))))
+
+
+def schedule_warnings(opt_cfg, steps: int, warmup: str, fix: str) -> list[str]:
+  """Sentences for a schedule that cannot train as meant over `steps` updates: steps past the
+  decay at learning rate 0, a warm-up (`warmup`: the field that sets it; `fix`: what to do) whose
+  product with the decay never comes near the peak."""
+  out = []
+  if steps > opt_cfg.decay_steps:
+    out.append(f'optimizer.decay_steps={opt_cfg.decay_steps} is below the {steps} training '
+               f'steps: the learning rate is 0 from step {opt_cfg.decay_steps + 1} on, so the last '
+               f'{steps - opt_cfg.decay_steps} steps change nothing; set decay_steps to the '
+               'training steps (its default) or train fewer steps')
+  top = highest_rate(opt_cfg, steps)
+  if top < 0.5:
+    out.append(f'the learning rate never rises above {top:.0%} of its peak '
+               f'{opt_cfg.learning_rate:g}: {warmup} warms up over {opt_cfg.warmup_steps} of '
+               f'{opt_cfg.decay_steps} steps, and the schedule {opt_cfg.schedule!r} multiplies the '
+               f'warm-up by the decay; {fix}')
+  return out
 
 
 def _name(path) -> str:

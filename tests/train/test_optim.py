@@ -37,6 +37,34 @@ def test_warmup_then_decay_switch_reaches_the_peak():
 
 
 @pytest.mark.fast
+def test_a_schedule_that_cannot_train_as_meant_is_said():
+  """Steps past decay_steps run at learning rate 0; under the original schedule a warm-up over
+  the whole run reaches a quarter of the peak (t/T * (1 - t/T) at t = T/2), over half of it a half."""
+  from electra_jax.config.pretraining import default_config  # pylint: disable=import-outside-toplevel
+  o = default_config().optimizer
+  o.update(learning_rate=1e-4, warmup_steps=100, decay_steps=1000)
+  assert optim.schedule_warnings(o, 1000, 'w', 'fix') == []
+  assert optim.highest_rate(o, 1000) == pytest.approx(0.9)
+  late = optim.schedule_warnings(o, 1500, 'w', 'fix')
+  assert late == ['optimizer.decay_steps=1000 is below the 1500 training steps: the learning rate '
+                  'is 0 from step 1001 on, so the last 500 steps change nothing; set decay_steps '
+                  'to the training steps (its default) or train fewer steps']
+  lr = optim.learning_rate_schedule(1e-4, 100, 1000)
+  assert float(lr(999)) > 0 and float(lr(1000)) == 0.0  # the 1001st update
+  o.warmup_steps = 1000
+  assert optim.highest_rate(o, 1000) == pytest.approx(0.25, abs=1e-6)
+  assert optim.schedule_warnings(o, 1000, 'optimizer.warmup_fraction=1', 'fix it') == [
+      'the learning rate never rises above 25% of its peak 0.0001: optimizer.warmup_fraction=1 '
+      "warms up over 1000 of 1000 steps, and the schedule 'original' multiplies the warm-up by "
+      'the decay; fix it']
+  o.warmup_steps = 500  # a half: not said
+  assert optim.highest_rate(o, 1000) == pytest.approx(0.5) and not optim.schedule_warnings(
+      o, 1000, 'w', 'fix')
+  o.update(warmup_steps=1000, schedule='warmup_then_decay')
+  assert optim.highest_rate(o, 1000) == pytest.approx(1.0, abs=1e-3)
+
+
+@pytest.mark.fast
 def test_weight_decay_skips_layer_norm_and_biases_but_not_embeddings():
   cfg = model_lib.ModelConfig.from_config(small.get_config().model)
   shapes = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
