@@ -400,6 +400,19 @@ def _enable_compilation_cache(command: str):
   compile_cache.enable('', command=command)
 
 
+def _run_folder(path: str) -> str:
+  """The workdir (a folder with workdir.json) holding the local `path`, or ''; a path inside a
+  run's workdir that cannot be written was writable when the run began there."""
+  if fs.remote(path):
+    return ''
+  folder = os.path.dirname(os.path.abspath(path))
+  for _ in range(4):
+    if os.path.isfile(os.path.join(folder, 'workdir.json')):
+      return folder
+    folder = os.path.dirname(folder)
+  return ''
+
+
 def run(main):
   """absl's app.run, with one-sentence errors for bad flags and for UserError, and a prompt exit."""
   def wrapped(argv):
@@ -427,8 +440,11 @@ def run(main):
               'some space and run the same command again', file=sys.stderr)
         exit_now(2)
       if e.filename and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        print(f'error: {e.filename}: {e.strerror.lower()}; choose a place this user can write to '
-              '(or read, for an input)', file=sys.stderr)
+        run = _run_folder(str(e.filename))
+        print(f'error: {e.filename}: {e.strerror.lower()}; ' + (
+            f'give this user write access to {run} again and run the same command again to '
+            'continue from what is complete' if run else
+            'choose a place this user can write to (or read, for an input)'), file=sys.stderr)
         exit_now(2)
       if not (e.filename and fs.remote(str(e.filename))):
         traceback.print_exc()

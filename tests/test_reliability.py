@@ -18,7 +18,8 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import CHILD_ENV, ROOT, WORDS, poisoned_setup, run_config_file, test_config
+from conftest import CHILD_ENV, ROOT, WORDS, launch_command, poisoned_setup, run_config_file
+from conftest import test_config
 from electra_jax import UserError
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.data import input_pipeline
@@ -687,6 +688,30 @@ def test_an_export_to_a_place_that_cannot_be_written_is_one_line(tmp_path, pretr
                   r'read-only file system); choose a place this user can write to', _last(done)), \
       done.stderr[-2000:]
   assert 'Traceback' not in done.stderr
+
+
+def test_a_checkpoints_folder_made_unwritable_during_a_run_says_to_restore_access(tmp_path,
+                                                                                records_dir):
+  """The workdir was writable when the run began there: the fix is its write access again and
+  the same command (not another place). Read-only as a bind mount of a namespace of the test's
+  own, which binds root too."""
+  config = run_config_file(tmp_path, records_dir, train_steps=2)
+  workdir = tmp_path / 'w'
+  first = subprocess.run(launch_command(config, workdir), capture_output=True, text=True,
+                         env=CHILD_ENV, timeout=300, check=False)
+  assert first.returncode == 0, first.stderr[-2000:]
+  folder = workdir / 'checkpoints'
+  command = ' '.join([*launch_command(config, workdir), '--config.train_steps=4'])
+  done = subprocess.run(['unshare', '-Urm', 'sh', '-c', f'mount --bind {folder} {folder} && '
+                         f'mount -o remount,bind,ro {folder} && {command}'],
+                        capture_output=True, text=True, env=CHILD_ENV, timeout=300, check=False)
+  if 'mount' in done.stderr[:300] and done.returncode == 32:
+    pytest.skip('this machine cannot bind-mount a folder read-only in a user namespace')
+  assert done.returncode == 2, done.stderr[-2000:]
+  assert re.fullmatch(rf'error: {folder}/\S+: read-only file system; give this user write access '
+                      rf'to {workdir} again and run the same command again to continue from what '
+                      'is complete', _last(done)), done.stderr[-2000:]
+  assert os.listdir(folder) == ['2']
 
 
 def _copy_checkpoint(workdir: str, source: int, target: int):
