@@ -1,6 +1,7 @@
 """Shared fixtures. Eight fake CPU devices are set up before JAX loads, so sharded code is tested."""
 
 import contextlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -211,6 +212,12 @@ def launch_command(config_file, workdir):
   return [sys.executable, os.path.join(ROOT, 'launch', 'train.py'), f'--config={config_file}',
           f'--workdir={workdir}']
 
+
+# The HF parity peers (torch, transformers) come with the test extra; without them (the newest
+# JAX's run of .ci/run, on a Python where pip takes torch's CUDA build) their tests skip.
+HAS_HF = all(importlib.util.find_spec(m) for m in ('torch', 'transformers'))
+needs_hf = pytest.mark.skipif(not HAS_HF, reason='needs the test extra\'s torch and transformers: '
+                              'pip install -e ".[test]"')
 
 # Child processes share the session's compilation cache (each would otherwise compile afresh).
 CHILD_ENV = {**os.environ, 'JAX_COMPILATION_CACHE_DIR': jax.config.jax_compilation_cache_dir,

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import TEST_MODEL
+from conftest import TEST_MODEL, needs_hf
 from electra_jax.finetune import batches
 from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.kinds import heads
@@ -269,6 +269,7 @@ def _short_text_task(folder, n: int, seed: int) -> str:
   return str(path)
 
 
+@needs_hf
 def test_the_finetune_benchmark_times_padded_packed_and_hf_trainer_on_the_same_examples(
     pretrained, tmp_path):
   from electra_jax import cli  # pylint: disable=import-outside-toplevel

@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import CHILD_ENV, ROOT, launch_command, load_config, run_config_file, test_config
+from conftest import CHILD_ENV, HAS_HF, ROOT, launch_command, load_config, run_config_file
+from conftest import test_config
 from electra_jax.data import records
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.storage import fs
@@ -137,15 +138,16 @@ def test_pretraining_in_a_bucket_survives_sigkill_bit_identically_and_exports(
   assert summary['step'] == 6 and summary['checkpoint'] == f'{killed}/checkpoints/6'
   assert fs.read_bytes(fs.join(killed, 'curves.png')).startswith(b'\x89PNG')
 
-  # export from the bucket into the bucket, loaded by HF transformers (from a local copy)
+  # export from the bucket into the bucket, loaded by HF transformers (from a local copy) where
+  # the test extra's torch is installed
   out = f'{BUCKET}/exports/killed'
   done = _run([os.path.join(ROOT, 'launch', 'export.py'), f'--workdir={killed}', f'--out={out}',
-               '--check'], gcs)
+               *(['--check'] if HAS_HF else [])], gcs)
   assert done.returncode == 0, done.stderr[-3000:]
   assert sorted(fs.listdir(out)) == ['discriminator', 'generator']
   diffs = [float(l.split('max |ours - HF| ')[1].split()[0]) for l in done.stdout.splitlines()
            if 'max |ours - HF|' in l]
-  assert len(diffs) == 2 and max(diffs) < 1e-3, done.stdout
+  assert len(diffs) == 2 * HAS_HF and max(diffs, default=0) < 1e-3, done.stdout
 
 
 def test_finetuning_with_data_and_workdir_in_a_bucket(tmp_path, bucket_records, gcs):
