@@ -68,13 +68,21 @@ def _process_alive(pid: int) -> bool:
   return True
 
 
-def stale(record: dict, now: float | None = None) -> bool:
-  """Whether a lock record's run is gone: its process (the same host), or its heartbeat."""
+def stale(record: dict, now: float | None = None, workdir: str = '') -> bool:
+  """Whether a lock record's run is gone: its process (the same host), or its heartbeat; or, read
+  in `workdir`, the lock was copied with the folder from another one a run of this host holds."""
   now = time.time() if now is None else now
   if record.get('host') == socket.gethostname() and isinstance(record.get('pid'), int):
     if not _process_alive(record['pid']):
       return True
+    if workdir and record.get('workdir', _where(workdir)) != _where(workdir):
+      return True
   return now - float(record.get('heartbeat', 0)) > STALE_S
+
+
+def _where(workdir: str) -> str:
+  """The workdir as a lock names it: a local folder's real path, or the URL."""
+  return workdir if fs.remote(workdir) else os.path.realpath(workdir)
 
 
 def describe(record: dict, lock_file: str = '') -> str:
@@ -129,7 +137,7 @@ def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
           'no other run uses it', file=sys.stderr, flush=True)
     return None
   now = time.time()
-  record = {'what': what, 'host': socket.gethostname(), 'pid': os.getpid(),
+  record = {'what': what, 'host': socket.gethostname(), 'pid': os.getpid(), 'workdir': _where(workdir),
             'since': datetime.datetime.fromtimestamp(now).astimezone().isoformat(timespec='seconds'),
             'heartbeat': now, 'token': uuid.uuid4().hex, 'command': ' '.join(sys.argv)[:500]}
   for _ in range(attempts):
@@ -141,12 +149,15 @@ def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
         holder = {}  # written whole or not at all, so not ours: a damaged file, taken over
       if not isinstance(holder, dict):
         holder = {}
-      if holder and not stale(holder):
+      if holder and not stale(holder, workdir=workdir):
         raise _busy(workdir, holder)
     stamp = store.write(NAME, json.dumps(record), if_equal=current.stamp.generation).result()
     if stamp.generation:
       if current.state == 'value':
-        gone = (f'was locked by {describe(holder)}, which is gone' if holder else
+        copied = holder.get('workdir', _where(workdir)) != _where(workdir)
+        gone = (f'held the lock of {describe(holder)} in {holder["workdir"]}, copied with the '
+                'folder' if holder and copied else
+                f'was locked by {describe(holder)}, which is gone' if holder else
                 'held an unreadable lock file')
         print(f'note: {workdir} {gone}; taking it over',
               file=sys.stderr, flush=True)
@@ -168,7 +179,7 @@ def check_free(workdir: str):
     holder = json.loads(fs.read_text(fs.join(workdir, NAME)))
   except (OSError, ValueError):
     return  # no lock, or one being written or damaged: claim decides
-  if isinstance(holder, dict) and holder and not stale(holder):
+  if isinstance(holder, dict) and holder and not stale(holder, workdir=workdir):
     raise _busy(workdir, holder)
 
 

@@ -77,6 +77,26 @@ def test_a_lock_whose_run_is_gone_is_taken_over(tmp_path, capsys):
 
 
 @pytest.mark.fast
+def test_a_copy_of_a_held_workdir_is_not_held(tmp_path, capsys):
+  """A workdir copied while its run goes on carries the lock file of that run, which holds the
+  original folder only: a run in the copy takes it over, and the original stays held."""
+  first = tmp_path / 'a'
+  first.mkdir()
+  held = workdir_lib.acquire(str(first), 'pre-training')
+  shutil.copytree(first, tmp_path / 'copy')
+  workdir_lib.check_free(str(tmp_path / 'copy'))
+  workdir_lib.acquire(str(tmp_path / 'copy'), 'pre-training').release()
+  assert (f'held the lock of a pre-training run (pid {os.getpid()} on {socket.gethostname()}'
+          in capsys.readouterr().err)
+  with pytest.raises(workdir_lib.Busy):
+    workdir_lib.acquire(str(first), 'pre-training')
+  os.symlink(first, tmp_path / 'link')  # the same folder by another name: held
+  with pytest.raises(workdir_lib.Busy):
+    workdir_lib.acquire(str(tmp_path / 'link'), 'pre-training')
+  held.release()
+
+
+@pytest.mark.fast
 def test_the_holder_keeps_its_heartbeat_and_notices_a_takeover(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(workdir_lib, 'HEARTBEAT_S', 0.05)
   held = workdir_lib.acquire(str(tmp_path), 'pre-training')
