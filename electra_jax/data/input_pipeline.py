@@ -22,6 +22,7 @@ The held-out split is read once, in file order, by every process, each keeping i
 global batch: it is small, and its batches are then the same for any number of processes too.
 """
 
+import re
 from typing import Iterator
 
 import jax
@@ -199,15 +200,34 @@ def global_batches(dataset, sharding, records_dir: str | None = None) -> Iterato
     except StopIteration:
       return
     except Exception as e:  # pylint: disable=broad-except
-      if records_dir is None or type(e).__name__ != 'DataLossError':
+      if records_dir is None or type(e).__name__ not in ('DataLossError', *_GONE):
         raise
-      raise DamagedRecords(damage_report(records_dir, ' '.join(str(e).split()))) from None
+      text = ' '.join(str(e).split())
+      if type(e).__name__ in _GONE:  # a shard deleted, or its bucket out of reach, mid-run
+        raise DamagedRecords(gone_report(records_dir, text)) from None
+      raise DamagedRecords(damage_report(records_dir, text)) from None
     yield {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
            for k, v in local.items()}
 
 
 class DamagedRecords(ValueError):
-  """A records shard whose bytes no longer match their checksums."""
+  """A records shard whose bytes no longer match their checksums, or that can no longer be read."""
+
+
+_GONE = ('NotFoundError', 'PermissionDeniedError')  # TensorFlow's, for a file gone or forbidden
+
+
+def gone_report(records_dir: str, error: str) -> str:
+  """One sentence for a shard that could be read when the run began and no longer can."""
+  shard = r'(?:[a-z]+://)?[^\s:;]+\.tfrecord'
+  found = re.search(f'({shard})', error)
+  what = found.group(1) if found else f'a shard of {records_dir}'
+  reason = 'forbidden' if 'Permission' in error or ' 403' in error else 'gone'
+  said = re.sub(r'\{\{.*?\}\}\s*|\s*\[Op:.*|\s*(when reading\s*)?' + shard + r'[\s:;]*', ' ',
+                error).strip(' ;:')
+  return (f'{what} can no longer be read ({reason}: {said[:100]}): the records folder '
+          f'{records_dir} changed while the run read it; restore it (or rebuild it) and run the '
+          'same command again to continue from the last checkpoint')
 
 
 def damage_report(records_dir: str, error: str = '') -> str:

@@ -3,6 +3,7 @@
 import dataclasses
 import os
 import random
+import shutil
 
 import jax
 import numpy as np
@@ -153,6 +154,25 @@ def test_unigram_cross_entropy():
   got = prepare_lib.unigram_cross_entropy(train, ev, special)
   p = np.array([1, 10, 10, 1]) / 22  # ids 1 (unk), 5, 6, 7
   assert got == pytest.approx(-(np.log(p[1]) + np.log(p[2])) / 2)
+
+
+@pytest.mark.fast
+def test_shards_that_disappear_while_read_are_one_sentence(records_dir, tmp_path):
+  """A records folder deleted (or its bucket emptied) during a run: the shard named, and the fix
+  (restore it, run the same command again), not TensorFlow's NotFoundError traceback."""
+  copy = str(tmp_path / 'records')
+  shutil.copytree(records_dir, copy)
+  dataset = input_pipeline.make_dataset(copy, 'train', 16, seed=3, shuffle_buffer=50)
+  for name in os.listdir(copy):
+    if name.endswith('.tfrecord'):
+      os.remove(os.path.join(copy, name))
+  batches = input_pipeline.global_batches(dataset, partitioning.batch_sharding(
+      partitioning.make_mesh()), copy)
+  with pytest.raises(input_pipeline.DamagedRecords, match=(
+      rf'^{copy}/train-\d+-of-\d+\.tfrecord can no longer be read \(gone: .*No such file.*\): the '
+      f'records folder {copy} changed while the run read it; restore it \\(or rebuild it\\) and '
+      'run the same command again to continue from the last checkpoint$')):
+    next(batches)
 
 
 @pytest.mark.fast
