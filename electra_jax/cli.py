@@ -33,6 +33,23 @@ _COMPILATION_CACHE = flags.DEFINE_string(
     'host under it); \'\' turns it off; JAX_COMPILATION_CACHE_DIR, where set, is used instead')
 
 
+def _standard_streams():
+  """A standard output or error that was closed (`command >&-`) goes to /dev/null: the lines are
+  dropped, and no file the run opens takes its descriptor (C libraries still write there)."""
+  for fd, name in ((1, 'stdout'), (2, 'stderr')):
+    try:
+      os.fstat(fd)
+    except OSError:
+      null = os.open(os.devnull, os.O_WRONLY)
+      if null != fd:
+        os.dup2(null, fd)
+        os.close(null)
+      setattr(sys, name, open(fd, 'w', closefd=False))  # pylint: disable=consider-using-with
+
+
+_standard_streams()
+
+
 def _explain(error: Exception) -> str:
   text = str(error).replace('\\n', '\n').replace("\\'", "'").strip('\'"')
   match = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import CHILD_ENV, ROOT, WORDS, launch_command, poisoned_setup, run_config_file
-from conftest import test_config
+from conftest import test_config, write_corpus
 from electra_jax import UserError
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.data import input_pipeline
@@ -392,6 +392,20 @@ def test_an_export_onto_a_full_disk_is_one_sentence_and_leaves_nothing(tmp_path,
                       r'[\d.]+ KB and [\d.]+ KB are free; nothing was written: free some space '
                       'and run the same command again', _last(done)), done.stderr[-3000:]
   assert done.stdout.split() == ['exit=2'], done.stdout  # no hf/, no hf.partial/
+
+
+@pytest.mark.fast
+def test_a_command_whose_output_is_closed_still_runs_and_ends_well(tmp_path):
+  """`command >&-`: Python has no sys.stdout then (print raised AttributeError); the lines go to
+  /dev/null and no file the run opens takes the closed descriptor."""
+  corpus = write_corpus(str(tmp_path / 'c.txt'))
+  out = tmp_path / 'records'
+  done = subprocess.run(['bash', '-c', f'{sys.executable} {ROOT}/launch/prepare_data.py '
+                         f'--corpus={corpus} --output={out} --vocab_size=60 --eval_fraction=0.2 '
+                         '>&-'],
+                        capture_output=True, text=True, env=CHILD_ENV, timeout=300, check=False)
+  assert done.returncode == 0 and 'Traceback' not in done.stderr, done.stderr[-2000:]
+  records_lib.verify(str(out), records_lib.read_metadata(str(out)))
 
 
 @pytest.mark.fast
