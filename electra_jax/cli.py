@@ -19,6 +19,7 @@ import traceback
 from absl import app
 from absl import flags
 from absl import logging
+import ml_collections
 from ml_collections import config_flags
 
 from electra_jax import Stopped, UserError
@@ -104,6 +105,8 @@ def _load_config(spec: str, name: str):
   except SyntaxError as e:
     raise UserError(f'--{name}={spec}: line {e.lineno} of {path} is not Python ({e.msg}); fix '
                     'it') from None
+  except Exception as e:  # pylint: disable=broad-except  (the config file's own code failed)
+    raise UserError(_raised(name, spec, path, e)) from None
   if not callable(getattr(module, 'get_config', None)):
     raise UserError(f'--{name}={spec}: {path} defines no get_config(); a config file returns its '
                     'config from get_config() (see configs/tiny.py)')
@@ -111,9 +114,24 @@ def _load_config(spec: str, name: str):
     raise UserError(f'--{name}={spec}: {path} has no variants (its get_config() takes no '
                     f'argument); leave ":{variant}" out')
   try:
-    return module.get_config(variant) if variant else module.get_config()
+    config = module.get_config(variant) if variant else module.get_config()
   except (ValueError, TypeError) as e:
     raise UserError(f'--{name}={spec}: {e}') from None
+  except Exception as e:  # pylint: disable=broad-except
+    raise UserError(_raised(name, spec, path, e)) from None
+  if not isinstance(config, ml_collections.ConfigDict):
+    raise UserError(f'--{name}={spec}: get_config() of {path} returned {type(config).__name__}, '
+                    'not an ml_collections.ConfigDict; return the config (see configs/tiny.py)')
+  return config
+
+
+def _raised(name: str, spec: str, path: str, e: Exception) -> str:
+  """One sentence for an error that a config file's own code raised, with its line there."""
+  lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
+           if os.path.abspath(f.filename) == os.path.abspath(path)]
+  where = f'line {lines[-1]} of {path}' if lines else path
+  return (f'--{name}={spec}: {where} raised {type(e).__name__}: {" ".join(str(e).split())[:200]}; '
+          'fix the config file')
 
 
 def load_config_file(spec: str, flag: str = 'config'):

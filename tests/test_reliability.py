@@ -414,6 +414,9 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
   a_file.write_text('x')
   corpus = tmp_path / 'c.txt'
   corpus.write_text('The cat sat on the mat. A dog ran past the tree.\nBirds sang songs.\n')
+  raises, returns = tmp_path / 'raises.py', tmp_path / 'returns.py'
+  raises.write_text('def get_config():\n  raise RuntimeError("boom")\n')
+  returns.write_text('def get_config():\n  return 42\n')
   cases = [
       (('prepare_data.py', '--corpus=builtin', f'--output={a_file}'),
        f'error: --output {a_file} is a file; give a folder (new or empty) for the records'),
@@ -455,6 +458,13 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
       (('prepare_data.py', f'--corpus={corpus}', f'--output={tmp_path / "r4"}',
         '--seed=99999999999999999999'), 'error: flag --seed=99999999999999999999: a seed is a '
        'whole number from 0 to 2147483647'),
+      # a config file's own code that fails: its line and error, not a traceback
+      (('train.py', f'--config={raises}', f'--workdir={tmp_path / "w2"}'),
+       f'error: --config={raises}: line 2 of {raises} raised RuntimeError: boom; fix the config '
+       'file'),
+      (('train.py', f'--config={returns}', f'--workdir={tmp_path / "w2"}'),
+       f'error: --config={returns}: get_config() of {returns} returned int, not an '
+       'ml_collections.ConfigDict; return the config (see configs/tiny.py)'),
       (('compare.py', f'--workdir={tmp_path / "cmp"}', f'--suite={tmp_path / "suite"}'),
        f'error: {tmp_path / "suite" / "suite.json"} is not a suite\'s description (a "tasks" list '
        'whose entries each have a "name"); build the suite again: python launch/build_tasks.py '
@@ -465,7 +475,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
   for args, want in cases:
     done = _launch(*args)
     assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
-  for name in ('r1', 'r2', 'r3', 'r4', 'w1', 'f1', 'cmp', 't.md', 't.json'):
+  for name in ('r1', 'r2', 'r3', 'r4', 'w1', 'w2', 'f1', 'cmp', 't.md', 't.json'):
     assert not os.path.exists(tmp_path / name)
 
 

@@ -21,6 +21,7 @@ import contextlib
 import gzip
 import json
 import os
+import stat
 import re
 import sysconfig
 import zlib
@@ -259,6 +260,12 @@ def resolve_files(pattern: str) -> list[str]:
   else:
     if os.path.isdir(pattern):
       pattern = os.path.join(pattern, '**', '*')
+    elif os.path.exists(pattern) and not os.path.isfile(pattern):  # /dev/zero, a pipe, a socket
+      mode = os.stat(pattern).st_mode
+      what = ('a named pipe' if stat.S_ISFIFO(mode) else 'a device' if stat.S_ISCHR(mode) or
+              stat.S_ISBLK(mode) else 'a socket' if stat.S_ISSOCK(mode) else 'not a file')
+      raise FileNotFoundError(f'the corpus {pattern!r} is {what}, not a file whose size is known; '
+                              'write the text to a file and give that')
     files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
                    if os.path.isfile(p))
   if not files:

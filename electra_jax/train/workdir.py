@@ -199,6 +199,24 @@ def check_place(path: str):
     raise UserError(f'--workdir {path} is a file; give a folder')
 
 
+def check_own_folder(path: str):
+  """Refuses (UserError) a --workdir that is a place of other files and holds no run: the root
+  folder, the home folder, the current folder or a mount point (`--workdir=$HOME/$RUN` with RUN
+  unset), where a run would mix its checkpoints, logs and config.json with them."""
+  if fs.remote(path) or not fs.isdir(path) or kind_of(path) is not None:
+    return
+  real = os.path.realpath(path)
+  place = ('the root folder' if real == os.path.realpath(os.sep) else
+           'your home folder' if real == os.path.realpath(os.path.expanduser('~')) else
+           'the current folder' if real == os.path.realpath(os.getcwd()) else
+           'a mount point' if os.path.ismount(real) else '')
+  theirs = sorted(os.listdir(real), key=lambda n: (n.startswith('.'), n))  # (dotfiles count)
+  if place and theirs:
+    raise UserError(f'--workdir {path} is {place} and holds files of its own ({", ".join(theirs[:4])}'
+                    f'{", ..." if len(theirs) > 4 else ""}); give the run a folder of its own, e.g. '
+                    f'--workdir={os.path.join(path, "electra_run")}')
+
+
 def make(path: str):
   """Makes the folder `path` (and its parents), or one sentence on why it cannot be written."""
   check_place(path)
@@ -290,6 +308,7 @@ def claim(path: str, kind: str, mode: str = ''):
   run refused, failed or stopped before it wrote anything leaves nothing behind: neither the
   record of the kind nor the folder if it made it."""
   check_kind(path, kind)
+  check_own_folder(path)
   existed = fs.isdir(path)
   make(path)
   held, error, recorded = None, None, None

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import os
 
 import pytest
 
@@ -121,3 +122,12 @@ def test_jsonl_objects_are_documents_and_a_missing_field_is_one_sentence(tmp_pat
   (tmp_path / 'c.jsonl').write_text('{"text": "ok"}\nnot json\n')
   with pytest.raises(ValueError, match='c.jsonl line 2 is not JSON'):
     list(corpus_lib.corpus_lines(str(tmp_path / 'c.jsonl')))
+
+
+@pytest.mark.fast
+def test_a_device_or_a_pipe_is_no_corpus_and_says_what_it_is(tmp_path):
+  with pytest.raises(FileNotFoundError, match=r"^the corpus '/dev/zero' is a device, not a file "):
+    corpus_lib.resolve_files('/dev/zero')
+  os.mkfifo(tmp_path / 'pipe')
+  with pytest.raises(FileNotFoundError, match='is a named pipe, not a file whose size is known'):
+    corpus_lib.Source(str(tmp_path / 'pipe'))

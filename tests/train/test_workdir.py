@@ -77,6 +77,35 @@ def test_a_lock_whose_run_is_gone_is_taken_over(tmp_path, capsys):
 
 
 @pytest.mark.fast
+def test_the_home_root_or_current_folder_is_no_workdir_unless_it_holds_a_run(tmp_path,
+                                                                            monkeypatch):
+  """`--workdir=$HOME/$RUN` with RUN unset: the home folder, refused before anything is written
+  (a run there wrote config.json, seed_0/, results.md among the user's files)."""
+  home = tmp_path / 'home'
+  home.mkdir()
+  (home / '.bashrc').write_text('# the user\'s')
+  monkeypatch.setenv('HOME', str(home))
+  command = [sys.executable, os.path.join(ROOT, 'launch', 'train.py'),
+             f'--config={os.path.join(ROOT, "configs", "tiny.py")}', f'--workdir={home}/']
+  done = subprocess.run(command, capture_output=True, text=True, env={**CHILD_ENV,
+                        'HOME': str(home)}, timeout=300, check=False)
+  assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+      f'error: --workdir {home}/ is your home folder and holds files of its own (.bashrc); give '
+      f'the run a folder of its own, e.g. --workdir={home}/electra_run'), done.stderr[-2000:]
+  assert os.listdir(home) == ['.bashrc']
+  with pytest.raises(UserError, match='is the root folder and holds files of its own'):
+    workdir_lib.check_own_folder('/')
+  monkeypatch.chdir(home)
+  with pytest.raises(UserError, match='is your home folder'):
+    workdir_lib.check_own_folder('.')
+  workdir_lib.check_own_folder(str(home / 'run'))  # a folder of its own (absent, or empty)
+  (home / 'run').mkdir()
+  workdir_lib.check_own_folder(str(home / 'run'))
+  (home / workdir_lib.KIND_FILE).write_text('{"kind": "pre-training"}')  # it holds a run
+  workdir_lib.check_own_folder(str(home))
+
+
+@pytest.mark.fast
 def test_a_copy_of_a_held_workdir_is_not_held(tmp_path, capsys):
   """A workdir copied while its run goes on carries the lock file of that run, which holds the
   original folder only: a run in the copy takes it over, and the original stays held."""
