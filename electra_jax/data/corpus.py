@@ -19,6 +19,7 @@ import functools
 import glob
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 import stat
@@ -379,7 +380,8 @@ class Source:
       self.tfds_name, self.tfds_split = name, split or 'train'
     elif spec != 'builtin':
       self.files = resolve_files(spec)
-      self.total_bytes = sum(fs.getsize(p) for p in self.files)
+      self.sizes = [fs.getsize(p) for p in self.files]
+      self.total_bytes = sum(self.sizes)
 
   def documents(self) -> Iterator[list[str]]:
     """Non-empty documents (lists of sentences) in a fixed order."""
@@ -407,6 +409,19 @@ class Source:
         doc = []
     if doc:
       yield doc
+
+  def state(self) -> dict | None:
+    """What the source's files are now (their number, bytes, and a digest of each one's path,
+    size and modification time), to tell a corpus changed since records were built from it; None
+    for the built-in corpus and TFDS datasets (versioned by their own names)."""
+    if not self.files:
+      return None
+    digest = hashlib.sha256()
+    for path, size in zip(self.files, self.sizes):
+      mtime = 0 if fs.remote(path) else os.stat(path).st_mtime_ns
+      digest.update(f'{path}\0{size}\0{mtime}\n'.encode())
+    return {'files': len(self.files), 'bytes': self.total_bytes,
+            'digest': digest.hexdigest()[:16]}
 
   def require_text(self):
     """Fails with one sentence when the source holds no document (reads up to the first one)."""

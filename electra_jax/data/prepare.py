@@ -209,6 +209,21 @@ def _differences(old: dict, new: dict) -> list[str]:
           if old.get(k) != new.get(k)]
 
 
+def _source_changed(out_dir: str, source: corpus_lib.Source) -> str:
+  """'' where the corpus files are as they were when the build in `out_dir` began (or that was
+  not recorded: records built before it was), else a clause saying how they changed."""
+  path = fs.join(out_dir, records.SOURCE)
+  if not fs.isfile(path):
+    return ''
+  then, now = records.read_json(path), source.state()
+  if then == now:
+    return ''
+  now = now or {}
+  return (f'the corpus {source.spec!r} changed since the records in {out_dir} were begun from it '
+          f'({then.get("files")} file(s) of {then.get("bytes"):,} bytes then, '
+          f'{now.get("files")} of {now.get("bytes", 0):,} now, or newer files)')
+
+
 def records_folder(settings: records.Settings, out_dir: str, *, num_workers: int = 1,
             log: Callable[[str], None] = print, size_flag: str = '--vocab_size') -> dict:
   """Builds (or finishes) the records folder `out_dir` for `settings`; returns its metadata."""
@@ -224,13 +239,24 @@ def records_folder(settings: records.Settings, out_dir: str, *, num_workers: int
     if diffs:
       raise ValueError(f'{out_dir} holds records built with other settings ({", ".join(diffs)}); '
                        'use the same settings to finish or reuse it, or another folder')
-    if fs.exists(meta_path):
-      log(f'records {out_dir}: complete already')
-      return records.read_metadata(out_dir)
   elif fs.isdir(out_dir) and fs.listdir(out_dir):
     raise ValueError(f'{out_dir} exists and is not a records folder; remove it or choose another '
                      'folder')
+  if fs.exists(meta_path):
+    log(f'records {out_dir}: complete already')
+    try:
+      changed = _source_changed(out_dir, corpus_lib.Source(settings.source, settings.text_field))
+    except (OSError, ValueError):  # the corpus is gone or unreadable: the records are what's left
+      changed = ''
+    if changed:
+      log(f'warning: {changed}; they hold the corpus as it was then: delete {out_dir} and run the '
+          'same command again to build them from the corpus as it is now')
+    return records.read_metadata(out_dir)
   source = corpus_lib.Source(settings.source, settings.text_field)  # fails early on a bad spec
+  changed = _source_changed(out_dir, source)
+  if changed:  # shards of two versions of the corpus would not make one records folder
+    raise ValueError(f'{changed}, and the build is unfinished; delete {out_dir} and run the same '
+                     'command again, or restore the corpus to finish it')
   created = not fs.exists(out_dir)
   fs.makedirs(out_dir)
   try:
@@ -266,6 +292,8 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
         log(f'warning: corpus {settings.source}: {stats["lines_cut"]:,} sentence(s) longer than '
             f'{tokenizer_lib.MAX_SENTENCE_BYTES:,} bytes were cut into pieces for the vocabulary '
             'trainer, which would skip them')
+    if source.state() is not None:
+      records.write_json(fs.join(out_dir, records.SOURCE), source.state())
     records.write_json(plan_path, dataclasses.asdict(settings))
   for stale in fs.listdir(out_dir):  # temporary files of an interrupted run
     if stale.startswith('.') and '.tmp-' in stale:

@@ -21,6 +21,7 @@ from electra_jax.storage import fs
 FORMAT = 2
 METADATA = 'metadata.json'
 PLAN = 'prepare.json'
+SOURCE = 'source.json'  # the corpus files as they were when the build began (corpus.Source.state)
 VOCAB = 'vocab.model'
 FEATURES = ('input_ids', 'input_mask', 'segment_ids')
 SPLITS = ('train', 'eval')

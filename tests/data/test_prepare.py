@@ -106,6 +106,37 @@ def test_documents_are_split_deterministically_and_counted(built, settings):
 
 
 @pytest.mark.fast
+def test_a_corpus_changed_since_its_records_were_built_is_said(tmp_path):
+  """A complete folder is reused with a warning that it holds the corpus as it was; an unfinished
+  one is not finished from another version of the corpus (its shards would not fit together)."""
+  corpus = write_corpus(str(tmp_path / 'corpus.txt'))
+  settings = records.Settings(source=corpus, max_seq_length=32, eval_fraction=0.2, vocab_size=96)
+  out = str(tmp_path / 'records')
+  prepare_lib.records_folder(settings, out, log=_quiet)
+  logged = []
+  prepare_lib.records_folder(settings, out, log=logged.append)
+  assert logged == [f'records {out}: complete already']
+  with open(corpus, 'a') as f:
+    f.write('A sentence added later.\n')
+  logged = []
+  prepare_lib.records_folder(settings, out, log=logged.append)
+  assert logged[1].startswith(f"warning: the corpus '{corpus}' changed since the records in {out} "
+                              'were begun from it (1 file(s) of ') and logged[1].endswith(
+      f'they hold the corpus as it was then: delete {out} and run the same command again to '
+      'build them from the corpus as it is now')
+  complete = str(tmp_path / 'complete')
+  shutil.copytree(out, complete)
+  os.remove(os.path.join(out, records.METADATA))  # unfinished
+  with pytest.raises(ValueError, match=r'changed since the records .* and the build is '
+                     'unfinished; delete .* and run the same command again, or restore the corpus'):
+    prepare_lib.records_folder(settings, out, log=_quiet)
+  os.remove(corpus)  # a complete folder outlives its corpus
+  logged = []
+  prepare_lib.records_folder(settings, complete, log=logged.append)
+  assert logged == [f'records {complete}: complete already']
+
+
+@pytest.mark.fast
 def test_an_interrupted_build_is_finished_with_the_same_bytes(tmp_path, built):
   partial = str(tmp_path / 'partial')
   shutil.copytree(built, partial)
