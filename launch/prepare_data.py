@@ -35,6 +35,10 @@ flags.mark_flags_as_required(['output'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
+  for flag, example in ((_CORPUS, "files, a folder, a glob or 'builtin'"),
+                        (_TFDS, 'a dataset name such as wikipedia/20230601.en:train')):
+    if flag.value is not None and not flag.value.strip():
+      raise cli.UserError(f'--{flag.name} is empty; give {example}')
   if (_CORPUS.value is None) == (_TFDS.value is None):
     raise cli.UserError('give exactly one source: --corpus=<files or builtin> or '
                         '--tfds=<name>[:<split>]')

@@ -458,6 +458,10 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
       (('prepare_data.py', f'--corpus={corpus}', f'--output={tmp_path / "r4"}',
         '--seed=99999999999999999999'), 'error: flag --seed=99999999999999999999: a seed is a '
        'whole number from 0 to 2147483647'),
+      (('prepare_data.py', '--corpus=builtin', '--output=/dev/null'),
+       'error: --output /dev/null is a file; give a folder (new or empty) for the records'),
+      (('prepare_data.py', '--tfds=', f'--output={tmp_path / "r5"}'),
+       'error: --tfds is empty; give a dataset name such as wikipedia/20230601.en:train'),
       # a config file's own code that fails: its line and error, not a traceback
       (('train.py', f'--config={raises}', f'--workdir={tmp_path / "w2"}'),
        f'error: --config={raises}: line 2 of {raises} raised RuntimeError: boom; fix the config '
@@ -475,7 +479,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
   for args, want in cases:
     done = _launch(*args)
     assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
-  for name in ('r1', 'r2', 'r3', 'r4', 'w1', 'w2', 'f1', 'cmp', 't.md', 't.json'):
+  for name in ('r1', 'r2', 'r3', 'r4', 'r5', 'w1', 'w2', 'f1', 'cmp', 't.md', 't.json'):
     assert not os.path.exists(tmp_path / name)
 
 

@@ -232,7 +232,7 @@ def records_folder(settings: records.Settings, out_dir: str, *, num_workers: int
     raise ValueError(f'num_workers={num_workers} must be at least 1')
   plan = dataclasses.asdict(settings)
   meta_path, plan_path = fs.join(out_dir, records.METADATA), fs.join(out_dir, records.PLAN)
-  if fs.isfile(out_dir):
+  if fs.exists(out_dir) and not fs.isdir(out_dir):  # (a file, or /dev/null)
     raise ValueError(f'--output {out_dir} is a file; give a folder (new or empty) for the records')
   if fs.exists(plan_path):
     diffs = _differences(records.read_json(plan_path), plan)
