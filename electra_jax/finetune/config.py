@@ -211,13 +211,13 @@ def check(cfg, mesh):
   key, a value outside its declared range, a batch the devices do not divide."""
   with user_errors(ValueError):
     fields.check(CONFIG, cfg, 'fine-tuning config')
+    for what, value in (('batch_size', cfg.batch_size), ('eval_batch_size', cfg.eval_batch_size)):
+      partitioning.check_batch_size(value, mesh, what)
   last = cfg.seed + cfg.num_seeds - 1
   if last > fields.MAX_SEED:
     raise UserError(f'seed={cfg.seed} with num_seeds={cfg.num_seeds} makes the last fine-tuning\'s '
                     f'seed {last}, and a seed is at most {fields.MAX_SEED} (a 32-bit integer); '
                     f'give a seed of at most {fields.MAX_SEED - cfg.num_seeds + 1}')
-    for what, value in (('batch_size', cfg.batch_size), ('eval_batch_size', cfg.eval_batch_size)):
-      partitioning.check_batch_size(value, mesh, what)
 
 
 def check_same_finetuning(cfg, workdir: str):
