@@ -292,8 +292,9 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
         log(f'warning: corpus {settings.source}: {stats["lines_cut"]:,} sentence(s) longer than '
             f'{tokenizer_lib.MAX_SENTENCE_BYTES:,} bytes were cut into pieces for the vocabulary '
             'trainer, which would skip them')
-    if source.state() is not None:
-      records.write_json(fs.join(out_dir, records.SOURCE), source.state())
+    state = source.state()  # (a stat of every corpus file: once)
+    if state is not None:
+      records.write_json(fs.join(out_dir, records.SOURCE), state)
     records.write_json(plan_path, dataclasses.asdict(settings))
   for stale in fs.listdir(out_dir):  # temporary files of an interrupted run
     if stale.startswith('.') and '.tmp-' in stale:
