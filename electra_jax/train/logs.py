@@ -18,14 +18,8 @@ from electra_jax.storage import fs
 try:  # TensorBoard's record format and protocol buffers (the package, not TensorFlow)
   from tensorboard.compat.proto import event_pb2
   from tensorboard.compat.proto import summary_pb2
-  from tensorboard.compat.proto import tensor_pb2
-  from tensorboard.compat.proto import tensor_shape_pb2
-  from tensorboard.compat.proto import types_pb2
   from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
   from tensorboard.summary.writer import record_writer
-  _SCALAR = summary_pb2.SummaryMetadata(
-      plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name='scalars'),
-      data_class=summary_pb2.DATA_CLASS_SCALAR)
 except ImportError:  # an image without it: metrics.jsonl and curves.png alone (Logs says so)
   record_writer = None
 
@@ -166,9 +160,9 @@ class TensorBoardWriter:
   def write(self, step: int, values: dict, prefix: str):
     if self.records is None:
       self._open()
-    scalars = [summary_pb2.Summary.Value(tag=f'{prefix}/{name}', metadata=_SCALAR, tensor=(
-        tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[value],
-                               tensor_shape=tensor_shape_pb2.TensorShapeProto())))
+    # `simple_value`: the form every reader knows, TensorBoard's UI (which migrates it to its
+    # scalars plugin), its EventAccumulator, tf.compat.v1's summary_iterator and the tools on them.
+    scalars = [summary_pb2.Summary.Value(tag=f'{prefix}/{name}', simple_value=value)
                for name, value in values.items()
                if isinstance(value, (int, float)) and math.isfinite(value)]
     self.records.write(event_pb2.Event(wall_time=time.time(), step=step, summary=(

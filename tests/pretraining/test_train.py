@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from absl import flags
 from ml_collections import config_flags
+from tensorboard.backend.event_processing import event_accumulator
 
 from conftest import (CHILD_ENV, ROOT, WORDS, cpu_burner, launch_command, load_config,
                       objective_config, poisoned_setup, run_config_file, test_config,
@@ -350,12 +351,8 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   s = pretrain.train_and_evaluate(_small_run_config(corpus_file), w1, log=_quiet)
   for name in ('config.json', 'metrics.jsonl', 'curves.png', 'summary.json'):
     assert os.path.getsize(os.path.join(w1, name)) > 0, name
-  tf = tf_import.tensorflow()
-  board = {}
-  for path in tf.io.gfile.glob(os.path.join(w1, 'tensorboard', 'events.out.tfevents.*')):
-    for event in tf.compat.v1.train.summary_iterator(path):
-      for v in event.summary.value:
-        board[(v.tag, event.step)] = float(tf.make_ndarray(v.tensor))
+  board = {(tag, step): value for tag, values in _accumulated(w1).items()
+           for step, value in values}
   jsonl = [json.loads(l) for l in open(os.path.join(w1, 'metrics.jsonl'))]
   for record in jsonl:  # every logged value is in TensorBoard too, at its step
     for key in ('loss', 'mlm_loss', 'disc_auc', 'learning_rate', 'grad_norm', 'tokens_per_s',
@@ -775,8 +772,19 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
   assert logged[killed] == logged[straight], (kill_at, committed)
   board = _board(killed)
   assert sorted(step for tag, step, _ in board if tag == 'train/loss') == list(range(1, 13))
+  assert [step for step, _ in _accumulated(killed)['train/loss']] == list(range(1, 13))
   assert {step: v for tag, step, v in board if tag == 'train/loss'} == pytest.approx(
       dict(logged[killed]))
+
+
+def _accumulated(workdir) -> dict[str, list[tuple[int, float]]]:
+  """{tag: [(step, value)]} of a workdir's scalars as TensorBoard's classic reader returns them
+  (`EventAccumulator`, which scripts and tbparse-style tools build on)."""
+  events = event_accumulator.EventAccumulator(os.path.join(workdir, 'tensorboard'),
+                                              size_guidance={event_accumulator.SCALARS: 0})
+  events.Reload()
+  return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
+          for tag in events.Tags()['scalars']}
 
 
 def _board(workdir) -> list[tuple[str, int, float]]:
@@ -785,7 +793,7 @@ def _board(workdir) -> list[tuple[str, int, float]]:
   out = []
   for path in tf.io.gfile.glob(os.path.join(workdir, 'tensorboard', '*tfevents*')):
     for event in tf.compat.v1.train.summary_iterator(path):
-      out += [(v.tag, event.step, float(tf.make_ndarray(v.tensor))) for v in event.summary.value]
+      out += [(v.tag, event.step, v.simple_value) for v in event.summary.value]
   return out
 
 
