@@ -101,12 +101,6 @@ class _Shard:
     return counts
 
 
-def _format_duration(seconds: float) -> str:
-  seconds = int(seconds)
-  return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m' if seconds >= 3600 else \
-      f'{seconds // 60}m{seconds % 60:02d}s'
-
-
 def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[str, int]],
                  log: Callable[[str], None] = print, name: str = 'worker',
                  log_every_s: float = 10.0) -> dict:
@@ -186,9 +180,10 @@ def _progress_line(name, source, shards, elapsed, final=False) -> str:
           f'{mb / max(elapsed, 1e-9):.2f} MB/s')
   fraction = source.fraction_read()
   if final:
-    return line + f', done in {_format_duration(elapsed)}'
+    return line + f', done in {fs.duration_text(elapsed)}'
   if fraction:
-    line += f', {100 * fraction:.0f}%, ETA {_format_duration(elapsed * (1 - fraction) / fraction)}'
+    eta = fs.duration_text(elapsed * (1 - fraction) / fraction)
+    line += f', {100 * fraction:.0f}%, ETA {eta}'
   return line
 
 
@@ -287,7 +282,8 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
       tokenizer_lib.train_sentencepiece(
           source.lines(), vocab_path, settings.vocab_size, lower_case=settings.lower_case,
           seed=settings.seed, character_coverage=settings.character_coverage,
-          max_sentences=settings.max_sentences, size_flag=size_flag, stats=stats, log=log)
+          max_sentences=settings.max_sentences, size_flag=size_flag, stats=stats, log=log,
+          fraction_read=source.fraction_read)
       if stats.get('lines_cut'):
         log(f'warning: corpus {settings.source}: {stats["lines_cut"]:,} sentence(s) longer than '
             f'{tokenizer_lib.MAX_SENTENCE_BYTES:,} bytes were cut into pieces for the vocabulary '

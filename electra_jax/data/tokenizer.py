@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import re
 import signal
+import time
 from typing import Iterable, Iterator, Sequence
 
 from sentencepiece import sentencepiece_model_pb2
@@ -152,12 +153,14 @@ class VocabTooLarge(ValueError):
 def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, *,
                         lower_case: bool = True, seed: int = 0, character_coverage: float = 0.9995,
                         max_sentences: int = 2_000_000, size_flag: str = '--vocab_size',
-                        stats: dict | None = None, log=None) -> SentencePieceTokenizer:
+                        stats: dict | None = None, log=None,
+                        fraction_read=None) -> SentencePieceTokenizer:
   """Trains a unigram SentencePiece model on `lines` and writes it to `model_path` atomically.
 
   Lines longer than the trainer takes are cut into pieces, counted in stats['lines_cut'];
   `size_flag` is how the caller's user sets the vocabulary size (named in errors); `log` hears
-  when the corpus is read and the trainer works on it."""
+  progress while the corpus is read (with the ETA where `fraction_read()` gives the share read)
+  and while the trainer works on it."""
   stats = {} if stats is None else stats
   if not 0 < character_coverage <= 1:
     raise ValueError(f'the character coverage is {character_coverage}; give a fraction in (0, 1], '
@@ -173,7 +176,8 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
       input_sentence_size=max_sentences, shuffle_input_sentence=True,
       num_threads=os.cpu_count() or 1, minloglevel=2)
   try:
-    model = _train_apart(_bounded(lines, stats), options, seed, log or (lambda line: None))
+    model = _train_apart(_bounded(lines, stats), options, seed, log or (lambda line: None),
+                         fraction_read or (lambda: None))
   except RuntimeError as e:
     message = ' '.join(str(e).split())
     if 'Vocabulary size too high' in message:
@@ -194,7 +198,13 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
   return SentencePieceTokenizer(model_path)
 
 
-def _train_apart(sentences: Iterator[str], options: dict, seed: int, log) -> bytes:
+# Seconds between the vocabulary's progress lines while the corpus is read, and while the
+# trainer works (it says nothing itself until it ends).
+READ_LINE_EVERY_S, TRAIN_LINE_EVERY_S = 10.0, 30.0
+
+
+def _train_apart(sentences: Iterator[str], options: dict, seed: int, log,
+                 fraction_read=lambda: None) -> bytes:
   """The model SentencePiece's trainer makes of `sentences`, trained in a process of its own fed
   through a pipe: the trainer's C++ holds its thread for minutes on a large corpus, where a
   signal's handler could not run, so here SIGTERM and Ctrl-C stop it at once (the process is
@@ -207,16 +217,27 @@ def _train_apart(sentences: Iterator[str], options: dict, seed: int, log) -> byt
   theirs.close()
   try:
     try:
-      count = 0
+      count = chars = 0
+      start = last = time.monotonic()
       for batch in _batches(sentences, 4096):
         ours.send(batch)
         count += len(batch)
+        chars += sum(map(len, batch))
+        if time.monotonic() - last >= READ_LINE_EVERY_S:
+          last = time.monotonic()
+          log(f'vocabulary: {_read_line(count, chars, last - start, fraction_read())}')
       ours.send(None)
       log(f'read {count:,} lines; the trainer samples up to {options["input_sentence_size"]:,} '
           f'and builds {options["vocab_size"]:,} entries')
+      start = last = time.monotonic()
       while not ours.poll(0.25):  # (signals are handled between polls)
         if not trainer.is_alive():
           break
+        if time.monotonic() - last >= TRAIN_LINE_EVERY_S:
+          last = time.monotonic()
+          log(f'vocabulary: the trainer has worked {fs.duration_text(last - start)} on '
+              f'{min(count, options["input_sentence_size"]):,} lines (it tells nothing more '
+              'until it ends)')
       kind, value = ours.recv()
     except (BrokenPipeError, EOFError, ConnectionResetError):
       raise RuntimeError(f'the vocabulary trainer stopped without a result (exit code '
@@ -229,6 +250,17 @@ def _train_apart(sentences: Iterator[str], options: dict, seed: int, log) -> byt
       trainer.kill()
     trainer.join()
     ours.close()
+
+
+def _read_line(lines: int, chars: int, seconds: float, fraction: float | None) -> str:
+  """'read 1,234,567 lines, 80.1 M characters, 5.2 M/s, 40%, ETA 0m15s' (the share and ETA where
+  the corpus's size is known)."""
+  line = (f'read {lines:,} lines, {chars / 1e6:,.1f} M characters, '
+          f'{chars / 1e6 / max(seconds, 1e-9):.1f} M/s')
+  if fraction:
+    eta = fs.duration_text(seconds * (1 - fraction) / fraction)
+    line += f', {100 * fraction:.0f}%, ETA {eta}'
+  return line
 
 
 def _batches(items: Iterator[str], n: int) -> Iterator[list[str]]:

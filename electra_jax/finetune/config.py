@@ -118,7 +118,8 @@ CONFIG = Section(fields=dict(
                 'finetune/probe.py)', one_of('random', 'probe')),
     reinit=F('', 'parts of the pre-trained encoder that start from random weights instead, comma '
              'separated: embeddings, word_embeddings, layer_<i> (0: the lowest), top (the last)'),
-    log_every=F(50, 'steps between progress lines', at_least(1), resume='free'),
+    log_every=F(50, 'steps between progress lines and records (fewer where a seed has under '
+                'ten times as many steps: ten lines a seed)', at_least(1), resume='free'),
     eval_every=F(0, 'steps between dev scores (0: at the end only); the best checkpoint is kept',
                  at_least(0), resume='free'),
     save_every=F(500, 'steps between checkpoints (and at the end, and when stopped by SIGTERM)',

@@ -119,6 +119,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
                   if kind.packs else (None, cfg.packing))
   rows = shapes.mean_rows if shapes is not None else cfg.batch_size
   plan = loop_lib.Plan.of(cfg, total_steps=total, keep_best=bool(cfg.eval_every),
+                          log_every=min(cfg.log_every, max(1, total // 10)),  # ten a seed
                           nonfinite='skip', tokens_per_step=round(rows * cfg.max_seq_length),
                           prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
                           eval_fields=shown)

@@ -20,6 +20,7 @@ import errno
 import glob as glob_lib
 import io
 import json
+import math
 import os
 import posixpath
 import re
@@ -357,6 +358,16 @@ def size_text(n: float) -> str:
     if n >= scale:
       return f'{n / scale:,.1f} {unit}' if n < 10 * scale else f'{n / scale:,.0f} {unit}'
   return f'{n:,.0f} bytes'
+
+
+def duration_text(seconds: float) -> str:
+  """Seconds for a progress line: '4m05s', '2h07m'; '?' for an unknown (infinite) time."""
+  if not math.isfinite(seconds):
+    return '?'
+  seconds = int(seconds)
+  if seconds >= 3600:
+    return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
+  return f'{seconds // 60}m{seconds % 60:02d}s'
 
 
 # ---- access to a bucket -----------------------------------------------------------------------

@@ -27,13 +27,7 @@ except ImportError:  # an image without it: metrics.jsonl and curves.png alone (
 # metrics, a fine-tuning its task's).
 SHOWN = ('loss', 'learning_rate')
 
-def format_duration(seconds: float) -> str:
-  if not math.isfinite(seconds):
-    return '?'
-  seconds = int(seconds)
-  if seconds >= 3600:
-    return f'{seconds // 3600}h{seconds % 3600 // 60:02d}m'
-  return f'{seconds // 60}m{seconds % 60:02d}s'
+format_duration = fs.duration_text
 
 
 def format_line(values: dict, keys=SHOWN) -> str:
@@ -57,11 +51,14 @@ class Progress:
     self.total, self.tokens_per_step = total_steps, tokens_per_step
     self.last_step, self.last_time = start_step, time.perf_counter()
 
-  def update(self, step: int) -> dict:
+  def update(self, step: int, keep: bool = False) -> dict:
+    """The speed since the last report; `keep`: a look between reports, which leaves the
+    reports' intervals as they were."""
     now = time.perf_counter()
     steps = max(step - self.last_step, 1)
     seconds = max(now - self.last_time, 1e-9)
-    self.last_step, self.last_time = step, now
+    if not keep:
+      self.last_step, self.last_time = step, now
     rate = steps / seconds
     return {'steps_per_s': rate, 'tokens_per_s': rate * self.tokens_per_step,
             'eta_s': (self.total - step) / rate}

@@ -6,6 +6,8 @@
                                                            finished first: queue_ahead)
                  the previous interval's sums are read now        (the device runs ahead meanwhile)
                  every log_every:   close the interval  -> report (NaN policy, progress line, logs)
+                 the first step, and 30 s after the last line: a progress line of the interval
+                                                           so far (nothing logged, nothing closed)
                  every eval_every:  evaluate            -> eval line, logs (curves.png: at
                                                            most once a minute, and at the end)
                  every save_every, or after an evaluation when the best is kept: save
@@ -19,6 +21,7 @@ import dataclasses
 import os
 import signal
 import threading
+import time
 from typing import Any, Callable, Iterator
 
 import jax
@@ -28,6 +31,12 @@ from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.storage import fs
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import step as step_lib
+
+
+# The longest silence between progress lines, whatever log_every is: a line comes at the first
+# step after compiling, and then 30 s after the last at most (a look at the interval so far:
+# metrics.jsonl and TensorBoard keep their records at every log_every).
+LINE_EVERY_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,16 +145,23 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
       plan.save_every)
   sums, pending = None, None
   one_at_a_time = not queue_ahead(_devices(state))
+  last_line = [time.monotonic()]
 
-  def report(step, sums):
+  def line(step, sums, keep=False):
+    """The progress line of the steps to `step` since the last report, and their values."""
     values = metrics_lib.summarize(sums)
-    if values['nonfinite_steps']:
+    if values['nonfinite_steps'] and not keep:
       _nonfinite(plan, state, step, values, ckpt, log)
-    speed = progress.update(step)
+    speed = progress.update(step, keep)
     note = annotate(values, speed) if annotate else ''
     shown = logs_lib.format_line(values, *([plan.fields] if plan.fields else []))
     log(f'{logs_lib.stamp()}{plan.prefix}'
         f'{logs_lib.Progress.format(step, plan.total_steps, speed)} | {note}{shown}')
+    last_line[0] = time.monotonic()
+    return values, speed
+
+  def report(step, sums):
+    values, speed = line(step, sums)
     logs.write('train', step, {**values, **speed})
 
   def run_eval(step):
@@ -181,6 +197,8 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
         pending = None
       if log_trigger(step) or step == plan.total_steps:
         pending, sums = (step, sums), None
+      elif step == start + 1 or time.monotonic() - last_line[0] >= LINE_EVERY_S:
+        line(step, sums, keep=True)  # (waits for this step: a look, not a record)
       if step == plan.total_steps:
         break
       eval_values = None

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -109,6 +110,28 @@ def test_build_vocab_cli_writes_a_sentencepiece_model_with_fixed_special_ids(tmp
   r = _build_vocab(f'--corpus={tmp_path}/none/*.txt', f'--output={tmp_path}/w.model')
   assert r.returncode == 2 and 'matches no file' in r.stderr.strip().splitlines()[-1]
   assert sorted(p.name for p in tmp_path.iterdir()) == ['v.model']
+
+
+def test_a_vocabulary_reports_the_corpus_read_and_the_trainer_at_work(tmp_path, monkeypatch):
+  """With the intervals at 0 s: a line per batch of lines read (characters, rate, share, ETA)
+  and a line per poll while the trainer works."""
+  from electra_jax.data import corpus as corpus_lib  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(tokenizer_lib, 'READ_LINE_EVERY_S', 0.0)
+  monkeypatch.setattr(tokenizer_lib, 'TRAIN_LINE_EVERY_S', 0.0)
+  import random  # pylint: disable=import-outside-toplevel
+  rng = random.Random(0)
+  words = [''.join(rng.choices('abcdefghijklmnopqrstuvwxyz', k=rng.randint(3, 9)))
+           for _ in range(20_000)]
+  corpus = tmp_path / 'corpus.txt'  # (enough for the trainer to work past its first poll)
+  corpus.write_text(''.join(' '.join(rng.choices(words, k=12)) + '.\n' for _ in range(20_000)))
+  source = corpus_lib.Source(str(corpus))
+  lines = []
+  tokenizer_lib.train_sentencepiece(source.lines(), str(tmp_path / 'v.model'), 4000,
+                                    log=lines.append, fraction_read=source.fraction_read)
+  read = [l for l in lines if l.startswith('vocabulary: read ')]
+  assert read and re.fullmatch(r'vocabulary: read [\d,]+ lines, [\d.]+ M characters, [\d.]+ M/s, '
+                               r'100%, ETA 0m00s', read[-1]), lines
+  assert any(l.startswith('vocabulary: the trainer has worked 0m0') for l in lines), lines
 
 
 def test_sigterm_while_a_vocabulary_trains_stops_it_and_says_nothing_was_written(tmp_path):

@@ -75,11 +75,12 @@ def test_steps_on_several_cpu_devices_are_not_queued_into_a_deadlock(tmp_path):
   assert os.path.isdir(tmp_path / 'checkpoints' / '3000')
 
 
-def _one_device_run(tmp_path, name: str, stop_at: int | None = None, resume: bool = False):
+def _one_device_run(tmp_path, name: str, stop_at: int | None = None, resume: bool = False,
+                    lines: list | None = None):
   """The test model on ONE of this process's devices, where the loop queues steps ahead as every
   GPU, TPU and single-CPU run does: 8 steps, a NaN at step 3 (skipped), saves every 2 steps, and
-  with `stop_at` a stop notice (what SIGTERM sets) while steps are queued. Returns (the loop's
-  result, or the Stopped it raised; the workdir)."""
+  with `stop_at` a stop notice (what SIGTERM sets) while steps are queued; its printed lines go
+  to `lines`. Returns (the loop's result, or the Stopped it raised; the workdir)."""
   from conftest import poisoned_setup, test_config  # pylint: disable=import-outside-toplevel
   from electra_jax import Stopped  # pylint: disable=import-outside-toplevel
   from electra_jax.tools.benchmark import synthetic_batch  # pylint: disable=import-outside-toplevel
@@ -104,7 +105,8 @@ def _one_device_run(tmp_path, name: str, stop_at: int | None = None, resume: boo
   try:
     result = loop.run(plan, state, train_fn, batches(), start, evaluate=lambda s, st: {},
                       ckpt=ckpt, meta=lambda s: {'step': s}, logs=logs_lib.Logs(str(workdir)),
-                      log=lambda *_: None, signals=signals)
+                      log=(lines.append if lines is not None else lambda *_: None),
+                      signals=signals)
   except Stopped as e:
     return e, workdir
   finally:
@@ -131,6 +133,29 @@ def test_steps_queued_ahead_on_one_device_stop_save_skip_and_resume_exactly(tmp_
   assert int(resumed.state.nonfinite_steps) == 1 and int(resumed.state.first_nonfinite) == 3
   steps = [json.loads(l)['step'] for l in open(workdir / 'metrics.jsonl')]
   assert steps == [2, 4, 6, 8], steps
+
+
+def _line_steps(lines) -> list[int]:
+  return [int(m.group(1)) for m in map(re.compile(r'step (\d+)/8 \|').search, lines) if m]
+
+
+def test_a_progress_line_comes_at_the_first_step_and_then_at_least_every_30_s(tmp_path,
+                                                                             monkeypatch):
+  """log_every=2: lines at the first step (also of a resumed run) and each 2nd, the records at
+  each 2nd alone; with the longest silence set to 0 s, a line every step and the same records."""
+  lines = []
+  _one_device_run(tmp_path, 'quiet', stop_at=5, lines=lines)
+  assert _line_steps(lines) == [1, 2, 4], lines
+  lines.clear()
+  _one_device_run(tmp_path, 'quiet', resume=True, lines=lines)
+  assert _line_steps(lines) == [6, 8], lines
+  monkeypatch.setattr(loop, 'LINE_EVERY_S', 0.0)
+  lines.clear()
+  _one_device_run(tmp_path, 'talkative', lines=lines)
+  assert _line_steps(lines) == list(range(1, 9)), lines
+  for name in ('quiet', 'talkative'):
+    steps = [json.loads(l)['step'] for l in open(tmp_path / name / 'metrics.jsonl')]
+    assert steps == [2, 4, 6, 8], (name, steps)
 
 
 def test_a_launched_run_on_one_device_stops_on_sigterm_survives_sigkill_and_ends_as_a_straight_one(
