@@ -241,8 +241,9 @@ def same_run_diffs(before: dict, cfg) -> list[str]:
   return fields.same_run_diffs(CONFIG, before, json.loads(cfg.to_json()))
 
 
-def saved_config(workdir: str, mode: str) -> ml_collections.ConfigDict:
-  """The config a fine-tuning workdir was trained with (for --mode=eval/predict without --config)."""
+def saved_config(workdir: str, mode: str, then: str = '') -> ml_collections.ConfigDict:
+  """The config a fine-tuning workdir was trained with (for --mode=eval/predict without --config;
+  `then`: what to do with a fine-tuning, named where `workdir` is a pre-training's)."""
   path = fs.join(workdir, 'config.json')
   if mode != 'train' and not fs.isdir(workdir):
     raise UserError(f'--workdir {workdir} does not exist; give the --workdir of a fine-tuning '
@@ -254,5 +255,6 @@ def saved_config(workdir: str, mode: str) -> ml_collections.ConfigDict:
   config = fs.read_json(path, 'give the fine-tuning\'s config file with --config', want=dict)
   if isinstance(config, dict) and 'objective' in config and 'task' not in config:
     raise UserError(f'{workdir} is a pre-training workdir (of launch/train.py); fine-tune it with '
-                    f'--init={workdir} and a new --workdir, then use --mode={mode} on that one')
+                    f'--init={workdir} and a new --workdir, then '
+                    f'{then or f"use --mode={mode} on that one"}')
   return complete(config)

@@ -145,23 +145,13 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
       plan.save_every)
   sums, pending = None, None
   one_at_a_time = not queue_ahead(_devices(state))
-  last_line = [time.monotonic()]
-
-  def line(step, sums, keep=False):
-    """The progress line of the steps to `step` since the last report, and their values."""
-    values = metrics_lib.summarize(sums)
-    if values['nonfinite_steps'] and not keep:
-      _nonfinite(plan, state, step, values, ckpt, log)
-    speed = progress.update(step, keep)
-    note = annotate(values, speed) if annotate else ''
-    shown = logs_lib.format_line(values, *([plan.fields] if plan.fields else []))
-    log(f'{logs_lib.stamp()}{plan.prefix}'
-        f'{logs_lib.Progress.format(step, plan.total_steps, speed)} | {note}{shown}')
-    last_line[0] = time.monotonic()
-    return values, speed
+  line = _Lines(plan, progress, annotate, log)
 
   def report(step, sums):
-    values, speed = line(step, sums)
+    values = metrics_lib.summarize(sums)
+    if values['nonfinite_steps']:
+      _nonfinite(plan, state, step, values, ckpt, log)
+    speed = line(step, values)  # (the annotation adds to the values)
     logs.write('train', step, {**values, **speed})
 
   def run_eval(step):
@@ -197,8 +187,8 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
         pending = None
       if log_trigger(step) or step == plan.total_steps:
         pending, sums = (step, sums), None
-      elif step == start + 1 or time.monotonic() - last_line[0] >= LINE_EVERY_S:
-        line(step, sums, keep=True)  # (waits for this step: a look, not a record)
+      elif step == start + 1 or line.due():  # a look, not a record (waits for this step)
+        line(step, metrics_lib.summarize(sums), keep=True)
       if step == plan.total_steps:
         break
       eval_values = None
@@ -218,6 +208,29 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
     signals.restore()
   logs.close()
   return Result(state, plan.total_steps, values)
+
+
+class _Lines:
+  """The progress lines: `(step, values)` logs the line of the steps to `step` since the last
+  report (`keep`: a look between reports, which leaves their interval open) and returns the
+  speed; `due()` says whether LINE_EVERY_S have passed since the last line."""
+
+  def __init__(self, plan: Plan, progress, annotate, log):
+    self.plan, self.progress, self.annotate, self.log = plan, progress, annotate, log
+    self.last = time.monotonic()
+
+  def due(self) -> bool:
+    return time.monotonic() - self.last >= LINE_EVERY_S
+
+  def __call__(self, step: int, values: dict, keep: bool = False) -> dict:
+    plan = self.plan
+    speed = self.progress.update(step, keep)
+    note = self.annotate(values, speed) if self.annotate else ''
+    shown = logs_lib.format_line(values, *([plan.fields] if plan.fields else []))
+    self.log(f'{logs_lib.stamp()}{plan.prefix}'
+             f'{logs_lib.Progress.format(step, plan.total_steps, speed)} | {note}{shown}')
+    self.last = time.monotonic()
+    return speed
 
 
 def _nonfinite(plan, state, step, values, ckpt, log):

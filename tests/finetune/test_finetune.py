@@ -18,6 +18,7 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune.inputs import encode as encode_lib
 from electra_jax.finetune.inputs import files
 from electra_jax.finetune.kinds import heads
+from electra_jax.finetune import predict as predict_lib
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run
@@ -426,7 +427,9 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
     for seed in (0, 1):
       records = [json.loads(l) for l in open(os.path.join(workdir, f'seed_{seed}', 'metrics.jsonl'))]
       assert [r['step'] for r in records if r['split'] == 'eval'] == [180]
-      assert [r['step'] for r in records if r['split'] == 'train'] == list(range(20, 181, 20))
+      every = min(20, 180 // 10)  # (log_every, or ten lines a seed where that is fewer)
+      assert [r['step'] for r in records if r['split'] == 'train'] == list(
+          range(every, 181, every))[:-1] + [180]
       events = _events(os.path.join(workdir, f'seed_{seed}', 'tensorboard'))
       assert sorted(step for tag, step in events if tag == 'eval/accuracy') == [180]
   again = run.finetune(config_lib.saved_config(workdir, 'eval'), workdir, log=_quiet, mode='eval')
@@ -442,9 +445,56 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   else:
     predicted = [float(r[1]) for r in rows[1:]]  # in the file's units
     assert all(-200_000 < p < 1_200_000 for p in predicted) and max(predicted) > 500_000
+  _predicts_new_files(workdir, tmp_path, kind, summary)
   _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind)
   if kind == 'classification':
     _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp_path)
+
+
+def _predicts_new_files(workdir, tmp_path, kind, summary):
+  """launch/predict.py's job from the workdir alone: the dev file's predictions score what the
+  chosen seed scored on dev, in the file's order, with probabilities; other seeds on request;
+  an earlier output kept; a file without labels predicted, one with an unseen label refused."""
+  dev = str(tmp_path / 'dev.csv')
+  done = predict_lib.predict(workdir, dev, log=_quiet)
+  (seed,) = done['seeds']
+  scores = {s['seed']: s['dev'] for s in summary['seeds']}
+  ranked = sorted(scores, key=lambda k: list(scores[k].values())[0])
+  assert seed == ranked[0]  # the median of two seeds: the lower one
+  assert done['scores'][seed] == pytest.approx(scores[seed], abs=1e-6)
+  path = done['outputs'][0]
+  assert path == os.path.join(workdir, 'predictions', 'dev.csv')
+  rows = list(csv.DictReader(open(path)))
+  given = list(csv.DictReader(open(dev)))
+  assert [r['text'] for r in rows] == [r['text'] for r in given] and len(rows) == 160
+  if kind == 'classification':
+    for r in rows:
+      p = {c: float(r[f'p({c})']) for c in ('no', 'yes')}
+      assert sum(p.values()) == pytest.approx(1, abs=1e-5) and r['prediction'] == max(p, key=p.get)
+  else:
+    assert all(-200_000 < float(r['prediction']) < 1_200_000 for r in rows)
+  with pytest.raises(UserError, match=r'dev.csv exists \(earlier predictions\?\); give another '
+                     r'--output, or --overwrite to replace it'):
+    predict_lib.predict(workdir, dev, log=_quiet)
+  unlabelled = tmp_path / 'new.tsv'
+  unlabelled.write_text('text\n' + ''.join(r['text'] + '\n' for r in given[:7]))
+  each = predict_lib.predict(workdir, str(unlabelled), seed='all', log=_quiet)
+  assert each['seeds'] == [0, 1] and not each['scores']
+  assert [os.path.basename(p) for p in each['outputs']] == ['new.seed_0.tsv', 'new.seed_1.tsv']
+  assert len(open(each['outputs'][1]).readlines()) == 8
+  if kind == 'classification':
+    wrong = tmp_path / 'wrong.csv'
+    wrong.write_text('text,label\ncat cat,maybe\n')
+    with pytest.raises(UserError, match=r"wrong.csv has the label\(s\) \['maybe'\] in its column "
+                       r"'label', which the fine-tuning never saw \(its labels are \['no', 'yes'\]\)"):
+      predict_lib.predict(workdir, str(wrong), log=_quiet)
+    assert not os.path.exists(os.path.join(workdir, 'predictions', 'wrong.csv'))
+    wrong.write_text('review,label\ncat cat,yes\n')
+    with pytest.raises(UserError, match=r"wrong.csv has no column 'text', which the fine-tuning "
+                       r"read its text_a from \(the file's columns: review, label\); name the "
+                       r"columns as in its training files: text \(text_a\), label \(label, where "
+                       r"known\)$"):
+      predict_lib.predict(workdir, str(wrong), log=_quiet)
 
 
 def _events(folder) -> list[tuple[str, int]]:
@@ -884,6 +934,23 @@ def test_finetuning_learns_a_synthetic_tagging_task(tmp_path, pretrained):
   assert len([l for l in lines if l.strip()]) == 8
   predicted = {l.split()[-1] for l in open(out['predictions'][0]) if l.strip()}
   assert 'B-PLACE' in predicted and predicted <= {'O', 'B-PLACE', 'I-PLACE', 'B-ANIMAL', 'I-ANIMAL'}
+  # launch/predict.py: the tagged dev file scores the dev F1 again; a word per line is tagged too,
+  # each word with its tag (IOB2, as the train file) and the tag's probability
+  ft = str(tmp_path / 'ft')
+  done = predict_lib.predict(ft, str(tmp_path / 'dev.txt'), log=_quiet)
+  assert done['scores'][0] == pytest.approx(summary['seeds'][0]['dev'], abs=1e-6)
+  words = tmp_path / 'words.txt'
+  sentences = _tagged(5, 3)
+  words.write_text(''.join(''.join(w + '\n' for w in ws) + '\n' for ws, _ in sentences))
+  done = predict_lib.predict(ft, str(words), log=_quiet)
+  assert not done['scores'] and done['outputs'][0].endswith(os.path.join('predictions', 'words.txt'))
+  tagged = [block.split('\n') for block in open(done['outputs'][0]).read().strip().split('\n\n')]
+  assert [tuple(l.split()[0] for l in block) for block in tagged] == [tuple(ws) for ws, _ in sentences]
+  for block in tagged:
+    for line in block:
+      _, tag, p = line.split()  # ('-': a word max_seq_length cut, tagged O)
+      assert tag in {'O', 'B-PLACE', 'I-PLACE', 'B-ANIMAL', 'I-ANIMAL'}
+      assert (p == '-' and tag == 'O') or 0 < float(p) <= 1, line
   export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=_quiet)  # the file's IOB2
   names = json.load(open(tmp_path / 'hf' / 'config.json'))['id2label']
   assert sorted(set(names.values())) == ['B-ANIMAL', 'B-PLACE', 'I-PLACE', 'O'], names

@@ -161,6 +161,14 @@ def _read_rows(path: str, ext: str, header: bool, label=None):
   return rows, columns, columns if header else None, None
 
 
+def column_names(path: str) -> list:
+  """The columns a .csv / .tsv file's header row names, or the keys of a .jsonl file's objects."""
+  ext = os.path.splitext(path)[1].lower()
+  if not fs.isfile(path) or ext not in ('.csv', '.tsv', '.jsonl'):
+    return []  # (read_table names the problem)
+  return list(_read_rows(path, ext, True)[1])
+
+
 def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool | None = True,
                header: bool = True, numeric: bool = False, choices: tuple = (),
                log=print) -> list[Example]:

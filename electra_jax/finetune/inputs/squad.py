@@ -362,13 +362,15 @@ def _best_window(windows: list[int], budget: int, doc_len: int, token: int) -> i
 
 def decode(questions: list[Question], feats: Features, start_logits: np.ndarray,
            start_top: np.ndarray, end_logits: np.ndarray, null_logits: np.ndarray | None = None,
-           *, n_best: int = 20, max_answer_tokens: int = 30, null_threshold: float = -2.75
-           ) -> dict[str, str]:
+           *, n_best: int = 20, max_answer_tokens: int = 30, null_threshold: float = -2.75,
+           scored: bool = False) -> dict:
   """Best answer text per question id.
 
   start_logits [F, L]; start_top [F, K] the K best start tokens; end_logits [F, K, L] the end
   logits given each of those starts; null_logits [F] the log-odds that the window holds no answer
   (SQuAD 2.0): a question whose smallest null log-odds exceeds `null_threshold` gets ''.
+  `scored`: {'answer': text, 'probability': the answer's share of the softmax over the n best
+  spans (the original's n-best probability; None for ''), 'null_log_odds' (SQuAD 2.0)} per id.
   """
   candidates = collections.defaultdict(list)
   null = {}
@@ -387,14 +389,15 @@ def decode(questions: list[Question], feats: Features, start_logits: np.ndarray,
         candidates[qi].append((start_logits[f, s] + end_logits[f, k, e], words[s], words[e]))
   out = {}
   for qi, q in enumerate(questions):
-    if null_logits is not None and null.get(qi, np.inf) > null_threshold:
-      out[q.qid] = ''
-      continue
     found = sorted(candidates.get(qi, []), key=lambda c: -c[0])[:n_best]
-    if not found:
-      out[q.qid] = ''
-      continue
-    _, first, last = found[0]
-    words, starts = words_of(q.context)
-    out[q.qid] = q.context[starts[first]:starts[last] + len(words[last])]
+    answer, probability = '', None
+    if found and not (null_logits is not None and null.get(qi, np.inf) > null_threshold):
+      _, first, last = found[0]
+      words, starts = words_of(q.context)
+      answer = q.context[starts[first]:starts[last] + len(words[last])]
+      logits = np.asarray([c[0] for c in found], np.float64)
+      probability = float(1 / np.exp(logits - logits[0]).sum())
+    out[q.qid] = answer if not scored else {
+        'answer': answer, 'probability': probability,
+        **({'null_log_odds': float(null[qi])} if qi in null else {})}
   return out

@@ -62,9 +62,11 @@ class Classification(kinds.Kind):
       log(f'warning: the train data has {len(labels)} classes among {len(splits["train"])} '
           f'examples (about {len(splits["train"]) / len(labels):.1f} each): is task.label='
           f'{cfg.label!r} the column of the labels?')
-    metrics = ('accuracy', 'f1') if len(labels) == 2 else ('accuracy',)
-    return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, labels, metrics,
+    return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, labels, self.metrics(labels),
                           ('dev',) if 'dev' in splits else ()), splits
+
+  def metrics(self, labels: tuple) -> tuple:
+    return ('accuracy', 'f1') if len(labels) == 2 else ('accuracy',)
 
   def outputs(self, task) -> int:
     return len(task.labels)
@@ -120,6 +122,28 @@ class Classification(kinds.Kind):
         for i, (e, row) in enumerate(zip(examples, rows))]
     fs.write_atomic(path, ''.join(lines))
     return path
+
+  def read_new(self, cfg, path: str, task, log=print) -> list:
+    examples = files.read_table(path, cfg.text_a, cfg.text_b, cfg.label, labelled=None,
+                                header=cfg.header, numeric=self.baseline == 'numbers', log=log)
+    unseen = sorted({str(e.label) for e in examples if e.label is not None} - set(task.labels))
+    if task.labels and unseen:
+      raise ValueError(f'{path} has the label(s) {unseen[:5]} in its column {cfg.label!r}, which '
+                       f'the fine-tuning never saw (its labels are {list(task.labels)[:10]}); '
+                       'fix those labels, or leave the column out to predict without scoring')
+    return examples
+
+  def probabilities(self, task, logits) -> np.ndarray:
+    """[N, outputs]: each example's softmax."""
+    del task
+    z = np.asarray(logits, np.float64)
+    z = np.exp(z - z.max(-1, keepdims=True))
+    return z / z.sum(-1, keepdims=True)
+
+  def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
+    names = self.names(list(task.labels))
+    return [{'prediction': shown, 'probabilities': dict(zip(names, map(float, p)))}
+            for shown, p in zip(self.shown(task, outputs), self.probabilities(task, outputs))]
 
   def check(self, cfg, splits: dict):
     super().check(cfg, splits)

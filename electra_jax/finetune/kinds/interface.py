@@ -9,6 +9,8 @@ none of them names a kind.
     kind.loss(params, batch, rng, deterministic, model=, task=)  -> (loss, metrics)
     kind.scores(task, outputs, data, examples, cfg)              -> {metric: value}
     kind.write_predictions(task, split, outputs, examples, folder, data, cfg) -> the file written
+    kind.read_new(cfg, path, task, log)  -> the examples of a new file, read as training reads them
+    kind.predicted(task, outputs, data, examples, cfg) -> per example its prediction and confidence
     kind.to_hf(params, model_cfg, labels, dropout)               -> (HF state dict, config fields)
     kind.in_units(state, meta)           -> that state dict with outputs in the labels' own units
 """
@@ -79,6 +81,25 @@ class Kind:
 
   def write_predictions(self, task, split: str, outputs, examples: list, folder: str, data=None,
                         cfg=None) -> str:
+    raise NotImplementedError
+
+  # How launch/predict.py writes this kind's predictions: 'table' (a row per example: .tsv, .csv
+  # or .jsonl), 'conll' (a word and its tag per line) or 'json' ({id: answer}).
+  prediction_format = 'table'
+
+  def metrics(self, labels: tuple) -> tuple:
+    """The scores of a task of your own files with these labels (the first: the headline)."""
+    raise NotImplementedError
+
+  def read_new(self, cfg, path: str, task, log=print) -> list:
+    """The examples of a new file `path` read as the fine-tuning read its own files (columns and
+    header of `cfg`, the task's config); their labels where the file has them."""
+    raise UserError(f'a {self.name} fine-tuning predicts on the files its task names; give it '
+                    'its test file with --config.task.test and launch/finetune.py --mode=predict')
+
+  def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
+    """Per example: {'prediction': ..., and its confidence ('probabilities' of each output,
+    per word for tagging, an answer's 'probability')}."""
     raise NotImplementedError
 
   def check(self, cfg, splits: dict):

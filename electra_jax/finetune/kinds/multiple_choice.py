@@ -65,8 +65,11 @@ class MultipleChoice(classification.Classification):
                          f'{examples[wrong[0]].label!r}; a label is the index of the right '
                          f'candidate among task.choices ({", ".join(names)}): 0 to '
                          f'{len(names) - 1}')
-    return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, labels, ('accuracy',),
+    return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, labels, self.metrics(labels),
                           ('dev',) if 'dev' in splits else ()), splits
+
+  def metrics(self, labels: tuple) -> tuple:
+    return ('accuracy',)
 
   def model(self, model_cfg, task, cfg, rate: float):
     return ChoiceScorer(model_cfg, 1, rate, pooling=cfg.pooling)
@@ -95,6 +98,17 @@ class MultipleChoice(classification.Classification):
     """Cross-entropy of the softmax over each example's candidates' scores."""
     scores = classification.example_logits(params, batch, rng, deterministic, model)[..., 0]
     return classification.class_loss(scores, batch['labels'])
+
+  def read_new(self, cfg, path: str, task, log=print) -> list:
+    examples = files.read_table(path, cfg.text_a, cfg.text_b, cfg.label, labelled=None,
+                                header=cfg.header, choices=columns(cfg), log=log)
+    wrong = [i for i, e in enumerate(examples) if e.label is not None and e.label not in task.labels]
+    if wrong:
+      raise ValueError(f'data row {wrong[0] + 1} of {path} has the label {examples[wrong[0]].label!r};'
+                       f' a label is the index of the right candidate among task.choices '
+                       f'({cfg.choices}): 0 to {len(task.labels) - 1}; fix it, or leave the '
+                       f'column {cfg.label!r} out to predict without scoring')
+    return examples
 
   def columns(self, task, outputs, examples: list) -> tuple[tuple, list]:
     """The predicted candidate's index, the context and that candidate."""

@@ -93,12 +93,13 @@ def qa_loss(params, batch, rng, deterministic=False, *, model, task):
   return loss, {'loss': metrics_lib.ratio(loss, 1.0), **metrics}
 
 
-def answers(cfg, out: dict, feats, questions: list) -> dict[str, str]:
-  """{question id: answer text} from the head's outputs over the questions' windows."""
+def answers(cfg, out: dict, feats, questions: list, scored: bool = False) -> dict:
+  """{question id: answer text} from the head's outputs over the questions' windows (`scored`:
+  with the answer's probability, squad.decode)."""
   return squad.decode(questions, feats, out['start_logits'], out['start_top'], out['end_logits'],
                       out.get('null_logit'), n_best=cfg.qa.n_best,
                       max_answer_tokens=cfg.qa.max_answer_length,
-                      null_threshold=cfg.qa.null_threshold)
+                      null_threshold=cfg.qa.null_threshold, scored=scored)
 
 
 class ExtractiveQA(kinds.Kind):
@@ -152,6 +153,19 @@ class ExtractiveQA(kinds.Kind):
     fs.write_atomic(path, json.dumps(answers(cfg, outputs, data, examples), indent=1,
                                      ensure_ascii=False))
     return path
+
+  prediction_format = 'json'
+
+  def metrics(self, labels: tuple) -> tuple:
+    return ('f1', 'exact')
+
+  def read_new(self, cfg, path: str, task, log=print) -> list:
+    return squad.read_json(path, 'v2.0' if task.name == 'squad2' else 'v1.1')
+
+  def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
+    scored = answers(cfg, outputs, data, examples, scored=True)
+    return [{'id': q.qid, 'prediction': scored[q.qid]['answer'],
+             **{k: v for k, v in scored[q.qid].items() if k != 'answer'}} for q in examples]
 
   def check_export(self, config, workdir: str):
     raise UserError('a question-answering fine-tuning has ELECTRA\'s SQuAD head (end conditioned '

@@ -27,9 +27,12 @@ class Regression(classification.Classification):
     if high == low:
       raise ValueError(f'every target of the train data is {low:g}; a regression task needs at '
                        'least 2 distinct values')
-    return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, (), ('spearman', 'pearson'),
+    return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, (), self.metrics(()),
                           ('dev',) if 'dev' in splits else (), label_scale=high - low,
                           label_offset=low), splits
+
+  def metrics(self, labels: tuple) -> tuple:
+    return ('spearman', 'pearson')
 
   def outputs(self, task) -> int:
     return 1
@@ -64,6 +67,9 @@ class Regression(classification.Classification):
     scale, offset = meta.get('label_scale', 1.0), meta.get('label_offset', 0.0)
     return {**state, 'classifier.out_proj.weight': state['classifier.out_proj.weight'] * scale,
             'classifier.out_proj.bias': state['classifier.out_proj.bias'] * scale + offset}
+
+  def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
+    return [{'prediction': float(v)} for v in self.predictions(task, outputs)]
 
   def shown(self, task, logits) -> list[str]:
     return [f'{v:.3f}' for v in self.predictions(task, logits)]

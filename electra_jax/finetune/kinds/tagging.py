@@ -69,6 +69,23 @@ def read_conll(path: str, column: int = -1, lines: list | None = None) -> list[t
   return sentences
 
 
+def read_words(path: str) -> list[tuple]:
+  """The sentences of a CoNLL file without tags: a word per line (its first column), a blank line
+  between sentences, -DOCSTART- lines skipped."""
+  sentences, words = [], []
+  for line in fs.read_user_text(path).split('\n') + ['']:
+    parts = line.split()
+    if parts and parts[0] != '-DOCSTART-':
+      words.append(parts[0])
+    elif words:
+      sentences.append(tuple(words))
+      words = []
+  if not sentences:
+    raise ValueError(f'the data file {path} holds no sentences; give a word per line, a blank '
+                     'line between sentences')
+  return sentences
+
+
 def _split(tag: str) -> tuple[str, str]:
   if tag == 'O' or '-' not in tag:
     return 'O', ''
@@ -181,15 +198,24 @@ def load_tagging(cfg) -> tuple:
   labels = ('O',) + tuple(sorted(tags))
   types = {_split(t)[1] for t in tags}
   for split, (sentences, lines) in written.items():
-    for (_, tags_written), numbers in zip(sentences, lines):
-      for tag, n in zip(tags_written, numbers):
-        if tag != 'O' and _split(tag)[1] not in types:
-          raise ValueError(f'line {n} of {cfg[split]} has the tag {tag!r}, of a type '
-                           f'({_split(tag)[1]}) the train data never tags; fix the tag or add '
-                           'training sentences with it')
+    unseen = _unseen_tag(sentences, lines, types)
+    if unseen:
+      tag, n = unseen
+      raise ValueError(f'line {n} of {cfg[split]} has the tag {tag!r}, of a type '
+                       f'({_split(tag)[1]}) the train data never tags; fix the tag or add '
+                       'training sentences with it')
   scheme = scheme_of([tags for _, tags in written['train'][0]])
-  return tasks_lib.Task(tasks_lib.task_name(cfg), 'tagging', labels, ('f1', 'precision', 'recall'),
+  return tasks_lib.Task(tasks_lib.task_name(cfg), 'tagging', labels, KIND.metrics(labels),
                         ('dev',) if 'dev' in splits else (), tag_scheme=scheme), splits
+
+
+def _unseen_tag(sentences: list, lines: list, types: set) -> tuple[str, int] | None:
+  """(the tag, its line) of the first chunk tag whose type is not among `types`; None if none."""
+  for (_, tags), numbers in zip(sentences, lines):
+    for tag, n in zip(tags, numbers):
+      if tag != 'O' and _split(tag)[1] not in types:
+        return tag, n
+  return None
 
 
 def word_tags(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list) -> list[tuple]:
@@ -238,6 +264,44 @@ class Tagging(kinds.Kind):
         ''.join(f'{w} {t}\n' for w, t in zip(e.text_a, in_scheme(tags, scheme))) + '\n'
         for e, tags in zip(examples, word_tags(task, outputs, data, examples))))
     return path
+
+  prediction_format = 'conll'
+
+  def metrics(self, labels: tuple) -> tuple:
+    return ('f1', 'precision', 'recall')
+
+  def read_new(self, cfg, path: str, task, log=print) -> list:
+    """A CoNLL file with tags (scored) or a word per line (not)."""
+    if not fs.isfile(path):
+      read_conll(path)  # (its sentence for a missing file)
+    first = next((l.split() for l in fs.read_user_text(path).split('\n')
+                  if l.split() and l.split()[0] != '-DOCSTART-'), [])
+    if len(first) < 2:
+      return [tasks_lib.Example(words, None, None) for words in read_words(path)]
+    lines = []
+    sentences = read_conll(path, cfg.tag_column, lines)
+    types = {_split(t)[1] for t in task.labels} - {''}
+    unseen = _unseen_tag(sentences, lines, types)
+    if unseen:
+      raise ValueError(f'line {unseen[1]} of {path} has the tag {unseen[0]!r}, of a type the '
+                       f'fine-tuning never saw ({", ".join(sorted(types))}); fix the tag, or give '
+                       'the file without tags (a word per line) to predict without scoring')
+    return [tasks_lib.Example(words, None, to_bioes(tags)) for words, tags in sentences]
+
+  def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
+    """Each word's tag (in the train file's scheme) and the probability of its output at the
+    word's first token (None for a word cut by truncation: tagged O)."""
+    z = np.asarray(outputs, np.float64)
+    z = np.exp(z - z.max(-1, keepdims=True))
+    z /= z.sum(-1, keepdims=True)
+    out = []
+    for i, (e, tags) in enumerate(zip(examples, word_tags(task, outputs, data, examples))):
+      at = z[i, data.word_positions[i]]
+      p = [float(x) for x in at.max(-1)] if len(at) else []
+      out.append({'words': list(e.text_a),
+                  'prediction': list(in_scheme(tags, task.tag_scheme or 'BIOES')),
+                  'probabilities': p + [None] * (len(e.text_a) - len(p))})
+    return out
 
   def exported_labels(self, meta: dict) -> list[str]:
     """The outputs' names in the train file's scheme (checkpoints of earlier versions: BIOES)."""

@@ -1,0 +1,239 @@
+"""A fine-tuning's model on new data: launch/predict.py.
+
+    <workdir>/config.json (the task's columns, lengths, packing) + --init's vocabulary
+    + a seed's checkpoint (its task: kind, labels, scale, tag scheme)     the median seed, or asked
+    -> the new file read as training reads its files (kind.read_new)      CSV, TSV, JSON lines,
+                                                                          CoNLL, SQuAD JSON
+    -> encoded and packed as the dev split is -> the head's outputs (batches.predict)
+    -> per example its prediction and confidence (kind.predicted)
+    -> OUTPUT, in the input's order, written whole (never over an earlier one unless asked)
+
+Where the file has labels, the predictions are also scored as the dev split is.
+"""
+
+import csv
+import io
+import os
+import statistics
+import time
+
+from electra_jax import UserError, user_errors
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.finetune import batches
+from electra_jax.finetune import config as config_lib
+from electra_jax.finetune import pretrained as pretrained_lib
+from electra_jax.finetune import run as run_lib
+from electra_jax.finetune.inputs import files
+from electra_jax.finetune.inputs import tasks as tasks_lib
+from electra_jax.finetune.kinds import registry
+from electra_jax.storage import fs
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import logs as logs_lib
+from electra_jax.train import partitioning
+from electra_jax.train import workdir as workdir_lib
+
+TABLES = ('.tsv', '.csv', '.jsonl')  # what a 'table' kind's predictions are written as
+WRITTEN = {'conll': ('.txt',), 'json': ('.json',), 'table': TABLES}
+
+def seeds_of(workdir: str) -> list[int]:
+  """The seeds whose fine-tuning `workdir` holds (a seed_<k> folder with a checkpoint)."""
+  return sorted(int(n.split('_')[1]) for n in fs.listdir(workdir)
+                if n.startswith('seed_') and n.split('_')[1].isdigit()
+                and fs.isdir(fs.join(workdir, n, 'checkpoints')))
+
+
+def choose_seeds(workdir: str, seeds: list[int], which: str) -> tuple[list[int], str]:
+  """(the seeds to predict with, the sentence saying which): 'median' (the seed whose first dev
+  score is the median of the seeds'; of an even number, the lower of the middle two), 'best',
+  'all' or a seed's number."""
+  if which == 'all':
+    return seeds, f'each of the {len(seeds)} seeds ({", ".join(map(str, seeds))}), a file each'
+  if which.isdigit():
+    if int(which) not in seeds:
+      raise UserError(f'--seed={which} is not among the fine-tunings in {workdir} ({seeds}); give '
+                      'one of those, median, best or all')
+    return [int(which)], f'seed {which}'
+  if which not in ('median', 'best'):
+    raise UserError(f'--seed={which!r}; give median, best, all or a seed\'s number')
+  scores = {}
+  path = fs.join(workdir, 'results.json')
+  if fs.isfile(path):
+    for row in fs.read_json(path, 'run the fine-tuning again to rewrite it', want=dict).get(
+        'seeds', []):
+      split = next(((s, v) for s, v in row.items() if isinstance(v, dict) and v), None)
+      if split and row.get('seed') in seeds:
+        metric, value = next(iter(split[1].items()))
+        scores[row['seed']] = (value, f'{split[0]} {metric} {100 * value:.2f}')
+  if not scores:
+    return seeds[:1], f'seed {seeds[0]} (no dev scores to rank the {len(seeds)} seed(s) by)'
+  ranked = sorted(scores, key=lambda s: scores[s][0])
+  seed = ranked[-1] if which == 'best' else ranked[(len(ranked) - 1) // 2]
+  median = statistics.median(v for v, _ in scores.values())
+  return [seed], (f'seed {seed} ({scores[seed][1]}; the {which} of {len(ranked)} seed(s), whose '
+                  f'median is {100 * median:.2f})')
+
+
+def saved_task(cfg, meta: dict) -> tasks_lib.Task:
+  """The task a seed was fine-tuned on, from its checkpoint's meta (no train file is read)."""
+  named = tasks_lib.named_task(cfg.task)
+  kind = meta.get('kind') or (named.kind if named else None)
+  if kind is None:
+    raise UserError('the fine-tuning was saved without its task kind; fine-tune it again to '
+                    'predict with it')
+  labels = tuple(str(x) for x in meta.get('labels', named.labels if named else ()))
+  metrics = named.metrics if named else registry.get(kind).metrics(labels)
+  return tasks_lib.Task(meta.get('task', cfg.task.name), kind, labels, metrics, ('dev',),
+                        label_scale=meta.get('label_scale', 1.0),
+                        label_offset=meta.get('label_offset', 0.0),
+                        tag_scheme=meta.get('tag_scheme') or '')
+
+
+def output_path(workdir: str, input_path: str, output: str | None, fmt: str) -> str:
+  """`output`, or <workdir>/predictions/<the input's name> in the kind's format."""
+  stem, ext = os.path.splitext(fs.basename(input_path))
+  if output:
+    if os.path.splitext(output)[1].lower() not in WRITTEN[fmt]:
+      raise UserError(f'--output={output}: these predictions are written as '
+                      f'{" or ".join(WRITTEN[fmt])}; name the file so')
+    return output
+  ext = ext.lower() if ext.lower() in WRITTEN[fmt] else WRITTEN[fmt][0]
+  return fs.join(workdir, 'predictions', f'{stem}{ext}')
+
+
+def seed_path(path: str, seed: int) -> str:
+  stem, ext = os.path.splitext(path)
+  return f'{stem}.seed_{seed}{ext}'
+
+
+def predict(workdir: str, input_path: str, output: str | None = None, seed: str = 'median',
+            overwrite: bool = False, log=print) -> dict:
+  """Writes the predictions of `workdir`'s fine-tuning (the `seed` chosen: choose_seeds) for the
+  examples of `input_path`; returns {'outputs': files written, 'seeds', 'scores' (where labelled),
+  'examples', 'seconds'}."""
+  cfg = config_lib.saved_config(workdir, 'predict', then='predict with that one')
+  seeds = seeds_of(workdir)
+  if not seeds:
+    raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder with a checkpoint); run '
+                    'launch/finetune.py with this --workdir first')
+  chosen, which = choose_seeds(workdir, seeds, seed)
+  meta = _meta(workdir, chosen[0])
+  task = saved_task(cfg, meta)
+  kind = registry.get(task.kind)
+  out = output_path(workdir, input_path, output, kind.prediction_format)
+  outs = [out] if len(chosen) == 1 else [seed_path(out, s) for s in chosen]
+  there = [p for p in outs if fs.exists(p)]
+  if there and not overwrite:
+    raise UserError(f'{there[0]} exists (earlier predictions?); give another --output, or '
+                    '--overwrite to replace it')
+  workdir_lib.check_free(workdir)
+  with user_errors(ValueError, FileNotFoundError):
+    if kind.prediction_format == 'table':
+      _check_columns(input_path, cfg.task)
+    examples = kind.read_new(cfg.task, input_path, task, log)
+    pretrained = pretrained_lib.for_finetuning(cfg, 'predict', log)
+  labelled = (any if kind.prediction_format == 'json' else all)(map(_labelled, examples))
+  log(f'{input_path}: {len(examples):,} example{"s" * (len(examples) != 1)}'
+      f'{" (labelled: scored too)" if labelled else ""}'
+      f' | {task.name}: {task.kind}, predicted with {which}')
+  tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
+  t = time.time()
+  data = kind.encode(task, examples, tokenizer, cfg.max_seq_length, False, cfg)
+  for line in kind.notes('input', data, examples, cfg.max_seq_length):
+    log(line)
+  mesh = partitioning.make_mesh()
+  written, scores = [], {}
+  for s, path in zip(chosen, outs):
+    setup, state = run_lib.restore_seed(cfg, pretrained, task, fs.join(workdir, f'seed_{s}'), s)
+    outputs = batches.predict(setup.model, state.params, data, cfg.eval_batch_size, mesh,
+                              pack=batches.task_prediction_packing(cfg, kind, data))
+    rows = kind.predicted(task, outputs, data, examples, cfg)
+    if labelled:
+      scores[s] = kind.scores(task, outputs, data, examples, cfg)
+    with user_errors(OSError):
+      fs.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+      fs.write_atomic(path, _text(kind.prediction_format, path, rows, examples, cfg.task))
+    written.append(path)
+    shown = ' | '.join(f'{m} {100 * v:.2f}' for m, v in scores.get(s, {}).items())
+    log(f'seed {s}: {len(rows):,} predictions -> {path}' + (f' | {shown}' if shown else ''))
+  seconds = time.time() - t
+  n = len(examples) * len(chosen)
+  log(f'{n:,} prediction{"s" * (n != 1)} in {seconds:.1f} s, {n / max(seconds, 1e-9):,.0f}/s '
+      '(reading the checkpoints and compiling included)')
+  return {'outputs': written, 'seeds': chosen, 'scores': scores, 'examples': len(examples),
+          'seconds': seconds}
+
+
+def _meta(workdir: str, seed: int) -> dict:
+  ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, f'seed_{seed}', 'checkpoints'))
+  try:
+    step = ckpt.latest_step()
+    if step is None:
+      raise UserError(f'{workdir}/seed_{seed} holds no fine-tuned checkpoint; run '
+                      'launch/finetune.py first')
+    try:
+      return ckpt.meta(step)
+    except Exception as e:  # pylint: disable=broad-except
+      raise UserError(f'the checkpoint {ckpt.directory}/{step} cannot be read '
+                      f'({checkpoint_lib.reason(e)}); run the fine-tuning again to rewrite it'
+                      ) from None
+  finally:
+    ckpt.close()
+
+
+def _check_columns(path: str, t):
+  """Refuses a table without the columns the fine-tuning read its texts from (the label's may be
+  absent: nothing is scored then)."""
+  if not t.header and not path.lower().endswith('.jsonl'):
+    return  # (columns by position: read_table checks them)
+  names = files.column_names(path)
+  roles = [('text_a', t.text_a), ('text_b', t.text_b)] + [
+      ('choices', c.strip()) for c in str(t.choices or '').split(',') if c.strip()]
+  missing = [(role, c) for role, c in roles if c not in (None, '') and c not in names]
+  if names and missing:
+    role, column = missing[0]
+    raise UserError(
+        f'{path} has no column {column!r}, which the fine-tuning read its {role} from (the file\'s '
+        f'columns: {", ".join(map(str, names))[:200]}); name the columns as in its training files: '
+        + ', '.join(f'{c} ({r})' for r, c in roles + [('label, where known', t.label)]
+                    if c not in (None, '')))
+
+
+def _labelled(example) -> bool:
+  if hasattr(example, 'answers'):  # a SQuAD question
+    return bool(example.answers)
+  return example.label is not None
+
+
+def _text(fmt: str, path: str, rows: list[dict], examples: list, task_cfg) -> str:
+  """The predictions file: a table (.tsv / .csv / .jsonl) of index, the texts, the prediction
+  and each output's probability; CoNLL lines of word, tag and probability; SQuAD's JSON of
+  {id: {answer, probability}}."""
+  if fmt == 'json':
+    return logs_lib.dumps({r['id']: {k: v for k, v in r.items() if k != 'id'} for r in rows},
+                          indent=1, ensure_ascii=False)
+  if fmt == 'conll':
+    return ''.join(''.join(f'{w} {t} {"-" if p is None else f"{p:.4f}"}\n' for w, t, p in zip(
+        r['words'], r['prediction'], r['probabilities'])) + '\n' for r in rows)
+  texts = _texts(examples, task_cfg)
+  if path.lower().endswith('.jsonl'):
+    return ''.join(logs_lib.dumps({'index': i, **t, **r}, ensure_ascii=False) + '\n'
+                   for i, (t, r) in enumerate(zip(texts, rows)))
+  names = list(rows[0].get('probabilities', {})) if rows else []
+  header = ['index', *texts[0], 'prediction', *(f'p({n})' for n in names)] if rows else []
+  buffer = io.StringIO()
+  writer = csv.writer(buffer, delimiter='\t' if path.lower().endswith('.tsv') else ',',
+                      lineterminator='\n')
+  writer.writerow(header)
+  for i, (t, r) in enumerate(zip(texts, rows)):
+    writer.writerow([i, *t.values(), r['prediction'],
+                     *(f'{r["probabilities"][n]:.6f}' for n in names)])
+  return buffer.getvalue()
+
+
+def _texts(examples: list, task_cfg) -> list[dict]:
+  """Each example's texts under their columns' names (multiple choice: the context alone)."""
+  a = str(task_cfg.text_a)
+  b = str(task_cfg.text_b) if task_cfg.text_b not in (None, '') else None
+  return [{a: e.text_a, **({b: e.text_b} if b and not isinstance(e.text_b, tuple) else {})}
+          for e in examples]
+
