@@ -5,11 +5,15 @@ load.
         -> /tmp/electra_demo_hf/discriminator (ElectraForPreTraining)
            /tmp/electra_demo_hf/generator     (ElectraForMaskedLM)
     python launch/export.py --workdir=/tmp/electra_sst2 --out=/tmp/electra_sst2_hf [--seed=1]
-        -> ElectraForSequenceClassification (ElectraForTokenClassification for tagging)
+        -> ElectraForSequenceClassification ([CLS]), ElectraForTokenClassification (tagging),
+           ElectraForMultipleChoice, or for a head on the mean of the tokens the class the folder
+           ships in modeling_electra_jax.py (AutoModelFor...(..., trust_remote_code=True))
 
 --workdir is a pre-training run (launch/train.py), a fine-tuning (launch/finetune.py; the seed
 with the best dev score unless --seed), or a checkpoint of the original TensorFlow release (its
-folder, with vocab.txt). The latest checkpoint is exported unless --step.
+folder, with vocab.txt). The latest checkpoint is exported unless --step. --check loads the export
+in HF transformers and compares it with ours; for a fine-tuning of your own files it also runs the
+dev file through HF's pipeline and exits 1 unless every row gets our prediction.
 """
 
 import json
@@ -39,21 +43,25 @@ def main(argv):
   cli.check_paths(_WORKDIR.value, _OUT.value)
   done = export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log)
   for folder in done.folders:
-    arch = json.loads(fs.read_text(fs.join(folder, 'config.json')))['architectures'][0]
-    if fs.remote(folder):  # HF transformers loads local folders: copy it first
-      local = fs.basename(folder)
-      log(f'{folder}: `gcloud storage cp -r {folder} .`, then transformers.{arch}.from_pretrained('
-          f'{local!r}), transformers.AutoTokenizer.from_pretrained({local!r})')
-    else:
-      log(f'{folder}: transformers.{arch}.from_pretrained({folder!r}), '
-          f'transformers.AutoTokenizer.from_pretrained({folder!r})')
+    config = json.loads(fs.read_text(fs.join(folder, 'config.json')))
+    local = fs.basename(folder) if fs.remote(folder) else folder
+    arch, auto = config['architectures'][0], list(config.get('auto_map', {}))
+    load = (f'transformers.{auto[0]}.from_pretrained({local!r}, trust_remote_code=True)' if auto
+            else f'transformers.{arch}.from_pretrained({local!r})')
+    copy = f'`gcloud storage cp -r {folder} .`, then ' if fs.remote(folder) else ''
+    log(f'{folder}: {copy}{load}, transformers.AutoTokenizer.from_pretrained({local!r})')
   if _CHECK.value:
     try:
-      export.verify(done, log)
+      checked = export.verify(done, log)
     except KeyboardInterrupt as e:  # (SIGTERM too: cli.run raises it as Terminated)
       print(f'interrupted during --check: the export in {_OUT.value} is complete and unchecked; '
             'export again to a new --out with --check to check it', file=sys.stderr, flush=True)
       cli.exit_now(143 if isinstance(e, cli.Terminated) else 130)
+    wrong = [name for name, c in checked.items() if not c.get('dev', {'agrees': True})['agrees']]
+    if wrong:
+      print(f'error: the export in {_OUT.value} does not give our predictions on the dev file '
+            '(see above); report it with this output', file=sys.stderr, flush=True)
+      cli.exit_now(1)
 
 
 if __name__ == '__main__':

@@ -3,8 +3,9 @@
     pre-training workdir -> OUT/discriminator (ElectraForPreTraining)
      (or an original         OUT/generator     (ElectraForMaskedLM)
      TF checkpoint)
-    fine-tuning workdir  -> OUT (ElectraForSequenceClassification, or ElectraForTokenClassification
-                            for tagging) of one seed
+    fine-tuning workdir  -> OUT of one seed: ElectraForSequenceClassification ([CLS]),
+                            ElectraForTokenClassification, ElectraForMultipleChoice, or a
+                            mean-pooled head's class shipped in the folder (convert/hf_code.py)
 
 Each folder holds config.json, model.safetensors (float32) and the tokenizer (electra_jax/convert/
 vocab.py). The output is written to OUT.partial and renamed when complete: an interrupted export
@@ -12,8 +13,9 @@ leaves no folder that looks finished.
 """
 
 import dataclasses
-import json
 import contextlib
+import json
+import logging
 import os
 import tempfile
 from typing import Any
@@ -24,6 +26,7 @@ import numpy as np
 from electra_jax import UserError
 from electra_jax.config import pretraining as config_lib
 from electra_jax.convert import hf
+from electra_jax.convert import hf_code
 from electra_jax.convert import original
 from electra_jax.convert import sources
 from electra_jax.convert import vocab as vocab_lib
@@ -31,6 +34,7 @@ from electra_jax.data import corpus
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as finetune_config
+from electra_jax.finetune import predict
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune.inputs import tasks
 from electra_jax.finetune.kinds import registry
@@ -47,6 +51,9 @@ class Exported:
   params: Any  # our parameters that were exported (Electra's, or a fine-tuned Classifier's)
   tokenizer: Any
   kind: str  # 'pretraining' or the fine-tuned task's kind (finetune/kinds/interface.py)
+  pooling: str = 'cls'  # a fine-tuned head's input ([CLS], or the mean of the tokens)
+  config: Any = None  # a fine-tuning's config (its dev file is run through HF by verify)
+  meta: dict | None = None  # the exported checkpoint's meta (its task)
 
 
 def _read_config(workdir: str) -> dict:
@@ -232,6 +239,7 @@ def _original_checkpoint(path: str, out: str, log) -> Exported:
 def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   named = tasks.named_task(config.task)
   registry.get(named.kind if named else config.task.kind).check_export(config, workdir)
+  pooling = config.pooling
   seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))
   if not seeds:
     raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run launch/finetune.py '
@@ -251,13 +259,17 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   cfg = pretrained.model_cfg
   params = state['params']
   state, fields = kind.to_hf(params, cfg, kind.exported_labels(meta),
-                             finetune_config.dropout_rate(config, cfg))
+                             finetune_config.dropout_rate(config, cfg), pooling)
   state = kind.in_units(state, meta)
   _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
                pretrained.lower_case, cfg)
+  if 'auto_map' in fields:  # a class HF transformers lacks: its code beside the weights
+    hf_code.write(out)
   log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}'
-      + (f', {fields["num_labels"]} output(s)' if 'num_labels' in fields else ''))
-  return Exported([out], cfg, params, tokenizer, meta['kind'])
+      + (f', {fields["num_labels"]} output(s)' if 'num_labels' in fields else '')
+      + (f' (its code in {hf_code.MODULE}.py: load it with trust_remote_code=True)'
+         if 'auto_map' in fields else ''))
+  return Exported([out], cfg, params, tokenizer, meta['kind'], pooling, config, meta)
 
 
 def _best_seed(workdir: str, seeds: list[int]) -> int:
@@ -295,7 +307,72 @@ def verify(done: Exported, log=print, num_texts: int = 64) -> dict:
     with _local_folder(folder) as local:
       result[fs.basename(folder)] = _compare(done, folder, local, transformers, torch, sentences,
                                              firsts, seconds, length, log)
+      dev = _dev_through_pipeline(done, folder, local, transformers, log)
+      if dev is not None:
+        result[fs.basename(folder)]['dev'] = dev
   return result
+
+
+# What an export's check allows between our outputs and HF's (float32 on both sides).
+TOLERANCE = 1e-4
+
+
+def _dev_through_pipeline(done, folder, local, transformers, log) -> dict | None:
+  """A fine-tuning's own dev file through HF's pipeline on the export, beside our predictions of
+  it: the same label on every row, the outputs within TOLERANCE (in the export's units). None
+  where the kind has no pipeline or the fine-tuning no dev file of its own."""
+  kind = None if done.kind == 'pretraining' else registry.get(done.kind)
+  t = done.config.task if done.config is not None else None
+  if kind is None or kind.hf_pipeline != 'text-classification' or not t.get('dev') or not (
+      fs.isfile(t.dev)):
+    return None
+  task = predict.saved_task(done.config, done.meta)
+  examples = kind.read_new(t, t.dev, task, log=lambda line: None)
+  length = done.config.max_seq_length
+  data = kind.encode(task, examples, done.tokenizer, length, False, done.config)
+  model = kind.check_model(done.cfg, len(task.labels) or 1, done.pooling)
+  ours = np.concatenate([np.asarray(model.apply(
+      {'params': done.params}, data.input_ids[i:i + 32], data.segment_ids[i:i + 32],
+      data.input_mask[i:i + 32])) for i in range(0, len(examples), 32)])
+  ours_shown = [r['prediction'] for r in kind.predicted(task, ours, data, examples)]
+  units = lambda x: x * task.label_scale + task.label_offset if not task.labels else x
+  quiet = logging.getLogger('transformers.pipelines.base')  # (its line that a class it does
+  level = quiet.level  # not list "is not supported": it is, through trust_remote_code)
+  quiet.setLevel(logging.CRITICAL)
+  try:
+    pipe = transformers.pipeline('text-classification', model=local, tokenizer=local,
+                                 trust_remote_code=True, device='cpu')
+  finally:
+    quiet.setLevel(level)
+  texts = [{'text': e.text_a, 'text_pair': e.text_b} if e.text_b else e.text_a for e in examples]
+  answers = pipe(texts, top_k=None, function_to_apply='none', truncation=True, max_length=length,
+                 batch_size=32)
+  names = [pipe.model.config.id2label[i] for i in range(pipe.model.config.num_labels)]
+  theirs = np.asarray([[{a['label']: a['score'] for a in row}[n] for n in names]
+                       for row in answers])
+  theirs_shown = ([names[i] for i in theirs.argmax(-1)] if task.labels else
+                  list(theirs[:, 0]))
+  same = sum(a == b if task.labels else abs(a - b) <= TOLERANCE * task.label_scale
+             for a, b in zip(ours_shown, theirs_shown))
+  diff = float(np.max(np.abs(units(ours) - theirs)) / (1 if task.labels else task.label_scale))
+  of_range = '' if task.labels else " (of the targets' range)"
+  log(f'{folder}: the dev file {t.dev} through pipeline("text-classification"): the same '
+      f'{"label" if task.labels else "number"} as ours on {same} of {len(examples)} rows; max '
+      f'|ours - HF| {diff:.2e}{of_range}')
+  return {'rows': len(examples), 'same': int(same), 'max_abs_diff': diff,
+          'agrees': same == len(examples) and diff <= TOLERANCE}
+
+
+def hf_model(transformers, folder: str):
+  """The model of an exported folder, as a user loads it: HF's class by its name, or the class
+  the folder ships (its config's auto_map) through its Auto class with trust_remote_code."""
+  config = transformers.AutoConfig.from_pretrained(folder)
+  arch = config.architectures[0]
+  auto = next((a for a, target in (getattr(config, 'auto_map', None) or {}).items()
+               if target.endswith(f'.{arch}')), None)
+  if auto is None:
+    return getattr(transformers, arch).from_pretrained(folder)
+  return getattr(transformers, auto).from_pretrained(folder, trust_remote_code=True)
 
 
 @contextlib.contextmanager
@@ -325,7 +402,7 @@ def _compare(done, folder, local, transformers, torch, sentences, firsts, second
   config = transformers.AutoConfig.from_pretrained(local)
   arch = config.architectures[0]
   with torch.no_grad():
-    theirs = getattr(transformers, arch).from_pretrained(local).eval()(**{
+    theirs = hf_model(transformers, local).eval()(**{
         'input_ids': torch.from_numpy(ids).long(), 'token_type_ids': torch.from_numpy(
             segments).long(), 'attention_mask': torch.from_numpy(mask).long()}).logits.numpy()
   if kind is None:
@@ -335,7 +412,8 @@ def _compare(done, folder, local, transformers, torch, sentences, firsts, second
     ours = np.asarray(gen if arch == 'ElectraForMaskedLM' else disc)
     real = mask > 0  # the real tokens
   else:
-    model = kind.check_model(done.cfg, theirs.shape[-1])
+    model = kind.check_model(done.cfg, theirs.shape[-1], done.pooling)
+    theirs = kind.from_units(theirs, done.meta or {})  # (regression's: in the model's units)
     ours = np.asarray(model.apply({'params': done.params}, ids, segments, mask))
     real = kind.compared(mask)
   diff = float(np.max(np.abs(ours[real] - theirs[real])))

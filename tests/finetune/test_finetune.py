@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import WORDS, test_config
+from conftest import HAS_HF, WORDS, needs_hf, test_config
 from electra_jax import UserError
 from electra_jax.convert import hf as hf_lib
 from electra_jax.data.tokenizer import SPECIAL
@@ -394,14 +394,15 @@ def _synthetic(path, n, kind, seed):
   return _write(path, rows, ['text', 'label'])
 
 
-@pytest.mark.parametrize('kind, metric, floor', [('classification', 'accuracy', 0.85),
-                                                 ('regression', 'spearman', 0.7)])
+@pytest.mark.parametrize('kind, metric, floor, pooling', [
+    ('classification', 'accuracy', 0.85, 'mean'),  # (the own-data recipe's head)
+    ('regression', 'spearman', 0.7, 'cls')])
 def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretrained, kind, metric,
-                                                             floor):
+                                                             floor, pooling):
   assert 'cat' in WORDS
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=6.0,
-             log_every=20, num_seeds=2, dropout_rate=0.0)
+             log_every=20, num_seeds=2, dropout_rate=0.0, pooling=pooling)
   cfg.task.update(name='own', kind=kind, train=_synthetic(tmp_path / 'train.csv', 480, kind, 0),
                   dev=_synthetic(tmp_path / 'dev.csv', 160, kind, 1),
                   test=_synthetic(tmp_path / 'test.csv', 40, kind, 2))
@@ -448,7 +449,7 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   _predicts_new_files(workdir, tmp_path, kind, summary)
   _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind)
   if kind == 'classification':
-    _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp_path)
+    _old_workdirs_continue(cfg, workdir, tmp_path)
 
 
 def _predicts_new_files(workdir, tmp_path, kind, summary):
@@ -504,34 +505,31 @@ def _events(folder) -> list[tuple[str, int]]:
           for event in tf.compat.v1.train.summary_iterator(path) for v in event.summary.value]
 
 
-def _old_workdirs_continue_and_mean_pooled_heads_do_not_export(cfg, workdir, tmp_path):
+def _old_workdirs_continue(cfg, workdir, tmp_path):
   path = os.path.join(workdir, 'config.json')
   saved = json.load(open(path))
   del saved['pooling'], saved['task']['header']  # as written before these fields existed
   json.dump(saved, open(path, 'w'))
+  cfg.pooling = 'cls'  # (the default then)
   config_lib.check_same_finetuning(cfg, workdir)
   cfg.pooling = 'mean'
   with pytest.raises(UserError, match=r"different config \(pooling 'cls' -> 'mean'\)"):
     config_lib.check_same_finetuning(cfg, workdir)
-  saved['pooling'] = 'mean'
-  json.dump(saved, open(path, 'w'))
-  with pytest.raises(UserError, match=r"pooling='mean', and HF's ElectraForSequenceClassification"):
-    export_lib.export(workdir, str(tmp_path / 'hf_mean'), log=_quiet)
-  assert not os.path.exists(tmp_path / 'hf_mean')
   cfg.pooling = 'max'
   with pytest.raises(UserError, match="pooling is 'max'; use one of 'cls', 'mean'"):
     run.finetune(cfg, str(tmp_path / 'ft_max'), log=_quiet)
 
 
 def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
-  """The best seed exports as HF's task model, whose logits are ours (< 1e-4)."""
-  try:
-    import torch  # pylint: disable=import-outside-toplevel
-    import transformers  # pylint: disable=import-outside-toplevel
-  except ImportError:  # the test extra is not installed: the fine-tuning was checked above
+  """The best seed exports as the class users load (HF's, or the mean-pooled class the folder
+  ships), whose logits are ours (< 1e-4); what launch/export.py --check runs agrees, and its run
+  of the dev file through pipeline('text-classification') gives our label (number) on every row."""
+  if not HAS_HF:  # the test extra is not installed: the fine-tuning was checked above
     return
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
   out = str(tmp_path / 'hf')
-  export_lib.export(workdir, out, log=_quiet)
+  done = export_lib.export(workdir, out, log=_quiet)
   seeds = json.load(open(os.path.join(workdir, 'results.json')))['seeds']
   best = max(seeds, key=lambda s: next(iter(s['dev'].values())))['seed']
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, f'seed_{best}', 'checkpoints'))
@@ -541,15 +539,18 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
   assert meta['kind'] == kind and (labels == ['no', 'yes'] or kind != 'classification')
   cfg = pretrained_lib.load(pretrained, from_scratch=True, log=_quiet).model_cfg
   outputs = 1 if kind == 'regression' else len(labels)
-  model = heads.Classifier(cfg, outputs, per_token=kind == 'tagging')
+  pooling = json.load(open(os.path.join(workdir, 'config.json')))['pooling']
+  model = heads.Classifier(cfg, outputs, per_token=kind == 'tagging', pooling=pooling)
   tok = transformers.AutoTokenizer.from_pretrained(out)
   texts = [' '.join(WORDS[i:i + 3 + 2 * i]) for i in range(4)]
   batch = tok(texts, padding=True, truncation=True, max_length=32, return_tensors='np')
   ours = np.asarray(model.apply({'params': params}, batch['input_ids'], batch['token_type_ids'],
                                 batch['attention_mask']))
-  cls = (transformers.ElectraForTokenClassification if kind == 'tagging'
-         else transformers.ElectraForSequenceClassification)
-  hf_model = cls.from_pretrained(out).eval()
+  hf_model = export_lib.hf_model(transformers, out).eval()
+  expected = ('ElectraForTokenClassification' if kind == 'tagging' else
+              'ElectraMeanPooledForSequenceClassification' if pooling == 'mean' else
+              'ElectraForSequenceClassification')
+  assert type(hf_model).__name__ == expected
   with torch.no_grad():
     theirs = hf_model(**{k: torch.from_numpy(v).long() for k, v in batch.items()}).logits.numpy()
   real = batch['attention_mask'] > 0 if kind == 'tagging' else slice(None)
@@ -558,10 +559,62 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
     theirs = (theirs - meta['label_offset']) / meta['label_scale']
   np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4, rtol=1e-5)
   assert np.abs(ours).max() > 0.1
+  if kind != 'tagging':
+    checked = export_lib.verify(done, log=_quiet)['hf']
+    assert checked['max_abs_diff'] < 1e-4 and checked['dev']['agrees'], checked
+    assert checked['dev']['rows'] == checked['dev']['same'] == 160, checked
+
+
+@needs_hf
+@pytest.mark.parametrize('kind, pooling, auto', [
+    ('classification', 'cls', 'AutoModelForSequenceClassification'),
+    ('classification', 'mean', 'AutoModelForSequenceClassification'),
+    ('regression', 'mean', 'AutoModelForSequenceClassification'),
+    ('multiple_choice', 'cls', 'AutoModelForMultipleChoice'),
+    ('multiple_choice', 'mean', 'AutoModelForMultipleChoice'),
+    ('tagging', 'cls', 'AutoModelForTokenClassification')])
+def test_every_head_exports_to_the_class_users_load_with_our_logits(tmp_path, kind, pooling, auto):
+  """Random weights of each head, exported as the export writes them, loaded by the Auto class a
+  user loads (trust_remote_code for the mean-pooled classes the folder ships): our logits to
+  1e-4, on rows of different lengths (the mean reads the real tokens alone), in the labels'
+  units for regression."""
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+  from electra_jax.convert import hf_code  # pylint: disable=import-outside-toplevel
+  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  k = registry.get(kind)
+  labels = {'classification': ['neg', 'pos', 'mixed'], 'regression': ['score'],
+            'multiple_choice': [], 'tagging': ['O', 'B-X', 'E-X', 'S-X']}[kind]
+  outputs = len(labels) or 1
+  model = k.check_model(cfg, outputs, pooling)
+  params = heads.init_params(model, jax.random.key(3), shape=k.init_shape)
+  state, fields = k.to_hf(params, cfg, labels, 0.1, pooling)
+  meta = {'label_scale': 4.0, 'label_offset': 1.0}
+  state = k.in_units(state, meta)
+  folder = str(tmp_path / 'hf')
+  os.makedirs(folder)
+  hf_lib.save_folder(folder, state, {**hf_lib.hf_config(cfg, 'discriminator'), **fields,
+                                     'pad_token_id': 0})
+  if 'auto_map' in fields:
+    hf_code.write(folder)
+    assert list(fields['auto_map']) == [auto]
+  theirs_model = getattr(transformers, auto).from_pretrained(
+      folder, trust_remote_code=True).eval()
+  rng = np.random.default_rng(0)
+  shape = (3, 2, 12) if kind == 'multiple_choice' else (3, 12)
+  ids = rng.integers(5, cfg.vocab_size, shape)
+  mask = (np.arange(12) < rng.integers(4, 13, shape[:-1])[..., None]).astype(np.int64)
+  segments = (np.arange(12) >= 6).astype(np.int64) * mask
+  ours = np.asarray(model.apply({'params': params}, ids, segments, mask))
+  with torch.no_grad():
+    theirs = theirs_model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                          token_type_ids=torch.from_numpy(segments)).logits.numpy()
   if kind == 'regression':
-    assert hf_model.config.problem_type == 'regression' and hf_model.config.num_labels == 1
-  else:
-    assert [hf_model.config.id2label[i] for i in range(len(labels))] == labels
+    theirs = (theirs - meta['label_offset']) / meta['label_scale']
+  real = mask > 0 if kind == 'tagging' else slice(None)
+  np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4, rtol=1e-5)
+  if labels and kind != 'regression':
+    assert theirs_model.config.id2label == dict(enumerate(labels))
 
 
 def _quiet(*_):

@@ -1,6 +1,7 @@
 """Classification: one class per text or pair of texts (GLUE's classification tasks, the built-in
 tasks, your own labelled files), read from [CLS] (or the mean of the tokens), scored by accuracy,
-F1 or Matthews correlation; exported as HF's ElectraForSequenceClassification.
+F1 or Matthews correlation; exported as HF's ElectraForSequenceClassification ([CLS]) or as the
+mean-pooled class an export ships (convert/hf_code.py).
 """
 
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ import optax
 
 from electra_jax import UserError
 from electra_jax.convert import hf
+from electra_jax.convert import hf_code
 from electra_jax.finetune.inputs import encode as encode_lib
 from electra_jax.finetune.inputs import files
 from electra_jax.finetune.inputs import tasks as tasks_lib
@@ -53,6 +55,7 @@ class Classification(kinds.Kind):
   baseline = 'classes'
   own_data = 'a text (pair) and its class per row'
   hf_class = 'ElectraForSequenceClassification'
+  hf_pipeline = 'text-classification'
   problem_type = 'single_label_classification'
 
   def load(self, cfg, log=print):
@@ -155,19 +158,19 @@ class Classification(kinds.Kind):
   def describe(self, cfg) -> str:
     return f', head on {cfg.pooling}'
 
-  def check_export(self, config, workdir: str):
-    if config.pooling != 'cls':
-      raise UserError(f'{workdir} was fine-tuned with pooling={config.pooling!r}, and HF\'s '
-                      f'{self.hf_class} reads [CLS] alone; fine-tune with --config.pooling=cls to '
-                      'export the classifier, or export the pre-trained model')
+  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls'):
+    return heads.Classifier(model_cfg, outputs, pooling=pooling)
 
-  def check_model(self, model_cfg, outputs: int):
-    return heads.Classifier(model_cfg, outputs)
-
-  def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
+  def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
+            pooling: str = 'cls') -> tuple[dict, dict]:
     """ElectraForSequenceClassification's head is dense -> GELU -> dense where ours is one dense:
     its first dense is the identity shifted to where GELU is the identity, its second ours less
-    the shift."""
+    the shift. A head on the mean of the tokens: ours as it is, in the class hf_code.py ships."""
+    fields = {**hf.labelled(self.names(labels)), 'problem_type': self.problem_type,
+              'classifier_dropout': dropout}
+    if pooling == 'mean':
+      return hf.dense_head_to_hf(params, model_cfg), {
+          **fields, **hf_code.mean_pooled('AutoModelForSequenceClassification')}
     kernel, bias = hf.dense(params)
     state = hf.encoder_to_hf(params, model_cfg)
     shift = hf.identity_shift(params, model_cfg).astype(np.float32)  # the value subtracted
@@ -176,8 +179,7 @@ class Classification(kinds.Kind):
                   'classifier.out_proj.weight': kernel.T,
                   'classifier.out_proj.bias': (bias.astype(np.float64) - shift.astype(np.float64)
                                                @ kernel.astype(np.float64)).astype(np.float32)})
-    return state, {**hf.labelled(self.names(labels)), 'architectures': [self.hf_class],
-                   'problem_type': self.problem_type, 'classifier_dropout': dropout}
+    return state, {**fields, 'architectures': [self.hf_class]}
 
   def names(self, labels: list[str]) -> list[str]:
     return labels

@@ -11,7 +11,7 @@ none of them names a kind.
     kind.write_predictions(task, split, outputs, examples, folder, data, cfg) -> the file written
     kind.read_new(cfg, path, task, log)  -> the examples of a new file, read as training reads them
     kind.predicted(task, outputs, data, examples, cfg) -> per example its prediction and confidence
-    kind.to_hf(params, model_cfg, labels, dropout)               -> (HF state dict, config fields)
+    kind.to_hf(params, model_cfg, labels, dropout, pooling)      -> (HF state dict, config fields)
     kind.in_units(state, meta)           -> that state dict with outputs in the labels' own units
 """
 
@@ -31,6 +31,7 @@ class Kind:
   predicts_dev = False  # --mode=predict also writes the dev split's predictions
   own_data = ''  # what task.train holds for this kind, for messages ('' : not your own data)
   hf_class = ''  # the HF transformers class it is exported as ('' : none)
+  hf_pipeline = ''  # the HF pipeline task that reads the export ('' : none that export.py checks)
   init_shape = (1, 8)  # of the token ids the model is initialized on
   packs = True  # its examples are sequences that rows pack (finetune/inputs/packing.py); False: each
   #               example is a row as `encode` gives it (SQuAD's windows)
@@ -125,9 +126,16 @@ class Kind:
     del meta
     return state
 
-  def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
+  def from_units(self, outputs, meta: dict):
+    """An export's outputs (in_units') back in the model's own units, to compare with ours."""
+    del meta
+    return outputs
+
+  def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
+            pooling: str = 'cls') -> tuple[dict, dict]:
     """(state dict, config fields) of the fine-tuned model as HF's task class (`hf_class`), its
-    head's dropout `dropout`."""
+    head's dropout `dropout`; a head on the mean of the tokens (`pooling`) as the class
+    convert/hf_code.py ships in the folder."""
     raise UserError(f'a {self.name} fine-tuning has no HF transformers class to export to; export '
                     'the pre-trained model instead')
 
@@ -135,7 +143,7 @@ class Kind:
     """A tokenized batch of text pairs laid out as this kind's model and HF's take it."""
     return ids, segments, mask
 
-  def check_model(self, model_cfg, outputs: int):
+  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls'):
     """Our model of an export with `outputs` logits, to compare with HF's."""
     raise NotImplementedError
 

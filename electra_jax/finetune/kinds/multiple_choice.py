@@ -11,6 +11,7 @@ import numpy as np
 
 from electra_jax import UserError
 from electra_jax.convert import hf
+from electra_jax.convert import hf_code
 from electra_jax.finetune.inputs import encode as encode_lib
 from electra_jax.finetune.inputs import files
 from electra_jax.finetune.inputs import tasks as tasks_lib
@@ -51,6 +52,7 @@ class MultipleChoice(classification.Classification):
   baseline = ''
   own_data = 'a context, its candidates and the right one\'s index per row'
   hf_class = 'ElectraForMultipleChoice'
+  hf_pipeline = ''  # (HF has no multiple-choice pipeline)
   init_shape = (1, 2, 8)
 
   def load(self, cfg, log=print):
@@ -121,12 +123,17 @@ class MultipleChoice(classification.Classification):
                       'room ([CLS] and two [SEP] take 3 tokens, each text needs one); raise it '
                       '(the default is 128)')
 
-  def check_model(self, model_cfg, outputs: int):
-    return ChoiceScorer(model_cfg, 1)
+  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls'):
+    return ChoiceScorer(model_cfg, 1, pooling=pooling)
 
-  def to_hf(self, params, model_cfg, labels: list[str], dropout: float) -> tuple[dict, dict]:
+  def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
+            pooling: str = 'cls') -> tuple[dict, dict]:
     """ElectraForMultipleChoice: its sequence summary reads the first token with no projection and
-    no activation, then its classifier is our dense."""
+    no activation, then its classifier is our dense. A head on the mean of the tokens: the class
+    hf_code.py ships (SequenceSummary's 'mean' would average the padding too)."""
+    if pooling == 'mean':
+      return hf.dense_head_to_hf(params, model_cfg), {
+          **hf_code.mean_pooled('AutoModelForMultipleChoice'), 'classifier_dropout': dropout}
     return hf.dense_head_to_hf(params, model_cfg), {
         'architectures': [self.hf_class], 'summary_type': 'first', 'summary_use_proj': False,
         'summary_activation': '', 'summary_first_dropout': 0.0, 'summary_last_dropout': dropout}

@@ -65,11 +65,15 @@ class Regression(classification.Classification):
   def in_units(self, state: dict, meta: dict) -> dict:
     """The exported head's output in the labels' own units (checkpoints that record them)."""
     scale, offset = meta.get('label_scale', 1.0), meta.get('label_offset', 0.0)
-    return {**state, 'classifier.out_proj.weight': state['classifier.out_proj.weight'] * scale,
-            'classifier.out_proj.bias': state['classifier.out_proj.bias'] * scale + offset}
+    out = 'classifier.out_proj' if 'classifier.out_proj.weight' in state else 'classifier'
+    return {**state, f'{out}.weight': state[f'{out}.weight'] * scale,
+            f'{out}.bias': state[f'{out}.bias'] * scale + offset}
 
   def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
     return [{'prediction': float(v)} for v in self.predictions(task, outputs)]
+
+  def from_units(self, outputs, meta: dict):
+    return (outputs - meta.get('label_offset', 0.0)) / meta.get('label_scale', 1.0)
 
   def shown(self, task, logits) -> list[str]:
     return [f'{v:.3f}' for v in self.predictions(task, logits)]
