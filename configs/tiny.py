@@ -40,5 +40,6 @@ def get_config(variant=None):
   c.train_steps = 3500
   c.log_every = 200
   c.eval_every = 1000
-  c.eval_batches = 16  # at most; the held-out split (318 examples) gives 9 batches of 32
+  c.eval_batches = 16  # at most; the held-out split gives 10 batches of 32 (340 examples from
+  #                      Python 3.11's documentation; the built-in corpus is the running Python's)
   return c

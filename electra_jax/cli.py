@@ -172,8 +172,13 @@ def _is_float(text: str) -> bool:
 
 
 def _default_file(name: str) -> str | None:
-  """The file a config flag reads when the command line names none."""
-  return getattr(flags.FLAGS[name], 'config_filename', None) if name in flags.FLAGS else None
+  """The file a config flag reads when the command line names none (None: it has no default)."""
+  if name not in flags.FLAGS:
+    return None
+  try:
+    return flags.FLAGS[name].config_filename
+  except (AttributeError, flags.Error):  # (ml_collections' UnparsedFlagError: no default file)
+    return None
 
 
 def overridden_fields(name: str, flag_values=None) -> list[str]:
@@ -193,8 +198,15 @@ def _resolve_overrides(argv: list[str], names: list[str] | None = None,
   out = list(argv)
   for name in _config_flags() if names is None else names:
     spec = _flag_value(argv, name)
-    if spec is None and any(a.startswith(f'--{name}.') for a in argv):
+    given = [a for a in argv if a.startswith(f'--{name}.')]
+    if spec is None and given:
       spec = (defaults or {}).get(name) or _default_file(name)
+      if spec is None:
+        raise UserError(
+            f'{given[0]} sets a field of the --{name} file, and the command names none; give '
+            f'--{name}=<its file> too' + (
+                ', or predict on a new file with launch/predict.py --workdir=<the fine-tuning> '
+                '--input=<the file>' if '--mode=predict' in argv else ''))
     if spec is None:
       continue
     fields = _paths(_load_config(spec, name))

@@ -446,6 +446,13 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
        'error: --presets: the config file '),
       (('compile_table.py', '--presets=small', '--slices=v5e-8', '--set=nofield=1',
         f'--out={tmp_path / "t"}'), 'error: --set nofield: no such config field'),
+      # a field of a config flag that has no file (a fine-tuning's eval/predict read the workdir's)
+      (('finetune.py', f'--workdir={tmp_path / "ft"}', '--mode=predict',
+        f'--config.task.test={corpus}'), f'error: --config.task.test={corpus} sets a field of the '
+       '--config file, and the command names none; give --config=<its file> too, or predict on a '
+       'new file with launch/predict.py --workdir=<the fine-tuning> --input=<the file>'),
+      (('predict.py', f'--workdir={tmp_path / "ft"}', f'--input={corpus}'),
+       f'error: --workdir {tmp_path / "ft"} does not exist; give the --workdir of a fine-tuning'),
       # a seed is what every consumer of it takes (an int32 in the programs), checked for the last
       # seed a run uses before anything is written
       (('train.py', '--config=configs/tiny.py', f'--workdir={tmp_path / "w1"}',
@@ -479,7 +486,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
   for args, want in cases:
     done = _launch(*args)
     assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
-  for name in ('r1', 'r2', 'r3', 'r4', 'r5', 'w1', 'w2', 'f1', 'cmp', 't.md', 't.json'):
+  for name in ('r1', 'r2', 'r3', 'r4', 'r5', 'w1', 'w2', 'f1', 'ft', 'cmp', 't.md', 't.json'):
     assert not os.path.exists(tmp_path / name)
 
 

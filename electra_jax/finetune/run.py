@@ -290,7 +290,7 @@ def _finetune(cfg, workdir: str, log, pretrained, task, splits: dict, data: dict
     workdir_lib.check_entries(fs.join(workdir, f'seed_{cfg.seed + k}'), folders=SEED_FOLDERS,
                               files=SEED_FILES)
   scored = ', '.join(s for s in results_lib.scored(task) if s in data) or 'no split'
-  log(f'{task.name}: {task.kind}, {len(task.labels) or "one"} output(s), scored by '
+  log(f'{task.name}: {task.kind}, {kind.shape_of_outputs(task)}, scored by '
       f'{", ".join(task.metrics)} on {scored} | ' + ', '.join(f'{s} {len(d):,}' for s, d in
                                                               data.items()) +
       f' examples | from {pretrained.checkpoint}')

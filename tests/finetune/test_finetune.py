@@ -1245,4 +1245,4 @@ def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monk
   lines = []
   summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
   assert summary['seeds'][0]['steps'] == 4 and 0 <= summary['median']['dev/accuracy'] <= 1
-  assert any(': by_length, 2 output(s), scored by accuracy' in l for l in lines), lines
+  assert any(': by_length, 2 classes, scored by accuracy' in l for l in lines), lines

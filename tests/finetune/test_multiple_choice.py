@@ -116,7 +116,7 @@ def test_multiple_choice_learns_predicts_and_exports_with_our_logits(tmp_path, p
   accuracy = summary['seeds'][0]['dev']['accuracy']
   assert accuracy > 0.8, (accuracy, lines[-8:])  # chance: 1/3
   assert summary['seeds'][0]['test']['accuracy'] >= 0  # the labelled test file is scored
-  assert any('multiple_choice, 3 output(s)' in l for l in lines), lines[:3]
+  assert any('multiple_choice, one of 3 candidates' in l for l in lines), lines[:3]
   again = run.finetune(config_lib.saved_config(workdir, 'eval'), workdir, log=_quiet, mode='eval')
   assert again['seeds'][0]['dev'] == pytest.approx(summary['seeds'][0]['dev'])
   out = run.finetune(config_lib.saved_config(workdir, 'predict'), workdir, log=_quiet,

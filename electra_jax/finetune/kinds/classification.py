@@ -71,6 +71,9 @@ class Classification(kinds.Kind):
   def metrics(self, labels: tuple) -> tuple:
     return ('accuracy', 'f1') if len(labels) == 2 else ('accuracy',)
 
+  def shape_of_outputs(self, task) -> str:
+    return f'{len(task.labels)} classes'
+
   def outputs(self, task) -> int:
     return len(task.labels)
 

@@ -47,6 +47,11 @@ class Kind:
   def loss(self, params, batch, rng, deterministic=False, *, model, task):
     raise NotImplementedError
 
+  def shape_of_outputs(self, task) -> str:
+    """What the head predicts, for the log's first line ('3 classes', 'one number')."""
+    n = len(task.labels)
+    return f'{n} output{"s" * (n != 1)}'
+
   def sequences(self, task) -> int:
     """Encoded sequences per example (multiple choice: one per candidate)."""
     del task

@@ -73,6 +73,9 @@ class MultipleChoice(classification.Classification):
   def metrics(self, labels: tuple) -> tuple:
     return ('accuracy',)
 
+  def shape_of_outputs(self, task) -> str:
+    return f'one of {len(task.labels)} candidates'
+
   def model(self, model_cfg, task, cfg, rate: float):
     return ChoiceScorer(model_cfg, 1, rate, pooling=cfg.pooling)
 

@@ -159,6 +159,9 @@ class ExtractiveQA(kinds.Kind):
   def metrics(self, labels: tuple) -> tuple:
     return ('f1', 'exact')
 
+  def shape_of_outputs(self, task) -> str:
+    return 'an answer span' + (' or none' if task.name == 'squad2' else '')
+
   def read_new(self, cfg, path: str, task, log=print) -> list:
     return squad.read_json(path, 'v2.0' if task.name == 'squad2' else 'v1.1')
 

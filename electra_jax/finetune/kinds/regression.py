@@ -34,6 +34,9 @@ class Regression(classification.Classification):
   def metrics(self, labels: tuple) -> tuple:
     return ('spearman', 'pearson')
 
+  def shape_of_outputs(self, task) -> str:
+    return 'one number'
+
   def outputs(self, task) -> int:
     return 1
 

@@ -267,6 +267,9 @@ class Tagging(kinds.Kind):
 
   prediction_format = 'conll'
 
+  def shape_of_outputs(self, task) -> str:
+    return f'{len(task.labels)} tags a word'
+
   def metrics(self, labels: tuple) -> tuple:
     return ('f1', 'precision', 'recall')
 
