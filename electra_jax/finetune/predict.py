@@ -130,7 +130,8 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
     if kind.prediction_format == 'table':
       _check_columns(input_path, cfg.task)
     examples = kind.read_new(cfg.task, input_path, task, log)
-    pretrained = pretrained_lib.for_finetuning(cfg, 'predict', log)
+    pretrained = (pretrained_lib.saved(workdir) or  # (workdirs written before it was kept:)
+                  pretrained_lib.for_finetuning(cfg, 'predict', log))
   labelled = (any if kind.prediction_format == 'json' else all)(map(_labelled, examples))
   log(f'{input_path}: {len(examples):,} example{"s" * (len(examples) != 1)}'
       f'{" (labelled: scored too)" if labelled else ""}'

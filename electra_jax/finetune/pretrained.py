@@ -5,6 +5,7 @@ pre-training workdir (its latest checkpoint) or of weights made elsewhere (conve
 import dataclasses
 import functools
 import json
+import os
 
 import jax
 import ml_collections
@@ -75,6 +76,34 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
   if not from_scratch:
     params, where = _read_checkpoint(init, config, model_cfg, step, log)
   return Pretrained(model_cfg, params, vocab, config.data.lower_case, where, config)
+
+
+# What a fine-tuning's workdir keeps of the model it started from, so that its models are used
+# (predicted with, exported) from the workdir alone: the model config and the vocabulary.
+SAVED, SAVED_VOCAB = 'pretrained.json', 'vocab'
+
+
+def save(pretrained: Pretrained, workdir: str):
+  """Writes `pretrained`'s model config and a copy of its vocabulary into a fine-tuning's
+  `workdir` (read back by `saved`)."""
+  vocab = SAVED_VOCAB + os.path.splitext(pretrained.vocab)[1]
+  fs.write_atomic(fs.join(workdir, vocab), fs.read_bytes(pretrained.vocab))
+  fs.write_atomic(fs.join(workdir, SAVED), json.dumps({
+      'model': dataclasses.asdict(pretrained.model_cfg), 'vocab': vocab,
+      'lower_case': pretrained.lower_case, 'checkpoint': pretrained.checkpoint}, indent=1))
+
+
+def saved(workdir: str) -> Pretrained | None:
+  """The model config and vocabulary a fine-tuning's `workdir` keeps (no weights: its seeds'
+  checkpoints hold them); None for a workdir written before they were kept."""
+  path = fs.join(workdir, SAVED)
+  if not fs.isfile(path):
+    return None
+  d = fs.read_json(path, 'fine-tune again to rewrite it', want=dict)
+  with user_errors(ValueError, TypeError, KeyError):
+    model_cfg = model_lib.ModelConfig.from_config(ml_collections.ConfigDict(d['model']))
+    return Pretrained(model_cfg, None, fs.join(workdir, d['vocab']), bool(d['lower_case']),
+                      d['checkpoint'], None)
 
 
 def _read_checkpoint(init: str, config, model_cfg, step: str, log) -> tuple[dict, str]:

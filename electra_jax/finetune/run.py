@@ -285,7 +285,8 @@ def _encoded(cfg, pretrained, task, splits: dict, log) -> dict:
 def _finetune(cfg, workdir: str, log, pretrained, task, splits: dict, data: dict) -> dict:
   kind = registry.get(task.kind)
   config_lib.check_same_finetuning(cfg, workdir)
-  workdir_lib.check_entries(workdir, files=('config.json', 'results.md', 'results.json'))
+  workdir_lib.check_entries(workdir, files=('config.json', 'results.md', 'results.json',
+                                            pretrained_lib.SAVED))
   for k in range(cfg.num_seeds):
     workdir_lib.check_entries(fs.join(workdir, f'seed_{cfg.seed + k}'), folders=SEED_FOLDERS,
                               files=SEED_FILES)
@@ -302,12 +303,15 @@ def _finetune(cfg, workdir: str, log, pretrained, task, splits: dict, data: dict
       f'optimizer.warmup_fraction={cfg.optimizer.warmup_fraction:g}',
       'warm up for a smaller share of the steps (the paper: 0.1)'):
     log(f'warning: {warning}')
+  # every check passed: what the run is, and the model it starts from (predict and export read
+  # them, and no longer need --init)
+  fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))
+  pretrained_lib.save(pretrained, workdir)
   device = jax.devices()[0]  # one attention path for every host, checked at this length
   model_cfg = model_view.model_for_devices(dataclasses.asdict(pretrained.model_cfg),
                                            device.platform, device.device_kind, cfg.max_seq_length,
                                            log=log)
   pretrained = dataclasses.replace(pretrained, model_cfg=model_cfg)
-  fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))  # every check passed
   results = []
   for k in range(cfg.num_seeds):
     seed = cfg.seed + k

@@ -248,7 +248,8 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
     seed = _best_seed(workdir, seeds)
   elif seed not in seeds:
     raise UserError(f'--seed {seed} is not among the fine-tunings in {workdir} ({seeds})')
-  pretrained = pretrained_lib.load(config.init, from_scratch=True, log=log)
+  pretrained = (pretrained_lib.saved(workdir) or  # (workdirs written before it was kept:)
+                pretrained_lib.load(config.init, from_scratch=True, log=log))
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
   step, state, meta = _restore(fs.join(workdir, f'seed_{seed}', 'checkpoints'), step,
                                'fine-tuning')

@@ -5,6 +5,7 @@ import json
 import os
 import random
 import re
+import shutil
 
 import jax
 import numpy as np
@@ -477,6 +478,14 @@ def _predicts_new_files(workdir, tmp_path, kind, summary):
   with pytest.raises(UserError, match=r'dev.csv exists \(earlier predictions\?\); give another '
                      r'--output, or --overwrite to replace it'):
     predict_lib.predict(workdir, dev, log=_quiet)
+  # the workdir alone: moved elsewhere, its pre-training gone (config.json's init points nowhere)
+  moved = str(tmp_path / 'moved')
+  shutil.copytree(workdir, moved)
+  saved = json.load(open(os.path.join(moved, 'config.json')))
+  json.dump({**saved, 'init': str(tmp_path / 'gone')}, open(os.path.join(moved, 'config.json'), 'w'))
+  again = predict_lib.predict(moved, dev, overwrite=True, log=_quiet)
+  assert again['scores'] == done['scores']
+  assert open(again['outputs'][0]).read() == open(path).read()
   unlabelled = tmp_path / 'new.tsv'
   unlabelled.write_text('text\n' + ''.join(r['text'] + '\n' for r in given[:7]))
   each = predict_lib.predict(workdir, str(unlabelled), seed='all', log=_quiet)
