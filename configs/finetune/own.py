@@ -23,8 +23,9 @@ at or above random weights on every dev and test split of the suite's four tasks
 tasks (median of 5 seeds), at the demo's compute and at 4x. A classifier on the mean exports to
 HF as the mean-pooled class the export ships in its folder (`trust_remote_code=True`, docs/
 interop.md). A model pre-trained at full length may do better with the paper's recipe (not
-measured here): add --config.pooling=cls --config.optimizer.layerwise_decay=0
---config.optimizer.word_table_lr=1 --config.epochs=0 (0: the paper's 3).
+measured here); for it, add
+--config.pooling=cls --config.optimizer.layerwise_decay=0 --config.optimizer.word_table_lr=1
+--config.epochs=0 (0: the paper's 3).
 """
 
 from electra_jax.finetune.config import default_config, short_pretraining_recipe

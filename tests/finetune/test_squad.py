@@ -351,6 +351,24 @@ def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswe
                      log=lambda *_: None, mode='predict')
   answers = json.load(open(out['predictions'][0]))
   assert len(answers) == 64
+  # launch/predict.py on the dev file: the seed's dev scores again, each answer with its
+  # probability (None where it says there is none); questions alone (no answers) predicted too
+  from electra_jax.finetune import predict  # pylint: disable=import-outside-toplevel
+  done = predict.predict(str(tmp_path / 'ft'), str(tmp_path / 'dev.json'), log=lambda *_: None)
+  assert done['scores'][0] == pytest.approx(dev, abs=1e-6)
+  scored = json.load(open(done['outputs'][0]))
+  assert {k: v['prediction'] for k, v in scored.items()} == answers
+  assert all((v['probability'] is None) == (v['prediction'] == '') for v in scored.values())
+  assert all(0 < v['probability'] <= 1 for v in scored.values() if v['prediction'])
+  assert ('null_log_odds' in next(iter(scored.values()))) == (name == 'squad2')
+  data = json.load(open(tmp_path / 'dev.json'))
+  for paragraph in data['data'][0]['paragraphs']:
+    for qa in paragraph['qas']:
+      qa.pop('answers', None), qa.pop('is_impossible', None)
+  (tmp_path / 'new.json').write_text(json.dumps(data))
+  new = predict.predict(str(tmp_path / 'ft'), str(tmp_path / 'new.json'), log=lambda *_: None)
+  assert not new['scores']
+  assert json.load(open(new['outputs'][0])) == scored
 
 
 def test_a_refused_squad_fine_tuning_leaves_its_workdir_free(tmp_path, pretrained):

@@ -47,11 +47,12 @@ def load_tfds(version: str, split: str, data_dir: str | None = None) -> list[Que
   return out
 
 
-def read_json(path: str, version: str = '') -> list[Question]:
+def read_json(path: str, version: str = '', questions_only: bool = False) -> list[Question]:
   """The official SQuAD JSON file (data -> paragraphs -> qas), read strictly: a problem is one
   sentence naming the article, paragraph or question and the fix. `version` 'v1.1' refuses
   unanswerable questions (SQuAD 2.0's), which 1.1 can neither learn nor score; 'v2.0' needs each
-  question with no answers marked `"is_impossible": true`."""
+  question with no answers marked `"is_impossible": true`. `questions_only`: questions without
+  "answers" are read too (new questions to answer), with none."""
   if not fs.isfile(path):
     raise FileNotFoundError(f'the SQuAD file {path} '
                             f'{"is a folder" if fs.isdir(path) else "does not exist"}; give '
@@ -89,7 +90,7 @@ def read_json(path: str, version: str = '') -> list[Question]:
         raise ValueError(f'{where_p} has {_what(paragraph.get("qas"), "qas", "list")} of '
                          f'questions (the format: {form})')
       for n, qa in enumerate(paragraph['qas']):
-        q = _question(qa, f'question {n} of {where_p}', context, version)
+        q = _question(qa, f'question {n} of {where_p}', context, version, questions_only)
         if q.qid in seen:
           raise ValueError(f'the question id {q.qid!r} is given twice in {path} ({seen[q.qid]} '
                            f'and question {n} of {where_p}): answers are kept and scored by id; '
@@ -111,7 +112,8 @@ def _what(value, key: str, kind: str = 'text') -> str:
   return f'"{key}" {json.dumps(value)[:40]}, not {"a list" if kind == "list" else "text"}'
 
 
-def _question(entry, where: str, context: str, version: str) -> Question:
+def _question(entry, where: str, context: str, version: str,
+              questions_only: bool = False) -> Question:
   """One entry of a paragraph's "qas", checked."""
   if not isinstance(entry, dict):
     raise ValueError(f'{where} is not an object with "id", "question" and "answers"')
@@ -129,8 +131,8 @@ def _question(entry, where: str, context: str, version: str) -> Question:
     raise ValueError(f'{where} has "is_impossible" {json.dumps(impossible)[:20]}; give true or '
                      'false')
   answers = entry.get('answers')
-  if answers is None and impossible:
-    answers = []
+  if answers is None and (impossible or questions_only):
+    answers, version = [], ('' if questions_only else version)
   if not isinstance(answers, list):
     raise ValueError(f'{where} has {_what(answers, "answers", "list")}; give its answers as '
                      '[{"text": ..., "answer_start": ...}], or [] with "is_impossible": true '

@@ -163,7 +163,7 @@ class ExtractiveQA(kinds.Kind):
     return 'an answer span' + (' or none' if task.name == 'squad2' else '')
 
   def read_new(self, cfg, path: str, task, log=print) -> list:
-    return squad.read_json(path, 'v2.0' if task.name == 'squad2' else 'v1.1')
+    return squad.read_json(path, 'v2.0' if task.name == 'squad2' else 'v1.1', questions_only=True)
 
   def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
     scored = answers(cfg, outputs, data, examples, scored=True)
