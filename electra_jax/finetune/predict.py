@@ -126,10 +126,11 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
     raise UserError(f'{there[0]} exists (earlier predictions?); give another --output, or '
                     '--overwrite to replace it')
   workdir_lib.check_free(workdir)
+  columns = file_columns(cfg.task)
   with user_errors(ValueError, FileNotFoundError):
     if kind.prediction_format == 'table':
-      _check_columns(input_path, cfg.task)
-    examples = kind.read_new(cfg.task, input_path, task, log)
+      _check_columns(input_path, columns)
+    examples = kind.read_new(columns, input_path, task, log)
     pretrained = (pretrained_lib.saved(workdir) or  # (workdirs written before it was kept:)
                   pretrained_lib.for_finetuning(cfg, 'predict', log))
   labelled = (any if kind.prediction_format == 'json' else all)(map(_labelled, examples))
@@ -154,7 +155,7 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
       scores[s] = kind.scores(task, outputs, data, examples, cfg)
     with user_errors(OSError):
       fs.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-      fs.write_atomic(path, _text(kind.prediction_format, path, rows, examples, cfg.task))
+      fs.write_atomic(path, _text(kind.prediction_format, path, rows, examples, columns))
     written.append(path)
     shown = ' | '.join(f'{m} {100 * v:.2f}' for m, v in scores.get(s, {}).items())
     log(f'seed {s}: {len(rows):,} predictions -> {path}' + (f' | {shown}' if shown else ''))
@@ -182,6 +183,19 @@ def _meta(workdir: str, seed: int) -> dict:
                       ) from None
   finally:
     ckpt.close()
+
+
+def file_columns(task_cfg):
+  """The task config whose columns a new file is read by: the fine-tuning's own (task.text_a,
+  ...), or for a GLUE task (fine-tuned on TFDS's data or GLUE's folders) TFDS's feature names
+  (sst2: sentence; mnli: premise, hypothesis) and `label`, in a file with a header row."""
+  glue = tasks_lib.GLUE.get(task_cfg.name)
+  if glue is None or task_cfg.train:
+    return task_cfg
+  t = task_cfg.copy_and_resolve_references()
+  t.text_a, t.text_b = glue.fields[0], (glue.fields[1] if len(glue.fields) > 1 else '')
+  t.label, t.header = 'label', True
+  return t
 
 
 def _check_columns(path: str, t):

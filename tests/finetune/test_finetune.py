@@ -453,6 +453,19 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
     _old_workdirs_continue(cfg, workdir, tmp_path)
 
 
+@pytest.mark.fast
+def test_a_new_file_is_read_by_the_fine_tunings_columns_or_a_glue_tasks_feature_names():
+  cfg = config_lib.default_config()
+  cfg.task.update(name='own', train='t.csv', text_a='review', text_b='', label='stars')
+  assert predict_lib.file_columns(cfg.task) is cfg.task
+  for name, a, b in (('sst2', 'sentence', ''), ('mnli', 'premise', 'hypothesis'),
+                     ('qqp', 'question1', 'question2')):
+    cfg.task.update(name=name, train='', glue_dir='/glue')
+    t = predict_lib.file_columns(cfg.task)
+    assert (t.text_a, t.text_b, t.label, t.header) == (a, b, 'label', True)
+    assert (cfg.task.text_a, cfg.task.label) == ('review', 'stars')  # (a copy)
+
+
 def _predicts_new_files(workdir, tmp_path, kind, summary):
   """launch/predict.py's job from the workdir alone: the dev file's predictions score what the
   chosen seed scored on dev, in the file's order, with probabilities; other seeds on request;
