@@ -6,8 +6,9 @@ load.
            /tmp/electra_demo_hf/generator     (ElectraForMaskedLM)
     python launch/export.py --workdir=/tmp/electra_sst2 --out=/tmp/electra_sst2_hf [--seed=1]
         -> ElectraForSequenceClassification ([CLS]), ElectraForTokenClassification (tagging),
-           ElectraForMultipleChoice, or for a head on the mean of the tokens the class the folder
-           ships in modeling_electra_jax.py (AutoModelFor...(..., trust_remote_code=True))
+           ElectraForMultipleChoice, or for a head on the mean of the tokens and for SQuAD's head
+           the class the folder ships in modeling_electra_jax.py (AutoModelFor...(...,
+           trust_remote_code=True))
 
 --workdir is a pre-training run (launch/train.py), a fine-tuning (launch/finetune.py; the seed
 with the best dev score unless --seed), or a checkpoint of the original TensorFlow release (its

@@ -2,8 +2,10 @@
 and loaded with `trust_remote_code=True` (its `auto_map` names them for the Auto classes and
 `pipeline`): ELECTRA's discriminator with a head on the MEAN of the real tokens' hidden states
 (a fine-tuning with pooling='mean'), for sequence classification (and regression) and for
-multiple choice. HF's own classes read [CLS] (ElectraForSequenceClassification) or average the
-padding too (SequenceSummary's 'mean'), so neither computes this head.
+multiple choice; and ELECTRA's SQuAD head (the end conditioned on the start, SQuAD 2.0's
+answerability). HF's own classes read [CLS] (ElectraForSequenceClassification), average the
+padding too (SequenceSummary's 'mean') or score the end apart from the start
+(ElectraForQuestionAnswering), so none computes these heads.
 """
 
 from electra_jax.storage import fs
@@ -88,16 +90,93 @@ class ElectraMeanPooledForMultipleChoice(_MeanPooled):
                                      attentions=getattr(out, 'attentions', None))
 '''
 
+SOURCE += '''
+
+from dataclasses import dataclass
+from typing import Optional
+
+from transformers.modeling_outputs import QuestionAnsweringModelOutput
+
+
+@dataclass
+class ElectraSquadOutput(QuestionAnsweringModelOutput):
+  """start_logits [B, L]; end_logits [B, L] given the best start (what HF's question-answering
+  pipeline reads); start_top [B, K] the K best starts and end_logits_top [B, K, L] the end
+  logits given each (what ELECTRA's decoding reads); null_logit [B]: the log-odds that the window
+  holds no answer (SQuAD 2.0)."""
+  start_top: Optional[torch.LongTensor] = None
+  end_logits_top: Optional[torch.FloatTensor] = None
+  null_logit: Optional[torch.FloatTensor] = None
+
+
+class ElectraSquadForQuestionAnswering(ElectraPreTrainedModel):
+  """ELECTRA's SQuAD head, as electra_jax fine-tunes it: start logits; end logits conditioned on
+  the start (its hidden state concatenated to every token's, dense + exact GELU, LayerNorm,
+  dense 1) for each of the `start_top` best starts; for SQuAD 2.0 an answerability logit from
+  [CLS] and the start-probability-weighted hidden state. Spans start and end on the second
+  segment's real tokens or on [CLS] (position 0: no answer)."""
+
+  def __init__(self, config):
+    super().__init__(config)
+    width, h = config.qa_width, config.hidden_size
+    self.electra = ElectraModel(config)
+    self.start_dense = nn.Linear(h, 1)
+    self.end_dense, self.end_output = nn.Linear(2 * h, width), nn.Linear(width, 1)
+    self.end_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+    if config.answerable:
+      self.answer_dense, self.answer_output = nn.Linear(2 * h, width), nn.Linear(width, 1)
+    self.post_init()
+
+  def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+              inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
+    kwargs.pop('return_dict', None)
+    out = self.electra(input_ids=input_ids, attention_mask=attention_mask,
+                       token_type_ids=token_type_ids, position_ids=position_ids,
+                       inputs_embeds=inputs_embeds, **kwargs)
+    h = out[0].float()
+    batch, length = h.shape[:2]
+    mask = torch.ones(batch, length, device=h.device) if attention_mask is None else attention_mask
+    segments = torch.zeros_like(mask) if token_type_ids is None else token_type_ids
+    allowed = ((segments == 1) & (mask > 0)) | (torch.arange(length, device=h.device) == 0)[None]
+    fill = lambda x, a: torch.where(a, x, torch.full_like(x, -1e4))
+    start_logits = fill(self.start_dense(h)[..., 0], allowed)
+    starts = torch.topk(start_logits, min(self.config.start_top, length), dim=-1).indices
+    start_h = torch.gather(h, 1, starts[..., None].expand(-1, -1, h.shape[-1]))  # [B, K, H]
+    k = starts.shape[1]
+    pair = torch.cat([h[:, None].expand(batch, k, length, h.shape[-1]),
+                      start_h[:, :, None].expand(batch, k, length, h.shape[-1])], -1)
+    end = self.end_norm(nn.functional.gelu(self.end_dense(pair)))
+    end_logits = fill(self.end_output(end)[..., 0], allowed[:, None])  # [B, K, L]
+    null = None
+    if self.config.answerable:
+      summary = torch.einsum('bl,blh->bh', torch.softmax(start_logits, -1), h)
+      x = nn.functional.gelu(self.answer_dense(torch.cat([summary, h[:, 0]], -1)))
+      null = self.answer_output(x)[:, 0]
+    loss = None
+    if start_positions is not None and end_positions is not None:
+      loss = (nn.functional.cross_entropy(start_logits, start_positions)
+              + nn.functional.cross_entropy(end_logits[:, 0], end_positions)) / 2
+    return ElectraSquadOutput(loss=loss, start_logits=start_logits, end_logits=end_logits[:, 0],
+                              start_top=starts, end_logits_top=end_logits, null_logit=null,
+                              hidden_states=getattr(out, 'hidden_states', None),
+                              attentions=getattr(out, 'attentions', None))
+'''
+
 # The classes, by the Auto class each is loaded with.
 CLASSES = {'AutoModelForSequenceClassification': 'ElectraMeanPooledForSequenceClassification',
-           'AutoModelForMultipleChoice': 'ElectraMeanPooledForMultipleChoice'}
+           'AutoModelForMultipleChoice': 'ElectraMeanPooledForMultipleChoice',
+           'AutoModelForQuestionAnswering': 'ElectraSquadForQuestionAnswering'}
+
+
+def shipped(auto: str) -> dict:
+  """The config fields of an export whose class the folder ships (`auto`: the Auto class it is
+  loaded with)."""
+  return {'architectures': [CLASSES[auto]], 'auto_map': {auto: f'{MODULE}.{CLASSES[auto]}'}}
 
 
 def mean_pooled(auto: str) -> dict:
-  """The config fields of an export whose head reads the mean of the tokens (`auto`: the Auto
-  class it is loaded with)."""
-  return {'architectures': [CLASSES[auto]], 'auto_map': {auto: f'{MODULE}.{CLASSES[auto]}'},
-          'pooling': 'mean'}
+  """The config fields of an export whose head reads the mean of the tokens."""
+  return {**shipped(auto), 'pooling': 'mean'}
 
 
 def write(folder: str):

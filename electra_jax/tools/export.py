@@ -4,8 +4,9 @@
      (or an original         OUT/generator     (ElectraForMaskedLM)
      TF checkpoint)
     fine-tuning workdir  -> OUT of one seed: ElectraForSequenceClassification ([CLS]),
-                            ElectraForTokenClassification, ElectraForMultipleChoice, or a
-                            mean-pooled head's class shipped in the folder (convert/hf_code.py)
+                            ElectraForTokenClassification, ElectraForMultipleChoice, or the
+                            class of a mean-pooled or SQuAD head shipped in the folder
+                            (convert/hf_code.py)
 
 Each folder holds config.json, model.safetensors (float32) and the tokenizer (electra_jax/convert/
 vocab.py). The output is written to OUT.partial and renamed when complete: an interrupted export
@@ -260,7 +261,7 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
   cfg = pretrained.model_cfg
   params = state['params']
   state, fields = kind.to_hf(params, cfg, kind.exported_labels(meta),
-                             finetune_config.dropout_rate(config, cfg), pooling)
+                             finetune_config.dropout_rate(config, cfg), pooling, config)
   state = kind.in_units(state, meta)
   _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
                pretrained.lower_case, cfg)
@@ -331,7 +332,7 @@ def _dev_through_pipeline(done, folder, local, transformers, log) -> dict | None
   examples = kind.read_new(t, t.dev, task, log=lambda line: None)
   length = done.config.max_seq_length
   data = kind.encode(task, examples, done.tokenizer, length, False, done.config)
-  model = kind.check_model(done.cfg, len(task.labels) or 1, done.pooling)
+  model = kind.check_model(done.cfg, len(task.labels) or 1, done.pooling, done.config)
   ours = np.concatenate([np.asarray(model.apply(
       {'params': done.params}, data.input_ids[i:i + 32], data.segment_ids[i:i + 32],
       data.input_mask[i:i + 32])) for i in range(0, len(examples), 32)])
@@ -405,7 +406,8 @@ def _compare(done, folder, local, transformers, torch, sentences, firsts, second
   with torch.no_grad():
     theirs = hf_model(transformers, local).eval()(**{
         'input_ids': torch.from_numpy(ids).long(), 'token_type_ids': torch.from_numpy(
-            segments).long(), 'attention_mask': torch.from_numpy(mask).long()}).logits.numpy()
+            segments).long(), 'attention_mask': torch.from_numpy(mask).long()})
+  theirs = theirs.logits.numpy() if kind is None else kind.hf_array(theirs)
   if kind is None:
     positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
     gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
@@ -413,9 +415,9 @@ def _compare(done, folder, local, transformers, torch, sentences, firsts, second
     ours = np.asarray(gen if arch == 'ElectraForMaskedLM' else disc)
     real = mask > 0  # the real tokens
   else:
-    model = kind.check_model(done.cfg, theirs.shape[-1], done.pooling)
+    model = kind.check_model(done.cfg, theirs.shape[-1], done.pooling, done.config)
     theirs = kind.from_units(theirs, done.meta or {})  # (regression's: in the model's units)
-    ours = np.asarray(model.apply({'params': done.params}, ids, segments, mask))
+    ours = kind.our_array(model.apply({'params': done.params}, ids, segments, mask))
     real = kind.compared(mask)
   diff = float(np.max(np.abs(ours[real] - theirs[real])))
   largest = float(np.max(np.abs(theirs[real])))

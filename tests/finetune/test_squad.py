@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import WORDS
+from conftest import HAS_HF, WORDS
 from electra_jax import UserError
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
@@ -369,6 +369,14 @@ def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswe
   new = predict.predict(str(tmp_path / 'ft'), str(tmp_path / 'new.json'), log=lambda *_: None)
   assert not new['scores']
   assert json.load(open(new['outputs'][0])) == scored
+  if HAS_HF:  # the export: ELECTRA's SQuAD head as the class its folder ships, our logits there
+    from electra_jax.tools import export as export_lib  # pylint: disable=import-outside-toplevel
+    done = export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=lambda *_: None)
+    config = json.load(open(tmp_path / 'hf' / 'config.json'))
+    assert config['architectures'] == ['ElectraSquadForQuestionAnswering']
+    assert config['answerable'] == (name == 'squad2') and config['start_top'] == 5
+    checked = export_lib.verify(done, log=lambda *_: None)['hf']
+    assert checked['max_abs_diff'] < 1e-4 and checked['max_abs_logit'] > 0.1, checked
 
 
 def test_a_refused_squad_fine_tuning_leaves_its_workdir_free(tmp_path, pretrained):

@@ -161,11 +161,11 @@ class Classification(kinds.Kind):
   def describe(self, cfg) -> str:
     return f', head on {cfg.pooling}'
 
-  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls'):
+  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls', cfg=None):
     return heads.Classifier(model_cfg, outputs, pooling=pooling)
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
-            pooling: str = 'cls') -> tuple[dict, dict]:
+            pooling: str = 'cls', cfg=None) -> tuple[dict, dict]:
     """ElectraForSequenceClassification's head is dense -> GELU -> dense where ours is one dense:
     its first dense is the identity shifted to where GELU is the identity, its second ours less
     the shift. A head on the mean of the tokens: ours as it is, in the class hf_code.py ships."""

@@ -17,6 +17,7 @@ none of them names a kind.
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from electra_jax import UserError
 
@@ -137,10 +138,10 @@ class Kind:
     return outputs
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
-            pooling: str = 'cls') -> tuple[dict, dict]:
+            pooling: str = 'cls', cfg=None) -> tuple[dict, dict]:
     """(state dict, config fields) of the fine-tuned model as HF's task class (`hf_class`), its
     head's dropout `dropout`; a head on the mean of the tokens (`pooling`) as the class
-    convert/hf_code.py ships in the folder."""
+    convert/hf_code.py ships in the folder (`cfg`: the fine-tuning's config)."""
     raise UserError(f'a {self.name} fine-tuning has no HF transformers class to export to; export '
                     'the pre-trained model instead')
 
@@ -148,9 +149,17 @@ class Kind:
     """A tokenized batch of text pairs laid out as this kind's model and HF's take it."""
     return ids, segments, mask
 
-  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls'):
+  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls', cfg=None):
     """Our model of an export with `outputs` logits, to compare with HF's."""
     raise NotImplementedError
+
+  def hf_array(self, output) -> np.ndarray:
+    """What an export check compares of HF's output: its logits."""
+    return output.logits.numpy()
+
+  def our_array(self, outputs) -> np.ndarray:
+    """What an export check compares of our model's outputs (check_model's)."""
+    return np.asarray(outputs)
 
   def compared(self, mask):
     """Which outputs an export check compares (all; per-token heads: the real tokens)."""

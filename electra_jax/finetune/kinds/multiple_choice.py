@@ -126,11 +126,11 @@ class MultipleChoice(classification.Classification):
                       'room ([CLS] and two [SEP] take 3 tokens, each text needs one); raise it '
                       '(the default is 128)')
 
-  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls'):
+  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls', cfg=None):
     return ChoiceScorer(model_cfg, 1, pooling=pooling)
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
-            pooling: str = 'cls') -> tuple[dict, dict]:
+            pooling: str = 'cls', cfg=None) -> tuple[dict, dict]:
     """ElectraForMultipleChoice: its sequence summary reads the first token with no projection and
     no activation, then its classifier is our dense. A head on the mean of the tokens: the class
     hf_code.py ships (SequenceSummary's 'mean' would average the padding too)."""

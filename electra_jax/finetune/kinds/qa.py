@@ -1,17 +1,19 @@
 """Extractive question answering (SQuAD 1.1 and 2.0): ELECTRA's span head (the end conditioned on
 the start, SQuAD 2.0's answerability), trained on the gold span, decoded to answer text over the
-sliding windows, scored by the official exact match and F1. No HF transformers class holds this
-head, so it is not exported.
+sliding windows, scored by the official exact match and F1; exported as the class an export ships
+(convert/hf_code.py: no HF transformers class holds this head).
 """
 
 import json
 
 import flax.linen as nn
+import numpy as np
 import jax
 import jax.numpy as jnp
 import optax
 
-from electra_jax import UserError
+from electra_jax.convert import hf
+from electra_jax.convert import hf_code
 from electra_jax.finetune.inputs import squad
 from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.model import networks as model_lib
@@ -170,10 +172,41 @@ class ExtractiveQA(kinds.Kind):
     return [{'id': q.qid, 'prediction': scored[q.qid]['answer'],
              **{k: v for k, v in scored[q.qid].items() if k != 'answer'}} for q in examples]
 
-  def check_export(self, config, workdir: str):
-    raise UserError('a question-answering fine-tuning has ELECTRA\'s SQuAD head (end conditioned '
-                    'on the start, answerability), which no HF transformers class holds; export '
-                    'the pre-trained model and fine-tune with HF\'s own head there')
+  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls', cfg=None):
+    return QuestionAnswering(model_cfg, answerable=cfg.task.name == 'squad2',
+                             start_top=cfg.qa.start_top)
+
+  def to_hf(self, params, model_cfg, labels: list[str], dropout: float, pooling: str = 'cls',
+            cfg=None) -> tuple[dict, dict]:
+    """The class convert/hf_code.py ships: our head's layers under their own names."""
+    state = hf.encoder_to_hf(params, model_cfg)
+    names = ['start_dense', 'end_dense', 'end_output'] + (
+        ['answer_dense', 'answer_output'] if 'answer_dense' in params else [])
+    for name in names:
+      kernel, bias = hf.dense(params, name)
+      state.update({f'{name}.weight': kernel.T, f'{name}.bias': bias})
+    norm = params['end_norm']
+    state.update({'end_norm.weight': np.asarray(norm['scale'], np.float32),
+                  'end_norm.bias': np.asarray(norm['bias'], np.float32)})
+    return state, {**hf_code.shipped('AutoModelForQuestionAnswering'),
+                   'start_top': cfg.qa.start_top, 'answerable': 'answer_dense' in params,
+                   'qa_width': params['end_output']['kernel'].shape[0]}
+
+  def hf_array(self, output) -> np.ndarray:
+    """The start logits, the end logits given each best start and the answerability logit, the
+    positions no span may take (-1e4 on both sides) as 0."""
+    parts = [output.start_logits, output.end_logits_top] + (
+        [output.null_logit] if output.null_logit is not None else [])
+    return self._flat([p.numpy() for p in parts])
+
+  def our_array(self, outputs) -> np.ndarray:
+    return self._flat([np.asarray(outputs[k]) for k in ('start_logits', 'end_logits',
+                                                        'null_logit') if k in outputs])
+
+  @staticmethod
+  def _flat(parts) -> np.ndarray:
+    flat = np.concatenate([p.reshape(p.shape[0], -1) for p in parts], -1)
+    return np.where(flat <= -1e4 + 1, 0.0, flat)
 
 
 KIND = ExtractiveQA()

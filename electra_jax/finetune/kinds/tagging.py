@@ -310,11 +310,11 @@ class Tagging(kinds.Kind):
     """The outputs' names in the train file's scheme (checkpoints of earlier versions: BIOES)."""
     return output_names([str(x) for x in meta['labels']], meta.get('tag_scheme') or 'BIOES')
 
-  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls'):
+  def check_model(self, model_cfg, outputs: int, pooling: str = 'cls', cfg=None):
     return heads.Classifier(model_cfg, outputs, per_token=True)
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
-            pooling: str = 'cls') -> tuple[dict, dict]:
+            pooling: str = 'cls', cfg=None) -> tuple[dict, dict]:
     """ElectraForTokenClassification: the same head as ours, one dense on every token."""
     return hf.dense_head_to_hf(params, model_cfg), {
         **hf.labelled(labels), 'architectures': [self.hf_class], 'classifier_dropout': dropout}
