@@ -325,9 +325,10 @@ def _dev_through_pipeline(done, folder, local, transformers, log) -> dict | None
   where the kind has no pipeline or the fine-tuning no dev file of its own."""
   kind = None if done.kind == 'pretraining' else registry.get(done.kind)
   t = done.config.task if done.config is not None else None
-  if kind is None or kind.hf_pipeline != 'text-classification' or not t.get('dev') or not (
-      fs.isfile(t.dev)):
+  if kind is None or not kind.hf_pipeline or not t.get('dev') or not fs.isfile(t.dev):
     return None
+  if kind.hf_pipeline == 'token-classification':
+    return _dev_through_token_pipeline(done, kind, folder, local, transformers, log)
   task = predict.saved_task(done.config, done.meta)
   examples = kind.read_new(t, t.dev, task, log=lambda line: None)
   length = done.config.max_seq_length
@@ -338,14 +339,7 @@ def _dev_through_pipeline(done, folder, local, transformers, log) -> dict | None
       data.input_mask[i:i + 32])) for i in range(0, len(examples), 32)])
   ours_shown = [r['prediction'] for r in kind.predicted(task, ours, data, examples)]
   units = lambda x: x * task.label_scale + task.label_offset if not task.labels else x
-  quiet = logging.getLogger('transformers.pipelines.base')  # (its line that a class it does
-  level = quiet.level  # not list "is not supported": it is, through trust_remote_code)
-  quiet.setLevel(logging.CRITICAL)
-  try:
-    pipe = transformers.pipeline('text-classification', model=local, tokenizer=local,
-                                 trust_remote_code=True, device='cpu')
-  finally:
-    quiet.setLevel(level)
+  pipe = _quiet_pipeline(transformers, 'text-classification', local)
   texts = [{'text': e.text_a, 'text_pair': e.text_b} if e.text_b else e.text_a for e in examples]
   answers = pipe(texts, top_k=None, function_to_apply='none', truncation=True, max_length=length,
                  batch_size=32)
@@ -363,6 +357,55 @@ def _dev_through_pipeline(done, folder, local, transformers, log) -> dict | None
       f'|ours - HF| {diff:.2e}{of_range}')
   return {'rows': len(examples), 'same': int(same), 'max_abs_diff': diff,
           'agrees': same == len(examples) and diff <= TOLERANCE}
+
+
+def _quiet_pipeline(transformers, task: str, local: str):
+  """HF's pipeline `task` on the folder `local` (its line that it does not list a class shipped
+  in the folder, "is not supported", silenced: the class runs through trust_remote_code)."""
+  quiet = logging.getLogger('transformers.pipelines.base')
+  level = quiet.level
+  quiet.setLevel(logging.CRITICAL)
+  try:
+    return transformers.pipeline(task, model=local, tokenizer=local, trust_remote_code=True,
+                                 device='cpu')
+  finally:
+    quiet.setLevel(level)
+
+
+def _dev_through_token_pipeline(done, kind, folder, local, transformers, log) -> dict:
+  """A tagging fine-tuning's dev sentences through pipeline('token-classification') on the
+  export: each word's output at its first token (the name id2label gives it) against ours, and
+  HF's logits on our token ids against ours. Sentences our encoding cut are left out."""
+  import torch  # pylint: disable=import-outside-toplevel
+  t = done.config.task
+  task = predict.saved_task(done.config, done.meta)
+  examples = kind.read_new(t, t.dev, task, log=lambda line: None)
+  data = kind.encode(task, examples, done.tokenizer, done.config.max_seq_length, False, done.config)
+  kept = [i for i, e in enumerate(examples) if len(data.word_positions[i]) == len(e.text_a)]
+  model = kind.check_model(done.cfg, len(task.labels), done.pooling, done.config)
+  ours = np.concatenate([np.asarray(model.apply(
+      {'params': done.params}, data.input_ids[i:i + 32], data.segment_ids[i:i + 32],
+      data.input_mask[i:i + 32])) for i in range(0, len(examples), 32)])
+  pipe = _quiet_pipeline(transformers, 'token-classification', local)
+  names = [pipe.model.config.id2label[i] for i in range(pipe.model.config.num_labels)]
+  tagged = pipe([' '.join(examples[i].text_a) for i in kept], ignore_labels=[], batch_size=32)
+  words = same = 0
+  for i, tokens in zip(kept, tagged):
+    theirs = {tok['index']: tok['entity'] for tok in tokens}
+    for position in data.word_positions[i]:
+      words += 1
+      same += theirs.get(int(position)) == names[int(ours[i, position].argmax())]
+  with torch.no_grad():
+    logits = pipe.model(input_ids=torch.from_numpy(data.input_ids).long(),
+                        attention_mask=torch.from_numpy(data.input_mask).long(),
+                        token_type_ids=torch.from_numpy(data.segment_ids).long()).logits.numpy()
+  real = data.input_mask > 0
+  diff = float(np.max(np.abs(ours[real] - logits[real])))
+  log(f'{folder}: the dev file {t.dev} through pipeline("token-classification"): the same tag as '
+      f'ours on {same} of {words} words ({len(kept)} of {len(examples)} sentences, those not '
+      f'cut); max |ours - HF| {diff:.2e}')
+  return {'rows': words, 'same': int(same), 'max_abs_diff': diff,
+          'agrees': same == words and diff <= TOLERANCE}
 
 
 def hf_model(transformers, folder: str):

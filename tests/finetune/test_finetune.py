@@ -1026,9 +1026,12 @@ def test_finetuning_learns_a_synthetic_tagging_task(tmp_path, pretrained):
       _, tag, p = line.split()  # ('-': a word max_seq_length cut, tagged O)
       assert tag in {'O', 'B-PLACE', 'I-PLACE', 'B-ANIMAL', 'I-ANIMAL'}
       assert (p == '-' and tag == 'O') or 0 < float(p) <= 1, line
-  export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=_quiet)  # the file's IOB2
+  done = export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=_quiet)  # IOB2
   names = json.load(open(tmp_path / 'hf' / 'config.json'))['id2label']
   assert sorted(set(names.values())) == ['B-ANIMAL', 'B-PLACE', 'I-PLACE', 'O'], names
+  if HAS_HF:  # --check: the dev sentences through pipeline('token-classification'), word by word
+    dev = export_lib.verify(done, log=_quiet)['hf']['dev']
+    assert dev['agrees'] and dev['same'] == dev['rows'] > 300, dev
 
 
 def _finetune_config_file(tmp_path, pretrained, **fields):

@@ -232,6 +232,7 @@ class Tagging(kinds.Kind):
   name = 'tagging'
   own_data = 'CoNLL files (a word and its tag per line)'
   hf_class = 'ElectraForTokenClassification'
+  hf_pipeline = 'token-classification'
 
   def load(self, cfg, log=print):
     return load_tagging(cfg)
