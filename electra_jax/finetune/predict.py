@@ -35,6 +35,7 @@ from electra_jax.train import workdir as workdir_lib
 TABLES = ('.tsv', '.csv', '.jsonl')  # what a 'table' kind's predictions are written as
 WRITTEN = {'conll': ('.txt',), 'json': ('.json',), 'table': TABLES}
 
+
 def seeds_of(workdir: str) -> list[int]:
   """The seeds whose fine-tuning `workdir` holds (a seed_<k> folder with a checkpoint)."""
   return sorted(int(n.split('_')[1]) for n in fs.listdir(workdir)
@@ -67,7 +68,8 @@ def choose_seeds(workdir: str, seeds: list[int], which: str) -> tuple[list[int],
   if not scores:
     return seeds[:1], f'seed {seeds[0]} (no dev scores to rank the {len(seeds)} seed(s) by)'
   ranked = sorted(scores, key=lambda s: scores[s][0])
-  seed = ranked[-1] if which == 'best' else ranked[(len(ranked) - 1) // 2]
+  seed = (max(scores, key=lambda s: scores[s][0]) if which == 'best'  # (the first of a tie)
+          else ranked[(len(ranked) - 1) // 2])
   median = statistics.median(v for v, _ in scores.values())
   return [seed], (f'seed {seed} ({scores[seed][1]}; the {which} of {len(ranked)} seed(s), whose '
                   f'median is {100 * median:.2f})')

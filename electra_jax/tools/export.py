@@ -15,7 +15,6 @@ leaves no folder that looks finished.
 
 import dataclasses
 import contextlib
-import json
 import logging
 import os
 import tempfile
@@ -246,7 +245,7 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
     raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run launch/finetune.py '
                     'first')
   if seed is None:
-    seed = _best_seed(workdir, seeds)
+    seed = predict.choose_seeds(workdir, seeds, 'best')[0][0]  # (by the first dev score)
   elif seed not in seeds:
     raise UserError(f'--seed {seed} is not among the fine-tunings in {workdir} ({seeds})')
   pretrained = (pretrained_lib.saved(workdir) or  # (workdirs written before it was kept:)
@@ -272,20 +271,6 @@ def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
       + (f' (its code in {hf_code.MODULE}.py: load it with trust_remote_code=True)'
          if 'auto_map' in fields else ''))
   return Exported([out], cfg, params, tokenizer, meta['kind'], pooling, config, meta)
-
-
-def _best_seed(workdir: str, seeds: list[int]) -> int:
-  """The seed with the best first dev score in results.json (else the first seed)."""
-  path = fs.join(workdir, 'results.json')
-  if not fs.isfile(path):
-    return seeds[0]
-  with fs.open(path) as f:
-    results = json.load(f)
-  def score(row):
-    split = next((v for k, v in row.items() if isinstance(v, dict)), {})
-    return next(iter(split.values()), float('-inf'))
-  ranked = [r for r in results.get('seeds', []) if r.get('seed') in seeds]
-  return max(ranked, key=score)['seed'] if ranked else seeds[0]
 
 
 # ================================================================================================
@@ -333,30 +318,33 @@ def _dev_through_pipeline(done, folder, local, transformers, log) -> dict | None
   examples = kind.read_new(t, t.dev, task, log=lambda line: None)
   length = done.config.max_seq_length
   data = kind.encode(task, examples, done.tokenizer, length, False, done.config)
-  model = kind.check_model(done.cfg, len(task.labels) or 1, done.pooling, done.config)
-  ours = np.concatenate([np.asarray(model.apply(
-      {'params': done.params}, data.input_ids[i:i + 32], data.segment_ids[i:i + 32],
-      data.input_mask[i:i + 32])) for i in range(0, len(examples), 32)])
-  ours_shown = [r['prediction'] for r in kind.predicted(task, ours, data, examples)]
-  units = lambda x: x * task.label_scale + task.label_offset if not task.labels else x
+  ours = _our_outputs(done, kind, len(task.labels) or 1, data)
   pipe = _quiet_pipeline(transformers, 'text-classification', local)
   texts = [{'text': e.text_a, 'text_pair': e.text_b} if e.text_b else e.text_a for e in examples]
   answers = pipe(texts, top_k=None, function_to_apply='none', truncation=True, max_length=length,
                  batch_size=32)
   names = [pipe.model.config.id2label[i] for i in range(pipe.model.config.num_labels)]
-  theirs = np.asarray([[{a['label']: a['score'] for a in row}[n] for n in names]
-                       for row in answers])
-  theirs_shown = ([names[i] for i in theirs.argmax(-1)] if task.labels else
-                  list(theirs[:, 0]))
+  theirs = kind.from_units(np.asarray([[{a['label']: a['score'] for a in row}[n] for n in names]
+                                       for row in answers]), done.meta)  # (in the model's units)
+  shown = lambda outputs: [r['prediction'] for r in kind.predicted(task, outputs, data, examples)]
   same = sum(a == b if task.labels else abs(a - b) <= TOLERANCE * task.label_scale
-             for a, b in zip(ours_shown, theirs_shown))
-  diff = float(np.max(np.abs(units(ours) - theirs)) / (1 if task.labels else task.label_scale))
+             for a, b in zip(shown(ours), shown(theirs)))
+  diff = float(np.max(np.abs(ours - theirs)))
   of_range = '' if task.labels else " (of the targets' range)"
   log(f'{folder}: the dev file {t.dev} through pipeline("text-classification"): the same '
       f'{"label" if task.labels else "number"} as ours on {same} of {len(examples)} rows; max '
       f'|ours - HF| {diff:.2e}{of_range}')
   return {'rows': len(examples), 'same': int(same), 'max_abs_diff': diff,
           'agrees': same == len(examples) and diff <= TOLERANCE}
+
+
+def _our_outputs(done, kind, outputs: int, data) -> np.ndarray:
+  """Our model's outputs on encoded examples, 32 at a time, a row each (no packing: the layout
+  HF's model takes)."""
+  model = kind.check_model(done.cfg, outputs, done.pooling, done.config)
+  return np.concatenate([np.asarray(model.apply(
+      {'params': done.params}, data.input_ids[i:i + 32], data.segment_ids[i:i + 32],
+      data.input_mask[i:i + 32])) for i in range(0, len(data.input_ids), 32)])
 
 
 def _quiet_pipeline(transformers, task: str, local: str):
@@ -382,10 +370,7 @@ def _dev_through_token_pipeline(done, kind, folder, local, transformers, log) ->
   examples = kind.read_new(t, t.dev, task, log=lambda line: None)
   data = kind.encode(task, examples, done.tokenizer, done.config.max_seq_length, False, done.config)
   kept = [i for i, e in enumerate(examples) if len(data.word_positions[i]) == len(e.text_a)]
-  model = kind.check_model(done.cfg, len(task.labels), done.pooling, done.config)
-  ours = np.concatenate([np.asarray(model.apply(
-      {'params': done.params}, data.input_ids[i:i + 32], data.segment_ids[i:i + 32],
-      data.input_mask[i:i + 32])) for i in range(0, len(examples), 32)])
+  ours = _our_outputs(done, kind, len(task.labels), data)
   pipe = _quiet_pipeline(transformers, 'token-classification', local)
   names = [pipe.model.config.id2label[i] for i in range(pipe.model.config.num_labels)]
   tagged = pipe([' '.join(examples[i].text_a) for i in kept], ignore_labels=[], batch_size=32)

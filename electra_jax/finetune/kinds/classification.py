@@ -38,6 +38,13 @@ def class_loss(logits, labels):
                 'accuracy': metrics_lib.ratio(correct, weights)}
 
 
+def softmax(logits) -> np.ndarray:
+  """The softmax over the last axis, in float64 (what prediction files give as probabilities)."""
+  z = np.asarray(logits, np.float64)
+  z = np.exp(z - z.max(-1, keepdims=True))
+  return z / z.sum(-1, keepdims=True)
+
+
 def logits_of(params, batch, rng, deterministic, model):
   """The head's outputs on a batch of rows: per sequence [R, S, outputs] (per token [R, L, ...])."""
   return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
@@ -139,17 +146,10 @@ class Classification(kinds.Kind):
                        'fix those labels, or leave the column out to predict without scoring')
     return examples
 
-  def probabilities(self, task, logits) -> np.ndarray:
-    """[N, outputs]: each example's softmax."""
-    del task
-    z = np.asarray(logits, np.float64)
-    z = np.exp(z - z.max(-1, keepdims=True))
-    return z / z.sum(-1, keepdims=True)
-
   def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
     names = self.names(list(task.labels))
     return [{'prediction': shown, 'probabilities': dict(zip(names, map(float, p)))}
-            for shown, p in zip(self.shown(task, outputs), self.probabilities(task, outputs))]
+            for shown, p in zip(self.shown(task, outputs), softmax(outputs))]
 
   def check(self, cfg, splits: dict):
     super().check(cfg, splits)

@@ -21,10 +21,11 @@ from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.storage import fs
 
 
-def read_conll(path: str, column: int = -1, lines: list | None = None) -> list[tuple[tuple, tuple]]:
+def read_conll(path: str, column: int = -1, lines: list | None = None,
+               untagged: bool = False) -> list[tuple[tuple, tuple | None]]:
   """(words, tags) per sentence of a CoNLL file: one token per line, its tag in `column`, a blank
   line between sentences, -DOCSTART- lines skipped. `lines`, when given, receives each sentence's
-  line numbers."""
+  line numbers. `untagged`: a file whose lines are one word each is read too, its tags None."""
   if not fs.isfile(path):
     raise FileNotFoundError(f'the data file {path} '
                             f'{"is a folder" if fs.isdir(path) else "does not exist"}; give a '
@@ -36,10 +37,15 @@ def read_conll(path: str, column: int = -1, lines: list | None = None) -> list[t
     parts = line.split()
     if not parts or parts[0] == '-DOCSTART-':
       if words:
-        sentences.append((tuple(words), tuple(tags)))
+        sentences.append((tuple(words), tuple(tags) if tags else None))
         if lines is not None:
           lines.append(tuple(numbers))
         words, tags, numbers = [], [], []
+      continue
+    if untagged and len(parts) == 1 and (width is None or width[0] == 1):  # a word alone
+      width = width or (1, n)
+      words.append(parts[0])
+      numbers.append(n)
       continue
     if len(parts) < 2:
       raise ValueError(f'line {n} of {path} has no tag column ({line.strip()!r}); a CoNLL line '
@@ -61,28 +67,11 @@ def read_conll(path: str, column: int = -1, lines: list | None = None) -> list[t
     tags.append(tag)
     numbers.append(n)
   if words:
-    sentences.append((tuple(words), tuple(tags)))
+    sentences.append((tuple(words), tuple(tags) if tags else None))
     if lines is not None:
       lines.append(tuple(numbers))
   if not sentences:
     raise ValueError(f'the data file {path} holds no sentences')
-  return sentences
-
-
-def read_words(path: str) -> list[tuple]:
-  """The sentences of a CoNLL file without tags: a word per line (its first column), a blank line
-  between sentences, -DOCSTART- lines skipped."""
-  sentences, words = [], []
-  for line in fs.read_user_text(path).split('\n') + ['']:
-    parts = line.split()
-    if parts and parts[0] != '-DOCSTART-':
-      words.append(parts[0])
-    elif words:
-      sentences.append(tuple(words))
-      words = []
-  if not sentences:
-    raise ValueError(f'the data file {path} holds no sentences; give a word per line, a blank '
-                     'line between sentences')
   return sentences
 
 
@@ -276,14 +265,10 @@ class Tagging(kinds.Kind):
 
   def read_new(self, cfg, path: str, task, log=print) -> list:
     """A CoNLL file with tags (scored) or a word per line (not)."""
-    if not fs.isfile(path):
-      read_conll(path)  # (its sentence for a missing file)
-    first = next((l.split() for l in fs.read_user_text(path).split('\n')
-                  if l.split() and l.split()[0] != '-DOCSTART-'), [])
-    if len(first) < 2:
-      return [tasks_lib.Example(words, None, None) for words in read_words(path)]
     lines = []
-    sentences = read_conll(path, cfg.tag_column, lines)
+    sentences = read_conll(path, cfg.tag_column, lines, untagged=True)
+    if sentences[0][1] is None:
+      return [tasks_lib.Example(words, None, None) for words, _ in sentences]
     types = {_split(t)[1] for t in task.labels} - {''}
     unseen = _unseen_tag(sentences, lines, types)
     if unseen:
@@ -295,9 +280,7 @@ class Tagging(kinds.Kind):
   def predicted(self, task, outputs, data, examples: list, cfg=None) -> list[dict]:
     """Each word's tag (in the train file's scheme) and the probability of its output at the
     word's first token (None for a word cut by truncation: tagged O)."""
-    z = np.asarray(outputs, np.float64)
-    z = np.exp(z - z.max(-1, keepdims=True))
-    z /= z.sum(-1, keepdims=True)
+    z = classification.softmax(outputs)
     out = []
     for i, (e, tags) in enumerate(zip(examples, word_tags(task, outputs, data, examples))):
       at = z[i, data.word_positions[i]]
