@@ -24,7 +24,7 @@ from ml_collections import config_flags
 
 from electra_jax import Stopped, UserError
 from electra_jax.hardware import compile_cache
-from electra_jax.platform import host_memory
+from electra_jax.platform import host_memory, private
 from electra_jax.storage import fs
 
 _COMPILATION_CACHE = flags.DEFINE_string(
@@ -415,22 +415,21 @@ def quiet_tpu_runtime():
   with the CPU or GPU. One host's settings keep it quiet; no TPU exists to use either way."""
   if os.environ.get('JAX_PLATFORMS') or importlib.util.find_spec('libtpu') is None:
     return
-  try:  # JAX's own TPU probe, loaded only where libtpu is installed (a private module: may go)
-    from jax._src import hardware_utils  # pylint: disable=import-outside-toplevel
-    chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
-  except (ImportError, AttributeError):  # another JAX: its own warnings stay
+  try:  # JAX's own TPU probe (private.hardware_utils: None in another JAX, whose warnings stay)
+    chips = private.hardware_utils.num_available_tpu_chips_and_device_id()[0]
+  except AttributeError:
     return
   if chips == 0:
     os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')
     os.environ.setdefault('TPU_HOST_BOUNDS', '1,1,1')
 
 
-def _enable_compilation_cache(command: str):
+def _enable_compilation_cache():
   """--compilation_cache's folder, or JAX_COMPILATION_CACHE_DIR's, for this run. One that cannot be
   written to is a UserError where it was asked for; the default folder only warns, and the run
   compiles without the cache."""
   try:
-    compile_cache.enable(_COMPILATION_CACHE.value, command=command)
+    compile_cache.enable(_COMPILATION_CACHE.value)
     return
   except compile_cache.Unusable as e:
     problem = e
@@ -444,7 +443,7 @@ def _enable_compilation_cache(command: str):
   print(f'warning: compiled programs cannot be kept in {problem.path} ({problem.why}); this run '
         'compiles every program (--compilation_cache=<folder> keeps them elsewhere)',
         file=sys.stderr)
-  compile_cache.enable('', command=command)
+  compile_cache.enable('')
 
 
 def _run_folder(path: str) -> str:
@@ -474,8 +473,7 @@ def run(main):
       logging.get_absl_handler().addFilter(
           lambda record: not (record.levelno >= logging.ERROR and '/orbax/' in record.pathname))
     try:
-      # (the command line names the programs its next run loads ahead, in the background)
-      _enable_compilation_cache(command=repr((os.getcwd(), sys.argv)))
+      _enable_compilation_cache()
       main(argv)
     except UserError as e:
       print(f'error: {e}', file=sys.stderr)

@@ -29,6 +29,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import cli
+from electra_jax.tools import bench_command
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run', lower_bound=1)
@@ -79,7 +80,6 @@ def main(argv):
       cli.require_config(config, 'pre-training')
     cli.check_paths(_INIT.value)
     ft.init = _INIT.value
-  from electra_jax.tools import bench_command  # pylint: disable=import-outside-toplevel
   bench_command.run(config, bench_command.Options(
       mode=_MODE.value, steps=_STEPS.value, repeats=_REPEATS.value, json=_JSON.value,
       blocks=_BLOCKS.value, memory_gb=_MEMORY_GB.value, records=_RECORDS.value, peer=_PEER.value,

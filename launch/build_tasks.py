@@ -14,11 +14,11 @@ by language. Each gets fixed train/dev/test CSV files and `corpus.txt`, its trai
 
 import os
 
-
 from absl import flags
 
 from electra_jax import cli
 from electra_jax.storage import fs
+from electra_jax.tools import suite
 
 _OUT = flags.DEFINE_string('out', None, 'the folder to write the tasks to')
 _PACKAGES = flags.DEFINE_string('packages', '/var/lib/apt/lists/*_Packages*',
@@ -34,7 +34,6 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
   if _PER_CLASS.value < 8:
     raise cli.UserError(f'--per_class={_PER_CLASS.value}: give at least 8')
-  from electra_jax.tools import suite  # pylint: disable=import-outside-toplevel
   cli.check_paths(_OUT.value)
   made = not fs.exists(_OUT.value)
   cli.out_folder(_OUT.value)

@@ -12,7 +12,8 @@ import os
 from absl import flags
 
 from electra_jax import cli
-from electra_jax.data import records
+from electra_jax.data import corpus, records, tokenizer
+from electra_jax.storage import fs
 
 _CORPUS = flags.DEFINE_string('corpus', 'builtin', "a file, folder or glob of text, or 'builtin'")
 _TFDS = flags.DEFINE_string('tfds', None, 'a TFDS text dataset as NAME[:SPLIT], instead of --corpus')
@@ -27,12 +28,9 @@ flags.mark_flags_as_required(['output'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
-  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import tokenizer  # pylint: disable=import-outside-toplevel
   output = _OUTPUT.value
   if not output.endswith('.model'):
     raise cli.UserError(f'--output {output} must end in .model (a SentencePiece model file)')
-  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
   cli.check_paths(output, _CORPUS.value)
   try:
     if fs.exists(output):

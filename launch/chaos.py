@@ -22,10 +22,16 @@ import subprocess
 import sys
 import time
 
-
 from absl import flags
+import jax
+import numpy as np
 
 from electra_jax import cli
+from electra_jax.data import records
+from electra_jax.data.tokenizer import SpecialIds
+from electra_jax.pretraining import setup as pretrain_setup
+from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import step as step_lib
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TINY = os.path.join(_ROOT, 'configs', 'tiny.py')
@@ -77,12 +83,6 @@ def _run(workdir: str, env: dict, kill_after: int | None = None):
 
 
 def _final_states(config, workdirs: list[str]):
-  import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
-  from electra_jax.pretraining import setup as pretrain_setup  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.data.tokenizer import SpecialIds  # pylint: disable=import-outside-toplevel
   records_dir = config.data.records or os.path.join(workdirs[0], 'data')
   special = SpecialIds(**records.read_metadata(records_dir)['special_ids'])
   setup = pretrain_setup.build_setup(config, special)
@@ -98,8 +98,6 @@ def _final_states(config, workdirs: list[str]):
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  import jax  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   for key, value in _DEFAULTS.items():
     if not any(a.startswith(f'--config.{key}=') for a in sys.argv):

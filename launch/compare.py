@@ -29,6 +29,7 @@ import os
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.tools import compare, compare_suite
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONFIG = cli.define_config_file(
@@ -57,7 +58,6 @@ def main(argv):
   cli.require_config(_CONFIG.value, 'pre-training')
   cli.require_config(_FT_CONFIG.value, 'fine-tuning', '--finetune_config')
   cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
-  from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
   log = lambda line: print(line, flush=True)
   if _SUITE.value:
     return _suite(compare, log)
@@ -84,7 +84,6 @@ def main(argv):
 
 
 def _suite(compare, log):
-  from electra_jax.tools import compare_suite  # pylint: disable=import-outside-toplevel
   if flags.FLAGS['finetune_config'].present:
     ft = _FT_CONFIG.value
   else:  # your own data's defaults, with the --finetune_config.<field> overrides given

@@ -14,10 +14,11 @@ import json
 import os
 import time
 
-
 from absl import flags
 
-from electra_jax import cli, user_errors
+from electra_jax import UserError, cli, user_errors
+from electra_jax.hardware import topology
+from electra_jax.pretraining import compiling
 
 _PRESETS = flags.DEFINE_list('presets', ['small', 'base', 'large'], 'configs/<name>.py presets')
 _SLICES = flags.DEFINE_list('slices', ['v4-8', 'v5e-8', 'v5p-8', 'v6e-8', 'v4-32'],
@@ -56,8 +57,6 @@ def _config(preset: str):
 
 
 def _row(preset: str, config, slice_name: str, slice_, log) -> dict:
-  from electra_jax import UserError  # pylint: disable=import-outside-toplevel
-  from electra_jax.pretraining import compiling  # pylint: disable=import-outside-toplevel
   row = {'preset': preset, 'slice': slice_name, 'batch': config.data.batch_size,
          'length': config.data.max_seq_length, 'overrides': list(_OVERRIDES.value)}
   t = time.perf_counter()
@@ -94,7 +93,6 @@ def _table(rows: list) -> str:
 def main(argv):
   del argv
   os.environ.setdefault('JAX_PLATFORMS', 'cpu')
-  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
   # every slice, preset and field checked before the first cell compiles (minutes each)
   with user_errors(ValueError):
     slices = {name: topology.parse(name, flag='--slices') for name in _SLICES.value}

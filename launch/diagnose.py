@@ -20,6 +20,7 @@ checkpoints (--config.save_every, --config.keep_checkpoints) to see a run's cour
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.tools import diagnose
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py')
 _BATCHES = flags.DEFINE_integer('batches', 4, 'held-out batches measured')
@@ -36,7 +37,6 @@ def main(argv):
   if _BATCHES.value < 1 or _BATCH_SIZE.value < 2:
     raise cli.UserError('--batches must be at least 1 and --batch_size at least 2')
   cli.check_paths(_WORKDIR.value)
-  from electra_jax.tools import diagnose  # pylint: disable=import-outside-toplevel
   diagnose.diagnose(_WORKDIR.value, _BATCHES.value, _BATCH_SIZE.value,
                     log=lambda line: print(line, flush=True), probe=_PROBE.value)
 

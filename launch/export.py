@@ -20,10 +20,11 @@ dev file through HF's pipeline and exits 1 unless every row gets our prediction.
 import json
 import sys
 
-
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.storage import fs
+from electra_jax.tools import export
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py or finetune.py, '
                                 'or an original TF checkpoint')
@@ -38,8 +39,6 @@ flags.mark_flags_as_required(['workdir', 'out'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
-  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
   log = lambda line: print(line, flush=True)
   cli.check_paths(_WORKDIR.value, _OUT.value)
   done = export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log)

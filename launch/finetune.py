@@ -25,6 +25,10 @@ from absl import flags
 from ml_collections import config_flags
 
 from electra_jax import cli
+from electra_jax.finetune import compiling as finetune_compiling
+from electra_jax.finetune import config as config_lib
+from electra_jax.finetune import run
+from electra_jax.hardware import topology
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/finetune/*.py file[:task]')
 _INIT = flags.DEFINE_string('init', None, 'the --workdir of a pre-training run')
@@ -50,18 +54,12 @@ def main(argv):
       raise cli.UserError('--topology compiles a fine-tuning for a slice: give its --config and the '
                           '--init whose model it fine-tunes')
     config.init = _INIT.value
-    from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
     try:
       slice_ = topology.for_compiling(_TOPOLOGY.value, _NUM_SLICES.value)
-      from electra_jax.finetune import compiling as finetune_compiling  # pylint: disable=import-outside-toplevel
       return finetune_compiling.compile_for_topology(config, slice_,
                                                     lambda line: print(line, flush=True))
     except ValueError as e:
       raise cli.UserError(str(e)) from None
-  from electra_jax.hardware import compile_cache  # pylint: disable=import-outside-toplevel
-  compile_cache.load_ahead()  # (the last run's programs, while this one imports and reads)
-  from electra_jax.finetune import config as config_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
   cli.check_paths(_WORKDIR.value, _INIT.value)
   if config is None:  # eval / predict: the config the workdir was fine-tuned with
     config = config_lib.saved_config(_WORKDIR.value, _MODE.value)

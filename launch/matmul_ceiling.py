@@ -11,8 +11,11 @@ costs by the same estimate. Both are estimates from the compiler's cost model, n
 
 from absl import flags
 
-from electra_jax import cli
-from electra_jax import user_errors
+from electra_jax import cli, user_errors
+from electra_jax.config import pretraining as config_lib
+from electra_jax.hardware import topology
+from electra_jax.model import networks as model_lib
+from electra_jax.tools import ceiling
 
 _CONFIG = cli.define_config_file('config', None, 'a configs/*.py pre-training config')
 _TOPOLOGY = flags.DEFINE_string('topology', None,
@@ -27,10 +30,6 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
   if _MICROBATCHES.value < 1:
     raise cli.UserError('--microbatches must be at least 1')
-  from electra_jax.config import pretraining as config_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.model import networks as model_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import ceiling  # pylint: disable=import-outside-toplevel
   config = _CONFIG.value
   with user_errors(ValueError):
     config_lib.check(config)

@@ -14,6 +14,7 @@ seed's number. Rows stay in the input's order; an existing output is kept unless
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.finetune import predict
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of a fine-tuning (launch/finetune.py)')
 _INPUT = flags.DEFINE_string('input', None, 'the file to predict on (.csv, .tsv, .jsonl; CoNLL '
@@ -28,7 +29,6 @@ flags.mark_flags_as_required(['workdir', 'input'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
-  from electra_jax.finetune import predict  # pylint: disable=import-outside-toplevel
   cli.check_paths(_WORKDIR.value, _INPUT.value, _OUTPUT.value)
   predict.predict(_WORKDIR.value, _INPUT.value, _OUTPUT.value, _SEED.value, _OVERWRITE.value,
                   log=lambda line: print(line, flush=True))

@@ -15,7 +15,8 @@ import os
 from absl import flags
 
 from electra_jax import cli
-from electra_jax.data import records
+from electra_jax.data import prepare, records
+from electra_jax.storage import fs
 
 _CORPUS = flags.DEFINE_string('corpus', None, "a file, folder or glob of .txt/.gz/.jsonl[.gz] "
                               "files, or 'builtin'")
@@ -42,8 +43,6 @@ def main(argv):
   if (_CORPUS.value is None) == (_TFDS.value is None):
     raise cli.UserError('give exactly one source: --corpus=<files or builtin> or '
                         '--tfds=<name>[:<split>]')
-  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import prepare  # pylint: disable=import-outside-toplevel
   given = {name: flag.value for name, flag in _SETTINGS.items()}
   vocab = given['vocab']
   cli.check_paths(_OUTPUT.value, _CORPUS.value, vocab)

@@ -17,10 +17,17 @@ in every process and they find each other; elsewhere give each process --coordin
 --num_processes and --process_id (launch/local_cluster.py does so for N processes on this machine).
 """
 
+import time
+
 from absl import flags
+import jax
 from ml_collections import config_flags
 
 from electra_jax import cli
+from electra_jax.hardware import topology
+from electra_jax.pretraining import compiling
+from electra_jax.pretraining import run as pretrain
+from electra_jax.train import distributed
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for data, checkpoints, logs and plots')
@@ -42,28 +49,20 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
   cli.require_config(_CONFIG.value, 'pre-training')
   if _TOPOLOGY.value:  # compiled for the slice here, nothing trained
-    from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
     try:
       slice_ = topology.for_compiling(_TOPOLOGY.value, _NUM_SLICES.value)
-      from electra_jax.pretraining import compiling  # pylint: disable=import-outside-toplevel
       return compiling.compile_for_topology(_CONFIG.value, slice_,
                                             lambda line: print(line, flush=True))
     except ValueError as e:
       raise cli.UserError(str(e)) from None
-  import time  # pylint: disable=import-outside-toplevel
   print(time.strftime('%H:%M:%S ') + f'pre-training in {_WORKDIR.value}: starting JAX and '
         'reading the data', flush=True)
-  from electra_jax.train import distributed  # pylint: disable=import-outside-toplevel
   try:
     how = distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value,
                                  _HEARTBEAT.value)
   except ValueError as e:
     raise cli.UserError(str(e)) from None
   cli.check_paths(_WORKDIR.value, _CONFIG.value)
-  import jax  # pylint: disable=import-outside-toplevel
-  from electra_jax.hardware import compile_cache  # pylint: disable=import-outside-toplevel
-  compile_cache.load_ahead()  # (the last run's programs, while this one imports and reads)
-  from electra_jax.pretraining import run as pretrain  # pylint: disable=import-outside-toplevel
   if how and distributed.is_main():
     print(f'{jax.process_count()} processes ({how}), {jax.device_count()} devices in all',
           flush=True)

@@ -104,10 +104,10 @@ WINGS = ('storage', 'platform', 'config', 'data', 'model', 'objectives', 'conver
 
 # Imports that stay inside functions, each for a reason: heavy libraries a run may never need
 # (TensorFlow, behind storage/tf_import.py; scikit-learn for the TF-IDF baseline; matplotlib to
-# draw), the test extra (torch, transformers), JAX's TPU probe (loaded only where libtpu is), and
-# the one name the config package computes when asked for (PEP 562).
+# draw), the test extra (torch, transformers), and the one name the config package computes when
+# asked for (PEP 562). The commands of launch/ import everything at the top.
 LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'matplotlib', 'torch', 'transformers',
-        'jax._src.hardware_utils', 'electra_jax.config.pretraining')
+        'electra_jax.config.pretraining')
 
 
 def _wing(module: str) -> str | None:
@@ -186,7 +186,8 @@ def test_the_fine_tunings_rooms_import_only_the_rooms_before_them():
 @pytest.mark.fast
 def test_imports_are_at_the_top_of_each_module():
   lazy = []
-  for name, path in _modules().items():
+  for name, path in {**_modules(), **_launch_scripts()}.items():
+    exempt = LAZY if name.startswith('electra_jax') else ()
     tree = ast.parse(open(path).read())
     top = {id(n) for n in tree.body} | {id(n) for t in tree.body if isinstance(t, ast.Try)
                                         for n in t.body}
@@ -195,12 +196,32 @@ def test_imports_are_at_the_top_of_each_module():
         names = ([f'{node.module}.{a.name}' for a in node.names]
                  if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
         for imported in names:
-          if not any(imported == m or imported.startswith(m + '.') for m in LAZY):
+          if not any(imported == m or imported.startswith(m + '.') for m in exempt):
             lazy.append(f'{name}:{node.lineno} {imported}')
       if (isinstance(node, ast.Call) and ast.unparse(node.func).endswith('import_module')
           and 'electra_jax' in ast.unparse(node)):
         lazy.append(f'{name}:{node.lineno} {ast.unparse(node)}')  # a registry loading modules
   assert not lazy, f'imports inside functions (move them to the top of the module): {lazy}'
+
+
+@pytest.mark.fast
+def test_private_apis_of_jax_and_orbax_are_reached_in_one_module_and_each_is_found():
+  """Only platform/private.py imports a private module of JAX or Orbax (`_src`), and each name it
+  gives is there in the JAX and Orbax installed: a version that moves one fails here, not silently
+  in the fallback."""
+  found = []
+  for name, path in {**_modules(), **_launch_scripts()}.items():
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, (ast.Import, ast.ImportFrom)):
+        names = [node.module or ''] if isinstance(node, ast.ImportFrom) else [
+            a.name for a in node.names]
+        if any('._src' in n or n.startswith('_src') for n in names):
+          found.append(f'{name}:{node.lineno}')
+  assert found and all(f.startswith('electra_jax.platform.private:') for f in found), found
+  from electra_jax.platform import private  # pylint: disable=import-outside-toplevel
+  assert private.hardware_utils is not None and private.array_metadata_store is not None
+  assert private._jax_distributed is not None  # pylint: disable=protected-access
+  assert private.coordination_client() is None  # (one process: no coordination service)
 
 
 def test_every_module_imports_alone():

@@ -16,7 +16,6 @@ import numpy as np
 from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.kinds import registry
-from electra_jax.hardware import compile_cache
 from electra_jax.hardware import xla_options
 from electra_jax.train import partitioning
 
@@ -156,9 +155,7 @@ def predict_fn(model, mesh, method: str | None = None, rows: bool = False,
                                       b['input_mask'], True, method=method)
   fn = jax.jit(partitioning.on_mesh(forward, mesh), out_shardings=partitioning.replicated(mesh),
                compiler_options=None if xla_defaults else xla_options.forward(model.cfg.dtype))
-  # (kept whole between launched runs: the head, with its model config, is all it closes over)
-  return compile_cache.Kept(fn, 'prediction', {'model': repr(model), 'method': method,
-                                               'rows': rows, 'xla_defaults': xla_defaults}, mesh)
+  return fn
 
 
 def predict(model, params, data, batch_size: int, mesh, method: str | None = None,

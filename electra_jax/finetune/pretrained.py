@@ -15,7 +15,6 @@ from electra_jax import UserError, user_errors
 from electra_jax.config import pretraining as config_defaults
 from electra_jax.convert import sources
 from electra_jax.data import records as records_lib
-from electra_jax.hardware import compile_cache
 from electra_jax.model import networks as model_lib
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
@@ -118,12 +117,9 @@ def _read_checkpoint(init: str, config, model_cfg, step: str, log) -> tuple[dict
                       'at the end, at save_every steps and when stopped)')
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     # The run's state as shapes alone (one initialized only to be overwritten cost a second at
-    # start), kept between runs: their trace takes 0.4 s of a Base-sized start.
-    shapes = compile_cache.kept_value(
-        'pretraining_state', {'model': dataclasses.asdict(model_cfg),
-                              'optimizer': config.optimizer.to_dict()},
-        lambda: step_lib.shapes_of_state(optim.make_optimizer(config.optimizer)[0], jax.eval_shape(
-            functools.partial(model_lib.init_params, model_cfg), jax.random.key(0))))
+    # start).
+    shapes = step_lib.shapes_of_state(optim.make_optimizer(config.optimizer)[0], jax.eval_shape(
+        functools.partial(model_lib.init_params, model_cfg), jax.random.key(0)))
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
                           shapes)
     with user_errors(ValueError):

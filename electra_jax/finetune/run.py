@@ -57,8 +57,7 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
                                                    shape=kind.init_shape)
   o = cfg.optimizer
   decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
-  shapes = compile_cache.kept_value('finetuning_params', setup_description(  # (traced: 0.1 s)
-      cfg, pretrained, task, total_steps), lambda: jax.eval_shape(init, jax.random.key(0)))
+  shapes = jax.eval_shape(init, jax.random.key(0))
   factors = optim.layerwise_multipliers(shapes, model_cfg.num_layers, decay,
                                         o.layerwise_decay_rule)
   factors = optim.with_word_table_factor(factors, o.word_table_lr)
@@ -69,14 +68,6 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
                         init_params=init, check_update=not optim.bounds_updates(opt_cfg),
                         param_shapes=shapes,
                         init_args=() if pretrained.params is None else (pretrained.params,))
-
-
-def setup_description(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: int) -> dict:
-  """All that make_setup's programs are built from (its arguments, the weights and the seed aside:
-  they are the programs' arguments), as the key of the programs kept whole between runs."""
-  return {'config': json.loads(cfg.to_json()), 'model': dataclasses.asdict(pretrained.model_cfg),
-          'task': dataclasses.asdict(task), 'total_steps': total_steps,
-          'pretrained': pretrained.params is not None}
 
 
 def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, workdir: str,
@@ -91,8 +82,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   epochs = cfg.epochs or task.epochs
   total = total_steps(cfg, task, train)
   setup = make_setup(cfg, pretrained, task, total, seed)
-  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh, kept=setup_description(
-      cfg, pretrained, task, total))
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   fs.makedirs(workdir, exist_ok=True)
   ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1,
                                      best_metric=task.metrics[0] if cfg.eval_every else '')

@@ -21,10 +21,7 @@ import ctypes
 import os
 import platform
 
-try:  # JAX's probes of the machine's TPU chips and GPUs, run before its backend starts (private)
-  from jax._src import hardware_utils
-except ImportError:  # (another JAX: where JAX_PLATFORMS does not say, glibc is left as it is)
-  hardware_utils = None
+from electra_jax.platform.private import hardware_utils  # (None in another JAX: glibc left as it is)
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc's malloc.h
 _KEEP = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1))

@@ -48,27 +48,22 @@ class Programs:
   memory: Any  # the train step's memory per device (aot.Memory)
 
 
-def compile_run(config, make_setup, model_cfg, mesh, limit, log,
-                kept: dict | None = None) -> Programs:
+def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
   """The run's programs, from one setup: `make_setup(model_cfg)`, its train step compiled for the
   global batch (`microbatches=0`: the fewest parts whose step fits `limit` bytes per device), its
   evaluation step, and the initialization of that same setup. A step that the compiler rejects
   with an attention path is compiled again with the path's fallback (the kernel's: the explicit
   path), with a warning, instead of ending the run: the state is then initialized by that setup
-  too. Nothing is initialized here (the state's shapes are abstract). `kept`: what `make_setup`
-  builds from besides the model (JSON-able), to keep the programs whole between runs
-  (compile_steps' `kept`)."""
+  too. Nothing is initialized here (the state's shapes are abstract)."""
   d = config.data
   sharding = partitioning.batch_sharding(mesh)
 
   def build(model_cfg):
     setup = make_setup(model_cfg)
-    described = lambda m: None if kept is None else {
-        **kept, 'model': dataclasses.asdict(model_cfg), 'microbatches': m}
-    init, _, evaluate = step_lib.compile_steps(setup, mesh, described(setup.microbatches))
+    init, _, evaluate = step_lib.compile_steps(setup, mesh)
     state = init.eval_shape()
     compile_train = lambda m: step_lib.compile_steps(
-        dataclasses.replace(setup, microbatches=m), mesh, described(m))[1].lower(
+        dataclasses.replace(setup, microbatches=m), mesh)[1].lower(
             state, _batch_shapes(sharding, d.batch_size, d.max_seq_length)).compile()
     if config.microbatches:
       try:
@@ -94,7 +89,7 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log,
     evaluate = evaluate.lower(state.params, _batch_shapes(sharding, d.eval_batch_size,
                                                           d.max_seq_length),
                               jax.ShapeDtypeStruct((), jnp.int32)).compile()
-    return Programs(setup, step_lib.compile_steps(setup, mesh, described(setup.microbatches))[0],
+    return Programs(setup, step_lib.compile_steps(setup, mesh)[0],
                     train, evaluate, used)
 
   try:
@@ -112,15 +107,14 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log,
     return build(dataclasses.replace(model_cfg, attention=fallback.name))
 
 
-def compile_logged(config, make_setup, model_cfg, mesh, log, kept: dict | None = None
-                   ) -> Programs:
+def compile_logged(config, make_setup, model_cfg, mesh, log) -> Programs:
   """`compile_run` ahead of the first batch, saying so: the minute of compilation (or a few
   seconds from JAX's compilation cache) is not silence, and not counted in the first interval's
   tokens/s."""
   log(f'{logs_lib.stamp()}compiling the train and evaluation steps ...')
   t, before = time.perf_counter(), compile_cache.counts()
   programs = compile_run(config, make_setup, model_cfg, mesh,
-                         aot.device_memory_limit(mesh.devices.flat[0]), log, kept)
+                         aot.device_memory_limit(mesh.devices.flat[0]), log)
   log(f'{logs_lib.stamp()}compiled in {time.perf_counter() - t:.1f} s{compile_cache.note(before)}')
   return programs
 

@@ -7,7 +7,6 @@
     -> compiling: the steps over the mesh (microbatches fitted) -> loop.run -> summary.json
 """
 
-import dataclasses
 import json
 import time
 
@@ -160,9 +159,7 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
     with user_errors(ValueError):
       ckpt.check_shapes(latest, step_lib.compile_steps(make_setup(model_cfg),
                                                        mesh)[0].eval_shape())
-  programs = compiling.compile_logged(config, make_setup, model_cfg, mesh, log, kept={
-      'config': json.loads(config.to_json()), 'special': dataclasses.asdict(special),
-      'platform': platform})  # (make_setup's, the model aside)
+  programs = compiling.compile_logged(config, make_setup, model_cfg, mesh, log)
   setup, train_fn, eval_fn = programs.setup, programs.train, programs.evaluate
 
   # ---- the state, initialized by that setup: restored, or init_from's weights, or fresh ----

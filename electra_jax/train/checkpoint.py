@@ -21,12 +21,8 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
-try:  # the default handler's metadata store, where Orbax 0.12 keeps it
-  from orbax.checkpoint._src.metadata import array_metadata_store
-except ImportError:  # another Orbax: its default handler is kept
-  array_metadata_store = None
-
 from electra_jax import UserError
+from electra_jax.platform.private import array_metadata_store  # (None: Orbax's default handler)
 from electra_jax.storage import fs
 from electra_jax.train import distributed
 

@@ -15,7 +15,8 @@ import os
 
 import jax
 from absl import flags
-from jax._src import distributed as jax_distributed
+
+from electra_jax.platform import private
 
 
 def detected_cluster() -> str | None:
@@ -84,7 +85,7 @@ def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S):
   if jax.process_count() == 1:
     return
   _barriers[name] = _barriers.get(name, 0) + 1  # each use of a barrier gets its own id
-  jax_distributed.global_state.client.wait_at_barrier(f'electra_{name}_{_barriers[name]}',
+  private.coordination_client().wait_at_barrier(f'electra_{name}_{_barriers[name]}',
                                                       timeout_in_ms=timeout_s * 1000)
 
 
@@ -99,7 +100,7 @@ def all_agree(ok: bool, name: str) -> bool:
   coordination service's key-value store: no device program is compiled for it."""
   if jax.process_count() == 1:
     return ok
-  client = jax_distributed.global_state.client
+  client = private.coordination_client()
   _barriers[name] = _barriers.get(name, 0) + 1
   key = f'electra_agree_{name}_{_barriers[name]}'
   client.key_value_set(f'{key}/{jax.process_index()}', '1' if ok else '0')

@@ -21,7 +21,6 @@ import numpy as np
 import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from electra_jax.hardware import compile_cache
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.train import partitioning
@@ -209,34 +208,29 @@ def uses_fsdp(setup: Setup, mesh) -> bool:
   return mesh.devices.size > 1 and mesh.devices.flat[0].platform == 'tpu'
 
 
-def compile_steps(setup: Setup, mesh, kept: dict | None = None):
+def compile_steps(setup: Setup, mesh):
   """(init, train_step, eval_step) jitted over the mesh: batch split on 'data', state replicated
-  (or split by FSDP's rules, `uses_fsdp`). `kept`, where given, says (JSON-able) all that `setup`
-  was built from: the programs are then kept whole in the compilation cache's folder, and a later
-  run with the same description, code and devices loads them untraced (compile_cache.Kept)."""
+  (or split by FSDP's rules, `uses_fsdp`)."""
   data = partitioning.batch_sharding(mesh)
   repl = partitioning.replicated(mesh)
   setup = dataclasses.replace(setup, fsdp=uses_fsdp(setup, mesh))
-  shapes = (state_shapes(setup) if kept is None else
-            compile_cache.kept_value('state', kept, lambda: state_shapes(setup)))
+  shapes = state_shapes(setup)
   state = partitioning.state_shardings(shapes, mesh, setup.fsdp)
   if setup.fsdp:
     setup = dataclasses.replace(setup, param_shardings=state.params)
   # The seed is the programs' first argument, not a constant compiled into them: a fine-tuning's
-  # seeds run one program (traced and compiled once, kept once), and the numbers are the same.
+  # seeds run one program (traced and compiled once), and the numbers are the same.
   on_mesh = lambda fn: partitioning.on_mesh(functools.partial(_seeded(fn), setup), mesh)
   seed = _seed_argument(setup.seed, repl)
-  keep = ((lambda fn, name: compile_cache.Kept(fn, name, kept, mesh)) if kept is not None else
-          (lambda fn, name: fn))
-  init = keep(jax.jit(on_mesh(init_state), out_shardings=state), 'init')
+  init = jax.jit(on_mesh(init_state), out_shardings=state)
   init = _Bound(init, (seed,) + jax.tree.map(  # replicated over the mesh: every process passes
       lambda a: jax.make_array_from_process_local_data(repl, np.asarray(a)),  # its whole copy
       tuple(setup.init_args)), shapes=jax.tree.map(
           lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, state))
-  train = keep(jax.jit(on_mesh(train_step), in_shardings=(repl, state, data),
-                       out_shardings=(state, repl), donate_argnums=(1,)), 'train_step')
-  evaluate = keep(jax.jit(on_mesh(eval_step), in_shardings=(repl, state.params, data, repl),
-                          out_shardings=repl), 'eval_step')
+  train = jax.jit(on_mesh(train_step), in_shardings=(repl, state, data),
+                  out_shardings=(state, repl), donate_argnums=(1,))
+  evaluate = jax.jit(on_mesh(eval_step), in_shardings=(repl, state.params, data, repl),
+                     out_shardings=repl)
   return init, _Bound(train, (seed,)), _Bound(evaluate, (seed,))
 
 
