@@ -45,7 +45,7 @@ def _standard_streams():
       if null != fd:
         os.dup2(null, fd)
         os.close(null)
-      setattr(sys, name, open(fd, 'w', closefd=False))  # pylint: disable=consider-using-with
+      setattr(sys, name, open(fd, 'w', closefd=False))
 
 
 _standard_streams()
@@ -72,7 +72,7 @@ def _explain(error: Exception) -> str:
 
 def _config_flags() -> list[str]:
   """Names of the flags that take a config file (ml_collections' DEFINE_config_file)."""
-  return [name for name, flag in flags.FLAGS._flags().items()  # pylint: disable=protected-access
+  return [name for name, flag in flags.FLAGS._flags().items()
           if type(flag.parser).__name__ == 'ConfigFileFlagParser']
 
 
@@ -105,7 +105,7 @@ def _load_config(spec: str, name: str):
   except SyntaxError as e:
     raise UserError(f'--{name}={spec}: line {e.lineno} of {path} is not Python ({e.msg}); fix '
                     'it') from None
-  except Exception as e:  # pylint: disable=broad-except  (the config file's own code failed)
+  except Exception as e:  # (the config file's own code failed)
     raise UserError(_raised(name, spec, path, e)) from None
   if not callable(getattr(module, 'get_config', None)):
     raise UserError(f'--{name}={spec}: {path} defines no get_config(); a config file returns its '
@@ -117,7 +117,7 @@ def _load_config(spec: str, name: str):
     config = module.get_config(variant) if variant else module.get_config()
   except (ValueError, TypeError) as e:
     raise UserError(f'--{name}={spec}: {e}') from None
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     raise UserError(_raised(name, spec, path, e)) from None
   if not isinstance(config, ml_collections.ConfigDict):
     raise UserError(f'--{name}={spec}: get_config() of {path} returned {type(config).__name__}, '
@@ -295,7 +295,7 @@ def _parse(argv):
     if named and named.group(1) not in text:  # (an enum's message names no flag)
       text = f'{named.group(1)}={named.group(2)}: {text}'
     print(f'error: {text}', file=sys.stderr)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     print(f'error: {_explain(e)}', file=sys.stderr)
   sys.exit(2)
 
@@ -381,14 +381,14 @@ def exit_now(code: int, together: bool = False):
     try:
       if jax.process_count() > 1:
         jax.distributed.shutdown()
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
       pass
   if 'multiprocessing' in sys.modules:  # worker pools' semaphores released (else the resource
     try:  # tracker warns of leaked ones): what the interpreter's exit would run for them
-      sys.modules['multiprocessing'].util._exit_function()  # pylint: disable=protected-access
-    except Exception:  # pylint: disable=broad-except
+      sys.modules['multiprocessing'].util._exit_function()
+    except Exception:
       pass
-  os._exit(code)  # pylint: disable=protected-access
+  os._exit(code)
 
 
 def fewer_collections():
@@ -503,7 +503,7 @@ def run(main):
       print(f'{"stopped by SIGTERM" if isinstance(e, Terminated) else "interrupted"}: {said}',
             file=sys.stderr)
       exit_now(143 if isinstance(e, Terminated) else 130)
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
       traceback.print_exc()
       exit_now(1)
     exit_now(0)

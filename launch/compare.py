@@ -14,10 +14,10 @@ given, and so is the same model from random weights; --finetune_config.<field>=<
 <workdir>/comparison.md and comparison.json; re-running the command resumes. --plan prints each
 run's steps and the estimated time (one ELECTRA step is compiled and timed) and trains nothing.
 
-    python launch/build_tasks.py --out=/tmp/electra_suite
+    python -m benchmarks.build_tasks --out=/tmp/electra_suite
     python launch/compare.py --workdir=/tmp/suite_cmp --suite=/tmp/electra_suite --runs=electra,mlm --plan
 
---suite runs the comparison on every task of a suite of launch/build_tasks.py, each run pre-trained
+--suite runs the comparison on every task of a suite of benchmarks/build_tasks.py, each run pre-trained
 on that task's own train texts (<workdir>/<task>/), fine-tuned with configs/finetune/own.py (or
 --finetune_config), beside random weights and the TF-IDF baseline; one table over the tasks goes to
 <workdir>/suite.md. --tasks=man_section,debian_section runs those tasks of the suite alone.
@@ -29,7 +29,7 @@ import os
 from absl import flags
 
 from electra_jax import cli
-from electra_jax.tools import compare, compare_suite
+from electra_jax.apps import compare, compare_suite
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _CONFIG = cli.define_config_file(
@@ -42,7 +42,7 @@ _RUNS = flags.DEFINE_list('runs', 'electra,electra_15,mlm,replace_mlm,all_tokens
                           'runs to compare')
 _STEPS = flags.DEFINE_integer('electra_steps', 2000, 'the budget: FLOPs of this many ELECTRA steps')
 _SEEDS = flags.DEFINE_integer('num_seeds', 3, 'fine-tunings per run (the same seeds for all)')
-_SUITE = flags.DEFINE_string('suite', None, 'a folder written by launch/build_tasks.py: compare on '
+_SUITE = flags.DEFINE_string('suite', None, 'a folder written by benchmarks/build_tasks.py: compare on '
                              'each of its tasks, pre-training on its own texts')
 _TASKS = flags.DEFINE_list('tasks', [], "with --suite: these of its tasks alone (comma separated; "
                            'default: every task)')
@@ -63,7 +63,7 @@ def main(argv):
     return _suite(compare, log)
   if _TASKS.value:
     raise cli.UserError('--tasks picks tasks of a suite; give the suite with --suite=<folder of '
-                        'launch/build_tasks.py>, or leave --tasks out')
+                        'benchmarks/build_tasks.py>, or leave --tasks out')
   if flags.FLAGS['finetune_config'].present:
     tasks = compare.as_tasks(_FT_CONFIG.value)  # named as finetune.py names it (own data: its file)
   else:  # both built-in tasks, each with the --finetune_config.<field> overrides given

@@ -20,7 +20,7 @@ checkpoints (--config.save_every, --config.keep_checkpoints) to see a run's cour
 from absl import flags
 
 from electra_jax import cli
-from electra_jax.tools import diagnose
+from electra_jax.apps import diagnose
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py')
 _BATCHES = flags.DEFINE_integer('batches', 4, 'held-out batches measured')

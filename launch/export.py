@@ -23,8 +23,8 @@ import sys
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.apps import export
 from electra_jax.storage import fs
-from electra_jax.tools import export
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of launch/train.py or finetune.py, '
                                 'or an original TF checkpoint')

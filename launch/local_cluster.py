@@ -52,7 +52,7 @@ def launch(command: list[str], num_processes: int, devices: int, log_dir: str,
             f'--num_processes={num_processes}', f'--process_id={i}']
     out = None
     if i:
-      out = open(os.path.join(log_dir, f'process_{i}.log'), 'w')  # pylint: disable=consider-using-with
+      out = open(os.path.join(log_dir, f'process_{i}.log'), 'w')
       logs.append(out)
     procs.append(subprocess.Popen(args, env=child_env(devices), stdout=out,
                                   stderr=subprocess.STDOUT if out else None))

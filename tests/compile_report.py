@@ -29,7 +29,7 @@ _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 def _caller():
   """The innermost line of this project's code in the Python stack."""
-  frame = sys._getframe(2)  # pylint: disable=protected-access
+  frame = sys._getframe(2)
   while frame is not None:
     name = frame.f_code.co_filename
     if name.startswith(_OURS) and not name.endswith('compile_report.py'):

@@ -16,14 +16,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import jax  # noqa: E402  pylint: disable=wrong-import-position
+import jax  # noqa: E402
 
-from conftest import test_config  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.tools.benchmark import SPECIAL  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.tools.benchmark import synthetic_batch  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import partitioning  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
+from conftest import test_config  # noqa: E402
+from electra_jax.data.tokenizer import SPECIAL  # noqa: E402
+from electra_jax.data.synthetic import synthetic_batch  # noqa: E402
+from electra_jax.train import partitioning  # noqa: E402
+from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402
+from electra_jax.train import step as step_lib  # noqa: E402
 
 
 def main():

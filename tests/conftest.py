@@ -55,14 +55,14 @@ sys.path.insert(0, ROOT)
 sys.path.extend(sorted(e.path for e in os.scandir(os.path.dirname(os.path.abspath(__file__)))
                        if e.is_dir() and not e.name.startswith(('_', '.'))))
 
-import jax  # pylint: disable=wrong-import-position
-import pytest  # pylint: disable=wrong-import-position
+import jax
+import pytest
 
-from electra_jax import cli  # pylint: disable=wrong-import-position
-from electra_jax.config.pretraining import default_config  # pylint: disable=wrong-import-position
-from electra_jax.data import prepare as prepare_lib  # pylint: disable=wrong-import-position
-from electra_jax.data import records  # pylint: disable=wrong-import-position
-from electra_jax.platform import host_memory  # pylint: disable=wrong-import-position
+from electra_jax import cli
+from electra_jax.config.pretraining import default_config
+from electra_jax.data import prepare as prepare_lib
+from electra_jax.data import records
+from electra_jax.platform import host_memory
 
 host_memory.keep_freed()  # as the launch scripts do, before JAX's backend starts its threads
 assert jax.device_count() == 8, 'tests expect 8 fake CPU devices (XLA_FLAGS was set too late)'
@@ -99,7 +99,7 @@ def pytest_collection_modifyitems(config, items):
 
 def write_corpus(path: str, num_docs: int = 60, seed: int = 0):
   """A small text corpus: documents of sentences, blank lines between documents."""
-  import random  # pylint: disable=import-outside-toplevel
+  import random
   rng = random.Random(seed)
   with open(path, 'w') as f:
     for d in range(num_docs):
@@ -157,7 +157,7 @@ OBJECTIVE_RUN = {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0,
 
 def objective_config(name: str):
   """test_config() with OBJECTIVE_RUN, trained with objective `name`, the model fitted to it."""
-  from electra_jax.objectives import registry as objectives  # pylint: disable=import-outside-toplevel
+  from electra_jax.objectives import registry as objectives
   c = test_config(**{'objective.name': name, **OBJECTIVE_RUN})
   return objectives.fit_model_config(c, lambda *_: None)
 
@@ -165,13 +165,13 @@ def objective_config(name: str):
 def poisoned_setup(config, bad_steps, build=None):
   """The real setup of `config`, with a loss that is NaN at the given (1-based) training steps
   (the tests that need a non-finite step all poison step 3: one compiled program serves them)."""
-  import dataclasses  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  from electra_jax.pretraining import setup as pretrain_setup  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  import dataclasses
+  import jax.numpy as jnp
+  from electra_jax.pretraining import setup as pretrain_setup
+  from electra_jax.train import step as step_lib
+  from electra_jax.data.tokenizer import SPECIAL
   setup = (build or pretrain_setup.build_setup)(config, SPECIAL)
-  train_key = step_lib._keys(config.seed)[1]  # pylint: disable=protected-access
+  train_key = step_lib._keys(config.seed)[1]
   bad = jnp.stack([jax.random.key_data(jax.random.fold_in(train_key, s - 1)) for s in bad_steps])
 
   def loss_fn(params, batch, rng, deterministic=False):
@@ -208,6 +208,16 @@ def run_config_file(tmp_path, records_dir, **fields):
   return path
 
 
+def script(name: str) -> list[str]:
+  """The command line that runs `name` ('train.py'): launch/'s script, or the lab's module
+  (benchmarks/, run from the checkout: `python -m benchmarks.<name>`, in a process whose working
+  folder is ROOT)."""
+  if os.path.exists(os.path.join(ROOT, 'launch', name)):
+    return [sys.executable, os.path.join(ROOT, 'launch', name)]
+  assert os.path.exists(os.path.join(ROOT, 'benchmarks', name)), name
+  return [sys.executable, '-m', f'benchmarks.{name[:-3]}']
+
+
 def launch_command(config_file, workdir):
   return [sys.executable, os.path.join(ROOT, 'launch', 'train.py'), f'--config={config_file}',
           f'--workdir={workdir}']
@@ -225,7 +235,7 @@ CHILD_ENV = {**os.environ, 'JAX_COMPILATION_CACHE_DIR': jax.config.jax_compilati
 
 
 def load_config(path):
-  import importlib.util  # pylint: disable=import-outside-toplevel
+  import importlib.util
   spec = importlib.util.spec_from_file_location('run_config', path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -251,7 +261,7 @@ def records_dir(tmp_path_factory, corpus_file):
 @pytest.fixture(scope='session')
 def pretrained(tmp_path_factory, records_dir):
   """A pre-training workdir of the test model (4 steps), what fine-tuning tests start from."""
-  from electra_jax.pretraining import run as pretrain  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import run as pretrain
   workdir = str(tmp_path_factory.mktemp('pretrained') / 'w')
   pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), workdir,
                               log=lambda *_: None)
@@ -262,11 +272,11 @@ def pretrained(tmp_path_factory, records_dir):
 def gcs_server(tmp_path_factory):
   """A GCS server on 127.0.0.1 (tests/gcs_server.py: the gcp-storage-emulator package) with the
   bucket gs://electra-test; yields the environment under which every client reaches it."""
-  import json  # pylint: disable=import-outside-toplevel
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import time  # pylint: disable=import-outside-toplevel
+  import json
+  import subprocess
+  import time
   ready = tmp_path_factory.mktemp('gcs') / 'ready.json'
-  log = open(ready.with_name('server.log'), 'w')  # pylint: disable=consider-using-with
+  log = open(ready.with_name('server.log'), 'w')
   proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'tests', 'gcs_server.py'),
                            f'--ready_file={ready}', '--bucket=electra-test'],
                           stdout=log, stderr=subprocess.STDOUT)

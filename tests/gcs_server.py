@@ -39,8 +39,8 @@ HOSTS = ('www.googleapis.com', 'storage.googleapis.com', 'oauth2.googleapis.com'
 
 
 def _patch_emulator():
-  from gcp_storage_emulator import server as emulator  # pylint: disable=import-outside-toplevel
-  original_read = emulator._read_data  # pylint: disable=protected-access
+  from gcp_storage_emulator import server as emulator
+  original_read = emulator._read_data
   lock = threading.Lock()
 
   def read_data(handler, query):
@@ -55,7 +55,7 @@ def _patch_emulator():
     with lock:  # the emulator's storage is not made for concurrent requests
       return original_handle(self, method)
 
-  from gcp_storage_emulator.handlers import objects  # pylint: disable=import-outside-toplevel
+  from gcp_storage_emulator.handlers import objects
   original_download = objects.download
 
   def download(request, response, storage, *args, **kwargs):
@@ -73,7 +73,7 @@ def _patch_emulator():
         try:
           current = storage.get_file_obj(request.params['bucket_name'], name_of(request))
           generation = str(current['generation'])
-        except Exception:  # pylint: disable=broad-except
+        except Exception:
           generation = '0'  # no such object
         if generation != wanted:
           _ = request.data  # the body read away: the connection's next request starts after it
@@ -94,7 +94,7 @@ def _patch_emulator():
         methods[method] = replaced[handler]
   objects.download, objects.insert, objects.delete = (
       replaced[original_download], replaced[objects.insert], replaced[objects.delete])
-  emulator._read_data = read_data  # pylint: disable=protected-access
+  emulator._read_data = read_data
   emulator.Router.handle = handle
   emulator.RequestHandler.protocol_version = 'HTTP/1.1'
 
@@ -107,10 +107,10 @@ def _patch_emulator():
 
 def _certificates(directory: str) -> tuple[str, str, str]:
   """(CA certificate, server certificate for HOSTS, its key) as PEM files in `directory`."""
-  from cryptography import x509  # pylint: disable=import-outside-toplevel
-  from cryptography.hazmat.primitives import hashes, serialization  # pylint: disable=import-outside-toplevel
-  from cryptography.hazmat.primitives.asymmetric import ec  # pylint: disable=import-outside-toplevel
-  from cryptography.x509.oid import NameOID  # pylint: disable=import-outside-toplevel
+  from cryptography import x509
+  from cryptography.hazmat.primitives import hashes, serialization
+  from cryptography.hazmat.primitives.asymmetric import ec
+  from cryptography.x509.oid import NameOID
   now = datetime.datetime.now(datetime.timezone.utc)
   valid = dict(not_valid_before=now - datetime.timedelta(days=1),
                not_valid_after=now + datetime.timedelta(days=7))
@@ -209,12 +209,12 @@ def main():
   emulator = _patch_emulator()
   server = emulator.create_server('127.0.0.1', 0, in_memory=True)
   server.start()
-  while server._api._httpd is None:  # pylint: disable=protected-access
+  while server._api._httpd is None:
     time.sleep(0.01)
-  port = server._api._httpd.server_address[1]  # pylint: disable=protected-access
+  port = server._api._httpd.server_address[1]
   for bucket in args.bucket:
-    from gcp_storage_emulator.handlers import buckets  # pylint: disable=import-outside-toplevel
-    buckets.create_bucket(bucket, server._storage)  # pylint: disable=protected-access
+    from gcp_storage_emulator.handlers import buckets
+    buckets.create_bucket(bucket, server._storage)
   ca, cert, key = _certificates(os.path.dirname(os.path.abspath(args.ready_file)))  # beside F
   proxy = serve_proxy(port, cert, key)
   env = {'TENSORSTORE_GCS_HTTP_URL': f'http://127.0.0.1:{port}',

@@ -7,11 +7,10 @@ import glob
 import os
 import re
 
+from conftest import ROOT
 import pytest
 
-from conftest import ROOT
-from electra_jax import UserError
-from electra_jax import cli
+from electra_jax import UserError, cli
 from electra_jax.data import records
 
 pytestmark = pytest.mark.fast
@@ -20,15 +19,24 @@ PAGES = sorted([os.path.join(ROOT, 'README.md'), os.path.join(ROOT, 'WORKSPACE.m
                glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 MISTYPED = {'disc_wieght'}  # pretraining.md's example of a field name with a typo, and its answer
 ABSL = {'help', 'helpfull', 'helpshort', 'flagfile', 'undefok', 'only_check_args'}
-SCRIPT = re.compile(r'launch/(\w+)\.py')
+# a command: launch/<script>.py, or a lab command run from the checkout (python -m benchmarks.<script>)
+SCRIPT = re.compile(r'launch/(\w+)\.py|-m benchmarks\.(\w+)')
 FLAG = re.compile(r'(?<![\w-])--([a-z][a-z0-9_]*(?:\.[A-Za-z0-9_]+)*)')
 
 
 @functools.cache
+def script_path(command: str) -> str:
+  """'launch/train.py' (or 'benchmarks/benchmark.py') of the command that starts `command`."""
+  found = SCRIPT.match(command)
+  return f'launch/{found.group(1)}.py' if found.group(1) else f'benchmarks/{found.group(2)}.py'
+
+
+@functools.cache
 def script_flags(script: str) -> dict:
-  """{flag: the default config file or None} of launch/<script>.py, read from its source (and the
-  flags electra_jax/cli.py defines for every script that runs through it)."""
-  source = open(os.path.join(ROOT, 'launch', f'{script}.py')).read()
+  """{flag: the default config file or None} of the script at `script` (launch/<name>.py), read
+  from its source (and the flags electra_jax/cli.py defines for every script that runs through
+  it)."""
+  source = open(os.path.join(ROOT, script)).read()
   defined = {name: None for name in re.findall(r"DEFINE_\w+\(\s*'(\w+)'", source)}
   if 'cli.run(' in source:
     shared = open(os.path.join(ROOT, 'electra_jax', 'cli.py')).read()
@@ -47,7 +55,7 @@ def script_flags(script: str) -> dict:
 
 def config_files(script: str) -> set:
   """The flags of a script that take a config file."""
-  source = open(os.path.join(ROOT, 'launch', f'{script}.py')).read()
+  source = open(os.path.join(ROOT, script)).read()
   return set(re.findall(r"(?:DEFINE_config_file|define_config_file)\(\s*'(\w+)'", source))
 
 
@@ -62,7 +70,7 @@ def commands(text: str) -> list[str]:
         lines.append(' '.join(l.rstrip('\\') for l in block))
         block = []
     else:
-      lines += re.findall(r'`([^`]*launch/[^`]*)`', line)
+      lines += re.findall(r'`([^`]*(?:launch/|-m benchmarks\.)[^`]*)`', line)
   out = []
   for line in lines:
     line = line.split(' #')[0]
@@ -73,13 +81,13 @@ def commands(text: str) -> list[str]:
 
 @functools.cache
 def fields(spec: str, name: str) -> frozenset:
-  return frozenset(cli._paths(cli.load_config_file(spec, name)))  # pylint: disable=protected-access
+  return frozenset(cli._paths(cli.load_config_file(spec, name)))
 
 
 def check_override(spec: str, name: str, field: str) -> str | None:
   """None when --<name>.<field> is a field of the config `spec` (or names one alone)."""
   try:
-    cli._resolve_overrides(['x', f'--{name}={spec}', f'--{name}.{field}'], [name])  # pylint: disable=protected-access
+    cli._resolve_overrides(['x', f'--{name}={spec}', f'--{name}.{field}'], [name])
   except UserError as e:
     return str(e)
   return None
@@ -102,21 +110,21 @@ def test_every_launch_flag_and_config_field_in_a_command_exists():
   wrong, seen = [], 0
   for page in PAGES:
     for command in commands(open(page).read()):
-      script = SCRIPT.match(command).group(1)
-      if not os.path.exists(os.path.join(ROOT, 'launch', f'{script}.py')):
-        wrong.append(f'{os.path.relpath(page, ROOT)}: launch/{script}.py does not exist')
+      script = script_path(command)
+      if not os.path.exists(os.path.join(ROOT, script)):
+        wrong.append(f'{os.path.relpath(page, ROOT)}: {script} does not exist')
         continue
       defined = script_flags(script)
       for name in config_files(script):  # a config file a command names exists
         given = re.search(rf'--{name}=([^\s:]+)', command.split(' -- ')[0])
         if given and not re.search(r'[$<>\[]', given.group(1)) and not os.path.exists(
             os.path.join(ROOT, given.group(1))):
-          wrong.append(f'{os.path.relpath(page, ROOT)}: launch/{script}.py --{name}='
+          wrong.append(f'{os.path.relpath(page, ROOT)}: {script} --{name}='
                        f'{given.group(1)}: no such file')
       for flag in FLAG.findall(command.split(' -- ')[0]):
         seen += 1
         name, _, field = flag.partition('.')
-        where = f'{os.path.relpath(page, ROOT)}: launch/{script}.py --{flag}'
+        where = f'{os.path.relpath(page, ROOT)}: {script} --{flag}'
         if name not in defined and name not in ABSL:
           wrong.append(f'{where}: no such flag')
         elif field and name in config_files(script):

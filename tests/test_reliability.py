@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import CHILD_ENV, ROOT, WORDS, launch_command, poisoned_setup, run_config_file
-from conftest import test_config, write_corpus
+from conftest import script, test_config, write_corpus
 from electra_jax import UserError
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.data import input_pipeline
@@ -27,7 +27,8 @@ from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.hardware import compile_cache
-from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.data.synthetic import synthetic_batch
+from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.train import optim
 from electra_jax.train import partitioning
 from electra_jax.pretraining import preflight
@@ -40,10 +41,9 @@ def _quiet(*_):
   pass
 
 
-def _launch(script, *args, env=None, timeout=300):
-  return subprocess.run([sys.executable, os.path.join(ROOT, 'launch', script), *args],
-                        capture_output=True, text=True, env=env or CHILD_ENV, timeout=timeout,
-                        check=False)
+def _launch(name, *args, env=None, timeout=300):
+  return subprocess.run([*script(name), *args], capture_output=True, text=True, cwd=ROOT,
+                        env=env or CHILD_ENV, timeout=timeout, check=False)
 
 
 def _last(done) -> str:
@@ -64,7 +64,7 @@ def _truncate(folder):
 def test_a_damaged_final_checkpoint_is_trained_again_rewritten_and_exports(tmp_path, records_dir):
   """The same command after the final checkpoint was damaged: falls back to the one before,
   trains the lost steps again and saves the final step again (not skipped), which exports."""
-  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
+  from electra_jax.apps import export
   workdir = str(tmp_path / 'w')
   config = test_config(**{'data.records': records_dir, 'save_every': 2})
   pretrain.train_and_evaluate(config, workdir, log=_quiet)  # saves 2 and 4 (the final step)
@@ -141,8 +141,8 @@ def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refu
   rate): the step is not applied and is counted. Clipped, a huge but finite gradient gives a
   finite update, so the step does not compute the update's norm. The settings that produce
   non-finite updates are refused up front."""
-  import dataclasses  # pylint: disable=import-outside-toplevel
-  import optax  # pylint: disable=import-outside-toplevel
+  import dataclasses
+  import optax
   mesh = partitioning.make_mesh(jax.devices()[:1])
   batch = synthetic_batch(16, 32, 96, seed=2)
   setup = pretrain_setup.build_setup(test_config(**{'optimizer.grad_clip_norm': 0.0}), SPECIAL)
@@ -185,7 +185,7 @@ def test_text_in_long_lines_is_kept(tmp_path):
   """A corpus of one paragraph per line, and one without sentence ends, keep their text: lines
   are split at sentence ends, sentences longer than an example go in as pieces, and the
   vocabulary trainer gets lines longer than it takes as pieces (it would skip them)."""
-  import random  # pylint: disable=import-outside-toplevel
+  import random
   rng = random.Random(1)
   sentence = lambda: ' '.join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + '.'
   paragraphs = tmp_path / 'paragraphs.txt'
@@ -478,7 +478,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path):
        'ml_collections.ConfigDict; return the config (see configs/tiny.py)'),
       (('compare.py', f'--workdir={tmp_path / "cmp"}', f'--suite={tmp_path / "suite"}'),
        f'error: {tmp_path / "suite" / "suite.json"} is not a suite\'s description (a "tasks" list '
-       'whose entries each have a "name"); build the suite again: python launch/build_tasks.py '
+       'whose entries each have a "name"); build the suite again: python -m benchmarks.build_tasks '
        f'--out={tmp_path / "suite"}'),
   ]
   (tmp_path / 'suite').mkdir()
@@ -526,7 +526,7 @@ def test_a_compilation_cache_that_cannot_be_written_is_one_line_or_a_warning(tmp
 
 @pytest.mark.fast
 def test_rows_with_more_fields_than_the_header_are_refused(tmp_path):
-  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files
   path = tmp_path / 'train.tsv'
   path.write_text('text\tlabel\ngood film\t1\nbad\tfilm\t0\n')
   with pytest.raises(ValueError, match=r'data row 2 of .*train.tsv has 3 fields but the header '
@@ -553,11 +553,11 @@ def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretra
   """A workdir's config.json cut short or empty, records metadata without its splits or cut
   short, a checkpoints folder that is a file, a fine-tuning --mode on a pre-training workdir or on
   none, a truncated model.safetensors: each one sentence naming the file and the fix."""
-  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
-  from electra_jax.convert import hf  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  from electra_jax.apps import export
+  from electra_jax.convert import hf
+  from electra_jax.finetune import config as finetune_config
+  from electra_jax.finetune import pretrained as finetune_pretrained
+  from electra_jax.finetune import run as finetune_run
   workdir = str(tmp_path / 'w')
   shutil.copytree(pretrained, workdir)
   config = test_config(**{'data.records': records_dir})
@@ -620,8 +620,8 @@ def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretra
 
 
 def test_fine_tuning_settings_that_leave_nothing_are_refused(pretrained):
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune import run as finetune_run
   for field, value, error in (('max_seq_length', 2, r'max_seq_length is 2; give at least 3: \[CLS\] and \[SEP\] take 2'),
                               ('task.max_train_examples', -5, r'task.max_train_examples is -5; '
                                r'give 0 \(all\) or a number')):
@@ -641,7 +641,7 @@ def test_a_damaged_corpus_is_named_and_nothing_is_left(tmp_path):
   """.gz files cut short, damaged or not gzip, UTF-16 text, a JSON-lines corpus with a bad line
   (its error raised through the vocabulary trainer), a one-document corpus: one sentence each, no
   records folder left behind."""
-  import gzip  # pylint: disable=import-outside-toplevel
+  import gzip
   text = '\n'.join(' '.join(WORDS[(i + j) % len(WORDS)] for j in range(12)) + '.'
                    for i in range(3000))
   data = gzip.compress(text.encode())
@@ -694,9 +694,9 @@ def test_sigterm_while_records_are_written_says_so_and_leaks_nothing(tmp_path):
 
 @pytest.mark.fast
 def test_checkpoint_errors_read_without_object_reprs_and_compare_names_own_tasks(tmp_path):
-  from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import checkpoint as checkpoint_lib
+  from electra_jax.apps import compare
+  from electra_jax.finetune import config as ft_config
   e = ValueError('Read failed for state/array: <bound method PyCapsule.result of <tensorstore.'
                  'Future object at 0x7f00>> DATA_LOSS: truncated')
   assert checkpoint_lib.reason(e) == 'ValueError: Read failed for state/array: DATA_LOSS: truncated'
@@ -760,11 +760,11 @@ def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, corpu
   """A workdir without checkpoints, a fine-tuning's workdir given to the pre-training commands,
   a checkpoint deleted while read (a running pre-training rotates them), a damaged one, records
   of another vocabulary than init_from's, an --out that is a file: each named as what it is."""
-  from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import pretrained as ft_pretrained  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import diagnose  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import checkpoint as checkpoint_lib
+  from electra_jax.apps import export
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune import pretrained as ft_pretrained
+  from electra_jax.apps import diagnose
   empty = str(tmp_path / 'empty')  # a pre-training stopped before its first save
   os.makedirs(empty)
   shutil.copy(os.path.join(pretrained, 'config.json'), empty)
@@ -820,7 +820,7 @@ def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, corpu
   assert 'TensorStore details' not in str(e.value) and '<' not in str(e.value)
 
   # records of another vocabulary than init_from's: the conflict named, not a model field
-  from test_tokenizer import write_wordpiece_vocab  # pylint: disable=import-outside-toplevel
+  from test_tokenizer import write_wordpiece_vocab
   vocab = str(tmp_path / 'vocab.txt')
   size = len(write_wordpiece_vocab(vocab))
   other = str(tmp_path / 'other_records')
@@ -852,9 +852,9 @@ def test_a_checkpoint_of_another_run_is_refused_naming_what_differs(tmp_path, pr
   """A checkpoint copied in from a run of the same shapes and vocabulary (another seed, other
   records, another fine-tuning's seed or train data) is not resumed: the sentence names what
   differs."""
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
-  from conftest import write_corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune import run as finetune_run
+  from conftest import write_corpus
   records = str(tmp_path / 'records')  # the fixture's records, at a path of this test
   shutil.copytree(records_dir, records)
   other = str(tmp_path / 'other')  # seed 1, its own records: 4 steps
@@ -911,7 +911,7 @@ def test_a_checkpoint_of_another_run_is_refused_naming_what_differs(tmp_path, pr
 def test_files_are_read_exactly_as_written_or_refused_with_the_row(tmp_path):
   """Quoting, headers, types, sizes and encodings of your own files: each read as written, or
   refused in one sentence naming the line."""
-  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files
   rows = [(f'text number {i} with words', 'ab'[i % 2]) for i in range(64)]
 
   def table(name, rows, sep=',', header=('text', 'label')):
@@ -980,8 +980,8 @@ def test_files_are_read_exactly_as_written_or_refused_with_the_row(tmp_path):
 
 @pytest.mark.fast
 def test_regression_targets_are_scaled_by_their_range_and_one_value_is_refused(tmp_path):
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune.kinds import registry  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune.kinds import registry
   train = tmp_path / 'train.csv'
   train.write_text('text,price\na,100000\nb,900000\nc,500000\n')
   cfg = ft_config.default_config().task
@@ -1000,11 +1000,11 @@ def test_regression_targets_are_scaled_by_their_range_and_one_value_is_refused(t
 def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
   """A config file given to the other command, an empty --workdir, a label column that holds the
   text, --seed for a pre-training's export, a bad --mode or --kills: one sentence each."""
-  from conftest import load_config  # pylint: disable=import-outside-toplevel
-  from electra_jax import cli  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import export  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
+  from conftest import load_config
+  from electra_jax import cli
+  from electra_jax.train import workdir as workdir_lib
+  from electra_jax.apps import export
+  from electra_jax.finetune.inputs import files
   data = tmp_path / 'train.csv'
   data.write_text('text,label\na,x\nb,y\n')
   own = load_config(os.path.join(ROOT, 'configs', 'finetune', 'own.py'))
@@ -1050,8 +1050,8 @@ def test_round_four_inputs_of_a_new_user_are_one_sentence_or_read_as_meant(tmp_p
   null (they read as the word 'None') or numbers, a data file that is a folder, a second text
   column that is the first, a null text in a JSON-lines data file, a max_seq_length that leaves an
   example no room."""
-  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
-  from electra_jax.storage import fs  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files
+  from electra_jax.storage import fs
   (tmp_path / 'config.json').write_text('[1, 2]')
   with pytest.raises(UserError, match=r'config.json holds \[1, 2\], not an object: the file is '
                                       r'damaged; delete it$'):
@@ -1089,9 +1089,9 @@ def test_round_four_inputs_of_a_new_user_are_one_sentence_or_read_as_meant(tmp_p
 def test_data_that_is_likely_a_mistake_is_named_in_a_warning(tmp_path):
   """A dev file that is (mostly) the train file, a label column with a class per example (an id
   or text column): trained as given, and said."""
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune.kinds import registry  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune.inputs import tasks as tasks_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune.kinds import registry
+  from electra_jax.finetune.inputs import tasks as tasks_lib
   rows = ''.join(f'text {i},{"ab"[i % 2]}\n' for i in range(40))
   (tmp_path / 'train.csv').write_text('text,label\n' + rows)
   (tmp_path / 'dev.csv').write_text('text,label\n' + rows[:200] + 'new one,a\n')
@@ -1103,7 +1103,7 @@ def test_data_that_is_likely_a_mistake_is_named_in_a_warning(tmp_path):
       f'warning: {share:.0f}% of the dev examples are in the train data too: the dev score '
       'measures what was seen (is task.dev the train file?)']
   assert tasks_lib.overlap_notes({'train': splits['train'], 'dev': splits['dev'][-1:]}) == []
-  from electra_jax.finetune.inputs import squad  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import squad
   questions = [squad.Question(str(i), f'q{i}?', 'a context', ('a',), (0,)) for i in range(4)]
   assert tasks_lib.overlap_notes({'train': questions, 'dev': questions[:2]})[0].startswith(
       'warning: 100% of the dev examples are in the train data too')

@@ -10,9 +10,9 @@ import re
 import subprocess
 import sys
 
+from conftest import HAS_HF, ROOT
 import pytest
 
-from conftest import HAS_HF, ROOT
 from electra_jax.finetune.kinds import registry
 from electra_jax.model import generators
 
@@ -32,6 +32,13 @@ def _modules() -> dict[str, str]:
           parts.pop()
         found['.'.join(parts)] = path
   return found
+
+
+def _lab_modules() -> dict[str, str]:
+  """{'benchmarks.<module>': file} of the lab beside the package (benchmarks/)."""
+  folder = os.path.join(ROOT, 'benchmarks')
+  return {f'benchmarks.{n[:-3]}': os.path.join(folder, n) for n in sorted(os.listdir(folder))
+          if n.endswith('.py') and n != '__init__.py'}
 
 
 def _imports(path: str, modules: dict) -> list[tuple[str, int]]:
@@ -100,13 +107,14 @@ def _python(script: str):
 # The wings, lowest first: each imports only wings before it (and itself); the package's
 # __init__ (UserError, Stopped) is below them all, cli.py above them all.
 WINGS = ('storage', 'platform', 'config', 'data', 'model', 'objectives', 'convert', 'hardware',
-         'train', 'pretraining', 'finetune', 'tools', 'cli')
+         'train', 'pretraining', 'finetune', 'apps', 'cli')
 
 # Imports that stay inside functions, each for a reason: heavy libraries a run may never need
-# (TensorFlow, behind storage/tf_import.py; scikit-learn for the TF-IDF baseline; matplotlib to
+# (TensorFlow, behind storage/tf_import.py; scikit-learn and SciPy for scores and the TF-IDF
+# baseline; matplotlib to
 # draw), the test extra (torch, transformers), and the one name the config package computes when
 # asked for (PEP 562). The commands of launch/ import everything at the top.
-LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'matplotlib', 'torch', 'transformers',
+LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'scipy', 'matplotlib', 'torch', 'transformers',
         'electra_jax.config.pretraining')
 
 
@@ -186,8 +194,8 @@ def test_the_fine_tunings_rooms_import_only_the_rooms_before_them():
 @pytest.mark.fast
 def test_imports_are_at_the_top_of_each_module():
   lazy = []
-  for name, path in {**_modules(), **_launch_scripts()}.items():
-    exempt = LAZY if name.startswith('electra_jax') else ()
+  for name, path in {**_modules(), **_launch_scripts(), **_lab_modules()}.items():
+    exempt = () if name.startswith('launch/') else LAZY
     tree = ast.parse(open(path).read())
     top = {id(n) for n in tree.body} | {id(n) for t in tree.body if isinstance(t, ast.Try)
                                         for n in t.body}
@@ -210,7 +218,7 @@ def test_private_apis_of_jax_and_orbax_are_reached_in_one_module_and_each_is_fou
   gives is there in the JAX and Orbax installed: a version that moves one fails here, not silently
   in the fallback."""
   found = []
-  for name, path in {**_modules(), **_launch_scripts()}.items():
+  for name, path in {**_modules(), **_launch_scripts(), **_lab_modules()}.items():
     for node in ast.walk(ast.parse(open(path).read())):
       if isinstance(node, (ast.Import, ast.ImportFrom)):
         names = [node.module or ''] if isinstance(node, ast.ImportFrom) else [
@@ -218,21 +226,22 @@ def test_private_apis_of_jax_and_orbax_are_reached_in_one_module_and_each_is_fou
         if any('._src' in n or n.startswith('_src') for n in names):
           found.append(f'{name}:{node.lineno}')
   assert found and all(f.startswith('electra_jax.platform.private:') for f in found), found
-  from electra_jax.platform import private  # pylint: disable=import-outside-toplevel
+  from electra_jax.platform import private
   assert private.hardware_utils is not None and private.array_metadata_store is not None
-  assert private._jax_distributed is not None  # pylint: disable=protected-access
+  assert private._jax_distributed is not None
   assert private.coordination_client() is None  # (one process: no coordination service)
 
 
 def test_every_module_imports_alone():
   """Each module imported first, in a fresh state of the package (a child process, with the
   third-party libraries loaded once): nothing depends on what was imported before it."""
-  peers = ('electra_jax.tools.peer_hf', 'electra_jax.tools.peer_hf_trainer')  # torch at the top
-  names = sorted(n for n in _modules() if HAS_HF or n not in peers)
+  peers = ('benchmarks.peer_hf', 'benchmarks.peer_hf_trainer')  # torch at the top
+  lab = {n: p for n, p in _lab_modules().items() if 'cli.run(' not in open(p).read()}  # (not
+  names = sorted(n for n in {**_modules(), **lab} if HAS_HF or n not in peers)  # the commands)
   script = (
       'import importlib, sys\n'
       f'for name in {names!r}:\n'
-      '  for m in [m for m in sys.modules if m.split(".")[0] == "electra_jax"]:\n'
+      '  for m in [m for m in sys.modules if m.split(".")[0] in ("electra_jax", "benchmarks")]:\n'
       '    del sys.modules[m]\n'
       '  importlib.import_module(name)\n'
       'print("imported", len(sys.modules))\n')
@@ -259,10 +268,10 @@ def _launch_scripts() -> dict[str, str]:
 
 @pytest.mark.fast
 def test_no_function_is_longer_than_a_screen():
-  """The package's functions and the commands' (launch/ is read too)."""
+  """The package's functions, the commands' and the lab's."""
   long = []
-  assert len(_launch_scripts()) > 10
-  for name, path in {**_modules(), **_launch_scripts()}.items():
+  assert len(_launch_scripts()) > 8
+  for name, path in {**_modules(), **_launch_scripts(), **_lab_modules()}.items():
     for node in ast.walk(ast.parse(open(path).read())):
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         lines = node.end_lineno - node.lineno + 1
@@ -331,7 +340,7 @@ def test_no_branch_on_a_task_kind_outside_its_module():
 def test_no_branch_on_an_objective_name_outside_objectives():
   """The step, FLOPs, the run's summary and the compare tool ask the objective's registry entry
   (objectives.OBJECTIVES); none compares objective.name with a name."""
-  from electra_jax.objectives import registry as objectives  # pylint: disable=import-outside-toplevel
+  from electra_jax.objectives import registry as objectives
   names = set(objectives.OBJECTIVES)
   found = [f for f in _comparisons_naming(
       names, lambda module: module.startswith('electra_jax.objectives'))
@@ -374,7 +383,7 @@ def test_the_config_is_declared_once():
   # A command's flag for a setting of the records (a field of the pre-training config or of the
   # vocabulary trainer) is the declaration's (cli.declared_flags), not a flag defined again with
   # a default and meaning of its own.
-  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import records
   settings = set(records.declarations())
   launch = os.path.join(ROOT, 'launch')
   restated = []
@@ -390,18 +399,20 @@ def test_the_config_is_declared_once():
 
 
 @pytest.mark.fast
-def test_the_library_never_imports_its_tools_and_scripts_import_the_installed_package():
-  """electra_jax/tools/ (benchmark, compare, diagnose, ...) sits on the library; nothing of the
-  library imports it. launch/ scripts import the installed package (no sys.path edits)."""
+def test_the_library_never_imports_its_apps_or_the_lab_and_scripts_import_the_installed_package():
+  """electra_jax/apps/ (export, compare, diagnose) sits on the library, and the lab (benchmarks/)
+  beside it: nothing of the library imports either, nor an app the lab. launch/ and benchmarks/
+  import the installed package (no sys.path edits)."""
   modules = _modules()
-  into_tools = sorted(f'{name}:{line}' for name, path in modules.items()
-                      if not name.startswith('electra_jax.tools')
-                      for m, line in _imports(path, modules) if m.startswith('electra_jax.tools'))
-  assert not into_tools, f'the library imports electra_jax.tools: {into_tools}'
-  launch = os.path.join(ROOT, 'launch')
-  edits = sorted(name for name in os.listdir(launch) if name.endswith('.py')
-                 and 'sys.path' in open(os.path.join(launch, name)).read())
-  assert not edits, f'launch scripts that edit sys.path: {edits}'
+  into = sorted(f'{name}:{line}' for name, path in modules.items()
+                for m, line in _imports(path, modules)
+                if m.split('.')[0] == 'benchmarks'
+                or (m.startswith('electra_jax.apps') and not name.startswith('electra_jax.apps')))
+  assert not into, f'the library imports its apps or the lab: {into}'
+  edits = sorted(name for name, path in {**_launch_scripts(), **_lab_modules()}.items()
+                 if 'sys.path' in open(path).read())
+  assert not edits, f'scripts that edit sys.path: {edits}'
+  assert len(_lab_modules()) > 10
 
 
 def test_tensorflow_loads_without_keras_which_stays_importable():

@@ -7,6 +7,6 @@ pretraining.py when asked for, so that importing a module of this package never 
 
 def __getattr__(name: str):
   if name == 'default_config':  # (PEP 562: a module attribute computed when asked for)
-    from electra_jax.config import pretraining  # pylint: disable=import-outside-toplevel
+    from electra_jax.config import pretraining
     return pretraining.default_config
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -204,13 +204,13 @@ def read_folder(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
   if fs.isfile(weights):
     try:
       state = load(fs.read_bytes(weights))
-    except Exception as e:  # pylint: disable=broad-except  (safetensors' SafetensorError)
+    except Exception as e:  # (safetensors' SafetensorError)
       raise ValueError(f'{weights} cannot be read ({" ".join(str(e).split())[:120]}): the file is '
                        'damaged or cut short; copy the folder again, or save the model again '
                        'with save_pretrained') from None
   elif fs.isfile(fs.join(folder, 'pytorch_model.bin')):
     try:
-      import torch  # pylint: disable=import-outside-toplevel
+      import torch
     except ImportError:
       raise ValueError(f'{folder} holds PyTorch weights (pytorch_model.bin), which need torch to '
                        'read; install torch or save the model with safetensors') from None

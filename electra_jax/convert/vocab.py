@@ -24,7 +24,7 @@ _SPECIAL_FIELDS = {'pad_token': '[PAD]', 'unk_token': '[UNK]', 'cls_token': '[CL
 
 
 def _wordpiece_tokenizer(ours: tokenizer_lib.WordPieceTokenizer):
-  return Tokenizer.from_str(ours._tok._tokenizer.to_str())  # a copy  # pylint: disable=protected-access
+  return Tokenizer.from_str(ours._tok._tokenizer.to_str())  # a copy
 
 
 def hf_tokenizer(ours):

@@ -199,7 +199,7 @@ def global_batches(dataset, sharding, records_dir: str | None = None) -> Iterato
       local = next(iterator)
     except StopIteration:
       return
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       if records_dir is None or type(e).__name__ not in ('DataLossError', *_GONE):
         raise
       text = ' '.join(str(e).split())
@@ -243,7 +243,7 @@ def damage_report(records_dir: str, error: str = '') -> str:
       try:
         for _ in tf.data.TFRecordDataset(path):
           n += 1
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:
         if type(e).__name__ != 'DataLossError':
           raise
         found = (path, n)

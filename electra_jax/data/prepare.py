@@ -143,7 +143,7 @@ def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[st
         log(_progress_line(name, source, shards, last - start))
     flush()
     done = [shard.finish() for shard in shards.values()]
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     if not fs.no_space(e):
       raise
     raise ValueError(_disk_full(out_dir, source)) from None
@@ -152,7 +152,7 @@ def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[st
       if shard.tmp is not None and not fs.remote(shard.tmp) and fs.exists(shard.tmp):
         try:
           shard.writer.close()
-        except Exception:  # pylint: disable=broad-except
+        except Exception:
           pass  # (a full disk fails the close too)
         fs.remove(shard.tmp)
   log(_progress_line(name, source, shards, time.time() - start, final=True))

@@ -287,7 +287,7 @@ def _trainer(connection, options: dict, seed: int):
   model = io.BytesIO()
   try:
     spm.SentencePieceTrainer.train(sentence_iterator=sentences(), model_writer=model, **options)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     connection.send(('error', str(e)))
     return
   connection.send(('model', model.getvalue()))

@@ -39,8 +39,8 @@ def _targets(task, examples) -> np.ndarray:
 def features():
   """The TF-IDF feature extractor (scikit-learn), not yet fitted."""
   # scikit-learn takes 0.8 s to import: loaded where the baseline is computed, not by every run
-  from sklearn.feature_extraction.text import TfidfVectorizer  # pylint: disable=import-outside-toplevel
-  from sklearn.pipeline import FeatureUnion  # pylint: disable=import-outside-toplevel
+  from sklearn.feature_extraction.text import TfidfVectorizer
+  from sklearn.pipeline import FeatureUnion
   return FeatureUnion([
       ('words', TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=1,
                                 token_pattern=r'(?u)\b\w+\b')),
@@ -53,8 +53,8 @@ def linear_model(numbers: bool, y: np.ndarray):
   """The linear model, not yet fitted: ridge regression (`numbers`) or logistic regression, its
   strength chosen from a fixed grid by 3-fold cross-validation on what it is fitted on (targets
   `y`)."""
-  from sklearn.linear_model import LogisticRegression, Ridge  # pylint: disable=import-outside-toplevel
-  from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold  # pylint: disable=import-outside-toplevel
+  from sklearn.linear_model import LogisticRegression, Ridge
+  from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
   if numbers:
     return GridSearchCV(Ridge(), {'alpha': [1 / c for c in _STRENGTHS]},
                         cv=KFold(3, shuffle=True, random_state=0))

@@ -180,7 +180,7 @@ def _meta(workdir: str, seed: int) -> dict:
                       'launch/finetune.py first')
     try:
       return ckpt.meta(step)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       raise UserError(f'the checkpoint {ckpt.directory}/{step} cannot be read '
                       f'({checkpoint_lib.reason(e)}); run the fine-tuning again to rewrite it'
                       ) from None

@@ -64,7 +64,7 @@ def memory(compiled, state=None, batch=None) -> Memory | None:
   `batch` are its arguments (abstract or real) by role; what remains of the arguments is batch."""
   try:
     a = compiled.memory_analysis()
-  except Exception:  # pylint: disable=broad-except
+  except Exception:
     a = None
   if a is None:
     return None
@@ -80,7 +80,7 @@ def device_memory_limit(device=None) -> int | None:
   device = device or jax.devices()[0]
   try:
     stats = device.memory_stats() or {}
-  except Exception:  # pylint: disable=broad-except
+  except Exception:
     stats = {}
   return stats.get('bytes_limit')
 
@@ -119,7 +119,7 @@ def fit_microbatches(compile_step: Callable, batch_size: int, devices: int, limi
   def attempt(m):  # (compiled or None, its memory): a program the compiler refused as too large
     try:  #           counts as its reported need
       compiled = compile_step(m)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       need = out_of_memory(e)
       if need is None:
         raise
@@ -171,7 +171,7 @@ def timed_compile(lower: Callable) -> tuple:
   t = time.perf_counter()
   try:
     return lower().compile(), time.perf_counter() - t, ''
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     lines = [l.strip() for l in str(e).splitlines() if l.strip()]
     first = next((l for l in lines if 'memory' in l.lower()), lines[0] if lines else '')
     return None, time.perf_counter() - t, f'{type(e).__name__}: {first}'[:400]

@@ -75,7 +75,7 @@ class Slice:
           topology_name=self.topology, platform='tpu',
           chip_config_name='megacore' if three_d else 'default', chips_per_host_bounds=per_host,
           num_slices=self.num_slices, wrap=(False, False, False))
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise ValueError(f'cannot make the compile-only devices of {self.name} ({first}); install '
                        'the TPU compiler with pip install -e ".[tpu]"') from None

@@ -6,7 +6,7 @@ it is slower, by up to 1.8x at some shapes (a Small classifier at 32 x 128: 838 
 without them; at 8, 16 and 64 rows 1.1-1.4x; docs/measured.md), and in bfloat16 YNNPACK's dots
 are the fast ones (227 ms). So fine-tuning's prediction program (forward only, float32 on CPUs)
 is compiled without them, on its own (`jax.jit(..., compiler_options=forward(dtype))`); every
-other program keeps XLA's defaults. `launch/benchmark.py --mode=finetune` times prediction with
+other program keeps XLA's defaults. `benchmarks/benchmark.py --mode=finetune` times prediction with
 XLA's defaults beside it on CPUs (the `xla defaults` row). An XLA that no longer takes the option
 is said in a warning, and its defaults are used.
 """
@@ -29,7 +29,7 @@ def forward(dtype: str) -> dict | None:
   try:
     jax.jit(lambda x: x + 1, compiler_options=_CPU_FORWARD).lower(
         jax.ShapeDtypeStruct((), 'float32')).compile()
-  except Exception as e:  # pylint: disable=broad-except  (an XLA without the option: its defaults)
+  except Exception as e:  # (an XLA without the option: its defaults)
     print(f'warning: this XLA (jax {jax.__version__}) does not take '
           f'{", ".join(_CPU_FORWARD)} ({" ".join(str(e).split())[:120]}); fine-tuning\'s '
           'prediction keeps its default fusions, up to 1.8x slower on CPUs in float32',

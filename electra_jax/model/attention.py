@@ -118,7 +118,7 @@ def kernel_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
   def run():
     try:
       return check(options, jnp.dtype(dtype), length, dropout_rate, tuple(directions), head_dim)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       return f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
 
   with concurrent.futures.ThreadPoolExecutor(1) as pool:

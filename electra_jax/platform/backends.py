@@ -23,7 +23,7 @@ def auto_dtype(backend: str) -> str:
 def kernel_tiles(backend: str) -> dict:
   """The attention kernels' settings per backend (model/flash.py's FlashOptions fields): 128-row
   tiles on TPUs (the MXU's), Triton's defaults with 8 warps and 3 pipeline stages on GPUs (the
-  fastest of the settings measured on an H200: launch/benchmark.py --mode=attention --blocks;
+  fastest of the settings measured on an H200: benchmarks/benchmark.py --mode=attention --blocks;
   docs/measured.md), and the interpreter (the same kernels, GPU layout) elsewhere."""
   if backend == 'tpu':
     return dict(backend='tpu', block_q=128, block_k=128, block_k_dkv=128, block_q_dkv=128,

@@ -68,7 +68,7 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
     if config.microbatches:
       try:
         train = compile_train(config.microbatches)
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:
         need = aot.out_of_memory(e)
         if need is None:
           raise
@@ -96,7 +96,7 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
     return build(model_cfg)
   except (UserError, KeyboardInterrupt):
     raise
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     path = attention_lib.PATHS[model_cfg.attention]
     if not path.fallback or config.model.attention == path.name or aot.out_of_memory(e):
       raise  # (a path the config forced, or none to fall back to)
@@ -147,7 +147,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
   except UserError as e:
     log(f'train step: does not fit ({time.perf_counter() - t:.0f} s): {e}')
     raise
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     first = ' '.join(str(e).split())[:400]
     log(f'train step: does not compile ({time.perf_counter() - t:.0f} s): {first}')
     raise UserError(f'the train step does not compile for {slice_.label}: {first}') from None

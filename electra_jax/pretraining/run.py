@@ -128,7 +128,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the summary."""
   main = distributed.is_main()  # the one process that logs and writes files
   if not main:
-    log = lambda line: None  # pylint: disable=unnecessary-lambda-assignment
+    log = lambda line: None
   mesh = partitioning.make_mesh()
   config, source = preflight.resolve(config, log)
   preflight.check_config(config, mesh)

@@ -202,7 +202,7 @@ def copytree(src, dst):
 
 # ---- contents ---------------------------------------------------------------------------------
 
-def open(path, mode: str = 'r', encoding: str | None = None,  # pylint: disable=redefined-builtin
+def open(path, mode: str = 'r', encoding: str | None = None,
          newline: str | None = None):
   """A file object; text modes read and write UTF-8 (a remote file's line ends are kept as they
   are, as newline='' keeps them)."""

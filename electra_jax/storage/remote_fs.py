@@ -23,7 +23,7 @@ def errors(path):
   """TensorFlow's file-system errors as Python's, naming `path`."""
   try:
     yield
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     raise translate(e, path) from None
 
 

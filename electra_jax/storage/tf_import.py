@@ -26,7 +26,7 @@ def tensorflow():
   if keep_out:
     sys.modules['keras'] = None
   try:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf
   finally:
     if keep_out and sys.modules.get('keras', 0) is None:
       del sys.modules['keras']
@@ -37,7 +37,7 @@ def tensorflow():
 def datasets():
   """The `tensorflow_datasets` module, TensorFlow set up first."""
   tensorflow()
-  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  import tensorflow_datasets as tfds
   return tfds
 
 
@@ -140,7 +140,7 @@ def _load(tfds, name: str, split: str, data_dir: str | None, data_dir_hint: str,
     except AssertionError:  # not prepared there: downloaded and prepared, if its hosts answer
       _check_reachable(tfds, name, data_dir)
       return tfds.load(name, split=split, data_dir=data_dir, **kwargs)
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     for path in sorted(_snapshot(watched) - before, key=len, reverse=True):  # deepest first
       if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path, ignore_errors=True)

@@ -224,7 +224,7 @@ class Checkpointer:
     """Orbax's and TensorStore's 'No space left on device' as DiskFull, in one sentence."""
     try:
       yield
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       if not fs.no_space(e):
         raise
       self._remove_unfinished()
@@ -250,7 +250,7 @@ class Checkpointer:
     try:
       with _reading(self._arrays(step)):
         saved = _flat_shapes(self.manager.item_metadata(step)['state'].tree['params'])
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
       return  # metadata that cannot be read: the restore reports the checkpoint as damaged
     wanted = _flat_shapes(target_state.params)
     if saved != wanted:
@@ -328,7 +328,7 @@ class Checkpointer:
       step = steps.pop(0)
       try:
         state, meta = self.restore(step, target_state, only)
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:
         # Orbax refuses arrays of other shapes than the target's: a model of other shapes is
         # said as such (its metadata compared here, not before every read: 0.5 s of a Base start)
         self.check_shapes(step, target_state)

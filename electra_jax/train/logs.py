@@ -214,9 +214,9 @@ def plot_curves(records: list[dict], path: str, panels=None):
   """The `panels` (key, title[, baseline]) of the records against steps, train and held-out: the
   first six of them the records hold. With `baseline` true, the records' last `unigram_baseline`
   is drawn across the panel (a token loss in nats)."""
-  import matplotlib  # pylint: disable=import-outside-toplevel  (0.4 s to import: only to draw)
+  import matplotlib  # (0.4 s to import: only to draw)
   matplotlib.use('Agg')
-  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  import matplotlib.pyplot as plt
   present = {k for r in records for k in r}
   panels = [p for p in panels or () if p[0] in present][:6] or [('loss', 'loss')]
   # Only the panels the run reports, at fixed margins: about half the time of a full grid laid out

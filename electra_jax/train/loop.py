@@ -90,7 +90,7 @@ class Signals:
   def _handle(self, signum, frame):
     del frame
     if self.received:  # the second one: no checkpoint, out now
-      os._exit(128 + signum)  # pylint: disable=protected-access
+      os._exit(128 + signum)
     self.received = signal.Signals(signum).name
     self.log(f'{self.received} received: saving a checkpoint after this step (again to quit now)')
 

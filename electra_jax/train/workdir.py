@@ -108,7 +108,7 @@ class _Lock:
       try:
         stamp = self.store.write(NAME, json.dumps(self.record),
                                  if_equal=self.generation).result()
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:
         print(f'warning: could not refresh the workdir lock ({" ".join(str(e).split())[:200]}); '
               'retrying', file=sys.stderr, flush=True)
         continue
@@ -124,7 +124,7 @@ class _Lock:
     self._thread.join()
     try:
       self.store.write(NAME, None, if_equal=self.generation).result()
-    except Exception:  # pylint: disable=broad-except
+    except Exception:
       pass  # a lock left behind is stale once this process is gone
 
 

@@ -136,8 +136,8 @@ def test_a_finetuning_config_from_an_earlier_version_gets_the_defaults_it_lacks(
 
 @pytest.mark.fast
 def test_every_finetuning_config_file_passes_the_checks():
-  from conftest import ROOT, load_config  # pylint: disable=import-outside-toplevel
-  import glob  # pylint: disable=import-outside-toplevel
+  from conftest import ROOT, load_config
+  import glob
   files = sorted(glob.glob(f'{ROOT}/configs/finetune/*.py'))
   assert len(files) >= 4
   for path in files:
@@ -148,9 +148,9 @@ def test_every_finetuning_config_file_passes_the_checks():
 def test_own_data_recipe_returns_to_the_papers_by_the_flags_its_docstring_gives():
   """configs/finetune/own.py departs from the paper's recipe for short pre-trainings; the four
   flags it names for a model pre-trained at full length give back every recipe field's default."""
-  from conftest import ROOT, load_config  # pylint: disable=import-outside-toplevel
-  import ast  # pylint: disable=import-outside-toplevel
-  import re  # pylint: disable=import-outside-toplevel
+  from conftest import ROOT, load_config
+  import ast
+  import re
   path = f'{ROOT}/configs/finetune/own.py'
   with open(path, encoding='utf-8') as f:
     doc = ast.get_docstring(ast.parse(f.read()))

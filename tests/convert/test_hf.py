@@ -13,7 +13,7 @@ import pytest
 from conftest import test_config
 from electra_jax.convert import hf
 from electra_jax.model import networks as model_lib
-from electra_jax.tools.benchmark import synthetic_batch
+from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.train import partitioning
 
 torch = pytest.importorskip('torch', reason='parity tests need the test extra: pip install -e ".[test]"')
@@ -108,20 +108,20 @@ def test_hf_weights_of_another_size_or_missing_are_named():
 # Folders: export, tokenizers, import (HF and the original release)
 # ================================================================================================
 
-from electra_jax import UserError  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.convert import original  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.convert import sources  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.convert import vocab as vocab_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.data import records as records_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.data import tokenizer as tokenizer_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.finetune import pretrained as finetune_pretrained  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.tools import export as export_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import checkpoint as checkpoint_lib  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.pretraining import init_from  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.pretraining import preflight  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.pretraining import run as pretrain  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax import UserError  # noqa: E402
+from electra_jax.convert import original  # noqa: E402
+from electra_jax.convert import sources  # noqa: E402
+from electra_jax.convert import vocab as vocab_lib  # noqa: E402
+from electra_jax.data import records as records_lib  # noqa: E402
+from electra_jax.data import tokenizer as tokenizer_lib  # noqa: E402
+from electra_jax.finetune import pretrained as finetune_pretrained  # noqa: E402
+from electra_jax.apps import export as export_lib  # noqa: E402
+from electra_jax.train import checkpoint as checkpoint_lib  # noqa: E402
+from electra_jax.pretraining import init_from  # noqa: E402
+from electra_jax.pretraining import preflight  # noqa: E402
+from electra_jax.pretraining import run as pretrain  # noqa: E402
+from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402
+from electra_jax.train import step as step_lib  # noqa: E402
 
 TEXTS = ['The cat sat on a mat, while dogs ran past green trees.',
          '  Kings   build castles;\tmerchants sell silk!\n',
@@ -150,7 +150,7 @@ def test_export_check_reports_agreement_with_hf(export_result):
 
 
 def _workdir_model(workdir):
-  import ml_collections  # pylint: disable=import-outside-toplevel
+  import ml_collections
   with open(os.path.join(workdir, 'config.json')) as f:
     config = ml_collections.ConfigDict(json.load(f))
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
@@ -230,7 +230,7 @@ def test_a_sentencepiece_export_gives_our_ids_on_the_whole_builtin_corpus_and_ra
   """With the demo's vocabulary size, on every sentence of the built-in corpus and on random
   text, ties between segmentations of equal score included (runs of '=', '_', '.0'), which
   SentencePiece's own encoder breaks differently: HF transformers' AutoTokenizer gives our ids."""
-  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus
   lines = [l for l in corpus.builtin_lines() if l.strip()]
   path = str(tmp_path / 'vocab.model')
   tokenizer_lib.train_sentencepiece(iter(lines), path, 4096, lower_case=True, seed=0)
@@ -245,8 +245,8 @@ def test_a_sentencepiece_export_gives_our_ids_on_the_whole_builtin_corpus_and_ra
   mine = ours.encode_batch(texts)
   theirs = tok(texts, add_special_tokens=False)['input_ids']
   assert [i for i in range(len(texts)) if mine[i] != theirs[i]] == []
-  ties = [t for t, m in zip(lines, mine) if ours._sp.encode(t) != m]  # pylint: disable=protected-access
-  assert ties and all(sorted(ours._sp.encode(t)) == sorted(ours.encode(t)) for t in ties)  # pylint: disable=protected-access
+  ties = [t for t, m in zip(lines, mine) if ours._sp.encode(t) != m]
+  assert ties and all(sorted(ours._sp.encode(t)) == sorted(ours.encode(t)) for t in ties)
 
 
 def test_import_of_an_export_is_exact_and_reads_the_sizes(pretrained, exported, tmp_path):
@@ -268,7 +268,7 @@ def test_import_of_an_export_is_exact_and_reads_the_sizes(pretrained, exported, 
   assert from_export.model_cfg.hidden_size == cfg.hidden_size
   # Its dropout rates are its config.json's: what a fine-tuning's dropout_rate=-1 takes (it took
   # 0.1 whatever the folder said).
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
   copy = tmp_path / 'no_dropout'
   shutil.copytree(exported, copy)
   hf_config = json.loads((copy / 'discriminator' / 'config.json').read_text())
@@ -318,7 +318,7 @@ def test_hf_electra_model_without_heads_or_generator_imports_its_encoder(pretrai
 
 def _write_original(folder, params, cfg, pad_rows=0):
   """An original-release checkpoint of `params` (TF1 names, Adam slots, global_step) + vocab."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf
   names, values = [], []
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
     ours = tuple(k.key for k in path)
@@ -441,9 +441,9 @@ def test_gdes_exports_the_discriminators_own_word_table(tmp_path):
 
 
 def test_benchmark_peer_runs_the_same_step():
-  """`launch/benchmark.py --peer=hf`: the PyTorch step starts from the loss ours starts from (MLM
+  """`benchmarks/benchmark.py --peer=hf`: the PyTorch step starts from the loss ours starts from (MLM
   near ln V plus 50 x detection near ln 2, with its own random weights) and is timed."""
-  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
+  from benchmarks import step_benchmark as benchmark
   config = test_config()
   result = benchmark.benchmark(config, steps=1, warmup=1, repeats=2, peer='hf')
   peer = result['peer']

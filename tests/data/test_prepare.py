@@ -305,7 +305,7 @@ def test_a_tfds_dataset_is_one_more_source(tmp_path):
 
 @pytest.mark.fast
 def test_the_input_benchmark_reads_real_batches(built):
-  from electra_jax.tools import io_benchmark  # pylint: disable=import-outside-toplevel
+  from benchmarks import io_benchmark
   r = io_benchmark.benchmark_input(built, 8, batches=4, repeats=2)
   assert r['seq_len'] == 32 and len(r['ms_per_batch_runs']) == 2
   assert r['tokens_per_s'] == pytest.approx(r['examples_per_s'] * 32) and r['examples_per_s'] > 0

@@ -58,7 +58,7 @@ def server(tmp_path):
 def _offline(monkeypatch):
   """No connection leaves this process: every request goes to a proxy port nobody listens on,
   and TFDS's downloader gives up at the first refusal instead of after ten retries (3.4 min)."""
-  from tensorflow_datasets.core.download import downloader  # pylint: disable=import-outside-toplevel
+  from tensorflow_datasets.core.download import downloader
   for name in ('NO_PROXY', 'no_proxy'):
     monkeypatch.delenv(name, raising=False)
   for name in ('HTTPS_PROXY', 'https_proxy', 'HTTP_PROXY', 'http_proxy'):
@@ -99,7 +99,7 @@ def test_the_readme_glue_command_without_a_network_is_one_sentence_and_leaves_no
   """Said at once: TFDS is not asked to download (its retries took 3.4 min) when none of the
   dataset's hosts answers; nothing is left in the data folder, the workdir or the system's
   temporary folder."""
-  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import run
   _offline(monkeypatch)
   load = tfds.load
   def looks_only(*args, download=True, **kwargs):  # whether it is prepared, yes; a download, no

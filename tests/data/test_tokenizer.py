@@ -115,10 +115,10 @@ def test_build_vocab_cli_writes_a_sentencepiece_model_with_fixed_special_ids(tmp
 def test_a_vocabulary_reports_the_corpus_read_and_the_trainer_at_work(tmp_path, monkeypatch):
   """With the intervals at 0 s: a line per batch of lines read (characters, rate, share, ETA)
   and a line per poll while the trainer works."""
-  from electra_jax.data import corpus as corpus_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus as corpus_lib
   monkeypatch.setattr(tokenizer_lib, 'READ_LINE_EVERY_S', 0.0)
   monkeypatch.setattr(tokenizer_lib, 'TRAIN_LINE_EVERY_S', 0.0)
-  import random  # pylint: disable=import-outside-toplevel
+  import random
   rng = random.Random(0)
   words = [''.join(rng.choices('abcdefghijklmnopqrstuvwxyz', k=rng.randint(3, 9)))
            for _ in range(20_000)]
@@ -138,10 +138,10 @@ def test_sigterm_while_a_vocabulary_trains_stops_it_and_says_nothing_was_written
   """The trainer works in a process of its own, killed with the command: SIGTERM once the corpus is
   read (the trainer's C++ at work, where a handler in its process could not run) ends the command
   at once with 143, no file and no trainer left, and says what is true."""
-  import random  # pylint: disable=import-outside-toplevel
-  import signal  # pylint: disable=import-outside-toplevel
-  import time  # pylint: disable=import-outside-toplevel
-  from conftest import CHILD_ENV  # pylint: disable=import-outside-toplevel
+  import random
+  import signal
+  import time
+  from conftest import CHILD_ENV
   rng = random.Random(0)
   words = [''.join(rng.choice('abcdefghijklmnopqrstuvwxyz') for _ in range(rng.randint(3, 9)))
            for _ in range(60_000)]

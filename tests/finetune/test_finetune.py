@@ -27,7 +27,7 @@ from electra_jax.finetune.kinds import scores
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.model import networks as model_lib
 from electra_jax.storage import tf_import
-from electra_jax.tools import export as export_lib
+from electra_jax.apps import export as export_lib
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import optim
 
@@ -48,19 +48,19 @@ def test_scores_by_hand():
 
 
 @pytest.mark.fast
-def test_scores_match_scikit_learn_and_scipy():
-  from scipy import stats  # pylint: disable=import-outside-toplevel
-  from sklearn import metrics  # pylint: disable=import-outside-toplevel
+def test_undefined_scores_are_glues_zero_and_ties_share_their_rank():
   rng = np.random.default_rng(0)
-  y = rng.integers(0, 2, 500)
-  p = np.where(rng.random(500) < 0.7, y, 1 - y)
-  assert scores.accuracy(y, p) == pytest.approx(metrics.accuracy_score(y, p))
-  assert scores.f1(y, p) == pytest.approx(metrics.f1_score(y, p))
-  assert scores.mcc(y, p) == pytest.approx(metrics.matthews_corrcoef(y, p))
   a = rng.integers(0, 6, 300).astype(float)  # many ties, as STS-B's 0-5 ratings have
-  b = a + rng.normal(0, 1.5, 300).round(1)
-  assert scores.pearson(a, b) == pytest.approx(stats.pearsonr(a, b)[0])
-  assert scores.spearman(a, b) == pytest.approx(stats.spearmanr(a, b)[0])
+  assert scores.pearson(a, np.full(300, 2.5)) == 0.0  # a constant prediction
+  assert scores.spearman(np.full(300, 2.5), a) == 0.0
+  assert scores.pearson([1.0], [2.0]) == 0.0
+  assert scores.mcc([0, 0, 1, 1], [0, 0, 0, 0]) == 0.0
+  assert scores.f1([0, 0, 1], [0, 0, 0]) == 0.0  # no positive predicted
+  # ties: [1, 1, 2] ranks [1.5, 1.5, 3]; against [1, 2, 3] the rank correlation is Pearson's of
+  # the ranks, sqrt(3) / 2
+  assert scores.spearman([1, 1, 2], [1, 2, 3]) == pytest.approx(np.sqrt(3) / 2)
+  assert scores.compute(('accuracy', 'f1'), [1, 0], [1, 1]) == {'accuracy': 0.5,
+                                                                 'f1': pytest.approx(2 / 3)}
 
 
 # ---- layer-wise learning-rate decay ----------------------------------------------------------------
@@ -97,7 +97,7 @@ def test_layerwise_factors_scale_each_parameters_update():
   opt_cfg = dict(learning_rate=0.1, warmup_steps=0, decay_steps=10, decay_power=1.0,
                  schedule='original', b1=opt.b1, b2=opt.b2, eps=opt.eps, bias_correction=False,
                  weight_decay=0.0, grad_clip_norm=0.0)
-  import ml_collections  # pylint: disable=import-outside-toplevel
+  import ml_collections
   tx, _ = optim.make_optimizer(ml_collections.ConfigDict(opt_cfg), lr_factors=factors)
   grads = jax.tree.map(np.ones_like, params)
   updates, _ = tx.update(grads, tx.init(params), params)
@@ -360,7 +360,7 @@ def test_bad_task_data_is_one_sentence(tmp_path, case, message):
 
 @pytest.mark.fast
 def test_glue_loads_through_tfds_with_labels_names_and_unlabelled_test():
-  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  import tensorflow_datasets as tfds
   with tfds.testing.mock_data(num_examples=6, policy=tfds.testing.MockPolicy.USE_CODE):
     mnli = tasks_lib.load_glue('mnli')
     stsb = tasks_lib.load_glue('stsb')
@@ -548,8 +548,8 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
   of the dev file through pipeline('text-classification') gives our label (number) on every row."""
   if not HAS_HF:  # the test extra is not installed: the fine-tuning was checked above
     return
-  import torch  # pylint: disable=import-outside-toplevel
-  import transformers  # pylint: disable=import-outside-toplevel
+  import torch
+  import transformers
   out = str(tmp_path / 'hf')
   done = export_lib.export(workdir, out, log=_quiet)
   seeds = json.load(open(os.path.join(workdir, 'results.json')))['seeds']
@@ -600,9 +600,9 @@ def test_every_head_exports_to_the_class_users_load_with_our_logits(tmp_path, ki
   user loads (trust_remote_code for the mean-pooled classes the folder ships): our logits to
   1e-4, on rows of different lengths (the mean reads the real tokens alone), in the labels'
   units for regression."""
-  import torch  # pylint: disable=import-outside-toplevel
-  import transformers  # pylint: disable=import-outside-toplevel
-  from electra_jax.convert import hf_code  # pylint: disable=import-outside-toplevel
+  import torch
+  import transformers
+  from electra_jax.convert import hf_code
   cfg = model_lib.ModelConfig.from_config(test_config().model)
   k = registry.get(kind)
   labels = {'classification': ['neg', 'pos', 'mixed'], 'regression': ['score'],
@@ -797,13 +797,13 @@ def test_a_bad_search_is_refused_in_one_sentence_before_anything_runs(tmp_path, 
 
 @pytest.mark.fast
 def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
-  from electra_jax.finetune import search  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import search
   done = [(n, {'task': 't', 'init': 'x', 'seeds': [], 'median': {'dev/accuracy': d,
                                                                  'test/accuracy': t}})
           for n, d, t in (('a', 0.8, 0.1), ('b', 0.9, 0.0), ('c', 0.9, 1.0))]
   assert search.choose(done) == 1
   lines = []
-  write = search._write  # pylint: disable=protected-access
+  write = search._write
   summary = write(config_lib.default_config(), done, str(tmp_path), lines.append)
   assert summary['chosen'] == 'b' and summary['median']['test/accuracy'] == 0.0
   assert ('chosen on dev/accuracy: b (level on dev/accuracy with c; the first given is kept)'
@@ -822,8 +822,8 @@ def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
 
 @pytest.mark.fast
 def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
-  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import records  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus
+  from electra_jax.data import records
   splits = tasks_lib.load_builtin(seed=0, eval_fraction=0.05, max_train=1000)
   docs = corpus.builtin_documents()
   held = [d for k, d in enumerate(docs) if records.held_out(0, k, 0.05)]
@@ -842,7 +842,7 @@ def test_the_builtin_task_evaluates_only_on_documents_pretraining_held_out():
 
 @pytest.mark.fast
 def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module():
-  from electra_jax.data import corpus  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import corpus
   splits = tasks_lib.load_builtin_topic(seed=0)
   area = {m: label for label, modules in tasks_lib.TOPICS.items() for m in modules}
   passages = {}  # passage -> the areas whose documentation holds it
@@ -871,7 +871,7 @@ def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module(
 
 @pytest.mark.fast
 def test_chunks_are_read_as_conlleval_reads_them_and_written_as_bioes():
-  from electra_jax.finetune.kinds import tagging  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import tagging
   iob1 = ['I-PER', 'I-PER', 'O', 'I-LOC', 'B-LOC', 'I-ORG', 'O', 'B-MISC']
   assert tagging.chunks(iob1) == [(0, 1, 'PER'), (3, 3, 'LOC'), (4, 4, 'LOC'), (5, 5, 'ORG'),
                                   (7, 7, 'MISC')]
@@ -922,7 +922,7 @@ def _tagged(n, seed):
 
 @pytest.mark.fast
 def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
-  from electra_jax.finetune.kinds import tagging  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import tagging
   path = _write_conll(tmp_path / 'train.txt', [(['old', 'stone', 'walls', 'sat'],
                                                 ['B-PLACE', 'I-PLACE', 'I-PLACE', 'O'])])
   assert tagging.read_conll(path) == [(('old', 'stone', 'walls', 'sat'),
@@ -956,7 +956,7 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
 
 @pytest.mark.fast
 def test_predictions_and_exported_labels_speak_the_train_files_scheme():
-  from electra_jax.finetune.kinds import tagging  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import tagging
   iob1 = ('I-PER', 'I-PER', 'B-PER', 'O', 'I-LOC', 'I-ORG')
   iob2 = ('B-PER', 'I-PER', 'B-PER', 'O', 'B-LOC', 'B-ORG')
   bioes = ('B-PER', 'E-PER', 'S-PER', 'O', 'S-LOC', 'S-ORG')
@@ -975,7 +975,7 @@ def test_predictions_and_exported_labels_speak_the_train_files_scheme():
 
 @pytest.mark.fast
 def test_encode_tagged_puts_each_tag_on_the_first_sub_token_and_cuts_long_sentences():
-  from electra_jax.finetune.kinds import tagging  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import tagging
   tok = _Tokenizer()
   tok.encode_batch = lambda words: [[10 + i for i in range(len(w) // 3)] for w in words]
   task = tasks_lib.Task('t', 'tagging', ('O', 'S-X'), ('f1',))
@@ -1054,8 +1054,8 @@ def _finetune_config_file(tmp_path, pretrained, **fields):
 
 
 def _finetune_command(config_file, workdir):
-  import sys  # pylint: disable=import-outside-toplevel
-  from conftest import ROOT  # pylint: disable=import-outside-toplevel
+  import sys
+  from conftest import ROOT
   return [sys.executable, os.path.join(ROOT, 'launch', 'finetune.py'), f'--config={config_file}',
           f'--workdir={workdir}']
 
@@ -1073,9 +1073,9 @@ def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(t
   """The fine-tuning loop is the pre-training loop: killed (SIGKILL) and stopped (SIGTERM), then
   re-run, it ends bit-identical to an uninterrupted run; dev scores every eval_every steps, the
   best checkpoint kept, TensorBoard events and curves.png per seed."""
-  import signal  # pylint: disable=import-outside-toplevel
-  import subprocess  # pylint: disable=import-outside-toplevel
-  from conftest import CHILD_ENV  # pylint: disable=import-outside-toplevel
+  import signal
+  import subprocess
+  from conftest import CHILD_ENV
   config_file = _finetune_config_file(tmp_path, pretrained, eval_every=20, save_every=10)
   straight, stopped = tmp_path / 'straight', tmp_path / 'stopped'
   # a compilation cache of their own: the straight run compiles the programs (one that JAX's
@@ -1129,7 +1129,7 @@ def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(t
 def test_the_tfidf_baseline_learns_what_the_words_say_and_is_scored_like_the_task(tmp_path):
   """On a task decided by one word in each text, the bag-of-words baseline (cross-validated on
   train alone) is near perfect, on regression too; QA and tagging have none."""
-  from electra_jax.finetune import baseline  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import baseline
   rng = np.random.default_rng(0)
   filler = 'the a film story plot actor scene music time day'.split()
   def examples(n, kind):
@@ -1164,8 +1164,8 @@ def test_a_probe_heads_weights_give_the_fitted_linear_models_predictions(classes
   """The head's kernel and bias, the features' centring and scale folded in, give the logistic regression's class
   probabilities (binary: its one logit split in two) or the ridge regression's predictions; a
   class the train split lacks is never predicted."""
-  from electra_jax.finetune import baseline  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import probe  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import baseline
+  from electra_jax.finetune import probe
   rng = np.random.default_rng(classes)
   x = rng.normal(size=(300, 12)) * rng.uniform(0.1, 5, 12) + rng.normal(size=12) * 3
   signal = x @ rng.normal(size=(12, max(classes - 1, 1)))
@@ -1195,11 +1195,11 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
   """head_init='probe': the encoder as pre-trained, the head the linear model fitted on its
   frozen features, whose dev score the log gives; then every parameter trains. Tagging has no
   such head and is refused before anything runs."""
-  from electra_jax.train import partitioning  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import batches  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import probe  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import partitioning
+  from electra_jax.train import step as step_lib
+  from electra_jax.data import tokenizer as tokenizer_lib
+  from electra_jax.finetune import batches
+  from electra_jax.finetune import probe
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=2.0,
              log_every=100, dropout_rate=0.0, head_init='probe', baseline=False, num_seeds=2)
@@ -1245,8 +1245,8 @@ def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monk
   """A kind of task is one module's KIND and one entry of finetune/kinds/registry.py: here, declared in
   this test, texts classed by their length (no label column), which the config takes as
   task.kind, the loader reads, and a fine-tuning trains and scores end to end."""
-  from electra_jax.finetune.kinds import classification  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.kinds import classification
+  from electra_jax.finetune.inputs import files
 
   class ByLength(classification.Classification):
     name = 'by_length'

@@ -20,7 +20,7 @@ from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run
 from electra_jax.finetune.inputs import tasks as tasks_lib
-from electra_jax.tools import export as export_lib
+from electra_jax.apps import export as export_lib
 from electra_jax.train import checkpoint as checkpoint_lib
 
 CHOICES = ('ending0', 'ending1', 'ending2')
@@ -55,8 +55,8 @@ def test_each_candidate_is_encoded_as_a_pair_with_the_context():
 def test_the_scorer_scores_each_candidate_alone():
   """Scores of candidates in another order are the same scores in that order, and each equals
   the one-output Classifier's on that candidate alone."""
-  from conftest import test_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.model import networks as model_lib  # pylint: disable=import-outside-toplevel
+  from conftest import test_config
+  from electra_jax.model import networks as model_lib
   cfg = model_lib.ModelConfig.from_config(test_config().model)
   model = multiple_choice.ChoiceScorer(cfg, 1)
   params = heads.init_params(model, jax.random.key(0), shape=(1, 2, 8))
@@ -130,8 +130,8 @@ def test_multiple_choice_learns_predicts_and_exports_with_our_logits(tmp_path, p
 
 def _exports_with_our_logits(workdir, pretrained, tmp_path):
   try:
-    import torch  # pylint: disable=import-outside-toplevel
-    import transformers  # pylint: disable=import-outside-toplevel
+    import torch
+    import transformers
   except ImportError:  # the test extra is not installed: the fine-tuning was checked above
     return
   out = str(tmp_path / 'hf')
@@ -161,7 +161,7 @@ def _exports_with_our_logits(workdir, pretrained, tmp_path):
 
 @pytest.mark.fast
 def test_an_empty_candidate_is_refused_and_an_empty_text_named(tmp_path):
-  from electra_jax.finetune.inputs import files  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune.inputs import files
   path = tmp_path / 'mc.csv'
   path.write_text('ctx,a,b,label\nx,y,z,0\n,p,q,1\nw,,q,1\nv,r, ,0\n')
   with pytest.raises(ValueError, match=r"^data row 3 of .*mc.csv has an empty candidate in the "

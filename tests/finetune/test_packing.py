@@ -213,8 +213,8 @@ def test_a_packed_batch_over_8_devices_gives_the_loss_and_gradient_of_one_device
 
 @pytest.mark.fast
 def test_packing_is_used_where_it_pays_and_texts_that_fill_their_rows_keep_a_row_each():
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune import run
   _, short = _data('classification', 64, seed=9)
   rng = np.random.default_rng(9)  # 17-32 tokens of 32: no two share a row
   sizes = rng.integers(17, LENGTH + 1, 64)
@@ -272,9 +272,9 @@ def _short_text_task(folder, n: int, seed: int) -> str:
 @needs_hf
 def test_the_finetune_benchmark_times_padded_packed_and_hf_trainer_on_the_same_examples(
     pretrained, tmp_path):
-  from electra_jax import cli  # pylint: disable=import-outside-toplevel
-  from electra_jax.hardware import topology  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import finetune_benchmark  # pylint: disable=import-outside-toplevel
+  from electra_jax import cli
+  from electra_jax.hardware import topology
+  from benchmarks import finetune_benchmark
   cfg = cli.load_config_file('configs/finetune/own.py')
   cfg.task.update(train=_short_text_task(tmp_path, 96, 0), dev=_short_text_task(tmp_path, 24, 1))
   cfg.update(init=pretrained, max_seq_length=32, batch_size=16, eval_batch_size=8)
@@ -307,7 +307,7 @@ def test_the_finetune_benchmark_times_padded_packed_and_hf_trainer_on_the_same_e
 def test_this_xla_takes_the_option_that_prediction_is_compiled_with():
   """hardware/xla_options.py: an XLA that renamed the (experimental) option would leave prediction
   on its slower default fusions with a warning; here, that version is found out."""
-  from electra_jax.hardware import xla_options  # pylint: disable=import-outside-toplevel
+  from electra_jax.hardware import xla_options
   assert xla_options.forward('float32') == {'xla_cpu_experimental_ynn_fusion_type': ''}
   assert xla_options.forward('bfloat16') is None
 
@@ -317,10 +317,10 @@ def test_a_packed_fine_tuning_learns_as_a_padded_one(pretrained, tmp_path):
   """The same fine-tuning (seed, data, recipe) with examples packed into rows and padded a row
   each: its losses step by step and its dev scores agree (the same examples in each step; the
   rows differ only in float32 summation order), and both learn."""
-  import json  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import config as config_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
-  from conftest import WORDS  # pylint: disable=import-outside-toplevel
+  import json
+  from electra_jax.finetune import config as config_lib
+  from electra_jax.finetune import run
+  from conftest import WORDS
 
   def texts(path, n, seed):  # 1-4 words; 'yes' where 'cat' is among them
     rng = np.random.default_rng(seed)

@@ -183,7 +183,7 @@ def test_squad_loads_from_json_and_from_tfds(tmp_path):
                                        r".json \(id '2'\) has no answer \(is_impossible\), which "
                                        r'SQuAD 1.1 can neither learn nor score: .*squad.py:v2.0'):
     squad.read_json(str(path), 'v1.1')
-  import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  import tensorflow_datasets as tfds
   with tfds.testing.mock_data(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE):
     questions = squad.load_tfds('v2.0', 'validation')
   assert len(questions) == 4 and all(isinstance(q.context, str) for q in questions)
@@ -353,7 +353,7 @@ def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswe
   assert len(answers) == 64
   # launch/predict.py on the dev file: the seed's dev scores again, each answer with its
   # probability (None where it says there is none); questions alone (no answers) predicted too
-  from electra_jax.finetune import predict  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import predict
   done = predict.predict(str(tmp_path / 'ft'), str(tmp_path / 'dev.json'), log=lambda *_: None)
   assert done['scores'][0] == pytest.approx(dev, abs=1e-6)
   scored = json.load(open(done['outputs'][0]))
@@ -370,7 +370,7 @@ def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswe
   assert not new['scores']
   assert json.load(open(new['outputs'][0])) == scored
   if HAS_HF:  # the export: ELECTRA's SQuAD head as the class its folder ships, our logits there
-    from electra_jax.tools import export as export_lib  # pylint: disable=import-outside-toplevel
+    from electra_jax.apps import export as export_lib
     done = export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=lambda *_: None)
     config = json.load(open(tmp_path / 'hf' / 'config.json'))
     assert config['architectures'] == ['ElectraSquadForQuestionAnswering']
@@ -383,7 +383,7 @@ def test_a_refused_squad_fine_tuning_leaves_its_workdir_free(tmp_path, pretraine
   """Duplicate dev ids (which would score every answer against the last question of its id), a
   question too long for max_seq_length: one sentence each, before the workdir is claimed, so a
   pre-training may use the folder after."""
-  from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import workdir as workdir_lib
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32)
   train = _synthetic_squad(tmp_path / 'train.json', 32, 0)

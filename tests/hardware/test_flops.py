@@ -47,7 +47,7 @@ def test_step_matmul_flops_scale_with_the_model():
 
 @pytest.mark.fast
 def test_mesh_peak_multiplies_chips_and_measures_a_cpu_once_per_host():
-  import jax  # pylint: disable=import-outside-toplevel
+  import jax
   tpu = lambda i: type('D', (), {'device_kind': 'TPU v5p', 'process_index': i // 4})()
   assert flops.mesh_peak([tpu(i) for i in range(8)], 'bfloat16')[0] == 8 * 459e12
   cpus = jax.devices()  # eight fake devices of one host share its cores: one host's peak

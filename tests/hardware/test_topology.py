@@ -25,7 +25,7 @@ from electra_jax.model import attention
 from electra_jax.model import networks as model_lib
 from electra_jax.model import flash
 from electra_jax.platform import chips
-from electra_jax.tools import ceiling
+from benchmarks import ceiling
 from electra_jax.pretraining import compiling
 from electra_jax.train import partitioning
 from electra_jax.pretraining import setup as pretrain_setup
@@ -276,8 +276,8 @@ def test_the_matmuls_alone_bound_the_steps_estimate(v5e_report):
 def test_v4_8_compiles_the_pretraining_and_a_finetuning_step(pretrained):
   """The same on v4's megacore chips (4 devices of two cores), data parallel, and the fine-tuning
   of a classifier on the test model's pre-training."""
-  from electra_jax.finetune import config as finetune_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import compiling as finetune_compiling  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as finetune_config
+  from electra_jax.finetune import compiling as finetune_compiling
   lines = []
   report = compiling.compile_for_topology(base_like(fsdp=False, microbatches=1),
                                          topology.parse('v4-8'), lines.append)
@@ -297,7 +297,7 @@ def test_v4_8_compiles_the_pretraining_and_a_finetuning_step(pretrained):
 def test_a_step_too_large_for_the_chip_is_refused_naming_the_fix():
   """At 12,288 rows per chip the step needs well over a v5e's 16 GiB: the TPU compiler refuses
   it, and the run says so in one sentence naming the fix (microbatches=0 picks the parts: below,
-  and Large at batch 2048 in launch/compile_table.py)."""
+  and Large at batch 2048 in benchmarks/compile_table.py)."""
   config = base_like(**{'data.batch_size': 8 * 12288, 'data.eval_batch_size': 64,
                         'microbatches': 1, 'fsdp': False})
   lines = []
@@ -410,7 +410,7 @@ def test_dtype_auto_is_bfloat16_on_accelerators_and_float32_on_cpus():
 def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
   """config.fsdp=None (the default): FSDP on a TPU slice of several chips (each updates its share
   of the state), replicated on one chip and on CPUs; True or False as asked."""
-  from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  from electra_jax.data.tokenizer import SPECIAL
   config = test_config()
   assert config.fsdp is None
   setup = pretrain_setup.build_setup(config, SPECIAL, 'tpu')
@@ -423,11 +423,11 @@ def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
     setup = pretrain_setup.build_setup(config, SPECIAL, 'tpu')
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh()) is asked
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips)) is asked
-  argv = cli_lib._resolve_overrides(  # pylint: disable=protected-access
+  argv = cli_lib._resolve_overrides(
       ['prog', f'--config={ROOT}/configs/base.py', '--config.fsdp=True'], names=['config'])
   assert argv[2] == '--config.fsdp=True'  # None (auto) takes a bool as its type says
   with pytest.raises(UserError, match='fsdp takes true or false'):
-    cli_lib._resolve_overrides(  # pylint: disable=protected-access
+    cli_lib._resolve_overrides(
         ['prog', f'--config={ROOT}/configs/base.py', '--config.fsdp=maybe'], names=['config'])
 
 
@@ -464,7 +464,7 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
   """The compiler rejecting the kernel inside the real step ends in the explicit path, warned."""
   config = test_config(**{'data.records': records_dir, 'microbatches': 1})
   mesh = partitioning.make_mesh()
-  from electra_jax.tools.benchmark import SPECIAL  # pylint: disable=import-outside-toplevel
+  from electra_jax.data.tokenizer import SPECIAL
   make_setup = lambda cfg: pretrain_setup.build_setup(config, SPECIAL, 'cpu', cfg)
   pallas = dataclasses.replace(model_lib.ModelConfig.from_config(config.model, 'cpu'),
                                attention='pallas')

@@ -21,7 +21,8 @@ from electra_jax.model import attention
 from electra_jax.model import networks as model_lib
 from electra_jax.model import flash
 from electra_jax.model import attention_masks
-from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.data.synthetic import synthetic_batch
+from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.train import partitioning
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib

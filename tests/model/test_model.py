@@ -19,7 +19,8 @@ from electra_jax.model import attention_masks
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import electra as electra_objective
 from electra_jax.platform import chips
-from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.data.synthetic import synthetic_batch
+from electra_jax.data.tokenizer import SPECIAL
 
 
 def _count(tree):
@@ -198,7 +199,7 @@ def test_the_key_bias_changes_no_output_and_gets_a_zero_gradient():
   """The key's bias adds q . b to every score of a query, which the softmax removes (under the
   padding mask, a direction and dropout too): the layers leave it out, so its gradient is zero,
   while the query's and value's biases learn."""
-  from electra_jax.model import attention  # pylint: disable=import-outside-toplevel
+  from electra_jax.model import attention
   q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 16, 2, 8))
   b = jax.random.normal(jax.random.key(1), (2, 8)) * 3
   key_mask = jnp.arange(16)[None] < jnp.array([[16], [9]])

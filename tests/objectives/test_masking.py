@@ -9,7 +9,8 @@ import pytest
 from scipy import stats
 
 from electra_jax.objectives import masking
-from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.data.synthetic import synthetic_batch
+from electra_jax.data.tokenizer import SPECIAL
 
 PAD, CLS, SEP, MASK = SPECIAL.pad, SPECIAL.cls, SPECIAL.sep, SPECIAL.mask
 # the sampler as the step runs it: one compiled program (run eagerly, each operation is one)

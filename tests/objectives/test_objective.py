@@ -14,7 +14,8 @@ from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import electra as electra_objective
 from electra_jax.objectives import registry as objectives
-from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.data.synthetic import synthetic_batch
+from electra_jax.data.tokenizer import SPECIAL
 
 
 def _setup(**overrides):
@@ -91,7 +92,7 @@ def test_decoder_rows_batch_updates_only_the_rows_of_the_batchs_tokens():
   tokens absent from the global batch; the loss, the present rows' gradients and every other
   gradient are those of 'all'. In two microbatches whose tokens differ the gradient is still the
   whole batch's: the rows are the global batch's."""
-  from electra_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.train import step as step_lib
   batch = synthetic_batch(16, 32, 96)
   ids = batch['input_ids']
   words = ids >= 5  # microbatch k takes rows k, k + 2, ...: tokens 50-69 are in part 1 only
@@ -177,11 +178,11 @@ def test_disallow_correct_makes_every_used_slot_a_replacement():
 # learning, and the 8-device mesh
 # ================================================================================================
 
-from electra_jax.objectives import masking  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import partitioning  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.pretraining import run as pretrain  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402  pylint: disable=wrong-import-position
-from electra_jax.train import step as step_lib  # noqa: E402  pylint: disable=wrong-import-position
+from electra_jax.objectives import masking  # noqa: E402
+from electra_jax.train import partitioning  # noqa: E402
+from electra_jax.pretraining import run as pretrain  # noqa: E402
+from electra_jax.pretraining import setup as pretrain_setup  # noqa: E402
+from electra_jax.train import step as step_lib  # noqa: E402
 
 _OBJ = {}
 
@@ -288,10 +289,10 @@ def test_objective_learns_on_the_8_device_mesh(name):
 
 
 def test_bert_mlm_and_all_tokens_runs_end_to_end(tmp_path, records_dir):
-  import json  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import export as export_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
+  import json
+  import os
+  from electra_jax.apps import export as export_lib
+  from electra_jax.finetune import pretrained as finetune_pretrained
   lines = []
   workdir = str(tmp_path / 'mlm')
   summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
@@ -353,9 +354,9 @@ def test_gdes_disentangles_the_embedding_gradients():
 
 
 def test_gdes_run_fine_tunes_from_the_discriminators_table(tmp_path, records_dir):
-  import os  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import checkpoint as checkpoint_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import pretrained as finetune_pretrained  # pylint: disable=import-outside-toplevel
+  import os
+  from electra_jax.train import checkpoint as checkpoint_lib
+  from electra_jax.finetune import pretrained as finetune_pretrained
   workdir = str(tmp_path / 'gdes')
   pretrain.train_and_evaluate(test_config(**{'data.records': records_dir, 'model.gdes': True}),
                            workdir, log=lambda *_: None)
@@ -418,7 +419,7 @@ def test_the_sampler_is_the_faster_one_on_each_platform():
 def test_mlm_cross_entropy_by_selection_equals_optax_in_value_and_gradient():
   """The MLM loss takes the target's logit by selection (no gather or scatter): the same loss and
   gradient as optax's integer-label cross-entropy."""
-  import optax  # pylint: disable=import-outside-toplevel
+  import optax
   logits = jax.random.normal(jax.random.key(0), (4, 7, 50)) * 3
   targets = jax.random.randint(jax.random.key(1), (4, 7), 0, 50)
   weights = (jax.random.uniform(jax.random.key(2), (4, 7)) < 0.7).astype(jnp.float32)
@@ -437,11 +438,11 @@ def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(t
   checkpoints the way it declares (lower is better) and has its column in the comparison; its
   FLOPs come from its entry, and the compare tool plans it and its variant at the same compute as
   the others."""
-  from electra_jax.pretraining import step_flops as step_flops_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.objectives.metrics import Metric  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import pretrained as pretrained_lib  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import compare  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import logs as logs_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.pretraining import step_flops as step_flops_lib
+  from electra_jax.objectives.metrics import Metric
+  from electra_jax.finetune import pretrained as pretrained_lib
+  from electra_jax.apps import compare
+  from electra_jax.train import logs as logs_lib
 
   def half_detection(params, batch, rng, **kwargs):
     cfg = kwargs.pop('cfg')

@@ -26,7 +26,8 @@ from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.objectives import common as objective_common
 from electra_jax.storage import tf_import
-from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.data.synthetic import synthetic_batch
+from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import partitioning
@@ -102,7 +103,7 @@ def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_de
   leaves = jax.tree_util.tree_flatten_with_path(state)[0]
   sizes = {'split': 0, 'whole': 0}
   for path, x in leaves:
-    name = partitioning._path(path)  # pylint: disable=protected-access
+    name = partitioning._path(path)
     shard = x.addressable_shards[0].data.size
     if x.ndim >= 2:
       assert shard * 8 == x.size, name
@@ -127,7 +128,7 @@ def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_de
 
 
 def test_the_memory_benchmark_sizes_the_fsdp_split_without_running_a_step():
-  from electra_jax.tools import benchmark  # pylint: disable=import-outside-toplevel
+  from benchmarks import step_benchmark as benchmark
   config = test_config()  # the steps of the FSDP test, compiled for abstract arrays
   dp = benchmark.step_memory(config)
   config.fsdp = True
@@ -263,8 +264,8 @@ def test_cli_typo_is_one_sentence_with_the_close_match(tmp_path):
 @pytest.mark.fast
 def test_a_field_named_without_its_section_is_the_one_field_of_that_name(tmp_path):
   """--config.disc_weight=50, as the design card writes it, is --config.objective.disc_weight=50."""
-  from electra_jax import cli  # pylint: disable=import-outside-toplevel
-  argv = cli._resolve_overrides(  # pylint: disable=protected-access
+  from electra_jax import cli
+  argv = cli._resolve_overrides(
       ['prog', f'--config={ROOT}/configs/base.py', '--config.disc_weight=50',
        '--config.hidden_size=512', '--config.seed=3'], names=['config'])
   assert argv[2:] == ['--config.objective.disc_weight=50', '--config.model.hidden_size=512',
@@ -274,7 +275,7 @@ def test_a_field_named_without_its_section_is_the_one_field_of_that_name(tmp_pat
                  'def get_config():\n'
                  '  return ml_collections.ConfigDict({"a": {"rate": 0.1}, "b": {"rate": 0.2}})\n')
   with pytest.raises(UserError, match=r'several sections \(a.rate, b.rate\)'):
-    cli._resolve_overrides(['prog', f'--config={two}', '--config.rate=0'],  # pylint: disable=protected-access
+    cli._resolve_overrides(['prog', f'--config={two}', '--config.rate=0'],
                            names=['config'])
 
 
@@ -399,7 +400,7 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
   assert sorted(int(p) for p in os.listdir(os.path.join(workdir, 'checkpoints'))) == sorted(
       {best, 8})
   # A fine-tuning starts from the checkpoint its init_step names: latest, best, or a step number.
-  from electra_jax.finetune import pretrained as pretrained_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import pretrained as pretrained_lib
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   saved = {s: ckpt.restore_arrays(s)[0]['params']['discriminator'] for s in {best, 8}}
   ckpt.close()
@@ -637,8 +638,8 @@ def test_sigterm_saves_a_checkpoint_and_exits_within_seconds_on_a_loaded_machine
     tmp_path, records_dir):
   """A spot VM's notice is 30 s: the checkpoint is saved and the process gone well within it,
   with the machine loaded (a shared host at 2-3x its cores)."""
-  import signal  # pylint: disable=import-outside-toplevel
-  import time  # pylint: disable=import-outside-toplevel
+  import signal
+  import time
   config_file = run_config_file(tmp_path, records_dir, train_steps=1_000_000)
   workdir = tmp_path / 'w'
   proc = subprocess.Popen(launch_command(config_file, workdir), stdout=subprocess.PIPE,
@@ -722,7 +723,7 @@ def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
 
 
 def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, records_dir):
-  import random  # pylint: disable=import-outside-toplevel
+  import random
   config_file = run_config_file(tmp_path, records_dir, train_steps=12, save_every=2)
   kill_at = random.randint(3, 10)
   killed, straight = tmp_path / 'killed', tmp_path / 'straight'

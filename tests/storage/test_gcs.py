@@ -151,8 +151,8 @@ def test_pretraining_in_a_bucket_survives_sigkill_bit_identically_and_exports(
 
 
 def test_finetuning_with_data_and_workdir_in_a_bucket(tmp_path, bucket_records, gcs):
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune import run
   pretrained = f'{BUCKET}/runs/short'
   pretrain.train_and_evaluate(test_config(**{'data.records': bucket_records}), pretrained,
                                log=lambda *_: None)
@@ -237,9 +237,9 @@ def test_a_missing_bucket_missing_credentials_and_an_object_as_folder_are_one_li
 def test_a_workdir_in_a_bucket_is_held_by_one_run():
   """The lock's exclusive create is GCS's precondition (ifGenerationMatch=0): of runs started
   together one gets it, the others name it; a write on a generation that changed is refused."""
-  import tensorstore as ts  # pylint: disable=import-outside-toplevel
-  import threading  # pylint: disable=import-outside-toplevel
-  from electra_jax.train import workdir as workdir_lib  # pylint: disable=import-outside-toplevel
+  import tensorstore as ts
+  import threading
+  from electra_jax.train import workdir as workdir_lib
   folder = f'{BUCKET}/locked/w{random.randrange(1 << 30)}'
   store = ts.KvStore.open(folder + '/').result()
   absent = store.read('probe').result().stamp.generation

@@ -103,8 +103,8 @@ def test_describe_mismatch_names_missing_extra_and_counts_the_rest():
 def test_a_replicated_state_is_saved_in_slices_only_where_arrays_are_large(tmp_path):
   """Small replicated arrays are written whole by one replica: Orbax's replica-parallel slicing
   (one compiled slice per array and device) is kept for arrays of 1 MiB slices and more."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
+  import jax
+  from jax.sharding import NamedSharding, PartitionSpec
   mesh = jax.sharding.Mesh(np.array(jax.devices()), ('data',))
   replicated = NamedSharding(mesh, PartitionSpec())
   # shapes no other test saves (so nothing is compiled already), with a width the 8 replicas

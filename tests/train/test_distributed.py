@@ -132,7 +132,7 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_
 def test_a_preemption_notice_to_every_process_saves_one_step_and_exits_143(tmp_path, records_dir):
   """A slice's notice (SIGTERM to every host): JAX's preemption service picks one step for all,
   each process saves its part of that checkpoint and exits 143, not 0 (the run has not finished)."""
-  import signal  # pylint: disable=import-outside-toplevel
+  import signal
   config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000, save_every=1000)
   workdir = tmp_path / 'w'
   procs = _two_processes(config_file, workdir)

@@ -81,9 +81,9 @@ def _one_device_run(tmp_path, name: str, stop_at: int | None = None, resume: boo
   GPU, TPU and single-CPU run does: 8 steps, a NaN at step 3 (skipped), saves every 2 steps, and
   with `stop_at` a stop notice (what SIGTERM sets) while steps are queued; its printed lines go
   to `lines`. Returns (the loop's result, or the Stopped it raised; the workdir)."""
-  from conftest import poisoned_setup, test_config  # pylint: disable=import-outside-toplevel
-  from electra_jax import Stopped  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools.benchmark import synthetic_batch  # pylint: disable=import-outside-toplevel
+  from conftest import poisoned_setup, test_config
+  from electra_jax import Stopped
+  from electra_jax.data.synthetic import synthetic_batch
   config = test_config(**{'train_steps': 8, 'save_every': 2, 'log_every': 2, 'nonfinite': 'skip'})
   mesh = partitioning.make_mesh(jax.devices()[:1])
   setup = poisoned_setup(config, [3])
@@ -163,9 +163,9 @@ def test_a_launched_run_on_one_device_stops_on_sigterm_survives_sigkill_and_ends
   """launch/train.py on one CPU device (steps queued ahead): SIGTERM saves and exits 143; SIGKILL
   of the resumed run; the run resumed again ends with the train state of a run never stopped, to
   the bit (both on one device)."""
-  import signal  # pylint: disable=import-outside-toplevel
-  from conftest import launch_command, run_config_file  # pylint: disable=import-outside-toplevel
-  from test_train import _wait_for_step  # pylint: disable=import-outside-toplevel
+  import signal
+  from conftest import launch_command, run_config_file
+  from test_train import _wait_for_step
   # (a compilation cache of their own: the first run compiles the programs, which one that JAX's
   # cache, shared with the other tests, held would take from there and not keep)
   env = {**CHILD_ENV, 'XLA_FLAGS': f'{TEST_XLA_FLAGS} --xla_force_host_platform_device_count=1',

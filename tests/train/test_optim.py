@@ -40,7 +40,7 @@ def test_warmup_then_decay_switch_reaches_the_peak():
 def test_a_schedule_that_cannot_train_as_meant_is_said():
   """Steps past decay_steps run at learning rate 0; under the original schedule a warm-up over
   the whole run reaches a quarter of the peak (t/T * (1 - t/T) at t = T/2), over half of it a half."""
-  from electra_jax.config.pretraining import default_config  # pylint: disable=import-outside-toplevel
+  from electra_jax.config.pretraining import default_config
   o = default_config().optimizer
   o.update(learning_rate=1e-4, warmup_steps=100, decay_steps=1000)
   assert optim.schedule_warnings(o, 1000, 'w', 'fix') == []
@@ -142,8 +142,8 @@ def test_the_word_table_learns_faster_by_its_factor_and_nothing_else_does():
   """Fine-tuning's optimizer.word_table_lr: the word embeddings move that many times as far in a
   step (weight decay included); the position and token-type tables, the LayerNorm and every other
   parameter move as before."""
-  import ml_collections  # pylint: disable=import-outside-toplevel
-  from conftest import test_config  # pylint: disable=import-outside-toplevel
+  import ml_collections
+  from conftest import test_config
   cfg = model_lib.ModelConfig.from_config(test_config().model)
   params = model_lib.init_params(cfg, jax.random.key(0))
   factors = optim.layerwise_multipliers(params, cfg.num_layers, 0.8)

@@ -8,7 +8,8 @@ import numpy as np
 
 from conftest import test_config
 from electra_jax.pretraining import setup as pretrain_setup
-from electra_jax.tools.benchmark import SPECIAL, synthetic_batch
+from electra_jax.data.synthetic import synthetic_batch
+from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 

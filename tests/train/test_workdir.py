@@ -146,8 +146,8 @@ def test_the_holder_keeps_its_heartbeat_and_notices_a_takeover(tmp_path, monkeyp
 def test_a_held_workdir_refuses_pretraining_and_finetuning(tmp_path, records_dir, pretrained):
   """A second run while the first holds the workdir: refused before it writes anything, in one
   line from the command (exit 2); a run past its train_steps is refused before config.json."""
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune import run as finetune_run
   held_dir = str(tmp_path / 'w')
   with workdir_lib.claim(held_dir, 'pre-training'):
     with pytest.raises(UserError, match='is in use by a pre-training run'):
@@ -190,8 +190,8 @@ def test_a_workdir_holds_one_kind_of_run(tmp_path, records_dir, pretrained):
   """A fine-tuning in a pre-training's workdir (--init=W --workdir=W), a pre-training in a
   fine-tuning's: refused in one sentence before anything is written, also in a workdir made before
   the kind was recorded (known by its config.json); the claim records the kind."""
-  from electra_jax.finetune import config as ft_config  # pylint: disable=import-outside-toplevel
-  from electra_jax.finetune import run as finetune_run  # pylint: disable=import-outside-toplevel
+  from electra_jax.finetune import config as ft_config
+  from electra_jax.finetune import run as finetune_run
   assert workdir_lib.kind_of(pretrained) == 'pre-training'
   assert json.loads((tmp_path / '..' / pretrained / workdir_lib.KIND_FILE).read_text()) == {
       'kind': 'pre-training'}

@@ -1,14 +1,14 @@
 """Time a config's train step (tokens/s, ms/step, FLOPs, MFU) and/or its input pipeline.
 
-    python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16
-    python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16 --peer=hf
-    python launch/benchmark.py --config=configs/small.py --config.data.batch_size=16 --profile
-    python launch/benchmark.py --config=configs/small.py --mode=both   # input vs step, same run
-    python launch/benchmark.py --config=configs/small.py --mode=checkpoint  # save/restore times
-    python launch/benchmark.py --config=configs/large.py --mode=memory --config.fsdp=True
-    python launch/benchmark.py --config=configs/base.py --mode=max_batch --config.model.dtype=bfloat16
-    python launch/benchmark.py --config=configs/base.py --mode=attention --config.data.batch_size=64
-    python launch/benchmark.py --mode=finetune --init=/tmp/electra_demo --config=configs/small.py \
+    python -m benchmarks.benchmark --config=configs/small.py --config.data.batch_size=16
+    python -m benchmarks.benchmark --config=configs/small.py --config.data.batch_size=16 --peer=hf
+    python -m benchmarks.benchmark --config=configs/small.py --config.data.batch_size=16 --profile
+    python -m benchmarks.benchmark --config=configs/small.py --mode=both   # input vs step, same run
+    python -m benchmarks.benchmark --config=configs/small.py --mode=checkpoint  # save/restore times
+    python -m benchmarks.benchmark --config=configs/large.py --mode=memory --config.fsdp=True
+    python -m benchmarks.benchmark --config=configs/base.py --mode=max_batch --config.model.dtype=bfloat16
+    python -m benchmarks.benchmark --config=configs/base.py --mode=attention --config.data.batch_size=64
+    python -m benchmarks.benchmark --mode=finetune --init=/tmp/electra_demo --config=configs/small.py \
         --finetune_config=configs/finetune/builtin.py:topic --finetune_config.max_seq_length=128 \
         --peer=hf --topology=v5e-8
 
@@ -28,8 +28,8 @@ built-in corpus in a temporary folder) at the config's global batch.
 from absl import flags
 from ml_collections import config_flags
 
+from benchmarks import bench_command
 from electra_jax import cli
-from electra_jax.tools import bench_command
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run', lower_bound=1)

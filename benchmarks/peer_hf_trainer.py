@@ -1,4 +1,4 @@
-"""The peer of `launch/benchmark.py --mode=finetune --peer=hf` (and `hf-compile`): the same
+"""The peer of `benchmarks/benchmark.py --mode=finetune --peer=hf` (and `hf-compile`): the same
 fine-tuning with HF transformers' Trainer, set up as its documentation sets it up for short texts:
 each batch padded to its longest row (DataCollatorWithPadding) and rows of similar length batched
 together (`train_sampling_strategy='group_by_length'`, transformers 5; `group_by_length=True`

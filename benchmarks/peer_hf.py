@@ -1,4 +1,4 @@
-"""The peer of `launch/benchmark.py --peer=hf`: the same ELECTRA train step in PyTorch, with HF
+"""The peer of `benchmarks/benchmark.py --peer=hf`: the same ELECTRA train step in PyTorch, with HF
 transformers' ELECTRA modules, as a competent PyTorch user would write it.
 
 Same sizes, batch, masking (the original's: 15% of the tokens, 85% of them [MASK]), generator

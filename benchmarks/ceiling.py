@@ -11,7 +11,7 @@ is estimated no faster than that sum, so the sum bounds the step's estimated MFU
 arrangement of the matmuls (Q, K and V counted as one matmul, the cheaper way), not for every
 rewrite of them. It is an estimate of an estimate: nothing runs on a TPU.
 
-    python launch/matmul_ceiling.py --config=configs/base.py --topology=v6e-8
+    python -m benchmarks.matmul_ceiling --config=configs/base.py --topology=v6e-8
 """
 
 import dataclasses
@@ -19,8 +19,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from electra_jax.hardware import compile_cache
-from electra_jax.hardware import hlo_cost
+from electra_jax.hardware import compile_cache, hlo_cost
 from electra_jax.platform import chips as chips_lib
 from electra_jax.pretraining import step_flops as step_flops_lib
 

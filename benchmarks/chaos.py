@@ -1,7 +1,7 @@
 """Kill a pre-training run (SIGKILL) at random steps, resume it each time, and compare the end.
 
-    python launch/chaos.py --workdir=/tmp/electra_chaos --kills=10
-    python launch/chaos.py --workdir=/tmp/electra_chaos --config=configs/tiny.py \
+    python -m benchmarks.chaos --workdir=/tmp/electra_chaos --kills=10
+    python -m benchmarks.chaos --workdir=/tmp/electra_chaos --config=configs/tiny.py \
         --config.train_steps=300 --config.save_every=25
 
 Runs `launch/train.py` once straight through (<workdir>/straight), then the same command in

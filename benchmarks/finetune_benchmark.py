@@ -1,7 +1,7 @@
-"""launch/benchmark.py --mode=finetune: fine-tuning's examples per second, in training and in
+"""benchmarks/benchmark.py --mode=finetune: fine-tuning's examples per second, in training and in
 prediction, with each example a padded row of max_seq_length (packing=False) and with examples
 packed into rows (packing=True), and, with a peer, HF transformers' Trainer on the same examples
-with each batch padded to its longest row and length-grouped batches (tools/peer_hf_trainer.py).
+with each batch padded to its longest row and length-grouped batches (benchmarks/peer_hf_trainer.py).
 
 The data: the fine-tuning config's task (its train split, and its first dev split for prediction),
 tokenized with --init's vocabulary at the config's max_seq_length. The model: --init's, or the
@@ -27,27 +27,22 @@ import numpy as np
 from electra_jax import UserError, user_errors
 from electra_jax.convert import hf as hf_lib
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.finetune import batches
+from electra_jax.finetune import batches, run
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune import run
 from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.kinds import registry
-from electra_jax.hardware import aot
-from electra_jax.hardware import compile_cache
-from electra_jax.hardware import hlo_cost
-from electra_jax.hardware import xla_options
+from electra_jax.hardware import aot, compile_cache, hlo_cost, xla_options
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import metrics as metrics_lib
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop as loop_lib
-from electra_jax.train import model_view
-from electra_jax.train import partitioning
+from electra_jax.train import model_view, partitioning
 from electra_jax.train import step as step_lib
 
 LAYOUTS = ('padded', 'packed')
 PEERS = {'hf': 'hf_trainer', 'hf-compile': 'hf_trainer_compiled'}  # --peer -> its name here
-# the HF classes the peer's Trainer fine-tunes (tools/peer_hf_trainer.py)
+# the HF classes the peer's Trainer fine-tunes (benchmarks/peer_hf_trainer.py)
 _PEER_CLASSES = ('ElectraForSequenceClassification', 'ElectraForTokenClassification')
 
 
@@ -196,7 +191,7 @@ class _NoCheckpoints:
 
 
 class _Peer:
-  """HF transformers' Trainer (tools/peer_hf_trainer.py) in a child process: one Trainer whose
+  """HF transformers' Trainer (benchmarks/peer_hf_trainer.py) in a child process: one Trainer whose
   steps go on across the timed runs (`max_steps` in all, at least), under torch.compile with
   `compile`."""
 
@@ -225,7 +220,7 @@ class _Peer:
     spec['hf_config'].update(hidden_dropout_prob=config_lib.dropout_rate(cfg, m),
                              attention_probs_dropout_prob=config_lib.dropout_rate(cfg, m))
     self.proc = subprocess.Popen(
-        [sys.executable, '-m', 'electra_jax.tools.peer_hf_trainer', json.dumps(spec)],
+        [sys.executable, '-m', 'benchmarks.peer_hf_trainer', json.dumps(spec)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     self.info = self._ask(None)
     self.first_loss = self.info['first_loss']
@@ -387,7 +382,7 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
       seconds, kernels = [], []
       for layout in shapes.layouts:
         batch = kind.batch_shapes(p.task, layout, partitioning.batch_sharding(mesh))
-        compiled, _, error = aot.timed_compile(lambda: train_fn.lower(state, batch))  # pylint: disable=cell-var-from-loop
+        compiled, _, error = aot.timed_compile(lambda: train_fn.lower(state, batch))
         if compiled is None:
           raise UserError(f'the {name} train step did not compile for {slice_.name}: {error}')
         est = hlo_cost.estimate(compiled.as_text(), slice_.chip, slice_.chips, slice_.num_slices)

@@ -1,8 +1,8 @@
 """The highest MFU XLA's TPU cost model allows a config's ELECTRA step on a Cloud TPU slice: each of
 the step's matmuls compiled alone for the chip (no TPU needed), their estimates summed.
 
-    python launch/matmul_ceiling.py --config=configs/base.py --topology=v6e-8
-    python launch/matmul_ceiling.py --config=configs/large.py --topology=v5e-8 --microbatches=8
+    python -m benchmarks.matmul_ceiling --config=configs/base.py --topology=v6e-8
+    python -m benchmarks.matmul_ceiling --config=configs/large.py --topology=v5e-8 --microbatches=8
 
 Compare with the step's own estimate (`launch/train.py ... --topology=<slice>`, same microbatches):
 the difference is what the rest of the step (elementwise work, reductions, copies, collectives)
@@ -11,11 +11,11 @@ costs by the same estimate. Both are estimates from the compiler's cost model, n
 
 from absl import flags
 
+from benchmarks import ceiling
 from electra_jax import cli, user_errors
 from electra_jax.config import pretraining as config_lib
 from electra_jax.hardware import topology
 from electra_jax.model import networks as model_lib
-from electra_jax.tools import ceiling
 
 _CONFIG = cli.define_config_file('config', None, 'a configs/*.py pre-training config')
 _TOPOLOGY = flags.DEFINE_string('topology', None,

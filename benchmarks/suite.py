@@ -1,6 +1,6 @@
 """A suite of real-text classification tasks built offline from text the system's packages ship.
 
-    tasks = suite.build(out_dir, sources=suite.Sources())   # launch/build_tasks.py
+    tasks = suite.build(out_dir, sources=suite.Sources())   # benchmarks/build_tasks.py
 
 Nobody here wrote these texts or chose their labels, and no recipe was tuned on them:
 

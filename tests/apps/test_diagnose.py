@@ -8,7 +8,7 @@ import pytest
 
 from conftest import test_config
 from electra_jax import UserError
-from electra_jax.tools import diagnose
+from electra_jax.apps import diagnose
 
 
 @pytest.mark.fast
@@ -89,7 +89,7 @@ def test_the_probe_reads_a_folder_of_csv_files_as_a_suite_task(pretrained, tmp_p
   """--probe=<folder>: its train.csv and dev.csv (text, label), as build_tasks.py writes a suite's
   tasks, encoded with the pre-training's vocabulary; a path that is no folder, or a folder
   without dev.csv, is one sentence."""
-  from electra_jax.config import pretraining as config_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.config import pretraining as config_lib
   config = config_lib.complete(json.load(open(os.path.join(pretrained, 'config.json'))))
   folder = tmp_path / 'colours'
   folder.mkdir()

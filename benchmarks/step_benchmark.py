@@ -19,35 +19,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from benchmarks import profiling
+from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.hardware import flops as flops_lib
 from electra_jax.hardware import hlo_cost
-from electra_jax.model import attention
-from electra_jax.model import attention_masks
-from electra_jax.model import flash
+from electra_jax.model import attention, attention_masks, flash
 from electra_jax.model import networks as model_lib
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.pretraining import step_flops as step_flops_lib
-from electra_jax.tools import profiling
 from electra_jax.train import loop as loop_lib
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
-
-
-def synthetic_batch(batch_size: int, seq_len: int, vocab_size: int, seed: int = 0) -> dict:
-  """[CLS] tokens [SEP] tokens [SEP] with 5% of rows shorter, like the example builder's output."""
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(5, vocab_size, (batch_size, seq_len), dtype=np.int32)
-  lengths = np.where(rng.random(batch_size) < 0.05, rng.integers(5, seq_len, batch_size), seq_len)
-  mask = (np.arange(seq_len)[None, :] < lengths[:, None]).astype(np.int32)
-  half = lengths // 2
-  segments = ((np.arange(seq_len)[None, :] > half[:, None]) & (mask > 0)).astype(np.int32)
-  ids[:, 0] = SPECIAL.cls
-  ids[np.arange(batch_size), half] = SPECIAL.sep
-  ids[np.arange(batch_size), lengths - 1] = SPECIAL.sep
-  ids = np.where(mask > 0, ids, SPECIAL.pad)
-  return {'input_ids': ids, 'input_mask': mask, 'segment_ids': segments}
 
 
 def _peer_spec(setup, config, batch_file: str) -> dict:
@@ -64,14 +48,14 @@ def _peer_spec(setup, config, batch_file: str) -> dict:
 
 
 class Peer:
-  """The PyTorch peer (electra_jax/tools/peer_hf.py) in a child process, timed on request."""
+  """The PyTorch peer (benchmarks/peer_hf.py) in a child process, timed on request."""
 
   def __init__(self, spec: dict):
     for name in ('torch', 'transformers'):
       if importlib.util.find_spec(name) is None:
         raise ValueError(f'--peer=hf needs torch and transformers ({name} is missing); install '
                          'the test extra: pip install -e ".[test]"')
-    self.proc = subprocess.Popen([sys.executable, '-m', 'electra_jax.tools.peer_hf', json.dumps(spec)],
+    self.proc = subprocess.Popen([sys.executable, '-m', 'benchmarks.peer_hf', json.dumps(spec)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     self.info = self._read()
 
@@ -97,7 +81,7 @@ def _step_memory(compiled) -> dict:
   activations kept for the backward pass, gradients, workspace). Their sum bounds the step's peak."""
   try:
     a = compiled.memory_analysis()
-  except Exception:  # pylint: disable=broad-except
+  except Exception:
     a = None  # a backend without buffer statistics
   if a is None:
     return {}
@@ -199,7 +183,7 @@ def peer_max_batch(config) -> int:
     try:
       peer.proc.stdin.write('maxbatch\n')
       peer.proc.stdin.flush()
-      return peer._read()['max_batch']  # pylint: disable=protected-access
+      return peer._read()['max_batch']
     finally:
       peer.close()
 
@@ -257,7 +241,7 @@ def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) ->
       row['max_rel_diff'] = max(
           float(np.abs(np.asarray(a, np.float32) - b).max() / (np.abs(b).max() + 1e-9))
           for a, b in zip(outs, reference[path_rate]))
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       row['error'] = f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'[:300]
     rows.append(row)
   return rows

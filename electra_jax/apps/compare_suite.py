@@ -1,4 +1,4 @@
-"""The comparison on a real-text suite (launch/build_tasks.py), task by task.
+"""The comparison on a real-text suite (benchmarks/build_tasks.py), task by task.
 
     suite.json -> per task: pre-train each run on the task's own train texts (records and
     vocabulary of their own) -> fine-tune on its files beside random weights and the TF-IDF
@@ -10,24 +10,24 @@ import json
 import ml_collections
 
 from electra_jax import UserError
+from electra_jax.apps import compare as compare_lib
 from electra_jax.storage import fs
-from electra_jax.tools import compare as compare_lib
 
 
 def suite_tasks(suite_dir: str, ft_base: ml_collections.ConfigDict, only=()) -> list[tuple]:
   """(task name, its pre-training corpus, its fine-tuning config) per task of the suite that
-  launch/build_tasks.py wrote to `suite_dir`, in the suite's order; `only`: those tasks alone."""
+  benchmarks/build_tasks.py wrote to `suite_dir`, in the suite's order; `only`: those tasks alone."""
   path = fs.join(suite_dir, 'suite.json')
   if not fs.isfile(path):
     raise UserError(f'{suite_dir} holds no suite.json; build the suite with python '
-                    f'launch/build_tasks.py --out={suite_dir}')
-  described = fs.read_json(path, f'build the suite again: python launch/build_tasks.py '
+                    f'benchmarks/build_tasks.py --out={suite_dir}')
+  described = fs.read_json(path, f'build the suite again: python -m benchmarks.build_tasks '
                                  f'--out={suite_dir}')
   tasks = described.get('tasks') if isinstance(described, dict) else None
   if not isinstance(tasks, list) or not all(
       isinstance(t, dict) and isinstance(t.get('name'), str) and t['name'] for t in tasks):
     raise UserError(f'{path} is not a suite\'s description (a "tasks" list whose entries each '
-                    f'have a "name"); build the suite again: python launch/build_tasks.py '
+                    f'have a "name"); build the suite again: python -m benchmarks.build_tasks '
                     f'--out={suite_dir}')
   names = [t['name'] for t in tasks]
   if unknown := [n for n in only if n not in names]:

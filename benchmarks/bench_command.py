@@ -1,4 +1,4 @@
-"""What `launch/benchmark.py` runs: each mode's measurement, printed as lines and returned as a
+"""What `benchmarks/benchmark.py` runs: each mode's measurement, printed as lines and returned as a
 dict (written as JSON where asked). The measurements themselves are in benchmark.py (the
 pre-training step, attention, memory), finetune_benchmark.py and io_benchmark.py (the input
 pipeline, checkpoints); this module reads the command's options and says the results."""
@@ -11,17 +11,18 @@ import tempfile
 
 import jax
 
+from benchmarks import finetune_benchmark, io_benchmark, profiling
+from benchmarks import step_benchmark as benchmark
 from electra_jax import UserError
 from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records
 from electra_jax.hardware import aot, flops, topology
 from electra_jax.model import flash
-from electra_jax.tools import benchmark, finetune_benchmark, io_benchmark, profiling
 
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """The command's flags (launch/benchmark.py says what each means)."""
+  """The command's flags (benchmarks/benchmark.py says what each means)."""
   mode: str = 'step'
   steps: int = 10
   repeats: int = 3

@@ -9,8 +9,8 @@ from conftest import test_config
 from electra_jax import UserError
 from electra_jax.finetune import config as ft_config_lib
 from electra_jax.objectives import registry as objectives
-from electra_jax.tools import compare
-from electra_jax.tools import compare_suite
+from electra_jax.apps import compare
+from electra_jax.apps import compare_suite
 from test_finetune import _synthetic
 
 
@@ -147,21 +147,21 @@ def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
   """`compare.py --finetune_config.word_table_lr=3` (no --finetune_config=FILE) sets the field for
   both built-in tasks, over topic's own 10: absl counts the file flag as absent then, and the
   override was dropped."""
-  import sys  # pylint: disable=import-outside-toplevel
-  from absl import flags  # pylint: disable=import-outside-toplevel
-  from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
-  from conftest import ROOT  # pylint: disable=import-outside-toplevel
-  from electra_jax import cli  # pylint: disable=import-outside-toplevel
+  import sys
+  from absl import flags
+  from ml_collections import config_flags
+  from conftest import ROOT
+  from electra_jax import cli
   sys.path.insert(0, os.path.join(ROOT, 'configs', 'finetune'))
-  import builtin  # pylint: disable=import-outside-toplevel
+  import builtin
   default = os.path.join(ROOT, 'configs', 'finetune', 'builtin.py')
-  argv = cli._resolve_overrides(  # pylint: disable=protected-access
+  argv = cli._resolve_overrides(
       ['prog', '--finetune_config.word_table_lr=3', '--finetune_config.epochs=1'],
       names=['finetune_config'], defaults={'finetune_config': default})
   assert argv[1:] == ['--finetune_config.optimizer.word_table_lr=3', '--finetune_config.epochs=1']
   with pytest.raises(UserError, match="unknown config field 'word_tabel_lr'; did you mean "
                      r'--finetune_config.optimizer.word_table_lr\?'):
-    cli._resolve_overrides(['prog', '--finetune_config.word_tabel_lr=10'],  # pylint: disable=protected-access
+    cli._resolve_overrides(['prog', '--finetune_config.word_tabel_lr=10'],
                            names=['finetune_config'], defaults={'finetune_config': default})
   fv = flags.FlagValues()
   holder = config_flags.DEFINE_config_file('finetune_config', default, flag_values=fv,
@@ -188,9 +188,9 @@ def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
 def test_a_misspelt_field_of_a_default_config_file_is_one_sentence(tmp_path):
   """compare.py's config flags have default files, which read their overrides as they are
   defined: a field they do not have is one sentence, not a traceback."""
-  import subprocess  # pylint: disable=import-outside-toplevel
-  import sys  # pylint: disable=import-outside-toplevel
-  from conftest import CHILD_ENV, ROOT  # pylint: disable=import-outside-toplevel
+  import subprocess
+  import sys
+  from conftest import CHILD_ENV, ROOT
   done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'compare.py'),
                          f'--workdir={tmp_path / "cmp"}', '--finetune_config.word_tabel_lr=10',
                          '--plan'], capture_output=True, text=True, env=CHILD_ENV, timeout=300)
@@ -203,8 +203,8 @@ def test_a_misspelt_field_of_a_default_config_file_is_one_sentence(tmp_path):
 def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
   """compare.py --suite: each task's runs pre-train on that task's corpus (records of their own),
   fine-tune on its files, beside random weights and the TF-IDF baseline; one table over tasks."""
-  import csv  # pylint: disable=import-outside-toplevel
-  from electra_jax.tools import suite  # pylint: disable=import-outside-toplevel
+  import csv
+  from benchmarks import suite
   suite_dir = str(tmp_path / 'suite')
   described = []
   for name, seed in (('first', 0), ('second', 1)):
@@ -247,20 +247,20 @@ def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
 
 @pytest.mark.fast
 def test_a_corpus_too_small_for_the_vocabulary_gets_the_size_it_fills(tmp_path):
-  from conftest import write_corpus  # pylint: disable=import-outside-toplevel
+  from conftest import write_corpus
   corpus = write_corpus(str(tmp_path / 'small.txt'))
   config = test_config(**{'data.corpus': corpus, 'data.records': '', 'model.vocab_size': 4096})
   lines = []
-  base = compare._shared_records(config, str(tmp_path / 'w'), lines.append)  # pylint: disable=protected-access
+  base = compare._shared_records(config, str(tmp_path / 'w'), lines.append)
   size = base.model.vocab_size
   assert size % 64 == 0 and 64 <= size < 4096 and config.model.vocab_size == 4096
   assert any(l.startswith('note: the corpus fills at most') and f'uses {size} instead of 4096' in l
              for l in lines), lines
-  from electra_jax.data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+  from electra_jax.data import tokenizer as tokenizer_lib
   vocab = tokenizer_lib.load_tokenizer(os.path.join(base.data.records, 'vocab.model'))
   assert vocab.vocab_size == size
   lines.clear()  # a re-run finds the records built with the fitted size
-  again = compare._shared_records(config, str(tmp_path / 'w'), lines.append)  # pylint: disable=protected-access
+  again = compare._shared_records(config, str(tmp_path / 'w'), lines.append)
   assert again.model.vocab_size == size and any('have a vocabulary of' in l for l in lines)
 
 
@@ -295,8 +295,8 @@ def test_a_stop_notice_during_a_pre_training_stops_the_whole_comparison(tmp_path
   """Ctrl-C (or SIGTERM) while a run pre-trains: that run saves where it is and the comparison
   ends there (exit 130, or 143, from the command line); nothing is fine-tuned from the
   half-trained weights, which a later call would read back as the run's result."""
-  import signal  # pylint: disable=import-outside-toplevel
-  from electra_jax import Stopped  # pylint: disable=import-outside-toplevel
+  import signal
+  from electra_jax import Stopped
   config = test_config(**{'data.records': records_dir, 'log_every': 1})
   ft = ft_config_lib.default_config()
   ft.update(batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0, num_seeds=1)

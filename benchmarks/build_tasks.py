@@ -1,12 +1,12 @@
 """Build the real-text task suite from text this system's packages ship (no download).
 
-    python launch/build_tasks.py --out=/tmp/electra_suite
+    python -m benchmarks.build_tasks --out=/tmp/electra_suite
     python launch/finetune.py --config=configs/finetune/own.py --init=/tmp/electra_demo \
         --workdir=/tmp/ft_debian --config.task.train=/tmp/electra_suite/debian_section/train.csv \
         --config.task.dev=/tmp/electra_suite/debian_section/dev.csv \
         --config.task.test=/tmp/electra_suite/debian_section/test.csv
 
-Four classification tasks (electra_jax/tools/suite.py): Debian package descriptions by archive section
+Four classification tasks (benchmarks/suite.py): Debian package descriptions by archive section
 (topic) and by role (kind of software), manual pages by section (genre) and translated manual pages
 by language. Each gets fixed train/dev/test CSV files and `corpus.txt`, its train texts unlabelled
 (a pre-training corpus: --config.data.corpus=<out>/<task>/corpus.txt), and <out>/suite.json.
@@ -16,9 +16,9 @@ import os
 
 from absl import flags
 
+from benchmarks import suite
 from electra_jax import cli
 from electra_jax.storage import fs
-from electra_jax.tools import suite
 
 _OUT = flags.DEFINE_string('out', None, 'the folder to write the tasks to')
 _PACKAGES = flags.DEFINE_string('packages', '/var/lib/apt/lists/*_Packages*',

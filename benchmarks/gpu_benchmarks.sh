@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The accelerator measurements behind the README's GPU numbers, in the order they are taken:
-#   bash launch/gpu_benchmarks.sh attention   # the kernels' check and time vs explicit / cuDNN
-#   bash launch/gpu_benchmarks.sh base        # Base 64 x 512 bf16 vs HF + torch.compile, profiled
-#   bash launch/gpu_benchmarks.sh small       # Small 128 x 128 vs HF + torch.compile
-#   bash launch/gpu_benchmarks.sh maxbatch    # largest batch per device, Base and Large at 512
-#   bash launch/gpu_benchmarks.sh quick       # our steps alone, each variant of a change in turn
-#   bash launch/gpu_benchmarks.sh start       # a Base fine-tuning's start, first and from the cache
-#   bash launch/gpu_benchmarks.sh all         # attention, base, small, maxbatch
+#   bash benchmarks/gpu_benchmarks.sh attention   # the kernels' check and time vs explicit / cuDNN
+#   bash benchmarks/gpu_benchmarks.sh base        # Base 64 x 512 bf16 vs HF + torch.compile, profiled
+#   bash benchmarks/gpu_benchmarks.sh small       # Small 128 x 128 vs HF + torch.compile
+#   bash benchmarks/gpu_benchmarks.sh maxbatch    # largest batch per device, Base and Large at 512
+#   bash benchmarks/gpu_benchmarks.sh quick       # our steps alone, each variant of a change in turn
+#   bash benchmarks/gpu_benchmarks.sh start       # a Base fine-tuning's start, first and from the cache
+#   bash benchmarks/gpu_benchmarks.sh all         # attention, base, small, maxbatch
 # Each section prints its results and writes JSON next to OUT (default /tmp/electra_gpu).
 # Wall time on an H100 (jax 0.11.2, at ff97c9e): base's first command 277 s (our compile 72 s, the
 # peer's torch.compile most of the rest); small's did not finish in 249 s. On an H200 at 37966d2
@@ -20,8 +20,8 @@
 # each step's kernels by category, once per variant in VARIANTS (';'-separated sets of flags; an
 # empty set is the code as committed), no peer (base re-measures it, once per change). Its inputs,
 # made on a machine with the quick start's workdir and the task suite, travel with the checkout:
-#   bash launch/gpu_benchmarks.sh inputs      # copies them to gpu_inputs/ (ignored by git: carry it)
-#   VARIANTS=";--config.model.attention=explicit" bash launch/gpu_benchmarks.sh quick
+#   bash benchmarks/gpu_benchmarks.sh inputs      # copies them to gpu_inputs/ (ignored by git: carry it)
+#   VARIANTS=";--config.model.attention=explicit" bash benchmarks/gpu_benchmarks.sh quick
 # (QUICK_CONFIG=configs/tiny.py runs the same commands at the tiny sizes: a dry run on a CPU.)
 # The fine-tuning tokenizes the task: an image without sentencepiece and tokenizers needs their
 # wheels on PYTHONPATH too.
@@ -34,7 +34,7 @@ PY=${PYTHON:-python3}
 (cd / && $PY -c 'import electra_jax') 2>/dev/null || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 OUT=${OUT:-/tmp/electra_gpu}
 mkdir -p "$OUT"
-bench() { PYTHONUNBUFFERED=1 $PY launch/benchmark.py "$@"; }
+bench() { PYTHONUNBUFFERED=1 $PY -m benchmarks.benchmark "$@"; }
 
 attention() {
   # one Base layer's attention, batch 64 x 512: the kernels are checked against the explicit path
@@ -72,7 +72,7 @@ INPUTS=${INPUTS:-gpu_inputs}
 
 inputs() {
   # the quick start's vocabulary and config (no checkpoint: the steps are timed on random
-  # weights) and one task of launch/build_tasks.py's suite
+  # weights) and one task of benchmarks/build_tasks.py's suite
   local demo=${DEMO:-/tmp/electra_demo} suite=${SUITE:-/tmp/electra_suite}
   mkdir -p "$INPUTS/init/data" "$INPUTS/task"
   cp "$demo/config.json" "$demo/workdir.json" "$INPUTS/init/"

@@ -1,4 +1,4 @@
-"""The real-text task suite's builder (electra_jax/tools/suite.py), on small files of the real formats:
+"""The real-text task suite's builder (benchmarks/suite.py), on small files of the real formats:
 an apt package index and a tree of groff manual pages, written here."""
 
 import csv
@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from electra_jax.tools import suite
+from benchmarks import suite
 
 
 def _packages(path):

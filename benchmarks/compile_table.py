@@ -2,8 +2,8 @@
 results: the table of WORKSPACE.md's Cloud TPU section. A benchmark, not a test (Base takes 3-6
 minutes per slice on two CPU cores, Large more).
 
-    python launch/compile_table.py --out=/tmp/compile_table           # every preset and slice
-    python launch/compile_table.py --presets=base --slices=v5e-8,v6e-8 --out=/tmp/t
+    python -m benchmarks.compile_table --out=/tmp/compile_table           # every preset and slice
+    python -m benchmarks.compile_table --presets=base --slices=v5e-8,v6e-8 --out=/tmp/t
 
 Each cell is `launch/train.py --config=configs/<preset>.py --topology=<slice>` with the preset as
 it comes (model.dtype and microbatches 'auto'). Writes <out>.md and <out>.json; the step times
@@ -49,7 +49,7 @@ def _set(config, path: str, text: str):
 def _config(preset: str):
   """configs/<preset>.py with --set applied (one sentence for an unknown preset or field)."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  config = cli._load_config(os.path.join(root, 'configs', f'{preset}.py'), 'presets')  # pylint: disable=protected-access
+  config = cli._load_config(os.path.join(root, 'configs', f'{preset}.py'), 'presets')
   for item in _OVERRIDES.value:
     key, _, value = item.partition('=')
     _set(config, key, value)

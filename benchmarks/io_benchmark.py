@@ -6,8 +6,7 @@ import time
 
 import jax
 
-from electra_jax.data import input_pipeline
-from electra_jax.data import records
+from electra_jax.data import input_pipeline, records
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import checkpoint as checkpoint_lib

@@ -13,8 +13,8 @@ vocab.py). The output is written to OUT.partial and renamed when complete: an in
 leaves no folder that looks finished.
 """
 
-import dataclasses
 import contextlib
+import dataclasses
 import logging
 import os
 import tempfile
@@ -25,10 +25,7 @@ import numpy as np
 
 from electra_jax import UserError
 from electra_jax.config import pretraining as config_lib
-from electra_jax.convert import hf
-from electra_jax.convert import hf_code
-from electra_jax.convert import original
-from electra_jax.convert import sources
+from electra_jax.convert import hf, hf_code, original, sources
 from electra_jax.convert import vocab as vocab_lib
 from electra_jax.data import corpus
 from electra_jax.data import records as records_lib
@@ -82,7 +79,7 @@ def _restore(directory: str, step: int | None, what: str):
       try:
         state, meta = ckpt.restore_arrays(step)
         break
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:
         if not fs.isdir(fs.join(directory, str(step))):
           if latest:
             ckpt.manager.reload()
@@ -281,8 +278,8 @@ def verify(done: Exported, log=print, num_texts: int = 64) -> dict:
   """Loads the exported folders in HF transformers and compares with our model on pairs of
   sentences of the built-in corpus: token ids, and logits (max |difference|) on the same batch."""
   try:
-    import torch  # pylint: disable=import-outside-toplevel
-    import transformers  # pylint: disable=import-outside-toplevel
+    import torch
+    import transformers
   except ImportError:
     raise UserError('--check loads the export in HF transformers, which is not installed; '
                     'pip install -e ".[test]" (torch==2.13.0 and transformers)') from None
@@ -364,7 +361,7 @@ def _dev_through_token_pipeline(done, kind, folder, local, transformers, log) ->
   """A tagging fine-tuning's dev sentences through pipeline('token-classification') on the
   export: each word's output at its first token (the name id2label gives it) against ours, and
   HF's logits on our token ids against ours. Sentences our encoding cut are left out."""
-  import torch  # pylint: disable=import-outside-toplevel
+  import torch
   t = done.config.task
   task = predict.saved_task(done.config, done.meta)
   examples = kind.read_new(t, t.dev, task, log=lambda line: None)

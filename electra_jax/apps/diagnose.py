@@ -11,7 +11,7 @@ collapsed representation (every token's vector alike: anisotropy near 1, a low e
 attention that no longer looks anywhere in particular (entropy near its maximum) shows where.
 
 With a classification task (`probe`: a task's name, or a folder of train.csv and dev.csv such as
-a task of launch/build_tasks.py's suite): a linear probe per layer, a softmax regression trained on
+a task of benchmarks/build_tasks.py's suite): a linear probe per layer, a softmax regression trained on
 the frozen mean of the real tokens' vectors (and on the last layer's [CLS] vector) of the task's
 train split, scored on its dev split. Better probe accuracy than the random weights' means the
 pre-trained features carry more of the task; a fine-tuned score below random weights' despite it
@@ -22,11 +22,11 @@ import functools
 import json
 import math
 
+from flax.traverse_util import flatten_dict
 import jax
 import jax.numpy as jnp
-import optax
 import numpy as np
-from flax.traverse_util import flatten_dict
+import optax
 
 from electra_jax import UserError, user_errors
 from electra_jax.config import pretraining as config_lib
@@ -178,7 +178,7 @@ def pooled_features(model, model_cfg, params, data, batch_size: int) -> list[np.
 
 def _probe_data(config, workdir: str, task_name: str):
   """(task, {'train': Encoded, 'dev': Encoded}) of a classification task (a name, or a folder
-  holding train.csv and dev.csv with `text` and `label` columns, as launch/build_tasks.py writes
+  holding train.csv and dev.csv with `text` and `label` columns, as benchmarks/build_tasks.py writes
   them), encoded with the pre-training's vocabulary at its sequence length."""
   cfg = finetune_config.default_config().task
   cfg.name = task_name

@@ -1,16 +1,15 @@
-"""launch/benchmark.py's tools: the profile reader, the largest-batch search, the attention timer."""
+"""benchmarks/benchmark.py's tools: the profile reader, the largest-batch search, the attention timer."""
 
 import gzip
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import CHILD_ENV, ROOT, test_config
-from electra_jax.tools import benchmark
-from electra_jax.tools import profiling
+from conftest import CHILD_ENV, ROOT, script, test_config
+from benchmarks import step_benchmark as benchmark
+from benchmarks import profiling
 
 
 def _write_trace(directory, events):
@@ -81,14 +80,15 @@ def test_profile_keeps_the_whole_time_of_neighbours_that_overlap_by_clock_skew(t
 
 
 def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path, records_dir):
-  """launch/benchmark.py --profile in a process of its own, as it is run (a process that compiled
+  """benchmarks/benchmark.py --profile in a process of its own, as it is run (a process that compiled
   for a TPU slice first, as test_topology.py does, records no XLA operation: the error says so)."""
-  from conftest import run_config_file  # pylint: disable=import-outside-toplevel
+  from conftest import run_config_file
   trace, out = tmp_path / 'trace', tmp_path / 'result.json'
-  done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'benchmark.py'),
+  done = subprocess.run([*script('benchmark.py'),
                          f'--config={run_config_file(tmp_path, records_dir)}', '--steps=2',
                          '--repeats=1', '--profile', f'--profile_dir={trace}', f'--json={out}'],
-                        capture_output=True, text=True, env=CHILD_ENV, timeout=300, check=False)
+                        capture_output=True, text=True, cwd=ROOT, env=CHILD_ENV, timeout=300,
+                        check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   p = json.loads(out.read_text())['profile']
   assert p['kernels'] and p['busy_ms_per_step'] > 0
@@ -138,14 +138,15 @@ def test_attention_mode_times_each_path_and_checks_it():
 
 @pytest.mark.fast
 def test_max_batch_without_a_known_limit_and_bad_kernel_settings_are_one_error_line():
-  command = [sys.executable, os.path.join(ROOT, 'launch', 'benchmark.py'),
+  command = [*script('benchmark.py'),
              f'--config={os.path.join(ROOT, "configs", "tiny.py")}', '--steps=1', '--repeats=1']
   done = subprocess.run(command + ['--mode=max_batch'], capture_output=True, text=True,
-                        env=CHILD_ENV, timeout=300, check=False)
+                        cwd=ROOT, env=CHILD_ENV, timeout=300, check=False)
   assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].startswith('error:')
   assert '--memory_gb' in done.stderr
   done = subprocess.run(command + ['--mode=attention', '--blocks=num_warps=8;num_warp=8'],
-                        capture_output=True, text=True, env=CHILD_ENV, timeout=300, check=False)
+                        capture_output=True, text=True, cwd=ROOT, env=CHILD_ENV, timeout=300,
+                        check=False)
   assert done.returncode == 2, done.stderr
   assert done.stderr.strip().splitlines()[-1].startswith(
       "error: --blocks has 'num_warp=8', not up to six block sizes or name=integer pairs of "
