@@ -66,7 +66,8 @@ def _explain(error: Exception) -> str:
     return 'give a number'
   match = re.match(r"^'?([A-Za-z_0-9]+)'?$", text)
   if isinstance(error, (AttributeError, KeyError)) and match:
-    return f'unknown config field {match.group(1)!r}; see electra_jax/config/pretraining.py for the fields'
+    return (f'unknown config field {match.group(1)!r}; the fields are declared in '
+            'electra_jax/*/config.py')
   return ' '.join(text.split())
 
 
@@ -228,7 +229,8 @@ def _resolve_overrides(argv: list[str], names: list[str] | None = None,
           close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.7)
           full = [p for p in leaves if close and (p == close[0] or p.endswith('.' + close[0]))]
           hint = (f'; did you mean --{name}.{full[0]}?' if len(full) == 1 else
-                  f'; see electra_jax/config/pretraining.py (or the file of --{name}) for the fields')
+                  f'; the fields are declared in electra_jax/*/config.py (or the file of '
+                  f'--{name})')
           raise UserError(f'unknown config field {key!r}{hint}')
       if value is not None:
         _check_value(name, key, fields[key], value)

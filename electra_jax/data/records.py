@@ -13,9 +13,9 @@ import dataclasses
 import hashlib
 import json
 
-from electra_jax.config import fields
-from electra_jax.config import pretraining as config_lib
+from electra_jax import fields
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.data.config import DATA, VOCAB_SIZE
 from electra_jax.storage import fs
 
 FORMAT = 2
@@ -47,7 +47,8 @@ VOCAB_TRAINER = {
 def declarations() -> dict[str, fields.Field]:
   """{setting: its declaration (default, meaning)}: every field of `Settings` but its source.
   launch/prepare_data.py and launch/build_vocab.py take their flags from here."""
-  declared = fields.declared(config_lib.CONFIG)
+  declared = {**{f'data.{name}': f for name, f in DATA.fields.items()}, 'seed': fields.SEED,
+              'model.vocab_size': VOCAB_SIZE}
   return {**{name: declared[path] for name, path in _CONFIG_PATHS.items()}, **VOCAB_TRAINER}
 
 

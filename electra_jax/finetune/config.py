@@ -9,9 +9,9 @@ import json
 import ml_collections
 
 from electra_jax import UserError, user_errors
-from electra_jax.config import fields
-from electra_jax.config import pretraining
-from electra_jax.config.fields import Field as F, Section, at_least, inside, one_of, rule
+from electra_jax import fields
+from electra_jax.train import config as train_config
+from electra_jax.fields import Field as F, Section, at_least, inside, one_of, rule
 from electra_jax.finetune.kinds import heads
 from electra_jax.finetune.kinds import registry
 from electra_jax.storage import fs
@@ -76,7 +76,7 @@ OPTIMIZER = Section(doc="AdamW; zeros mean the paper's value for the model's siz
     warmup_fraction=F(0.1, 'share of the steps spent warming up', inside(0, 1, True, True)),
     weight_decay=F(0.0, "the paper's 0 (the original code used 0.01)", at_least(0)),
     # AdamW's own settings as the pre-training declares them (default, meaning, range)
-    **{name: pretraining.OPTIMIZER.fields[name]
+    **{name: train_config.OPTIMIZER.fields[name]
        for name in ('b1', 'b2', 'eps', 'bias_correction', 'grad_clip_norm')},
 ))
 
@@ -182,7 +182,7 @@ def optimizer_config(cfg, model_cfg, total_steps: int) -> ml_collections.ConfigD
                   decay_power=1.0, schedule='original')
   return ml_collections.ConfigDict({
       name: schedule[name] if name in schedule else o[name] if name in o else field.default
-      for name, field in pretraining.OPTIMIZER.fields.items()})
+      for name, field in train_config.OPTIMIZER.fields.items()})
 
 
 def recipe(cfg, task, model_cfg, pretrained: bool) -> str:

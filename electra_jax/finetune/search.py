@@ -20,7 +20,7 @@ import itertools
 import re
 
 from electra_jax import UserError, user_errors
-from electra_jax.config import fields
+from electra_jax import fields
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.storage import fs

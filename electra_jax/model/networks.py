@@ -18,7 +18,6 @@ intermediate, output, output_LayerNorm}. Matmuls run in `dtype`; attention softm
 vocabulary logits and the discriminator's logits are float32.
 """
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -26,90 +25,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from electra_jax.config import fields as fields_lib
-from electra_jax.config import pretraining as config_lib
 from electra_jax.model import attention as attention_lib
-from electra_jax.model import generators
-from electra_jax.platform import backends
+from electra_jax.model.config import ModelConfig
 from electra_jax.model.layers import (Dense, Dropout, LayerNorm, dropout_words, gelu_for,
                                       low_precision_matmul, small_table_lookup, truncated_normal)
-
-
-class _ModelConfigBase:
-  """The model's view of `config.model` (electra_jax/config/pretraining.py declares each field and what it
-  means; `ModelConfig` is made from that declaration), plus where it is compiled for:
-
-  platform: the devices ('tpu', 'gpu', 'cpu'); '' : JAX's default backend when traced. A run
-    compiling for a TPU slice from a CPU host sets 'tpu'.
-  writes_for_backward: whether the forward pass writes GELU's derivative and the dropout masks
-    for the backward pass (True) or the backward recomputes them beside its matmuls (False): the
-    chip's choice (platform/chips.py, given by the run); None: True on CPUs, else False.
-  dtype 'auto' becomes bfloat16 on TPUs and GPUs and float32 on CPUs when the view is made.
-  """
-
-  def __post_init__(self):
-    backend = self.platform or jax.default_backend()
-    if self.dtype == 'auto':
-      object.__setattr__(self, 'dtype', backends.auto_dtype(backend))
-    if self.writes_for_backward is None:
-      object.__setattr__(self, 'writes_for_backward', backend == 'cpu')
-
-  @classmethod
-  def from_config(cls, model_cfg, platform: str = '', writes_for_backward: bool | None = None):
-    """The model's view of `config.model` (or a dict of some of its fields: the others at their
-    defaults; or a view's fields, whose platform and writes_for_backward these arguments replace)
-    for `platform` ('' : JAX's default backend); ValueError for an unknown field or a value
-    outside its range."""
-    values = {k: v for k, v in model_cfg.items()
-              if k not in ('platform', 'writes_for_backward', 'chip')}
-    fields_lib.check(config_lib.MODEL, values, 'model', prefix='model.')
-    cfg = cls(**values, platform=platform, writes_for_backward=writes_for_backward)
-    cfg.validate()
-    return cfg
-
-  def validate(self):
-    """ValueError (one sentence): a field outside its declared range, or fields that do not fit
-    together."""
-    values = {k: v for k, v in dataclasses.asdict(self).items()
-              if k not in ('platform', 'writes_for_backward')}
-    fields_lib.check(config_lib.MODEL, values, 'model', prefix='model.')
-    if self.attention not in attention_lib.choices():
-      raise ValueError(f'model.attention is {self.attention!r}; use one of '
-                       f'{", ".join(repr(a) for a in attention_lib.choices())}')
-    if self.hidden_size % self.num_heads:
-      raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
-                       f'model.num_heads {self.num_heads}')
-    generators.get(self.generator).validate(self)
-
-  @property
-  def generator_shape(self) -> generators.Generator:
-    """The generator's shape (model/generators.py), what the code asks about the generator."""
-    return generators.get(self.generator)
-
-  @property
-  def generator_hidden_size(self) -> int:
-    return self.generator_shape.size(self).hidden
-
-  @property
-  def generator_num_layers(self) -> int:
-    return self.generator_shape.size(self).layers
-
-  @property
-  def generator_num_heads(self) -> int:
-    return self.generator_shape.size(self).heads
-
-  @property
-  def generator_intermediate_size(self) -> int:
-    return self.generator_shape.size(self).intermediate
-
-
-
-ModelConfig = dataclasses.make_dataclass(
-    'ModelConfig', fields_lib.view_fields(config_lib.CONFIG, 'model')
-    + [('platform', str, dataclasses.field(default='')),
-       ('writes_for_backward', bool | None, dataclasses.field(default=None))],
-    bases=(_ModelConfigBase,), frozen=True)
-ModelConfig.__module__ = __name__
 
 
 class Embeddings(nn.Module):

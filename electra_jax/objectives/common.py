@@ -14,39 +14,14 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from electra_jax.config import fields as fields_lib
-from electra_jax.config import pretraining as config_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import networks as model_lib
+from electra_jax.objectives.config import ObjectiveConfig
 from electra_jax.objectives import masking
 from electra_jax.objectives.metrics import Metric, ratio
-from electra_jax.platform import backends
 
 AUC_BINS = 4096  # histogram bins of discriminator logits in [-AUC_RANGE, AUC_RANGE]
 AUC_RANGE = 16.0
-
-
-class _ObjectiveConfigBase:
-  """The objective's view of `config.objective` (electra_jax/config/pretraining.py declares each field), plus
-  `sampler`, the generator's draw: 'cdf' (masking.sample_with) on CPUs, 'gumbel'
-  (masking.sample_gumbel) on GPUs and TPUs: the same distribution, each the faster there."""
-
-  @classmethod
-  def from_config(cls, objective_cfg, platform: str = ''):
-    """The objective's view of `config.objective` for a run on `platform` ('' : JAX's default
-    backend), which picks the sampler; ValueError for an unknown field or a value outside its
-    range."""
-    values = dict(objective_cfg.items())
-    fields_lib.check(config_lib.OBJECTIVE, values, 'objective', prefix='objective.')
-    accelerator = backends.is_accelerator(platform or jax.default_backend())
-    return cls(**values, sampler='gumbel' if accelerator else 'cdf')
-
-
-ObjectiveConfig = dataclasses.make_dataclass(
-    'ObjectiveConfig', fields_lib.view_fields(config_lib.CONFIG, 'objective')
-    + [('sampler', str, dataclasses.field(default='cdf'))],
-    bases=(_ObjectiveConfigBase,), frozen=True)
-ObjectiveConfig.__module__ = __name__
 
 
 def logit_histograms(logits, labels, weights):

@@ -2,7 +2,7 @@
 its objective (`resolve`), every field checked (`check_config`), and the run its workdir already
 holds compared with it (`check_same_run`). Each mistake is one sentence (UserError).
 
-What must match and what is adopted are declared with each field in config/pretraining.py.
+What must match and what is adopted are declared with each field (model/config.py).
 """
 
 import json
@@ -10,7 +10,7 @@ import json
 import ml_collections
 
 from electra_jax import UserError, user_errors
-from electra_jax.config import fields as fields_lib
+from electra_jax import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.model import networks as model_lib
@@ -80,7 +80,7 @@ def _adopt_init_from(config: ml_collections.ConfigDict, log=print):
   with user_errors(ValueError, FileNotFoundError):
     source = init_from.open_source(config.init_from, config.init_generator, config.data.vocab)
   fields, m = source.fields, config.model
-  # config/pretraining.py declares what must match the weights (init_from='same') and what is taken from them
+  # model/config.py declares what must match the weights (init_from='same') and what is taken from them
   must_match, adopted = (fields_lib.paths(config_lib.MODEL, init_from=role)
                          for role in ('same', 'adopt'))
   diffs = [f'{k} {fields[k]} (config: {m[k]})' for k in must_match
@@ -122,7 +122,7 @@ def check_same_run(config, workdir: str, log=print):
     return
   old = fs.read_json(path, 'delete it, and the same command resumes the run from its checkpoints '
                      '(config.json is written again)', want=dict)
-  # config/pretraining.py declares what a resumed run must keep (resume='same'): the model, objective, data
+  # the declarations say what a resumed run must keep (resume='same'): the model, objective, data
   # and seed, but for how the model is computed (attention path, remat)
   diffs = fields_lib.same_run_diffs(config_lib.CONFIG, old, json.loads(config.to_json()))
   if diffs and not _has_checkpoint(workdir):

@@ -16,7 +16,7 @@ import ml_collections
 import numpy as np
 
 from electra_jax import UserError, user_errors
-from electra_jax.config import fields as fields_lib
+from electra_jax import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.data import input_pipeline
 from electra_jax.data import prepare as prepare_lib

@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from electra_jax.config import fields
-from electra_jax.config import pretraining as config_lib
+from electra_jax import fields
+from electra_jax.train.config import OPTIMIZER
 
 _NO_DECAY = re.compile(r'LayerNorm|layer_norm|bias')
 
@@ -186,9 +186,9 @@ def scale_by_tree(factors) -> optax.GradientTransformation:
 
 
 def check(opt_cfg):
-  """One sentence for an optimizer setting that cannot train (config.OPTIMIZER declares what each
+  """One sentence for an optimizer setting that cannot train (train/config.py declares what each
   field may be): a learning rate that is not positive, betas outside [0, 1), ..."""
-  fields.check(config_lib.OPTIMIZER, opt_cfg, 'optimizer', prefix='optimizer.')
+  fields.check(OPTIMIZER, opt_cfg, 'optimizer', prefix='optimizer.')
 
 
 def make_optimizer(opt_cfg, lr_factors=None) -> tuple[optax.GradientTransformation, callable]:

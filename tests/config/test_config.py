@@ -1,15 +1,16 @@
-"""The configs are declared once (electra_jax/config/fields.py): the views, checks and resume rules follow."""
+"""The configs are declared once (electra_jax/fields.py): the views, checks and resume rules follow."""
 
 import dataclasses
 import json
 
 import pytest
 
-from electra_jax.config import fields
+from electra_jax import fields
 from electra_jax.config import pretraining as config_lib
 from electra_jax.finetune import config as ft_config
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
+from electra_jax.train import config as train_config
 
 
 @pytest.mark.fast
@@ -21,12 +22,29 @@ def test_the_model_and_objective_views_are_the_declared_sections():
   objective = {f.name: f.default for f in dataclasses.fields(objective_common.ObjectiveConfig)}
   assert set(objective) == set(c.objective) | {'sampler'}
   assert all(objective[k] == c.objective[k] for k in c.objective)
-  # a field declared in the config reaches the model's view without another line
-  section = dataclasses.replace(config_lib.MODEL, fields={
-      **config_lib.MODEL.fields, 'extra': fields.Field(3, 'a test field', fields.at_least(1))})
-  root = dataclasses.replace(config_lib.CONFIG, fields={**config_lib.CONFIG.fields,
-                                                        'model': section})
-  assert ('extra', int) == fields.view_fields(root, 'model')[-1][:2]
+  # a field declared in a typed config is its section's, in its place, and checked when made
+  @dataclasses.dataclass(frozen=True)
+  class Typed:
+    size: int = fields.declare(3, 'a test field', fields.at_least(1), init_from='same')
+    half: int = fields.declare(1, 'derived', derived=lambda c: c.typed.get_ref('size') // 2)
+    where: str = ''  # (not declared: not the command line's)
+
+    def __post_init__(self):
+      fields.check_typed(self, fields.section_of(Typed), 'typed.')
+
+  section = fields.section_of(Typed)
+  assert list(section.fields) == ['size', 'half'] and section.fields['size'].init_from == 'same'
+  built = fields.build(fields.Section(fields={'typed': section}))
+  built.typed.size = 9
+  assert built.typed.half == 4  # the derived default follows its source in the built config
+  assert fields.typed(Typed, {'size': 5}, section, 'typed.') == Typed(5, 1)
+  with pytest.raises(ValueError, match=r'typed.size is 0; it must be a number of at least 1'):
+    Typed(0)
+  with pytest.raises(ValueError, match='typed.sise is not a field of the typed; did you mean '
+                     'typed.size?'):
+    fields.typed(Typed, {'sise': 5}, section, 'typed.')
+  with pytest.raises(ValueError, match=r'model.hidden_size is -1; it must be a number of at least'):
+    model_lib.ModelConfig(hidden_size=-1)  # checked once, when made
 
 
 @pytest.mark.fast
@@ -43,8 +61,8 @@ def test_the_finetuning_optimizer_is_the_pretraining_section_with_its_own_values
   assert (opt.learning_rate, opt.warmup_steps, opt.decay_steps) == (1e-4, 100, 1000)
   config_lib.default_config().optimizer.update(opt)  # every value one the section accepts
   extra = fields.Field(7, 'a test field')
-  monkeypatch.setattr(config_lib, 'OPTIMIZER', dataclasses.replace(
-      config_lib.OPTIMIZER, fields={**config_lib.OPTIMIZER.fields, 'extra': extra}))
+  monkeypatch.setattr(train_config, 'OPTIMIZER', dataclasses.replace(
+      train_config.OPTIMIZER, fields={**train_config.OPTIMIZER.fields, 'extra': extra}))
   assert ft_config.optimizer_config(cfg, wide, 1000).extra == 7
 
 

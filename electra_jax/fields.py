@@ -1,11 +1,12 @@
 """Config fields declared once: each field's default, meaning, valid values and role.
 
-A config (`config/pretraining.py` for pre-training, `finetune/config.py` for fine-tuning) is a tree of
-`Field`s. From it come the ml_collections config (`build`), the checks of every value and the
-refusal of unknown keys (`check`), and the rules of a run that resumes in its workdir or starts
-from other weights (`paths`, `same_run_diffs`). The model's and the objective's views
-(`model.networks.ModelConfig`, `objectives.common.ObjectiveConfig`) are dataclasses made from
-their sections (`view_fields`).
+A wing's typed config is a frozen dataclass whose fields are `declare`d in its own file
+(model/config.py's ModelConfig, objectives/config.py's ObjectiveConfig); a config the command line
+sets is a tree of `Section`s of such declarations (`section_of` a dataclass, or `Field`s written
+out: config/pretraining.py for pre-training, finetune/config.py for fine-tuning). From it come the
+ml_collections config (`build`), the checks of every value and the refusal of unknown keys
+(`check`), and the rules of a run that resumes in its workdir or starts from other weights
+(`paths`, `same_run_diffs`).
 """
 
 import dataclasses
@@ -73,6 +74,9 @@ def seed(v):
   """A seed every consumer of it takes: a whole number in [0, 2**31 - 1]."""
   return None if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_SEED else (
       f'a seed is a whole number from 0 to {MAX_SEED} (a 32-bit integer)')
+
+
+AT_LEAST_1, AT_LEAST_0, FRACTION = at_least(1), at_least(0), inside(0, 1, True, True)
 
 
 def rule(ok: Callable, want: str):
@@ -198,14 +202,42 @@ def json_default(section: Section) -> dict:
   return json.loads(build(section).to_json())
 
 
-def view_fields(root: Section, name: str, skip=()) -> list:
-  """make_dataclass's field list of the view of section `name` of `root`: each field with its
-  default as built (derived ones resolved)."""
-  defaults = build(root).copy_and_resolve_references()[name]
-  out = []
-  for name, f in root.fields[name].fields.items():
-    if name in skip:
-      continue
-    value = defaults[name]
-    out.append((name, f.field_type or type(value), dataclasses.field(default=value)))
-  return out
+# ---- typed configs: frozen dataclasses whose fields are declared --------------------------------
+
+def declare(default, doc: str, valid: Callable | None = None, *, resume: str = '',
+            init_from: str = '', derived: Callable | None = None, field_type: type | None = None):
+  """A field of a typed config, declared: `default` its value as written (a derived field's, as
+  derived from the other defaults: `derived(root config)` gives the reference that follows its
+  sources in the command line's config); the rest as `Field`'s."""
+  return dataclasses.field(default=default, metadata={'declared': Field(
+      Derived(derived) if derived else default, doc, valid, resume, init_from, field_type)})
+
+
+def section_of(cls, doc: str = '', resume: str = 'same') -> Section:
+  """The Section of a typed config: its declared fields, in their order (the others, such as
+  where a model is compiled for, are the program's, not the command line's)."""
+  return Section(fields={f.name: f.metadata['declared'] for f in dataclasses.fields(cls)
+                         if 'declared' in f.metadata}, doc=doc, resume=resume)
+
+
+def check_typed(value, section: Section, prefix: str):
+  """ValueError (one sentence) for the first declared field of the dataclass `value` outside its
+  range: a typed config checks itself once, when constructed."""
+  for name, f in section.fields.items():
+    problem = f.valid and f.valid(getattr(value, name))
+    if problem:
+      raise ValueError(f'{prefix}{name} is {getattr(value, name)!r}; {problem}')
+
+
+def typed(cls, values, section: Section, prefix: str, **extra):
+  """`cls(**values, **extra)` (values: a ConfigDict section or a dict of some of its fields, the
+  others at their defaults), or ValueError (one sentence) for a key that is not a field of it."""
+  values = dict(values.items())
+  unknown = set(values) - set(section.fields)
+  if unknown:
+    check(section, {k: values[k] for k in sorted(unknown)}, prefix.rstrip('.'), prefix=prefix)
+  return cls(**values, **extra)
+
+
+SEED = Field(0, 'every random choice comes from a key derived from (seed, step)', seed,
+             resume='same')

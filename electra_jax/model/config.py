@@ -1,0 +1,144 @@
+"""The model's typed config: both networks are BERT-style post-LayerNorm encoders.
+
+`ModelConfig` is a frozen dataclass whose fields are declared here once (default, meaning, valid
+values, and what a run starting from other weights must share with them: `init_from`); the
+pre-training config's `model` section is made from it (`MODEL`), and a config checks itself once,
+when constructed. Besides the declared fields, where it is compiled for:
+
+  platform: the devices ('tpu', 'gpu', 'cpu'); '' : JAX's default backend when made. A run
+    compiling for a TPU slice from a CPU host sets 'tpu'.
+  writes_for_backward: whether the forward pass writes GELU's derivative and the dropout masks
+    for the backward pass (True) or the backward recomputes them beside its matmuls (False): the
+    chip's choice (platform/chips.py, given by the run); None: True on CPUs, else False.
+
+dtype 'auto' becomes bfloat16 on TPUs and GPUs and float32 on CPUs when the config is made.
+"""
+
+import dataclasses
+
+import jax
+
+from electra_jax import fields
+from electra_jax.data.config import VOCAB_SIZE
+from electra_jax.fields import AT_LEAST_1, declare, inside, one_of, positive
+from electra_jax.model import attention as attention_lib
+from electra_jax.model import generators
+from electra_jax.platform import backends
+
+_SEEN_BY_PROGRAMS = ('platform', 'writes_for_backward')
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  vocab_size: int = dataclasses.field(default=VOCAB_SIZE.default,
+                                      metadata={'declared': VOCAB_SIZE})
+  embedding_size: int = declare(128, 'E; an `embeddings_project` E -> hidden follows when E != '
+                                'hidden', AT_LEAST_1, init_from='same')
+  hidden_size: int = declare(256, 'H of the discriminator', AT_LEAST_1, init_from='same')
+  num_layers: int = declare(12, 'discriminator depth', AT_LEAST_1, init_from='same')
+  num_heads: int = declare(4, 'attention heads (head size 64)', AT_LEAST_1, init_from='same',
+                           derived=lambda c: c.model.get_ref('hidden_size') // 64)
+  intermediate_size: int = declare(1024, 'FFN width', AT_LEAST_1, init_from='same',
+                                   derived=lambda c: c.model.get_ref('hidden_size') * 4)
+  max_position_embeddings: int = declare(512, 'rows of the position table', AT_LEAST_1,
+                                         init_from='same')
+  type_vocab_size: int = declare(2, 'segment (token type) ids', AT_LEAST_1, init_from='same')
+  dropout_rate: float = declare(0.1, 'dropout on embeddings and hidden states',
+                                inside(0, 1, True, False))
+  attention_dropout_rate: float = declare(0.1, 'dropout on attention probabilities',
+                                          inside(0, 1, True, False))
+  layer_norm_eps: float = declare(1e-12, 'LayerNorm epsilon', positive, init_from='adopt')
+  initializer_range: float = declare(0.02, 'stddev of the truncated normal init (cut at 2 '
+                                     'stddev, as TF1)', positive)
+  dtype: str = declare('auto', 'activations / matmul inputs: bfloat16 or float32; auto: bfloat16 '
+                       'on TPU/GPU, float32 on CPU',
+                       one_of('auto', 'bfloat16', 'float32', 'float16'))
+  param_dtype: str = declare('float32', 'stored parameters and optimizer state',
+                             one_of('float32', 'bfloat16', 'float16'))
+  attention: str = declare('auto', "the attention path, a name of model/attention.py's registry "
+                           "(which checks it): 'explicit' einsum + softmax; 'pallas' the flash "
+                           "kernel; 'fused' jax.nn.dot_product_attention (cuDNN on GPU) where no "
+                           "attention dropout is active; 'auto': the fastest for the shape and "
+                           'platform', resume='free')
+  remat: bool = declare(False, "rematerialization: recompute each layer's activations in the "
+                        'backward pass (about 1/3 more compute, activation memory of one layer '
+                        'instead of all; see microbatches)', one_of(False, True), resume='free')
+  disc_bias_init: float = declare(0.0, "initial bias of the replaced-token logit (the paper: 0, "
+                                  'i.e. a 50% prior; log(p / (1 - p)) starts the discriminator '
+                                  'at the replaced share p)')
+  generator: str = declare('separate', "the generator's shape, a name of model/generators.py's "
+                           "table (which checks it): 'separate' | 'tied' (generator == "
+                           "discriminator) | 'uniform' (no net) | 'two_tower' (ELECTRIC's cloze "
+                           "model: a left-to-right and a right-to-left tower)", init_from='adopt')
+  generator_hidden_fraction: float = declare(0.25, 'generator width as a fraction of hidden (also '
+                                             'FFN, heads)', positive, init_from='adopt')
+  generator_layers_fraction: float = declare(1.0, 'generator depth as a fraction of num_layers',
+                                             positive, init_from='adopt')
+  untied_generator_embeddings: bool = declare(False, 'True: the generator gets its own embedding '
+                                              'module', one_of(False, True), init_from='adopt')
+  decoder_rows: str = declare('all', "word-table rows the tied MLM decoder's softmax updates: "
+                              "'all' (the original) or 'batch' (the batch's tokens'; "
+                              'docs/short_pretraining.md)', one_of('all', 'batch'))
+  discriminator_mlm: bool = declare(False, 'an MLM head on the discriminator (set by the '
+                                    'objectives needing it)', one_of(False, True))
+  gdes: bool = declare(False, "DeBERTa-v3's gradient-disentangled embedding sharing: the "
+                       'discriminator reads stop_gradient(word table) + its own '
+                       'zero-initialized residual table; the generator owns the table. Embedding '
+                       'sharing (False, the original) and no sharing (untied_generator_embeddings)'
+                       ' are the alternatives', one_of(False, True))
+  platform: str = ''
+  writes_for_backward: bool | None = None
+
+  def __post_init__(self):
+    backend = self.platform or jax.default_backend()
+    if self.dtype == 'auto':
+      object.__setattr__(self, 'dtype', backends.auto_dtype(backend))
+    if self.writes_for_backward is None:
+      object.__setattr__(self, 'writes_for_backward', backend == 'cpu')
+    self.validate()
+
+  @classmethod
+  def from_config(cls, model_cfg, platform: str = '', writes_for_backward: bool | None = None):
+    """The model's config from `config.model` (or a dict of some of its fields: the others at
+    their defaults; or a config's fields, whose platform and writes_for_backward these arguments
+    replace) for `platform` ('' : JAX's default backend); ValueError for an unknown field or a
+    value outside its range."""
+    values = {k: v for k, v in model_cfg.items() if k not in (*_SEEN_BY_PROGRAMS, 'chip')}
+    return fields.typed(cls, values, MODEL, 'model.', platform=platform,
+                        writes_for_backward=writes_for_backward)
+
+  def validate(self):
+    """ValueError (one sentence): a field outside its declared range, or fields that do not fit
+    together."""
+    fields.check_typed(self, MODEL, 'model.')
+    if self.attention not in attention_lib.choices():
+      raise ValueError(f'model.attention is {self.attention!r}; use one of '
+                       f'{", ".join(repr(a) for a in attention_lib.choices())}')
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
+                       f'model.num_heads {self.num_heads}')
+    generators.get(self.generator).validate(self)
+
+  @property
+  def generator_shape(self) -> generators.Generator:
+    """The generator's shape (model/generators.py), what the code asks about the generator."""
+    return generators.get(self.generator)
+
+  @property
+  def generator_hidden_size(self) -> int:
+    return self.generator_shape.size(self).hidden
+
+  @property
+  def generator_num_layers(self) -> int:
+    return self.generator_shape.size(self).layers
+
+  @property
+  def generator_num_heads(self) -> int:
+    return self.generator_shape.size(self).heads
+
+  @property
+  def generator_intermediate_size(self) -> int:
+    return self.generator_shape.size(self).intermediate
+
+
+MODEL = fields.section_of(ModelConfig, doc="the two networks' shapes, precision and kernels")
