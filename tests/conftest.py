@@ -97,6 +97,25 @@ def pytest_collection_modifyitems(config, items):
                             'take the fast mark off them, or the pre-trained fixture')
 
 
+_FAULTS_NOT_RUN = []  # (test, why) of the fault tests this run skipped
+
+
+def pytest_runtest_logreport(report):
+  if report.skipped and 'fault' in report.keywords:
+    reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    _FAULTS_NOT_RUN.append((report.nodeid, reason.removeprefix('Skipped: ')))
+
+
+def pytest_terminal_summary(terminalreporter):
+  """A fault test (a full disk, a read-only folder: made for real, in a namespace of its own) that
+  could not run here is named at the end: the run passes without it, so it says so."""
+  if _FAULTS_NOT_RUN:
+    terminalreporter.write_sep('!', f'{len(_FAULTS_NOT_RUN)} fault test(s) did not run on this '
+                               'machine: what they check is unchecked here', red=True)
+    for nodeid, reason in _FAULTS_NOT_RUN:
+      terminalreporter.write_line(f'  {nodeid}: {reason}')
+
+
 def write_corpus(path: str, num_docs: int = 60, seed: int = 0):
   """A small text corpus: documents of sentences, blank lines between documents."""
   import random

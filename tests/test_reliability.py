@@ -285,11 +285,14 @@ def _disk_folder(tmp_path):
   """tmp_path/disk, where _on_small_disk mounts its tmpfs (the test is skipped where it cannot)."""
   disk = tmp_path / 'disk'
   disk.mkdir()
+  if shutil.which('unshare') is None:
+    pytest.skip('unshare (util-linux) is not installed: it mounts the small disk')
   if _on_small_disk(disk, '1m', 'true').returncode != 0:
     pytest.skip('this machine cannot mount a tmpfs in a user namespace (unshare -Urm)')
   return disk
 
 
+@pytest.mark.fault
 def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_dir):
   """Records onto a full disk: one line naming the disk and the space, nothing left behind. A
   checkpoint that does not fit: one line, the checkpoint before it untouched. (In a mount namespace
@@ -328,6 +331,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_di
 
 
 @pytest.mark.fast
+@pytest.mark.fault
 def test_a_save_that_fills_the_disk_while_written_leaves_no_unfinished_folder(tmp_path):
   """Where the free space is not known beforehand (a mounted bucket), a checkpoint can fail half
   written: one DiskFull, its unfinished folder deleted, the checkpoint before it intact."""
@@ -361,6 +365,7 @@ print('intact:', bool(np.array_equal(np.asarray(restored['w']), state['w'])), me
 
 
 @pytest.mark.fast
+@pytest.mark.fault
 def test_a_whole_file_that_does_not_fit_is_one_sentence_and_leaves_nothing(tmp_path):
   """fs.write_atomic (results, configs, curves, an export's files) onto a full disk: DiskFull
   naming the file, its size and the free space; the old contents intact, no temporary file."""
@@ -384,6 +389,7 @@ print('kept:', open('{disk}/results.json').read())
   assert done.stdout.split('exit=0')[1].split() == ['results.json'], done.stdout  # no .tmp-<pid>
 
 
+@pytest.mark.fault
 def test_an_export_onto_a_full_disk_is_one_sentence_and_leaves_nothing(tmp_path, pretrained):
   disk = _disk_folder(tmp_path)
   done = _on_small_disk(disk, '8k', f'{sys.executable} {ROOT}/launch/export.py '
@@ -725,6 +731,7 @@ def test_an_export_to_a_place_that_cannot_be_written_is_one_line(tmp_path, pretr
   assert 'Traceback' not in done.stderr
 
 
+@pytest.mark.fault
 def test_a_checkpoints_folder_made_unwritable_during_a_run_says_to_restore_access(tmp_path,
                                                                                 records_dir):
   """The workdir was writable when the run began there: the fix is its write access again and
@@ -736,6 +743,8 @@ def test_a_checkpoints_folder_made_unwritable_during_a_run_says_to_restore_acces
                          env=CHILD_ENV, timeout=300, check=False)
   assert first.returncode == 0, first.stderr[-2000:]
   folder = workdir / 'checkpoints'
+  if shutil.which('unshare') is None:
+    pytest.skip('unshare (util-linux) is not installed: it makes the folder read-only')
   command = ' '.join([*launch_command(config, workdir), '--config.train_steps=4'])
   done = subprocess.run(['unshare', '-Urm', 'sh', '-c', f'mount --bind {folder} {folder} && '
                          f'mount -o remount,bind,ro {folder} && {command}'],

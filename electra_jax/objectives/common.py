@@ -18,7 +18,7 @@ from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives.config import ObjectiveConfig
 from electra_jax.objectives import masking
-from electra_jax.objectives.metrics import Metric, ratio
+from electra_jax.train.metrics import Metric, ratio
 
 AUC_BINS = 4096  # histogram bins of discriminator logits in [-AUC_RANGE, AUC_RANGE]
 AUC_RANGE = 16.0
@@ -64,11 +64,25 @@ def candidates(batch, special: SpecialIds) -> jax.Array:
   return keep
 
 
+class Keys(NamedTuple):
+  """A step's key split once, by purpose: masking, the sampler's numbers, and the generator's and
+  the discriminator's dropout. Every draw of an objective takes its key from here, so none is
+  tied to another's (and the order, which fixes every run's numbers, is written once)."""
+  mask: jax.Array
+  sample: jax.Array
+  generator: jax.Array
+  discriminator: jax.Array
+
+
+def keys(rng) -> Keys:
+  return Keys(*jax.random.split(rng, 4))
+
+
 def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int) -> Draws:
   """Masking (reference section 2), the sampling numbers and the loss denominators."""
-  mask_rng, sample_rng, _, _ = jax.random.split(rng, 4)
+  step_keys = keys(rng)
   masked = masking.mask_tokens(
-      mask_rng, batch['input_ids'], batch['input_mask'], mask_prob=cfg.mask_prob,
+      step_keys.mask, batch['input_ids'], batch['input_mask'], mask_prob=cfg.mask_prob,
       max_predictions=cfg.max_predictions, mask_id=special.mask,
       special_ids=(special.pad, special.cls, special.sep), mask_token_prob=cfg.mask_token_prob,
       with_replacement=not cfg.sample_without_replacement,
@@ -79,17 +93,12 @@ def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int)
             'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32))}
   uniform = seeds = None  # the sampler's numbers only
   if cfg.sampler == 'gumbel':
-    seeds = jax.random.bits(jax.random.fold_in(sample_rng, 1), masked.weights.shape + (2,),
-                            jnp.uint32)
+    seeds = jax.random.bits(jax.random.fold_in(step_keys.sample, 1),
+                            masked.weights.shape + (2,), jnp.uint32)
   else:
-    uniform = jax.random.uniform(sample_rng, masked.weights.shape, jnp.float32)
+    uniform = jax.random.uniform(step_keys.sample, masked.weights.shape, jnp.float32)
   rows = jnp.zeros((vocab_size,), jnp.bool_).at[batch['input_ids'].reshape(-1)].set(True)
   return Draws(masked, uniform, seeds, counts, rows)
-
-
-def network_rngs(rng):
-  """The dropout keys of the generator's and the discriminator's passes."""
-  return jax.random.split(rng, 4)[2:]
 
 
 def applier(model, params, deterministic):

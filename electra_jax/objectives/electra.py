@@ -9,7 +9,7 @@ from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common
 from electra_jax.objectives import masking
 from electra_jax.objectives.common import Draws, ObjectiveConfig, Objective
-from electra_jax.objectives.metrics import ratio
+from electra_jax.train.metrics import ratio
 
 
 def electra_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
@@ -24,7 +24,8 @@ def electra_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objective
   split into microbatches, and draws them from `rng` otherwise.
   """
   draws = draws or common.draw(rng, batch, cfg, special, model.cfg.vocab_size)
-  gen_rng, disc_rng = common.network_rngs(rng)
+  step_keys = common.keys(rng)
+  gen_rng, disc_rng = step_keys.generator, step_keys.discriminator
   apply = common.applier(model, params, deterministic)
   mlm_loss, metrics, disc_ids, is_replaced = common.generate(
       apply, gen_rng, batch, draws, cfg, common.decoder_rows(model, draws))

@@ -10,7 +10,7 @@ from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common
 from electra_jax.objectives import masking
 from electra_jax.objectives.common import Draws, ObjectiveConfig, Objective
-from electra_jax.objectives.metrics import ratio
+from electra_jax.train.metrics import ratio
 
 
 def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
@@ -26,7 +26,8 @@ def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objectiv
   Metrics: `mlm_loss` / `mlm_accuracy` are the cloze model's, over every candidate position.
   """
   draws = draws or common.draw(rng, batch, cfg, special, model.cfg.vocab_size)
-  gen_rng, disc_rng = common.network_rngs(rng)
+  step_keys = common.keys(rng)
+  gen_rng, disc_rng = step_keys.generator, step_keys.discriminator
   masked = draws.masked
   apply = common.applier(model, params, deterministic)
   ids, segments, input_mask = batch['input_ids'], batch['segment_ids'], batch['input_mask']

@@ -10,7 +10,7 @@ from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common
 from electra_jax.objectives.common import Draws, ObjectiveConfig, Objective
-from electra_jax.objectives.metrics import Metric, ratio
+from electra_jax.train.metrics import Metric, ratio
 
 
 def mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConfig,
@@ -20,7 +20,7 @@ def mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveConf
   draws = draws or common.draw(rng, batch, cfg, special, model.cfg.vocab_size)
   masked = draws.masked
   logits = common.applier(model, params, deterministic)(
-      model_lib.Electra.generator_logits, common.network_rngs(rng)[0], masked.input_ids,
+      model_lib.Electra.generator_logits, common.keys(rng).generator, masked.input_ids,
       batch['segment_ids'], batch['input_mask'], masked.positions,
       rows=common.decoder_rows(model, draws))
   loss, metrics = common.mlm_terms(logits, masked.target_ids, masked.weights, draws.counts['slots'])
@@ -33,7 +33,8 @@ def replace_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objec
   """Replace MLM (Table 5): masked positions show the generator's samples instead of [MASK], and
   the discriminator-size network predicts the original tokens there with its own MLM head."""
   draws = draws or common.draw(rng, batch, cfg, special, model.cfg.vocab_size)
-  gen_rng, main_rng = common.network_rngs(rng)
+  step_keys = common.keys(rng)
+  gen_rng, main_rng = step_keys.generator, step_keys.discriminator
   masked = draws.masked
   apply = common.applier(model, params, deterministic)
   gen_loss, metrics, main_ids, _ = common.generate(apply, gen_rng, batch, draws, cfg,
@@ -55,7 +56,8 @@ def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Ob
 
   where D_t, the probability of copying the input token, comes from the detection head."""
   draws = draws or common.draw(rng, batch, cfg, special, model.cfg.vocab_size)
-  gen_rng, main_rng = common.network_rngs(rng)
+  step_keys = common.keys(rng)
+  gen_rng, main_rng = step_keys.generator, step_keys.discriminator
   apply = common.applier(model, params, deterministic)
   gen_loss, metrics, main_ids, is_replaced = common.generate(
       apply, gen_rng, batch, draws, cfg, common.decoder_rows(model, draws))

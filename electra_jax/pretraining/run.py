@@ -24,7 +24,7 @@ from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.hardware import flops as flops_lib
-from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.train import metrics as metrics_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import compiling
 from electra_jax.pretraining import preflight

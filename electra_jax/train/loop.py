@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 import jax
 
 from electra_jax import Stopped, UserError
-from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.train import metrics as metrics_lib
 from electra_jax.storage import fs
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import step as step_lib

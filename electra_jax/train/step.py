@@ -22,7 +22,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 
 from electra_jax.model import networks as model_lib
-from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.train import metrics as metrics_lib
 from electra_jax.train import partitioning
 
 

@@ -439,7 +439,7 @@ def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(t
   FLOPs come from its entry, and the compare tool plans it and its variant at the same compute as
   the others."""
   from electra_jax.pretraining import step_flops as step_flops_lib
-  from electra_jax.objectives.metrics import Metric
+  from electra_jax.train.metrics import Metric
   from electra_jax.finetune import pretrained as pretrained_lib
   from electra_jax.apps import compare
   from electra_jax.train import logs as logs_lib

@@ -3,7 +3,6 @@
 import os
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
@@ -107,9 +106,7 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_
       if ' step 6/' in f' {line}':
         break
     procs[1].kill()  # SIGKILL: a host lost, no goodbye
-    killed = time.time()
-    rest, _ = procs[0].communicate(timeout=120)
-    assert time.time() - killed < 60
+    rest, _ = procs[0].communicate(timeout=60)  # (a survivor still there after it: a failure)
   finally:
     for p in procs:
       if p.poll() is None:
@@ -164,11 +161,10 @@ def test_the_launcher_stops_every_process_when_one_fails_and_says_which(tmp_path
                     'if "--process_id=1" in sys.argv:\n'
                     '  sys.exit(3)\n'
                     'time.sleep(600)\n')
-  started = time.time()
   out = subprocess.run([sys.executable, CLUSTER, '--num_processes=3', '--devices_per_process=1',
                         f'--log_dir={tmp_path / "logs"}', '--', str(script)],
-                       capture_output=True, text=True, timeout=120)
-  assert out.returncode == 1 and time.time() - started < 60
+                       capture_output=True, text=True, timeout=60)  # (the others' sleep: 600 s)
+  assert out.returncode == 1
   assert out.stderr.strip().startswith('error: process 1 of 3 exited with code 3; its output is in')
   assert 'the others were stopped. Run the same command again to resume' in out.stderr
 

@@ -17,7 +17,7 @@ from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import heads
 from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.kinds import scores as scores_lib
-from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.train import metrics as metrics_lib
 from electra_jax.storage import fs
 
 # Leaderboard file names of GLUE's test splits.

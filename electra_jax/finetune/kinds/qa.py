@@ -17,7 +17,7 @@ from electra_jax.convert import hf_code
 from electra_jax.finetune.inputs import squad
 from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.model import networks as model_lib
-from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.train import metrics as metrics_lib
 from electra_jax.storage import fs
 
 

@@ -10,7 +10,7 @@ from electra_jax.finetune.inputs import files
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.kinds import scores as scores_lib
-from electra_jax.objectives import metrics as metrics_lib
+from electra_jax.train import metrics as metrics_lib
 
 
 class Regression(classification.Classification):
