@@ -6,7 +6,7 @@ each command a module: `python -m benchmarks.benchmark --config=configs/small.py
                           mode; step_benchmark.py, finetune_benchmark.py, io_benchmark.py measure;
                           profiling.py reads traces; peer_hf.py and peer_hf_trainer.py are the
                           same work in HF transformers + PyTorch, run in a child process)
-    matmul_ceiling.py     the highest MFU XLA's TPU cost model allows the step's matmuls (ceiling.py)
+matmul_ceiling.py     the highest MFU XLA's TPU cost model allows the step's matmuls (ceiling.py)
     compile_table.py      every preset compiled for Cloud TPU slices here: memory and estimates
     build_tasks.py        the real-text task suite, from text the system's packages ship (suite.py)
     chaos.py              a run killed at random and resumed, against one never killed

@@ -76,7 +76,8 @@ def _time_step(config, o: Options) -> dict:
   print(f'{r["devices"]} x {r["device_kind"]} | batch {r["batch_size"]} x {r["seq_len"]} | '
         f'{r["dtype"]} | compile {r["compile_s"]:.1f} s')
   print(f'{r["tokens_per_s"]:,.0f} tokens/s | {r["ms_per_step"]:.1f} ms/step (median of '
-        f'{len(r["ms_per_step_runs"])} runs: {", ".join(f"{x:.1f}" for x in r["ms_per_step_runs"])})')
+        f'{len(r["ms_per_step_runs"])} runs: '
+        f'{", ".join(f"{x:.1f}" for x in r["ms_per_step_runs"])})')
   print(f'FLOPs/step: model {r["model_flops_per_step"] / 1e9:.2f} G (matmuls, bwd = 2 x fwd) | '
         f'paper accounting {r["paper_flops_per_step"] / 1e9:.2f} G | XLA cost analysis '
         f'{r["xla_flops_per_step"] / 1e9:.2f} G' +
@@ -103,7 +104,8 @@ def _time_step(config, o: Options) -> dict:
     print(f'peer (HF transformers {p["versions"]["transformers"]}, torch {p["versions"]["torch"]}, '
           f'{label}{p["device"]}): '
           f'{p["tokens_per_s"]:,.0f} tokens/s | {p["ms_per_step"]:.1f} ms/step (median of '
-          f'{len(p["ms_per_step_runs"])} runs: {", ".join(f"{x:.1f}" for x in p["ms_per_step_runs"])})')
+          f'{len(p["ms_per_step_runs"])} runs: '
+          f'{", ".join(f"{x:.1f}" for x in p["ms_per_step_runs"])})')
     print(f'ours / peer: {r["speedup_over_peer"]:.2f}x (per alternating pair: '
           f'{", ".join(f"{x:.2f}" for x in p["ratios"])})')
   return result
@@ -149,7 +151,8 @@ def _time_checkpoint(config, o: Options) -> dict:
   print(f'checkpoint of the train state ({r["state_mb"]:.0f} MB): save holds the loop '
         f'{r["save_blocking_ms"]:.0f} ms, files complete after {r["save_total_ms"]:.0f} ms '
         f'(medians of {len(r["save_total_ms_runs"])}: '
-        f'{", ".join(f"{a:.0f}/{b:.0f}" for a, b in zip(r["save_blocking_ms_runs"], r["save_total_ms_runs"]))}'
+        + ', '.join(f'{a:.0f}/{b:.0f}' for a, b in zip(r['save_blocking_ms_runs'],
+                                                      r['save_total_ms_runs'])) +
         f'); restore {r["restore_ms"]:.0f} ms')
   return r
 

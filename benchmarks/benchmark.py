@@ -6,9 +6,10 @@
     python -m benchmarks.benchmark --config=configs/small.py --mode=both   # input vs step, same run
     python -m benchmarks.benchmark --config=configs/small.py --mode=checkpoint  # save/restore times
     python -m benchmarks.benchmark --config=configs/large.py --mode=memory --config.fsdp=True
-    python -m benchmarks.benchmark --config=configs/base.py --mode=max_batch --config.model.dtype=bfloat16
-    python -m benchmarks.benchmark --config=configs/base.py --mode=attention --config.data.batch_size=64
-    python -m benchmarks.benchmark --mode=finetune --init=/tmp/electra_demo --config=configs/small.py \
+python -m benchmarks.benchmark --config=configs/base.py --mode=max_batch
+--config.model.dtype=bfloat16 python -m benchmarks.benchmark --config=configs/base.py
+--mode=attention --config.data.batch_size=64 python -m benchmarks.benchmark --mode=finetune
+--init=/tmp/electra_demo --config=configs/small.py \
         --finetune_config=configs/finetune/builtin.py:topic --finetune_config.max_seq_length=128 \
         --peer=hf --topology=v5e-8
 
@@ -60,9 +61,9 @@ _TOP = flags.DEFINE_integer('top', 15, 'kernels listed by --profile', lower_boun
 _BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run', lower_bound=1)
 _FT_CONFIG = cli.define_config_file('finetune_config', None, '--mode=finetune: the fine-tuning '
                                     'config (task, max_seq_length, batch sizes)')
-_INIT = flags.DEFINE_string('init', None, '--mode=finetune: the pre-training workdir (or HF folder) '
-                            'whose vocabulary tokenizes the task, and whose model is timed '
-                            'unless --config is given')
+_INIT = flags.DEFINE_string('init', None, '--mode=finetune: the pre-training workdir (or HF '
+                            'folder) whose vocabulary tokenizes the task, and whose model is '
+                            'timed unless --config is given')
 _TOPOLOGY = flags.DEFINE_string('topology', None, '--mode=finetune: also estimate the padded and '
                                 'packed steps on this Cloud TPU slice (v5e-8, ...), compiled here')
 

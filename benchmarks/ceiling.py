@@ -1,15 +1,15 @@
 """The highest MFU XLA's TPU cost model allows an ELECTRA train step: its matmuls, each compiled
 alone for the chip, and nothing else.
 
-The step's estimate (hardware/aot.py, hardware/hlo_cost.py) sums the compiler's cost of every operation. How much of
-the gap to the chip's peak is the matmuls' own? Each matmul the step does (the encoder's and the
-generator's projections, the heads, the vocabulary projection, forward, input gradient and weight
-gradient, as `step_flops.step_matmul_flops` counts them) is compiled by itself for one chip of the
-slice at the step's shapes per chip, and the compiler's estimates are summed; attention's score and
-context products run in the flash kernel and count at the chip's peak. A step doing these matmuls
-is estimated no faster than that sum, so the sum bounds the step's estimated MFU: a bound for this
-arrangement of the matmuls (Q, K and V counted as one matmul, the cheaper way), not for every
-rewrite of them. It is an estimate of an estimate: nothing runs on a TPU.
+The step's estimate (hardware/aot.py, hardware/hlo_cost.py) sums the compiler's cost of every
+operation. How much of the gap to the chip's peak is the matmuls' own? Each matmul the step does
+(the encoder's and the generator's projections, the heads, the vocabulary projection, forward, input
+gradient and weight gradient, as `step_flops.step_matmul_flops` counts them) is compiled by itself
+for one chip of the slice at the step's shapes per chip, and the compiler's estimates are summed;
+attention's score and context products run in the flash kernel and count at the chip's peak. A step
+doing these matmuls is estimated no faster than that sum, so the sum bounds the step's estimated
+MFU: a bound for this arrangement of the matmuls (Q, K and V counted as one matmul, the cheaper
+way), not for every rewrite of them. It is an estimate of an estimate: nothing runs on a TPU.
 
     python -m benchmarks.matmul_ceiling --config=configs/base.py --topology=v6e-8
 """

@@ -1,7 +1,8 @@
 """benchmarks/benchmark.py --mode=finetune: fine-tuning's examples per second, in training and in
 prediction, with each example a padded row of max_seq_length (packing=False) and with examples
 packed into rows (packing=True), and, with a peer, HF transformers' Trainer on the same examples
-with each batch padded to its longest row and length-grouped batches (benchmarks/peer_hf_trainer.py).
+with each batch padded to its longest row and length-grouped batches
+(benchmarks/peer_hf_trainer.py).
 
 The data: the fine-tuning config's task (its train split, and its first dev split for prediction),
 tokenized with --init's vocabulary at the config's max_seq_length. The model: --init's, or the
@@ -349,12 +350,14 @@ def report(result: dict) -> list[str]:
     r = result[name]
     lines.append(f'{name}: the loop {r["train_examples_per_s"]:.1f} examples/s, its compiled step '
                  f'alone on batches already on the devices {r["step_alone_examples_per_s"]:.1f}: '
-                 f'the loop takes {r["step_alone_examples_per_s"] / r["train_examples_per_s"]:.2f}x '
+                 'the loop takes '
+                 f'{r["step_alone_examples_per_s"] / r["train_examples_per_s"]:.2f}x '
                  f'the step\'s time; kernels per step {aot.kernel_counts(r["kernels"])}')
     if 'predict_xla_defaults_examples_per_s' in r:
       lines.append(f'{name} prediction compiled with XLA\'s default CPU fusions (YNNPACK; runs use '
                    f'hardware/xla_options.py): {r["predict_xla_defaults_examples_per_s"]:.1f} '
-                   f'examples/s, {r["predict_examples_per_s"] / r["predict_xla_defaults_examples_per_s"]:.2f}x '
+                   'examples/s, '
+                   f'{r["predict_examples_per_s"] / r["predict_xla_defaults_examples_per_s"]:.2f}x '
                    'slower')
   return lines
 

@@ -78,7 +78,8 @@ class Peer:
 def _step_memory(compiled) -> dict:
   """Per-device memory of the compiled step from XLA's buffer assignment, in MB: the arguments
   (state and batch), outputs not written in place of a donated argument, and temporaries (the
-  activations kept for the backward pass, gradients, workspace). Their sum bounds the step's peak."""
+  activations kept for the backward pass, gradients, workspace). Their sum bounds the step's
+  peak."""
   try:
     a = compiled.memory_analysis()
   except Exception:

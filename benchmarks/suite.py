@@ -157,7 +157,9 @@ def _string(match) -> str:
 
 
 _ESCAPES = [(re.compile(r'\\f(\[[^\]]*\]|\(..|.)'), ''),
-            (re.compile(r'\\(?:\((..)|\[([^\]]*)\])'), _special), (re.compile(r'\\\*(?:\((..)|\[([^\]]*)\]|(.))'), _string), (re.compile(r'\\n(\(..|\[[^\]]*\]|.)'), ''),
+            (re.compile(r'\\(?:\((..)|\[([^\]]*)\])'), _special),
+            (re.compile(r'\\\*(?:\((..)|\[([^\]]*)\]|(.))'), _string),
+            (re.compile(r'\\n(\(..|\[[^\]]*\]|.)'), ''),
             (re.compile(r'\\s[-+]?\d'), ''), (re.compile(r'\\[&|^~0:%]'), ''),
             (re.compile(r'\\-'), '-'), (re.compile(r'\\e'), r'\\'), (re.compile(r'\\(.)'), r'\1')]
 

@@ -2,10 +2,10 @@
 
     python launch/train.py --config=configs/tiny.py --workdir=/tmp/electra_demo
 
-Small's recipe scaled down: 2 layers of width 128 (2 heads), embeddings 128, a generator of a quarter
-width, a 4,096-entry SentencePiece vocabulary trained on Python's own documentation, sequences of 64
-tokens, 3,500 steps of 32 sequences, no dropout (a short run over 0.4M tokens gains more from
-the 20% faster step than it loses to overfitting).
+Small's recipe scaled down: 2 layers of width 128 (2 heads), embeddings 128, a generator of a
+quarter width, a 4,096-entry SentencePiece vocabulary trained on Python's own documentation,
+sequences of 64 tokens, 3,500 steps of 32 sequences, no dropout (a short run over 0.4M tokens gains
+more from the 20% faster step than it loses to overfitting).
 
 One departure from the paper's recipe for short runs: the discriminator's replaced-token logit
 starts at the log-odds of the masked share (log(0.15 / 0.85) = -1.73) instead of 0. From 0, Adam

@@ -1,4 +1,5 @@
-"""What every launch script shares: flag parsing whose errors read as one sentence, and an exit code.
+"""What every launch script shares: flag parsing whose errors read as one sentence, and an exit
+code.
 
 A mistake the user can fix (unknown config key, bad value, missing file, ...) prints
 `error: <one sentence>` on stderr and exits with status 2; nothing is left half-written.

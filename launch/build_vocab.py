@@ -16,7 +16,8 @@ from electra_jax.data import corpus, records, tokenizer
 from electra_jax.storage import fs
 
 _CORPUS = flags.DEFINE_string('corpus', 'builtin', "a file, folder or glob of text, or 'builtin'")
-_TFDS = flags.DEFINE_string('tfds', None, 'a TFDS text dataset as NAME[:SPLIT], instead of --corpus')
+_TFDS = flags.DEFINE_string('tfds', None,
+                            'a TFDS text dataset as NAME[:SPLIT], instead of --corpus')
 _TFDS_FIELD = flags.DEFINE_string('tfds_field', 'text', 'the TFDS feature that holds the text')
 _OUTPUT = flags.DEFINE_string('output', None, 'the .model file to write')
 # The vocabulary's settings as the records declare them (the pre-training config, data/records.py)

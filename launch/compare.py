@@ -2,7 +2,7 @@
 
     python launch/compare.py --workdir=/tmp/electra_compare --plan   # steps and estimated time only
     python launch/compare.py --workdir=/tmp/electra_compare
-    python launch/compare.py --workdir=/tmp/cmp --runs=electra,mlm,electra_gdes --electra_steps=3500 \
+python launch/compare.py --workdir=/tmp/cmp --runs=electra,mlm,electra_gdes --electra_steps=3500 \
         --config=configs/tiny.py --finetune_config=configs/finetune/builtin.py:topic --num_seeds=3
 
 The budget is the FLOPs of --electra_steps steps of ELECTRA under --config; every run gets the
@@ -15,12 +15,14 @@ given, and so is the same model from random weights; --finetune_config.<field>=<
 run's steps and the estimated time (one ELECTRA step is compiled and timed) and trains nothing.
 
     python -m benchmarks.build_tasks --out=/tmp/electra_suite
-    python launch/compare.py --workdir=/tmp/suite_cmp --suite=/tmp/electra_suite --runs=electra,mlm --plan
+python launch/compare.py --workdir=/tmp/suite_cmp --suite=/tmp/electra_suite --runs=electra,mlm
+--plan
 
---suite runs the comparison on every task of a suite of benchmarks/build_tasks.py, each run pre-trained
-on that task's own train texts (<workdir>/<task>/), fine-tuned with configs/finetune/own.py (or
---finetune_config), beside random weights and the TF-IDF baseline; one table over the tasks goes to
-<workdir>/suite.md. --tasks=man_section,debian_section runs those tasks of the suite alone.
+--suite runs the comparison on every task of a suite of benchmarks/build_tasks.py, each run
+pre-trained on that task's own train texts (<workdir>/<task>/), fine-tuned with
+configs/finetune/own.py (or --finetune_config), beside random weights and the TF-IDF baseline; one
+table over the tasks goes to <workdir>/suite.md. --tasks=man_section,debian_section runs those tasks
+of the suite alone.
 """
 
 import importlib.util
@@ -42,8 +44,8 @@ _RUNS = flags.DEFINE_list('runs', 'electra,electra_15,mlm,replace_mlm,all_tokens
                           'runs to compare')
 _STEPS = flags.DEFINE_integer('electra_steps', 2000, 'the budget: FLOPs of this many ELECTRA steps')
 _SEEDS = flags.DEFINE_integer('num_seeds', 3, 'fine-tunings per run (the same seeds for all)')
-_SUITE = flags.DEFINE_string('suite', None, 'a folder written by benchmarks/build_tasks.py: compare on '
-                             'each of its tasks, pre-training on its own texts')
+_SUITE = flags.DEFINE_string('suite', None, 'a folder written by benchmarks/build_tasks.py: '
+                             'compare on each of its tasks, pre-training on its own texts')
 _TASKS = flags.DEFINE_list('tasks', [], "with --suite: these of its tasks alone (comma separated; "
                            'default: every task)')
 _PLAN = flags.DEFINE_bool('plan', False, 'print the steps and estimated time; train nothing')

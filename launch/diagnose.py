@@ -3,7 +3,7 @@ random initial weights: what a short pre-training has done to the representation
 starts from.
 
     python launch/diagnose.py --workdir=/tmp/electra_demo
-        -> one table per checkpoint (step 0: the random initial weights), /tmp/electra_demo/diagnose.json
+-> one table per checkpoint (step 0: the random initial weights), /tmp/electra_demo/diagnose.json
 
 Per layer (emb: the embeddings' output): the mean norm of the real tokens' vectors, their
 anisotropy (mean cosine between different vectors; near 1: every vector alike) and effective rank

@@ -38,8 +38,9 @@ _MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'predict'],
                           'again; predict: write their test-set predictions')
 _SEEDS = flags.DEFINE_integer('num_seeds', None, 'fine-tunings from the same checkpoint '
                               '(overrides --config.num_seeds)')
-_TOPOLOGY = flags.DEFINE_string('topology', None, 'compile the fine-tuning for this Cloud TPU slice '
-                                'here and report (v4-8, v5e-8, v5p-8, v6e-8, ...); nothing runs')
+_TOPOLOGY = flags.DEFINE_string('topology', None, 'compile the fine-tuning for this Cloud TPU '
+                                'slice here and report (v4-8, v5e-8, v5p-8, v6e-8, ...); nothing '
+                                'runs')
 _NUM_SLICES = flags.DEFINE_integer('num_slices', 1, 'with --topology: slices of a multislice run')
 flags.mark_flags_as_required(['workdir'])
 
@@ -51,8 +52,8 @@ def main(argv):
   cli.require_config(config, 'fine-tuning')
   if _TOPOLOGY.value:
     if config is None or _INIT.value is None:
-      raise cli.UserError('--topology compiles a fine-tuning for a slice: give its --config and the '
-                          '--init whose model it fine-tunes')
+      raise cli.UserError('--topology compiles a fine-tuning for a slice: give its --config and '
+                          'the --init whose model it fine-tunes')
     config.init = _INIT.value
     try:
       slice_ = topology.for_compiling(_TOPOLOGY.value, _NUM_SLICES.value)

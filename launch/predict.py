@@ -16,7 +16,8 @@ from absl import flags
 from electra_jax import cli
 from electra_jax.finetune import predict
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'the --workdir of a fine-tuning (launch/finetune.py)')
+_WORKDIR = flags.DEFINE_string('workdir', None,
+                               'the --workdir of a fine-tuning (launch/finetune.py)')
 _INPUT = flags.DEFINE_string('input', None, 'the file to predict on (.csv, .tsv, .jsonl; CoNLL '
                              'for tagging; SQuAD JSON for SQuAD)')
 _OUTPUT = flags.DEFINE_string('output', None, 'the predictions file (default: <workdir>/'

@@ -20,8 +20,8 @@ from electra_jax.storage import fs
 
 _CORPUS = flags.DEFINE_string('corpus', None, "a file, folder or glob of .txt/.gz/.jsonl[.gz] "
                               "files, or 'builtin'")
-_TFDS = flags.DEFINE_string('tfds', None, 'a TFDS text dataset as NAME[:SPLIT], instead of --corpus '
-                            '(TFDS_DATA_DIR says where TFDS keeps it)')
+_TFDS = flags.DEFINE_string('tfds', None, 'a TFDS text dataset as NAME[:SPLIT], instead of '
+                            '--corpus (TFDS_DATA_DIR says where TFDS keeps it)')
 _TFDS_FIELD = flags.DEFINE_string('tfds_field', 'text', 'the feature of the TFDS examples that '
                                   'holds the text')
 _OUTPUT = flags.DEFINE_string('output', None, 'the records folder to write (or to finish)')

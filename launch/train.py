@@ -67,7 +67,8 @@ def main(argv):
     print(f'{jax.process_count()} processes ({how}), {jax.device_count()} devices in all',
           flush=True)
   # flushed lines: progress shows at once also when the output goes to a file or a pipe
-  pretrain.train_and_evaluate(_CONFIG.value, _WORKDIR.value, log=lambda line: print(line, flush=True))
+  pretrain.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
+                              log=lambda line: print(line, flush=True))
 
 
 if __name__ == '__main__':

@@ -4,9 +4,10 @@
 
     python tests/compile_time.py
     PYTEST_XLA_DEFAULTS=1 python tests/compile_time.py
-    PYTEST_XLA_DEFAULTS=1 XLA_FLAGS='--xla_cpu_use_fusion_emitters=false' python tests/compile_time.py
+PYTEST_XLA_DEFAULTS=1 XLA_FLAGS='--xla_cpu_use_fusion_emitters=false' python tests/compile_time.py
 
-prints one JSON line: the flags, trace+lower and compile seconds, a step's milliseconds and its loss.
+prints one JSON line: the flags, trace+lower and compile seconds, a step's milliseconds and its
+loss.
 """
 
 import json

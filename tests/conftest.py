@@ -1,4 +1,5 @@
-"""Shared fixtures. Eight fake CPU devices are set up before JAX loads, so sharded code is tested."""
+"""Shared fixtures. Eight fake CPU devices are set up before JAX loads, so sharded code is
+tested."""
 
 import contextlib
 import importlib.util
@@ -271,7 +272,8 @@ def records_dir(tmp_path_factory, corpus_file):
   """One records folder (SentencePiece vocab of 96, 32-token examples) shared by the session."""
   out = str(tmp_path_factory.mktemp('records') / 'data')
   c = test_config()
-  prepare_lib.records_folder(records.Settings(source=corpus_file, max_seq_length=c.data.max_seq_length,
+  prepare_lib.records_folder(records.Settings(source=corpus_file,
+                                              max_seq_length=c.data.max_seq_length,
                                    eval_fraction=c.data.eval_fraction, num_shards=4,
                                    vocab_size=c.model.vocab_size), out, log=lambda *_: None)
   return out

@@ -1,5 +1,6 @@
-"""A Google Cloud Storage server on 127.0.0.1 for the gs:// tests: the `gcp-storage-emulator` package
-(a real HTTP server implementing the GCS JSON API), reachable by every client the project uses.
+"""A Google Cloud Storage server on 127.0.0.1 for the gs:// tests: the `gcp-storage-emulator`
+package (a real HTTP server implementing the GCS JSON API), reachable by every client the project
+uses.
 
     python tests/gcs_server.py --ready_file=F [--bucket=NAME ...]
 

@@ -19,7 +19,8 @@ PAGES = sorted([os.path.join(ROOT, 'README.md'), os.path.join(ROOT, 'WORKSPACE.m
                glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 MISTYPED = {'disc_wieght'}  # pretraining.md's example of a field name with a typo, and its answer
 ABSL = {'help', 'helpfull', 'helpshort', 'flagfile', 'undefok', 'only_check_args'}
-# a command: launch/<script>.py, or a lab command run from the checkout (python -m benchmarks.<script>)
+# a command: launch/<script>.py, or a lab command run from the checkout (python -m
+# benchmarks.<script>)
 SCRIPT = re.compile(r'launch/(\w+)\.py|-m benchmarks\.(\w+)')
 FLAG = re.compile(r'(?<![\w-])--([a-z][a-z0-9_]*(?:\.[A-Za-z0-9_]+)*)')
 

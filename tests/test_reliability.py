@@ -187,7 +187,8 @@ def test_text_in_long_lines_is_kept(tmp_path):
   vocabulary trainer gets lines longer than it takes as pieces (it would skip them)."""
   import random
   rng = random.Random(1)
-  sentence = lambda: ' '.join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))).capitalize() + '.'
+  words = lambda: ' '.join(rng.choice(WORDS) for _ in range(rng.randint(6, 14)))
+  sentence = lambda: words().capitalize() + '.'
   paragraphs = tmp_path / 'paragraphs.txt'
   paragraphs.write_text('\n\n'.join(' '.join(sentence() for _ in range(12)) for _ in range(60)))
   endless = tmp_path / 'endless.txt'  # no sentence end at all; every line over 4,192 bytes
@@ -323,8 +324,8 @@ def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_di
   assert 'exit=2' in done.stdout, done.stdout[-2000:] + done.stderr[-3000:]
   # (a thread of the asyncio loop Orbax leaves behind may print around it: the error is looked for)
   assert re.search(f'error: the disk holding {re.escape(str(disk))}/w/checkpoints is full: a '
-                   r'checkpoint of this run takes about 2\d\d KB and [\d.]+ KB are free', done.stderr
-                   ), done.stderr[-3000:]
+                   r'checkpoint of this run takes about 2\d\d KB and [\d.]+ KB are free',
+                   done.stderr), done.stderr[-3000:]
   saved, usage = done.stdout.split('exit=2')[1].split('--')
   assert saved.split() == ['2'], (saved, usage, done.stderr[-3000:])  # only complete checkpoints
   assert f'the last complete checkpoint {disk}/w/checkpoints/2 is untouched' in done.stderr
@@ -628,7 +629,8 @@ def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretra
 def test_fine_tuning_settings_that_leave_nothing_are_refused(pretrained):
   from electra_jax.finetune import config as ft_config
   from electra_jax.finetune import run as finetune_run
-  for field, value, error in (('max_seq_length', 2, r'max_seq_length is 2; give at least 3: \[CLS\] and \[SEP\] take 2'),
+  for field, value, error in (('max_seq_length', 2, r'max_seq_length is 2; give at least 3: '
+                                                    r'\[CLS\] and \[SEP\] take 2'),
                               ('task.max_train_examples', -5, r'task.max_train_examples is -5; '
                                r'give 0 \(all\) or a number')):
     ft = ft_config.default_config()
@@ -670,7 +672,8 @@ def test_a_damaged_corpus_is_named_and_nothing_is_left(tmp_path):
     (tmp_path / name).write_bytes(content)
     out = tmp_path / f'records_{name}'
     with pytest.raises(ValueError, match=errors[name]):
-      prepare_lib.records_folder(records_lib.Settings(source=str(tmp_path / name), max_seq_length=32,
+      prepare_lib.records_folder(records_lib.Settings(source=str(tmp_path / name),
+                                                      max_seq_length=32,
                                                vocab_size=60, num_shards=1, num_eval_shards=1),
                           str(out), log=_quiet)
     assert not out.exists(), name
@@ -839,14 +842,16 @@ def test_messages_name_the_real_problem(tmp_path, pretrained, records_dir, corpu
   with pytest.raises(UserError, match=rf'^the records in {other} were tokenized with another '
                                       rf'vocabulary \({size} entries\) than --config.init_from='
                                       rf'{pretrained} was trained with \(.*, 96 entries\); build '
-                                      r'records with its vocabulary \(python launch/prepare_data.py '
+                                      r'records with its vocabulary '
+                                      r'\(python launch/prepare_data.py '
                                       r'--vocab=.* \.\.\.\) and give those, or drop '
                                       r'--config.data.records'):
     pretrain.train_and_evaluate(test_config(**{'data.records': other, 'init_from': pretrained}),
                                 str(tmp_path / 'from_init'), log=_quiet)
   assert not os.path.exists(tmp_path / 'from_init')
-  with pytest.raises(UserError, match=r'holds no checkpoint of step 999 \(it has \[\d+(, \d+)*\]\); give '
-                                      r'one of those with --step, or leave --step out for the latest'):
+  with pytest.raises(UserError, match=r'holds no checkpoint of step 999 \(it has '
+                                      r'\[\d+(, \d+)*\]\); give one of those with --step, or '
+                                      r'leave --step out for the latest'):
     export.export(pretrained, str(tmp_path / 'hf_999'), step=999, log=_quiet)
 
   a_file = tmp_path / 'a_file'

@@ -114,8 +114,8 @@ WINGS = ('storage', 'platform', 'fields', 'data', 'model', 'convert', 'hardware'
 # baseline; matplotlib to
 # draw), the test extra (torch, transformers), and the one name the config package computes when
 # asked for (PEP 562). The commands of launch/ import everything at the top.
-LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'scipy', 'matplotlib', 'torch', 'transformers',
-        'electra_jax.config.pretraining')
+LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'scipy', 'matplotlib', 'torch',
+        'transformers', 'electra_jax.config.pretraining')
 
 
 def _wing(module: str) -> str | None:
@@ -320,8 +320,8 @@ def _comparisons_naming(names: set, skip) -> list[str]:
 @pytest.mark.fast
 def test_no_branch_on_a_task_kind_outside_its_module():
   """Comparisons with a fine-tuning task kind's name ('regression', 'qa', ...) happen only in the
-  kind's module (finetune/kinds/registry.KINDS) and the registry: the driver, the loaders, the export
-  and the baseline ask the kind object."""
+  kind's module (finetune/kinds/registry.KINDS) and the registry: the driver, the loaders, the
+  export and the baseline ask the kind object."""
   names = set(registry.KINDS)
   owners = {type(k).__module__ for k in registry.KINDS.values()} | {
       'electra_jax.finetune.kinds.interface', 'electra_jax.finetune.kinds.registry'}
@@ -363,9 +363,9 @@ def test_no_branch_on_a_generator_shape_outside_its_registry():
 
 @pytest.mark.fast
 def test_the_config_is_declared_once():
-  """No module but the declarations lists config fields by name for the checks or resume rules,
-  and none reads a field with a default of its own (cfg.get('field', default)): config/pretraining.py and
-  finetune/config.py declare each field's default, range and role (fields.py)."""
+  """No module but the declarations lists config fields by name for the checks or resume rules, and
+  none reads a field with a default of its own (cfg.get('field', default)): config/pretraining.py
+  and finetune/config.py declare each field's default, range and role (fields.py)."""
   found = []
   for name, path in _modules().items():
     for node in ast.walk(ast.parse(open(path).read())):

@@ -15,8 +15,8 @@ sentences of its documentation comes from; 2,623 train, 565 dev and 565 test pas
 Sized for the demo model on a CPU: at most 64 tokens. Both tasks fine-tune with the one recipe of
 your own data, no per-task settings (configs/finetune/own.py: the mean of the token vectors, no
 layer-wise decay, the word table 10x, 2 epochs; `short_pretraining_recipe` in
-electra_jax/finetune/config.py). How each setting fared on these two tasks: docs/short_pretraining.md
-and docs/measured.md.
+electra_jax/finetune/config.py). How each setting fared on these two tasks:
+docs/short_pretraining.md and docs/measured.md.
 """
 
 from electra_jax.finetune.config import default_config, short_pretraining_recipe

@@ -14,16 +14,16 @@ Multiple choice: --config.task.kind=multiple_choice --config.task.text_a=context
 candidate's index, 0 first).
 
 The recipe (`short_pretraining_recipe` in electra_jax/finetune/config.py, shared with the built-in
-tasks), chosen for a model from a short pre-training on the real-text suite (docs/objectives.md, "A suite of
-real text nobody here wrote"; docs/short_pretraining.md): the head reads the mean of the token
-vectors, every layer learns at one rate (no layer-wise decay), the word table 10x faster, and 2
-epochs. At the demo's compute the paper's recipe ([CLS], layer-wise decay 0.8, 3 epochs) left the
-pre-trained model up to 13 points below the same model from random weights; with this one it is
-at or above random weights on every dev and test split of the suite's four tasks and both built-in
-tasks (median of 5 seeds), at the demo's compute and at 4x. A classifier on the mean exports to
-HF as the mean-pooled class the export ships in its folder (`trust_remote_code=True`, docs/
-interop.md). A model pre-trained at full length may do better with the paper's recipe (not
-measured here); for it, add
+tasks), chosen for a model from a short pre-training on the real-text suite (docs/objectives.md, "A
+suite of real text nobody here wrote"; docs/short_pretraining.md): the head reads the mean of the
+token vectors, every layer learns at one rate (no layer-wise decay), the word table 10x faster, and
+2 epochs. At the demo's compute the paper's recipe ([CLS], layer-wise decay 0.8, 3 epochs) left the
+pre-trained model up to 13 points below the same model from random weights; with this one it is at
+or above random weights on every dev and test split of the suite's four tasks and both built-in
+tasks (median of 5 seeds), at the demo's compute and at 4x. A classifier on the mean exports to HF
+as the mean-pooled class the export ships in its folder (`trust_remote_code=True`, docs/interop.md).
+A model pre-trained at full length may do better with the paper's recipe (not measured here); for
+it, add
 --config.pooling=cls --config.optimizer.layerwise_decay=0 --config.optimizer.word_table_lr=1
 --config.epochs=0 (0: the paper's 3).
 """

@@ -4,8 +4,8 @@
     -> one records folder shared by all -> pre-train each -> fine-tune each with the same seeds
     (and the same model from random weights) -> one table: comparison.md / comparison.json
 
-FLOPs per step are the analytic matmul count of each objective's step
-(pretraining/step_flops.py): an objective without a generator (BERT MLM) gets more steps. Re-running the same command resumes:
+FLOPs per step are the analytic matmul count of each objective's step (pretraining/step_flops.py):
+an objective without a generator (BERT MLM) gets more steps. Re-running the same command resumes:
 finished pre-trainings and fine-tunings are read back, not redone.
 """
 
@@ -367,8 +367,8 @@ def _verdicts(results: list[dict], labels: list, tested: dict) -> list[str]:
                    f'{theirs} ({100 * gap:+.2f} points)')
       if base is not None and key in base['downstream'][label]:
         ranked = sorted([(r['downstream'][label][key], n) for n, r in runs.items()] +
-                        [(floor, 'random init'), (base['downstream'][label][key], 'TF-IDF baseline')],
-                        reverse=True)
+                        [(floor, 'random init'),
+                         (base['downstream'][label][key], 'TF-IDF baseline')], reverse=True)
         (top, lead), (second, behind) = ranked[0], ranked[1]
         out.append(f'{label} ({split}): ahead is ' + (
             f'the TF-IDF baseline ({100 * top:.2f}), {100 * (top - second):.2f} points above the '

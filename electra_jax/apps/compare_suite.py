@@ -16,7 +16,8 @@ from electra_jax.storage import fs
 
 def suite_tasks(suite_dir: str, ft_base: ml_collections.ConfigDict, only=()) -> list[tuple]:
   """(task name, its pre-training corpus, its fine-tuning config) per task of the suite that
-  benchmarks/build_tasks.py wrote to `suite_dir`, in the suite's order; `only`: those tasks alone."""
+  benchmarks/build_tasks.py wrote to `suite_dir`, in the suite's order; `only`: those tasks
+  alone."""
   path = fs.join(suite_dir, 'suite.json')
   if not fs.isfile(path):
     raise UserError(f'{suite_dir} holds no suite.json; build the suite with python '

@@ -10,9 +10,9 @@ Why: a short pre-training can leave the discriminator worse to fine-tune than ra
 collapsed representation (every token's vector alike: anisotropy near 1, a low effective rank) or
 attention that no longer looks anywhere in particular (entropy near its maximum) shows where.
 
-With a classification task (`probe`: a task's name, or a folder of train.csv and dev.csv such as
-a task of benchmarks/build_tasks.py's suite): a linear probe per layer, a softmax regression trained on
-the frozen mean of the real tokens' vectors (and on the last layer's [CLS] vector) of the task's
+With a classification task (`probe`: a task's name, or a folder of train.csv and dev.csv such as a
+task of benchmarks/build_tasks.py's suite): a linear probe per layer, a softmax regression trained
+on the frozen mean of the real tokens' vectors (and on the last layer's [CLS] vector) of the task's
 train split, scored on its dev split. Better probe accuracy than the random weights' means the
 pre-trained features carry more of the task; a fine-tuned score below random weights' despite it
 means the fine-tuning, not the features, falls short.
@@ -101,9 +101,11 @@ def _forward(model):
   def run(params, batch):
     def wanted(module, method):
       path = module.path
-      return method == '__call__' and (len(path) >= 2 and path[0] == 'discriminator' and path[-1].startswith('layer_')
-              or (len(path) >= 3 and path[0] == 'discriminator' and path[-1] in ('query', 'key'))
-              or path == ('embeddings',))  # the embeddings' output (its own width)
+      in_discriminator = len(path) >= 2 and path[0] == 'discriminator'
+      return method == '__call__' and (
+          in_discriminator and path[-1].startswith('layer_')
+          or (in_discriminator and len(path) >= 3 and path[-1] in ('query', 'key'))
+          or path == ('embeddings',))  # the embeddings' output (its own width)
     _, state = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                            batch['input_mask'], True, method=model_lib.Electra.discriminator_hidden,
                            capture_intermediates=wanted)
@@ -262,7 +264,8 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
 def format_probe(step: int, accuracies: list[float]) -> str:
   layers = ' | '.join(f'{"emb" if i == 0 else i}: {100 * a:.2f}'
                       for i, a in enumerate(accuracies[:-1]))
-  return f'probe, step {step:,}, dev accuracy of the mean per layer | {layers} | [CLS]: {100 * accuracies[-1]:.2f}'
+  return (f'probe, step {step:,}, dev accuracy of the mean per layer | {layers} | [CLS]: '
+          f'{100 * accuracies[-1]:.2f}')
 
 
 def format_step(step: int, rows: list[dict]) -> str:

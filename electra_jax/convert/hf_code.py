@@ -1,10 +1,10 @@
-"""Model classes that HF transformers lacks, shipped in an export's folder as `modeling_electra_jax.py`
-and loaded with `trust_remote_code=True` (its `auto_map` names them for the Auto classes and
-`pipeline`): ELECTRA's discriminator with a head on the MEAN of the real tokens' hidden states
-(a fine-tuning with pooling='mean'), for sequence classification (and regression) and for
-multiple choice; and ELECTRA's SQuAD head (the end conditioned on the start, SQuAD 2.0's
-answerability). HF's own classes read [CLS] (ElectraForSequenceClassification), average the
-padding too (SequenceSummary's 'mean') or score the end apart from the start
+"""Model classes that HF transformers lacks, shipped in an export's folder as
+`modeling_electra_jax.py` and loaded with `trust_remote_code=True` (its `auto_map` names them for
+the Auto classes and `pipeline`): ELECTRA's discriminator with a head on the MEAN of the real
+tokens' hidden states (a fine-tuning with pooling='mean'), for sequence classification (and
+regression) and for multiple choice; and ELECTRA's SQuAD head (the end conditioned on the start,
+SQuAD 2.0's answerability). HF's own classes read [CLS] (ElectraForSequenceClassification), average
+the padding too (SequenceSummary's 'mean') or score the end apart from the start
 (ElectraForQuestionAnswering), so none computes these heads.
 """
 
@@ -12,9 +12,9 @@ from electra_jax.storage import fs
 
 MODULE = 'modeling_electra_jax'
 
-SOURCE = '''"""ELECTRA with a head on the mean of the real tokens' hidden states, as electra_jax fine-tunes it
-with pooling='mean': the discriminator, the mean over the tokens the attention mask keeps ([CLS]
-and [SEP] included), dropout, one dense layer. Written by electra_jax's export."""
+SOURCE = '''"""ELECTRA with a head on the mean of the real tokens' hidden states, as electra_jax
+fine-tunes it with pooling='mean': the discriminator, the mean over the tokens the attention mask
+keeps ([CLS] and [SEP] included), dropout, one dense layer. Written by electra_jax's export."""
 
 import torch
 from torch import nn

@@ -98,14 +98,15 @@ def _open_hf(path: str, generator: str) -> Source:
       diff = float(np.max(np.abs(np.asarray(mine, np.float32) - np.asarray(theirs, np.float32))))
       if diff:
         notes.append(f'the generator\'s copy of the shared embeddings differs from the '
-                     f'discriminator\'s (max |difference| {diff:.3g}); the discriminator\'s is used, '
-                     'as the two networks share one embedding module here')
+                     f'discriminator\'s (max |difference| {diff:.3g}); the discriminator\'s is '
+                     'used, as the two networks share one embedding module here')
   rows = config['vocab_size']
   fields = hf.model_fields(config, gen_config)
   vocab, lower_case = vocab_lib.find(disc_dir)
   if vocab is None and gen_dir:
     vocab, lower_case = vocab_lib.find(gen_dir)
-  return Source(path, 'HF transformers folder', fields, vocab, lower_case, rows, gen_dir is not None,
+  return Source(path, 'HF transformers folder', fields, vocab, lower_case, rows,
+                gen_dir is not None,
                 'discriminator_predictions.dense.weight' in state, notes,
                 lambda cfg, fill: hf.from_hf(states, cfg, fill))
 

@@ -1,1 +1,2 @@
-"""Text to batches: corpus -> vocabulary (tokenizer) -> examples -> records (prepare) -> the input pipeline."""
+"""Text to batches: corpus -> vocabulary (tokenizer) -> examples -> records (prepare) -> the input
+pipeline."""

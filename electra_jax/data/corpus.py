@@ -270,8 +270,8 @@ def resolve_files(pattern: str) -> list[str]:
     files = sorted(p for p in glob.glob(os.path.expanduser(pattern), recursive=True)
                    if os.path.isfile(p))
   if not files:
-    raise FileNotFoundError(f'the corpus {pattern!r} matches no file; give an existing file, folder '
-                            "or glob, or data.corpus='builtin'")
+    raise FileNotFoundError(f'the corpus {pattern!r} matches no file; give an existing file, '
+                            "folder or glob, or data.corpus='builtin'")
   return files
 
 

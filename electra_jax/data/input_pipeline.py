@@ -1,11 +1,11 @@
 """tf.data over a records folder -> global `jax.Array` batches (TensorFlow is imported lazily).
 
 The training stream is read by R *readers* (data.readers; 0 picks the most train shard files that
-divide the batch). Reader r reads the shard files `files[r::R]` and gives rows
-[r B/R, (r+1) B/R) of every global batch of B rows; process p of P runs readers p R/P .. (p+1) R/P - 1.
-The global batch depends on (records, seed, B, R) only, never on the number of processes or
-devices: a run on one host and on sixteen sees the same batches, and no two processes read the same
-file. Each reader's example stream is a pure function of (seed, reader, position):
+divide the batch). Reader r reads the shard files `files[r::R]` and gives rows [r B/R, (r+1) B/R) of
+every global batch of B rows; process p of P runs readers p R/P .. (p+1) R/P - 1. The global batch
+depends on (records, seed, B, R) only, never on the number of processes or devices: a run on one
+host and on sixteen sees the same batches, and no two processes read the same file. Each reader's
+example stream is a pure function of (seed, reader, position):
 
     epoch e: the reader's files in an order drawn from (seed, reader, e), cut into groups of
              `cycle` files; each group's files are interleaved one example at a time and then
@@ -42,7 +42,8 @@ def local_batch_size(global_batch: int, process_count: int | None = None) -> int
 
 
 def num_readers(meta: dict, global_batch: int, requested: int = 0) -> int:
-  """R, the readers of the train split: `requested`, or (0) the most shard files dividing the batch."""
+  """R, the readers of the train split: `requested`, or (0) the most shard files dividing the
+  batch."""
   files = len(meta['splits']['train']['files'])
   if requested:
     if requested < 0 or global_batch % requested:

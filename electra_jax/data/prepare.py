@@ -97,7 +97,8 @@ class _Shard:
                   tokens=self.tokens, documents=self.documents,
                   long_sentences=self.long_sentences,
                   token_counts=self.counts.tolist())
-    records.write_json(records.counts_path(self.out_dir, self.name), counts)  # ... and now marked done
+    # ... and now marked done
+    records.write_json(records.counts_path(self.out_dir, self.name), counts)
     return counts
 
 
@@ -330,9 +331,9 @@ def _finish(out_dir: str, settings: records.Settings, log) -> dict:
                          **{k: sum(p[k] for p in parts) for k in ('examples', 'tokens',
                                                                   'documents')})
     counts[split] = np.sum([p['token_counts'] for p in parts], axis=0)
-  long_sentences = sum(p.get('long_sentences', 0) for split in records.SPLITS
-                       for p in (records.read_json(records.counts_path(out_dir, settings.file(split, i)))
-                                 for i in range(settings.count(split))))
+  shards = (records.read_json(records.counts_path(out_dir, settings.file(split, i)))
+            for split in records.SPLITS for i in range(settings.count(split)))
+  long_sentences = sum(p.get('long_sentences', 0) for p in shards)
   if long_sentences:
     piece = max(4, settings.max_seq_length // 4)
     log(f'warning: corpus {settings.source}: {long_sentences:,} sentence(s) longer than an '

@@ -1,4 +1,5 @@
-"""One tokenizer interface over SentencePiece and WordPiece, with the special-token ids the code uses.
+"""One tokenizer interface over SentencePiece and WordPiece, with the special-token ids the code
+uses.
 
 - A SentencePiece `.model` (what electra_jax trains) has the five special tokens at fixed ids:
   [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4. They are control symbols, so text that spells "[MASK]"
@@ -184,7 +185,8 @@ def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, 
       most = re.search(r'value <= (\d+)', message)
       raise VocabTooLarge(f'the corpus is too small for a vocabulary of {vocab_size} entries; '
                           f'lower {size_flag}' + (f' to at most {most.group(1)}' if most else '')
-                          + ' or use a larger corpus', int(most.group(1)) if most else None) from None
+                          + ' or use a larger corpus',
+                          int(most.group(1)) if most else None) from None
     chars = re.search(r'smaller than required_chars\. \d+ vs (\d+)', message)
     if chars:
       raise ValueError(f'a vocabulary of {vocab_size} entries cannot hold the {chars.group(1)} '

@@ -43,7 +43,8 @@ TASK = Section(doc='the task: a named benchmark or your own files', fields=dict(
     text_b=F('', "a second text column for pair tasks ('' = single text)"),
     label=F('label', 'the label column'),
     kind=F('classification', "'classification' (names), 'regression' (numbers), 'tagging' "
-           "(CoNLL), 'multiple_choice' (a context and candidates): finetune/kinds/registry.py's table",
+           "(CoNLL), 'multiple_choice' (a context and candidates): finetune/kinds/registry.py's "
+           'table',
            _kind),
     choices=F('', "multiple choice: the candidates' columns, comma separated (the label: the "
               "right one's index, 0 first)"),
@@ -101,10 +102,10 @@ CONFIG = Section(fields=dict(
                    "was pre-trained with (0.1 for the paper's presets; an HF folder's "
                    'hidden_dropout_prob; tiny: 0)',
                    _RATE),
-    packing=F(True, "fine-tuning and prediction batches as rows of max_seq_length that hold as many "
-              "whole examples as fit, each computed exactly as in a row of its own (its positions, "
-              "its attention, its [CLS]), where that takes at most 3/4 of the rows (else a row "
-              "each); False: a row per example, padded (finetune/inputs/packing.py)",
+    packing=F(True, 'fine-tuning and prediction batches as rows of max_seq_length that hold as '
+              'many whole examples as fit, each computed exactly as in a row of its own (its '
+              'positions, its attention, its [CLS]), where that takes at most 3/4 of the rows '
+              '(else a row each); False: a row per example, padded (finetune/inputs/packing.py)',
               BOOL, resume='free'),
     packing_shapes=F(3, 'with packing: the batch shapes (row counts) a run compiles at most, '
                      'chosen over its batches to leave the fewest rows empty; 1: one shape, the '
@@ -141,9 +142,9 @@ def default_config() -> ml_collections.ConfigDict:
 
 def short_pretraining_recipe(cfg) -> ml_collections.ConfigDict:
   """The recipe of configs/finetune/own.py and builtin.py for a model from a short pre-training,
-  chosen on the real-text suite (docs/objectives.md, "A suite of real text nobody here wrote"): the head reads
-  the mean of the token vectors, every layer learns at one rate, the word table 10x faster, 2
-  epochs. Sets those fields of `cfg` and returns it."""
+  chosen on the real-text suite (docs/objectives.md, "A suite of real text nobody here wrote"): the
+  head reads the mean of the token vectors, every layer learns at one rate, the word table 10x
+  faster, 2 epochs. Sets those fields of `cfg` and returns it."""
   cfg.pooling = 'mean'
   cfg.optimizer.layerwise_decay = 1.0  # every layer at the head's rate
   cfg.optimizer.word_table_lr = 10.0

@@ -326,7 +326,8 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
     split = 'dev' if mode == 'eval' else 'test'
     raise UserError(f'the task has no {split} split to {mode}; name its file with '
                     f'--config.task.{split}=FILE (plus --config and the flags of the fine-tuning)')
-  data = {s: kind.encode(task, splits[s], tokenizer, cfg.max_seq_length, False, cfg) for s in wanted}
+  data = {s: kind.encode(task, splits[s], tokenizer, cfg.max_seq_length, False, cfg)
+          for s in wanted}
   results, written = [], []
   for seed, seed_dir in saved:
     setup, state = restore_seed(cfg, pretrained, task, seed_dir, seed)

@@ -107,8 +107,8 @@ def fit_microbatches(compile_step: Callable, batch_size: int, devices: int, limi
   """(microbatches, compiled step, its Memory) for `microbatches=0`: the fewest parts of the global
   batch whose compiled step fits `limit` bytes per device (1 without a limit).
 
-  `compile_step(m)` compiles the step with m microbatches; `state` is its first argument (abstract or
-  real). Temporaries shrink with the rows per part, except about two float32 copies of this
+  `compile_step(m)` compiles the step with m microbatches; `state` is its first argument (abstract
+  or real). Temporaries shrink with the rows per part, except about two float32 copies of this
   device's parameters (gradients and their sum), so the first compile predicts the number; further
   compiles confirm it (or double it).
   """

@@ -1,1 +1,2 @@
-"""The networks: ELECTRA's embeddings, encoders and heads, its generator shapes, and the attention paths with their kernels."""
+"""The networks: ELECTRA's embeddings, encoders and heads, its generator shapes, and the attention
+paths with their kernels."""

@@ -6,8 +6,8 @@ Every path computes, per batch row b and head h,
 
 with the same dropout mask (attention_masks.py: a hash of the key and the four indices, so the
 backward pass regenerates it), where the mask lets a query see the keys of its own sequence: a row
-may pack several examples (its key mask numbers them), each attending to itself alone. The paths, in `PATHS` (name, what it runs, whether it draws dropout,
-the shapes it takes, its start-up check):
+may pack several examples (its key mask numbers them), each attending to itself alone. The paths, in
+`PATHS` (name, what it runs, whether it draws dropout, the shapes it takes, its start-up check):
 
 - `explicit`: einsums and a softmax in float32; XLA materializes the [B, H, L, L] probabilities.
   Every platform, every shape.
@@ -19,8 +19,9 @@ the shapes it takes, its start-up check):
 `model.attention='auto'` is decided once per run, before it compiles (`resolve`), by the registry:
 the first path of `PATHS` that may run on the platform, takes the shape and passes its check (the
 kernel on GPUs and TPUs, else cuDNN for 16-bit activations, without dropout, else the explicit
-softmax; CPUs run the explicit path). A layer asks for its path in one call (`attend`). The padding mask is additive (-10000) as in the original, so fully masked
-rows (padding queries) give the same values on every path.
+softmax; CPUs run the explicit path). A layer asks for its path in one call (`attend`). The padding
+mask is additive (-10000) as in the original, so fully masked rows (padding queries) give the same
+values on every path.
 """
 
 import concurrent.futures
@@ -150,7 +151,8 @@ def _anywhere(fn):
 # In the order 'auto' prefers them.
 PATHS = {
     'pallas': Path('pallas', _kernel, dropout=True, title='Pallas flash kernel',
-                   auto=lambda backend, dtype: backends.is_accelerator(backend), problem=_kernel_problem,
+                   auto=lambda backend, dtype: backends.is_accelerator(backend),
+                   problem=_kernel_problem,
                    check=lambda *a: kernel_check(*a),  # (looked up when called)
                    fallback='explicit'),
     'fused': Path('fused', _anywhere(fused), dropout=False, title='cuDNN fused attention',
@@ -235,7 +237,8 @@ def resolve(cfg, length: int, checked=True, agree=lambda ok: ok) -> tuple:
     path = PATHS[cfg.attention]
     problem = path.problem(backend, length, head, cfg.num_heads)
     if problem:
-      raise ValueError(f'model.attention={path.name}: the {path.title} does not take {length}-token '
+      raise ValueError(f'model.attention={path.name}: the {path.title} does not take '
+                       f'{length}-token '
                        f'sequences with heads of {head} on {backend} ({problem}); use '
                        'model.attention=auto or explicit, or a sequence length the blocks divide')
     return cfg, f'attention: {cfg.attention} (model.attention)'

@@ -1,1 +1,2 @@
-"""Pre-training objectives: masking and sampling, each loss, the registry of objectives, and the metric sums they report."""
+"""Pre-training objectives: masking and sampling, each loss, the registry of objectives, and the
+metric sums they report."""

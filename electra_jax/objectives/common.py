@@ -42,7 +42,8 @@ class Draws(NamedTuple):
   masked: masking.Masked  # [B, ..] the selected slots and the generator's input
   sample_uniform: jax.Array | None  # [B, N] one number in [0, 1) per slot: the generator's draw
   #   by the inverted CDF (sampler 'cdf'; else None)
-  sample_seeds: jax.Array | None  # [B, N, 2] uint32 per slot: its seeds (sampler 'gumbel'; else None)
+  # [B, N, 2] uint32 per slot: its seeds (sampler 'gumbel'; else None)
+  sample_seeds: jax.Array | None
   counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
   rows: jax.Array | None = None  # [V] bool: the vocabulary's tokens present in the global batch
 

@@ -8,13 +8,14 @@ metric keep_best ranks by. A new objective is a module of this package, one line
 from electra_jax.objectives import electra, electric, mlm
 from electra_jax.objectives.common import Objective
 
-OBJECTIVES: dict[str, Objective] = {o.name: o for m in (electra, mlm, electric) for o in m.OBJECTIVES}
+OBJECTIVES: dict[str, Objective] = {o.name: o for m in (electra, mlm, electric)
+                                    for o in m.OBJECTIVES}
 
 
 def runs() -> dict[str, tuple[str, dict]]:
   """The compare tool's runs: {run name: (objective name, model overrides)}, each objective and
   its variants."""
-  out = {name: (name, {}) for name in OBJECTIVES}
+  out: dict[str, tuple[str, dict]] = {name: (name, {}) for name in OBJECTIVES}
   for o in OBJECTIVES.values():
     out.update({run: (o.name, overrides) for run, overrides in o.variants.items()})
   return out
@@ -23,7 +24,7 @@ def runs() -> dict[str, tuple[str, dict]]:
 def columns() -> dict[str, tuple[str, ...]]:
   """The compare tool's columns of held-out metrics: {column: the metrics shown in it}, in the
   order the objectives declare them."""
-  out = {}
+  out: dict[str, tuple[str, ...]] = {}
   for o in OBJECTIVES.values():
     for m in o.metrics:
       if m.column and m.name not in out.setdefault(m.column, ()):

@@ -9,19 +9,20 @@ every thread from the one heap and keep what is freed there (mallopt: one arena,
 their own, up to 2 GB kept free at the heap's top), so a step reuses the last step's pages. The
 cost: the process holds its peak of host memory instead of giving it back between steps.
 
-Only where JAX will run on the CPU (JAX_PLATFORMS names it first, or JAX's own probes of the
-machine find no TPU chip and no NVIDIA or AMD GPU): an accelerator's temporaries are in its own memory, and a TPU host's many input threads
-keep their arenas. Where glibc's malloc was configured in the environment (MALLOC_* or a
-glibc.malloc tunable in GLIBC_TUNABLES), that is left as it is; without glibc, nothing is done.
-Processes this one starts inherit the same settings (the same variables, which glibc reads at
-start), so a peer compared in a child process runs with the same allocator.
+Only where JAX will run on the CPU (JAX_PLATFORMS names it first, or JAX's own probes of the machine
+find no TPU chip and no NVIDIA or AMD GPU): an accelerator's temporaries are in its own memory, and
+a TPU host's many input threads keep their arenas. Where glibc's malloc was configured in the
+environment (MALLOC_* or a glibc.malloc tunable in GLIBC_TUNABLES), that is left as it is; without
+glibc, nothing is done. Processes this one starts inherit the same settings (the same variables,
+which glibc reads at start), so a peer compared in a child process runs with the same allocator.
 """
 
 import ctypes
 import os
 import platform
 
-from electra_jax.platform.private import hardware_utils  # (None in another JAX: glibc left as it is)
+# (hardware_utils is None in another JAX: glibc is left as it is)
+from electra_jax.platform.private import hardware_utils
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8  # glibc's malloc.h
 _KEEP = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1))

@@ -19,17 +19,17 @@ the library's default behaviour.
 try:
   from jax._src import hardware_utils
 except ImportError:
-  hardware_utils = None
+  hardware_utils = None  # type: ignore[assignment]
 
 try:
   from jax._src import distributed as _jax_distributed
 except ImportError:
-  _jax_distributed = None
+  _jax_distributed = None  # type: ignore[assignment]
 
 try:
   from orbax.checkpoint._src.metadata import array_metadata_store
 except ImportError:
-  array_metadata_store = None
+  array_metadata_store = None  # type: ignore[assignment]
 
 
 def coordination_client():

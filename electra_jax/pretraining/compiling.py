@@ -161,7 +161,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
   log(f'{n_params:,} parameters | {setup.model_cfg.dtype} activations, '
       f'{setup.model_cfg.param_dtype} parameters and Adam moments{split} | batch {d.batch_size} x '
       f'{d.max_seq_length} ({rows} rows per chip)')
-  problems = []
+  problems: list[str] = []
   init, seconds, error = aot.timed_compile(programs.init.lower)
   aot.report('init', init, seconds, error, None, capacity, log, problems, 'set --config.fsdp=True')
   m = setup.microbatches

@@ -80,7 +80,8 @@ def _adopt_init_from(config: ml_collections.ConfigDict, log=print):
   with user_errors(ValueError, FileNotFoundError):
     source = init_from.open_source(config.init_from, config.init_generator, config.data.vocab)
   fields, m = source.fields, config.model
-  # model/config.py declares what must match the weights (init_from='same') and what is taken from them
+  # model/config.py declares what must match the weights (init_from='same') and what is taken from
+  # them
   must_match, adopted = (fields_lib.paths(config_lib.MODEL, init_from=role)
                          for role in ('same', 'adopt'))
   diffs = [f'{k} {fields[k]} (config: {m[k]})' for k in must_match
@@ -129,5 +130,5 @@ def check_same_run(config, workdir: str, log=print):
     log(f'note: {workdir} holds no checkpoint of its earlier run; starting it afresh with this '
         f'config ({", ".join(diffs)})')
   elif diffs:
-    raise UserError(f'--workdir {workdir} holds a run with a different config ({", ".join(diffs)}); '
-                    'use a new --workdir, or the same config to resume')
+    raise UserError(f'--workdir {workdir} holds a run with a different config '
+                    f'({", ".join(diffs)}); use a new --workdir, or the same config to resume')

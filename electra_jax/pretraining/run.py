@@ -125,7 +125,8 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
 # ================================================================================================
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
-  """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the summary."""
+  """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the
+  summary."""
   main = distributed.is_main()  # the one process that logs and writes files
   if not main:
     log = lambda line: None
@@ -150,7 +151,8 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   # step compiled (microbatches fitted; the path's fallback if the compiler rejects it) ----
   special = SpecialIds(**meta['special_ids'])
   platform = mesh.devices.flat[0].platform
-  model_cfg = compiling.model_for_run(config, platform, log=log, chip=mesh.devices.flat[0].device_kind)
+  model_cfg = compiling.model_for_run(config, platform, log=log,
+                                      chip=mesh.devices.flat[0].device_kind)
   make_setup = lambda cfg: pretrain_setup.build_setup(config, special, platform, cfg)
   best_mode = objectives.ranking(config.objective.name, config.keep_best)
   ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config, best_mode)
@@ -267,8 +269,8 @@ def _check_belongs(config, meta: dict, ckpt_meta: dict, where: str, records_dir:
     diffs = fields_lib.same_run_diffs(config_lib.CONFIG, ckpt_meta['config'],
                                       json.loads(config.to_json()))
     if diffs:
-      raise UserError(f'the checkpoint {where} belongs to another run ({"; ".join(diffs)}); move it '
-                      'out of the workdir, or resume it with the config it was trained with')
+      raise UserError(f'the checkpoint {where} belongs to another run ({"; ".join(diffs)}); move '
+                      'it out of the workdir, or resume it with the config it was trained with')
   saved = ckpt_meta.get('records_fingerprint')
   if saved is not None and saved != records_lib.fingerprint(meta):
     theirs = ckpt_meta.get('records', {})

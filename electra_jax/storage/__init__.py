@@ -1,1 +1,2 @@
-"""Where bytes live: local and remote files (gs:// and the schemes TensorFlow knows), and the one module that imports TensorFlow."""
+"""Where bytes live: local and remote files (gs:// and the schemes TensorFlow knows), and the one
+module that imports TensorFlow."""

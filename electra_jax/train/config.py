@@ -7,8 +7,8 @@ from electra_jax.fields import Derived, Field as F, Section, AT_LEAST_1, one_of,
 # ---- optimizer: AdamW as in the original release; may change when a run resumes ---------------
 OPTIMIZER = Section(doc='AdamW and its schedule', resume='free', fields=dict(
     learning_rate=F(5e-4, 'peak learning rate (NaN would turn every parameter into NaN at the '
-                    'first step while the loss and gradients stay finite; a negative one climbs the '
-                    'loss)', rule(lambda x: x > 0, 'a positive number, e.g. 5e-4')),
+                    'first step while the loss and gradients stay finite; a negative one climbs '
+                    'the loss)', rule(lambda x: x > 0, 'a positive number, e.g. 5e-4')),
     warmup_steps=F(10_000, 'linear warmup length', rule(lambda x: x >= 0, '0 or more steps')),
     decay_power=F(1.0, 'polynomial decay power (1.0: linear to 0 at train_steps)',
                   rule(lambda x: x >= 0, '0 (constant) or more, e.g. 1.0')),

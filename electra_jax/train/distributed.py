@@ -71,7 +71,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
 
 
 BARRIER_TIMEOUT_S = 3600
-_barriers = {}
+_barriers: dict[str, int] = {}
 
 
 def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S):

@@ -130,7 +130,8 @@ class Result:
 
 
 def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iterator, start: int,
-        *, evaluate: Callable[[int, Any], dict], ckpt, meta: Callable[[int], dict], logs: logs_lib.Logs,
+        *, evaluate: Callable[[int, Any], dict], ckpt, meta: Callable[[int], dict],
+        logs: logs_lib.Logs,
         log=print, annotate: Callable[[dict, dict], str] | None = None,
         signals: Signals | None = None) -> Result:
   """Trains from step `start` to `plan.total_steps`; see the module docstring.

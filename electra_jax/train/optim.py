@@ -15,7 +15,7 @@ full rate, each layer below at `decay` times the one above, the embeddings below
 """
 
 import re
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -103,7 +103,8 @@ def learning_rate_schedule(peak: float, warmup_steps: int, decay_steps: int, pow
 
 def highest_rate(opt_cfg, steps: int) -> float:
   """The highest learning rate of a run of `steps` updates, as a share of the peak (the original
-  schedule multiplies the warm-up by the decay: warming up over all of a run's steps reaches 25%)."""
+  schedule multiplies the warm-up by the decay: warming up over all of a run's steps reaches
+  25%)."""
   schedule = learning_rate_schedule(1.0, opt_cfg.warmup_steps, opt_cfg.decay_steps,
                                     opt_cfg.decay_power, opt_cfg.schedule)
   t = np.unique(np.append(np.linspace(0, steps - 1, 10_001).round(),
@@ -191,7 +192,7 @@ def check(opt_cfg):
   fields.check(OPTIMIZER, opt_cfg, 'optimizer', prefix='optimizer.')
 
 
-def make_optimizer(opt_cfg, lr_factors=None) -> tuple[optax.GradientTransformation, callable]:
+def make_optimizer(opt_cfg, lr_factors=None) -> tuple[optax.GradientTransformation, Callable]:
   """(optax transformation, learning-rate schedule) from `config.optimizer`.
 
   `lr_factors` (a tree like the parameters, e.g. `layerwise_multipliers`) scales each parameter's

@@ -137,8 +137,9 @@ def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
           'no other run uses it', file=sys.stderr, flush=True)
     return None
   now = time.time()
-  record = {'what': what, 'host': socket.gethostname(), 'pid': os.getpid(), 'workdir': _where(workdir),
-            'since': datetime.datetime.fromtimestamp(now).astimezone().isoformat(timespec='seconds'),
+  since = datetime.datetime.fromtimestamp(now).astimezone().isoformat(timespec='seconds')
+  record = {'what': what, 'host': socket.gethostname(), 'pid': os.getpid(),
+            'workdir': _where(workdir), 'since': since,
             'heartbeat': now, 'token': uuid.uuid4().hex, 'command': ' '.join(sys.argv)[:500]}
   for _ in range(attempts):
     current = store.read(NAME).result()
@@ -212,8 +213,9 @@ def check_own_folder(path: str):
            'a mount point' if os.path.ismount(real) else '')
   theirs = sorted(os.listdir(real), key=lambda n: (n.startswith('.'), n))  # (dotfiles count)
   if place and theirs:
-    raise UserError(f'--workdir {path} is {place} and holds files of its own ({", ".join(theirs[:4])}'
-                    f'{", ..." if len(theirs) > 4 else ""}); give the run a folder of its own, e.g. '
+    raise UserError(f'--workdir {path} is {place} and holds files of its own '
+                    f'({", ".join(theirs[:4])}{", ..." if len(theirs) > 4 else ""}); give the run '
+                    'a folder of its own, e.g. '
                     f'--workdir={os.path.join(path, "electra_run")}')
 
 

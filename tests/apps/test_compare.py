@@ -106,7 +106,8 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
       assert os.path.isfile(os.path.join(workdir, f'{run}_{label}', 'results.json'))
   table = open(os.path.join(workdir, 'comparison.md')).read()
   assert table.count('\n| ') == 5 and '| mlm | mlm |' in table  # header + 4 rows
-  assert f'| TF-IDF baseline | - | 0 | 0 | - | - | - | {100 * rows[3]["downstream"]["first"]["median"]:.2f} |' in table
+  tfidf = 100 * rows[3]['downstream']['first']['median']
+  assert f'| TF-IDF baseline | - | 0 | 0 | - | - | - | {tfidf:.2f} |' in table
   assert ('| first dev/accuracy (median of seeds) | second dev/accuracy (median of seeds) / test '
           'median |') in table
   second = [r['downstream']['second'] for r in rows]

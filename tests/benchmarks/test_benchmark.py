@@ -1,4 +1,5 @@
-"""benchmarks/benchmark.py's tools: the profile reader, the largest-batch search, the attention timer."""
+"""benchmarks/benchmark.py's tools: the profile reader, the largest-batch search, the attention
+timer."""
 
 import gzip
 import json
@@ -80,8 +81,9 @@ def test_profile_keeps_the_whole_time_of_neighbours_that_overlap_by_clock_skew(t
 
 
 def test_profile_option_prints_the_kernels_of_the_real_step(tmp_path, records_dir):
-  """benchmarks/benchmark.py --profile in a process of its own, as it is run (a process that compiled
-  for a TPU slice first, as test_topology.py does, records no XLA operation: the error says so)."""
+  """benchmarks/benchmark.py --profile in a process of its own, as it is run (a process that
+  compiled for a TPU slice first, as test_topology.py does, records no XLA operation: the error says
+  so)."""
   from conftest import run_config_file
   trace, out = tmp_path / 'trace', tmp_path / 'result.json'
   done = subprocess.run([*script('benchmark.py'),

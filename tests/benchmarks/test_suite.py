@@ -18,7 +18,8 @@ def _packages(path):
   for section, vocabulary in words.items():
     for i in range(60):
       role = ('program', 'shared-lib')[i % 2]
-      stanzas.append(f'Package: {section}-{i}\nVersion: 1.0\nDescription: {vocabulary.split()[i % 4]}'
+      stanzas.append(f'Package: {section}-{i}\nVersion: 1.0\n'
+                     f'Description: {vocabulary.split()[i % 4]}'
                      f' tool number {i} for {section}\nTag: role::{role}, use::testing,\n'
                      f' interface::commandline\nSection: {"contrib/" if i == 3 else ""}{section}\n')
   stanzas.append('Package: same-text\nDescription: arcade tool number 0 for games\n'
@@ -90,7 +91,8 @@ def test_the_suite_is_built_from_package_indexes_and_manual_pages(tmp_path):
   assert 'arcade tool number 0 for games' not in {r['text'] for r in section}
   pages = {r['text'] for s in ('train', 'dev', 'test')
            for r in _rows(os.path.join(out, 'man_section', f'{s}.csv'))}
-  assert any(p.startswith('The tool7 prints the files of a user-given folder number 7.') for p in pages)
+  assert any(p.startswith('The tool7 prints the files of a user-given folder number 7.')
+             for p in pages)
   assert any('"memory"' in p for p in pages) and not any('\\' in p for p in pages)
   assert not any('second paragraph' in p for p in pages if p.startswith('The tool1 '))  # first only
   languages = {r['text'] for s in ('train', 'dev', 'test')

@@ -1,4 +1,5 @@
-"""The configs are declared once (electra_jax/fields.py): the views, checks and resume rules follow."""
+"""The configs are declared once (electra_jax/fields.py): the views, checks and resume rules
+follow."""
 
 import dataclasses
 import json
@@ -81,7 +82,8 @@ def test_unknown_keys_are_refused_never_dropped():
   with pytest.raises(ValueError, match='model.hidden_sise is not a field of the model'):
     model_lib.ModelConfig.from_config(c.model)
   with pytest.raises(ValueError, match='objective.rate is not a field of the objective'):
-    objective_common.ObjectiveConfig.from_config({**config_lib.default_config().objective, 'rate': 1})
+    objective_common.ObjectiveConfig.from_config({**config_lib.default_config().objective,
+                                                  'rate': 1})
   ft = ft_config.default_config()
   ft.task.labels = 'a,b'
   with pytest.raises(ValueError, match='task.labels is not a field of the fine-tuning config'):

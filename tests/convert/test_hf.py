@@ -16,7 +16,8 @@ from electra_jax.model import networks as model_lib
 from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.train import partitioning
 
-torch = pytest.importorskip('torch', reason='parity tests need the test extra: pip install -e ".[test]"')
+torch = pytest.importorskip('torch',
+                            reason='parity tests need the test extra: pip install -e ".[test]"')
 transformers = pytest.importorskip('transformers', reason='parity tests need the test extra')
 
 LAYOUTS = {
@@ -330,7 +331,8 @@ def _write_original(folder, params, cfg, pad_rows=0):
     values += [value, np.zeros_like(value), np.zeros_like(value)]
   assert len(set(names)) == len(names)
   os.makedirs(folder)
-  tf.raw_ops.SaveV2(prefix=os.path.join(folder, 'model.ckpt-7'), tensor_names=names + ['global_step'],
+  tf.raw_ops.SaveV2(prefix=os.path.join(folder, 'model.ckpt-7'),
+                    tensor_names=names + ['global_step'],
                     shape_and_slices=[''] * (len(names) + 1), tensors=values + [np.int64(7)])
   with open(os.path.join(folder, 'checkpoint'), 'w') as f:
     f.write('model_checkpoint_path: "model.ckpt-7"\n')
@@ -408,7 +410,8 @@ def test_bad_sources_are_one_sentence(pretrained, exported, tmp_path):
                      f'{cfg.vocab_size} rows'):
     sources.open_source(exported, vocab=str(big))
   wider = test_config(**{'init_from': exported, 'model.hidden_size': 64})
-  with pytest.raises(UserError, match=r'other sizes than the config: hidden_size 32 \(config: 64\)'):
+  with pytest.raises(UserError,
+                     match=r'other sizes than the config: hidden_size 32 \(config: 64\)'):
     preflight.resolve(wider, lambda *_: None)
   with pytest.raises(UserError, match='exists and is not empty'):
     export_lib.export(pretrained, exported)
@@ -428,7 +431,8 @@ def test_gdes_exports_the_discriminators_own_word_table(tmp_path):
             'attention_mask': torch.from_numpy(b['input_mask']).long(),
             'token_type_ids': torch.from_numpy(b['segment_ids']).long()}
   ours = model_lib.Electra(cfg).apply({'params': params}, b['input_ids'], b['segment_ids'],
-                                      b['input_mask'], method=model_lib.Electra.discriminator_logits)
+                                      b['input_mask'],
+                                      method=model_lib.Electra.discriminator_logits)
   with torch.no_grad():
     theirs = _hf_model(cfg, params, 'discriminator')(**inputs).logits.numpy()
   real = b['input_mask'] > 0
@@ -441,8 +445,8 @@ def test_gdes_exports_the_discriminators_own_word_table(tmp_path):
 
 
 def test_benchmark_peer_runs_the_same_step():
-  """`benchmarks/benchmark.py --peer=hf`: the PyTorch step starts from the loss ours starts from (MLM
-  near ln V plus 50 x detection near ln 2, with its own random weights) and is timed."""
+  """`benchmarks/benchmark.py --peer=hf`: the PyTorch step starts from the loss ours starts from
+  (MLM near ln V plus 50 x detection near ln 2, with its own random weights) and is timed."""
   from benchmarks import step_benchmark as benchmark
   config = test_config()
   result = benchmark.benchmark(config, steps=1, warmup=1, repeats=2, peer='hf')

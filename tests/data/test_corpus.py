@@ -1,4 +1,5 @@
-"""Reading corpus files: gzip, bytes that are not UTF-8, binary files, empty files, gigantic lines."""
+"""Reading corpus files: gzip, bytes that are not UTF-8, binary files, empty files, gigantic
+lines."""
 
 import gzip
 import json
@@ -58,7 +59,8 @@ def test_a_stray_nul_byte_in_text_is_dropped_and_named_and_a_binary_file_is_name
                                f'{tmp_path / "a.txt"})']
   (tmp_path / 'b.dat').write_bytes(b'text' + bytes(range(256)) * 4)
   source = corpus_lib.Source(str(tmp_path / 'b.dat'))
-  with pytest.raises(ValueError, match=r"holds no text \(skipped as binary: .*b\.dat \(a NUL byte at "
+  with pytest.raises(ValueError, match=r"holds no text \(skipped as binary: .*b\.dat "
+                     r"\(a NUL byte at "
                      r'byte 4, 4 in its first 1,028 bytes: not text\)\); give a corpus'):
     source.require_text()
 
@@ -96,7 +98,8 @@ def test_records_report_skipped_and_replaced_input(tmp_path):
   (folder / 'a.txt').write_bytes(text.encode() + b'\nbad \xe9 byte.\n')
   (folder / 'image.png').write_bytes(b'\x89PNG\r\n\x1a\n\0\0\0')
   logged = []
-  prepare_lib.records_folder(records.Settings(source=str(folder), max_seq_length=32, eval_fraction=0.2,
+  prepare_lib.records_folder(records.Settings(source=str(folder), max_seq_length=32,
+                                              eval_fraction=0.2,
                                    vocab_size=30), str(tmp_path / 'data'), log=logged.append)
   warnings = [l for l in logged if l.startswith('warning:')]
   assert len(warnings) == 2

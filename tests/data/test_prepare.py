@@ -1,4 +1,5 @@
-"""Records at scale: parallel, deterministic, resumable preparation and a resumable per-process stream."""
+"""Records at scale: parallel, deterministic, resumable preparation and a resumable per-process
+stream."""
 
 import collections
 import dataclasses

@@ -28,8 +28,8 @@ class ElectraTinyText(tfds.core.GeneratorBasedBuilder):
   URL = ''
 
   def _info(self):
-    return tfds.core.DatasetInfo(builder=self,
-                                 features=tfds.features.FeaturesDict({'text': tfds.features.Text()}))
+    features = tfds.features.FeaturesDict({'text': tfds.features.Text()})
+    return tfds.core.DatasetInfo(builder=self, features=features)
 
   def _split_generators(self, dl_manager):
     return {'train': self._generate_examples(dl_manager.download(self.URL))}

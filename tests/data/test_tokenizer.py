@@ -1,4 +1,5 @@
-"""Vocabularies: WordPiece vocab.txt through HF tokenizers, SentencePiece built by launch/build_vocab.py."""
+"""Vocabularies: WordPiece vocab.txt through HF tokenizers, SentencePiece built by
+launch/build_vocab.py."""
 
 import json
 import os
@@ -37,8 +38,8 @@ def test_wordpiece_vocab_txt_splits_like_bert(tmp_path):
   assert tok.special == tokenizer_lib.SpecialIds(pad=0, unk=2, cls=3, sep=4, mask=5)
   ids = tok.encode('UNaffable running, the Cat 42. Zebra [MASK]')
   pieces = [tokens[i] for i in ids]
-  # lower-cased, greedy longest match with ## continuations, punctuation split off, unknown -> [UNK];
-  # text that spells [MASK] is the special token, as in BERT's own tokenizer
+  # lower-cased, greedy longest match with ## continuations, punctuation split off, unknown ->
+  # [UNK]; text that spells [MASK] is the special token, as in BERT's own tokenizer
   assert pieces == ['un', '##aff', '##able', 'runn', '##ing', ',', 'the', 'cat', '4', '##2', '.',
                     '[UNK]', '[MASK]']
   assert tok.encode_batch(['the cat', 'sat']) == [tok.encode('the cat'), tok.encode('sat')]
@@ -50,7 +51,8 @@ def test_wordpiece_vocab_txt_splits_like_bert(tmp_path):
 def test_wordpiece_vocab_without_special_tokens_is_refused(tmp_path):
   path = tmp_path / 'vocab.txt'
   path.write_text('[PAD]\n[UNK]\nthe\n')
-  with pytest.raises(ValueError, match=r"lacks the special tokens \['\[CLS\]', '\[SEP\]', '\[MASK\]'\]"):
+  with pytest.raises(ValueError,
+                     match=r"lacks the special tokens \['\[CLS\]', '\[SEP\]', '\[MASK\]'\]"):
     tokenizer_lib.load_tokenizer(str(path))
 
 
@@ -76,7 +78,8 @@ def test_records_built_with_a_wordpiece_vocab(tmp_path):
   vocab = str(tmp_path / 'vocab.txt')
   tokens = write_wordpiece_vocab(vocab)
   out = str(tmp_path / 'data')
-  meta = prepare_lib.records_folder(records.Settings(source=corpus, max_seq_length=32, eval_fraction=0.2,
+  meta = prepare_lib.records_folder(records.Settings(source=corpus, max_seq_length=32,
+                                                     eval_fraction=0.2,
                                           vocab=vocab, vocab_size=len(tokens)), out,
                          log=lambda *_: None)
   assert meta['vocab_file'] == 'vocab.txt' and meta['vocab_size'] == len(tokens)

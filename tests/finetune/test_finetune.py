@@ -1,4 +1,5 @@
-"""Fine-tuning: scores, layer-wise decay, encoding, data files, GLUE loading, learning end to end."""
+"""Fine-tuning: scores, layer-wise decay, encoding, data files, GLUE loading, learning end to
+end."""
 
 import csv
 import json
@@ -32,7 +33,8 @@ from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import optim
 
 
-# ---- scores ---------------------------------------------------------------------------------------
+# ---- scores
+# ---------------------------------------------------------------------------------------
 
 @pytest.mark.fast
 def test_scores_by_hand():
@@ -63,7 +65,8 @@ def test_undefined_scores_are_glues_zero_and_ties_share_their_rank():
                                                                  'f1': pytest.approx(2 / 3)}
 
 
-# ---- layer-wise learning-rate decay ----------------------------------------------------------------
+# ---- layer-wise learning-rate decay
+# ----------------------------------------------------------------
 
 @pytest.mark.fast
 def test_layerwise_multipliers_of_a_12_layer_model_both_rules():
@@ -107,7 +110,8 @@ def test_layerwise_factors_scale_each_parameters_update():
   assert step['embeddings'] == pytest.approx(base * 0.25)
 
 
-# ---- the classifier's input ------------------------------------------------------------------------
+# ---- the classifier's input
+# ------------------------------------------------------------------------
 
 def test_the_head_reads_cls_or_the_mean_of_real_tokens_and_ignores_padding():
   cfg = model_lib.ModelConfig.from_config(test_config().model)
@@ -166,7 +170,8 @@ def test_reinit_starts_the_named_parts_from_fresh_weights_and_keeps_the_rest():
     heads.reinit_parts('layer_7,head', 2)
 
 
-# ---- encoding and data files -----------------------------------------------------------------------
+# ---- encoding and data files
+# -----------------------------------------------------------------------
 
 @pytest.mark.fast
 def test_truncation_drops_from_the_longer_text_and_is_counted():
@@ -304,12 +309,14 @@ def test_labels_are_read_as_meant(tmp_path):
       ('short.csv', 'text,label\na,pos\nb\n', 'classification', False,
        r"data row 2 of .*short.csv has no label"),
       ('part.csv', 'text,label\na,pos\nb,\n', 'classification', True,
-       r"data row 2 of .*part.csv has no label .*; fill those labels in, or empty every label cell"),
+       r"data row 2 of .*part.csv has no label .*; fill those labels in, or empty every label "
+       r"cell"),
       ('nan.csv', 'text,label\na,1.5\nb,nan\nc,inf\n', 'regression', False,
        r"data rows 2 \('nan'\), 3 \('inf'\) of .*nan.csv have labels that are not a finite "
        "number"),
       ('tabs.csv', 'text\tlabel\na\tpos\n', 'classification', False,
-       r"tabs.csv looks tab-separated \(its first row holds tabs\) but is named .csv; name it .tsv"),
+       r"tabs.csv looks tab-separated \(its first row holds tabs\) but is named .csv; name it "
+       r".tsv"),
       ('lines.jsonl', '{"text": "a", "label": "x"}\n\n{"text": "b", "label": null}\n',
        'classification', False, r"line 3 of .*lines.jsonl has no label"),
   ]
@@ -376,7 +383,8 @@ def test_glue_loads_through_tfds_with_labels_names_and_unlabelled_test():
   assert tasks_lib.glue_task('mnli').dev_splits == ('dev_matched', 'dev_mismatched')
 
 
-# ---- end to end -----------------------------------------------------------------------------------
+# ---- end to end
+# -----------------------------------------------------------------------------------
 
 def _synthetic(path, n, kind, seed):
   """Texts of corpus words; the label says how often the word 'cat' occurs (0-2): 'yes' for 1-2
@@ -427,7 +435,8 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   if kind == 'classification':  # the same command again: scored again, one record per step
     assert run.finetune(cfg, workdir, log=_quiet)['median'] == pytest.approx(summary['median'])
     for seed in (0, 1):
-      records = [json.loads(l) for l in open(os.path.join(workdir, f'seed_{seed}', 'metrics.jsonl'))]
+      path = os.path.join(workdir, f'seed_{seed}', 'metrics.jsonl')
+      records = [json.loads(l) for l in open(path)]
       assert [r['step'] for r in records if r['split'] == 'eval'] == [180]
       every = min(20, 180 // 10)  # (log_every, or ten lines a seed where that is fewer)
       assert [r['step'] for r in records if r['split'] == 'train'] == list(
@@ -437,7 +446,8 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   again = run.finetune(config_lib.saved_config(workdir, 'eval'), workdir, log=_quiet, mode='eval')
   for before, after in zip(summary['seeds'], again['seeds']):
     assert after['dev'] == pytest.approx(before['dev'])
-  out = run.finetune(config_lib.saved_config(workdir, 'predict'), workdir, log=_quiet, mode='predict')
+  out = run.finetune(config_lib.saved_config(workdir, 'predict'), workdir, log=_quiet,
+                     mode='predict')
   assert len(out['predictions']) == 2
   with open(out['predictions'][0]) as f:
     rows = list(csv.reader(f, delimiter='\t'))
@@ -495,7 +505,8 @@ def _predicts_new_files(workdir, tmp_path, kind, summary):
   moved = str(tmp_path / 'moved')
   shutil.copytree(workdir, moved)
   saved = json.load(open(os.path.join(moved, 'config.json')))
-  json.dump({**saved, 'init': str(tmp_path / 'gone')}, open(os.path.join(moved, 'config.json'), 'w'))
+  with open(os.path.join(moved, 'config.json'), 'w') as f:
+    json.dump({**saved, 'init': str(tmp_path / 'gone')}, f)
   again = predict_lib.predict(moved, dev, overwrite=True, log=_quiet)
   assert again['scores'] == done['scores']
   assert open(again['outputs'][0]).read() == open(path).read()
@@ -509,7 +520,8 @@ def _predicts_new_files(workdir, tmp_path, kind, summary):
     wrong = tmp_path / 'wrong.csv'
     wrong.write_text('text,label\ncat cat,maybe\n')
     with pytest.raises(UserError, match=r"wrong.csv has the label\(s\) \['maybe'\] in its column "
-                       r"'label', which the fine-tuning never saw \(its labels are \['no', 'yes'\]\)"):
+                       r"'label', which the fine-tuning never saw "
+                       r"\(its labels are \['no', 'yes'\]\)"):
       predict_lib.predict(workdir, str(wrong), log=_quiet)
     assert not os.path.exists(os.path.join(workdir, 'predictions', 'wrong.csv'))
     wrong.write_text('review,label\ncat cat,yes\n')
@@ -867,7 +879,8 @@ def test_the_builtin_topic_task_is_balanced_disjoint_and_labelled_by_its_module(
   assert again['train'] == splits['train'][:500] and again['dev'] == splits['dev']
 
 
-# ---- tagging --------------------------------------------------------------------------------------
+# ---- tagging
+# --------------------------------------------------------------------------------------
 
 @pytest.mark.fast
 def test_chunks_are_read_as_conlleval_reads_them_and_written_as_bioes():
@@ -941,7 +954,8 @@ def test_conll_files_become_a_bioes_task_and_bad_files_are_refused(tmp_path):
   (tmp_path / 'bad.txt').write_text('EU B-ORG\nrejects O\n\nNew York B-LOC\n')
   with pytest.raises(ValueError, match=r"line 4 of .* has 3 columns where line 1 has 2 \('New "):
     tagging.read_conll(str(tmp_path / 'bad.txt'))
-  cfg.dev = _write_conll(tmp_path / 'dev.txt', [(['cat'], ['O']), (['big', 'cat'], ['O', 'B-ANIMAL'])])
+  cfg.dev = _write_conll(tmp_path / 'dev.txt',
+                         [(['cat'], ['O']), (['big', 'cat'], ['O', 'B-ANIMAL'])])
   with pytest.raises(ValueError, match=r"^line 6 of .*dev.txt has the tag 'B-ANIMAL', of a type "
                                        r'\(ANIMAL\) the train data never tags; fix the tag or '):
     registry.load(cfg)  # named as the file writes it, with its line
@@ -1018,9 +1032,11 @@ def test_finetuning_learns_a_synthetic_tagging_task(tmp_path, pretrained):
   sentences = _tagged(5, 3)
   words.write_text(''.join(''.join(w + '\n' for w in ws) + '\n' for ws, _ in sentences))
   done = predict_lib.predict(ft, str(words), log=_quiet)
-  assert not done['scores'] and done['outputs'][0].endswith(os.path.join('predictions', 'words.txt'))
+  assert not done['scores']
+  assert done['outputs'][0].endswith(os.path.join('predictions', 'words.txt'))
   tagged = [block.split('\n') for block in open(done['outputs'][0]).read().strip().split('\n\n')]
-  assert [tuple(l.split()[0] for l in block) for block in tagged] == [tuple(ws) for ws, _ in sentences]
+  assert ([tuple(l.split()[0] for l in block) for block in tagged]
+          == [tuple(ws) for ws, _ in sentences])
   for block in tagged:
     for line in block:
       _, tag, p = line.split()  # ('-': a word max_seq_length cut, tagged O)
@@ -1069,7 +1085,8 @@ def _until(proc, text):
   raise AssertionError(''.join(seen[-20:]))
 
 
-def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(tmp_path, pretrained):
+def test_finetuning_survives_sigkill_and_sigterm_and_keeps_its_best_checkpoint(tmp_path,
+                                                                               pretrained):
   """The fine-tuning loop is the pre-training loop: killed (SIGKILL) and stopped (SIGTERM), then
   re-run, it ends bit-identical to an uninterrupted run; dev scores every eval_every steps, the
   best checkpoint kept, TensorBoard events and curves.png per seed."""
@@ -1156,14 +1173,15 @@ def test_the_tfidf_baseline_learns_what_the_words_say_and_is_scored_like_the_tas
       'dev accuracy: fine-tuned median 80.00 is behind the TF-IDF baseline 85.00 (-5.00 points)')
 
 
-# ---- the head from a linear probe (head_init='probe') ---------------------------------------------
+# ---- the head from a linear probe (head_init='probe')
+# ---------------------------------------------
 
 @pytest.mark.fast
 @pytest.mark.parametrize('classes', [2, 4, 0])
 def test_a_probe_heads_weights_give_the_fitted_linear_models_predictions(classes):
-  """The head's kernel and bias, the features' centring and scale folded in, give the logistic regression's class
-  probabilities (binary: its one logit split in two) or the ridge regression's predictions; a
-  class the train split lacks is never predicted."""
+  """The head's kernel and bias, the features' centring and scale folded in, give the logistic
+  regression's class probabilities (binary: its one logit split in two) or the ridge regression's
+  predictions; a class the train split lacks is never predicted."""
   from electra_jax.finetune import baseline
   from electra_jax.finetune import probe
   rng = np.random.default_rng(classes)
@@ -1242,8 +1260,8 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
 
 
 def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monkeypatch):
-  """A kind of task is one module's KIND and one entry of finetune/kinds/registry.py: here, declared in
-  this test, texts classed by their length (no label column), which the config takes as
+  """A kind of task is one module's KIND and one entry of finetune/kinds/registry.py: here, declared
+  in this test, texts classed by their length (no label column), which the config takes as
   task.kind, the loader reads, and a fine-tuning trains and scores end to end."""
   from electra_jax.finetune.kinds import classification
   from electra_jax.finetune.inputs import files
@@ -1265,7 +1283,8 @@ def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monk
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0,
              baseline=False)
-  cfg.task.update(name='own', kind='by_length', train=_write(tmp_path / 'train.csv', rows, ['text']),
+  cfg.task.update(name='own', kind='by_length',
+                  train=_write(tmp_path / 'train.csv', rows, ['text']),
                   dev=_write(tmp_path / 'dev.csv', rows[:32], ['text']))
   lines = []
   summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)

@@ -1,6 +1,6 @@
-"""Multiple choice (finetune/kinds/multiple_choice.py): the candidates' layout, a scorer that treats each
-candidate alike, a synthetic task learnt far above chance, saved fine-tunings scored and predicted
-again, and the export as HF's ElectraForMultipleChoice with our logits."""
+"""Multiple choice (finetune/kinds/multiple_choice.py): the candidates' layout, a scorer that treats
+each candidate alike, a synthetic task learnt far above chance, saved fine-tunings scored and
+predicted again, and the export as HF's ElectraForMultipleChoice with our logits."""
 
 import csv
 import os

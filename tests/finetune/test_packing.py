@@ -231,8 +231,10 @@ def test_packing_is_used_where_it_pays_and_texts_that_fill_their_rows_keep_a_row
   lines = []
   shapes, pack = run._train_shapes(cfg, long, 0, 4, mesh, lines.append)
   assert not pack and shapes.largest.rows == 16 and len(shapes.layouts) == 1
-  assert lines[0] == 'seed 0: packing would take 16.0 of 16 rows a step, and pays at 12 or fewer: a row each'
-  assert lines[1].startswith('seed 0: 16 rows of 32 tokens a step, ') and 'packing=True' not in lines[1]
+  assert lines[0] == ('seed 0: packing would take 16.0 of 16 rows a step, and pays at 12 or '
+                      'fewer: a row each')
+  assert lines[1].startswith('seed 0: 16 rows of 32 tokens a step, ')
+  assert 'packing=True' not in lines[1]
   shapes, pack = run._train_shapes(cfg, short, 0, 4, mesh, lines.append)
   assert pack and shapes.mean_rows <= 12 and ' packed in ' in lines[-1]
   cfg.packing = False
@@ -293,9 +295,11 @@ def test_the_finetune_benchmark_times_padded_packed_and_hf_trainer_on_the_same_e
   assert [line.split()[0] for line in lines[5:]] == ['padded:', 'padded', 'packed:', 'packed']
   # prediction with XLA's default CPU fusions timed beside ours (float32 on CPUs)
   assert len(result['padded']['predict_xla_defaults_runs']) == 2
-  assert any(l.startswith("padded prediction compiled with XLA's default CPU fusions") for l in lines)
+  assert any(l.startswith("padded prediction compiled with XLA's default CPU fusions")
+             for l in lines)
   # the loop beside its compiled step alone (batches already on the devices)
-  assert len(result['packed']['step_alone_runs']) == 2 and result['packed']['step_alone_examples_per_s'] > 0
+  assert len(result['packed']['step_alone_runs']) == 2
+  assert result['packed']['step_alone_examples_per_s'] > 0
   assert any(l.startswith('packed: the loop ') for l in lines)
   estimate = finetune_benchmark.topology_estimate(problem, topology.for_compiling('v5e-8'),
                                                   log=lambda *_: None)

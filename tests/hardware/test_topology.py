@@ -129,7 +129,7 @@ ENTRY %main (a: f32[1024], b: pred[]) -> f32[1024] {
   %s = f32[1024]{0} all-reduce(%k), replica_groups={}, to_apply=%fused_body
   ROOT %c = f32[1024]{0} conditional(%b, %s, %s), branch_computations={%cheap, %dear}
 }
-'''
+'''  # noqa: E501  (the compiler's text, one instruction a line)
 
 
 @pytest.mark.fast
@@ -192,7 +192,7 @@ ENTRY %main (x: f32[64,4096], w: f32[4096,32]) -> f32[64,32] {
   %w = f32[4096,32]{1,0} parameter(1)
   ROOT %f = f32[64,32]{1,0} fusion(%x, %w), kind=kOutput, calls=%matmul, backend_config={"window_config":{"estimated_cycles":"9223372036854775807"}}
 }
-'''
+'''  # noqa: E501  (the compiler's text, one instruction a line)
 
 
 @pytest.mark.fast
@@ -312,8 +312,8 @@ def test_a_step_too_large_for_the_chip_is_refused_naming_the_fix():
 @needs_libtpu
 def test_a_chip_added_to_the_table_is_a_slice_a_peak_and_an_estimate(monkeypatch):
   """A chip is one line of platform/chips.py: here a 'TPU v5x', a v5e with twice its peak, memory
-  and memory bandwidth, on v5e's compile-only devices. Its slices parse, MFU takes its peak, and the step
-  compiled for it is estimated with its datasheet."""
+  and memory bandwidth, on v5e's compile-only devices. Its slices parse, MFU takes its peak, and the
+  step compiled for it is estimated with its datasheet."""
   v5e = chips.of_slice_name('v5e')
   v5x = dataclasses.replace(v5e, name='TPU v5x', device_kinds=('TPU v5x',),
                             peak_flops=2 * v5e.peak_flops, hbm_bytes=2 * v5e.hbm_bytes,
@@ -336,7 +336,8 @@ def test_a_chip_added_to_the_table_is_a_slice_a_peak_and_an_estimate(monkeypatch
 
 @pytest.mark.fast
 def test_the_launch_script_refuses_an_unknown_slice_in_one_sentence(tmp_path):
-  out = subprocess.run([sys.executable, f'{ROOT}/launch/train.py', f'--config={ROOT}/configs/tiny.py',
+  out = subprocess.run([sys.executable, f'{ROOT}/launch/train.py',
+                        f'--config={ROOT}/configs/tiny.py',
                         f'--workdir={tmp_path}/w', '--topology=v5e-7'],
                        capture_output=True, text=True, env=CHILD_ENV, timeout=300)
   assert out.returncode == 2

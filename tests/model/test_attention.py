@@ -125,8 +125,8 @@ def test_dropout_mask_statistics():
   for axis in range(4):
     a, b = np.moveaxis(k, axis, 0)[1:], np.moveaxis(k, axis, 0)[:-1]
     assert abs(np.corrcoef(a.ravel(), b.ravel())[0, 1]) < 0.01, axis
-  other = np.asarray(attention_masks.probs_keep(attention_masks.seed_words(jax.random.key(1)), shape)
-                     >= attention_masks.threshold(0.1)).astype(np.float64)
+  probs = attention_masks.probs_keep(attention_masks.seed_words(jax.random.key(1)), shape)
+  other = np.asarray(probs >= attention_masks.threshold(0.1)).astype(np.float64)
   assert abs(np.corrcoef(k.ravel(), other.ravel())[0, 1]) < 0.01
   # rows of a batch split over devices get their global indices: row 3 of the whole = row 1 of
   # the part starting at row 2
@@ -199,7 +199,8 @@ def test_model_with_the_kernels_trains_as_the_explicit_path(generator, layout, m
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5, rtol=1e-4)
   for a, b in zip(jax.tree.leaves(grads['pallas']), jax.tree.leaves(grads['explicit'])):
     assert np.abs(np.asarray(a)).max() > 0 or np.abs(np.asarray(b)).max() == 0
-  evaluated = {impl: jax.jit(model_lib.Electra(model_lib.ModelConfig(**base, attention=impl)).apply)(
+  model = lambda impl: model_lib.Electra(model_lib.ModelConfig(**base, attention=impl))
+  evaluated = {impl: jax.jit(model(impl).apply)(
       {'params': params}, batch['input_ids'], batch['segment_ids'], batch['input_mask'],
       positions) for impl in ('explicit', 'pallas')}  # without dropout
   for a, b in zip(evaluated['pallas'], evaluated['explicit']):

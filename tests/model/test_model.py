@@ -214,7 +214,8 @@ def test_the_key_bias_changes_no_output_and_gets_a_zero_gradient():
   batch = synthetic_batch(2, 16, cfg.vocab_size)
   def loss(p):
     out = model_lib.Electra(cfg).apply({'params': p}, batch['input_ids'], batch['segment_ids'],
-                                       batch['input_mask'], method=model_lib.Electra.discriminator_logits,
+                                       batch['input_mask'],
+                                       method=model_lib.Electra.discriminator_logits,
                                        rngs={'dropout': jax.random.key(3)})
     return jnp.sum(out * jnp.arange(16))
   grads = jax.grad(loss)(params)
@@ -277,7 +278,8 @@ def test_writing_for_the_backward_pass_changes_no_value_and_follows_the_chip():
   batch = synthetic_batch(2, 16, written.vocab_size)
   def loss(p, cfg):
     out = model_lib.Electra(cfg).apply({'params': p}, batch['input_ids'], batch['segment_ids'],
-                                       batch['input_mask'], method=model_lib.Electra.discriminator_logits,
+                                       batch['input_mask'],
+                                       method=model_lib.Electra.discriminator_logits,
                                        rngs={'dropout': jax.random.key(3)})
     return jnp.sum(out * jnp.arange(16)), out
   (_, a), grads_a = jax.value_and_grad(loss, has_aux=True)(params, written)

@@ -50,7 +50,8 @@ def _split_grads(**overrides):
                         m['disc_loss'][0] / m['disc_loss'][1]])
 
     jac = jax.jit(jax.jacrev(losses))(params)
-    jac = jax.device_get(jac)  # split on the host: indexing each device array compiles once per shape
+    # split on the host: indexing each device array compiles once per shape
+    jac = jax.device_get(jac)
     _CACHE[key] = (jax.tree.map(lambda x: x[0], jac), jax.tree.map(lambda x: x[1], jac))
   return _CACHE[key]
 
@@ -275,7 +276,8 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
 @pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
                                   'electric'])
 def test_objective_learns_on_the_8_device_mesh(name):
-  setup = pretrain_setup.build_setup(objective_config(name), SPECIAL)  # the microbatching test's step
+  # the microbatching test's step
+  setup = pretrain_setup.build_setup(objective_config(name), SPECIAL)
   mesh = partitioning.make_mesh(jax.devices())
   assert mesh.devices.size == 8
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
@@ -349,8 +351,8 @@ def test_gdes_disentangles_the_embedding_gradients():
       model.apply({'params': params}, *args, method=model_lib.Electra.discriminator_logits),
       plain.apply({'params': shared}, *args, method=model_lib.Electra.discriminator_logits))
   with pytest.raises(ValueError, match='model.gdes .* needs model.generator=separate'):
-    model_lib.ModelConfig.from_config(test_config(**{'model.gdes': True,
-                                                     'model.untied_generator_embeddings': True}).model)
+    model_lib.ModelConfig.from_config(
+        test_config(**{'model.gdes': True, 'model.untied_generator_embeddings': True}).model)
 
 
 def test_gdes_run_fine_tunes_from_the_discriminators_table(tmp_path, records_dir):
@@ -389,8 +391,8 @@ def test_electric_noise_correction_and_labels():
   c, model, params, batch, loss_fn = _objective('electric')
   _, m = jax.jit(loss_fn)(params)
   r = _ratios(m)
-  masked = objective_common.draw(jax.random.key(1), batch,
-                           objective_common.ObjectiveConfig.from_config(c.objective), SPECIAL, 96).masked
+  ocfg = objective_common.ObjectiveConfig.from_config(c.objective)
+  masked = objective_common.draw(jax.random.key(1), batch, ocfg, SPECIAL, 96).masked
   # every sampled position is labelled fake, also where the sample equals the original
   assert float(m['replaced_fraction'][0]) == float(masking.selected(masked, 32).sum())
   # at initialization s ~ 0 and q ~ 1/V: the corrected logit is about -ln V + ln(p / (1 - p))
@@ -408,7 +410,8 @@ def test_electric_noise_correction_and_labels():
 @pytest.mark.fast
 def test_the_sampler_is_the_faster_one_on_each_platform():
   """The Gumbel-max sampler on GPUs and TPUs (one fused pass), the inverted CDF on CPUs (no
-  logarithm per entry); both draw from the generator's softmax (tests/objectives/test_masking.py)."""
+  logarithm per entry); both draw from the generator's softmax
+  (tests/objectives/test_masking.py)."""
   o = test_config().objective
   assert objective_common.ObjectiveConfig.from_config(o, 'tpu').sampler == 'gumbel'
   assert objective_common.ObjectiveConfig.from_config(o, 'cuda').sampler == 'gumbel'
@@ -430,8 +433,8 @@ def test_mlm_cross_entropy_by_selection_equals_optax_in_value_and_gradient():
   np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(theirs)(logits), atol=1e-7)
 
 
-def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(tmp_path, records_dir,
-                                                                               monkeypatch):
+def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(
+    tmp_path, records_dir, monkeypatch):
   """A new objective is one registry entry: here ELECTRA with its detection loss alone weighted
   (the generator still trains) and a metric of its own, declared in this test. It trains end to
   end; its metric is on its progress and evaluation lines, its curves, its summary, ranks its

@@ -62,7 +62,8 @@ def test_step_on_eight_devices_equals_step_on_one():
       np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-4, err_msg=k)
 
 
-@pytest.mark.parametrize('objective', ['electra', 'electra_15', 'mlm', 'all_tokens_mlm', 'electric'])
+@pytest.mark.parametrize('objective',
+                         ['electra', 'electra_15', 'mlm', 'all_tokens_mlm', 'electric'])
 def test_microbatched_steps_equal_whole_batch_steps(objective, monkeypatch):
   """Gradient accumulation: 4 parts of 8 rows on 8 devices give the whole batch's steps (dropout
   off: it is the one random choice drawn per part). ELECTRA 15% draws with the Gumbel sampler of
@@ -164,7 +165,8 @@ def _temporaries(config):
 
 
 def test_remat_and_microbatches_give_the_same_step_in_less_memory():
-  config = test_config()  # dropout on; the plain steps are the 8-device test's (and its 1-device one)
+  # dropout on; the plain steps are the 8-device test's (and its 1-device one)
+  config = test_config()
   batches = [synthetic_batch(16, 32, config.model.vocab_size, seed=s) for s in range(2)]
   plain, _ = _run_steps(config, jax.devices(), batches)
   memory = {'plain': _temporaries(config)}
@@ -419,7 +421,8 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
   wider = _small_run_config('', **{'data.records': records_dir, 'train_steps': 10,
                                    'model.hidden_size': 64})
   with pytest.raises(UserError, match=r'checkpoints/8 holds a model of other shapes than this '
-                     r'config \(discriminator/.* \(32,\) in the checkpoint, \(64,\) in this config'):
+                     r'config \(discriminator/.* \(32,\) in the checkpoint, \(64,\) in this '
+                     r'config'):
     pretrain.train_and_evaluate(wider, workdir, log=_quiet)
 
 
@@ -437,8 +440,8 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
     ({'data.corpus': 'EMPTY'}, 'holds no text'),
     ({'data.corpus': 'TINY', 'model.vocab_size': 5000}, 'too small for a vocabulary of 5000'),
     ({'model.generator': 'big'}, "model.generator is 'big'"),
-    ({'keep_best': 'auc'}, "keep_best is 'auc', not a held-out metric of objective electra; use one "
-     'of loss, '),
+    ({'keep_best': 'auc'}, "keep_best is 'auc', not a held-out metric of objective electra; "
+     'use one of loss, '),
     ({'keep_best': 'main_mlm_loss'}, "keep_best is 'main_mlm_loss', not a held-out metric of "
      'objective electra; use one of loss, mlm_loss, disc_loss, disc_auc, mlm_accuracy, '),
     ({'keep_best': 'disc_auc'}, 'but eval_every is 0; set --config.eval_every'),
@@ -609,7 +612,8 @@ def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir
                           config, [3], lambda c, s: real(c, s, *rest)))
   overrides = {'data.records': records_dir, 'train_steps': 6, 'save_every': 2, 'log_every': 2}
   workdir = str(tmp_path / 'stop')
-  with pytest.raises(UserError, match=r'^step 3: the loss, gradient norm or update is not finite .* '
+  with pytest.raises(UserError, match=r'^step 3: the loss, gradient norm or update is not '
+                     r'finite .* '
                      r'last good checkpoint .*/checkpoints/(2|4) is intact'):
     pretrain.train_and_evaluate(test_config(**overrides), workdir, log=_quiet)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))

@@ -94,7 +94,8 @@ def test_records_in_a_bucket_are_the_bytes_of_local_records(bucket_records, reco
   meta = records.read_metadata(bucket_records)
   records.verify(bucket_records, meta)
   local = records.read_metadata(records_dir)
-  assert meta['splits'] == local['splits'] and meta['vocab_fingerprint'] == local['vocab_fingerprint']
+  assert meta['splits'] == local['splits']
+  assert meta['vocab_fingerprint'] == local['vocab_fingerprint']
   for name in meta['splits']['train']['files']:
     assert fs.read_bytes(fs.join(bucket_records, name)) == fs.read_bytes(
         os.path.join(records_dir, name))

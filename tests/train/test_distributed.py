@@ -31,7 +31,8 @@ def _cluster(config_file, workdir, tmp_path, processes=2, devices=4, cores=None,
   os.sched_setaffinity(0, cores or mine)
   try:
     return subprocess.run(
-        [sys.executable, CLUSTER, f'--num_processes={processes}', f'--devices_per_process={devices}',
+        [sys.executable, CLUSTER, f'--num_processes={processes}',
+         f'--devices_per_process={devices}',
          f'--log_dir={tmp_path / "logs"}', '--', *launch_command(config_file, workdir)[1:], *extra],
         capture_output=True, text=True, env=CHILD_ENV, timeout=600)
   finally:

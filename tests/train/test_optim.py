@@ -38,8 +38,8 @@ def test_warmup_then_decay_switch_reaches_the_peak():
 
 @pytest.mark.fast
 def test_a_schedule_that_cannot_train_as_meant_is_said():
-  """Steps past decay_steps run at learning rate 0; under the original schedule a warm-up over
-  the whole run reaches a quarter of the peak (t/T * (1 - t/T) at t = T/2), over half of it a half."""
+  """Steps past decay_steps run at learning rate 0; under the original schedule a warm-up over the
+  whole run reaches a quarter of the peak (t/T * (1 - t/T) at t = T/2), over half of it a half."""
   from electra_jax.config.pretraining import default_config
   o = default_config().optimizer
   o.update(learning_rate=1e-4, warmup_steps=100, decay_steps=1000)
@@ -70,7 +70,8 @@ def test_weight_decay_skips_layer_norm_and_biases_but_not_embeddings():
   shapes = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
   mask = optim.weight_decay_mask(shapes)
   assert mask['embeddings']['word_embeddings'] and mask['embeddings']['position_embeddings']
-  assert not mask['embeddings']['LayerNorm']['scale'] and not mask['embeddings']['LayerNorm']['bias']
+  assert not mask['embeddings']['LayerNorm']['scale']
+  assert not mask['embeddings']['LayerNorm']['bias']
   layer = mask['discriminator']['layer_3']
   assert layer['query']['kernel'] and not layer['query']['bias']
   assert not layer['attention_LayerNorm']['scale'] and not layer['output_LayerNorm']['bias']

@@ -172,8 +172,9 @@ def test_a_held_workdir_refuses_pretraining_and_finetuning(tmp_path, records_dir
   with pytest.raises(UserError, match=r'is at step \d+, past train_steps=1; raise'):
     pretrain.train_and_evaluate(test_config(**{'data.records': records_dir, 'train_steps': 1}),
                                 copy, log=lambda *_: None)
-  with open(os.path.join(pretrained, 'config.json')) as a, open(os.path.join(copy, 'config.json')) as b:
-    assert a.read() == b.read()  # refused before config.json was rewritten
+  with open(os.path.join(pretrained, 'config.json')) as a:
+    with open(os.path.join(copy, 'config.json')) as b:
+      assert a.read() == b.read()  # refused before config.json was rewritten
 
 
 def _tree(path) -> dict:

@@ -21,7 +21,8 @@ from electra_jax.storage import fs
 
 
 def _unique_keys(path: str, n: int):
-  """json.loads' object_pairs_hook: a key given twice in one line is refused (which would count?)."""
+  """json.loads' object_pairs_hook: a key given twice in one line is refused (which would
+  count?)."""
   def hook(pairs):
     keys = [k for k, _ in pairs]
     twice = sorted({k for k in keys if keys.count(k) > 1})
@@ -92,7 +93,8 @@ def _merged_rows(path: str, records: list, width: int, label_at: int | None, del
         looks = (delimiter == '\t' and '\t' in line) or (
             len(cells) == width and label_at is not None and cells[label_at].strip() in labels)
         if looks:
-          raise ValueError(f'lines {first}-{last} of {path} are one row: a quote (") opened in line '
+          raise ValueError(f'lines {first}-{last} of {path} are one row: a quote (") opened in '
+                           'line '
                            f'{first} closes only in line {last}, and line {first + k} inside it '
                            'looks like a row of its own; close the quote where the field ends, or '
                            'double each quote inside a quoted field ("")')
@@ -290,7 +292,8 @@ def _check_types(path: str, rows: list, line_numbers: list, texts: tuple, label)
                          f'as its {column!r}; give {want} there')
 
 
-def _rows(path: str, indices: list[int], line_numbers: list[int], values: list | None = None) -> str:
+def _rows(path: str, indices: list[int], line_numbers: list[int],
+          values: list | None = None) -> str:
   """'data rows 3, 7 of f.csv' / 'line 4 of f.jsonl' for rows at `indices` (with `values`: each
   row's value after it, 'data rows 3 ('nan'), 7 ('inf') of f.csv')."""
   word = 'line' if path.endswith('.jsonl') else 'data row'

@@ -151,8 +151,9 @@ def _fewest_empty(values: list, count: np.ndarray, most: int) -> list:
   best = [[(cost(0, j), [values[j]])] for j in range(len(values))]
   for b in range(1, most):
     for j in range(len(values)):
-      options = [best[j][b - 1]] + [(best[i][b - 1][0] + cost(i + 1, j), best[i][b - 1][1] + [values[j]])
-                                for i in range(j) if len(best[i]) >= b]
+      options = [best[j][b - 1]] + [
+          (best[i][b - 1][0] + cost(i + 1, j), best[i][b - 1][1] + [values[j]])
+          for i in range(j) if len(best[i]) >= b]
       best[j].append(min(options, key=lambda o: o[0]))
   return best[-1][-1][1]
 

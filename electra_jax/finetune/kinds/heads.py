@@ -1,7 +1,7 @@
 """The discriminator encoder with a task head.
 
-The encoder's parameters carry pre-training's names (`embeddings`, `discriminator`), so a pre-trained
-discriminator drops in unchanged; the generator is not used.
+The encoder's parameters carry pre-training's names (`embeddings`, `discriminator`), so a
+pre-trained discriminator drops in unchanged; the generator is not used.
 """
 
 import flax.linen as nn
@@ -21,8 +21,8 @@ class Classifier(nn.Module):
   the mean of the hidden states of the example's real tokens ([CLS] and [SEP]s included) instead
   of [CLS]'s alone.
 
-  Rows that pack several sequences (finetune/inputs/packing.py) give `positions` (each token's in its
-  sequence) and `starts` ([B, S]: where each sequence starts): the head then reads each sequence
+  Rows that pack several sequences (finetune/inputs/packing.py) give `positions` (each token's in
+  its sequence) and `starts` ([B, S]: where each sequence starts): the head then reads each sequence
   ([B, S, num_outputs]; per token as before), the mean over its own tokens (`input_mask` numbers
   them), exactly as in a row of its own.
   """

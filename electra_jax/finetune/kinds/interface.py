@@ -1,7 +1,7 @@
-"""The interface of a kind of fine-tuning task. Each kind is one module of electra_jax/finetune/kinds/
-defining `KIND`, an object of a subclass of `Kind`, and one entry of registry.py's table. The
-driver (run.py), the export (apps/export.py), the loaders and the baseline ask the task's kind;
-none of them names a kind.
+"""The interface of a kind of fine-tuning task. Each kind is one module of
+electra_jax/finetune/kinds/ defining `KIND`, an object of a subclass of `Kind`, and one entry of
+registry.py's table. The driver (run.py), the export (apps/export.py), the loaders and the baseline
+ask the task's kind; none of them names a kind.
 
     kind = registry.get(task.kind)
     kind.encode(task, examples, tokenizer, max_len, train, cfg)  -> encoded arrays (`.arrays()`)
@@ -34,8 +34,9 @@ class Kind:
   hf_class = ''  # the HF transformers class it is exported as ('' : none)
   hf_pipeline = ''  # the HF pipeline task that reads the export ('' : none that export.py checks)
   init_shape = (1, 8)  # of the token ids the model is initialized on
-  packs = True  # its examples are sequences that rows pack (finetune/inputs/packing.py); False: each
-  #               example is a row as `encode` gives it (SQuAD's windows)
+  # its examples are sequences that rows pack (finetune/inputs/packing.py); False: each example is
+  # a row as `encode` gives it (SQuAD's windows)
+  packs = True
 
   def load(self, cfg, log=print):
     """(task, {split: examples}) of your own files task.train / dev / test (kinds whose

@@ -107,9 +107,11 @@ class MultipleChoice(classification.Classification):
   def read_new(self, cfg, path: str, task, log=print) -> list:
     examples = files.read_table(path, cfg.text_a, cfg.text_b, cfg.label, labelled=None,
                                 header=cfg.header, choices=columns(cfg), log=log)
-    wrong = [i for i, e in enumerate(examples) if e.label is not None and e.label not in task.labels]
+    wrong = [i for i, e in enumerate(examples)
+             if e.label is not None and e.label not in task.labels]
     if wrong:
-      raise ValueError(f'data row {wrong[0] + 1} of {path} has the label {examples[wrong[0]].label!r};'
+      raise ValueError(f'data row {wrong[0] + 1} of {path} has the label '
+                       f'{examples[wrong[0]].label!r};'
                        f' a label is the index of the right candidate among task.choices '
                        f'({cfg.choices}): 0 to {len(task.labels) - 1}; fix it, or leave the '
                        f'column {cfg.label!r} out to predict without scoring')

@@ -60,9 +60,9 @@ def _load(cfg, pretraining, log) -> tuple[tasks.Task, dict[str, list]]:
   if cfg.name in tasks.GLUE and not cfg.train:
     return tasks.glue_task(cfg.name), tasks.load_glue(cfg.name, cfg.tfds_data_dir or None)
   if not cfg.train:
-    raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(tasks.GLUE)}), squad1, '
-                     'squad2, builtin or builtin_topic; for your own data set task.train (and task.dev, '
-                     'task.test) to .csv/.tsv/.jsonl (or CoNLL) files')
+    raise ValueError(f'task.name is {cfg.name!r}, not a GLUE task ({", ".join(tasks.GLUE)}), '
+                     'squad1, squad2, builtin or builtin_topic; for your own data set task.train '
+                     '(and task.dev, task.test) to .csv/.tsv/.jsonl (or CoNLL) files')
   kind = get(cfg.kind)
   if not kind.own_data:
     raise ValueError(f'task.kind={kind.name!r} reads no files of your own; use '
