@@ -17,7 +17,6 @@ from electra_jax.model import networks as model_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import init_from
 from electra_jax.storage import fs
-from electra_jax.train import optim
 from electra_jax.train import partitioning
 
 
@@ -30,7 +29,6 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True):
     partitioning.check_batch_size(config.data.batch_size, mesh, 'data.batch_size',
                                   config.microbatches)
     partitioning.check_batch_size(config.data.eval_batch_size, mesh, 'data.eval_batch_size')
-    optim.make_optimizer(config.optimizer)
     objectives.get(config.objective.name)
   d, m = config.data, config.model
   if d.max_seq_length < 5:

@@ -182,10 +182,10 @@ def test_a_launched_run_on_one_device_stops_on_sigterm_survives_sigkill_and_ends
                           stderr=subprocess.STDOUT, text=True, env=env)
   seen = _wait_for_step(proc, 9)
   assert any(l.startswith('resumed from') for l in seen), ''.join(seen[-20:])
-  # the first run's train and evaluation programs kept whole: loaded, not traced (and the end
+  # the first run's train and evaluation programs from JAX's compilation cache (and the end
   # below, to the bit, as the straight run's)
-  assert any(re.search(r'compiled in .*, 2 of them kept whole: not traced\)', l) for l in seen), (
-      ''.join(seen[-20:]))
+  assert any(re.search(r'compiled in .* \(2 of 2 programs from the compilation cache\)', l)
+             for l in seen), ''.join(seen[-20:])
   proc.kill()
   proc.wait()
   for workdir in (stopped, straight):
