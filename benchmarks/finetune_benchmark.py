@@ -52,6 +52,7 @@ class Problem:
   """What is timed: the task, its encoded train and dev examples, the model to fine-tune."""
   cfg: object
   task: object
+  kind: object  # the task's kind (finetune/kinds/registry.py)
   train: object
   dev: object
   pretrained: pretrained_lib.Pretrained
@@ -93,8 +94,8 @@ def problem(cfg, model_config=None, log=print) -> Problem:
                     f'{cfg.batch_size}; lower --finetune_config.batch_size')
   epochs = cfg.epochs or task.epochs
   total = max(1, int(round(epochs * (len(train) // cfg.batch_size))))
-  return Problem(cfg, task, train, dev, dataclasses.replace(pretrained, model_cfg=model_cfg,
-                                                              params=None), total)
+  return Problem(cfg, task, kind, train, dev,
+                 dataclasses.replace(pretrained, model_cfg=model_cfg, params=None), total)
 
 
 class _Ours:
@@ -104,7 +105,7 @@ class _Ours:
     self.p, self.pack, self.mesh = p, pack, mesh
     cfg = p.cfg.copy_and_resolve_references()
     cfg.packing = pack
-    setup = run.make_setup(cfg, p.pretrained, p.task, p.total_steps, cfg.seed)
+    setup = run.make_setup(cfg, p.pretrained, p.task, p.kind, p.total_steps, cfg.seed)
     self.model = setup.model
     init_fn, self.train_fn, _ = step_lib.compile_steps(setup, mesh)
     self.state = init_fn()
@@ -201,17 +202,16 @@ class _Peer:
       if importlib.util.find_spec(name) is None:
         raise UserError(f'--peer=hf needs torch, transformers and accelerate ({name} is missing); '
                         'install the test extra: pip install -e ".[test]"')
-    kind = registry.get(p.task.kind)
-    if kind.hf_class not in _PEER_CLASSES:
+    if p.kind.hf_class not in _PEER_CLASSES:
       raise UserError(f'--peer fine-tunes the tasks HF holds as {" or ".join(_PEER_CLASSES)}; '
                       f'{p.task.name} is {p.task.kind}: leave out --peer')
     data = os.path.join(folder, 'data.npz')
     np.savez(data, **{f'{split}_{k}': v for split, d in (('train', p.train), ('dev', p.dev))
                       for k, v in d.arrays().items()})
     m, cfg = p.pretrained.model_cfg, p.cfg
-    numbers = kind.baseline == 'numbers'  # regression: one output, squared error
+    numbers = p.kind.baseline == 'numbers'  # regression: one output, squared error
     spec = {'data': data, 'output_dir': os.path.join(folder, 'trainer'),
-            'hf_class': kind.hf_class, 'regression': numbers,
+            'hf_class': p.kind.hf_class, 'regression': numbers,
             'hf_config': hf_lib.hf_config(m, 'discriminator'),
             'num_labels': 1 if numbers else len(p.task.labels),
             'pad_id': tokenizer_lib.SPECIAL.pad, 'batch_size': cfg.batch_size,
@@ -372,19 +372,18 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
     model_cfg = model_view.model_for_devices(
         {**dataclasses.asdict(p.pretrained.model_cfg), 'dtype': 'auto'}, 'tpu',
         slice_.device_kind, p.cfg.max_seq_length, checked=False, log=log)
-    kind = registry.get(p.task.kind)
     for name in LAYOUTS:
       cfg = p.cfg.copy_and_resolve_references()
       cfg.packing = name == 'packed'
       setup = run.make_setup(cfg, dataclasses.replace(p.pretrained, model_cfg=model_cfg), p.task,
-                             p.total_steps, cfg.seed)
+                             p.kind, p.total_steps, cfg.seed)
       init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
       state = init_fn.eval_shape()
       shapes = batches.train_shapes(p.train, cfg.batch_size, cfg.seed, p.total_steps, cfg.packing,
                                     mesh, cfg.packing_shapes)
       seconds, kernels = [], []
       for layout in shapes.layouts:
-        batch = kind.batch_shapes(p.task, layout, partitioning.batch_sharding(mesh))
+        batch = p.kind.batch_shapes(p.task, layout, partitioning.batch_sharding(mesh))
         compiled, _, error = aot.timed_compile(lambda: train_fn.lower(state, batch))
         if compiled is None:
           raise UserError(f'the {name} train step did not compile for {slice_.name}: {error}')

@@ -195,15 +195,15 @@ def _probe_data(config, workdir: str, task_name: str):
       task, splits = registry.load(cfg, config, log=lambda *_: None)
     except ValueError as e:
       raise ValueError(f'--probe={task_name}: {e}') from None
-    if registry.get(task.kind).baseline != 'classes' or not {'train', 'dev'} <= set(splits):
+    kind = registry.get(task.kind)
+    if kind.baseline != 'classes' or not {'train', 'dev'} <= set(splits):
       what = f'a {task.kind} task' + ('' if 'dev' in splits else ' without a dev split')
       raise ValueError(f'--probe={task_name} is {what}; the probe needs a classification task '
                        'with train and dev splits (builtin, builtin_topic, a GLUE classification '
                        'task, or a folder holding train.csv and dev.csv)')
     vocab = records_lib.workdir_vocab(workdir, config)[2]
   tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case=config.data.lower_case)
-  return task, {s: registry.get(task.kind).encode(task, splits[s], tokenizer,
-                                              config.data.max_seq_length, False)
+  return task, {s: kind.encode(task, splits[s], tokenizer, config.data.max_seq_length, False)
                 for s in ('train', 'dev')}
 
 

@@ -1,7 +1,7 @@
 """The baseline a fine-tuning should beat: TF-IDF features and a linear model, on the same splits.
 
-    scores = baseline.tfidf(task, splits)   # {split: {metric: value}}, or None where it does not
-                                            # apply (the kind's `baseline` is '': QA, tagging, ...)
+    scores = baseline.tfidf(task, kind, splits)  # {split: {metric: value}}, or None where it
+                                                 # does not apply (the kind's `baseline` is '')
 
 Word unigrams and bigrams plus character 2-5-grams (within words), TF-IDF weighted with sublinear
 term frequencies; logistic regression for classes, ridge regression for numbers. Its one setting,
@@ -14,7 +14,6 @@ import time
 
 import numpy as np
 
-from electra_jax.finetune.kinds import registry
 from electra_jax.finetune.kinds import scores
 
 _PAIR = ' qqsepqq '  # joins a pair's texts: a word no text holds
@@ -25,12 +24,8 @@ def _texts(examples) -> list[str]:
   return [e.text_a if not e.text_b else f'{e.text_a}{_PAIR}{e.text_b}' for e in examples]
 
 
-def _numbers(task) -> bool:
-  return registry.get(task.kind).baseline == 'numbers'
-
-
-def _targets(task, examples) -> np.ndarray:
-  if _numbers(task):
+def _targets(task, kind, examples) -> np.ndarray:
+  if kind.baseline == 'numbers':
     return np.asarray([float(e.label) for e in examples], np.float64)
   index = {name: i for i, name in enumerate(task.labels)}
   return np.asarray([index[str(e.label)] for e in examples])
@@ -63,41 +58,40 @@ def linear_model(numbers: bool, y: np.ndarray):
                       cv=StratifiedKFold(folds, shuffle=True, random_state=0), scoring='accuracy')
 
 
-def fit(task, train: list):
+def fit(task, kind, train: list):
   """(features, model) fitted on the train examples."""
   extract = features()
   x = extract.fit_transform(_texts(train))
-  y = _targets(task, train)
-  model = linear_model(_numbers(task), y)
+  y = _targets(task, kind, train)
+  model = linear_model(kind.baseline == 'numbers', y)
   model.fit(x, y)
   return extract, model
 
 
-def tfidf(task, splits: dict) -> dict | None:
+def tfidf(task, kind, splits: dict) -> dict | None:
   """{split: {metric: value}} of the baseline on the task's dev and labelled test splits; None
   for a task it does not apply to (its kind's `baseline` is '') or without a train split."""
-  if not registry.get(task.kind).baseline or 'train' not in splits:
+  if not kind.baseline or 'train' not in splits:
     return None
   scored = [s for s in task.dev_splits + task.test_splits if s in splits and splits[s]]
   if not scored:
     return {}
-  extract, model = fit(task, splits['train'])
+  extract, model = fit(task, kind, splits['train'])
   out = {}
   for split in scored:
     examples = splits[split]
     predictions = model.predict(extract.transform(_texts(examples)))
-    out[split] = scores.compute(task.metrics, _targets(task, examples), predictions)
+    out[split] = scores.compute(task.metrics, _targets(task, kind, examples), predictions)
   return out
 
 
-def reported(task, splits: dict, log) -> dict | None:
+def reported(task, kind, splits: dict, log) -> dict | None:
   """`tfidf`, its scores and time logged in one line (None, and nothing logged, where it does
   not apply)."""
-  if not registry.get(task.kind).baseline or not any(s in splits for s in task.dev_splits +
-                                                  task.test_splits):
+  if not kind.baseline or not any(s in splits for s in task.dev_splits + task.test_splits):
     return None  # (nothing to score it on)
   t = time.time()
-  base = tfidf(task, splits)
+  base = tfidf(task, kind, splits)
   log(f'TF-IDF baseline (word and character n-grams, linear model; {time.time() - t:.0f} s): '
       + ' | '.join(f'{s} {m} {100 * v:.2f}' for s, scored in (base or {}).items()
                    for m, v in scored.items()))

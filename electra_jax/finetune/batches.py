@@ -15,7 +15,6 @@ import numpy as np
 
 from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.kinds import interface as kinds
-from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import xla_options
 from electra_jax.train import partitioning
 
@@ -217,9 +216,9 @@ def _predict_rows(model, params, data, rows: int, mesh, method, pack: bool,
   return np.concatenate(outputs)
 
 
-def split_scores(cfg, task, model, params, data: dict, splits: dict, mesh, names=None) -> dict:
+def split_scores(cfg, task, kind, model, params, data: dict, splits: dict, mesh,
+                 names=None) -> dict:
   """{split: scores} of the dev splits, or of the splits `names` (labelled test splits)."""
-  kind = registry.get(task.kind)
   return {split: kind.scores(task, predict(model, params, data[split], cfg.eval_batch_size, mesh,
                                            pack=task_prediction_packing(cfg, kind, data[split])),
                              data[split], splits[split], cfg)

@@ -44,12 +44,12 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
   model_cfg = model_view.model_for_devices(  # as the run on the slice decides it
       {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu', slice_.device_kind,
       cfg.max_seq_length, checked=False, log=log)
-  setup = run.make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, 1000,
-                         cfg.seed)
+  kind = registry.get(task.kind)
+  setup = run.make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, kind,
+                         1000, cfg.seed)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = init_fn.eval_shape()
   sharding = partitioning.batch_sharding(mesh)
-  kind = registry.get(task.kind)
   capacity, problems, report = slice_.hbm_bytes, [], {'slice': slice_.name, 'kind': task.kind}
   log(f'{task.name}: {task.kind} | batch {cfg.batch_size} x {cfg.max_seq_length}, evaluation '
       f'batch {cfg.eval_batch_size} | {model_cfg.dtype} activations')

@@ -148,7 +148,8 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
   mesh = partitioning.make_mesh()
   written, scores = [], {}
   for s, path in zip(chosen, outs):
-    setup, state = run_lib.restore_seed(cfg, pretrained, task, fs.join(workdir, f'seed_{s}'), s)
+    setup, state = run_lib.restore_seed(cfg, pretrained, task, kind, fs.join(workdir, f'seed_{s}'),
+                                        s)
     started = time.time()  # (the programs compile at the first call: counted here)
     outputs = batches.predict(setup.model, state.params, data, cfg.eval_batch_size, mesh,
                               pack=batches.task_prediction_packing(cfg, kind, data))

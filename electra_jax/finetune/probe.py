@@ -1,6 +1,6 @@
 """The head's start from a linear model on the frozen encoder (`head_init='probe'`).
 
-    state = probe.start(cfg, task, model, state, data, splits, mesh, seed, log)
+    state = probe.start(cfg, task, kind, model, state, data, splits, mesh, seed, log)
 
 The encoder, before any fine-tuning step, reads every train example without dropout; what the head
 reads (the [CLS] state or the mean of the tokens: `pooling`), centred and divided by its root mean
@@ -24,7 +24,6 @@ import numpy as np
 
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
-from electra_jax.finetune.kinds import registry
 
 _FITTED = {}  # the last fit, by its features and targets
 
@@ -56,11 +55,10 @@ def head_weights(model, x: np.ndarray, y: np.ndarray, outputs: int,
   return kernel.astype(np.float32), bias.astype(np.float32), float(strength)
 
 
-def fit(cfg, task, model, params, data: dict, splits: dict, mesh, log) -> dict:
+def fit(cfg, task, kind, model, params, data: dict, splits: dict, mesh, log) -> dict:
   """The head's parameters ({'kernel', 'bias'}) from a linear model on the frozen encoder's
   features of the train split; its scores on the dev split(s) logged."""
   t = time.time()
-  kind = registry.get(task.kind)
   numbers = kind.baseline == 'numbers'
   features = lambda split: np.asarray(batches.predict(
       model, params, data[split], cfg.eval_batch_size, mesh, method='features',
@@ -89,7 +87,7 @@ def with_head(state, head: dict):
   return state.replace(params={**state.params, 'classifier': new})
 
 
-def start(cfg, task, model, state, data: dict, splits: dict, mesh, seed: int, log):
+def start(cfg, task, kind, model, state, data: dict, splits: dict, mesh, seed: int, log):
   """`state` with the head `fit` gives (logged as seed `seed`'s)."""
-  return with_head(state, fit(cfg, task, model, state.params, data, splits, mesh,
+  return with_head(state, fit(cfg, task, kind, model, state.params, data, splits, mesh,
                               lambda line: log(f'seed {seed}: {line}')))

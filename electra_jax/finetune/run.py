@@ -43,14 +43,13 @@ from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
 
 
-def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: int,
+def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, kind, total_steps: int,
                seed: int) -> step_lib.Setup:
   """The task's model, loss and optimizer (layer-wise decay, the word table's factor) as the
   train step takes them."""
   rate = config_lib.dropout_rate(cfg, pretrained.model_cfg)
   model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=rate,
                                   attention_dropout_rate=rate)
-  kind = registry.get(task.kind)
   model = kind.model(model_cfg, task, cfg, rate)
   reinit = heads.reinit_parts(cfg.reinit, model_cfg.num_layers)
   init = lambda key, given=None: heads.init_params(model, key, pretrained=given, reinit=reinit,
@@ -70,7 +69,7 @@ def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, total_steps: in
                         init_args=() if pretrained.params is None else (pretrained.params,))
 
 
-def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, workdir: str,
+def finetune_one(cfg, pretrained, task, kind, data: dict, splits: dict, seed: int, workdir: str,
                  log) -> dict:
   """One fine-tuning on the training loop: resumed from its latest checkpoint in `workdir` (a
   re-run after a kill continues it; a finished one is only scored again), saved every
@@ -81,7 +80,7 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
   train = data['train']
   epochs = cfg.epochs or task.epochs
   total = total_steps(cfg, task, train)
-  setup = make_setup(cfg, pretrained, task, total, seed)
+  setup = make_setup(cfg, pretrained, task, kind, total, seed)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   fs.makedirs(workdir, exist_ok=True)
   ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1,
@@ -93,18 +92,17 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
     _check_belongs(cfg, saved, seed, trained_on, f'{ckpt.directory}/{start}')
     log(f'seed {seed}: resumed from {ckpt.directory}/{start}')
   elif cfg.head_init == 'probe':  # the head a linear model fits on the frozen encoder
-    state = probe_lib.start(cfg, task, setup.model, state, data, splits, mesh, seed, log)
+    state = probe_lib.start(cfg, task, kind, setup.model, state, data, splits, mesh, seed, log)
   scores_at = {}
   shown = tuple(m if i == 0 else f'{s}_{m}' for i, s in enumerate(
       s for s in task.dev_splits if s in data) for m in task.metrics)
 
   def evaluate_now(step, state):  # the first dev split's scores by their names (the curves'
-    scores_at[step] = batches.split_scores(cfg, task, setup.model, state.params, data, splits,
-                                           mesh)
+    scores_at[step] = batches.split_scores(cfg, task, kind, setup.model, state.params, data,
+                                           splits, mesh)
     return {(m if i == 0 else f'{s}_{m}'): v  # panels pair them with train's), the others named
             for i, (s, values) in enumerate(scores_at[step].items()) for m, v in values.items()}
 
-  kind = registry.get(task.kind)
   shapes, pack = (_train_shapes(cfg, train, seed, total, mesh, log if not start else None)
                   if kind.packs else (None, cfg.packing))
   rows = shapes.mean_rows if shapes is not None else cfg.batch_size
@@ -133,7 +131,8 @@ def finetune_one(cfg, pretrained, task, data: dict, splits: dict, seed: int, wor
     log(f'  warning: seed {seed}: {skipped} step(s) had a non-finite loss and were skipped; '
         'lower optimizer.learning_rate')
   out = {'seed': seed, 'steps': total, 'epochs': epochs, **scores_at[total],
-         **batches.split_scores(cfg, task, setup.model, result.state.params, data, splits, mesh,
+         **batches.split_scores(cfg, task, kind, setup.model, result.state.params, data, splits,
+                                mesh,
                                 task.test_splits)}
   return {**out, 'best_step': best} if cfg.eval_every and best is not None else out
 
@@ -190,14 +189,14 @@ def packing_note(train, shapes, cfg, pack: bool) -> str:
           f'{share(padded)}')
 
 
-def restore_seed(cfg, pretrained, task, seed_dir: str, seed: int):
+def restore_seed(cfg, pretrained, task, kind, seed_dir: str, seed: int):
   """(setup, state) of the fine-tuning saved in `seed_dir`."""
   ckpt = checkpoint_lib.Checkpointer(fs.join(seed_dir, 'checkpoints'))
   step = ckpt.latest_step()
   if step is None:
     ckpt.close()
     raise UserError(f'{seed_dir} holds no fine-tuned checkpoint; run --mode=train first')
-  setup = make_setup(cfg, pretrained, task, step, seed)
+  setup = make_setup(cfg, pretrained, task, kind, step, seed)
   init_fn, _, _ = step_lib.compile_steps(setup, partitioning.make_mesh())
   with user_errors(ValueError):
     try:
@@ -242,20 +241,20 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   pretrained = pretrained_lib.for_finetuning(cfg, mode, log)
   with user_errors(ValueError, FileNotFoundError):
     task, splits = registry.load(cfg.task, pretrained.config, log)
+  kind = registry.get(task.kind)  # (once: every step of the run is handed it)
   # the workdir is claimed once the inputs have been read (and, to train, encoded and checked)
   if mode != 'train':
     with workdir_lib.claim(workdir, 'fine-tuning', f'--mode={mode}'):
-      return _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log)
-  data = _encoded(cfg, pretrained, task, splits, log)
+      return _use_saved(cfg, mode, pretrained, task, kind, splits, saved, workdir, mesh, log)
+  data = _encoded(cfg, pretrained, task, kind, splits, log)
   with workdir_lib.claim(workdir, 'fine-tuning'):
-    return _finetune(cfg, workdir, log, pretrained, task, splits, data)
+    return _finetune(cfg, workdir, log, pretrained, task, kind, splits, data)
 
 
-def _encoded(cfg, pretrained, task, splits: dict, log) -> dict:
+def _encoded(cfg, pretrained, task, kind, splits: dict, log) -> dict:
   """Each split of a task to train encoded as its kind's model takes it, checked first."""
   if 'train' not in splits:
     raise UserError('the task has no train split; set --config.task.train')
-  kind = registry.get(task.kind)
   kind.check(cfg, splits)
   for line in tasks_lib.overlap_notes(splits):
     log(line)
@@ -272,8 +271,7 @@ def _encoded(cfg, pretrained, task, splits: dict, log) -> dict:
   return data
 
 
-def _finetune(cfg, workdir: str, log, pretrained, task, splits: dict, data: dict) -> dict:
-  kind = registry.get(task.kind)
+def _finetune(cfg, workdir: str, log, pretrained, task, kind, splits: dict, data: dict) -> dict:
   config_lib.check_same_finetuning(cfg, workdir)
   workdir_lib.check_entries(workdir, files=('config.json', 'results.md', 'results.json',
                                             pretrained_lib.SAVED))
@@ -306,20 +304,19 @@ def _finetune(cfg, workdir: str, log, pretrained, task, splits: dict, data: dict
   for k in range(cfg.num_seeds):
     seed = cfg.seed + k
     t = time.time()
-    result = finetune_one(cfg, pretrained, task, data, splits, seed,
+    result = finetune_one(cfg, pretrained, task, kind, data, splits, seed,
                           fs.join(workdir, f'seed_{seed}'), log)
     result['seconds'] = time.time() - t
     results.append(result)
     log(f'seed {seed}: ' + (' | '.join(f'{s} {m} {100 * v:.2f}' for s in results_lib.scored(task)
                                        if s in result for m, v in result[s].items())
                             or f'{result["steps"]} steps, not scored (no dev split)'))
-  base = baseline_lib.reported(task, splits, log) if cfg.baseline else None
+  base = baseline_lib.reported(task, kind, splits, log) if cfg.baseline else None
   return results_lib.write(task, results, pretrained.checkpoint, workdir, log, base)
 
 
-def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -> dict:
+def _use_saved(cfg, mode, pretrained, task, kind, splits, saved, workdir, mesh, log) -> dict:
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
-  kind = registry.get(task.kind)
   wanted = [s for s in (results_lib.scored(task) if mode == 'eval' else splits) if s in splits and (
       mode == 'eval' or s.startswith('test') or (kind.predicts_dev and s == 'dev'))]
   if not wanted:
@@ -330,10 +327,11 @@ def _use_saved(cfg, mode, pretrained, task, splits, saved, workdir, mesh, log) -
           for s in wanted}
   results, written = [], []
   for seed, seed_dir in saved:
-    setup, state = restore_seed(cfg, pretrained, task, seed_dir, seed)
+    setup, state = restore_seed(cfg, pretrained, task, kind, seed_dir, seed)
     if mode == 'eval':
       results.append({'seed': seed, **batches.split_scores(
-          cfg, task, setup.model, state.params, data, splits, mesh, results_lib.scored(task))})
+          cfg, task, kind, setup.model, state.params, data, splits, mesh,
+          results_lib.scored(task))})
       continue
     for split in wanted:
       logits = batches.predict(setup.model, state.params, data[split], cfg.eval_batch_size, mesh,

@@ -1162,13 +1162,14 @@ def test_the_tfidf_baseline_learns_what_the_words_say_and_is_scored_like_the_tas
                        ('dev',), test_splits=('test',))
   splits = {'train': examples(90, 'classification'), 'dev': examples(30, 'classification'),
             'test': examples(30, 'classification')}
-  scores = baseline.tfidf(cls, splits)
+  scores = baseline.tfidf(cls, registry.get('classification'), splits)
   assert set(scores) == {'dev', 'test'} and scores['dev']['accuracy'] >= 0.95
   reg = tasks_lib.Task('r', 'regression', (), ('spearman', 'pearson'), ('dev',))
-  scores = baseline.tfidf(reg, {'train': examples(90, 'regression'),
-                                'dev': examples(30, 'regression')})
+  scores = baseline.tfidf(reg, registry.get('regression'), {'train': examples(90, 'regression'),
+                                                             'dev': examples(30, 'regression')})
   assert scores['dev']['pearson'] >= 0.9
-  assert baseline.tfidf(tasks_lib.Task('q', 'qa', (), ('f1',), ('dev',)), splits) is None
+  assert baseline.tfidf(tasks_lib.Task('q', 'qa', (), ('f1',), ('dev',)), registry.get('qa'),
+                        splits) is None
   assert baseline.verdict('dev', 'accuracy', 0.8, 0.85) == (
       'dev accuracy: fine-tuned median 80.00 is behind the TF-IDF baseline 85.00 (-5.00 points)')
 
@@ -1239,9 +1240,9 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
   tokenizer = tokenizer_lib.load_tokenizer(pre.vocab, lower_case=pre.lower_case)
   data = {s: kind.encode(task, e, tokenizer, 32, s == 'train', cfg) for s, e in splits.items()}
   mesh = partitioning.make_mesh()
-  setup = run.make_setup(cfg, pre, task, 40, 0)
+  setup = run.make_setup(cfg, pre, task, kind, 40, 0)
   state = step_lib.compile_steps(setup, mesh)[0]()
-  head = probe.fit(cfg, task, setup.model, state.params, data, splits, mesh, _quiet)
+  head = probe.fit(cfg, task, kind, setup.model, state.params, data, splits, mesh, _quiet)
   started = probe.with_head(state, head)
   features = batches.predict(setup.model, state.params, data['dev'], 16, mesh, method='features')
   logits = batches.predict(setup.model, started.params, data['dev'], 16, mesh)
