@@ -95,7 +95,8 @@ def suite_summary(tables: dict) -> list[str]:
   runs = [r['run'] for r in next(iter(tables.values()))
           if r['run'] not in ('random init', 'TF-IDF baseline')]
   for run in runs:  # every task of a suite ran the same runs beside random init
-    level = splits = won = pairs = 0
+    level = splits = pairs = 0
+    won = 0.0  # (a tied pairing counts half)
     for name, rows in tables.items():
       by_run = {r['run']: r['downstream'][name] for r in rows}
       ours, theirs = by_run[run], by_run['random init']

@@ -49,7 +49,8 @@ class ExampleBuilder:
     rng = self.rng
     # 10% of examples hold a single segment (as classification inputs do).
     first_target = 100_000 if rng.random() < 0.1 else (self.target_length - 3) // 2
-    first, second = [], []
+    first: list[int] = []
+    second: list[int] = []
     for sentence in self.sentences:
       if (not first or len(first) + len(sentence) < first_target or
           (not second and len(first) < first_target and rng.random() < 0.5)):

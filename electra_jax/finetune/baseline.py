@@ -44,7 +44,7 @@ def features():
   ])
 
 
-def linear_model(numbers: bool, y: np.ndarray):
+def linear_model(numbers: bool, y: np.ndarray | None):
   """The linear model, not yet fitted: ridge regression (`numbers`) or logistic regression, its
   strength chosen from a fixed grid by 3-fold cross-validation on what it is fitted on (targets
   `y`)."""
@@ -53,7 +53,7 @@ def linear_model(numbers: bool, y: np.ndarray):
   if numbers:
     return GridSearchCV(Ridge(), {'alpha': [1 / c for c in _STRENGTHS]},
                         cv=KFold(3, shuffle=True, random_state=0))
-  folds = max(2, min(3, int(np.bincount(y).min())))  # each fold holds every class if it can
+  folds = max(2, min(3, int(np.bincount(np.asarray(y)).min())))  # every class in each fold
   return GridSearchCV(LogisticRegression(max_iter=2000), {'C': list(_STRENGTHS)},
                       cv=StratifiedKFold(folds, shuffle=True, random_state=0), scoring='accuracy')
 

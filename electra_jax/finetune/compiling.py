@@ -50,7 +50,8 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = init_fn.eval_shape()
   sharding = partitioning.batch_sharding(mesh)
-  capacity, problems, report = slice_.hbm_bytes, [], {'slice': slice_.name, 'kind': task.kind}
+  problems: list[str] = []
+  capacity, report = slice_.hbm_bytes, {'slice': slice_.name, 'kind': task.kind}
   log(f'{task.name}: {task.kind} | batch {cfg.batch_size} x {cfg.max_seq_length}, evaluation '
       f'batch {cfg.eval_batch_size} | {model_cfg.dtype} activations')
   # Without the data, the batches' shapes are those of a row per sequence (packing's rows need

@@ -25,7 +25,7 @@ import numpy as np
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
 
-_FITTED = {}  # the last fit, by its features and targets
+_FITTED: dict[tuple, tuple] = {}  # the last fit, by its features and targets
 
 
 def head_weights(model, x: np.ndarray, y: np.ndarray, outputs: int,

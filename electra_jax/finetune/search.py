@@ -33,7 +33,7 @@ _FIXED = ('task.', 'init', 'from_scratch', 'seed', 'num_seeds', 'search')
 
 def parse(spec: str) -> list[tuple[str, list[str]]]:
   """[(field path, [values as written])] of a search spec (axes joined by ';' or spaces)."""
-  axes = []
+  axes: list[tuple] = []
   for part in (p for p in re.split(r'[;\s]+', spec.strip()) if p):
     key, _, values = part.partition('=')
     texts = values.split(',')
@@ -77,7 +77,7 @@ def recipes(cfg) -> list[tuple[str, dict]]:
           'search the recipe\'s fields, e.g. optimizer.learning_rate, epochs, pooling, '
           'optimizer.layerwise_decay, dropout_rate (not the task, the start, the seeds or the '
           'search)'))
-  grid = []
+  grid: list[tuple[str, dict]] = []
   for combo in itertools.product(*[[(k, t) for t in texts] for k, texts in axes]):
     name = ','.join(f'{k}={t}' for k, t in combo)
     grid.append((name, {k: _value(k, t, declared[k]) for k, t in combo}))

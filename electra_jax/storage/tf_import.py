@@ -44,7 +44,7 @@ def datasets():
 def _network_failure(e: BaseException) -> str | None:
   """The host a download could not reach, if `e` (or an exception behind it) is a failed
   connection: no network, a name that does not resolve, a refused or timed-out connection."""
-  seen = e
+  seen: BaseException | None = e
   while seen is not None:
     names = {c.__name__ for c in type(seen).__mro__}
     if names & {'ConnectionError', 'NewConnectionError', 'NameResolutionError', 'MaxRetryError',

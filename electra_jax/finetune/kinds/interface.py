@@ -33,7 +33,7 @@ class Kind:
   own_data = ''  # what task.train holds for this kind, for messages ('' : not your own data)
   hf_class = ''  # the HF transformers class it is exported as ('' : none)
   hf_pipeline = ''  # the HF pipeline task that reads the export ('' : none that export.py checks)
-  init_shape = (1, 8)  # of the token ids the model is initialized on
+  init_shape: tuple[int, ...] = (1, 8)  # of the token ids the model is initialized on
   # its examples are sequences that rows pack (finetune/inputs/packing.py); False: each example is
   # a row as `encode` gives it (SQuAD's windows)
   packs = True
