@@ -418,9 +418,11 @@ def quiet_tpu_runtime():
   with the CPU or GPU. One host's settings keep it quiet; no TPU exists to use either way."""
   if os.environ.get('JAX_PLATFORMS') or importlib.util.find_spec('libtpu') is None:
     return
-  try:  # JAX's own TPU probe (private.hardware_utils: None in another JAX, whose warnings stay)
+  if private.hardware_utils is None:  # (another JAX: its own warnings stay)
+    return
+  try:  # JAX's own TPU probe
     chips = private.hardware_utils.num_available_tpu_chips_and_device_id()[0]
-  except AttributeError:
+  except AttributeError:  # (the probe moved or changed)
     return
   if chips == 0:
     os.environ.setdefault('TPU_WORKER_HOSTNAMES', 'localhost')

@@ -223,10 +223,8 @@ def section_of(cls, doc: str = '', resume: str = 'same') -> Section:
 def check_typed(value, section: Section, prefix: str):
   """ValueError (one sentence) for the first declared field of the dataclass `value` outside its
   range: a typed config checks itself once, when constructed."""
-  for name, f in section.fields.items():
-    problem = f.valid and f.valid(getattr(value, name))
-    if problem:
-      raise ValueError(f'{prefix}{name} is {getattr(value, name)!r}; {problem}')
+  check(section, {name: getattr(value, name) for name in section.fields}, prefix.rstrip('.'),
+        prefix)
 
 
 def typed(cls, values, section: Section, prefix: str, **extra):

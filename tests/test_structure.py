@@ -113,9 +113,10 @@ WINGS = ('storage', 'platform', 'fields', 'data', 'model', 'convert', 'hardware'
 # (TensorFlow, behind storage/tf_import.py; scikit-learn and SciPy for scores and the TF-IDF
 # baseline; matplotlib to
 # draw), the test extra (torch, transformers), and the one name the config package computes when
-# asked for (PEP 562). The commands of launch/ import everything at the top.
+# asked for (PEP 562), and Orbax's private metadata store (platform/private.py: loaded by the
+# checkpointer alone). The commands of launch/ import everything at the top.
 LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'scipy', 'matplotlib', 'torch',
-        'transformers', 'electra_jax.config.pretraining')
+        'transformers', 'electra_jax.config.pretraining', 'orbax.checkpoint._src')
 
 
 def _wing(module: str) -> str | None:
@@ -228,7 +229,7 @@ def test_private_apis_of_jax_and_orbax_are_reached_in_one_module_and_each_is_fou
           found.append(f'{name}:{node.lineno}')
   assert found and all(f.startswith('electra_jax.platform.private:') for f in found), found
   from electra_jax.platform import private
-  assert private.hardware_utils is not None and private.array_metadata_store is not None
+  assert private.hardware_utils is not None and private.array_metadata_store() is not None
   assert private._jax_distributed is not None
   assert private.coordination_client() is None  # (one process: no coordination service)
 

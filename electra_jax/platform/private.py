@@ -11,9 +11,11 @@ the library's default behaviour.
                           timeout of our choosing and a key-value vote, with no device program
                           compiled. JAX's public `multihost_utils.sync_global_devices` is a device
                           collective, which on CPUs (gloo) gives a late process 30 s to join.
-    array_metadata_store  Orbax's default store of array metadata, which its public ArrayHandler
-                          needs as an argument when one is made with another slice size
-                          (train/checkpoint.py: small replicated arrays written whole).
+    array_metadata_store() Orbax's default store of array metadata, which its public
+                          ArrayHandler needs as an argument when one is made with another slice
+                          size (train/checkpoint.py: small replicated arrays written whole);
+                          imported when asked for, so that commands that write no checkpoint
+                          (prepare_data.py, build_vocab.py) do not load Orbax.
 """
 
 try:
@@ -26,10 +28,6 @@ try:
 except ImportError:
   _jax_distributed = None  # type: ignore[assignment]
 
-try:
-  from orbax.checkpoint._src.metadata import array_metadata_store
-except ImportError:
-  array_metadata_store = None  # type: ignore[assignment]
 
 
 def coordination_client():
@@ -37,3 +35,13 @@ def coordination_client():
   where there is none or this JAX keeps it elsewhere."""
   state = getattr(_jax_distributed, 'global_state', None)
   return getattr(state, 'client', None)
+
+
+def array_metadata_store():
+  """Orbax's module of its default array metadata store, or None where this Orbax keeps it
+  elsewhere."""
+  try:
+    from orbax.checkpoint._src.metadata import array_metadata_store as store
+  except ImportError:
+    return None
+  return store

@@ -22,7 +22,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
 from electra_jax import UserError
-from electra_jax.platform.private import array_metadata_store  # (None: Orbax's default handler)
+from electra_jax.platform import private
 from electra_jax.storage import fs
 from electra_jax.train import distributed
 
@@ -74,11 +74,12 @@ def _reading(arrays: int):
 def _use_replica_slices_for_large_arrays_only():
   """Orbax's array handler with MIN_REPLICA_SLICE_BYTES, registered when the first Checkpointer is
   made (another Orbax, whose handler takes other arguments, keeps its default)."""
-  if array_metadata_store is None:
+  store = private.array_metadata_store()
+  if store is None:  # (another Orbax: its default handler is kept)
     return
   try:
     handler = ocp.type_handlers.ArrayHandler(
-        array_metadata_store=array_metadata_store.Store(),
+        array_metadata_store=store.Store(),
         min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES)
   except TypeError:
     return
