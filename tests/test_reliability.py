@@ -21,6 +21,7 @@ import pytest
 from conftest import CHILD_ENV, ROOT, WORDS, launch_command, poisoned_setup, run_config_file
 from conftest import script, test_config, write_corpus
 from electra_jax import UserError
+from electra_jax import fields as fields_lib
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.data import input_pipeline
 from electra_jax.data import prepare as prepare_lib
@@ -541,19 +542,31 @@ def test_rows_with_more_fields_than_the_header_are_refused(tmp_path):
     files.read_table(str(path), 'text', '', 'label')
 
 
-def test_resuming_may_change_how_but_not_what_is_computed(tmp_path, records_dir):
-  """model.remat and model.attention may change on resume; the model may not."""
+def test_resuming_may_change_how_but_not_what_is_computed(tmp_path, records_dir, monkeypatch):
+  """model.remat and model.attention may change on resume; the model may not. A resumed run
+  compares its config with the saved one once; a checkpoint saved with another run's config is
+  refused, naming what differs."""
   workdir = str(tmp_path / 'w')
   config = test_config(**{'data.records': records_dir})
   pretrain.train_and_evaluate(config, workdir, log=_quiet)
+  as_json = lambda c: json.loads(c.to_json())
   again = test_config(**{'data.records': records_dir, 'model.remat': True,
-                         'model.attention': 'explicit', 'train_steps': 6})
-  preflight.check_same_run(again, workdir)  # accepted
+                         'model.attention': 'explicit', 'train_steps': config.train_steps + 2})
+  compared = preflight.check_same_run(as_json(again), workdir)  # accepted
   with pytest.raises(UserError, match=r'model.hidden_size 32 -> 64'):
-    preflight.check_same_run(test_config(**{'data.records': records_dir,
-                                            'model.hidden_size': 64}), workdir)
+    preflight.check_same_run(as_json(test_config(**{'data.records': records_dir,
+                                                    'model.hidden_size': 64})), workdir)
   with open(os.path.join(workdir, 'config.json')) as f:
     assert json.load(f)['model']['remat'] is False
+  with pytest.raises(UserError, match=r'belongs to another run \(seed \d+ -> \d+\)'):
+    pretrain._check_belongs(as_json(again), compared, {}, {'config': {
+        **compared, 'seed': compared['seed'] + 1}}, 'checkpoints/8', records_dir)
+  comparisons = []
+  real = fields_lib.same_run_diffs
+  monkeypatch.setattr(fields_lib, 'same_run_diffs',
+                      lambda *args: comparisons.append(args) or real(*args))
+  pretrain.train_and_evaluate(again, workdir, log=_quiet)  # resumed
+  assert len(comparisons) == 1
 
 
 def test_damaged_or_foreign_files_of_a_workdir_are_one_sentence(tmp_path, pretrained, records_dir):

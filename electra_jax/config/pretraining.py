@@ -15,11 +15,15 @@ objective's typed configs (model.config.ModelConfig, objectives.config.Objective
 dataclasses their sections are made from. See electra_jax/fields.py.
 """
 
+import dataclasses
+import json
+
 from electra_jax import fields
 from electra_jax.data.config import DATA
 from electra_jax.fields import AT_LEAST_0, AT_LEAST_1, Field as F, Section, one_of
-from electra_jax.model.config import MODEL
-from electra_jax.objectives.config import OBJECTIVE
+from electra_jax.model.config import MODEL, ModelConfig
+from electra_jax.objectives.config import OBJECTIVE, ObjectiveConfig
+from electra_jax.platform import chips
 from electra_jax.train.config import OPTIMIZER
 
 CONFIG = Section(resume='free', fields=dict(
@@ -57,11 +61,33 @@ def complete(saved):
   return fields.complete(CONFIG, saved)
 
 
+TYPED = ('model', 'objective')  # the sections whose typed configs check themselves when made
+_UNTYPED = dataclasses.replace(CONFIG, fields={k: v for k, v in CONFIG.fields.items()
+                                               if k not in TYPED})
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+  """A pre-training config parsed once, at the launch edge: every field checked once, the model's
+  and the objective's typed configs made (checking theirs), and the one serialization that
+  config.json, the checkpoints' metadata and the resume checks all use."""
+  model: ModelConfig  # for the run's devices: dtype and recompute decided (attention: model_view)
+  objective: ObjectiveConfig
+  as_json: dict
+
+
+def parse(config, platform: str = '', chip: str = '') -> Parsed:
+  """`config` parsed for a run on `platform` (devices of kind `chip`; '' : JAX's default);
+  ValueError (one sentence) for the first unknown key or field outside its range, or values that
+  do not fit together."""
+  fields.check(_UNTYPED, {k: v for k, v in config.items() if k not in TYPED})
+  writes = chips.writes_for_backward(platform, chip) if platform else None  # None: the backend's
+  return Parsed(
+      model=ModelConfig.from_config(config.model, platform, writes),
+      objective=ObjectiveConfig.from_config(config.objective, platform),
+      as_json=json.loads(config.to_json()))
+
+
 def check(config):
-  """Raises ValueError (one sentence) for the first unknown key or field outside its range, then
-  for values that do not fit together."""
-  fields.check(CONFIG, config)
-  o = config.objective
-  if o.mask_token_prob + o.random_token_prob > 1:
-    raise ValueError(f'objective.mask_token_prob + random_token_prob is '
-                     f'{o.mask_token_prob + o.random_token_prob}; they must add up to at most 1')
+  """`parse`'s checks alone."""
+  parse(config)

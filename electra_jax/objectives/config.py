@@ -43,6 +43,10 @@ class ObjectiveConfig:
 
   def __post_init__(self):
     fields.check_typed(self, OBJECTIVE, 'objective.')
+    if self.mask_token_prob + self.random_token_prob > 1:
+      raise ValueError(f'objective.mask_token_prob + random_token_prob is '
+                       f'{self.mask_token_prob + self.random_token_prob}; they must add up to at '
+                       'most 1')
 
   @classmethod
   def from_config(cls, objective_cfg, platform: str = ''):

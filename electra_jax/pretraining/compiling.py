@@ -26,10 +26,9 @@ from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 
 
-def model_for_run(config, platform: str, checked: bool = True, log=print, chip: str = ''):
-  """`model_view.model_for_devices` of a pre-training config."""
-  return model_view.model_for_devices(config.model, platform, chip, config.data.max_seq_length,
-                                      checked, log)
+def model_for_run(config, parsed, checked: bool = True, log=print):
+  """The model's view of a pre-training's parsed config, its attention path decided."""
+  return model_view.with_attention(parsed.model, config.data.max_seq_length, checked, log)
 
 
 def _batch_shapes(sharding, rows: int, length: int) -> dict:
@@ -135,11 +134,12 @@ def _compile_for_topology(config, slice_, log) -> dict:
   devices = slice_.devices()
   mesh = partitioning.make_mesh(devices)
   config, _ = preflight.resolve(config, log)
-  preflight.check_config(config, mesh, data=False)
+  parsed = preflight.check_config(config, mesh, data=False)
   d = config.data
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
-  model_cfg = model_for_run(config, 'tpu', checked=False, log=log, chip=devices[0].device_kind)
-  make_setup = lambda cfg: pretrain_setup.build_setup(config, SPECIAL_IDS, 'tpu', cfg)
+  model_cfg = model_for_run(config, parsed, checked=False, log=log)
+  make_setup = lambda cfg: pretrain_setup.build_setup(config, SPECIAL_IDS, 'tpu', cfg,
+                                                      parsed.objective)
   capacity = slice_.hbm_bytes
   t = time.perf_counter()
   try:  # the programs a run on the slice compiles (compile_run), the state's init among them

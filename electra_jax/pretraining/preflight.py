@@ -5,27 +5,25 @@ holds compared with it (`check_same_run`). Each mistake is one sentence (UserErr
 What must match and what is adopted are declared with each field (model/config.py).
 """
 
-import json
-
 import ml_collections
 
 from electra_jax import UserError, user_errors
 from electra_jax import fields as fields_lib
 from electra_jax.config import pretraining as config_lib
 from electra_jax.data import corpus as corpus_lib
-from electra_jax.model import networks as model_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import init_from
 from electra_jax.storage import fs
 from electra_jax.train import partitioning
 
 
-def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True):
-  """Every field checked before anything is read or written: one sentence for the first problem.
-  `data=False`: the corpus is not looked for (compiling for a slice, which reads no data)."""
+def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True) -> config_lib.Parsed:
+  """`config` parsed for the devices of `mesh`, every field checked once before anything is read
+  or written: one sentence for the first problem. `data=False`: the corpus is not looked for
+  (compiling for a slice, which reads no data)."""
+  device = mesh.devices.flat[0]
   with user_errors(ValueError):
-    config_lib.check(config)
-    model_lib.ModelConfig.from_config(config.model, mesh.devices.flat[0].platform)
+    parsed = config_lib.parse(config, device.platform, device.device_kind)
     partitioning.check_batch_size(config.data.batch_size, mesh, 'data.batch_size',
                                   config.microbatches)
     partitioning.check_batch_size(config.data.eval_batch_size, mesh, 'data.eval_batch_size')
@@ -51,6 +49,7 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True):
   if data and not d.records:
     with user_errors(FileNotFoundError, ValueError):
       corpus_lib.Source(d.corpus, d.text_field)  # a glob that matches nothing fails here
+  return parsed
 
 
 def resolve(config: ml_collections.ConfigDict, log=print):
@@ -113,20 +112,22 @@ def _has_checkpoint(workdir: str) -> bool:
   return bool(checkpoint_steps(workdir))
 
 
-def check_same_run(config, workdir: str, log=print):
-  """A workdir holds one run: resuming with a different model, objective or data is refused. A run
-  that stopped before its first checkpoint holds nothing to resume: its config is replaced."""
+def check_same_run(as_json: dict, workdir: str, log=print):
+  """A workdir holds one run: resuming with a different model, objective or data (the config as
+  `Parsed.as_json`) is refused. A run that stopped before its first checkpoint holds nothing to
+  resume: its config is replaced. Returns the config.json compared (None without one)."""
   path = fs.join(workdir, 'config.json')
   if not fs.exists(path):
-    return
+    return None
   old = fs.read_json(path, 'delete it, and the same command resumes the run from its checkpoints '
                      '(config.json is written again)', want=dict)
   # the declarations say what a resumed run must keep (resume='same'): the model, objective, data
   # and seed, but for how the model is computed (attention path, remat)
-  diffs = fields_lib.same_run_diffs(config_lib.CONFIG, old, json.loads(config.to_json()))
+  diffs = fields_lib.same_run_diffs(config_lib.CONFIG, old, as_json)
   if diffs and not _has_checkpoint(workdir):
     log(f'note: {workdir} holds no checkpoint of its earlier run; starting it afresh with this '
         f'config ({", ".join(diffs)})')
   elif diffs:
     raise UserError(f'--workdir {workdir} holds a run with a different config '
                     f'({", ".join(diffs)}); use a new --workdir, or the same config to resume')
+  return old

@@ -132,7 +132,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
     log = lambda line: None
   mesh = partitioning.make_mesh()
   config, source = preflight.resolve(config, log)
-  preflight.check_config(config, mesh)
+  parsed = preflight.check_config(config, mesh)
   for warning in optim.schedule_warnings(config.optimizer, config.train_steps,
                                          f'optimizer.warmup_steps={config.optimizer.warmup_steps}',
                                          'warm up for fewer steps (the paper: 10,000 of '
@@ -140,20 +140,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
                                          "'warmup_then_decay'"):
     log(f'warning: {warning}')
   with workdir_lib.claim(workdir, 'pre-training'):  # one run at a time in a workdir
-    return _train(config, source, workdir, mesh, log)
+    return _train(config, parsed, source, workdir, mesh, log)
 
 
-def _train(config, source, workdir: str, mesh, log) -> dict:
+def _train(config, parsed, source, workdir: str, mesh, log) -> dict:
   main = distributed.is_main()
-  records_dir, meta, readers, eval_batches = _open_workdir(config, workdir, log)
+  records_dir, meta, readers, eval_batches, compared = _open_workdir(config, parsed, workdir, log)
 
   # ---- the programs, of one setup: the attention path decided (its start-up check), the train
   # step compiled (microbatches fitted; the path's fallback if the compiler rejects it) ----
   special = SpecialIds(**meta['special_ids'])
   platform = mesh.devices.flat[0].platform
-  model_cfg = compiling.model_for_run(config, platform, log=log,
-                                      chip=mesh.devices.flat[0].device_kind)
-  make_setup = lambda cfg: pretrain_setup.build_setup(config, special, platform, cfg)
+  model_cfg = compiling.model_for_run(config, parsed, log=log)
+  make_setup = lambda cfg: pretrain_setup.build_setup(config, special, platform, cfg,
+                                                      parsed.objective)
   best_mode = objectives.ranking(config.objective.name, config.keep_best)
   ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config, best_mode)
   latest = ckpt.latest_step()
@@ -165,13 +165,13 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   setup, train_fn, eval_fn = programs.setup, programs.train, programs.evaluate
 
   # ---- the state, initialized by that setup: restored, or init_from's weights, or fresh ----
-  start, state, readers, position = _restore(config, workdir, ckpt, programs.init(), meta,
-                                             readers, log)
+  start, state, readers, position = _restore(config, parsed, compared, workdir, ckpt,
+                                             programs.init(), meta, readers, log)
   if not start and source is not None:
     state = start_from(setup, state, source)
     log(f'initial weights: {source.describe()}')
   if main:  # once every check has passed; whole or not at all (others read it in check_same_run)
-    fs.write_atomic(fs.join(workdir, 'config.json'), config.to_json(indent=2))
+    fs.write_atomic(fs.join(workdir, 'config.json'), json.dumps(parsed.as_json, indent=2))
 
   # ---- the data ----
   d = config.data
@@ -197,7 +197,7 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
                              'vocab_fingerprint': meta['vocab_fingerprint'],
                              'records_fingerprint': records_lib.fingerprint(meta),
                              'records': {k: meta.get(k) for k in records_lib.IDENTITY},
-                             'config': json.loads(config.to_json()),
+                             'config': parsed.as_json,
                              'keep_best_mode': best_mode}  # (for a fine-tuning's init_step=best)
   evaluate_now = lambda step, state: evaluate(eval_fn, state.params, eval_ds, sharding,
                                               eval_batches, records_dir)
@@ -212,12 +212,13 @@ def _train(config, source, workdir: str, mesh, log) -> dict:
   return _summarize(config, workdir, setup, ckpt, result, best, baseline, eval_batches, log)
 
 
-def _open_workdir(config, workdir: str, log):
-  """(records folder, its metadata, input readers, held-out batches), the workdir checked."""
+def _open_workdir(config, parsed, workdir: str, log):
+  """(records folder, its metadata, input readers, held-out batches, the config.json compared
+  with the run's), the workdir checked."""
   workdir_lib.check_entries(workdir, folders=('checkpoints', 'tensorboard') + (
       () if config.data.records else ('data',)), files=(
           'config.json', 'metrics.jsonl', 'summary.json', 'curves.png'))
-  preflight.check_same_run(config, workdir, log)
+  compared = preflight.check_same_run(parsed.as_json, workdir, log)
   latest = max(preflight.checkpoint_steps(workdir), default=0)
   if latest > config.train_steps:
     raise UserError(f'the run in {workdir} is at step {latest}, past train_steps='
@@ -229,12 +230,13 @@ def _open_workdir(config, workdir: str, log):
                                                    config.eval_batches)
     readers = input_pipeline.num_readers(meta, config.data.batch_size, config.data.readers)
     input_pipeline.process_readers(readers, jax.process_index(), jax.process_count())
-  return records_dir, meta, readers, eval_batches
+  return records_dir, meta, readers, eval_batches, compared
 
 
-def _restore(config, workdir: str, ckpt, state, meta: dict, readers: int, log):
+def _restore(config, parsed, compared, workdir: str, ckpt, state, meta: dict, readers: int, log):
   """(start step, state, input readers, input position): from the latest readable checkpoint, whose
-  records and readers must be the run's, or (0, `state`, `readers`, 0)."""
+  config (unless it is the config.json already `compared`), records and readers must be the run's,
+  or (0, `state`, `readers`, 0)."""
   with user_errors(ValueError):
     start, state, ckpt_meta = ckpt.restore_latest(state, log, afresh=True)
   if not start:
@@ -245,7 +247,8 @@ def _restore(config, workdir: str, ckpt, state, meta: dict, readers: int, log):
     raise UserError(f'the checkpoint {ckpt.directory}/{start} was trained on records of another '
                     f'vocabulary than {records_dir}; point data.records at the records of the run, '
                     'or use a new --workdir')
-  _check_belongs(config, meta, ckpt_meta, f'{ckpt.directory}/{start}', records_dir)
+  _check_belongs(parsed.as_json, compared, meta, ckpt_meta, f'{ckpt.directory}/{start}',
+                 records_dir)
   saved = ckpt_meta.get('readers', 1)  # the batches continue as they were read
   if d.readers and d.readers != saved:
     raise UserError(f'the run in {workdir} reads its data with {saved} input reader(s), not '
@@ -262,12 +265,14 @@ def _restore(config, workdir: str, ckpt, state, meta: dict, readers: int, log):
   return start, state, saved, position
 
 
-def _check_belongs(config, meta: dict, ckpt_meta: dict, where: str, records_dir: str):
+def _check_belongs(as_json: dict, compared, meta: dict, ckpt_meta: dict, where: str,
+                   records_dir: str):
   """Refuses a checkpoint of another run (copied in: another config, or other records of the same
-  shapes and vocabulary), naming what differs. Checkpoints of earlier versions carry less."""
-  if 'config' in ckpt_meta:
-    diffs = fields_lib.same_run_diffs(config_lib.CONFIG, ckpt_meta['config'],
-                                      json.loads(config.to_json()))
+  shapes and vocabulary), naming what differs. The config is compared once: a checkpoint saved
+  with the config.json already compared with the run's (`compared`) is not compared again.
+  Checkpoints of earlier versions carry less."""
+  if 'config' in ckpt_meta and ckpt_meta['config'] != compared:
+    diffs = fields_lib.same_run_diffs(config_lib.CONFIG, ckpt_meta['config'], as_json)
     if diffs:
       raise UserError(f'the checkpoint {where} belongs to another run ({"; ".join(diffs)}); move '
                       'it out of the workdir, or resume it with the config it was trained with')

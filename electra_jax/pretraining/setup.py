@@ -23,12 +23,15 @@ class Setup(step_lib.Setup):
 
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
-                model_cfg: model_lib.ModelConfig | None = None) -> Setup:
-  """The setup of a pre-training run on `platform` ('' : JAX's default backend); `model_cfg`, when
-  given, is the model's view already decided for the run (its attention path resolved).
+                model_cfg: model_lib.ModelConfig | None = None,
+                objective_cfg: objective_common.ObjectiveConfig | None = None) -> Setup:
+  """The setup of a pre-training run on `platform` ('' : JAX's default backend); `model_cfg` and
+  `objective_cfg`, when given, are the run's parsed ones (config/pretraining.py `parse`; the
+  model's attention path resolved), else made from `config`.
   `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
   model_cfg = model_cfg or model_lib.ModelConfig.from_config(config.model, platform)
-  objective_cfg = objective_common.ObjectiveConfig.from_config(config.objective, platform)
+  objective_cfg = objective_cfg or objective_common.ObjectiveConfig.from_config(
+      config.objective, platform)
   model = model_lib.Electra(model_cfg)
   tx, schedule = optim.make_optimizer(config.optimizer)
   objective = objectives.get(config.objective.name).loss

@@ -17,6 +17,15 @@ def model_for_devices(model_fields, platform: str, chip: str, length: int, check
   with user_errors(ValueError):
     model_cfg = model_lib.ModelConfig.from_config(
         model_fields, platform, chips.writes_for_backward(platform, chip))
+  return with_attention(model_cfg, length, checked, log)
+
+
+def with_attention(model_cfg: model_lib.ModelConfig, length: int, checked: bool = True,
+                   log=print) -> model_lib.ModelConfig:
+  """`model_cfg` (made for the run's devices) with attention 'auto' decided at `length` tokens
+  (the paths checked on the device when `checked`; every process takes one verdict), the
+  attention line logged."""
+  with user_errors(ValueError):
     model_cfg, note = attention_lib.resolve(
         model_cfg, length, checked, agree=lambda ok: distributed.all_agree(ok, 'attention_kernel'))
   if note:

@@ -71,8 +71,8 @@ def test_the_finetuning_optimizer_is_the_pretraining_section_with_its_own_values
 def test_unknown_keys_are_refused_never_dropped():
   c = config_lib.default_config()
   c.model.hidden_sise = 64  # a config file's typo: ConfigDict takes it
-  with pytest.raises(ValueError, match='model.hidden_sise is not a field of the config; did you '
-                     'mean model.hidden_size?'):
+  with pytest.raises(ValueError, match='model.hidden_sise is not a field of the model; did you '
+                     'mean model.hidden_size?'):  # (the typed section refuses it, once)
     config_lib.check(c)
   other = config_lib.default_config()
   other.data.colour = 3
