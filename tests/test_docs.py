@@ -6,6 +6,7 @@ import functools
 import glob
 import os
 import re
+import subprocess
 
 from conftest import ROOT
 import pytest
@@ -150,3 +151,23 @@ def test_every_config_field_named_alone_is_a_field():
       if flag not in known and flag not in leaves and flag not in MISTYPED:
         wrong.append(f'{os.path.relpath(page, ROOT)}: --config.{flag}')
   assert not wrong, sorted(set(wrong))
+
+
+def test_measured_holds_the_current_figures_and_leaves_history_to_git():
+  """docs/measured.md is the current figure of each measurement, not a notebook: at most 400
+  lines, no line past 1,400 characters (a table cell holds a figure, not its story), and every
+  commit it names is one of this repository's (where the history is)."""
+  path = os.path.join(ROOT, 'docs', 'measured.md')
+  lines = open(path).read().split('\n')
+  assert len(lines) <= 401, f'docs/measured.md has {len(lines)} lines'  # (the final newline's)
+  longest = max(lines, key=len)
+  assert len(longest) <= 1400, longest[:200]
+  shallow = subprocess.run(['git', '-C', ROOT, 'rev-parse', '--is-shallow-repository'],
+                           capture_output=True, text=True).stdout.strip()
+  if shallow == 'false':  # a checkout with its history (not an sdist, not a shallow clone)
+    commit = r'\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7}\b'  # 7 hex digits, not a number
+    named = set(re.findall(commit, '\n'.join(lines)))
+    assert len(named) > 20, named  # the commits were found
+    known = subprocess.run(['git', '-C', ROOT, 'cat-file', '--batch-check'], input='\n'.join(
+        sorted(named)), capture_output=True, text=True, check=True).stdout
+    assert 'missing' not in known, [l for l in known.split('\n') if 'missing' in l]

@@ -3,7 +3,7 @@
 On the CPU, XLA hands dots with the element-wise and reduction operations around them to YNNPACK
 as library fusions. For float32 train steps that is as fast or faster; for a float32 forward pass
 it is slower, by up to 1.8x at some shapes (a Small classifier at 32 x 128: 838 ms against 465 ms
-without them; at 8, 16 and 64 rows 1.1-1.4x; docs/measured.md), and in bfloat16 YNNPACK's dots
+without them; at 8, 16 and 64 rows 1.1-1.4x; measured at 2173aeb), and in bfloat16 YNNPACK's dots
 are the fast ones (227 ms). So fine-tuning's prediction program (forward only, float32 on CPUs)
 is compiled without them, on its own (`jax.jit(..., compiler_options=forward(dtype))`); every
 other program keeps XLA's defaults. `benchmarks/benchmark.py --mode=finetune` times prediction with
