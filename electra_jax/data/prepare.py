@@ -188,10 +188,15 @@ def _progress_line(name, source, shards, elapsed, final=False) -> str:
   return line
 
 
+_STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
 def _ignore_signals():
-  """In a worker: Ctrl-C and SIGTERM are the parent's to handle (it stops the workers)."""
+  """In a worker: Ctrl-C and SIGTERM are the parent's to handle (it stops the workers); the mask
+  the parent held while starting them is lifted (a SIGTERM of the pool's ends the worker)."""
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
+  signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
 
 
 def _worker(args):
@@ -307,8 +312,16 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
     if workers == 1:
       results = [write_shards(out_dir, settings, missing, log=log, name='worker 1/1')]
     else:
-      pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
+      # the workers are started with Ctrl-C and SIGTERM held: one arriving while a worker is being
+      # handed its start-up data would leave it reading a closed pipe (a traceback on stderr)
+      held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+      try:
+        pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
+      except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
       try:  # the first worker error is raised here; an interruption reaches this process only
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # (a held signal arrives here)
         results = sorted(pool.imap_unordered(_worker, tasks), key=lambda r: r['shards'])
       finally:  # the workers stopped before an error or interruption goes on
         pool.terminate()
