@@ -30,12 +30,12 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.hardware import compile_cache
 from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.data.tokenizer import SPECIAL
-from electra_jax.train import optim
 from electra_jax.train import partitioning
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import run as pretrain
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib
+from electra_jax.train.config import OptimizerConfig
 
 
 def _quiet(*_):
@@ -178,7 +178,7 @@ def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refu
                              ('weight_decay', -0.1, '0 or more')]:
     config = test_config(**{f'optimizer.{field}': value})
     with pytest.raises(ValueError, match=rf'optimizer\.{field} is .*; give {re.escape(want)}'):
-      optim.make_optimizer(config.optimizer)
+      OptimizerConfig.from_config(config.optimizer)  # (checked once, when made)
 
 
 @pytest.mark.fast
@@ -241,8 +241,8 @@ def test_bad_config_values_are_refused_before_anything_is_written(tmp_path, reco
   workdir = str(tmp_path / 'locked')
   real = pretrain_setup.build_setup
   with monkeypatch.context() as m:  # a NaN loss at step 3, before the first checkpoint
-    m.setattr(pretrain_setup, 'build_setup', lambda config, special, *rest: poisoned_setup(
-                          config, [3], lambda c, s: real(c, s, *rest)))
+    m.setattr(pretrain_setup, 'build_setup', lambda config, special, *rest, **named: poisoned_setup(
+                          config, [3], lambda c, s: real(c, s, *rest, **named)))
     with pytest.raises(UserError, match='^step 3: the loss, gradient norm or update is not finite'):
       pretrain.train_and_evaluate(test_config(**{'data.records': records_dir,
                                                   'data.shuffle_buffer': 50}), workdir,

@@ -10,9 +10,10 @@ override of the source reaches them, and setting a derived field never changes i
 From `CONFIG` come the config itself (`default_config`), the checks of every value with the refusal
 of unknown keys (`check`), what a run resuming in its workdir must keep (`resume: same`; the model,
 objective and data sections and the seed, but for how the model is computed) and what a run starting
-from other weights must share with them or takes from them (`init_from`). The model's and the
-objective's typed configs (model.config.ModelConfig, objectives.config.ObjectiveConfig) are the
-dataclasses their sections are made from. See electra_jax/fields.py.
+from other weights must share with them or takes from them (`init_from`). The model's, the
+objective's and the optimizer's typed configs (model.config.ModelConfig,
+objectives.config.ObjectiveConfig, train.config.OptimizerConfig) are the dataclasses their sections
+are made from; `parse` makes them once, at the launch edge. See electra_jax/fields.py.
 """
 
 import dataclasses
@@ -24,7 +25,7 @@ from electra_jax.fields import AT_LEAST_0, AT_LEAST_1, Field as F, Section, one_
 from electra_jax.model.config import MODEL, ModelConfig
 from electra_jax.objectives.config import OBJECTIVE, ObjectiveConfig
 from electra_jax.platform import chips
-from electra_jax.train.config import OPTIMIZER
+from electra_jax.train.config import OPTIMIZER, OptimizerConfig
 
 CONFIG = Section(resume='free', fields=dict(
     seed=fields.SEED,
@@ -61,18 +62,19 @@ def complete(saved):
   return fields.complete(CONFIG, saved)
 
 
-TYPED = ('model', 'objective')  # the sections whose typed configs check themselves when made
+TYPED = ('model', 'objective', 'optimizer')  # sections whose typed configs check themselves
 _UNTYPED = dataclasses.replace(CONFIG, fields={k: v for k, v in CONFIG.fields.items()
                                                if k not in TYPED})
 
 
 @dataclasses.dataclass(frozen=True)
 class Parsed:
-  """A pre-training config parsed once, at the launch edge: every field checked once, the model's
-  and the objective's typed configs made (checking theirs), and the one serialization that
-  config.json, the checkpoints' metadata and the resume checks all use."""
+  """A pre-training config parsed once, at the launch edge: every field checked once, the model's,
+  the objective's and the optimizer's typed configs made (checking theirs), and the one
+  serialization that config.json, the checkpoints' metadata and the resume checks all use."""
   model: ModelConfig  # for the run's devices: dtype and recompute decided (attention: model_view)
   objective: ObjectiveConfig
+  optimizer: OptimizerConfig
   as_json: dict
 
 
@@ -85,6 +87,7 @@ def parse(config, platform: str = '', chip: str = '') -> Parsed:
   return Parsed(
       model=ModelConfig.from_config(config.model, platform, writes),
       objective=ObjectiveConfig.from_config(config.objective, platform),
+      optimizer=OptimizerConfig.from_config(config.optimizer),
       as_json=json.loads(config.to_json()))
 
 

@@ -21,6 +21,7 @@ from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import optim
 from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
+from electra_jax.train.config import OptimizerConfig
 
 # the parameters a fine-tuning reads from a pre-training checkpoint (GDES's residual word table
 # included): not the generator, the optimizer's moments or the counters
@@ -118,7 +119,8 @@ def _read_checkpoint(init: str, config, model_cfg, step: str, log) -> tuple[dict
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     # The run's state as shapes alone (one initialized only to be overwritten cost a second at
     # start).
-    shapes = step_lib.shapes_of_state(optim.make_optimizer(config.optimizer)[0], jax.eval_shape(
+    optimizer = optim.make_optimizer(OptimizerConfig.from_config(config.optimizer))[0]
+    shapes = step_lib.shapes_of_state(optimizer, jax.eval_shape(
         functools.partial(model_lib.init_params, model_cfg), jax.random.key(0)))
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
                           shapes)

@@ -88,8 +88,7 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
     evaluate = evaluate.lower(state.params, _batch_shapes(sharding, d.eval_batch_size,
                                                           d.max_seq_length),
                               jax.ShapeDtypeStruct((), jnp.int32)).compile()
-    return Programs(setup, step_lib.compile_steps(setup, mesh)[0],
-                    train, evaluate, used)
+    return Programs(setup, init, train, evaluate, used)  # (init: the same for any microbatches)
 
   try:
     return build(model_cfg)
@@ -139,7 +138,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
   model_cfg = model_for_run(config, parsed, checked=False, log=log)
   make_setup = lambda cfg: pretrain_setup.build_setup(config, SPECIAL_IDS, 'tpu', cfg,
-                                                      parsed.objective)
+                                                      parsed=parsed)
   capacity = slice_.hbm_bytes
   t = time.perf_counter()
   try:  # the programs a run on the slice compiles (compile_run), the state's init among them

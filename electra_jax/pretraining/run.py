@@ -133,7 +133,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   mesh = partitioning.make_mesh()
   config, source = preflight.resolve(config, log)
   parsed = preflight.check_config(config, mesh)
-  for warning in optim.schedule_warnings(config.optimizer, config.train_steps,
+  for warning in optim.schedule_warnings(parsed.optimizer, config.train_steps,
                                          f'optimizer.warmup_steps={config.optimizer.warmup_steps}',
                                          'warm up for fewer steps (the paper: 10,000 of '
                                          "1,000,000), or set optimizer.schedule="
@@ -153,14 +153,13 @@ def _train(config, parsed, source, workdir: str, mesh, log) -> dict:
   platform = mesh.devices.flat[0].platform
   model_cfg = compiling.model_for_run(config, parsed, log=log)
   make_setup = lambda cfg: pretrain_setup.build_setup(config, special, platform, cfg,
-                                                      parsed.objective)
+                                                      parsed=parsed)
   best_mode = objectives.ranking(config.objective.name, config.keep_best)
   ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config, best_mode)
   latest = ckpt.latest_step()
   if latest is not None:  # a checkpoint of other shapes is refused before the compilation
     with user_errors(ValueError):
-      ckpt.check_shapes(latest, step_lib.compile_steps(make_setup(model_cfg),
-                                                       mesh)[0].eval_shape())
+      ckpt.check_shapes(latest, step_lib.state_shapes(make_setup(model_cfg)))
   programs = compiling.compile_logged(config, make_setup, model_cfg, mesh, log)
   setup, train_fn, eval_fn = programs.setup, programs.train, programs.evaluate
 

@@ -6,6 +6,7 @@ import functools
 
 import ml_collections
 
+from electra_jax.config import pretraining as config_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
@@ -24,16 +25,17 @@ class Setup(step_lib.Setup):
 
 def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
                 model_cfg: model_lib.ModelConfig | None = None,
-                objective_cfg: objective_common.ObjectiveConfig | None = None) -> Setup:
-  """The setup of a pre-training run on `platform` ('' : JAX's default backend); `model_cfg` and
-  `objective_cfg`, when given, are the run's parsed ones (config/pretraining.py `parse`; the
-  model's attention path resolved), else made from `config`.
+                parsed: config_lib.Parsed | None = None) -> Setup:
+  """The setup of a pre-training run on `platform` ('' : JAX's default backend). `parsed`: the
+  run's config parsed once (config/pretraining.py `parse`), whose typed configs it takes, else
+  `config` is parsed here; `model_cfg`: the model's view decided for the run (its attention path
+  resolved), else the parsed one.
   `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
-  model_cfg = model_cfg or model_lib.ModelConfig.from_config(config.model, platform)
-  objective_cfg = objective_cfg or objective_common.ObjectiveConfig.from_config(
-      config.objective, platform)
+  parsed = parsed or config_lib.parse(config, platform)
+  model_cfg = model_cfg or parsed.model
+  objective_cfg = parsed.objective
   model = model_lib.Electra(model_cfg)
-  tx, schedule = optim.make_optimizer(config.optimizer)
+  tx, schedule = optim.make_optimizer(parsed.optimizer)
   objective = objectives.get(config.objective.name).loss
 
   def loss_fn(params, batch, rng, deterministic=False, draws=None):
@@ -47,4 +49,4 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
                seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
                objective_cfg=objective_cfg, special=special, draw=draw,
                microbatches=max(1, config.microbatches), fsdp=config.fsdp,
-               check_update=not optim.bounds_updates(config.optimizer))
+               check_update=not optim.bounds_updates(parsed.optimizer))

@@ -22,8 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from electra_jax import fields
-from electra_jax.train.config import OPTIMIZER
+from electra_jax.train.config import OptimizerConfig
 
 _NO_DECAY = re.compile(r'LayerNorm|layer_norm|bias')
 
@@ -186,19 +185,13 @@ def scale_by_tree(factors) -> optax.GradientTransformation:
   return optax.GradientTransformation(lambda _: optax.EmptyState(), update)
 
 
-def check(opt_cfg):
-  """One sentence for an optimizer setting that cannot train (train/config.py declares what each
-  field may be): a learning rate that is not positive, betas outside [0, 1), ..."""
-  fields.check(OPTIMIZER, opt_cfg, 'optimizer', prefix='optimizer.')
-
-
-def make_optimizer(opt_cfg, lr_factors=None) -> tuple[optax.GradientTransformation, Callable]:
-  """(optax transformation, learning-rate schedule) from `config.optimizer`.
+def make_optimizer(opt_cfg: OptimizerConfig,
+                   lr_factors=None) -> tuple[optax.GradientTransformation, Callable]:
+  """(optax transformation, learning-rate schedule) of `opt_cfg` (checked when it was made).
 
   `lr_factors` (a tree like the parameters, e.g. `layerwise_multipliers`) scales each parameter's
   learning rate, weight decay included (as the original does).
   """
-  check(opt_cfg)
   schedule = learning_rate_schedule(opt_cfg.learning_rate, opt_cfg.warmup_steps,
                                     opt_cfg.decay_steps, opt_cfg.decay_power, opt_cfg.schedule)
   if opt_cfg.bias_correction:

@@ -608,8 +608,8 @@ def test_the_clipped_guard_is_a_select_in_place_and_the_unclipped_one_a_conditio
 def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir, monkeypatch):
   real = pretrain_setup.build_setup
   monkeypatch.setattr(pretrain_setup, 'build_setup',
-                      lambda config, special, *rest: poisoned_setup(
-                          config, [3], lambda c, s: real(c, s, *rest)))
+                      lambda config, special, *rest, **named: poisoned_setup(
+                          config, [3], lambda c, s: real(c, s, *rest, **named)))
   overrides = {'data.records': records_dir, 'train_steps': 6, 'save_every': 2, 'log_every': 2}
   workdir = str(tmp_path / 'stop')
   with pytest.raises(UserError, match=r'^step 3: the loss, gradient norm or update is not '

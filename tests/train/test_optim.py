@@ -10,6 +10,7 @@ from flax.traverse_util import flatten_dict
 from configs import small
 from electra_jax.model import networks as model_lib
 from electra_jax.train import optim
+from electra_jax.train.config import OptimizerConfig
 
 
 @pytest.mark.fast
@@ -83,7 +84,7 @@ def test_weight_decay_skips_layer_norm_and_biases_but_not_embeddings():
 def test_adam_without_bias_correction_matches_the_original_update():
   c = small.get_config().optimizer
   c.update(learning_rate=0.1, warmup_steps=0, decay_steps=10**9, grad_clip_norm=0.0)
-  tx, _ = optim.make_optimizer(c)
+  tx, _ = optim.make_optimizer(OptimizerConfig.from_config(c))
   params = {'dense': {'kernel': jnp.array([1.0, -2.0]), 'bias': jnp.array([0.5])}}
   grads_seq = [{'dense': {'kernel': jnp.array([0.3, -0.1]), 'bias': jnp.array([0.2])}},
                {'dense': {'kernel': jnp.array([-0.2, 0.4]), 'bias': jnp.array([0.1])}}]
@@ -111,7 +112,7 @@ def test_bias_correction_switch_and_clipping():
   c = small.get_config().optimizer
   c.update(learning_rate=1.0, warmup_steps=0, decay_steps=10**9, weight_decay=0.0,
            bias_correction=True, grad_clip_norm=1.0)
-  tx, _ = optim.make_optimizer(c)
+  tx, _ = optim.make_optimizer(OptimizerConfig.from_config(c))
   params = {'w': jnp.zeros(4)}
   updates, _ = tx.update({'w': jnp.array([300.0, 0.0, 0.0, 400.0])}, tx.init(params), params)
   # first bias-corrected Adam step is -lr * sign(g) (up to eps), whatever the clip did
@@ -143,15 +144,13 @@ def test_the_word_table_learns_faster_by_its_factor_and_nothing_else_does():
   """Fine-tuning's optimizer.word_table_lr: the word embeddings move that many times as far in a
   step (weight decay included); the position and token-type tables, the LayerNorm and every other
   parameter move as before."""
-  import ml_collections
   from conftest import test_config
   cfg = model_lib.ModelConfig.from_config(test_config().model)
   params = model_lib.init_params(cfg, jax.random.key(0))
   factors = optim.layerwise_multipliers(params, cfg.num_layers, 0.8)
   grads = jax.tree.map(lambda p: jax.random.normal(jax.random.key(p.size), p.shape), params)
-  opt = ml_collections.ConfigDict(dict(
-      learning_rate=1e-3, warmup_steps=0, decay_steps=10, decay_power=1.0, schedule='original',
-      b1=0.9, b2=0.999, eps=1e-6, bias_correction=False, weight_decay=0.01, grad_clip_norm=1.0))
+  opt = OptimizerConfig(learning_rate=1e-3, warmup_steps=0, decay_steps=10, weight_decay=0.01,
+                        grad_clip_norm=1.0)
 
   def update(lr_factors):
     tx, _ = optim.make_optimizer(opt, lr_factors=lr_factors)
