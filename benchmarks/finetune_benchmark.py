@@ -57,6 +57,7 @@ class Problem:
   dev: object
   pretrained: pretrained_lib.Pretrained
   total_steps: int  # of a fine-tuning of the config: its layout covers them
+  resolved: config_lib.Resolved  # the fine-tuning's derived values (config_lib.resolve)
 
 
 def problem(cfg, model_config=None, log=print) -> Problem:
@@ -85,17 +86,17 @@ def problem(cfg, model_config=None, log=print) -> Problem:
           model_lib.ModelConfig.from_config(model_config.model), vocab_size=model_cfg.vocab_size,
           max_position_embeddings=max(model_config.model.max_position_embeddings,
                                       cfg.max_seq_length))
-  config_lib.check_for_model(cfg, model_cfg)
+  reinit = config_lib.check_for_model(cfg, model_cfg)
   device = jax.devices()[0]
   model_cfg = model_view.model_for_devices(dataclasses.asdict(model_cfg), device.platform,
                                            device.device_kind, cfg.max_seq_length, log=log)
   if len(train) < cfg.batch_size:
     raise UserError(f'the train split has {len(train)} examples, fewer than one batch of '
                     f'{cfg.batch_size}; lower --finetune_config.batch_size')
-  epochs = cfg.epochs or task.epochs
-  total = max(1, int(round(epochs * (len(train) // cfg.batch_size))))
+  total = run.total_steps(cfg, task, train)
   return Problem(cfg, task, kind, train, dev,
-                 dataclasses.replace(pretrained, model_cfg=model_cfg, params=None), total)
+                 dataclasses.replace(pretrained, model_cfg=model_cfg, params=None), total,
+                 config_lib.resolve(cfg, task, model_cfg, total, reinit))
 
 
 class _Ours:
@@ -105,7 +106,7 @@ class _Ours:
     self.p, self.pack, self.mesh = p, pack, mesh
     cfg = p.cfg.copy_and_resolve_references()
     cfg.packing = pack
-    setup = run.make_setup(cfg, p.pretrained, p.task, p.kind, p.total_steps, cfg.seed)
+    setup = run.make_setup(cfg, p.resolved, p.pretrained, p.task, p.kind, cfg.seed)
     self.model = setup.model
     init_fn, self.train_fn, _ = step_lib.compile_steps(setup, mesh)
     self.state = init_fn()
@@ -216,10 +217,10 @@ class _Peer:
             'num_labels': 1 if numbers else len(p.task.labels),
             'pad_id': tokenizer_lib.SPECIAL.pad, 'batch_size': cfg.batch_size,
             'eval_batch_size': cfg.eval_batch_size, 'bf16': m.dtype == 'bfloat16',
-            'learning_rate': config_lib.optimizer_config(cfg, m, p.total_steps).learning_rate,
+            'learning_rate': p.resolved.learning_rate,
             'max_steps': max_steps, 'compile': compile_}
-    spec['hf_config'].update(hidden_dropout_prob=config_lib.dropout_rate(cfg, m),
-                             attention_probs_dropout_prob=config_lib.dropout_rate(cfg, m))
+    spec['hf_config'].update(hidden_dropout_prob=p.resolved.dropout_rate,
+                             attention_probs_dropout_prob=p.resolved.dropout_rate)
     self.proc = subprocess.Popen(
         [sys.executable, '-m', 'benchmarks.peer_hf_trainer', json.dumps(spec)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -375,8 +376,9 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
     for name in LAYOUTS:
       cfg = p.cfg.copy_and_resolve_references()
       cfg.packing = name == 'packed'
-      setup = run.make_setup(cfg, dataclasses.replace(p.pretrained, model_cfg=model_cfg), p.task,
-                             p.kind, p.total_steps, cfg.seed)
+      setup = run.make_setup(cfg, p.resolved,
+                             dataclasses.replace(p.pretrained, model_cfg=model_cfg), p.task,
+                             p.kind, cfg.seed)
       init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
       state = init_fn.eval_shape()
       shapes = batches.train_shapes(p.train, cfg.batch_size, cfg.seed, p.total_steps, cfg.packing,

@@ -45,8 +45,10 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
       {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu', slice_.device_kind,
       cfg.max_seq_length, checked=False, log=log)
   kind = registry.get(task.kind)
-  setup = run.make_setup(cfg, dataclasses.replace(pretrained, model_cfg=model_cfg), task, kind,
-                         1000, cfg.seed)
+  resolved = config_lib.resolve(cfg, task, model_cfg, 1000,  # (only the schedule needs steps)
+                                config_lib.check_for_model(cfg, model_cfg))
+  setup = run.make_setup(cfg, resolved, dataclasses.replace(pretrained, model_cfg=model_cfg),
+                         task, kind, cfg.seed)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = init_fn.eval_shape()
   sharding = partitioning.batch_sharding(mesh)

@@ -4,7 +4,9 @@ The model (sizes, vocabulary) comes from the pre-training run named by `init`; w
 the task and the recipe. Zeros mean "the paper's value for this model size / task".
 """
 
+import dataclasses
 import json
+from typing import Any
 
 import ml_collections
 
@@ -16,6 +18,7 @@ from electra_jax.finetune.kinds import heads
 from electra_jax.finetune.kinds import registry
 from electra_jax.storage import fs
 from electra_jax.train import partitioning
+from electra_jax.train.config import OptimizerConfig
 
 
 def _kind(name):
@@ -163,37 +166,64 @@ def dropout_rate(cfg, model_cfg) -> float:
   return model_cfg.dropout_rate if cfg.dropout_rate < 0 else cfg.dropout_rate
 
 
-def check_for_model(cfg, model_cfg):
-  """Refuses (UserError) settings the pre-trained model cannot take."""
+def check_for_model(cfg, model_cfg) -> tuple[str, ...]:
+  """Refuses (UserError) settings the pre-trained model cannot take; returns the parts of the
+  encoder that `reinit` names (heads.reinit_parts), for the run's `Resolved`."""
   if cfg.max_seq_length > model_cfg.max_position_embeddings:
     raise UserError(f'max_seq_length={cfg.max_seq_length} exceeds the model\'s '
                     f'{model_cfg.max_position_embeddings} positions; lower it')
   with user_errors(ValueError):
-    heads.reinit_parts(cfg.reinit, model_cfg.num_layers)
+    return heads.reinit_parts(cfg.reinit, model_cfg.num_layers)
 
 
-def optimizer_config(cfg, model_cfg, total_steps: int) -> ml_collections.ConfigDict:
-  """The optimizer of a fine-tuning of `total_steps` as optim.make_optimizer takes it: each field
-  of the pre-training's optimizer section, with the original's schedule (linear warm-up, linear
-  decay to 0), the paper's rate where `cfg` says 0, `cfg`'s own value of a field declared in both,
-  and the pre-training's default of any other."""
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+  """A fine-tuning's values derived once per run from its config, its task and the pre-trained
+  model (the paper's where the config says 0); every seed of the run is handed them."""
+  epochs: float
+  total_steps: int  # optimizer steps of one seed
+  learning_rate: float
+  layerwise_decay: float
+  dropout_rate: float
+  reinit: tuple[str, ...]  # the encoder's parts that start from random weights
+  optimizer: OptimizerConfig  # the seeds' optimizer, checked once, when made
+  as_json: dict  # the config's one serialization: config.json, checkpoints, the resume checks
+
+
+def resolve(cfg, task, model_cfg, total_steps: int, reinit: tuple[str, ...]) -> Resolved:
+  """The run's `Resolved` for `total_steps` optimizer steps a seed (`reinit`: check_for_model's,
+  the parts of the encoder to start afresh)."""
+  optimizer = optimizer_config(cfg, model_cfg, total_steps)
+  return Resolved(epochs=cfg.epochs or task.epochs, total_steps=total_steps,
+                  learning_rate=optimizer.learning_rate,
+                  layerwise_decay=(cfg.optimizer.layerwise_decay
+                                   or paper_layerwise_decay(model_cfg.num_layers)),
+                  dropout_rate=dropout_rate(cfg, model_cfg), reinit=reinit, optimizer=optimizer,
+                  as_json=json.loads(cfg.to_json()))
+
+
+def optimizer_config(cfg, model_cfg, total_steps: int) -> OptimizerConfig:
+  """The optimizer of a fine-tuning of `total_steps` (checked as it is made): each field of the
+  typed optimizer config, with the original's schedule (linear warm-up, linear decay to 0), the
+  paper's rate where `cfg` says 0, `cfg`'s own value of a field declared in both, and the typed
+  config's default of any other."""
   o = cfg.optimizer
-  schedule = dict(learning_rate=o.learning_rate or paper_learning_rate(model_cfg.hidden_size),
-                  warmup_steps=int(o.warmup_fraction * total_steps), decay_steps=total_steps,
-                  decay_power=1.0, schedule='original')
-  return ml_collections.ConfigDict({
-      name: schedule[name] if name in schedule else o[name] if name in o else field.default
-      for name, field in train_config.OPTIMIZER.fields.items()})
+  schedule: dict[str, Any] = dict(
+      learning_rate=o.learning_rate or paper_learning_rate(model_cfg.hidden_size),
+      warmup_steps=int(o.warmup_fraction * total_steps), decay_steps=total_steps, decay_power=1.0,
+      schedule='original')
+  typed = train_config.OptimizerConfig  # (looked up here: a wider one arrives without a line)
+  return typed(**{f.name: schedule[f.name] if f.name in schedule else o[f.name]
+                  for f in dataclasses.fields(typed) if f.name in schedule or f.name in o})
 
 
-def recipe(cfg, task, model_cfg, pretrained: bool) -> str:
+def recipe(cfg, resolved: Resolved, pretrained: bool) -> str:
   """The recipe in one line: epochs, batch, learning rate, layer-wise decay, dropout, and what
   departs from the paper's."""
   o = cfg.optimizer
-  return (f'recipe: {cfg.epochs or task.epochs:g} epochs of batch {cfg.batch_size}, learning rate '
-          f'{o.learning_rate or paper_learning_rate(model_cfg.hidden_size):g}, layer-wise decay '
-          f'{o.layerwise_decay or paper_layerwise_decay(model_cfg.num_layers):g}, dropout '
-          f'{dropout_rate(cfg, model_cfg):g}'
+  return (f'recipe: {resolved.epochs:g} epochs of batch {cfg.batch_size}, learning rate '
+          f'{resolved.learning_rate:g}, layer-wise decay {resolved.layerwise_decay:g}, dropout '
+          f'{resolved.dropout_rate:g}'
           + (f', word table at {o.word_table_lr:g}x the learning rate'
              if o.word_table_lr != 1.0 else '')
           + (f', re-initialized: {cfg.reinit}' if cfg.reinit and pretrained else '')
@@ -222,24 +252,27 @@ def check(cfg, mesh):
                     f'give a seed of at most {fields.MAX_SEED - cfg.num_seeds + 1}')
 
 
-def check_same_finetuning(cfg, workdir: str):
+def check_same_finetuning(as_json: dict, workdir: str):
   """A re-run in a workdir holding fine-tunings continues them (a killed seed resumes, a finished
-  one is scored again): refused when the config would compute something else."""
+  one is scored again): refused when the config (as `Resolved.as_json`) would compute something
+  else. Returns the config.json compared (None without fine-tunings to continue)."""
   path = fs.join(workdir, 'config.json')
   if not fs.isfile(path) or not any(n.startswith('seed_') for n in fs.listdir(workdir)):
-    return
+    return None
   with fs.open(path) as f:
     before = json.load(f)
   # config.CONFIG declares what may change (resume='free': how a fine-tuning is run or reported)
-  diffs = same_run_diffs(before, cfg)
+  diffs = same_run_diffs(before, as_json)
   if diffs:
     raise UserError(f'--workdir {workdir} holds fine-tunings with a different config '
                     f'({"; ".join(diffs)}); use a new --workdir, or the same config to continue')
+  return before
 
 
-def same_run_diffs(before: dict, cfg) -> list[str]:
-  """'path old -> new' for each field of a fine-tuning config that a resumed run must keep."""
-  return fields.same_run_diffs(CONFIG, before, json.loads(cfg.to_json()))
+def same_run_diffs(before: dict, as_json: dict) -> list[str]:
+  """'path old -> new' for each field of a fine-tuning config (both as config.json holds them)
+  that a resumed run must keep."""
+  return fields.same_run_diffs(CONFIG, before, as_json)
 
 
 def saved_config(workdir: str, mode: str, then: str = '') -> ml_collections.ConfigDict:

@@ -146,10 +146,10 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
   for line in kind.notes('input', data, examples, cfg.max_seq_length):
     log(line)
   mesh = partitioning.make_mesh()
-  written, scores = [], {}
+  written, scores, resolved = [], {}, run_lib.use_resolved(cfg, pretrained, task)
   for s, path in zip(chosen, outs):
-    setup, state = run_lib.restore_seed(cfg, pretrained, task, kind, fs.join(workdir, f'seed_{s}'),
-                                        s)
+    setup, state = run_lib.restore_seed(cfg, resolved, pretrained, task, kind,
+                                        fs.join(workdir, f'seed_{s}'), s)
     started = time.time()  # (the programs compile at the first call: counted here)
     outputs = batches.predict(setup.model, state.params, data, cfg.eval_batch_size, mesh,
                               pack=batches.task_prediction_packing(cfg, kind, data))

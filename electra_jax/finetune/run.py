@@ -43,44 +43,42 @@ from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
 
 
-def make_setup(cfg, pretrained: pretrained_lib.Pretrained, task, kind, total_steps: int,
-               seed: int) -> step_lib.Setup:
+def make_setup(cfg, resolved: config_lib.Resolved, pretrained: pretrained_lib.Pretrained, task,
+               kind, seed: int) -> step_lib.Setup:
   """The task's model, loss and optimizer (layer-wise decay, the word table's factor) as the
-  train step takes them."""
-  rate = config_lib.dropout_rate(cfg, pretrained.model_cfg)
+  train step takes them, from the run's `resolved` (config_lib.resolve: derived once per run)."""
+  rate = resolved.dropout_rate
   model_cfg = dataclasses.replace(pretrained.model_cfg, dropout_rate=rate,
                                   attention_dropout_rate=rate)
   model = kind.model(model_cfg, task, cfg, rate)
-  reinit = heads.reinit_parts(cfg.reinit, model_cfg.num_layers)
-  init = lambda key, given=None: heads.init_params(model, key, pretrained=given, reinit=reinit,
-                                                   shape=kind.init_shape)
+  init = lambda key, given=None: heads.init_params(model, key, pretrained=given,
+                                                   reinit=resolved.reinit, shape=kind.init_shape)
   o = cfg.optimizer
-  decay = o.layerwise_decay or config_lib.paper_layerwise_decay(model_cfg.num_layers)
   shapes = jax.eval_shape(init, jax.random.key(0))
-  factors = optim.layerwise_multipliers(shapes, model_cfg.num_layers, decay,
+  factors = optim.layerwise_multipliers(shapes, model_cfg.num_layers, resolved.layerwise_decay,
                                         o.layerwise_decay_rule)
   factors = optim.with_word_table_factor(factors, o.word_table_lr)
-  opt_cfg = config_lib.optimizer_config(cfg, model_cfg, total_steps)
-  tx, schedule = optim.make_optimizer(opt_cfg, lr_factors=factors)
+  tx, schedule = optim.make_optimizer(resolved.optimizer, lr_factors=factors)
   return step_lib.Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule,
                         loss_fn=functools.partial(kind.loss, model=model, task=task), seed=seed,
-                        init_params=init, check_update=not optim.bounds_updates(opt_cfg),
+                        init_params=init,
+                        check_update=not optim.bounds_updates(resolved.optimizer),
                         param_shapes=shapes,
                         init_args=() if pretrained.params is None else (pretrained.params,))
 
 
-def finetune_one(cfg, pretrained, task, kind, data: dict, splits: dict, seed: int, workdir: str,
-                 log) -> dict:
+def finetune_one(cfg, resolved, pretrained, task, kind, data: dict, splits: dict, seed: int,
+                 workdir: str, log, compared: dict | None = None) -> dict:
   """One fine-tuning on the training loop: resumed from its latest checkpoint in `workdir` (a
   re-run after a kill continues it; a finished one is only scored again), saved every
   `save_every` steps and when stopped, scored on the dev split(s) every `eval_every` steps with
-  the best checkpoint by the task's first metric kept; returns the final dev scores."""
+  the best checkpoint by the task's first metric kept; returns the final dev scores. `compared`:
+  the workdir's config.json, already compared with the run's config (check_same_finetuning)."""
   mesh = partitioning.make_mesh()
   cached = compile_cache.counts()
   train = data['train']
-  epochs = cfg.epochs or task.epochs
-  total = total_steps(cfg, task, train)
-  setup = make_setup(cfg, pretrained, task, kind, total, seed)
+  total = resolved.total_steps
+  setup = make_setup(cfg, resolved, pretrained, task, kind, seed)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   fs.makedirs(workdir, exist_ok=True)
   ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'), keep=1,
@@ -89,7 +87,8 @@ def finetune_one(cfg, pretrained, task, kind, data: dict, splits: dict, seed: in
     start, state, saved = ckpt.restore_latest(init_fn(), log, afresh=True)
   trained_on = tasks_lib.fingerprint(splits['train'])
   if start:
-    _check_belongs(cfg, saved, seed, trained_on, f'{ckpt.directory}/{start}')
+    _check_belongs(resolved.as_json, compared, saved, seed, trained_on,
+                   f'{ckpt.directory}/{start}')
     log(f'seed {seed}: resumed from {ckpt.directory}/{start}')
   elif cfg.head_init == 'probe':  # the head a linear model fits on the frozen encoder
     state = probe_lib.start(cfg, task, kind, setup.model, state, data, splits, mesh, seed, log)
@@ -106,7 +105,7 @@ def finetune_one(cfg, pretrained, task, kind, data: dict, splits: dict, seed: in
   shapes, pack = (_train_shapes(cfg, train, seed, total, mesh, log if not start else None)
                   if kind.packs else (None, cfg.packing))
   rows = shapes.mean_rows if shapes is not None else cfg.batch_size
-  plan = loop_lib.Plan.of(cfg, total_steps=total, keep_best=bool(cfg.eval_every),
+  loop_plan = loop_lib.Plan.of(cfg, total_steps=total, keep_best=bool(cfg.eval_every),
                           log_every=min(cfg.log_every, max(1, total // 10)),  # ten a seed
                           nonfinite='skip', tokens_per_step=round(rows * cfg.max_seq_length),
                           prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
@@ -116,13 +115,14 @@ def finetune_one(cfg, pretrained, task, kind, data: dict, splits: dict, seed: in
                        'label_offset': task.label_offset, 'tag_scheme': task.tag_scheme,
                        'seed': seed,
                        'train_fingerprint': trained_on,
-                       'config': json.loads(cfg.to_json())}  # what the run is: checked on resume
+                       'config': resolved.as_json}  # what the run is: checked on resume
   stream = batches.train_batches(train, cfg.batch_size, seed, start,
                                  partitioning.batch_sharding(mesh), shapes, pack)
   with user_errors(checkpoint_lib.DiskFull):
-    result = loop_lib.run(plan, state, train_fn, stream, start, evaluate=evaluate_now, ckpt=ckpt,
-                          meta=meta, log=log, logs=logs_lib.Logs(workdir, tags={'seed': seed},
-                                                                 panels=results_lib.panels(task)))
+    result = loop_lib.run(loop_plan, state, train_fn, stream, start, evaluate=evaluate_now,
+                          ckpt=ckpt, meta=meta, log=log,
+                          logs=logs_lib.Logs(workdir, tags={'seed': seed},
+                                             panels=results_lib.panels(task)))
     best = ckpt.best_step()
     ckpt.close()
   if note := compile_cache.note(cached):
@@ -130,7 +130,7 @@ def finetune_one(cfg, pretrained, task, kind, data: dict, splits: dict, seed: in
   if skipped := int(jax.device_get(result.state.nonfinite_steps)):
     log(f'  warning: seed {seed}: {skipped} step(s) had a non-finite loss and were skipped; '
         'lower optimizer.learning_rate')
-  out = {'seed': seed, 'steps': total, 'epochs': epochs, **scores_at[total],
+  out = {'seed': seed, 'steps': total, 'epochs': resolved.epochs, **scores_at[total],
          **batches.split_scores(cfg, task, kind, setup.model, result.state.params, data, splits,
                                 mesh,
                                 task.test_splits)}
@@ -142,12 +142,14 @@ def total_steps(cfg, task, train) -> int:
   return max(1, int(round((cfg.epochs or task.epochs) * (len(train) // cfg.batch_size))))
 
 
-def _check_belongs(cfg, saved: dict, seed: int, trained_on: str, where: str):
+def _check_belongs(as_json: dict, compared, saved: dict, seed: int, trained_on: str, where: str):
   """Refuses a checkpoint of another fine-tuning (copied in: another seed, config or train data),
-  naming what differs. Checkpoints of earlier versions carry less."""
+  naming what differs. The config is compared once: a checkpoint saved with the config.json
+  already compared with the run's (`compared`) is not compared again. Checkpoints of earlier
+  versions carry less."""
   diffs = [f'seed {saved["seed"]} -> {seed}'] if saved.get('seed', seed) != seed else []
-  if 'config' in saved:
-    diffs += config_lib.same_run_diffs(saved['config'], cfg)
+  if 'config' in saved and saved['config'] != compared:
+    diffs += config_lib.same_run_diffs(saved['config'], as_json)
   if saved.get('train_fingerprint', trained_on) != trained_on:
     diffs.append('other train examples')
   diffs = list(dict.fromkeys(diffs))  # (the first seed's is the config's seed)
@@ -189,14 +191,14 @@ def packing_note(train, shapes, cfg, pack: bool) -> str:
           f'{share(padded)}')
 
 
-def restore_seed(cfg, pretrained, task, kind, seed_dir: str, seed: int):
-  """(setup, state) of the fine-tuning saved in `seed_dir`."""
+def restore_seed(cfg, resolved, pretrained, task, kind, seed_dir: str, seed: int):
+  """(setup, state) of the fine-tuning saved in `seed_dir` (`resolved`: use_resolved's)."""
   ckpt = checkpoint_lib.Checkpointer(fs.join(seed_dir, 'checkpoints'))
   step = ckpt.latest_step()
   if step is None:
     ckpt.close()
     raise UserError(f'{seed_dir} holds no fine-tuned checkpoint; run --mode=train first')
-  setup = make_setup(cfg, pretrained, task, kind, step, seed)
+  setup = make_setup(cfg, resolved, pretrained, task, kind, seed)
   init_fn, _, _ = step_lib.compile_steps(setup, partitioning.make_mesh())
   with user_errors(ValueError):
     try:
@@ -207,6 +209,13 @@ def restore_seed(cfg, pretrained, task, kind, seed_dir: str, seed: int):
     raise UserError(f'{seed_dir} was fine-tuned with the labels {meta["labels"]}, not '
                     f'{list(task.labels)}; use the data it was trained on')
   return setup, state
+
+
+def use_resolved(cfg, pretrained, task) -> config_lib.Resolved:
+  """The resolved config of a run that uses saved fine-tunings (eval, predict): their model and
+  optimizer as they were trained, whose state a restore reads (the schedule is unused: one step)."""
+  return config_lib.resolve(cfg, task, pretrained.model_cfg, 1,
+                         config_lib.check_for_model(cfg, pretrained.model_cfg))
 
 
 MODES = ('train', 'eval', 'predict')
@@ -246,9 +255,12 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   if mode != 'train':
     with workdir_lib.claim(workdir, 'fine-tuning', f'--mode={mode}'):
       return _use_saved(cfg, mode, pretrained, task, kind, splits, saved, workdir, mesh, log)
+  reinit = config_lib.check_for_model(cfg, pretrained.model_cfg)
   data = _encoded(cfg, pretrained, task, kind, splits, log)
+  resolved = config_lib.resolve(cfg, task, pretrained.model_cfg,
+                                total_steps(cfg, task, data['train']), reinit)  # derived once
   with workdir_lib.claim(workdir, 'fine-tuning'):
-    return _finetune(cfg, workdir, log, pretrained, task, kind, splits, data)
+    return _finetune(cfg, resolved, workdir, log, pretrained, task, kind, splits, data)
 
 
 def _encoded(cfg, pretrained, task, kind, splits: dict, log) -> dict:
@@ -259,7 +271,6 @@ def _encoded(cfg, pretrained, task, kind, splits: dict, log) -> dict:
   for line in tasks_lib.overlap_notes(splits):
     log(line)
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
-  config_lib.check_for_model(cfg, pretrained.model_cfg)
   data = {}
   for split, examples in splits.items():
     data[split] = kind.encode(task, examples, tokenizer, cfg.max_seq_length, split == 'train', cfg)
@@ -271,8 +282,9 @@ def _encoded(cfg, pretrained, task, kind, splits: dict, log) -> dict:
   return data
 
 
-def _finetune(cfg, workdir: str, log, pretrained, task, kind, splits: dict, data: dict) -> dict:
-  config_lib.check_same_finetuning(cfg, workdir)
+def _finetune(cfg, resolved, workdir: str, log, pretrained, task, kind, splits: dict,
+              data: dict) -> dict:
+  compared = config_lib.check_same_finetuning(resolved.as_json, workdir)
   workdir_lib.check_entries(workdir, files=('config.json', 'results.md', 'results.json',
                                             pretrained_lib.SAVED))
   for k in range(cfg.num_seeds):
@@ -283,17 +295,15 @@ def _finetune(cfg, workdir: str, log, pretrained, task, kind, splits: dict, data
       f'{", ".join(task.metrics)} on {scored} | ' + ', '.join(f'{s} {len(d):,}' for s, d in
                                                               data.items()) +
       f' examples | from {pretrained.checkpoint}')
-  log(config_lib.recipe(cfg, task, pretrained.model_cfg, bool(pretrained.params))
-      + kind.describe(cfg))
-  total = total_steps(cfg, task, data['train'])
+  log(config_lib.recipe(cfg, resolved, bool(pretrained.params)) + kind.describe(cfg))
   for warning in optim.schedule_warnings(
-      config_lib.optimizer_config(cfg, pretrained.model_cfg, total), total,
+      resolved.optimizer, resolved.total_steps,
       f'optimizer.warmup_fraction={cfg.optimizer.warmup_fraction:g}',
       'warm up for a smaller share of the steps (the paper: 0.1)'):
     log(f'warning: {warning}')
   # every check passed: what the run is, and the model it starts from (predict and export read
   # them, and no longer need --init)
-  fs.write_atomic(fs.join(workdir, 'config.json'), cfg.to_json(indent=2))
+  fs.write_atomic(fs.join(workdir, 'config.json'), json.dumps(resolved.as_json, indent=2))
   pretrained_lib.save(pretrained, workdir)
   device = jax.devices()[0]  # one attention path for every host, checked at this length
   model_cfg = model_view.model_for_devices(dataclasses.asdict(pretrained.model_cfg),
@@ -304,8 +314,8 @@ def _finetune(cfg, workdir: str, log, pretrained, task, kind, splits: dict, data
   for k in range(cfg.num_seeds):
     seed = cfg.seed + k
     t = time.time()
-    result = finetune_one(cfg, pretrained, task, kind, data, splits, seed,
-                          fs.join(workdir, f'seed_{seed}'), log)
+    result = finetune_one(cfg, resolved, pretrained, task, kind, data, splits, seed,
+                          fs.join(workdir, f'seed_{seed}'), log, compared)
     result['seconds'] = time.time() - t
     results.append(result)
     log(f'seed {seed}: ' + (' | '.join(f'{s} {m} {100 * v:.2f}' for s in results_lib.scored(task)
@@ -325,9 +335,9 @@ def _use_saved(cfg, mode, pretrained, task, kind, splits, saved, workdir, mesh, 
                     f'--config.task.{split}=FILE (plus --config and the flags of the fine-tuning)')
   data = {s: kind.encode(task, splits[s], tokenizer, cfg.max_seq_length, False, cfg)
           for s in wanted}
-  results, written = [], []
+  results, written, resolved = [], [], use_resolved(cfg, pretrained, task)
   for seed, seed_dir in saved:
-    setup, state = restore_seed(cfg, pretrained, task, kind, seed_dir, seed)
+    setup, state = restore_seed(cfg, resolved, pretrained, task, kind, seed_dir, seed)
     if mode == 'eval':
       results.append({'seed': seed, **batches.split_scores(
           cfg, task, kind, setup.model, state.params, data, splits, mesh,

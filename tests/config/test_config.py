@@ -50,21 +50,29 @@ def test_the_model_and_objective_views_are_the_declared_sections():
 
 @pytest.mark.fast
 def test_the_finetuning_optimizer_is_the_pretraining_section_with_its_own_values(monkeypatch):
-  """A fine-tuning's optimizer config has every field the pre-training's optimizer section
-  declares: its own value where it declares the field too, its schedule's where it sets one, the
-  pre-training's default otherwise (a field added there arrives without another line)."""
+  """A fine-tuning's optimizer config is the typed one the pre-training's optimizer section is
+  made from: its own value where it declares the field too, its schedule's where it sets one, the
+  typed default otherwise (a field added there arrives without another line); it is checked when
+  made, naming the field."""
   cfg = ft_config.default_config()
   cfg.optimizer.b2, cfg.optimizer.grad_clip_norm = 0.98, 0.5
   wide = type('Model', (), {'hidden_size': 768})()
   opt = ft_config.optimizer_config(cfg, wide, 1000)
-  assert set(opt) == set(config_lib.OPTIMIZER.fields)
+  assert isinstance(opt, train_config.OptimizerConfig)
+  assert {f.name for f in dataclasses.fields(opt)} == set(config_lib.OPTIMIZER.fields)
   assert (opt.b2, opt.grad_clip_norm, opt.weight_decay) == (0.98, 0.5, cfg.optimizer.weight_decay)
   assert (opt.learning_rate, opt.warmup_steps, opt.decay_steps) == (1e-4, 100, 1000)
-  config_lib.default_config().optimizer.update(opt)  # every value one the section accepts
-  extra = fields.Field(7, 'a test field')
-  monkeypatch.setattr(train_config, 'OPTIMIZER', dataclasses.replace(
-      train_config.OPTIMIZER, fields={**train_config.OPTIMIZER.fields, 'extra': extra}))
+  config_lib.default_config().optimizer.update(dataclasses.asdict(opt))  # values it accepts
+
+  @dataclasses.dataclass(frozen=True)
+  class Wider(train_config.OptimizerConfig):
+    extra: int = fields.declare(7, 'a test field')
+
+  monkeypatch.setattr(train_config, 'OptimizerConfig', Wider)
   assert ft_config.optimizer_config(cfg, wide, 1000).extra == 7
+  cfg.optimizer.b2 = 1.0
+  with pytest.raises(ValueError, match=r'optimizer\.b2 is 1\.0; give in \[0, 1\)'):
+    ft_config.optimizer_config(cfg, wide, 1000)
 
 
 @pytest.mark.fast

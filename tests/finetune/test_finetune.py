@@ -14,6 +14,7 @@ import pytest
 
 from conftest import HAS_HF, WORDS, needs_hf, test_config
 from electra_jax import UserError
+from electra_jax import fields as fields_lib
 from electra_jax.convert import hf as hf_lib
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
@@ -31,6 +32,7 @@ from electra_jax.storage import tf_import
 from electra_jax.apps import export as export_lib
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import optim
+from electra_jax.train.config import OptimizerConfig
 
 
 # ---- scores
@@ -97,11 +99,9 @@ def test_layerwise_factors_scale_each_parameters_update():
             'classifier': {'w': np.ones(2, np.float32)}}
   factors = optim.layerwise_multipliers(params, 1, 0.5)
   opt = config_lib.default_config().optimizer
-  opt_cfg = dict(learning_rate=0.1, warmup_steps=0, decay_steps=10, decay_power=1.0,
-                 schedule='original', b1=opt.b1, b2=opt.b2, eps=opt.eps, bias_correction=False,
-                 weight_decay=0.0, grad_clip_norm=0.0)
-  import ml_collections
-  tx, _ = optim.make_optimizer(ml_collections.ConfigDict(opt_cfg), lr_factors=factors)
+  opt_cfg = OptimizerConfig(learning_rate=0.1, warmup_steps=0, decay_steps=10, b1=opt.b1,
+                            b2=opt.b2, eps=opt.eps, weight_decay=0.0, grad_clip_norm=0.0)
+  tx, _ = optim.make_optimizer(opt_cfg, lr_factors=factors)
   grads = jax.tree.map(np.ones_like, params)
   updates, _ = tx.update(grads, tx.init(params), params)
   step = {k: float(jax.tree.leaves(v)[0][0]) for k, v in updates.items()}
@@ -407,7 +407,7 @@ def _synthetic(path, n, kind, seed):
     ('classification', 'accuracy', 0.85, 'mean'),  # (the own-data recipe's head)
     ('regression', 'spearman', 0.7, 'cls')])
 def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretrained, kind, metric,
-                                                             floor, pooling):
+                                                             floor, pooling, monkeypatch):
   assert 'cat' in WORDS
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=6.0,
@@ -433,7 +433,12 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
   # The saved fine-tunings score the same again, and predict the test file.
   workdir = str(tmp_path / 'ft')
   if kind == 'classification':  # the same command again: scored again, one record per step
+    calls = _counted(monkeypatch, (config_lib, 'optimizer_config'), (optim, 'make_optimizer'),
+                     (fields_lib, 'same_run_diffs'))
     assert run.finetune(cfg, workdir, log=_quiet)['median'] == pytest.approx(summary['median'])
+    # derived once per run, an optimizer per seed, the saved config compared once
+    assert calls['optimizer_config'] == 1 and calls['same_run_diffs'] == 1, calls
+    assert len([c for c in calls['make_optimizer_calls'] if c.get('lr_factors')]) == 2, calls
     for seed in (0, 1):
       path = os.path.join(workdir, f'seed_{seed}', 'metrics.jsonl')
       records = [json.loads(l) for l in open(path)]
@@ -532,6 +537,22 @@ def _predicts_new_files(workdir, tmp_path, kind, summary):
       predict_lib.predict(workdir, str(wrong), log=_quiet)
 
 
+def _counted(monkeypatch, *targets) -> dict:
+  """{name: calls so far} of each (module, function name) of `targets`, patched to count (and
+  `<name>_calls`: each call's keyword arguments)."""
+  calls: dict = {}
+  for module, name in targets:
+    real = getattr(module, name)
+    calls[name], calls[f'{name}_calls'] = 0, []
+
+    def counting(*args, real=real, name=name, **kwargs):
+      calls[name] += 1
+      calls[f'{name}_calls'].append(kwargs)
+      return real(*args, **kwargs)
+    monkeypatch.setattr(module, name, counting)
+  return calls
+
+
 def _events(folder) -> list[tuple[str, int]]:
   """(tag, step) of every scalar of the event files in `folder`, read by TensorFlow."""
   tf = tf_import.tensorflow()
@@ -545,10 +566,11 @@ def _old_workdirs_continue(cfg, workdir, tmp_path):
   del saved['pooling'], saved['task']['header']  # as written before these fields existed
   json.dump(saved, open(path, 'w'))
   cfg.pooling = 'cls'  # (the default then)
-  config_lib.check_same_finetuning(cfg, workdir)
+  as_json = lambda c: json.loads(c.to_json())
+  assert config_lib.check_same_finetuning(as_json(cfg), workdir) == saved  # the one compared
   cfg.pooling = 'mean'
   with pytest.raises(UserError, match=r"different config \(pooling 'cls' -> 'mean'\)"):
-    config_lib.check_same_finetuning(cfg, workdir)
+    config_lib.check_same_finetuning(as_json(cfg), workdir)
   cfg.pooling = 'max'
   with pytest.raises(UserError, match="pooling is 'max'; use one of 'cls', 'mean'"):
     run.finetune(cfg, str(tmp_path / 'ft_max'), log=_quiet)
@@ -1240,7 +1262,9 @@ def test_a_probe_head_starts_the_fine_tuning_where_the_linear_model_ends(tmp_pat
   tokenizer = tokenizer_lib.load_tokenizer(pre.vocab, lower_case=pre.lower_case)
   data = {s: kind.encode(task, e, tokenizer, 32, s == 'train', cfg) for s, e in splits.items()}
   mesh = partitioning.make_mesh()
-  setup = run.make_setup(cfg, pre, task, kind, 40, 0)
+  resolved = config_lib.resolve(cfg, task, pre.model_cfg, 40,
+                                config_lib.check_for_model(cfg, pre.model_cfg))
+  setup = run.make_setup(cfg, resolved, pre, task, kind, 0)
   state = step_lib.compile_steps(setup, mesh)[0]()
   head = probe.fit(cfg, task, kind, setup.model, state.params, data, splits, mesh, _quiet)
   started = probe.with_head(state, head)
