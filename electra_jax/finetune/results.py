@@ -54,7 +54,7 @@ def write(task, results, init: str, workdir: str, log, base: dict | None = None)
                   f'# {task.name}, {len(results)} seed(s), from {init}\n\n{table}')
   log(table)
   metric = task.metrics[0]
-  for split in scored(task) if base else ():
-    if split in base and f'{split}/{metric}' in median:
+  for split in scored(task):
+    if base and split in base and f'{split}/{metric}' in median:
       log(baseline_lib.verdict(split, metric, median[f'{split}/{metric}'], base[split][metric]))
   return summary

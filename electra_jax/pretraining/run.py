@@ -7,6 +7,7 @@
     -> compiling: the steps over the mesh (microbatches fitted) -> loop.run -> summary.json
 """
 
+import dataclasses
 import json
 import time
 
@@ -103,7 +104,7 @@ def start_from(setup: step_lib.Setup, state: step_lib.TrainState, source) -> ste
   params = jax.device_put(jax.tree.map(lambda p, f: np.asarray(p, f.dtype), params, fresh),
                           layout(state.params))
   opt_state = jax.jit(setup.tx.init, out_shardings=layout(state.opt_state))(params)
-  return state.replace(params=params, opt_state=opt_state)
+  return dataclasses.replace(state, params=params, opt_state=opt_state)
 
 
 def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,

@@ -270,7 +270,8 @@ def read_json(path, fix: str, want: type | None = None):
            f'is not valid JSON ({getattr(e, "msg", e)} at line {getattr(e, "lineno", "?")})')
     raise DamagedFile(f'{path} {why}: the file is damaged; {fix}') from None
   if want is not None and not isinstance(value, want):
-    what = {dict: 'an object', list: 'a list'}.get(want, want.__name__)
+    names: dict[type, str] = {dict: 'an object', list: 'a list'}
+    what = names.get(want, want.__name__)
     raise DamagedFile(f'{path} holds {json.dumps(value)[:40]}, not {what}: the file is damaged; '
                       f'{fix}')
   return value

@@ -83,7 +83,7 @@ def leaf_spec(path: str, shape: tuple, devices: int, rules=FSDP_RULES) -> P:
     if re.search(pattern, path):
       for dim in dims:
         if len(shape) >= 1 and -len(shape) <= dim < len(shape) and shape[dim] % devices == 0:
-          spec = [None] * len(shape)
+          spec: list[str | None] = [None] * len(shape)
           spec[dim] = DATA
           return P(*spec)
       return P()
