@@ -40,7 +40,7 @@ def step_examples(n: int, batch_size: int, seed: int, start: int = 0):
   """The example indices of the train batches after step `start`: epoch e visits the examples in
   an order drawn from (seed, e), so a resumed run continues the stream of an uninterrupted one."""
   steps_per_epoch = n // batch_size
-  order, drawn = None, None
+  order, drawn = np.empty(0, np.int64), None  # (drawn at the first step)
   for step in itertools.count(start + 1):
     epoch, index = divmod(step - 1, steps_per_epoch)
     if drawn != epoch:

@@ -19,6 +19,8 @@ import difflib
 import itertools
 import re
 
+import ml_collections
+
 from electra_jax import UserError, user_errors
 from electra_jax import fields
 from electra_jax.finetune import baseline as baseline_lib
@@ -96,7 +98,7 @@ def recipe_config(cfg, recipe: dict):
   return out
 
 
-def configs(cfg) -> list[tuple[str, object]]:
+def configs(cfg) -> list[tuple[str, ml_collections.ConfigDict]]:
   """[(folder name, config)] of each recipe of `cfg.search`; [('', cfg)] without a search."""
   if not cfg.get('search'):
     return [('', cfg)]

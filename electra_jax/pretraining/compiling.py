@@ -40,7 +40,7 @@ def _batch_shapes(sharding, rows: int, length: int) -> dict:
 class Programs:
   """A run's setup and its programs, all of one setup: the state is initialized by `init` and
   trained by `train` (the step compiled ahead of time), held-out batches scored by `evaluate`."""
-  setup: step_lib.Setup  # with the microbatches and the attention path the step compiled with
+  setup: pretrain_setup.Setup  # with the microbatches and the attention path the step compiled with
   init: Any  # () -> TrainState (jitted; compiled at its first call, or lowered for a slice)
   train: Any  # compiled (state, batch) -> (state, metric sums)
   evaluate: Any  # compiled (params, batch, index) -> metric sums
@@ -174,7 +174,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
       f'{best * mesh.devices.size:,} ({best} rows per chip; an estimate: the batch and '
       'temporaries taken to grow in proportion to the rows)')
   step_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
-                                           setup.objective_cfg.max_predictions,
+                                           config.objective.max_predictions,
                                            config.objective.name)
   lines, numbers = aot.estimate_lines(train, slice_.chip, slice_.chips, slice_.num_slices,
                                       step_flops, d.batch_size * d.max_seq_length,

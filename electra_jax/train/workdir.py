@@ -49,7 +49,8 @@ def _store(workdir: str):
   path = os.fspath(workdir).rstrip('/') + '/'
   if not fs.remote(path):
     local = path[len('file://'):] if path.startswith('file://') else path
-    spec = {'driver': 'file', 'path': os.path.abspath(local) + '/'}  # keys are appended as is
+    spec: dict[str, str] | str = {'driver': 'file',  # keys are appended as is
+                                  'path': os.path.abspath(local) + '/'}
   else:
     spec = path
   try:
@@ -274,10 +275,10 @@ def kind_of(path: str) -> str | None:
     record = fs.read_json(recorded, f'delete it: the next run in {path} writes it again')
     if isinstance(record, dict) and record.get('kind') in RUN_KINDS:
       return record['kind']
-  config = fs.join(path, 'config.json')
-  if fs.isfile(config):
+  config_path = fs.join(path, 'config.json')
+  if fs.isfile(config_path):
     try:
-      with fs.open(config) as f:
+      with fs.open(config_path) as f:
         config = json.load(f)
     except (OSError, ValueError):
       config = None
