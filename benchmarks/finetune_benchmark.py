@@ -56,8 +56,7 @@ class Problem:
   train: object
   dev: object
   pretrained: pretrained_lib.Pretrained
-  total_steps: int  # of a fine-tuning of the config: its layout covers them
-  resolved: config_lib.Resolved  # the fine-tuning's derived values (config_lib.resolve)
+  resolved: config_lib.Resolved  # the fine-tuning's derived values, its total steps among them
 
 
 def problem(cfg, model_config=None, log=print) -> Problem:
@@ -95,7 +94,7 @@ def problem(cfg, model_config=None, log=print) -> Problem:
                     f'{cfg.batch_size}; lower --finetune_config.batch_size')
   total = run.total_steps(cfg, task, train)
   return Problem(cfg, task, kind, train, dev,
-                 dataclasses.replace(pretrained, model_cfg=model_cfg, params=None), total,
+                 dataclasses.replace(pretrained, model_cfg=model_cfg, params=None),
                  config_lib.resolve(cfg, task, model_cfg, total, reinit))
 
 
@@ -110,8 +109,8 @@ class _Ours:
     self.model = setup.model
     init_fn, self.train_fn, _ = step_lib.compile_steps(setup, mesh)
     self.state = init_fn()
-    self.shapes = batches.train_shapes(p.train, cfg.batch_size, cfg.seed, p.total_steps, pack,
-                                       mesh, cfg.packing_shapes)
+    self.shapes = batches.train_shapes(p.train, cfg.batch_size, cfg.seed,
+                                       p.resolved.total_steps, pack, mesh, cfg.packing_shapes)
     self.stream = self._batches()
     t = time.perf_counter()
     for layout in self.shapes.layouts:  # each shape compiled and run once
@@ -217,7 +216,7 @@ class _Peer:
             'num_labels': 1 if numbers else len(p.task.labels),
             'pad_id': tokenizer_lib.SPECIAL.pad, 'batch_size': cfg.batch_size,
             'eval_batch_size': cfg.eval_batch_size, 'bf16': m.dtype == 'bfloat16',
-            'learning_rate': p.resolved.learning_rate,
+            'learning_rate': p.resolved.optimizer.learning_rate,
             'max_steps': max_steps, 'compile': compile_}
     spec['hf_config'].update(hidden_dropout_prob=p.resolved.dropout_rate,
                              attention_probs_dropout_prob=p.resolved.dropout_rate)
@@ -381,8 +380,8 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
                              p.kind, cfg.seed)
       init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
       state = init_fn.eval_shape()
-      shapes = batches.train_shapes(p.train, cfg.batch_size, cfg.seed, p.total_steps, cfg.packing,
-                                    mesh, cfg.packing_shapes)
+      shapes = batches.train_shapes(p.train, cfg.batch_size, cfg.seed, p.resolved.total_steps,
+                                    cfg.packing, mesh, cfg.packing_shapes)
       seconds, kernels = [], []
       for layout in shapes.layouts:
         batch = p.kind.batch_shapes(p.task, layout, partitioning.batch_sharding(mesh))

@@ -182,11 +182,10 @@ class Resolved:
   model (the paper's where the config says 0); every seed of the run is handed them."""
   epochs: float
   total_steps: int  # optimizer steps of one seed
-  learning_rate: float
   layerwise_decay: float
   dropout_rate: float
   reinit: tuple[str, ...]  # the encoder's parts that start from random weights
-  optimizer: OptimizerConfig  # the seeds' optimizer, checked once, when made
+  optimizer: OptimizerConfig  # the seeds' optimizer (its learning rate the run's), checked once
   as_json: dict  # the config's one serialization: config.json, checkpoints, the resume checks
 
 
@@ -195,7 +194,6 @@ def resolve(cfg, task, model_cfg, total_steps: int, reinit: tuple[str, ...]) -> 
   the parts of the encoder to start afresh)."""
   optimizer = optimizer_config(cfg, model_cfg, total_steps)
   return Resolved(epochs=cfg.epochs or task.epochs, total_steps=total_steps,
-                  learning_rate=optimizer.learning_rate,
                   layerwise_decay=(cfg.optimizer.layerwise_decay
                                    or paper_layerwise_decay(model_cfg.num_layers)),
                   dropout_rate=dropout_rate(cfg, model_cfg), reinit=reinit, optimizer=optimizer,
@@ -222,8 +220,8 @@ def recipe(cfg, resolved: Resolved, pretrained: bool) -> str:
   departs from the paper's."""
   o = cfg.optimizer
   return (f'recipe: {resolved.epochs:g} epochs of batch {cfg.batch_size}, learning rate '
-          f'{resolved.learning_rate:g}, layer-wise decay {resolved.layerwise_decay:g}, dropout '
-          f'{resolved.dropout_rate:g}'
+          f'{resolved.optimizer.learning_rate:g}, layer-wise decay {resolved.layerwise_decay:g}, '
+          f'dropout {resolved.dropout_rate:g}'
           + (f', word table at {o.word_table_lr:g}x the learning rate'
              if o.word_table_lr != 1.0 else '')
           + (f', re-initialized: {cfg.reinit}' if cfg.reinit and pretrained else '')

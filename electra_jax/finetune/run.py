@@ -106,10 +106,11 @@ def finetune_one(cfg, resolved, pretrained, task, kind, data: dict, splits: dict
                   if kind.packs else (None, cfg.packing))
   rows = shapes.mean_rows if shapes is not None else cfg.batch_size
   loop_plan = loop_lib.Plan.of(cfg, total_steps=total, keep_best=bool(cfg.eval_every),
-                          log_every=min(cfg.log_every, max(1, total // 10)),  # ten a seed
-                          nonfinite='skip', tokens_per_step=round(rows * cfg.max_seq_length),
-                          prefix=f'seed {seed} | ', fields=('loss', 'accuracy', 'learning_rate'),
-                          eval_fields=shown)
+                               log_every=min(cfg.log_every, max(1, total // 10)),  # ten a seed
+                               nonfinite='skip', tokens_per_step=round(rows * cfg.max_seq_length),
+                               prefix=f'seed {seed} | ',
+                               fields=('loss', 'accuracy', 'learning_rate'),
+                               eval_fields=shown)
   meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
                        'labels': list(task.labels), 'label_scale': task.label_scale,
                        'label_offset': task.label_offset, 'tag_scheme': task.tag_scheme,
@@ -215,7 +216,7 @@ def use_resolved(cfg, pretrained, task) -> config_lib.Resolved:
   """The resolved config of a run that uses saved fine-tunings (eval, predict): their model and
   optimizer as they were trained, whose state a restore reads (the schedule is unused: one step)."""
   return config_lib.resolve(cfg, task, pretrained.model_cfg, 1,
-                         config_lib.check_for_model(cfg, pretrained.model_cfg))
+                            config_lib.check_for_model(cfg, pretrained.model_cfg))
 
 
 MODES = ('train', 'eval', 'predict')
