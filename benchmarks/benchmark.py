@@ -27,12 +27,11 @@ built-in corpus in a temporary folder) at the config's global batch.
 """
 
 from absl import flags
-from ml_collections import config_flags
 
 from benchmarks import bench_command
 from electra_jax import cli
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
+_CONFIG = cli.define_config_file('config', None, 'a configs/*.py file[:variant]')
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run', lower_bound=1)
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reported',
                                 lower_bound=1)

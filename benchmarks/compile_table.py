@@ -49,7 +49,7 @@ def _set(config, path: str, text: str):
 def _config(preset: str):
   """configs/<preset>.py with --set applied (one sentence for an unknown preset or field)."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  config = cli._load_config(os.path.join(root, 'configs', f'{preset}.py'), 'presets')
+  config = cli.load_config_file(os.path.join(root, 'configs', f'{preset}.py'), 'presets')
   for item in _OVERRIDES.value:
     key, _, value = item.partition('=')
     _set(config, key, value)

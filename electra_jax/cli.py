@@ -5,6 +5,7 @@ A mistake the user can fix (unknown config key, bad value, missing file, ...) pr
 `error: <one sentence>` on stderr and exits with status 2; nothing is left half-written.
 """
 
+import ast
 import difflib
 import errno
 import functools
@@ -21,7 +22,6 @@ from absl import app
 from absl import flags
 from absl import logging
 import ml_collections
-from ml_collections import config_flags
 
 from electra_jax import Stopped, UserError
 from electra_jax.hardware import compile_cache
@@ -53,42 +53,136 @@ _standard_streams()
 
 
 def _explain(error: Exception) -> str:
-  text = str(error).replace('\\n', '\n').replace("\\'", "'").strip('\'"')
-  match = re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text)
-  if match:
-    return f'unknown config field {match.group(2)!r}; did you mean {match.group(1)!r}?'
-  match = re.search(r'Error whilst parsing config file.*\n(?:[A-Za-z]+Error): (.+?)\s*$', text,
-                    re.S)
-  if match:  # the config file's get_config raised: its own message is the sentence
-    return ' '.join(match.group(1).split())
-  if re.match(r'invalid literal for int\(\)', text):
+  """One sentence for a flag absl refused (its parsers' messages, pinned by tests)."""
+  text = ' '.join(str(error).split())
+  if text.startswith('invalid literal for int()'):
     return 'give an integer'
   if text.startswith('could not convert string to float'):
     return 'give a number'
-  match = re.match(r"^'?([A-Za-z_0-9]+)'?$", text)
-  if isinstance(error, (AttributeError, KeyError)) and match:
-    return (f'unknown config field {match.group(1)!r}; the fields are declared in '
-            'electra_jax/*/config.py')
-  return ' '.join(text.split())
+  return text
 
 
-def _config_flags() -> list[str]:
-  """Names of the flags that take a config file (ml_collections' DEFINE_config_file)."""
-  return [name for name, flag in flags.FLAGS._flags().items()
-          if type(flag.parser).__name__ == 'ConfigFileFlagParser']
+class ConfigFile:
+  """A flag naming a config file (`path[:variant]`, the file's get_config(variant)) and the
+  command line's `--<name>.<field>=<value>` overrides of it, read once when the flags are parsed:
+  `.value` is the config (locked: no new fields), `.overridden` the full paths set."""
+
+  def __init__(self, name: str, default: str | None, help_text: str):
+    self.name = name
+    self.file = flags.DEFINE_string(name, default, help_text, module_name=sys.argv[0])
+    self.value = None
+    self.overridden: list[str] = []
+
+  @property
+  def present(self) -> bool:
+    """Whether the command line names the file (rather than the flag's default)."""
+    return flags.FLAGS[self.name].present
+
+  def load(self, overrides: list[str]):
+    spec = self.file.value
+    if spec is None and overrides:
+      raise UserError(
+          f'--{self.name}.{overrides[0]} sets a field of the --{self.name} file, and the command '
+          f'names none; give --{self.name}=<its file> too' + (
+              ', or predict on a new file with launch/predict.py --workdir=<the fine-tuning> '
+              '--input=<the file>' if flags.FLAGS.get_flag_value('mode', None) == 'predict'
+              else ''))
+    if spec is not None:
+      self.value, self.overridden = config_from(spec, overrides, self.name)
 
 
-def _flag_value(argv: list[str], name: str) -> str | None:
-  for i, arg in enumerate(argv):
-    if arg.startswith(f'--{name}='):
-      return arg.split('=', 1)[1]
-    if arg == f'--{name}' and i + 1 < len(argv):
-      return argv[i + 1]
-  return None
+_CONFIG_FILES: dict[str, ConfigFile] = {}
 
 
-def _load_config(spec: str, name: str):
-  """get_config(variant) of the file a --config flag names, or one sentence on what is wrong."""
+def define_config_file(name: str, default: str | None, help_text: str) -> ConfigFile:
+  """A --<name> flag taking a config file and its --<name>.<field> overrides (ConfigFile)."""
+  _CONFIG_FILES[name] = ConfigFile(name, default, help_text)
+  return _CONFIG_FILES[name]
+
+
+def config_from(spec: str, overrides=(), name: str = 'config'):
+  """(the config of file `spec` with each `field=value` of `overrides` set, the full paths set).
+
+  A field named without its section (`disc_weight=50`) is its one full path
+  (`objective.disc_weight`); the value is read as the field's type reads it (a bare field is a
+  bool's true); an unknown field, a field of several sections or a value of the wrong type is one
+  sentence naming the fix (UserError). Derived fields follow their sources (FieldReferences)."""
+  config = load_config_file(spec, name)
+  fields = config_paths(config)
+  done = []
+  for given in overrides:
+    key, has_value, text = given.partition('=')
+    path = field_path(fields, key, name)
+    *parents, leaf = path.split('.')
+    section = functools.reduce(lambda c, k: c[k], parents, config)
+    value = _typed(f'--{name}.{given}', path, fields[path], text if has_value else None)
+    try:
+      section[leaf] = value
+    except (TypeError, ValueError) as e:
+      raise UserError(f'--{name}.{given}: {" ".join(str(e).split())}') from None
+    done.append(path)
+  config.lock()
+  return config, done
+
+
+def field_path(fields: dict, key: str, name: str = 'config') -> str:
+  """The full path of the field `key` names among `fields` ({path: value}, config_paths), or one
+  sentence (UserError) naming the fix."""
+  if key in fields:
+    return key
+  leaves = [p for p, v in fields.items() if not hasattr(v, 'items')]
+  owners = [p for p in leaves if p.endswith('.' + key)]
+  if len(owners) == 1:
+    return owners[0]
+  if owners:
+    raise UserError(f'--{name}.{key} is a field of several sections ({", ".join(owners)}); name '
+                    f'one, e.g. --{name}.{owners[0]}')
+  candidates = leaves + [p.rsplit('.', 1)[-1] for p in leaves]
+  close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.7)
+  full = [p for p in leaves if close and (p == close[0] or p.endswith('.' + close[0]))]
+  hint = (f'; did you mean --{name}.{full[0]}?' if len(full) == 1 else
+          f'; the fields are declared in electra_jax/*/config.py (or the file of --{name})')
+  raise UserError(f'unknown config field {key!r}{hint}')
+
+
+def _typed(given: str, path: str, old, text: str | None):
+  """`text` read as a value of the type of the field `path` holds (`old`), or one sentence."""
+  if hasattr(old, 'items'):
+    raise UserError(f'{given}: {path} is a section; set one of its fields, e.g. '
+                    f'--{given.split(".", 1)[0][2:]}.{path}.{next(iter(old.keys()), "<field>")}')
+  if text is None:
+    if isinstance(old, bool):
+      return True
+    raise UserError(f'{given}: give {path} a value ({given}=<value>)')
+  readers = ((bool, 'true or false', flags.BooleanParser().parse), (int, 'an integer', _integer),
+             (float, 'a number', float), (str, 'a string', str),
+             ((tuple, list), 'a Python literal such as (1, 2)', _literal))
+  for kind, words, read in readers:
+    if isinstance(old, kind):
+      try:
+        return (type(old) if isinstance(old, (tuple, list)) else (lambda v: v))(read(text))
+      except (ValueError, SyntaxError, TypeError):
+        raise UserError(f'{given}: {path} takes {words}') from None
+  raise UserError(f'{given}: {path} holds a {type(old).__name__}, which the command line cannot '
+                  'set; set it in the config file')
+
+
+def _integer(text: str) -> int:
+  if not re.fullmatch(r'[+-]?\d[\d_]*', text.strip()):
+    raise ValueError(text)
+  return int(text)
+
+
+def _literal(text: str):
+  value = ast.literal_eval(text)
+  if not isinstance(value, (tuple, list)):
+    raise TypeError(text)
+  return value
+
+
+def load_config_file(spec: str, name: str = 'config'):
+  """get_config(variant) of a config file (`path[:variant]`), or one sentence (UserError) on what
+  is wrong, naming the flag `--name`."""
   path, _, variant = spec.partition(':')
   if not os.path.isfile(path):
     folder = os.path.dirname(path) or '.'
@@ -136,12 +230,7 @@ def _raised(name: str, spec: str, path: str, e: Exception) -> str:
           'fix the config file')
 
 
-def load_config_file(spec: str, flag: str = 'config'):
-  """get_config() of a config file (`path[:variant]`), errors as one sentence naming `--flag`."""
-  return _load_config(spec, flag)
-
-
-def _paths(config, prefix: str = '') -> dict:
+def config_paths(config, prefix: str = '') -> dict:
   """{dotted path: value} of every field and section of a ConfigDict."""
   out = {}
   for key, value in config.items():
@@ -149,109 +238,8 @@ def _paths(config, prefix: str = '') -> dict:
       value = config.get_ref(key).get_type()()
     out[prefix + key] = value
     if hasattr(value, 'items'):
-      out.update(_paths(value, f'{prefix}{key}.'))
+      out.update(config_paths(value, f'{prefix}{key}.'))
   return out
-
-
-def _check_value(flag: str, path: str, old, text: str):
-  """One sentence when `text` cannot be the value of a field whose current value is `old`."""
-  kinds = ((bool, 'true or false', lambda t: t.lower() in ('true', 'false', '1', '0')),
-           (int, 'an integer', lambda t: re.fullmatch(r'[+-]?\d[\d_]*', t)),
-           (float, 'a number', lambda t: _is_float(t)))
-  for kind, words, ok in kinds:
-    if isinstance(old, kind):
-      if not ok(text.strip()):
-        raise UserError(f'--{flag}.{path}={text}: {path} takes {words}')
-      return
-
-
-def _is_float(text: str) -> bool:
-  try:
-    float(text)
-    return True
-  except ValueError:
-    return False
-
-
-def _default_file(name: str) -> str | None:
-  """The file a config flag reads when the command line names none (None: it has no default)."""
-  if name not in flags.FLAGS:
-    return None
-  try:
-    return flags.FLAGS[name].config_filename
-  except (AttributeError, flags.Error):  # (ml_collections' UnparsedFlagError: no default file)
-    return None
-
-
-def overridden_fields(name: str, flag_values=None) -> list[str]:
-  """The fields of config flag `name` that the command line sets (`--<name>.<field>=...`)."""
-  flag_values = flags.FLAGS if flag_values is None else flag_values
-  return [n.split('.', 1)[1] for n in flag_values
-          if n.startswith(f'{name}.') and flag_values[n].present]
-
-
-def _resolve_overrides(argv: list[str], names: list[str] | None = None,
-                       defaults: dict | None = None) -> list[str]:
-  """argv with `--config.<field>=v` overrides checked against the config file (the one named, or
-  the flag's default: `defaults` or the flag's own) and completed: a field named without its
-  section (`--config.disc_weight=50`) becomes its one full path
-  (`--config.objective.disc_weight=50`); an unknown field, a field of several sections or a
-  value of the wrong type is one sentence naming the fix."""
-  out = list(argv)
-  for name in _config_flags() if names is None else names:
-    spec = _flag_value(argv, name)
-    given = [a for a in argv if a.startswith(f'--{name}.')]
-    if spec is None and given:
-      spec = (defaults or {}).get(name) or _default_file(name)
-      if spec is None:
-        raise UserError(
-            f'{given[0]} sets a field of the --{name} file, and the command names none; give '
-            f'--{name}=<its file> too' + (
-                ', or predict on a new file with launch/predict.py --workdir=<the fine-tuning> '
-                '--input=<the file>' if '--mode=predict' in argv else ''))
-    if spec is None:
-      continue
-    fields = _paths(_load_config(spec, name))
-    leaves = {p: v for p, v in fields.items() if not hasattr(v, 'items')}
-    for i, arg in enumerate(out):
-      match = re.match(rf'^--{re.escape(name)}\.([^=]+)(?:=(.*))?$', arg, re.S)
-      if not match:
-        continue
-      key, value = match.group(1), match.group(2)
-      if key not in fields:
-        owners = [p for p in leaves if p.endswith('.' + key)]
-        if len(owners) == 1:
-          key = owners[0]
-        elif owners:
-          raise UserError(f'--{name}.{match.group(1)} is a field of several sections '
-                          f'({", ".join(owners)}); name one, e.g. --{name}.{owners[0]}')
-        else:
-          candidates = list(leaves) + [p.rsplit('.', 1)[-1] for p in leaves]
-          close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.7)
-          full = [p for p in leaves if close and (p == close[0] or p.endswith('.' + close[0]))]
-          hint = (f'; did you mean --{name}.{full[0]}?' if len(full) == 1 else
-                  f'; the fields are declared in electra_jax/*/config.py (or the file of '
-                  f'--{name})')
-          raise UserError(f'unknown config field {key!r}{hint}')
-      if value is not None:
-        _check_value(name, key, fields[key], value)
-        out[i] = f'--{name}.{key}={value}'
-      else:
-        out[i] = f'--{name}.{key}'
-  return out
-
-
-def define_config_file(name: str, default: str | None, help_text: str):
-  """ml_collections' DEFINE_config_file. A flag with a default file reads the command line's
-  `--<name>.<field>` overrides as it is defined, so they are checked and completed here first
-  (one sentence and exit status 2 for a field the file does not have)."""
-  if default is not None:
-    try:
-      sys.argv[1:] = _resolve_overrides(sys.argv, [name], {name: default})[1:]
-    except UserError as e:
-      print(f'error: {e}', file=sys.stderr)
-      sys.exit(2)
-  return config_flags.DEFINE_config_file(name, default, help_text)
 
 
 def declared_flags(declarations: dict, only: tuple = (), **own_defaults) -> dict:
@@ -260,14 +248,12 @@ def declared_flags(declarations: dict, only: tuple = (), **own_defaults) -> dict
   where a command states its own in `own_defaults`, that one. {name: the flag's holder}."""
   define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
             str: flags.DEFINE_string}
-  caller = inspect.currentframe().f_back.f_globals['__name__']  # the command's, for its --help
-  module = sys.argv[0] if caller == '__main__' else caller
   holders = {}
   for name, field in declarations.items():
     if only and name not in only:
       continue
     default = own_defaults.pop(name, field.default)
-    holders[name] = define[type(field.default)](name, default, field.doc, module_name=module)
+    holders[name] = define[type(field.default)](name, default, field.doc, module_name=sys.argv[0])
     if field.valid:  # the declaration's range, checked as the flags are parsed
       flags.register_validator(name, functools.partial(_declared_value, field.valid))
   if own_defaults:
@@ -282,24 +268,33 @@ def _declared_value(valid, value) -> bool:
   return True
 
 
-def _parse(argv):
+def _parse(argv: list[str]) -> list[str]:
+  """absl's flags parsed, then each config file read with its overrides; one sentence, exit 2."""
+  overrides: dict[str, list[str]] = {name: [] for name in _CONFIG_FILES}
+  rest = argv[:1]
+  for i, arg in enumerate(argv[1:], 1):
+    if arg == '--':
+      rest += argv[i:]
+      break
+    name = arg[2:].split('=', 1)[0].split('.', 1)[0] if arg.startswith('--') else ''
+    if name in overrides and arg[2:].startswith(name + '.'):
+      overrides[name].append(arg[len(name) + 3:])
+    else:
+      rest.append(arg)
   try:
-    argv = _resolve_overrides(argv)
-    sys.argv[1:] = argv[1:]  # ml_collections also reads the overrides from sys.argv
+    rest = flags.FLAGS(rest)
+    for name, given in overrides.items():
+      _CONFIG_FILES[name].load(given)
+    return rest
   except UserError as e:
     print(f'error: {e}', file=sys.stderr)
-    sys.exit(2)
-  try:
-    return flags.FLAGS(argv)
   except flags.Error as e:
     cause = e.__cause__ or e.__context__
     text = _explain(cause) if cause else str(e)
-    named = re.match(r'flag (--[\w.]+)=(.*?): ', str(e))
+    named = re.match(r'flag (--[\w.]+)=(.*?): ', str(e))  # (absl's "flag --x=v: why")
     if named and named.group(1) not in text:  # (an enum's message names no flag)
       text = f'{named.group(1)}={named.group(2)}: {text}'
     print(f'error: {text}', file=sys.stderr)
-  except Exception as e:
-    print(f'error: {_explain(e)}', file=sys.stderr)
   sys.exit(2)
 
 

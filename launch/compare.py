@@ -66,14 +66,14 @@ def main(argv):
   if _TASKS.value:
     raise cli.UserError('--tasks picks tasks of a suite; give the suite with --suite=<folder of '
                         'benchmarks/build_tasks.py>, or leave --tasks out')
-  if flags.FLAGS['finetune_config'].present:
+  if _FT_CONFIG.present:
     tasks = compare.as_tasks(_FT_CONFIG.value)  # named as finetune.py names it (own data: its file)
   else:  # both built-in tasks, each with the --finetune_config.<field> overrides given
     spec = importlib.util.spec_from_file_location(
         'builtin', os.path.join(_ROOT, 'configs', 'finetune', 'builtin.py'))
     builtin = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(builtin)
-    fields = cli.overridden_fields('finetune_config')
+    fields = _FT_CONFIG.overridden
     tasks = {label: compare.with_fields(builtin.get_config(label), _FT_CONFIG.value, fields)
              for label in builtin.TASKS}
   for ft in tasks.values():
@@ -86,12 +86,12 @@ def main(argv):
 
 
 def _suite(compare, log):
-  if flags.FLAGS['finetune_config'].present:
+  if _FT_CONFIG.present:
     ft = _FT_CONFIG.value
   else:  # your own data's defaults, with the --finetune_config.<field> overrides given
     own = cli.load_config_file(os.path.join(_ROOT, 'configs', 'finetune', 'own.py'),
                                'finetune_config')
-    ft = compare.with_fields(own, _FT_CONFIG.value, cli.overridden_fields('finetune_config'))
+    ft = compare.with_fields(own, _FT_CONFIG.value, _FT_CONFIG.overridden)
   ft.num_seeds = _SEEDS.value
   if not _PLAN.value:
     compare_suite.compare_suite(_CONFIG.value, _SUITE.value, ft, _WORKDIR.value, _RUNS.value,

@@ -22,7 +22,6 @@ leaderboard's <Task>.tsv files).
 """
 
 from absl import flags
-from ml_collections import config_flags
 
 from electra_jax import cli
 from electra_jax.finetune import compiling as finetune_compiling
@@ -30,7 +29,7 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import run
 from electra_jax.hardware import topology
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/finetune/*.py file[:task]')
+_CONFIG = cli.define_config_file('config', None, 'a configs/finetune/*.py file[:task]')
 _INIT = flags.DEFINE_string('init', None, 'the --workdir of a pre-training run')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for checkpoints, logs and results')
 _MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'predict'],

@@ -21,7 +21,6 @@ import time
 
 from absl import flags
 import jax
-from ml_collections import config_flags
 
 from electra_jax import cli
 from electra_jax.hardware import topology
@@ -29,7 +28,7 @@ from electra_jax.pretraining import compiling
 from electra_jax.pretraining import run as pretrain
 from electra_jax.train import distributed
 
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'a configs/*.py file[:variant]')
+_CONFIG = cli.define_config_file('config', None, 'a configs/*.py file[:variant]')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for data, checkpoints, logs and plots')
 _COORDINATOR = flags.DEFINE_string('coordinator_address', None,
                                    'host:port of process 0, for a multi-process run')

@@ -83,13 +83,13 @@ def commands(text: str) -> list[str]:
 
 @functools.cache
 def fields(spec: str, name: str) -> frozenset:
-  return frozenset(cli._paths(cli.load_config_file(spec, name)))
+  return frozenset(cli.config_paths(cli.load_config_file(spec, name)))
 
 
 def check_override(spec: str, name: str, field: str) -> str | None:
   """None when --<name>.<field> is a field of the config `spec` (or names one alone)."""
   try:
-    cli._resolve_overrides(['x', f'--{name}={spec}', f'--{name}.{field}'], [name])
+    cli.field_path(dict.fromkeys(fields(spec, name)), field, name)
   except UserError as e:
     return str(e)
   return None

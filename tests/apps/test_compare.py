@@ -149,34 +149,22 @@ def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
   both built-in tasks, over topic's own 10: absl counts the file flag as absent then, and the
   override was dropped."""
   import sys
-  from absl import flags
-  from ml_collections import config_flags
   from conftest import ROOT
   from electra_jax import cli
   sys.path.insert(0, os.path.join(ROOT, 'configs', 'finetune'))
   import builtin
   default = os.path.join(ROOT, 'configs', 'finetune', 'builtin.py')
-  argv = cli._resolve_overrides(
-      ['prog', '--finetune_config.word_table_lr=3', '--finetune_config.epochs=1'],
-      names=['finetune_config'], defaults={'finetune_config': default})
-  assert argv[1:] == ['--finetune_config.optimizer.word_table_lr=3', '--finetune_config.epochs=1']
+  value, fields = cli.config_from(default, ['word_table_lr=3', 'epochs=1'], 'finetune_config')
+  assert fields == ['optimizer.word_table_lr', 'epochs']
   with pytest.raises(UserError, match="unknown config field 'word_tabel_lr'; did you mean "
                      r'--finetune_config.optimizer.word_table_lr\?'):
-    cli._resolve_overrides(['prog', '--finetune_config.word_tabel_lr=10'],
-                           names=['finetune_config'], defaults={'finetune_config': default})
-  fv = flags.FlagValues()
-  holder = config_flags.DEFINE_config_file('finetune_config', default, flag_values=fv,
-                                           sys_argv=argv)
-  fv(argv)
-  assert not fv['finetune_config'].present
-  fields = cli.overridden_fields('finetune_config', fv)
-  assert sorted(fields) == ['epochs', 'optimizer.word_table_lr']
+    cli.config_from(default, ['word_tabel_lr=10'], 'finetune_config')
   own = ft_config_lib.short_pretraining_recipe(ft_config_lib.default_config())
   for label in builtin.TASKS:  # one recipe: your own data's, no per-task settings
     c = builtin.get_config(label)
     assert (c.pooling, c.epochs, c.optimizer.to_dict()) == (own.pooling, own.epochs,
                                                              own.optimizer.to_dict())
-  tasks = {label: compare.with_fields(builtin.get_config(label), holder.value, fields)
+  tasks = {label: compare.with_fields(builtin.get_config(label), value, fields)
            for label in builtin.TASKS}
   assert [t.task.name for t in tasks.values()] == list(builtin.TASKS.values())
   for t in tasks.values():

@@ -424,12 +424,10 @@ def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
     setup = pretrain_setup.build_setup(config, SPECIAL, 'tpu')
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh()) is asked
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips)) is asked
-  argv = cli_lib._resolve_overrides(
-      ['prog', f'--config={ROOT}/configs/base.py', '--config.fsdp=True'], names=['config'])
-  assert argv[2] == '--config.fsdp=True'  # None (auto) takes a bool as its type says
+  c, _ = cli_lib.config_from(f'{ROOT}/configs/base.py', ['fsdp=True'])
+  assert c.fsdp is True  # None (auto) takes a bool as its type says
   with pytest.raises(UserError, match='fsdp takes true or false'):
-    cli_lib._resolve_overrides(
-        ['prog', f'--config={ROOT}/configs/base.py', '--config.fsdp=maybe'], names=['config'])
+    cli_lib.config_from(f'{ROOT}/configs/base.py', ['fsdp=maybe'])
 
 
 @pytest.mark.fast
