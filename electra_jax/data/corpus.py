@@ -29,6 +29,7 @@ import zlib
 from typing import Iterator
 
 from electra_jax.storage import fs
+from electra_jax.data import tfds as tfds_lib
 from electra_jax.storage import tf_import
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+(?=[A-Z0-9"\'(\[])')
@@ -343,7 +344,7 @@ def _tfds_documents(name: str, split: str, text_field: str, data_dir: str | None
                     report: ReadReport) -> Iterator[list[str]]:
   """One document per example of a TFDS dataset, from its `text_field`."""
   tfds = tf_import.datasets()
-  dataset = tf_import.tfds_load(name, split, data_dir, 'set TFDS_DATA_DIR=DIR',
+  dataset = tfds_lib.load(name, split, data_dir, 'set TFDS_DATA_DIR=DIR',
                                shuffle_files=False)
   fields = dataset.element_spec
   if not isinstance(fields, dict) or text_field not in fields:

@@ -2,11 +2,13 @@
 
     fs.join(workdir, 'metrics.jsonl'); fs.open(path, 'w'); fs.makedirs(folder); fs.replace(a, b)
 
-Local paths go to `os`, `os.path` and `shutil` (same behaviour, no TensorFlow import). Paths with
-a scheme (gs://, s3://, hdfs://, ...) go to TensorFlow's file systems (`tf.io.gfile`), the ones
-tf.data, TFRecord writers and TensorBoard use for them too, while Orbax's checkpoints reach them
-through etils.epath and TensorStore. So a workdir, a records folder, a corpus, a vocabulary, an
-`init_from` folder, an export or fine-tuning files may each live in a bucket.
+Paths are etils.epath's, as Orbax's checkpoints' are: local paths go to `os`, `os.path` and
+`shutil` (no TensorFlow import), URLs (gs://, the SCHEMES epath reaches) to TensorFlow's file
+systems (`tf.io.gfile`), the ones tf.data, TFRecord writers and TensorBoard use for them too. So a
+workdir, a records folder, a corpus, a vocabulary, an `init_from` folder, an export or fine-tuning
+files may each live in a bucket. What this module adds to epath: Python's errors for the stores'
+(remote_fs.py), UTF-8 text and a file object for every mode, atomic writes, a full disk and the
+free space in one sentence, the bucket's credentials checked before anything runs.
 
 On object stores a file becomes visible only when its upload completes, so `write_atomic` writes
 the final name directly there; locally it writes a temporary name and renames it. Errors come back
@@ -27,8 +29,10 @@ import re
 import shutil
 import tempfile
 
+from etils import epath
+
 from electra_jax import UserError
-from electra_jax.storage import remote_fs
+from electra_jax.storage import remote_fs, tf_import
 
 _SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 
@@ -74,88 +78,94 @@ def bucket(path) -> str:
   return match.group(1) if match and remote(path) else ''
 
 
-# ---- queries ----------------------------------------------------------------------------------
+# ---- queries and changes: etils.epath ----------------------------------------------------------
+
+# The URL schemes etils.epath (and so Orbax's checkpoints) reaches; TensorFlow, whose file systems
+# it uses for them, reads gs:// itself (s3://, az://: through tensorflow-io's plugins).
+SCHEMES = ('gs://', 's3://', 'az://', 'hf://')
+
+
+def _url(path) -> str:
+  """`path` (a URL), checked to be one of SCHEMES."""
+  path = os.fspath(path)
+  if not path.startswith(SCHEMES):
+    raise UserError(f'{path}: {path.split("://")[0]}:// paths are not supported (buckets are '
+                    f'{", ".join(SCHEMES)}); give a local path or a bucket\'s')
+  tf_import.tensorflow()  # (quietly and off the accelerators, before epath's backend loads it)
+  return path
+
+
+def _path(path) -> epath.Path:
+  """`path` as an epath.Path: os, os.path and shutil for a local path, TensorFlow's file systems
+  for a URL."""
+  return epath.Path(_url(path) if remote(path) else _local(path))
+
 
 def exists(path) -> bool:
-  if not remote(path):
-    return os.path.exists(_local(path))
   with remote_fs.errors(path):
-    return remote_fs.gfile().exists(os.fspath(path))
+    return _path(path).exists()
 
 
 def isdir(path) -> bool:
-  if not remote(path):
-    return os.path.isdir(_local(path))
   with remote_fs.errors(path):
-    return remote_fs.gfile().isdir(os.fspath(path))
+    return _path(path).is_dir()
 
 
 def isfile(path) -> bool:
-  if not remote(path):
-    return os.path.isfile(_local(path))
   with remote_fs.errors(path):
-    g = remote_fs.gfile()
-    return g.exists(os.fspath(path)) and not g.isdir(os.fspath(path))
+    return _path(path).is_file()
 
 
 def getsize(path) -> int:
-  if not remote(path):
+  if not remote(path):  # (epath's local stat also looks up the owner's name)
     return os.path.getsize(_local(path))
   with remote_fs.errors(path):
-    return remote_fs.gfile().stat(os.fspath(path)).length
+    return _path(path).stat().length
 
 
 def listdir(path) -> list[str]:
-  """Names in a folder (without a trailing '/' for subfolders)."""
-  if not remote(path):
-    return os.listdir(_local(path))
+  """Names in a folder (without a trailing '/' for subfolders; backup files `name~` left out,
+  as TensorFlow's file systems leave them out)."""
   with remote_fs.errors(path):
-    return [name.rstrip('/') for name in remote_fs.gfile().listdir(os.fspath(path))]
+    return [p.name for p in _path(path).iterdir()]
 
 
 def glob(pattern) -> list[str]:
-  if not remote(pattern):
+  """The paths `pattern` matches (wildcards in any part, a folder's included)."""
+  if not remote(pattern):  # (epath globs below a folder, a pattern's folders fixed)
     return glob_lib.glob(_local(pattern))
   with remote_fs.errors(pattern):
-    return remote_fs.gfile().glob(os.fspath(pattern))
+    return remote_fs.gfile().glob(_url(pattern))
 
 
-# ---- changes ----------------------------------------------------------------------------------
+def walk_files(folder) -> list[str]:
+  """Every file below `folder`, recursively."""
+  with remote_fs.errors(folder):
+    return [os.fspath(root / name) for root, _, names in _path(folder).walk() for name in names]
+
 
 def makedirs(path, exist_ok: bool = True):
-  if not remote(path):
-    os.makedirs(_local(path), exist_ok=exist_ok)
-    return
   with remote_fs.errors(path):
-    remote_fs.gfile().makedirs(os.fspath(path))
+    _path(path).mkdir(parents=True, exist_ok=exist_ok)
 
 
 def remove(path):
-  if not remote(path):
-    os.remove(_local(path))
-    return
   with remote_fs.errors(path):
-    remote_fs.gfile().remove(os.fspath(path))
+    _path(path).unlink()
 
 
 def rmdir(path):
-  """Removes an empty folder (on object stores: its marker, if any)."""
-  if not remote(path):
-    os.rmdir(_local(path))
-    return
+  """Removes an empty folder (on object stores: its marker, if any); OSError if it is not empty."""
   with remote_fs.errors(path):
-    if remote_fs.gfile().listdir(os.fspath(path)):
-      raise OSError(39, 'folder not empty', os.fspath(path))
-    remote_fs.gfile().rmtree(os.fspath(path))
+    if listdir(path):
+      raise OSError(errno.ENOTEMPTY, 'folder not empty', os.fspath(path))
+    _path(path).rmtree()
 
 
 def rmtree(path, ignore_errors: bool = False):
-  if not remote(path):
-    shutil.rmtree(_local(path), ignore_errors=ignore_errors)
-    return
   try:
     with remote_fs.errors(path):
-      remote_fs.gfile().rmtree(os.fspath(path))
+      _path(path).rmtree()
   except OSError:
     if not ignore_errors:
       raise
@@ -163,19 +173,20 @@ def rmtree(path, ignore_errors: bool = False):
 
 def replace(src, dst):
   """Renames a file, replacing `dst` (on object stores: a copy, then the source is deleted)."""
-  if not remote(src) and not remote(dst):
-    os.replace(_local(src), _local(dst))
-    return
   with remote_fs.errors(src):
-    remote_fs.gfile().rename(os.fspath(src), os.fspath(dst), overwrite=True)
+    _path(src).replace(_path(dst))
 
 
 def copyfile(src, dst):
-  if not remote(src) and not remote(dst):
-    shutil.copyfile(_local(src), _local(dst))
-    return
   with remote_fs.errors(src):
-    remote_fs.gfile().copy(os.fspath(src), os.fspath(dst), overwrite=True)
+    _path(src).copy(_path(dst), overwrite=True)
+
+
+def copytree(src, dst):
+  """Copies the files under folder `src` to `dst` (which must not exist)."""
+  makedirs(dst, exist_ok=False)
+  for name in listdir(src):
+    (copytree if isdir(join(src, name)) else copyfile)(join(src, name), join(dst, name))
 
 
 def move_tree(src, dst):
@@ -185,19 +196,6 @@ def move_tree(src, dst):
     return
   copytree(src, dst)
   rmtree(src)
-
-
-def copytree(src, dst):
-  """Copies the files under folder `src` to `dst` (which must not exist)."""
-  if not remote(src) and not remote(dst):
-    shutil.copytree(_local(src), _local(dst))
-    return
-  makedirs(dst)
-  for name in listdir(src):
-    if isdir(join(src, name)):
-      copytree(join(src, name), join(dst, name))
-    else:
-      copyfile(join(src, name), join(dst, name))
 
 
 # ---- contents ---------------------------------------------------------------------------------
@@ -210,23 +208,14 @@ def open(path, mode: str = 'r', encoding: str | None = None,
     if 'b' not in mode and encoding is None:
       encoding = 'utf-8'
     return builtins.open(_local(path), mode, encoding=encoding, newline=newline)
-  return remote_fs.File(path, mode)
+  return remote_fs.File(_url(path), mode)
 
 
 def open_binary(path):
   """A buffered binary reader of a local or remote file (readline(limit), tell, iteration)."""
   if not remote(path):
     return builtins.open(_local(path), 'rb')
-  return io.BufferedReader(remote_fs.RawRemote(path), buffer_size=1 << 20)
-
-
-def walk_files(folder) -> list[str]:
-  """Every file below `folder`, recursively."""
-  if not remote(folder):
-    return [os.path.join(d, f) for d, _, files in os.walk(_local(folder)) for f in files]
-  with remote_fs.errors(folder):
-    return [posixpath.join(d, f) for d, _, files in remote_fs.gfile().walk(os.fspath(folder))
-            for f in files]
+  return io.BufferedReader(remote_fs.RawRemote(_url(path)), buffer_size=1 << 20)
 
 
 def read_text(path) -> str:

@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT, load_config
 from electra_jax import UserError
 from electra_jax.data import corpus as corpus_lib
+from electra_jax.data import tfds as tfds_lib
 from electra_jax.storage import tf_import
 
 tfds = tf_import.datasets()
@@ -138,11 +139,11 @@ def test_a_failed_attempt_leaves_no_folder_of_tfds_in_the_temporary_folder(tmp_p
       raise ConnectionError("HTTPSConnectionPool(host='storage.googleapis.com', port=443)")
     return 'a dataset'
   monkeypatch.setattr(tfds, 'load', load)
-  monkeypatch.setattr(tf_import, '_check_reachable', lambda *args: None)
-  assert tf_import.tfds_load('glue/sst2', 'train', str(tmp_path / 'tfds'), 'hint') == 'a dataset'
+  monkeypatch.setattr(tfds_lib, '_check_reachable', lambda *args: None)
+  assert tfds_lib.load('glue/sst2', 'train', str(tmp_path / 'tfds'), 'hint') == 'a dataset'
   assert os.listdir(tmp_path / 'tmp') == []
   outcome['fail'] = True
   with pytest.raises(ValueError, match=r'^TFDS could not download glue/sst2: no connection to '
                                        r'storage.googleapis.com from this machine'):
-    tf_import.tfds_load('glue/sst2', 'train', str(tmp_path / 'tfds'), 'point at it')
+    tfds_lib.load('glue/sst2', 'train', str(tmp_path / 'tfds'), 'point at it')
   assert os.listdir(tmp_path / 'tmp') == []

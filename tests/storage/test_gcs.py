@@ -15,6 +15,7 @@ import pytest
 
 from conftest import CHILD_ENV, HAS_HF, ROOT, launch_command, load_config, run_config_file
 from conftest import test_config
+from electra_jax import UserError
 from electra_jax.data import records
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.storage import fs
@@ -64,8 +65,10 @@ def _last_line(done) -> str:
 
 
 @pytest.mark.fast
-def test_files_in_a_bucket_behave_as_local_files():
-  root = f'{BUCKET}/fs'
+@pytest.mark.parametrize('where', ['bucket', 'local'])
+def test_files_in_a_bucket_behave_as_local_files(where, tmp_path):
+  root = f'{BUCKET}/fs' if where == 'bucket' else str(tmp_path / 'fs')
+  fs.makedirs(fs.join(root, 'a'))
   fs.write_atomic(fs.join(root, 'a', 'x.txt'), 'one\ntwo\n' + 'y' * 5000 + '\n')
   fs.write_atomic(fs.join(root, 'a', 'b.bin'), b'\x00\x01')
   assert fs.isdir(fs.join(root, 'a')) and fs.isfile(fs.join(root, 'a', 'x.txt'))
@@ -81,12 +84,24 @@ def test_files_in_a_bucket_behave_as_local_files():
   assert not fs.exists(fs.join(root, 'a', 'b.bin'))
   fs.copytree(fs.join(root, 'a'), fs.join(root, 'copy'))
   assert fs.read_text(fs.join(root, 'copy', 'x.txt')).startswith('one\ntwo\n')
+  assert sorted(fs.walk_files(root)) == [fs.join(root, 'a', 'x.txt'), fs.join(root, 'c.bin'),
+                                         fs.join(root, 'copy', 'x.txt')]
+  with pytest.raises(OSError, match='not empty'):
+    fs.rmdir(fs.join(root, 'copy'))
   with pytest.raises(FileNotFoundError):
     fs.read_text(fs.join(root, 'missing.txt'))
   with pytest.raises(FileNotFoundError, match='bucket gs://no-such-bucket does not exist'):
     fs.check_access('gs://no-such-bucket/x')
   fs.rmtree(root)
   assert not fs.exists(fs.join(root, 'copy', 'x.txt'))
+
+
+@pytest.mark.fast
+def test_a_scheme_no_bucket_library_reaches_is_refused_in_one_sentence():
+  for call in (fs.exists, fs.listdir, fs.open, fs.glob):
+    with pytest.raises(UserError, match=r'^hdfs://n/x: hdfs:// paths are not supported \(buckets '
+                       r'are gs://, s3://, az://, hf://\); give a local path or a bucket\'s$'):
+      call('hdfs://n/x')
 
 
 def test_records_in_a_bucket_are_the_bytes_of_local_records(bucket_records, records_dir):

@@ -19,6 +19,7 @@ import numpy as np
 
 from electra_jax import UserError
 from electra_jax.storage import fs
+from electra_jax.data import tfds as tfds_lib
 from electra_jax.storage import tf_import
 
 
@@ -35,7 +36,7 @@ def load_tfds(version: str, split: str, data_dir: str | None = None) -> list[Que
   """`squad/v1.1` or `squad/v2.0` from TFDS; split 'train' or 'validation'."""
   tfds = tf_import.datasets()
   out = []
-  dataset = tf_import.tfds_load(f'squad/{version}', split, data_dir,
+  dataset = tfds_lib.load(f'squad/{version}', split, data_dir,
                                'point --config.task.tfds_data_dir at it')
   for row in tfds.as_numpy(dataset):
     answers = row['answers']

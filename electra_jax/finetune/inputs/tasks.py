@@ -18,6 +18,7 @@ from electra_jax.data import corpus
 from electra_jax.data import records
 from electra_jax.finetune.inputs import squad
 from electra_jax.storage import fs
+from electra_jax.data import tfds as tfds_lib
 from electra_jax.storage import tf_import
 
 
@@ -104,7 +105,7 @@ def load_glue(name: str, data_dir: str | None = None) -> dict[str, list[Example]
   out = {}
   for ours, theirs in g.splits.items():
     examples = []
-    dataset = tf_import.tfds_load(f'glue/{name}', theirs, data_dir, _TFDS_HINT)
+    dataset = tfds_lib.load(f'glue/{name}', theirs, data_dir, _TFDS_HINT)
     for row in tfds.as_numpy(dataset):
       texts = [row[f].decode('utf-8') for f in g.fields]
       label = row['label']
