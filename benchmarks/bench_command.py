@@ -16,7 +16,8 @@ from benchmarks import step_benchmark as benchmark
 from electra_jax import UserError
 from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records
-from electra_jax.hardware import aot, flops, topology
+from electra_jax.hardware import aot, topology
+from electra_jax.hardware import peak as peak_lib
 from electra_jax.model import flash
 
 
@@ -69,7 +70,7 @@ def _time_step(config, o: Options) -> dict:
     profile_dir = o.profile_dir or tempfile.mkdtemp(prefix='electra_profile_')
   result = benchmark.benchmark(config, steps=o.steps, repeats=o.repeats,
                                peer=o.peer, profile_dir=profile_dir)
-  peak, result['peak_source'] = flops.mesh_peak(jax.devices(), result['dtype'])
+  peak, result['peak_source'] = peak_lib.mesh_peak(jax.devices(), result['dtype'])
   result['peak_flops_per_s'] = peak
   result['mfu'] = result['model_flops_per_s'] / peak if peak else None
   r = result

@@ -22,7 +22,7 @@ import numpy as np
 from benchmarks import profiling
 from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.data.tokenizer import SPECIAL
-from electra_jax.hardware import flops as flops_lib
+from electra_jax.model import flops as flops_lib
 from electra_jax.hardware import hlo_cost
 from electra_jax.model import attention, attention_masks, flash
 from electra_jax.model import networks as model_lib

@@ -119,7 +119,7 @@ def test_only_the_late_errors_of_a_failed_checkpoint_read_are_dropped(tmp_path):
             'Closed(); Other(); late()\n'
             'print("read fails", file=sys.stderr, flush=True)\n'
             'try:\n'
-            '  with checkpoint._reading(arrays=1):\n'  # (pylint: disable=protected-access)
+            '  with checkpoint._reading(arrays=1):\n'
             '    raise ValueError("damaged")\n'
             'except ValueError:\n'
             '  Closed(); Other(); late(); late(); late()\n'

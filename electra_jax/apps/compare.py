@@ -23,7 +23,7 @@ from electra_jax.finetune import run as finetune_run
 from electra_jax.finetune import search
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import registry
-from electra_jax.hardware import flops as flops_lib
+from electra_jax.model import flops as flops_lib
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import preflight

@@ -208,7 +208,7 @@ def mlm_head_flops(h: int, e: int, v: int, positions: int) -> float:
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """One pre-training objective: all the rest of the code asks of it (the step its loss, the run
-  its model fields, hardware/flops.py its heads' FLOPs, the compare tool its runs, and the logs,
+  its model fields, pretraining/step_flops.py its heads' FLOPs, the compare tool its runs, and the logs,
   keep_best, the summary and the comparison its metrics)."""
   name: str
   loss: Callable  # (params, batch, rng, *, model, cfg, special, deterministic, draws) ->

@@ -1,4 +1,4 @@
-"""Each accelerator chip's datasheet values, in one table that MFU (hardware/flops.py), Cloud TPU
+"""Each accelerator chip's datasheet values, in one table that MFU (hardware/peak.py), Cloud TPU
 slices (hardware/topology.py), the compiler's cost estimate (hardware/hlo_cost.py) and the model's
 recompute choice read.
 A new chip is a line of `CHIPS`.

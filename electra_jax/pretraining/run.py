@@ -24,7 +24,7 @@ from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.tokenizer import SpecialIds
-from electra_jax.hardware import flops as flops_lib
+from electra_jax.hardware import peak as peak_lib
 from electra_jax.train import metrics as metrics_lib
 from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import compiling
@@ -300,7 +300,7 @@ def _describe_run(config, setup, state, mesh, readers: int, start: int, log):
       f'{d.max_seq_length}, '
       f'{readers} input reader(s) | {step_flops / 1e9:.1f} GFLOP/step | '
       f'steps {start} -> {config.train_steps}')
-  peak, peak_source = flops_lib.mesh_peak(mesh.devices.flat, setup.model_cfg.dtype)
+  peak, peak_source = peak_lib.mesh_peak(mesh.devices.flat, setup.model_cfg.dtype)
   log(f'MFU against {peak / 1e12:.3g} TFLOP/s ({peak_source})')
 
   def annotate(values, speed):

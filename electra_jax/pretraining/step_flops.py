@@ -2,7 +2,7 @@
 vocabulary projection only at the N prediction slots, lookups free), with the usual backward = 2 x
 forward, for the main network, its objective's heads and, where it has one, the generator."""
 
-from electra_jax.hardware import flops
+from electra_jax.model import flops
 from electra_jax.model.networks import ModelConfig
 from electra_jax.objectives import registry as objectives
 

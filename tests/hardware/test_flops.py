@@ -3,7 +3,8 @@
 import pytest
 
 from configs import base, large, small
-from electra_jax.hardware import flops
+from electra_jax.hardware import peak as peak_lib
+from electra_jax.model import flops
 from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.model import networks as model_lib
 
@@ -41,17 +42,17 @@ def test_step_matmul_flops_scale_with_the_model():
   # All-Tokens MLM projects every position onto the vocabulary: more than Replace MLM
   assert (step_flops_lib.step_matmul_flops(cfg, 128, 128, 19, 'all_tokens_mlm')
           > step_flops_lib.step_matmul_flops(cfg, 128, 128, 19, 'replace_mlm') > mlm)
-  assert flops.peak_flops(type('D', (), {'device_kind': 'TPU v4'})()) == 275e12
-  assert flops.peak_flops(type('D', (), {'device_kind': 'cpu'})()) is None
+  assert peak_lib.peak_flops(type('D', (), {'device_kind': 'TPU v4'})()) == 275e12
+  assert peak_lib.peak_flops(type('D', (), {'device_kind': 'cpu'})()) is None
 
 
 @pytest.mark.fast
 def test_mesh_peak_multiplies_chips_and_measures_a_cpu_once_per_host():
   import jax
   tpu = lambda i: type('D', (), {'device_kind': 'TPU v5p', 'process_index': i // 4})()
-  assert flops.mesh_peak([tpu(i) for i in range(8)], 'bfloat16')[0] == 8 * 459e12
+  assert peak_lib.mesh_peak([tpu(i) for i in range(8)], 'bfloat16')[0] == 8 * 459e12
   cpus = jax.devices()  # eight fake devices of one host share its cores: one host's peak
   assert len(cpus) == 8
-  peak, source = flops.mesh_peak(cpus, 'float32')
-  assert peak == flops.measure_matmul_peak('float32') and 1e9 < peak < 1e14
+  peak, source = peak_lib.mesh_peak(cpus, 'float32')
+  assert peak == peak_lib.measure_matmul_peak('float32') and 1e9 < peak < 1e14
   assert source == 'measured float32 2048^3 matmul'

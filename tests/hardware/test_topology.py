@@ -17,7 +17,7 @@ from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
 from electra_jax import UserError
 from electra_jax import cli as cli_lib
 from electra_jax.hardware import aot
-from electra_jax.hardware import flops
+from electra_jax.hardware import peak
 from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
 from electra_jax.hardware import topology
@@ -322,7 +322,7 @@ def test_a_chip_added_to_the_table_is_a_slice_a_peak_and_an_estimate(monkeypatch
   slice_ = topology.parse('v5x-8')
   assert (slice_.chip, slice_.chips, slice_.topology, slice_.hbm_bytes) == (
       v5x, 8, 'v5e:2x4', 32 * topology.GiB)
-  assert flops.peak_flops(type('D', (), {'device_kind': 'TPU v5x'})()) == 2 * v5e.peak_flops
+  assert peak.peak_flops(type('D', (), {'device_kind': 'TPU v5x'})()) == 2 * v5e.peak_flops
   with pytest.raises(ValueError, match='v5x-8'):
     topology.parse('v9-8')
   lines = []

@@ -1,4 +1,5 @@
-"""FLOP accounting: the paper's (to compare with its compute figures) and ours (for MFU).
+"""The model's FLOPs: the paper's accounting (to compare with its compute figures) and what our
+encoders multiply (for MFU).
 
 `paper_train_flops` follows the accounting of the ELECTRA paper (its Table 1 and 8 compute column):
 every operation counts (matmul = 2 * m * n * k, softmax 5, LayerNorm 5, GELU 8, dropout 4 per
@@ -10,51 +11,9 @@ step's model FLOPs (pretraining/step_flops.py, with its objective's heads) and o
 that the network's size decides.
 """
 
-import functools
-import time
-
-import jax
-import jax.numpy as jnp
-
 from electra_jax.model.networks import ModelConfig
-from electra_jax.platform import chips
 
 _SOFTMAX, _LAYER_NORM, _GELU, _DROPOUT = 5, 5, 8, 4
-
-def peak_flops(device) -> float | None:
-  """Peak dense bf16 FLOP/s of a device, by its kind (chips.py); None when unknown (a CPU)."""
-  chip = chips.of_device_kind(getattr(device, 'device_kind', str(device)))
-  return chip.peak_flops if chip else None
-
-
-@functools.cache
-def measure_matmul_peak(dtype: str = 'float32', n: int = 2048, repeats: int = 8) -> float:
-  """Best FLOP/s of a square matmul in `dtype` with float32 accumulation on the default device
-  (the peak of a CPU, for MFU); about a second, measured once per process and dtype."""
-  a = jnp.ones((n, n), dtype)
-  f = jax.jit(lambda x: jnp.matmul(x, x, preferred_element_type=jnp.float32))
-  f(a).block_until_ready()
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    f(a).block_until_ready()
-    times.append(time.perf_counter() - t)
-  return 2 * n ** 3 / min(times)
-
-
-def mesh_peak(devices, dtype: str) -> tuple[float, str]:
-  """(peak FLOP/s of the whole mesh, where it comes from) for MFU.
-
-  TPUs and GPUs: the datasheet's bf16 peak per chip times the chips. CPUs: a matmul measured in the
-  run's dtype, times the processes (a host's CPU devices share its cores: one matmul uses them all).
-  """
-  devices = list(devices)
-  peak = peak_flops(devices[0])
-  if peak is not None:
-    return peak * len(devices), f'bf16 datasheet peak x {len(devices)} devices'
-  hosts = len({d.process_index for d in devices})
-  return (measure_matmul_peak(str(jnp.dtype(dtype))) * hosts,
-          f'measured {jnp.dtype(dtype)} 2048^3 matmul' + (f' x {hosts} hosts' if hosts > 1 else ''))
 
 
 def _paper_block(h, s, inter, heads):
