@@ -17,6 +17,7 @@ import re
 import signal
 import sys
 import traceback
+from typing import Any, Callable
 
 from absl import app
 from absl import flags
@@ -52,7 +53,7 @@ def _standard_streams():
 _standard_streams()
 
 
-def _explain(error: Exception) -> str:
+def _explain(error: BaseException) -> str:
   """One sentence for a flag absl refused (its parsers' messages, pinned by tests)."""
   text = ' '.join(str(error).split())
   if text.startswith('invalid literal for int()'):
@@ -76,7 +77,7 @@ class ConfigFile:
   @property
   def present(self) -> bool:
     """Whether the command line names the file (rather than the flag's default)."""
-    return flags.FLAGS[self.name].present
+    return bool(flags.FLAGS[self.name].present)
 
   def load(self, overrides: list[str]):
     spec = self.file.value
@@ -154,9 +155,10 @@ def _typed(given: str, path: str, old, text: str | None):
     if isinstance(old, bool):
       return True
     raise UserError(f'{given}: give {path} a value ({given}=<value>)')
-  readers = ((bool, 'true or false', flags.BooleanParser().parse), (int, 'an integer', _integer),
-             (float, 'a number', float), (str, 'a string', str),
-             ((tuple, list), 'a Python literal such as (1, 2)', _literal))
+  readers: tuple[tuple[Any, str, Callable[[str], Any]], ...] = (
+      (bool, 'true or false', flags.BooleanParser().parse), (int, 'an integer', _integer),
+      (float, 'a number', float), (str, 'a string', str),
+      ((tuple, list), 'a Python literal such as (1, 2)', _literal))
   for kind, words, read in readers:
     if isinstance(old, kind):
       try:
@@ -195,6 +197,7 @@ def load_config_file(spec: str, name: str = 'config'):
     raise UserError(f'--{name}={spec}: {path} is not a config file (a Python file defining '
                     'get_config(), such as configs/tiny.py)')
   module_spec = importlib.util.spec_from_file_location('electra_jax_user_config', path)
+  assert module_spec is not None and module_spec.loader is not None  # (a .py path always has one)
   module = importlib.util.module_from_spec(module_spec)
   try:
     module_spec.loader.exec_module(module)
@@ -246,8 +249,8 @@ def declared_flags(declarations: dict, only: tuple = (), **own_defaults) -> dict
   """absl flags of declared settings ({name: config.fields.Field}; `only` those named): each
   named after its field, its help the declaration's meaning, its default the declaration's or,
   where a command states its own in `own_defaults`, that one. {name: the flag's holder}."""
-  define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
-            str: flags.DEFINE_string}
+  define: dict[type, Callable] = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer,
+                                  float: flags.DEFINE_float, str: flags.DEFINE_string}
   holders = {}
   for name, field in declarations.items():
     if only and name not in only:

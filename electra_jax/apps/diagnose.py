@@ -21,6 +21,7 @@ means the fine-tuning, not the features, falls short.
 import functools
 import json
 import math
+from typing import Any
 
 from flax.traverse_util import flatten_dict
 import jax
@@ -239,8 +240,9 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
   state = jax.jit(functools.partial(step_lib.init_state, setup))()
   ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'))
   steps = [0] + ckpt.all_steps()
-  out = {'workdir': workdir, 'examples': len(batches) * batch_size, 'steps': {}}
+  out: dict[str, Any] = {'workdir': workdir, 'examples': len(batches) * batch_size, 'steps': {}}
   if probe:
+    assert task is not None and data is not None
     out['probe'] = {'task': task.name, 'train': len(data['train']), 'dev': len(data['dev']),
                     'steps': {}}
   try:
@@ -251,7 +253,7 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
           params = ckpt.restore(step, state)[0].params
       out['steps'][step] = checkpoint_stats(setup.model, setup.model_cfg, params, batches)
       log(format_step(step, out['steps'][step]))
-      if probe:
+      if task is not None and data is not None:  # (a probe)
         out['probe']['steps'][step] = probe_rows(setup.model, setup.model_cfg, params, task, data,
                                                  batch_size)
         log(format_probe(step, out['probe']['steps'][step]))

@@ -307,7 +307,7 @@ def _dev_through_pipeline(done, folder, local, transformers, log) -> dict | None
   where the kind has no pipeline or the fine-tuning no dev file of its own."""
   kind = None if done.kind == 'pretraining' else registry.get(done.kind)
   t = done.config.task if done.config is not None else None
-  if kind is None or not kind.hf_pipeline or not t.get('dev') or not fs.isfile(t.dev):
+  if kind is None or t is None or not kind.hf_pipeline or not t.get('dev') or not fs.isfile(t.dev):
     return None
   if kind.hf_pipeline == 'token-classification':
     return _dev_through_token_pipeline(done, kind, folder, local, transformers, log)

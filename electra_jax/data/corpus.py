@@ -26,7 +26,7 @@ import stat
 import re
 import sysconfig
 import zlib
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from electra_jax.storage import fs
 from electra_jax.data import tfds as tfds_lib
@@ -76,7 +76,7 @@ def _module_docstrings(path: str) -> str:
 
 def _stdlib_sources() -> list[str]:
   root = sysconfig.get_paths()['stdlib']
-  paths = []
+  paths: list[str] = []
   for dirpath, dirnames, filenames in os.walk(root):
     dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith('.'))
     paths.extend(os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith('.py'))
@@ -91,7 +91,7 @@ def builtin_documents() -> list[list[str]]:
 @functools.lru_cache(maxsize=1)
 def _builtin_documents() -> tuple[tuple[str, ...], ...]:
   """Parsed once per process (about 5 s of `ast` work, 2 MB kept)."""
-  docs = [text_to_sentences(topics.topics[k]) for k in sorted(topics.topics)]
+  docs: list[Sequence[str]] = [text_to_sentences(topics.topics[k]) for k in sorted(topics.topics)]
   docs.extend(d for _, d in builtin_module_documents())
   return tuple(tuple(d) for d in docs if d)
 
@@ -173,7 +173,7 @@ def _open_binary(path: str):
 
 def _raw_position(f) -> int:
   """Bytes of the file on disk consumed so far (the compressed position of a .gz file)."""
-  return f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.tell()
+  return f.fileobj.tell() if isinstance(f, gzip.GzipFile) else f.tell()  # type: ignore[union-attr]
 
 
 _UTF16_BOMS = (b'\xff\xfe', b'\xfe\xff')

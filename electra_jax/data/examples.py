@@ -25,7 +25,7 @@ class Example(NamedTuple):
 class ExampleBuilder:
   """Feeds sentences (lists of ids) in; yields an Example whenever one is complete."""
 
-  def __init__(self, max_length: int, cls_id: int, sep_id: int, seed: int = 0,
+  def __init__(self, max_length: int, cls_id: int, sep_id: int, seed: int | str = 0,
                pad_id: int = 0):
     if max_length < 5:
       raise ValueError(f'max_seq_length must be at least 5, not {max_length}')

@@ -45,7 +45,7 @@ class _Shard:
     self.name = settings.file(split, index)
     # locally a temporary name, renamed when complete; in a bucket the object itself, which
     # appears only when its upload completes
-    self.tmp = (fs.join(out_dir, self.name) if fs.remote(out_dir) else
+    self.tmp: str | None = (fs.join(out_dir, self.name) if fs.remote(out_dir) else
                 fs.join(out_dir, f'.{self.name}.tmp-{os.getpid()}'))
     self.writer = tf.io.TFRecordWriter(self.tmp)
     self.builder = examples_lib.ExampleBuilder(settings.max_seq_length, special.cls, special.sep,
@@ -116,7 +116,8 @@ def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[st
   shards = {key: _Shard(tf, out_dir, settings, *key, tokenizer.special, tokenizer.vocab_size)
             for key in wanted}
   seen = {s: 0 for s in records.SPLITS}
-  pending, pending_sentences = [], 0  # documents waiting to be tokenized in one call
+  pending: list[tuple[_Shard, list]] = []  # documents waiting to be tokenized in one call
+  pending_sentences = 0
 
   def flush():
     ids = tokenizer.encode_batch([s for _, doc in pending for s in doc])
@@ -284,7 +285,7 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
     else:
       log(f'training a SentencePiece vocabulary of {settings.vocab_size} entries on '
           f'{settings.source}')
-      stats = {}
+      stats: dict[str, int] = {}
       tokenizer_lib.train_sentencepiece(
           source.lines(), vocab_path, settings.vocab_size, lower_case=settings.lower_case,
           seed=settings.seed, character_coverage=settings.character_coverage,

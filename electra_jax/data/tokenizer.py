@@ -67,7 +67,8 @@ def unigram_tokenizer(proto, path: str = ''):
   # control symbols ([CLS], [MASK], ...) and [UNK] are never read from text, as in SentencePiece
   pieces = [(p.piece, p.score if p.type in normal else -1e9) for p in proto.pieces]
   tok = Tokenizer(models.Unigram(pieces, unk_id=proto.trainer_spec.unk_id, byte_fallback=False))
-  steps = [normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap else []
+  steps: list = ([normalizers.Precompiled(norm.precompiled_charsmap)] if norm.precompiled_charsmap
+                 else [])
   if norm.remove_extra_whitespaces:
     steps += [normalizers.Strip(), normalizers.Replace(Regex(' {2,}'), ' ')]
   tok.normalizer = normalizers.Sequence(steps)
@@ -338,7 +339,7 @@ class WordPieceTokenizer:
   def decode(self, ids: Iterable[int]) -> str:
     return self._tok.decode([int(i) for i in ids])
 
-  def id_to_piece(self, i: int) -> str:
+  def id_to_piece(self, i: int) -> str | None:
     return self._tok.id_to_token(int(i))
 
 

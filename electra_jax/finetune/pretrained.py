@@ -131,9 +131,10 @@ def _read_checkpoint(init: str, config, model_cfg, step: str, log) -> tuple[dict
           raise UserError(f'{init} holds no checkpoint any more (its run deleted them while '
                           'they were read); try again, or give another --init')
       else:
-        step = _chosen_step(ckpt, init, step, config.keep_best)
-        ckpt.check_shapes(step, target)
-        state, _ = ckpt.restore(step, target, only=_READ)
+        chosen = _chosen_step(ckpt, init, step, config.keep_best)
+        ckpt.check_shapes(chosen, target)
+        state, _ = ckpt.restore(chosen, target, only=_READ)
+        step = str(chosen)
   finally:
     ckpt.close()
   params = {k: state.params[k] for k in ('embeddings', 'discriminator')}

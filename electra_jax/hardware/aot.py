@@ -188,6 +188,9 @@ def report(name: str, compiled, seconds: float | None, error: str, args, capacit
     problems.append(f'the {name} does not compile ({error})')
     return None
   used = memory(compiled, args)
+  if used is None:  # (a backend that keeps no memory statistics)
+    log(f'{name}: compiled{took} | HBM per chip: not reported by this backend')
+    return None
   fits = used.total <= MARGIN * capacity
   log(f'{name}: compiled{took} | HBM per chip {used.describe(capacity)}'
       + ('' if fits else ' | does NOT fit'))

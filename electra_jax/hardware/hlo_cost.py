@@ -77,7 +77,7 @@ class Estimate:
 
   def top(self, n: int = 10) -> list:
     """The `n` costliest operations, those of one JAX operation and source merged."""
-    merged = {}
+    merged: dict = {}
     for op in self.ops:
       if op.total <= 0:
         continue
@@ -145,7 +145,9 @@ def _what(line: str) -> str:
 
 class _Program:
   def __init__(self, text: str):
-    self.computations, self.entry, self.types = {}, None, {}
+    self.computations: dict[str, list] = {}
+    self.entry = ''
+    self.types: dict[str, str] = {}
     current = None
     for line in text.splitlines():
       header = _HEADER.match(line)
@@ -211,7 +213,7 @@ def _op_cost(program: _Program, chip: Chip, instruction: tuple, devices_per_slic
   if cycles:
     return int(cycles.group(1)) / chip.clock_hz, 'compiler'
   if opcode == 'custom-call' and '"cost_estimate"' in line:
-    declared = json.loads('{' + re.search(r'"cost_estimate":(\{[^}]*\})', line).group(1)[1:])
+    declared = json.loads('{' + _found(r'"cost_estimate":(\{[^}]*\})', line)[1:])
     return max(float(declared.get('flops', 0)) / chip.peak_flops,
                float(declared.get('bytes_accessed', 0)) / chip.hbm_bytes_per_s), 'kernel'
   flops = 0.0
@@ -224,10 +226,19 @@ def _op_cost(program: _Program, chip: Chip, instruction: tuple, devices_per_slic
              (operand_bytes + _bytes(type_text)) / chip.hbm_bytes_per_s), 'roofline'
 
 
+def _found(pattern: str, line: str) -> str:
+  """The first group of `pattern` in a line of the compiled program, which XLA always writes."""
+  match = re.search(pattern, line)
+  if match is None:
+    raise ValueError(f'a line of the compiled program lacks {pattern!r}: {line[:200]}')
+  return match.group(1)
+
+
 def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int = 1) -> Estimate:
   """The estimated time of one run of the compiled program `hlo_text` (`compiled.as_text()`)."""
   program = _Program(hlo_text)
-  ops, unknown = [], [0]
+  ops: list[Op] = []
+  unknown = [0]
 
   def walk(computation: str, count: float, depth: int = 0):
     if depth > 50:
@@ -235,8 +246,8 @@ def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int 
     for instruction in program.computations.get(computation, ()):
       name, _, opcode, _, line = instruction
       if opcode == 'while':
-        cond = re.search(r'condition=%([\w.\-]+)', line).group(1)
-        body = re.search(r'body=%([\w.\-]+)', line).group(1)
+        cond = _found(r'condition=%([\w.\-]+)', line)
+        body = _found(r'body=%([\w.\-]+)', line)
         trips = program.trip_count(line, cond)
         if trips is None:
           unknown[0] += 1
@@ -267,7 +278,7 @@ def estimate(hlo_text: str, chip: Chip, devices_per_slice: int, num_slices: int 
                         target.group(1).lower() if target else ''))
 
   walk(program.entry, 1.0)
-  by_source = {}
+  by_source: dict[str, float] = {}
   for op in ops:
     by_source[op.source] = by_source.get(op.source, 0.0) + op.total
   return Estimate(ops, sum(by_source.values()), by_source, unknown[0])

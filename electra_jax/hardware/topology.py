@@ -40,7 +40,7 @@ class Slice:
 
   @property
   def chip(self) -> chips_lib.Chip:
-    return chips_lib.of_slice_name(self.family)
+    return _chip(self.family)
 
   @property
   def device_kind(self) -> str:
@@ -82,6 +82,13 @@ class Slice:
     return sorted(topo.devices, key=lambda d: (getattr(d, 'slice_index', 0), d.id))
 
 
+def _chip(prefix: str) -> chips_lib.Chip:
+  """The chip of a slice name's prefix, one that chips.slice_names lists."""
+  chip = chips_lib.of_slice_name(prefix)
+  assert chip is not None, f'{prefix} is not a slice name of chips.py'
+  return chip
+
+
 def for_compiling(name: str, num_slices: int = 1) -> Slice:
   """The slice `name` to compile for on this machine (--topology): JAX kept on the CPU when it has
   not started yet (no accelerator here is touched), libtpu's metadata query skipped; ValueError
@@ -105,7 +112,7 @@ def parse(name: str, num_slices: int = 1, flag: str = '--topology') -> Slice:
     raise ValueError(f'{flag}={name!r} is not a Cloud TPU accelerator type; use one such as '
                      f'{", ".join(f"{n}-8" for n in chips_lib.slice_names())} or a larger slice '
                      '(v4-32, v5e-32)')
-  chip, count = chips_lib.of_slice_name(m.group(1)), int(m.group(2))
+  chip, count = _chip(m.group(1)), int(m.group(2))
   family = chip.family
   if num_slices < 1:
     raise ValueError(f'--num_slices={num_slices}; give 1 or more slices')
@@ -114,7 +121,7 @@ def parse(name: str, num_slices: int = 1, flag: str = '--topology') -> Slice:
     if count % chip.cores_per_chip or chips not in _CUBES:
       sizes = ', '.join(f'{family}-{chip.cores_per_chip * c}' for c in sorted(_CUBES))
       raise ValueError(f'{name} is not a {family} slice this tool knows; use one of {sizes}')
-    shape = _CUBES[chips]
+    shape: tuple[int, ...] = _CUBES[chips]
     hosts = max(1, chips // 4)
   else:
     chips = count

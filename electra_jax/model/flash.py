@@ -11,6 +11,7 @@ the dropout mask (attention_masks.keep_bits, the explicit path's) does not depen
 import dataclasses
 import functools
 import math
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -232,7 +233,9 @@ def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, qmask_ref, do_ref, o_re
 
 def _compiler_params(o: FlashOptions, grid_rank: int):
   if o.backend == 'tpu':
-    return pltpu.CompilerParams(dimension_semantics=('parallel',) * grid_rank)
+    parallel: Literal['parallel'] = 'parallel'
+    semantics = (parallel,) * grid_rank
+    return pltpu.CompilerParams(dimension_semantics=semantics)
   return plgpu.CompilerParams(num_warps=o.num_warps, num_stages=o.num_stages)
 
 
@@ -310,7 +313,7 @@ def _forward(seeds, q, k, v, key_mask, o: FlashOptions, shape: _Shape):
 def _backward(seeds, q, k, v, key_mask, out, stats, do, o: FlashOptions, shape: _Shape):
   scale = 1.0 / math.sqrt(shape.head_dim)
   m, l = stats  # [B, H, L, 1] columns, read as [queries, 1] blocks by both kernels
-  kw = dict(o=o, heads=shape.heads, head_dim=shape.head_dim, scale=scale)
+  kw: dict[str, Any] = dict(o=o, heads=shape.heads, head_dim=shape.head_dim, scale=scale)
   bk = _fit(o.block_k_dkv, shape.length)
   key_block_mask = pl.BlockSpec((None, 1, bk), lambda b, g, j: (b, 0, j))
   whole, stat_whole = shape.whole(), shape.stat_whole()

@@ -29,9 +29,9 @@ class Generator:
   name = ''
   network = True  # False: no parameters and no forward pass (uniform)
   towers = 1  # encoders run over the input (two_tower: 2)
-  hf_encoder = 'generator'  # which of our encoders HF's ElectraForMaskedLM holds; None: no HF class
+  hf_encoder: str | None = 'generator'  # which encoder HF's ElectraForMaskedLM holds; None: none
   summary = 'generator MLM'  # its loss in a run's summary
-  directions = ('',)  # the attention masks its encoders use ('ltr', 'rtl': one direction)
+  directions: tuple[str, ...] = ('',)  # its encoders' attention masks ('ltr', 'rtl': one way)
 
   def size(self, cfg) -> Size:
     hidden = int(round(cfg.hidden_size * cfg.generator_hidden_fraction))

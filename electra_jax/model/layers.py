@@ -92,6 +92,7 @@ def dropout_words(module: nn.Module) -> jax.Array:
   elementwise pass over two words. The draw counts as Flax's do (a later `make_rng` of the
   module takes the next number)."""
   scope = module.scope
+  assert scope is not None, 'a bound module (inside apply) draws masks'
   if not scope.has_rng('dropout'):
     raise ValueError(f'{module.name} draws a dropout mask: give apply rngs={{"dropout": key}}')
   lazy = scope.rngs['dropout']  # flax.core.scope.LazyRng: a key and the static path to fold in

@@ -153,8 +153,10 @@ def sample(draws: Draws, logits, cfg: ObjectiveConfig, targets):
   """The generator's draw at every slot, by the run's sampler."""
   disallow = targets if cfg.disallow_correct else None
   if cfg.sampler == 'gumbel':
+    assert draws.sample_seeds is not None, 'the gumbel sampler draws seeds (draw_inputs)'
     return masking.sample_gumbel(draws.sample_seeds, logits, temperature=cfg.temperature,
                                  disallow=disallow)
+  assert draws.sample_uniform is not None, 'the inverse-CDF sampler draws numbers (draw_inputs)'
   return masking.sample_with(draws.sample_uniform, logits, temperature=cfg.temperature,
                              disallow=disallow)
 
@@ -208,8 +210,8 @@ def mlm_head_flops(h: int, e: int, v: int, positions: int) -> float:
 @dataclasses.dataclass(frozen=True)
 class Objective:
   """One pre-training objective: all the rest of the code asks of it (the step its loss, the run
-  its model fields, pretraining/step_flops.py its heads' FLOPs, the compare tool its runs, and the logs,
-  keep_best, the summary and the comparison its metrics)."""
+  its model fields, pretraining/step_flops.py its heads' FLOPs, the compare tool its runs, and
+  the logs, keep_best, the summary and the comparison its metrics)."""
   name: str
   loss: Callable  # (params, batch, rng, *, model, cfg, special, deterministic, draws) ->
   #                 (loss, metric sums)

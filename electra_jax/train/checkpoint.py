@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import traceback
+from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
@@ -43,7 +44,7 @@ MIN_REPLICA_SLICE_BYTES = 1 << 20
 # command's one-sentence error. A read allows that many to be dropped, two per array it reads,
 # from its start, and gives the allowance back when it succeeds (`_reading`); every other
 # unraisable exception, and any beyond the allowance, go to the hook there was.
-_late_reads = {'allowed': 0, 'previous': None}
+_late_reads: dict[str, Any] = {'allowed': 0, 'previous': None}
 
 
 def _unraisable(unraisable):
@@ -125,12 +126,12 @@ def _text(e: BaseException) -> str:
   return ' '.join(text.split()).strip(' ;:,.')
 
 
-def reason(e: Exception) -> str:
+def reason(e: BaseException) -> str:
   """An error of reading a checkpoint in a few words (no object reprs, one line): the error and,
   where it wraps another (Orbax around TensorStore), the innermost one, which names the file."""
-  inner = e
-  while (inner.__cause__ or inner.__context__) is not None:
-    inner = inner.__cause__ or inner.__context__
+  inner: BaseException = e
+  while (behind := inner.__cause__ or inner.__context__) is not None:
+    inner = behind
   if inner is not e and _text(inner):
     e = inner
   return f'{type(e).__name__}: {_text(e)[:300]}'

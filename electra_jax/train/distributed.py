@@ -53,7 +53,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   how = 'flags' if all(given) else detected_cluster()
   if how is None:
     return None
-  if all(given):
+  if num_processes is not None and process_id is not None:  # (all three given)
     if num_processes < 1 or not 0 <= process_id < num_processes:
       raise ValueError(f'--process_id={process_id} is not one of 0..{num_processes - 1} '
                        f'(--num_processes={num_processes})')
@@ -64,7 +64,7 @@ def initialize(coordinator_address: str | None = None, num_processes: int | None
   if 'experimental_orbax_use_distributed_barrier' in flags.FLAGS:
     if not flags.FLAGS.is_parsed():  # a library caller, not a launch script
       flags.FLAGS.mark_as_parsed()
-    flags.FLAGS.experimental_orbax_use_distributed_barrier = True
+    setattr(flags.FLAGS, 'experimental_orbax_use_distributed_barrier', True)
   jax.distributed.initialize(coordinator_address, num_processes, process_id,
                              heartbeat_timeout_seconds=heartbeat_timeout_s)
   return how

@@ -10,6 +10,7 @@ import socket
 import struct
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -143,7 +144,9 @@ class TensorBoardWriter:
   TensorFlow. The file of this run is made at its first write; each write is flushed."""
 
   def __init__(self, logdir: str):
-    self.logdir, self.file, self.records = logdir, None, None
+    self.logdir = logdir
+    self.file: Any = None
+    self.records: Any = None
 
   def _open(self):
     fs.makedirs(self.logdir, exist_ok=True)

@@ -151,6 +151,7 @@ def _gradients(setup: Setup, params, batch: dict, rng: jax.Array):
   m = setup.microbatches
   if m == 1:
     return grad_fn(params, batch, rng)
+  assert setup.draw is not None, 'a setup of several microbatches draws once for the whole batch'
   draws = setup.draw(rng, batch)
 
   def split(x):  # [B, ..] -> [M, B / M, ..]
@@ -215,16 +216,16 @@ def compile_steps(setup: Setup, mesh):
   repl = partitioning.replicated(mesh)
   setup = dataclasses.replace(setup, fsdp=uses_fsdp(setup, mesh))
   shapes = state_shapes(setup)
-  state = partitioning.state_shardings(shapes, mesh, setup.fsdp)
+  state = partitioning.state_shardings(shapes, mesh, bool(setup.fsdp))
   if setup.fsdp:
     setup = dataclasses.replace(setup, param_shardings=state.params)
   # The seed is the programs' first argument, not a constant compiled into them: a fine-tuning's
   # seeds run one program (traced and compiled once), and the numbers are the same.
   on_mesh = lambda fn: partitioning.on_mesh(functools.partial(_seeded(fn), setup), mesh)
   seed = _seed_argument(setup.seed, repl)
-  init = jax.jit(on_mesh(init_state), out_shardings=state)
-  init = _Bound(init, (seed,) + jax.tree.map(  # replicated over the mesh: every process passes
-      lambda a: jax.make_array_from_process_local_data(repl, np.asarray(a)),  # its whole copy
+  init = _Bound(jax.jit(on_mesh(init_state), out_shardings=state), (seed,) + jax.tree.map(
+      # replicated over the mesh: every process passes its whole copy
+      lambda a: jax.make_array_from_process_local_data(repl, np.asarray(a)),
       tuple(setup.init_args)), shapes=jax.tree.map(
           lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes, state))
   train = jax.jit(on_mesh(train_step), in_shardings=(repl, state, data),

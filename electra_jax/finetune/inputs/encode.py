@@ -92,7 +92,8 @@ def encode_tagged(examples: list[Example], task: Task, tokenizer, max_len: int) 
   out = Encoded(np.full((n, max_len), special.pad, np.int32), np.zeros((n, max_len), np.int32),
                 np.zeros((n, max_len), np.int32), np.full((n, max_len), -1, np.int32), 0, [])
   index = {name: i for i, name in enumerate(task.labels)}
-  k = 0
+  k, word_positions = 0, out.word_positions
+  assert word_positions is not None
   for i, e in enumerate(examples):
     tokens, positions = [special.cls], []
     for j in range(len(e.text_a)):
@@ -108,5 +109,5 @@ def encode_tagged(examples: list[Example], task: Task, tokenizer, max_len: int) 
     tokens.append(special.sep)
     out.input_ids[i, :len(tokens)] = tokens
     out.input_mask[i, :len(tokens)] = 1
-    out.word_positions.append(np.asarray(positions, np.int32))
+    word_positions.append(np.asarray(positions, np.int32))
   return out

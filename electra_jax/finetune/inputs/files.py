@@ -53,7 +53,8 @@ def _records(path: str, text: str, delimiter: str) -> list[tuple[list, int, int]
   that runs to the end of the file is refused naming the line its quote opened."""
   csv.field_size_limit(2**31 - 1)  # a long text is data, not an error (the default: 131,072)
   reader = csv.reader(io.StringIO(text, newline=''), delimiter=delimiter, strict=True)
-  out, last = [], 0
+  out: list[tuple[list, int, int]] = []
+  last = 0
   while True:
     try:
       fields = next(reader)
@@ -171,7 +172,8 @@ def column_names(path: str) -> list:
   return list(_read_rows(path, ext, True)[1])
 
 
-def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: bool | None = True,
+def read_table(path: str, text_a: str | int | None, text_b: str | int | None,
+               label: str | int | None, *, labelled: bool | None = True,
                header: bool = True, numeric: bool = False, choices: tuple = (),
                log=print) -> list[Example]:
   """Rows of a .csv, .tsv or .jsonl file (one object per line).
@@ -245,7 +247,7 @@ def read_table(path: str, text_a: str, text_b: str, label: str, *, labelled: boo
            if labelled else None)
   second = lambda r: (tuple(str(r[c]) for c in choices) if choices else
                       str(r[text_b]) if text_b not in (None, '') else None)
-  return [Example(str(r[text_a]), second(r), names[i] if labelled else None)
+  return [Example(str(r[text_a]), second(r), names[i] if names is not None else None)
           for i, r in enumerate(rows)]
 
 
@@ -346,7 +348,7 @@ def labels(path: str, cells: list, numeric: bool, line_numbers: list[int], log=p
     return numbers
   names = [(str(int(x)) if x == int(x) else repr(x)) if x is not None else str(c).strip()
            for c, x in zip(cells, numbers)]
-  by_case = {}
+  by_case: dict[str, list[str]] = {}
   for name in set(names):
     by_case.setdefault(name.lower(), []).append(name)
   clashes = [sorted(v) for v in by_case.values() if len(v) > 1]
@@ -357,14 +359,14 @@ def labels(path: str, cells: list, numeric: bool, line_numbers: list[int], log=p
   return names
 
 
-def _position(path: str, what: str, value: str, width: int) -> int | None:
+def _position(path: str, what: str, value: str | int | None, width: int) -> int | None:
   """task.text_a / text_b / label of a file without a header: a column's position (0 first)."""
   if value == '' and what == 'text_b':
     return None
   if not str(value).isdigit():
     raise ValueError(f'task.header is False, so task.{what} must be a column position (0, 1, ... '
                      f'of the {width} in {path}), not {value!r}; e.g. --config.task.{what}=1')
-  return int(value)
+  return int(str(value))
 
 
 def read_splits(cfg, numeric: bool = False, choices: tuple = (), log=print) -> dict:

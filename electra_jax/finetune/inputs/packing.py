@@ -70,7 +70,8 @@ def plan(sizes: list, capacity: int, pack: bool, decreasing: bool = True) -> lis
   row."""
   if not pack:
     return [[i] for i in range(len(sizes))]
-  rows, free = [], []
+  rows: list[list[int]] = []
+  free: list[int] = []
   order = range(len(sizes))
   for i in sorted(order, key=lambda i: (-sizes[i], i)) if decreasing else order:
     fit(rows, free, i, sizes[i], capacity)
@@ -83,7 +84,8 @@ def fit(rows: list, free: list, index: int, size: int, capacity: int, pack: bool
   The lists are changed in place."""
   row = next((r for r, room in enumerate(free) if room >= size), None) if pack else None
   if row is None:
-    rows.append([]), free.append(capacity)
+    rows.append([])
+    free.append(capacity)
     row = len(rows) - 1
   rows[row].append(index)
   free[row] -= size
@@ -173,7 +175,10 @@ def prediction_calls(data, rows: int, pack: bool) -> list[tuple[list, list]]:
   one call)."""
   length, sizes = data.input_ids.shape[-1], lengths(data)
   k = sizes.shape[1]
-  calls, examples, placed, free = [], [], [], []
+  calls: list = []
+  examples: list[int] = []
+  placed: list = []
+  free: list[int] = []
   for i in range(len(data)):
     trial = _place(placed, free, sizes[i], len(examples) * k, length, pack)
     if len(trial[0]) > rows and examples:

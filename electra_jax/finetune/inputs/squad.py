@@ -61,7 +61,7 @@ def read_json(path: str, version: str = '', questions_only: bool = False) -> lis
   text = fs.read_user_text(path)
   try:
     top = json.loads(text)
-  except ValueError as e:
+  except json.JSONDecodeError as e:
     why = 'is empty' if not text.strip() else (
         f'is not JSON ({e.msg} at line {e.lineno}, column {e.colno}'
         + (': the file ends there, cut short?' if e.pos >= len(text.rstrip()) else '') + ')')
@@ -71,7 +71,8 @@ def read_json(path: str, version: str = '', questions_only: bool = False) -> lis
   if not isinstance(top, dict) or not isinstance(top.get('data'), list):
     raise ValueError(f'{path} is not a SQuAD JSON file: it has no "data" list of articles '
                      f'(the format: {form})')
-  out, seen = [], {}
+  out: list = []
+  seen: dict = {}
   for a, article in enumerate(top['data']):
     where_a = f'article {a}' + (f' ({article["title"]!r})' if isinstance(article, dict) and
                                 isinstance(article.get('title'), str) else '') + f' of {path}'
@@ -269,14 +270,15 @@ def make_features(questions: list[Question], tokenizer, max_len: int = 512, stri
   longest = max(range(len(queries)), key=lambda i: len(queries[i]), default=None)
   if longest is not None and max_len - len(queries[longest]) - 3 < 1:
     raise UserError(window_room(max_len, max_query, questions[longest].qid, len(queries[longest])))
-  rows = collections.defaultdict(list)
-  skipped, first_skipped = 0, None
+  rows: dict[str, list] = collections.defaultdict(list)
+  skipped, first_skipped = 0, None  # (the first question whose answer is not at its start)
   words_cache = {}
   for qi, q in enumerate(questions):
     if q.context not in words_cache:
       words, starts = words_of(q.context)
       pieces = tokenizer.encode_batch(words) if words else []
-      tokens, token_word = [], []
+      tokens: list[int] = []
+      token_word: list[int] = []
       for w, p in enumerate(pieces):
         p = p or [special.unk]
         tokens += p
@@ -307,8 +309,8 @@ def make_features(questions: list[Question], tokenizer, max_len: int = 512, stri
       span = doc[w0:w0 + budget]
       ids = [special.cls] + query + [special.sep] + span + [special.sep]
       segments = [0] * offset + [1] * (len(span) + 1)
-      token_word = np.full(max_len, -1, np.int32)
-      token_word[offset:offset + len(span)] = doc_word[w0:w0 + len(span)]
+      window_word = np.full(max_len, -1, np.int32)
+      window_word[offset:offset + len(span)] = doc_word[w0:w0 + len(span)]
       best = np.zeros(max_len, bool)
       for i in range(len(span)):
         best[offset + i] = _best_window(windows, budget, len(doc), w0 + i) == w0
@@ -317,16 +319,17 @@ def make_features(questions: list[Question], tokenizer, max_len: int = 512, stri
       else:
         s, e, impossible = 0, 0, 1.0
       for name, value in (('ids', ids), ('segments', segments), ('start', s), ('end', e),
-                          ('impossible', impossible), ('question', qi), ('word', token_word),
+                          ('impossible', impossible), ('question', qi), ('word', window_word),
                           ('best', best)):
         rows[name].append(value)
   if skipped and skipped == sum(1 for q in questions if q.answers):
-    q = first_skipped
+    shown = first_skipped
+    assert shown is not None
     raise UserError(
         f'none of the {skipped} answered training questions has its answer text at its '
-        f'answer_start in its context (question {q.qid!r}: {q.answers[0][:40]!r} is not at '
-        f'character {q.starts[0]}); give answer_start as the character offset (0 first) of the '
-        'answer in the context, as SQuAD does')
+        f'answer_start in its context (question {shown.qid!r}: {shown.answers[0][:40]!r} is not '
+        f'at character {shown.starts[0]}); give answer_start as the character offset (0 first) '
+        'of the answer in the context, as SQuAD does')
   n = len(rows['ids'])
   pad = lambda seqs, value: np.array([list(x) + [value] * (max_len - len(x)) for x in seqs],
                                      np.int32).reshape(n, max_len)
@@ -356,6 +359,7 @@ def _best_window(windows: list[int], budget: int, doc_len: int, token: int) -> i
       score = min(token - w0, w0 + length - 1 - token) + 0.01 * length
       if score > best_score:
         best, best_score = w0, score
+  assert best is not None, f'token {token} is in no window'
   return best
 
 
@@ -376,7 +380,7 @@ def decode(questions: list[Question], feats: Features, start_logits: np.ndarray,
   spans (the original's n-best probability; None for ''), 'null_log_odds' (SQuAD 2.0)} per id.
   """
   candidates = collections.defaultdict(list)
-  null = {}
+  null: dict = {}
   for f in range(len(feats)):
     qi = int(feats.question_index[f])
     if null_logits is not None:

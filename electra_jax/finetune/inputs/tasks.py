@@ -185,7 +185,7 @@ def load_glue_tsv(root: str, name: str, log=print) -> dict[str, list[Example]]:
         skipped += 1
         continue
       texts = [row[col[c]] for c in spec.text]
-      label = None
+      label: str | float | None = None
       if labelled:
         label = row[col[spec.label]]
         if g.labels and label not in g.labels:
@@ -246,7 +246,7 @@ def load_builtin(seed: int, eval_fraction: float, max_train: int = 4000
   train pairs come from the other documents. Everything is a function of `seed`.
   """
   docs = corpus.builtin_documents()
-  pools = {'train': [], 'dev': [], 'test': []}
+  pools: dict[str, list] = {'train': [], 'dev': [], 'test': []}
   for k, doc in enumerate(docs):
     if records.held_out(seed, k, eval_fraction):
       pools['dev' if records.held_out(seed + 1, k, 0.5) else 'test'].append(doc)
@@ -298,13 +298,14 @@ def load_builtin_topic(seed: int, max_train: int = 4000, per_topic: int = 450
   a user's own unlabelled text is; their labels it never saw.
   """
   area = {module: label for label, modules in TOPICS.items() for module in modules}
-  seen = {}  # passage -> its area (docstrings repeat: each passage is kept once, in one split)
+  # passage -> its area (docstrings repeat: each passage is kept once, in one split)
+  seen: dict[str, str] = {}
   for module, sentences in corpus.builtin_module_documents():
     if module in area:
       for j in range(0, len(sentences) - 1, 2):
         seen.setdefault(' '.join(sentences[j:j + 2]), area[module])
   passages = {label: [t for t, a in seen.items() if a == label] for label in TOPICS}
-  out = {'train': [], 'dev': [], 'test': []}
+  out: dict[str, list] = {'train': [], 'dev': [], 'test': []}
   for i, (label, texts) in enumerate(passages.items()):
     order = np.random.default_rng([seed, 100 + i]).permutation(len(texts))[:per_topic]
     cut = int(round(0.15 * len(order)))
@@ -341,6 +342,7 @@ SQUAD = {'squad1': 'v1.1', 'squad2': 'v2.0'}
 def load_squad(cfg) -> tuple[Task, dict[str, list]]:
   """SQuAD questions from the official JSON files (task.train / task.dev) or TFDS."""
   task = named_task(cfg)
+  assert task is not None, 'load_squad is the loader of the named SQuAD tasks'
   if cfg.train:
     return task, {s: squad.read_json(cfg[s], SQUAD[cfg.name]) for s in ('train', 'dev') if cfg[s]}
   version = SQUAD[cfg.name]

@@ -31,7 +31,10 @@ def read_conll(path: str, column: int = -1, lines: list | None = None,
                             f'{"is a folder" if fs.isdir(path) else "does not exist"}; give a '
                             'CoNLL file (one token and its tag per line, a blank line between '
                             'sentences)')
-  sentences, words, tags, numbers = [], [], [], []
+  sentences: list = []
+  words: list[str] = []
+  tags: list[str] = []
+  numbers: list[int] = []
   width = None  # the columns of the file's first token line
   for n, line in enumerate(fs.read_user_text(path).split('\n'), start=1):
     parts = line.split()
@@ -84,7 +87,8 @@ def _split(tag: str) -> tuple[str, str]:
 
 def chunks(tags) -> list[tuple[int, int, str]]:
   """(start, end inclusive, type) of every chunk in a tag sequence (IOB1, IOB2 or BIOES)."""
-  out, start, kind = [], None, None
+  out: list = []
+  start = kind = None
   for i, tag in enumerate(list(tags) + ['O']):
     prefix, t = _split(tag)
     continues = prefix in ('I', 'E') and start is not None and t == kind
@@ -175,7 +179,7 @@ def load_tagging(cfg) -> tuple:
   splits, written = {}, {}
   for split in ('train', 'dev', 'test'):
     if cfg[split]:
-      lines = []
+      lines: list = []
       sentences = read_conll(cfg[split], cfg.tag_column, lines)
       written[split] = (sentences, lines)
       splits[split] = [tasks_lib.Example(words, None, to_bioes(tags))  # a test file's tags: scored
@@ -209,10 +213,11 @@ def _unseen_tag(sentences: list, lines: list, types: set) -> tuple[str, int] | N
 
 def word_tags(task, logits: np.ndarray, data: encode_lib.Encoded, examples: list) -> list[tuple]:
   """Each word's predicted tag (at its first token); 'O' for words cut by truncation."""
-  ids = logits.argmax(-1)
+  ids, positions = logits.argmax(-1), data.word_positions
+  assert positions is not None, 'a tagging encoding keeps its words\' positions'
   out = []
   for i, e in enumerate(examples):
-    tags = [task.labels[t] for t in ids[i, data.word_positions[i]]]
+    tags = [task.labels[t] for t in ids[i, positions[i]]]
     out.append(tuple(tags + ['O'] * (len(e.text_a) - len(tags))))
   return out
 
@@ -265,7 +270,7 @@ class Tagging(kinds.Kind):
 
   def read_new(self, cfg, path: str, task, log=print) -> list:
     """A CoNLL file with tags (scored) or a word per line (not)."""
-    lines = []
+    lines: list = []
     sentences = read_conll(path, cfg.tag_column, lines, untagged=True)
     if sentences[0][1] is None:
       return [tasks_lib.Example(words, None, None) for words, _ in sentences]
