@@ -1,56 +1,37 @@
 """A workdir -> folders that HF transformers' `from_pretrained` and `AutoTokenizer` load.
 
-    pre-training workdir -> OUT/discriminator (ElectraForPreTraining)
-     (or an original         OUT/generator     (ElectraForMaskedLM)
+    pre-training workdir -> OUT/discriminator (ElectraForPreTraining)   pretraining/export.py
+     (or an original         OUT/generator     (ElectraForMaskedLM)     convert/sources.py
      TF checkpoint)
     fine-tuning workdir  -> OUT of one seed: ElectraForSequenceClassification ([CLS]),
                             ElectraForTokenClassification, ElectraForMultipleChoice, or the
                             class of a mean-pooled or SQuAD head shipped in the folder
-                            (convert/hf_code.py)
+                            (finetune/export.py)
 
-Each folder holds config.json, model.safetensors (float32) and the tokenizer (electra_jax/convert/
-vocab.py). The output is written to OUT.partial and renamed when complete: an interrupted export
-leaves no folder that looks finished.
+Each folder holds config.json, model.safetensors (float32) and the tokenizer (convert/hf_folder.py).
+This module tells the workdirs apart, writes the output whole (to OUT.partial, renamed when
+complete: an interrupted export leaves no folder that looks finished; into a bucket: uploaded, each
+config.json last) and checks an export in HF transformers against our model (`verify`).
 """
 
 import contextlib
-import dataclasses
-import logging
 import os
 import tempfile
-from typing import Any
 
-import jax
 import numpy as np
 
 from electra_jax import UserError
 from electra_jax.config import pretraining as config_lib
-from electra_jax.convert import hf, hf_code, original, sources
-from electra_jax.convert import vocab as vocab_lib
+from electra_jax.convert import original, sources
+from electra_jax.convert.hf_folder import Exported
 from electra_jax.data import corpus
-from electra_jax.data import records as records_lib
-from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as finetune_config
-from electra_jax.finetune import predict
-from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune.inputs import tasks
+from electra_jax.finetune import export as finetune_export
 from electra_jax.finetune.kinds import registry
 from electra_jax.model import networks as model_lib
+from electra_jax.pretraining import export as pretraining_export
 from electra_jax.storage import fs
-from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import workdir as workdir_lib
-
-
-@dataclasses.dataclass
-class Exported:
-  folders: list[str]
-  cfg: model_lib.ModelConfig
-  params: Any  # our parameters that were exported (Electra's, or a fine-tuned Classifier's)
-  tokenizer: Any
-  kind: str  # 'pretraining' or the fine-tuned task's kind (finetune/kinds/interface.py)
-  pooling: str = 'cls'  # a fine-tuned head's input ([CLS], or the mean of the tokens)
-  config: Any = None  # a fine-tuning's config (its dev file is run through HF by verify)
-  meta: dict | None = None  # the exported checkpoint's meta (its task)
 
 
 def _read_config(workdir: str) -> dict:
@@ -59,54 +40,6 @@ def _read_config(workdir: str) -> dict:
     raise UserError(f'{workdir} is not a workdir of launch/train.py or launch/finetune.py (it has '
                     'no config.json); give the --workdir of a run')
   return workdir_lib.read_config(workdir)
-
-
-def _restore(directory: str, step: int | None, what: str):
-  """(step, state, meta) of checkpoint `step` (None: the latest) under `directory`. The latest of a
-  run still writing there may be deleted while it is read (the run keeps its newest ones): then
-  the newest is read again."""
-  ckpt = checkpoint_lib.Checkpointer(directory)
-  latest = step is None
-  try:
-    for _ in range(10):
-      step = ckpt.latest_step() if latest else step
-      if step is None or step not in ckpt.all_steps():
-        steps = ckpt.all_steps()
-        raise UserError(f'{directory} holds no checkpoint{f" of step {step}" if step else ""} '
-                        f'(it has {steps or "none"}); ' + (
-                            'give one of those with --step, or leave --step out for the latest'
-                            if steps else f'let the {what} save one first'))
-      try:
-        state, meta = ckpt.restore_arrays(step)
-        break
-      except Exception as e:
-        if not fs.isdir(fs.join(directory, str(step))):
-          if latest:
-            ckpt.manager.reload()
-            continue
-          raise UserError(f'the checkpoint {directory}/{step} was deleted while it was read (the '
-                          f'{what} writing there keeps its newest checkpoints only); export '
-                          'the latest step (no --step), or one it keeps') from None
-        others = [s for s in ckpt.all_steps() if s != step]
-        raise UserError(
-            f'the checkpoint {directory}/{step} cannot be read ({checkpoint_lib.reason(e)}); run '
-            f'the {what} command again to rewrite it'
-            + (f', or export another step with --step (it has {others})' if others else '')
-        ) from None
-    else:
-      raise UserError(f'the checkpoints in {directory} kept being deleted while they were read; '
-                      f'export once the {what} writing there has stopped')
-  finally:
-    ckpt.close()
-  return step, jax.tree.map(np.asarray, state), meta
-
-
-def _write_model(folder: str, state: dict, config: dict, tokenizer, lower_case: bool,
-                 cfg: model_lib.ModelConfig):
-  fs.makedirs(folder, exist_ok=True)
-  config = {**config, 'pad_token_id': tokenizer.special.pad}
-  hf.save_folder(folder, state, config)
-  vocab_lib.write(tokenizer, folder, lower_case, cfg.max_position_embeddings)
 
 
 def export(workdir: str, out: str, step: int | None = None, seed: int | None = None,
@@ -125,14 +58,15 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
   fs.makedirs(partial)
   try:
     if not config:
-      done = _original_checkpoint(workdir, partial, log)
+      done = sources.export_original(workdir, partial, log)
     elif 'objective' in config:
       if seed is not None:
         raise UserError(f'--seed picks one of a fine-tuning\'s seeds, and {workdir} is a '
                         'pre-training (one model); leave --seed out')
-      done = _pretraining(config_lib.complete(config), workdir, partial, step, log)
+      done = pretraining_export.export(config_lib.complete(config), workdir, partial, step, log)
     elif 'task' in config and 'init' in config:
-      done = _finetuning(finetune_config.complete(config), workdir, partial, step, seed, log)
+      done = finetune_export.export(finetune_config.complete(config), workdir, partial, step,
+                                    seed, log)
     else:
       raise UserError(f'{workdir}/config.json is not the config of an electra_jax run; give the '
                       '--workdir of launch/train.py or launch/finetune.py')
@@ -176,98 +110,9 @@ def _upload(local: str, out: str):
       fs.copyfile(os.path.join(folder, name), fs.join(target, name))
 
 
-def _pretraining(config, workdir: str, out: str, step, log) -> Exported:
-  workdir_lib.require_checkpoint(workdir)
-  try:
-    _, _, vocab = records_lib.workdir_vocab(workdir, config)
-  except (ValueError, FileNotFoundError) as e:
-    raise UserError(str(e)) from None
-  tokenizer = tokenizer_lib.load_tokenizer(vocab, config.data.lower_case)
-  cfg = model_lib.ModelConfig.from_config(config.model)
-  step, state, _ = _restore(fs.join(workdir, 'checkpoints'), step, 'pre-training')
-  written = []
-  for network in ('discriminator', 'generator'):
-    if network == 'generator' and cfg.generator_shape.hf_encoder is None:
-      log(f'model.generator is {cfg.generator}: no HF transformers class holds it; the '
-          'discriminator alone is exported')
-      continue
-    folder = fs.join(out, network)
-    _write_model(folder, hf.to_hf(state['params'], cfg, network), hf.hf_config(cfg, network),
-                 tokenizer, config.data.lower_case, cfg)
-    written.append(folder)
-  log(f'exported step {step} of {workdir}')
-  return Exported(written, cfg, state['params'], tokenizer, 'pretraining')
-
-
 def _original(path: str) -> bool:
   return (not fs.isfile(fs.join(path, 'config.json'))
           and original.checkpoint_prefix(path) is not None)
-
-
-def _original_checkpoint(path: str, out: str, log) -> Exported:
-  """An original TensorFlow checkpoint, converted as a pre-training workdir is."""
-  try:
-    source = sources.open_source(path)
-  except (ValueError, FileNotFoundError) as e:
-    raise UserError(str(e)) from None
-  if source.vocab is None:
-    raise UserError(f'{path} has no vocab.txt beside the checkpoint; copy the vocabulary it was '
-                    'trained with there')
-  for note in source.notes:
-    log(note)
-  fields = {'num_heads': max(1, source.fields['hidden_size'] // 64),
-            'generator': 'uniform', **source.fields}  # 'uniform': no generator in the checkpoint
-  cfg = model_lib.ModelConfig.from_config(fields)
-  tokenizer = tokenizer_lib.load_tokenizer(source.vocab, source.lower_case)
-  try:
-    params = source.params(cfg)
-  except ValueError as e:
-    raise UserError(str(e)) from None
-  written = []
-  for network in ('discriminator', 'generator')[:2 if source.has_generator else 1]:
-    folder = fs.join(out, network)
-    _write_model(folder, hf.to_hf(params, cfg, network), hf.hf_config(cfg, network), tokenizer,
-                 source.lower_case, cfg)
-    written.append(folder)
-  log(f'exported {source.path}')
-  return Exported(written, cfg, params, tokenizer, 'pretraining')
-
-
-def _finetuning(config, workdir: str, out: str, step, seed, log) -> Exported:
-  named = tasks.named_task(config.task)
-  registry.get(named.kind if named else config.task.kind).check_export(config, workdir)
-  pooling = config.pooling
-  seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))
-  if not seeds:
-    raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder); run launch/finetune.py '
-                    'first')
-  if seed is None:
-    seed = predict.choose_seeds(workdir, seeds, 'best')[0][0]  # (by the first dev score)
-  elif seed not in seeds:
-    raise UserError(f'--seed {seed} is not among the fine-tunings in {workdir} ({seeds})')
-  pretrained = (pretrained_lib.saved(workdir) or  # (workdirs written before it was kept:)
-                pretrained_lib.load(config.init, from_scratch=True, log=log))
-  tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
-  step, state, meta = _restore(fs.join(workdir, f'seed_{seed}', 'checkpoints'), step,
-                               'fine-tuning')
-  if meta.get('kind') is None:
-    raise UserError(f'{workdir}/seed_{seed} was saved without its task kind; fine-tune again to '
-                    'export it')
-  kind = registry.get(meta['kind'])
-  cfg = pretrained.model_cfg
-  params = state['params']
-  state, fields = kind.to_hf(params, cfg, kind.exported_labels(meta),
-                             finetune_config.dropout_rate(config, cfg), pooling, config)
-  state = kind.in_units(state, meta)
-  _write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
-               pretrained.lower_case, cfg)
-  if 'auto_map' in fields:  # a class HF transformers lacks: its code beside the weights
-    hf_code.write(out)
-  log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}'
-      + (f', {fields["num_labels"]} output(s)' if 'num_labels' in fields else '')
-      + (f' (its code in {hf_code.MODULE}.py: load it with trust_remote_code=True)'
-         if 'auto_map' in fields else ''))
-  return Exported([out], cfg, params, tokenizer, meta['kind'], pooling, config, meta)
 
 
 # ================================================================================================
@@ -291,103 +136,10 @@ def verify(done: Exported, log=print, num_texts: int = 64) -> dict:
     with _local_folder(folder) as local:
       result[fs.basename(folder)] = _compare(done, folder, local, transformers, torch, sentences,
                                              firsts, seconds, length, log)
-      dev = _dev_through_pipeline(done, folder, local, transformers, log)
+      dev = finetune_export.check_dev(done, folder, local, transformers, log)
       if dev is not None:
         result[fs.basename(folder)]['dev'] = dev
   return result
-
-
-# What an export's check allows between our outputs and HF's (float32 on both sides).
-TOLERANCE = 1e-4
-
-
-def _dev_through_pipeline(done, folder, local, transformers, log) -> dict | None:
-  """A fine-tuning's own dev file through HF's pipeline on the export, beside our predictions of
-  it: the same label on every row, the outputs within TOLERANCE (in the export's units). None
-  where the kind has no pipeline or the fine-tuning no dev file of its own."""
-  kind = None if done.kind == 'pretraining' else registry.get(done.kind)
-  t = done.config.task if done.config is not None else None
-  if kind is None or t is None or not kind.hf_pipeline or not t.get('dev') or not fs.isfile(t.dev):
-    return None
-  if kind.hf_pipeline == 'token-classification':
-    return _dev_through_token_pipeline(done, kind, folder, local, transformers, log)
-  task = predict.saved_task(done.config, done.meta)
-  examples = kind.read_new(t, t.dev, task, log=lambda line: None)
-  length = done.config.max_seq_length
-  data = kind.encode(task, examples, done.tokenizer, length, False, done.config)
-  ours = _our_outputs(done, kind, len(task.labels) or 1, data)
-  pipe = _quiet_pipeline(transformers, 'text-classification', local)
-  texts = [{'text': e.text_a, 'text_pair': e.text_b} if e.text_b else e.text_a for e in examples]
-  answers = pipe(texts, top_k=None, function_to_apply='none', truncation=True, max_length=length,
-                 batch_size=32)
-  names = [pipe.model.config.id2label[i] for i in range(pipe.model.config.num_labels)]
-  theirs = kind.from_units(np.asarray([[{a['label']: a['score'] for a in row}[n] for n in names]
-                                       for row in answers]), done.meta)  # (in the model's units)
-  shown = lambda outputs: [r['prediction'] for r in kind.predicted(task, outputs, data, examples)]
-  same = sum(a == b if task.labels else abs(a - b) <= TOLERANCE * task.label_scale
-             for a, b in zip(shown(ours), shown(theirs)))
-  diff = float(np.max(np.abs(ours - theirs)))
-  of_range = '' if task.labels else " (of the targets' range)"
-  log(f'{folder}: the dev file {t.dev} through pipeline("text-classification"): the same '
-      f'{"label" if task.labels else "number"} as ours on {same} of {len(examples)} rows; max '
-      f'|ours - HF| {diff:.2e}{of_range}')
-  return {'rows': len(examples), 'same': int(same), 'max_abs_diff': diff,
-          'agrees': same == len(examples) and diff <= TOLERANCE}
-
-
-def _our_outputs(done, kind, outputs: int, data) -> np.ndarray:
-  """Our model's outputs on encoded examples, 32 at a time, a row each (no packing: the layout
-  HF's model takes)."""
-  model = kind.check_model(done.cfg, outputs, done.pooling, done.config)
-  return np.concatenate([np.asarray(model.apply(
-      {'params': done.params}, data.input_ids[i:i + 32], data.segment_ids[i:i + 32],
-      data.input_mask[i:i + 32])) for i in range(0, len(data.input_ids), 32)])
-
-
-def _quiet_pipeline(transformers, task: str, local: str):
-  """HF's pipeline `task` on the folder `local` (its line that it does not list a class shipped
-  in the folder, "is not supported", silenced: the class runs through trust_remote_code)."""
-  quiet = logging.getLogger('transformers.pipelines.base')
-  level = quiet.level
-  quiet.setLevel(logging.CRITICAL)
-  try:
-    return transformers.pipeline(task, model=local, tokenizer=local, trust_remote_code=True,
-                                 device='cpu')
-  finally:
-    quiet.setLevel(level)
-
-
-def _dev_through_token_pipeline(done, kind, folder, local, transformers, log) -> dict:
-  """A tagging fine-tuning's dev sentences through pipeline('token-classification') on the
-  export: each word's output at its first token (the name id2label gives it) against ours, and
-  HF's logits on our token ids against ours. Sentences our encoding cut are left out."""
-  import torch
-  t = done.config.task
-  task = predict.saved_task(done.config, done.meta)
-  examples = kind.read_new(t, t.dev, task, log=lambda line: None)
-  data = kind.encode(task, examples, done.tokenizer, done.config.max_seq_length, False, done.config)
-  kept = [i for i, e in enumerate(examples) if len(data.word_positions[i]) == len(e.text_a)]
-  ours = _our_outputs(done, kind, len(task.labels), data)
-  pipe = _quiet_pipeline(transformers, 'token-classification', local)
-  names = [pipe.model.config.id2label[i] for i in range(pipe.model.config.num_labels)]
-  tagged = pipe([' '.join(examples[i].text_a) for i in kept], ignore_labels=[], batch_size=32)
-  words = same = 0
-  for i, tokens in zip(kept, tagged):
-    theirs = {tok['index']: tok['entity'] for tok in tokens}
-    for position in data.word_positions[i]:
-      words += 1
-      same += theirs.get(int(position)) == names[int(ours[i, position].argmax())]
-  with torch.no_grad():
-    logits = pipe.model(input_ids=torch.from_numpy(data.input_ids).long(),
-                        attention_mask=torch.from_numpy(data.input_mask).long(),
-                        token_type_ids=torch.from_numpy(data.segment_ids).long()).logits.numpy()
-  real = data.input_mask > 0
-  diff = float(np.max(np.abs(ours[real] - logits[real])))
-  log(f'{folder}: the dev file {t.dev} through pipeline("token-classification"): the same tag as '
-      f'ours on {same} of {words} words ({len(kept)} of {len(examples)} sentences, those not '
-      f'cut); max |ours - HF| {diff:.2e}')
-  return {'rows': words, 'same': int(same), 'max_abs_diff': diff,
-          'agrees': same == words and diff <= TOLERANCE}
 
 
 def hf_model(transformers, folder: str):

@@ -3,6 +3,7 @@
 
     open_source(path) -> Source: the model's sizes read from its files (the generator's width and
     depth too), its vocabulary, and `params(cfg, fill)`, our parameter tree.
+    export_original(path, out) -> HF folders of an original TF checkpoint (launch/export.py).
 
 A source is an HF transformers folder (a discriminator, e.g. ElectraForPreTraining, ElectraModel or
 a task model; optionally with its generator, ElectraForMaskedLM), the folder launch/export.py writes
@@ -20,7 +21,9 @@ from typing import Callable
 
 import numpy as np
 
+from electra_jax import UserError
 from electra_jax.convert import hf
+from electra_jax.convert import hf_folder
 from electra_jax.convert import original
 from electra_jax.convert import vocab as vocab_lib
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -152,3 +155,29 @@ def open_source(path: str, generator: str = '', vocab: str = '') -> Source:
                           f'{size}: the {source.table_rows - size} padding rows are dropped')
     source.fields['vocab_size'] = size
   return source
+
+
+def export_original(path: str, out: str, log) -> hf_folder.Exported:
+  """An original TensorFlow checkpoint as HF folders under `out`, as a pre-training is exported."""
+  try:
+    source = open_source(path)
+  except (ValueError, FileNotFoundError) as e:
+    raise UserError(str(e)) from None
+  if source.vocab is None:
+    raise UserError(f'{path} has no vocab.txt beside the checkpoint; copy the vocabulary it was '
+                    'trained with there')
+  for note in source.notes:
+    log(note)
+  fields = {'num_heads': max(1, source.fields['hidden_size'] // 64),
+            'generator': 'uniform', **source.fields}  # 'uniform': no generator in the checkpoint
+  cfg = model_lib.ModelConfig.from_config(fields)
+  tokenizer = tokenizer_lib.load_tokenizer(source.vocab, source.lower_case)
+  try:
+    params = source.params(cfg)
+  except ValueError as e:
+    raise UserError(str(e)) from None
+  written = hf_folder.write_networks(out, params, cfg, tokenizer, source.lower_case,
+                                     ('discriminator', 'generator')[:2 if source.has_generator
+                                                                    else 1])
+  log(f'exported {source.path}')
+  return hf_folder.Exported(written, cfg, params, tokenizer, 'pretraining')

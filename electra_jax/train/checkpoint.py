@@ -19,6 +19,7 @@ import traceback
 from typing import Any
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as policies
 
@@ -383,3 +384,44 @@ class Checkpointer:
     with self._space():
       self.manager.wait_until_finished()
       self.manager.close()
+
+
+def read_kept(directory: str, step: int | None, what: str):
+  """(step, state as numpy arrays, meta) of checkpoint `step` (None: the latest) under `directory`,
+  for a reader beside the run (an export): the latest of a run still writing there may be deleted
+  while it is read (the run keeps its newest ones): then the newest is read again. `what`: the
+  run, as the sentences name it ('pre-training', 'fine-tuning')."""
+  ckpt = Checkpointer(directory)
+  latest = step is None
+  try:
+    for _ in range(10):
+      step = ckpt.latest_step() if latest else step
+      if step is None or step not in ckpt.all_steps():
+        steps = ckpt.all_steps()
+        raise UserError(f'{directory} holds no checkpoint{f" of step {step}" if step else ""} '
+                        f'(it has {steps or "none"}); ' + (
+                            'give one of those with --step, or leave --step out for the latest'
+                            if steps else f'let the {what} save one first'))
+      try:
+        state, meta = ckpt.restore_arrays(step)
+        break
+      except Exception as e:
+        if not fs.isdir(fs.join(directory, str(step))):
+          if latest:
+            ckpt.manager.reload()
+            continue
+          raise UserError(f'the checkpoint {directory}/{step} was deleted while it was read (the '
+                          f'{what} writing there keeps its newest checkpoints only); export '
+                          'the latest step (no --step), or one it keeps') from None
+        others = [s for s in ckpt.all_steps() if s != step]
+        raise UserError(
+            f'the checkpoint {directory}/{step} cannot be read ({reason(e)}); run '
+            f'the {what} command again to rewrite it'
+            + (f', or export another step with --step (it has {others})' if others else '')
+        ) from None
+    else:
+      raise UserError(f'the checkpoints in {directory} kept being deleted while they were read; '
+                      f'export once the {what} writing there has stopped')
+  finally:
+    ckpt.close()
+  return step, jax.tree.map(np.asarray, state), meta

@@ -1,6 +1,6 @@
 """The interface of a kind of fine-tuning task. Each kind is one module of
 electra_jax/finetune/kinds/ defining `KIND`, an object of a subclass of `Kind`, and one entry of
-registry.py's table. The driver (run.py), the export (apps/export.py), the loaders and the baseline
+registry.py's table. The driver (run.py), the export (export.py), the loaders and the baseline
 ask the task's kind; none of them names a kind.
 
     kind = registry.get(task.kind)
