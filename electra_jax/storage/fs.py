@@ -91,7 +91,7 @@ def _url(path) -> str:
   if not path.startswith(SCHEMES):
     raise UserError(f'{path}: {path.split("://")[0]}:// paths are not supported (buckets are '
                     f'{", ".join(SCHEMES)}); give a local path or a bucket\'s')
-  tf_import.tensorflow()  # (quietly and off the accelerators, before epath's backend loads it)
+  tf_import.tensorflow()  # (once, quietly and off the accelerators, before epath's backend)
   return path
 
 

@@ -13,7 +13,6 @@ from google.auth import exceptions
 from electra_jax.storage import tf_import
 
 
-@functools.cache
 def gfile():
   return tf_import.tensorflow().io.gfile
 

@@ -2,12 +2,14 @@
 off the accelerators, which belong to JAX. TensorFlow only reads and writes data here: tf.data,
 TFRecord files, tf.io.gfile for buckets, original TF checkpoints, TFDS's datasets (data/tfds.py)."""
 
+import functools
 import os
 import sys
 
 
+@functools.cache
 def tensorflow():
-  """The `tensorflow` module."""
+  """The `tensorflow` module, set up once per process."""
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   os.environ.setdefault('TF_ENABLE_ONEDNN_OPTS', '0')
   # `import tensorflow` also imports Keras (and scikit-learn through it) eagerly, 3-4 s of every
