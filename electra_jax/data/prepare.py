@@ -11,6 +11,7 @@ counts file is written (also by rename). An interrupted build leaves only comple
 it again with the same settings builds just the missing ones.
 """
 
+import contextlib
 import dataclasses
 import math
 import multiprocessing
@@ -192,6 +193,26 @@ def _progress_line(name, source, shards, elapsed, final=False) -> str:
 _STOPS = {signal.SIGINT, signal.SIGTERM}
 
 
+@contextlib.contextmanager
+def _stops_deferred():
+  """Ctrl-C and SIGTERM arriving inside the block take effect at its end: a worker being handed its
+  start-up data when one arrives would be left reading a closed pipe (a traceback on stderr). Both
+  are held in this thread's mask, which the workers inherit until their initializer, and their
+  Python handlers only note them: the process's other threads (TensorFlow's) can take a signal
+  the mask holds, and Python then runs the handler in this thread all the same."""
+  arrived: list[int] = []
+  previous = {s: signal.signal(s, lambda signum, frame: arrived.append(signum)) for s in _STOPS}
+  held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+  try:
+    yield
+  finally:
+    signal.pthread_sigmask(signal.SIG_SETMASK, held)  # (a held one is noted here)
+    for s, handler in previous.items():
+      signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+    if arrived:
+      signal.raise_signal(arrived[0])
+
+
 def _ignore_signals():
   """In a worker: Ctrl-C and SIGTERM are the parent's to handle (it stops the workers); the mask
   the parent held while starting them is lifted (a SIGTERM of the pool's ends the worker)."""
@@ -313,20 +334,15 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
     if workers == 1:
       results = [write_shards(out_dir, settings, missing, log=log, name='worker 1/1')]
     else:
-      # the workers are started with Ctrl-C and SIGTERM held: one arriving while a worker is being
-      # handed its start-up data would leave it reading a closed pipe (a traceback on stderr)
-      held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
-      try:
-        pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
-      except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        raise
+      pool = None
       try:  # the first worker error is raised here; an interruption reaches this process only
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # (a held signal arrives here)
+        with _stops_deferred():  # (a deferred one arrives at its end, the pool made)
+          pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
         results = sorted(pool.imap_unordered(_worker, tasks), key=lambda r: r['shards'])
       finally:  # the workers stopped before an error or interruption goes on
-        pool.terminate()
-        pool.join()
+        if pool is not None:
+          pool.terminate()
+          pool.join()
     report = corpus_lib.ReadReport(**results[0]['report'])
     for warning in report.warnings():
       log(f'warning: corpus {settings.source}: {warning}')
