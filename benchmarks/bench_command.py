@@ -16,9 +16,10 @@ from benchmarks import step_benchmark as benchmark
 from electra_jax import UserError
 from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records
-from electra_jax.hardware import aot, topology
+from electra_jax.hardware import topology
 from electra_jax.hardware import peak as peak_lib
 from electra_jax.model import flash
+from electra_jax.train import aot
 
 
 @dataclasses.dataclass(frozen=True)

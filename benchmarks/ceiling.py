@@ -1,7 +1,7 @@
 """The highest MFU XLA's TPU cost model allows an ELECTRA train step: its matmuls, each compiled
 alone for the chip, and nothing else.
 
-The step's estimate (hardware/aot.py, hardware/hlo_cost.py) sums the compiler's cost of every
+The step's estimate (train/aot.py, hardware/hlo_cost.py) sums the compiler's cost of every
 operation. How much of the gap to the chip's peak is the matmuls' own? Each matmul the step does
 (the encoder's and the generator's projections, the heads, the vocabulary projection, forward, input
 gradient and weight gradient, as `step_flops.step_matmul_flops` counts them) is compiled by itself

@@ -33,8 +33,9 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.kinds import registry
-from electra_jax.hardware import aot, compile_cache, hlo_cost, xla_options
+from electra_jax.hardware import compile_cache, hlo_cost, xla_options
 from electra_jax.model import networks as model_lib
+from electra_jax.train import aot
 from electra_jax.train import metrics as metrics_lib
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop as loop_lib

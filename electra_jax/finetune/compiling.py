@@ -14,9 +14,9 @@ from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.kinds import registry
-from electra_jax.hardware import aot
 from electra_jax.hardware import compile_cache
 from electra_jax.model import flops as flops_lib
+from electra_jax.train import aot
 from electra_jax.train import model_view
 from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib

@@ -14,12 +14,12 @@ import ml_collections
 from electra_jax import UserError, user_errors
 from electra_jax.data import records as records_lib
 from electra_jax.data.tokenizer import SpecialIds
-from electra_jax.hardware import aot
 from electra_jax.hardware import compile_cache
 from electra_jax.model import attention as attention_lib
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.pretraining import step_flops as step_flops_lib
+from electra_jax.train import aot
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import model_view
 from electra_jax.train import partitioning

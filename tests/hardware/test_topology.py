@@ -16,7 +16,6 @@ import pytest
 from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
 from electra_jax import UserError
 from electra_jax import cli as cli_lib
-from electra_jax.hardware import aot
 from electra_jax.hardware import peak
 from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
@@ -27,6 +26,7 @@ from electra_jax.model import flash
 from electra_jax.platform import chips
 from benchmarks import ceiling
 from electra_jax.pretraining import compiling
+from electra_jax.train import aot
 from electra_jax.train import partitioning
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.train import step as step_lib
