@@ -30,6 +30,7 @@ from absl import flags
 
 from benchmarks import bench_command
 from electra_jax import cli
+from electra_jax.config import files as config_files
 
 _CONFIG = cli.define_config_file('config', None, 'a configs/*.py file[:variant]')
 _STEPS = flags.DEFINE_integer('steps', 10, 'timed steps per run', lower_bound=1)
@@ -75,9 +76,9 @@ def main(argv):
     if ft is None or not _INIT.value:
       raise cli.UserError('--mode=finetune needs --finetune_config (the task) and --init (the '
                           'vocabulary, and the model unless --config is given)')
-    cli.require_config(ft, 'fine-tuning', '--finetune_config')
+    config_files.require_config(ft, 'fine-tuning', '--finetune_config')
     if config is not None:
-      cli.require_config(config, 'pre-training')
+      config_files.require_config(config, 'pre-training')
     cli.check_paths(_INIT.value)
     ft.init = _INIT.value
   bench_command.run(config, bench_command.Options(

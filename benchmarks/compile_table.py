@@ -17,6 +17,7 @@ import time
 from absl import flags
 
 from electra_jax import UserError, cli, user_errors
+from electra_jax.config import files as config_files
 from electra_jax.hardware import topology
 from electra_jax.pretraining import compiling
 
@@ -49,7 +50,7 @@ def _set(config, path: str, text: str):
 def _config(preset: str):
   """configs/<preset>.py with --set applied (one sentence for an unknown preset or field)."""
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  config = cli.load_config_file(os.path.join(root, 'configs', f'{preset}.py'), 'presets')
+  config = config_files.load_config_file(os.path.join(root, 'configs', f'{preset}.py'), 'presets')
   for item in _OVERRIDES.value:
     key, _, value = item.partition('=')
     _set(config, key, value)

@@ -31,6 +31,7 @@ import os
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.config import files as config_files
 from electra_jax.apps import compare, compare_suite
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -57,8 +58,8 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
   if _STEPS.value < 1 or _SEEDS.value < 1:
     raise cli.UserError('--electra_steps and --num_seeds must be at least 1')
-  cli.require_config(_CONFIG.value, 'pre-training')
-  cli.require_config(_FT_CONFIG.value, 'fine-tuning', '--finetune_config')
+  config_files.require_config(_CONFIG.value, 'pre-training')
+  config_files.require_config(_FT_CONFIG.value, 'fine-tuning', '--finetune_config')
   cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
   log = lambda line: print(line, flush=True)
   if _SUITE.value:
@@ -89,8 +90,8 @@ def _suite(compare, log):
   if _FT_CONFIG.present:
     ft = _FT_CONFIG.value
   else:  # your own data's defaults, with the --finetune_config.<field> overrides given
-    own = cli.load_config_file(os.path.join(_ROOT, 'configs', 'finetune', 'own.py'),
-                               'finetune_config')
+    own = config_files.load_config_file(os.path.join(_ROOT, 'configs', 'finetune', 'own.py'),
+                                        'finetune_config')
     ft = compare.with_fields(own, _FT_CONFIG.value, _FT_CONFIG.overridden)
   ft.num_seeds = _SEEDS.value
   if not _PLAN.value:

@@ -24,6 +24,7 @@ leaderboard's <Task>.tsv files).
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.config import files as config_files
 from electra_jax.finetune import compiling as finetune_compiling
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import run
@@ -48,7 +49,7 @@ def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
   config = _CONFIG.value
-  cli.require_config(config, 'fine-tuning')
+  config_files.require_config(config, 'fine-tuning')
   if _TOPOLOGY.value:
     if config is None or _INIT.value is None:
       raise cli.UserError('--topology compiles a fine-tuning for a slice: give its --config and '

@@ -23,6 +23,7 @@ from absl import flags
 import jax
 
 from electra_jax import cli
+from electra_jax.config import files as config_files
 from electra_jax.hardware import topology
 from electra_jax.pretraining import compiling
 from electra_jax.pretraining import run as pretrain
@@ -46,7 +47,7 @@ flags.mark_flags_as_required(['config', 'workdir'])
 def main(argv):
   if len(argv) > 1:
     raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
-  cli.require_config(_CONFIG.value, 'pre-training')
+  config_files.require_config(_CONFIG.value, 'pre-training')
   if _TOPOLOGY.value:  # compiled for the slice here, nothing trained
     try:
       slice_ = topology.for_compiling(_TOPOLOGY.value, _NUM_SLICES.value)

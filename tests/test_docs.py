@@ -11,7 +11,8 @@ import subprocess
 from conftest import ROOT
 import pytest
 
-from electra_jax import UserError, cli
+from electra_jax import UserError
+from electra_jax.config import files as config_reading
 from electra_jax.data import records
 
 pytestmark = pytest.mark.fast
@@ -83,13 +84,13 @@ def commands(text: str) -> list[str]:
 
 @functools.cache
 def fields(spec: str, name: str) -> frozenset:
-  return frozenset(cli.config_paths(cli.load_config_file(spec, name)))
+  return frozenset(config_reading.config_paths(config_reading.load_config_file(spec, name)))
 
 
 def check_override(spec: str, name: str, field: str) -> str | None:
   """None when --<name>.<field> is a field of the config `spec` (or names one alone)."""
   try:
-    cli.field_path(dict.fromkeys(fields(spec, name)), field, name)
+    config_reading.field_path(dict.fromkeys(fields(spec, name)), field, name)
   except UserError as e:
     return str(e)
   return None

@@ -1028,7 +1028,7 @@ def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
   """A config file given to the other command, an empty --workdir, a label column that holds the
   text, --seed for a pre-training's export, a bad --mode or --kills: one sentence each."""
   from conftest import load_config
-  from electra_jax import cli
+  from electra_jax.config import files as config_files
   from electra_jax.train import workdir as workdir_lib
   from electra_jax.apps import export
   from electra_jax.finetune.inputs import files
@@ -1039,12 +1039,12 @@ def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
   with pytest.raises(UserError, match=r'^--config is a fine-tuning config \(it has a task '
                                       r'section\); give --config a pre-training config such as '
                                       r'configs/tiny.py$'):
-    cli.require_config(own, 'pre-training')
+    config_files.require_config(own, 'pre-training')
   with pytest.raises(UserError, match=r'^--finetune_config is a pre-training config \(it has an '
                                       r'objective section\); give --finetune_config a fine-tuning'):
-    cli.require_config(tiny, 'fine-tuning', '--finetune_config')
-  cli.require_config(tiny, 'pre-training')
-  cli.require_config(own, 'fine-tuning')
+    config_files.require_config(tiny, 'fine-tuning', '--finetune_config')
+  config_files.require_config(tiny, 'pre-training')
+  config_files.require_config(own, 'fine-tuning')
   (tmp_path / 'syntax.py').write_text('def get_config(:\n')
   (tmp_path / 'empty.py').write_text('x = 1\n')
   (tmp_path / 'plain.py').write_text('def get_config():\n  return None\n')
@@ -1053,7 +1053,7 @@ def test_more_mistakes_are_one_sentence_and_leave_nothing(tmp_path, pretrained):
                       (str(tmp_path / 'empty.py'), r'defines no get_config\(\)'),
                       (str(data), 'is not a config file')):
     with pytest.raises(UserError, match=rf'^--config={re.escape(spec)}: .*{error}'):
-      cli.load_config_file(spec)
+      config_files.load_config_file(spec)
   with pytest.raises(UserError, match=r'^--workdir is empty; give a folder$'):
     workdir_lib.make('')
   with pytest.raises(ValueError, match=r"^task.label names the column 'text', which also holds "

@@ -1,4 +1,5 @@
-"""The declared fields (fields.py) and the pre-training config built from them (pretraining.py).
+"""The pre-training config built from the declared fields (pretraining.py), and config files read
+with their overrides (files.py).
 
 Config files written for earlier versions import `default_config` from here; it is looked up in
 pretraining.py when asked for, so that importing a module of this package never imports another.

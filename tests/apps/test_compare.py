@@ -150,15 +150,16 @@ def test_finetune_config_fields_without_a_file_reach_both_builtin_tasks():
   override was dropped."""
   import sys
   from conftest import ROOT
-  from electra_jax import cli
+  from electra_jax.config import files as config_files
   sys.path.insert(0, os.path.join(ROOT, 'configs', 'finetune'))
   import builtin
   default = os.path.join(ROOT, 'configs', 'finetune', 'builtin.py')
-  value, fields = cli.config_from(default, ['word_table_lr=3', 'epochs=1'], 'finetune_config')
+  value, fields = config_files.config_from(default, ['word_table_lr=3', 'epochs=1'],
+                                           'finetune_config')
   assert fields == ['optimizer.word_table_lr', 'epochs']
   with pytest.raises(UserError, match="unknown config field 'word_tabel_lr'; did you mean "
                      r'--finetune_config.optimizer.word_table_lr\?'):
-    cli.config_from(default, ['word_tabel_lr=10'], 'finetune_config')
+    config_files.config_from(default, ['word_tabel_lr=10'], 'finetune_config')
   own = ft_config_lib.short_pretraining_recipe(ft_config_lib.default_config())
   for label in builtin.TASKS:  # one recipe: your own data's, no per-task settings
     c = builtin.get_config(label)

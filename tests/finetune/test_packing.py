@@ -274,10 +274,10 @@ def _short_text_task(folder, n: int, seed: int) -> str:
 @needs_hf
 def test_the_finetune_benchmark_times_padded_packed_and_hf_trainer_on_the_same_examples(
     pretrained, tmp_path):
-  from electra_jax import cli
+  from electra_jax.config import files as config_files
   from electra_jax.hardware import topology
   from benchmarks import finetune_benchmark
-  cfg = cli.load_config_file('configs/finetune/own.py')
+  cfg = config_files.load_config_file('configs/finetune/own.py')
   cfg.task.update(train=_short_text_task(tmp_path, 96, 0), dev=_short_text_task(tmp_path, 24, 1))
   cfg.update(init=pretrained, max_seq_length=32, batch_size=16, eval_batch_size=8)
   problem = finetune_benchmark.problem(cfg, log=lambda *_: None)

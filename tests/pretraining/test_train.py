@@ -207,8 +207,8 @@ def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
 
 @pytest.mark.fast
 def test_config_overrides_reach_derived_fields_and_typos_fail():
-  from electra_jax import cli
-  c, fields = cli.config_from(f'{ROOT}/configs/small.py', [
+  from electra_jax.config import files as config_files
+  c, fields = config_files.config_from(f'{ROOT}/configs/small.py', [
       'objective.disc_weight=10', 'model.hidden_size=512', 'data.max_seq_length=256',
       'optimizer.decay_steps=1000', 'data.eval_batch_size=64'])
   assert fields == ['objective.disc_weight', 'model.hidden_size', 'data.max_seq_length',
@@ -220,17 +220,18 @@ def test_config_overrides_reach_derived_fields_and_typos_fail():
   assert (c.optimizer.decay_steps, c.train_steps) == (1000, 1_000_000)
   assert (c.data.eval_batch_size, c.data.batch_size) == (64, 128)
   with pytest.raises(UserError, match=r"did you mean --config.objective.disc_weight\?"):
-    cli.config_from(f'{ROOT}/configs/small.py', ['objective.disc_wieght=10'])
+    config_files.config_from(f'{ROOT}/configs/small.py', ['objective.disc_wieght=10'])
   with pytest.raises(AttributeError):  # locked, as ml_collections' config files are: no new field
     c.objective.disc_wieght = 10
-  c, _ = cli.config_from(f'{ROOT}/configs/small.py', ['model.remat', 'data.corpus=a/*.txt'])
+  c, _ = config_files.config_from(f'{ROOT}/configs/small.py',
+                                  ['model.remat', 'data.corpus=a/*.txt'])
   assert (c.model.remat, c.data.corpus) == (True, 'a/*.txt')  # a bare bool field is true
   for given, sentence in [('model=3', 'model is a section; set one of its fields'),
                           ('data.corpus', 'give data.corpus a value'),
                           ('model.remat=maybe', 'model.remat takes true or false'),
                           ('seed=1.5', 'seed takes an integer')]:
     with pytest.raises(UserError, match=sentence):
-      cli.config_from(f'{ROOT}/configs/small.py', [given])
+      config_files.config_from(f'{ROOT}/configs/small.py', [given])
 
 
 def _cli(*args):
@@ -270,8 +271,8 @@ def test_cli_typo_is_one_sentence_with_the_close_match(tmp_path):
 @pytest.mark.fast
 def test_a_field_named_without_its_section_is_the_one_field_of_that_name(tmp_path):
   """--config.disc_weight=50, as the design card writes it, is --config.objective.disc_weight=50."""
-  from electra_jax import cli
-  c, fields = cli.config_from(f'{ROOT}/configs/base.py',
+  from electra_jax.config import files as config_files
+  c, fields = config_files.config_from(f'{ROOT}/configs/base.py',
                               ['disc_weight=50', 'hidden_size=512', 'seed=3'])
   assert fields == ['objective.disc_weight', 'model.hidden_size', 'seed']
   assert (c.objective.disc_weight, c.model.hidden_size, c.seed) == (50.0, 512, 3)
@@ -280,7 +281,7 @@ def test_a_field_named_without_its_section_is_the_one_field_of_that_name(tmp_pat
                  'def get_config():\n'
                  '  return ml_collections.ConfigDict({"a": {"rate": 0.1}, "b": {"rate": 0.2}})\n')
   with pytest.raises(UserError, match=r'several sections \(a.rate, b.rate\)'):
-    cli.config_from(str(two), ['rate=0'])
+    config_files.config_from(str(two), ['rate=0'])
 
 
 @pytest.mark.fast
