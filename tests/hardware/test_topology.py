@@ -15,7 +15,7 @@ import pytest
 
 from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
 from electra_jax import UserError
-from electra_jax import cli as cli_lib
+from electra_jax.config import files as config_files
 from electra_jax.hardware import peak
 from electra_jax.pretraining import step_flops as step_flops_lib
 from electra_jax.hardware import hlo_cost
@@ -424,10 +424,10 @@ def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
     setup = pretrain_setup.build_setup(config, SPECIAL, 'tpu')
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh()) is asked
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips)) is asked
-  c, _ = cli_lib.config_from(f'{ROOT}/configs/base.py', ['fsdp=True'])
+  c, _ = config_files.config_from(f'{ROOT}/configs/base.py', ['fsdp=True'])
   assert c.fsdp is True  # None (auto) takes a bool as its type says
   with pytest.raises(UserError, match='fsdp takes true or false'):
-    cli_lib.config_from(f'{ROOT}/configs/base.py', ['fsdp=maybe'])
+    config_files.config_from(f'{ROOT}/configs/base.py', ['fsdp=maybe'])
 
 
 @pytest.mark.fast
