@@ -19,6 +19,7 @@ from conftest import (CHILD_ENV, ROOT, WORDS, cpu_burner, launch_command, load_c
                       objective_config, poisoned_setup, run_config_file, test_config,
                       write_corpus)
 from electra_jax import UserError
+from electra_jax.config import files as config_files
 from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -207,7 +208,6 @@ def test_a_few_steps_of_the_tiny_config_reduce_the_loss():
 
 @pytest.mark.fast
 def test_config_overrides_reach_derived_fields_and_typos_fail():
-  from electra_jax.config import files as config_files
   c, fields = config_files.config_from(f'{ROOT}/configs/small.py', [
       'objective.disc_weight=10', 'model.hidden_size=512', 'data.max_seq_length=256',
       'optimizer.decay_steps=1000', 'data.eval_batch_size=64'])
@@ -249,31 +249,34 @@ def test_cli_typo_is_one_sentence_with_the_close_match(tmp_path):
       "error: unknown config field 'objective.disc_wieght'; did you mean "
       "--config.objective.disc_weight?")
   assert not os.path.exists(tmp_path / 'w')
-  tiny = f'--config={ROOT}/configs/tiny.py'
-  for args, last in [
-      ((f'--config={ROOT}/configs/tinny.py',), f'error: --config: the config file '
-       f'{ROOT}/configs/tinny.py does not exist; did you mean {ROOT}/configs/tiny.py?'),
-      ((f'--config={ROOT}/configs/tiny.py:big',), f'error: --config={ROOT}/configs/tiny.py:big: '
-       "configs/tiny.py has no variant 'big'; use configs/tiny.py"),
-      ((tiny, '--config.disc_wieght=3'), "error: unknown config field 'disc_wieght'; did you "
-       'mean --config.objective.disc_weight?'),
-      ((tiny, '--config.data.batch_size=abc'),
-       'error: --config.data.batch_size=abc: data.batch_size takes an integer'),
-      ((tiny, '--config.model.remat=maybe'),
-       'error: --config.model.remat=maybe: model.remat takes true or false'),
-      ((tiny, '--config.train_steps=0'),
-       'error: train_steps is 0; it must be a number of at least 1')]:
-    r = _cli(*args, f'--workdir={tmp_path}/w')
-    assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == last, (args, r.stderr)
-    assert not os.path.exists(tmp_path / 'w')
+  # a field out of its range, found by the run's own check (after the flags)
+  r = _cli(f'--config={ROOT}/configs/tiny.py', f'--workdir={tmp_path}/w', '--config.train_steps=0')
+  assert r.returncode == 2 and r.stderr.strip().splitlines()[-1] == (
+      'error: train_steps is 0; it must be a number of at least 1'), r.stderr
+  assert not os.path.exists(tmp_path / 'w')
+  # the other mistakes of a config file and its overrides: the sentence the launch prints after
+  # 'error: ' (the same path as the first above)
+  tiny = f'{ROOT}/configs/tiny.py'
+  for spec, overrides, sentence in [
+      (f'{ROOT}/configs/tinny.py', [], f'--config: the config file {ROOT}/configs/tinny.py does '
+       f'not exist; did you mean {ROOT}/configs/tiny.py?'),
+      (f'{tiny}:big', [], f"--config={tiny}:big: configs/tiny.py has no variant 'big'; use "
+       'configs/tiny.py'),
+      (tiny, ['disc_wieght=3'], "unknown config field 'disc_wieght'; did you mean "
+       '--config.objective.disc_weight?'),
+      (tiny, ['data.batch_size=abc'],
+       '--config.data.batch_size=abc: data.batch_size takes an integer'),
+      (tiny, ['model.remat=maybe'], '--config.model.remat=maybe: model.remat takes true or false')]:
+    with pytest.raises(UserError) as raised:
+      config_files.config_from(spec, overrides)
+    assert str(raised.value) == sentence
 
 
 @pytest.mark.fast
 def test_a_field_named_without_its_section_is_the_one_field_of_that_name(tmp_path):
   """--config.disc_weight=50, as the design card writes it, is --config.objective.disc_weight=50."""
-  from electra_jax.config import files as config_files
   c, fields = config_files.config_from(f'{ROOT}/configs/base.py',
-                              ['disc_weight=50', 'hidden_size=512', 'seed=3'])
+                                       ['disc_weight=50', 'hidden_size=512', 'seed=3'])
   assert fields == ['objective.disc_weight', 'model.hidden_size', 'seed']
   assert (c.objective.disc_weight, c.model.hidden_size, c.seed) == (50.0, 512, 3)
   two = tmp_path / 'two.py'  # a config with one field name in two sections
