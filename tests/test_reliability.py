@@ -486,6 +486,10 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path, part):
       (('train.py', f'--config={returns}', f'--workdir={tmp_path / "w2"}'),
        f'error: --config={returns}: get_config() of {returns} returned int, not an '
        'ml_collections.ConfigDict; return the config (see configs/tiny.py)'),
+      (('zeroshot.py', f'--init={tmp_path / "w1"}', '--config=configs/finetune/builtin.py',
+        '--template=It was.', '--label_words=next=yes,random=no'),
+       "error: --template='It was.' must hold {label} exactly once, where each class's label word "
+       "goes, e.g. --template='It was {label}.'"),
       (('compare.py', f'--workdir={tmp_path / "cmp"}', f'--suite={tmp_path / "suite"}'),
        f'error: {tmp_path / "suite" / "suite.json"} is not a suite\'s description (a "tasks" list '
        'whose entries each have a "name"); build the suite again: python -m benchmarks.build_tasks '
@@ -501,7 +505,7 @@ def test_small_mistakes_of_the_launch_scripts_are_one_line(tmp_path, part):
       continue
     done = _launch(*args)
     assert done.returncode == 2 and _last(done).startswith(want), (args, done.stderr[-2000:])
-  assert len(scripts) == 8  # every launch script of the table has a first mistake
+  assert len(scripts) == 9  # every launch script of the table has a first mistake
   for name in ('r1', 'r2', 'r3', 'r4', 'r5', 'w1', 'w2', 'f1', 'ft', 'cmp', 't.md', 't.json'):
     assert not os.path.exists(tmp_path / name)
 

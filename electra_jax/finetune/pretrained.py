@@ -26,6 +26,7 @@ from electra_jax.train.config import OptimizerConfig
 # the parameters a fine-tuning reads from a pre-training checkpoint (GDES's residual word table
 # included): not the generator, the optimizer's moments or the counters
 _READ = ('embeddings', 'discriminator', 'embeddings_residual')
+_HEAD = 'discriminator_predictions'  # the detection head (zero-shot prompting reads it)
 
 
 @dataclasses.dataclass
@@ -38,11 +39,13 @@ class Pretrained:
   config: ml_collections.ConfigDict | None  # of the pre-training run, when known
 
 
-def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest') -> Pretrained:
+def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest',
+         head: bool = False) -> Pretrained:
   """The discriminator, vocabulary and model config of `init`: the workdir of a pre-training run
   (its checkpoint `step`: 'latest', 'best' by the run's keep_best metric, or a step number), or
   weights made elsewhere (an HF transformers folder, a folder of launch/export.py, an original
-  TensorFlow checkpoint; see electra_jax/convert/sources.py)."""
+  TensorFlow checkpoint; see electra_jax/convert/sources.py). `head`: its detection head too
+  (`discriminator_predictions`; one-sentence UserError for a source that has none)."""
   step = str(step)
   if not init:
     raise UserError('init is empty; set --init to a pre-training workdir (the --workdir of '
@@ -67,14 +70,14 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest')
     if step != 'latest':
       raise UserError(f'init_step={step} picks a checkpoint of a pre-training workdir, and {init} '
                       'is not one; leave init_step at latest')
-    return _load_source(init, from_scratch, log)
+    return _load_source(init, from_scratch, log, head)
   config = config_defaults.complete(config)
   with user_errors(ValueError, FileNotFoundError):
     _, _, vocab = records_lib.workdir_vocab(init, config)
   model_cfg = model_lib.ModelConfig.from_config(config.model)
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
-    params, where = _read_checkpoint(init, config, model_cfg, step, log)
+    params, where = _read_checkpoint(init, config, model_cfg, step, log, head)
   return Pretrained(model_cfg, params, vocab, config.data.lower_case, where, config)
 
 
@@ -106,10 +109,13 @@ def saved(workdir: str) -> Pretrained | None:
                       d['checkpoint'], None)
 
 
-def _read_checkpoint(init: str, config, model_cfg, step: str, log) -> tuple[dict, str]:
+def _read_checkpoint(init: str, config, model_cfg, step: str, log,
+                     head: bool = False) -> tuple[dict, str]:
   """(the discriminator's parameters, the checkpoint's path) of checkpoint `step` of the
   pre-training in `init`, read into this process's first device (its layout: the run's model and
-  optimizer; the discriminator and embeddings alone are read)."""
+  optimizer; the discriminator and embeddings alone are read, and the detection head with
+  `head`)."""
+  read = _READ + (_HEAD,) if head else _READ
   mode = _best_mode(init, config) if step == 'best' else 'max'
   ckpt = checkpoint_lib.Checkpointer.of_run(init, config, mode)
   try:
@@ -126,18 +132,18 @@ def _read_checkpoint(init: str, config, model_cfg, step: str, log) -> tuple[dict
                           shapes)
     with user_errors(ValueError):
       if step == 'latest':
-        step, state, _ = ckpt.restore_latest(target, log, only=_READ)
+        step, state, _ = ckpt.restore_latest(target, log, only=read)
         if not step:  # every checkpoint deleted while read
           raise UserError(f'{init} holds no checkpoint any more (its run deleted them while '
                           'they were read); try again, or give another --init')
       else:
         chosen = _chosen_step(ckpt, init, step, config.keep_best)
         ckpt.check_shapes(chosen, target)
-        state, _ = ckpt.restore(chosen, target, only=_READ)
+        state, _ = ckpt.restore(chosen, target, only=read)
         step = str(chosen)
   finally:
     ckpt.close()
-  params = {k: state.params[k] for k in ('embeddings', 'discriminator')}
+  params = {k: state.params[k] for k in ('embeddings', 'discriminator') + (_HEAD,) * head}
   if 'embeddings_residual' in state.params:  # GDES: the discriminator's own word table
     params['embeddings'] = {**params['embeddings'], 'word_embeddings': (
         params['embeddings']['word_embeddings'] + state.params['embeddings_residual'])}
@@ -182,9 +188,13 @@ def _chosen_step(ckpt, init: str, step: str, keep_best: str) -> int:
   return int(step)
 
 
-def _load_source(init: str, from_scratch: bool, log) -> Pretrained:
+def _load_source(init: str, from_scratch: bool, log, head: bool = False) -> Pretrained:
   with user_errors(ValueError, FileNotFoundError):
     source = sources.open_source(init)
+    if head and not source.has_head:
+      raise ValueError(f'{init} holds no detection head (discriminator_predictions) beside the '
+                       'discriminator, and prompting scores with it; give a pre-trained '
+                       'discriminator with its head (ElectraForPreTraining)')
     if source.vocab is None:
       raise ValueError(f'{init} has no vocabulary file (vocab.txt or a SentencePiece .model) '
                        'beside its weights; copy the one it was trained with there')
@@ -198,7 +208,7 @@ def _load_source(init: str, from_scratch: bool, log) -> Pretrained:
       shapes = jax.eval_shape(lambda k: model_lib.init_params(model_cfg, k), jax.random.key(0))
       params = source.params(model_cfg, fill=jax.tree.map(
           lambda x: np.zeros(x.shape, np.float32), shapes))
-      params = {k: params[k] for k in ('embeddings', 'discriminator')}
+      params = {k: params[k] for k in ('embeddings', 'discriminator') + (_HEAD,) * head}
       where = source.describe().split(' (')[0]
       for note in source.notes:
         log(note)

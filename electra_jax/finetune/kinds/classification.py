@@ -60,6 +60,7 @@ def example_logits(params, batch, rng, deterministic, model):
 class Classification(kinds.Kind):
   name = 'classification'
   baseline = 'classes'
+  prompted = True
   own_data = 'a text (pair) and its class per row'
   hf_class = 'ElectraForSequenceClassification'
   hf_pipeline = 'text-classification'

@@ -37,6 +37,9 @@ class Kind:
   # its examples are sequences that rows pack (finetune/inputs/packing.py); False: each example is
   # a row as `encode` gives it (SQuAD's windows)
   packs = True
+  # its examples are texts of one class each: the discriminator is prompted with a word per class
+  # (finetune/zeroshot.py)
+  prompted = False
 
   def load(self, cfg, log=print):
     """(task, {split: examples}) of your own files task.train / dev / test (kinds whose

@@ -1,0 +1,41 @@
+"""The discriminator as a zero-shot classifier: no training, only the detection head of any
+pre-trained ELECTRA (electra_jax/finetune/zeroshot.py).
+
+    python launch/zeroshot.py --init=/tmp/electra_demo --config=configs/finetune/<task>.py \
+        --template='It was {label}.' --label_words=pos=great,neg=terrible
+        -> the accuracy on the task's dev split beside the majority class's
+
+--init: a pre-training workdir (launch/train.py), an HF transformers folder of an
+ElectraForPreTraining discriminator or an original TensorFlow checkpoint, with its vocabulary.
+--config: a fine-tuning config, whose task (and --config.task.* overrides: your own files) gives
+the labelled dev split; each of its classes gets a word in --label_words.
+"""
+
+from absl import flags
+
+from electra_jax import cli
+from electra_jax.config import files as config_files
+from electra_jax.finetune import zeroshot
+
+_CONFIG = cli.define_config_file('config', None, 'a fine-tuning config file '
+                                 '(configs/finetune/*.py[:variant]): the task')
+_INIT = flags.DEFINE_string('init', None, 'the pre-trained discriminator: a pre-training workdir, '
+                            'an HF folder or an original checkpoint')
+_TEMPLATE = flags.DEFINE_string('template', None, 'the sentence after each text, holding '
+                                '{label} where each class\'s word goes')
+_WORDS = flags.DEFINE_string('label_words', None, 'each class\'s word: class=word,class=word')
+_BATCH = flags.DEFINE_integer('batch_size', 32, 'texts scored at a time', lower_bound=1)
+flags.mark_flags_as_required(['config', 'init', 'template', 'label_words'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --config.<field>=...')
+  config_files.require_config(_CONFIG.value, 'fine-tuning')
+  cli.check_paths(_INIT.value, _CONFIG.value)
+  zeroshot.evaluate(_CONFIG.value, _INIT.value, _TEMPLATE.value, _WORDS.value, _BATCH.value,
+                    log=lambda line: print(line, flush=True))
+
+
+if __name__ == '__main__':
+  cli.run(main)

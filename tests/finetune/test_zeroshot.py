@@ -1,0 +1,161 @@
+"""The discriminator as a zero-shot classifier: prompts, their tokens, and the class whose label
+word looks least replaced (finetune/zeroshot.py)."""
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import ROOT, test_config
+from electra_jax import UserError
+from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.finetune import zeroshot
+from electra_jax.finetune.inputs import tasks
+from electra_jax.model import networks as model_lib
+
+WORDS = ['it', 'was', 'great', 'terri', '##ble', '.', 'the', 'movie', 'film', 'a', 'good', 'plot',
+         'so', '-', 'fine']
+
+
+@pytest.fixture()
+def tokenizer(tmp_path):
+  path = tmp_path / 'vocab.txt'
+  tokens = list(tokenizer_lib.SPECIAL_TOKENS) + WORDS
+  path.write_text('\n'.join(tokens + [f'w{i}' for i in range(96 - len(tokens))]) + '\n')
+  return tokenizer_lib.WordPieceTokenizer(str(path))
+
+
+def _id(tokenizer, piece):
+  return tokenizer.encode(piece)[0] if not piece.startswith('##') else tokenizer.encode(
+      'terrible')[1]
+
+
+@pytest.mark.fast
+def test_a_prompt_is_parsed_in_the_tasks_order_and_a_bad_one_is_one_sentence():
+  p = zeroshot.Prompt.parse('It was {label}.', 'pos=great, neg=terrible', labels=('neg', 'pos'))
+  assert p.label_words == {'neg': 'terrible', 'pos': 'great'}  # the task's order
+  for template, words, labels, sentence in [
+      ('It was great.', 'pos=great,neg=bad', (), 'must hold {label} exactly once'),
+      ('{label} or {label}', 'pos=great,neg=bad', (), 'must hold {label} exactly once'),
+      ('It was {label}.', 'pos=great,neg', (), "'neg' is not class=word"),
+      ('It was {label}.', 'pos=great,pos=good', (), "names class 'pos' twice"),
+      ('It was {label}.', 'pos=great', (), 'fewer than two classes'),
+      ('It was {label}.', 'pos=great,bad=awful', ('neg', 'pos'),
+       "names 'bad' and leaves out 'neg'; the task's classes are neg, pos")]:
+    with pytest.raises(ValueError, match=sentence.replace('{', r'\{').replace('}', r'\}')):
+      zeroshot.Prompt.parse(template, words, labels)
+
+
+@pytest.mark.fast
+def test_the_label_words_tokens_are_marked_after_the_text_whatever_its_length(tokenizer):
+  special = tokenizer.special
+  prompt = zeroshot.Prompt.parse('It was {label}.', 'pos=great,neg=terrible,meh=so-so')
+  texts = ['the movie', 'the film ' * 40]  # the second is cut so that the template fits
+  x = zeroshot.encode(tokenizer, special, texts, prompt, max_length=24)
+  assert x['input_ids'].shape == (2, 3, 24)
+  for j, word in enumerate(['great', 'terrible', 'so-so']):
+    words = tokenizer.encode(word)
+    template = tokenizer.encode(f'it was {word}.')
+    for i in range(2):
+      ids = x['input_ids'][i, j][x['input_mask'][i, j] == 1].tolist()
+      assert ids[0] == special.cls and ids[-1] == special.sep
+      assert ids[-len(template) - 1:-1] == template  # the whole template, last, in segment 1
+      assert ids[-len(template) - 2] == special.sep
+      assert x['segment_ids'][i, j].sum() == len(template) + 1
+      assert x['input_ids'][i, j][x['word_mask'][i, j] == 1].tolist() == words
+  assert len(tokenizer.encode('terrible')) == 2 and len(tokenizer.encode('so-so')) == 3
+  assert x['input_mask'][1].all()  # the long text fills the row
+  with pytest.raises(ValueError, match='takes 6 tokens, and max_seq_length=8 leaves 5'):
+    zeroshot.encode(tokenizer, special, texts, prompt, max_length=8)
+
+
+def _hand_set(tokenizer, sign: float):
+  """A discriminator whose detection logit at a token is fixed by the token alone: no attention
+  or feed-forward output (each layer passes its input through), no position or segment
+  embedding; 'great' and '##ble' point one way, 'terri' the other, and the head reads that one
+  direction: logit = -sign * gelu(h_0), about -sign * 5.6 for 'great' and '##ble' and 0 for
+  'terri'."""
+  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  cfg = dataclasses.replace(cfg, dropout_rate=0.0, attention_dropout_rate=0.0)
+  params = jax.tree.map(np.array, model_lib.init_params(cfg, jax.random.key(0)))
+  for layer in params['discriminator'].values():
+    if 'attention_output' in layer:
+      for name in ('attention_output', 'output'):
+        layer[name]['kernel'][:] = 0
+        layer[name]['bias'][:] = 0
+  emb = params['embeddings']
+  emb['position_embeddings'][:] = 0
+  emb['token_type_embeddings'][:] = 0
+  z = np.zeros(cfg.embedding_size, np.float32)
+  z[:2] = 1, -1
+  for piece, direction in (('great', 1), ('##ble', 1), ('terri', -1)):
+    emb['word_embeddings'][_id(tokenizer, piece)] = direction * z
+  project = params['discriminator']['embeddings_project']
+  project['kernel'][:] = 0
+  project['kernel'][0, 0] = 1
+  project['bias'][:] = 0
+  head = params['discriminator_predictions']
+  head['dense']['kernel'][:] = np.eye(cfg.hidden_size)
+  head['dense']['bias'][:] = 0
+  head['dense_prediction']['kernel'][:] = 0
+  head['dense_prediction']['kernel'][0, 0] = -sign
+  head['dense_prediction']['bias'][:] = 0
+  return cfg, params
+
+
+@pytest.mark.fast
+def test_a_hand_set_discriminator_scores_the_classes_as_designed(tokenizer):
+  prompt = zeroshot.Prompt.parse('It was {label}.', 'pos=great,neg=terrible')
+  texts = ['the movie', 'a good plot', 'the film was fine']
+  x = zeroshot.encode(tokenizer, tokenizer.special, texts, prompt, max_length=16)
+  cfg, params = _hand_set(tokenizer, sign=1.0)
+  scores = zeroshot.predict(cfg, params, x, batch_size=2)  # a padded last batch
+  assert scores.shape == (3, 2)
+  # 'great' looks original (about -5.6); 'terrible' is the mean of 'terri' (0) and '##ble' (-5.6)
+  token = jax.jit(lambda ids: model_lib.Electra(cfg).apply(
+      {'params': params}, ids, jnp.zeros_like(ids), jnp.ones_like(ids),
+      method=model_lib.Electra.discriminator_logits))
+  great, terri, ble = np.asarray(token(jnp.asarray([[
+      _id(tokenizer, 'great'), _id(tokenizer, 'terri'), _id(tokenizer, '##ble')]])))[0]
+  assert great < -5 and abs(terri) < 0.1 and abs(ble - great) < 1e-4
+  np.testing.assert_allclose(scores[:, 0], great, atol=1e-4)
+  np.testing.assert_allclose(scores[:, 1], (terri + ble) / 2, atol=1e-4)
+  assert (zeroshot.choose(scores) == 0).all()  # every text: pos
+  # the head read the other way round: 'great' looks replaced, every text is neg
+  cfg, flipped = _hand_set(tokenizer, sign=-1.0)
+  assert (zeroshot.choose(zeroshot.predict(cfg, flipped, x, batch_size=2)) == 1).all()
+
+
+@pytest.mark.fast
+def test_the_class_logit_is_the_mean_over_the_words_tokens_only():
+  logits = np.array([[[1.0, 2.0, 3.0, 4.0], [-1.0, -2.0, 5.0, 9.0]]])
+  mask = np.array([[[0, 1, 1, 0], [1, 0, 0, 0]]])
+  np.testing.assert_allclose(zeroshot.class_logits(jnp.asarray(logits), jnp.asarray(mask)),
+                             [[2.5, -1.0]])
+
+
+def test_a_pretraining_and_its_hf_export_prompted_give_the_same_answers(pretrained, tmp_path):
+  """The command's rule on a pre-training workdir (its latest checkpoint, the head read with the
+  discriminator) and on the HF folder launch/export.py makes of it: the same scores."""
+  from electra_jax.apps import export
+  from electra_jax.config import files as config_files
+  cfg = config_files.load_config_file(f'{ROOT}/configs/finetune/builtin.py:topic')
+  cfg.max_seq_length = 32  # the test model's positions
+  template, words = 'This is about {label}.', ','.join(f'{t}={t}' for t in tasks.TOPICS)
+  lines: list = []
+  ours = zeroshot.evaluate(cfg, pretrained, template, words, batch_size=64, log=lines.append)
+  assert ours['examples'] == 565 and sum(ours['predicted'].values()) == 565
+  assert any(l.startswith('zero-shot builtin_topic dev: accuracy ') for l in lines), lines
+  folder = next(f for f in export.export(pretrained, str(tmp_path / 'hf'), log=lines.append).folders
+                if 'discriminator' in os.path.basename(f))
+  theirs = zeroshot.evaluate(cfg, folder, template, words, batch_size=64, log=lines.append)
+  assert theirs == ours
+  with pytest.raises(UserError, match="names class 'asyncio' twice"):
+    zeroshot.evaluate(cfg, pretrained, template, words + ',asyncio=loop', log=lines.append)
+  cfg.task.name = 'builtin'
+  with pytest.raises(UserError, match="leaves out 'random', 'next'; the task's classes are "
+                     'random, next'):  # the coherence task's classes
+    zeroshot.evaluate(cfg, pretrained, template, words, log=lines.append)
