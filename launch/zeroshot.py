@@ -4,6 +4,8 @@ pre-trained ELECTRA (electra_jax/finetune/zeroshot.py).
     python launch/zeroshot.py --init=/tmp/electra_demo --config=configs/finetune/<task>.py \
         --template='It was {label}.' --label_words=pos=great,neg=terrible
         -> the accuracy on the task's dev split beside the majority class's
+    python launch/zeroshot.py --init=/tmp/electra_demo --config=configs/finetune/builtin.py:topic
+        (SST-2, CoLA and the built-in tasks have a default prompt: finetune/zeroshot.py DEFAULTS)
 
 --init: a pre-training workdir (launch/train.py), an HF transformers folder of an
 ElectraForPreTraining discriminator or an original TensorFlow checkpoint, with its vocabulary.
@@ -21,11 +23,11 @@ _CONFIG = cli.define_config_file('config', None, 'a fine-tuning config file '
                                  '(configs/finetune/*.py[:variant]): the task')
 _INIT = flags.DEFINE_string('init', None, 'the pre-trained discriminator: a pre-training workdir, '
                             'an HF folder or an original checkpoint')
-_TEMPLATE = flags.DEFINE_string('template', None, 'the sentence after each text, holding '
-                                '{label} where each class\'s word goes')
-_WORDS = flags.DEFINE_string('label_words', None, 'each class\'s word: class=word,class=word')
+_TEMPLATE = flags.DEFINE_string('template', '', 'the sentence after each text, holding {label} '
+                                'where each class\'s word goes (\'\': the task\'s default)')
+_WORDS = flags.DEFINE_string('label_words', '', 'each class\'s word: class=word,class=word')
 _BATCH = flags.DEFINE_integer('batch_size', 32, 'texts scored at a time', lower_bound=1)
-flags.mark_flags_as_required(['config', 'init', 'template', 'label_words'])
+flags.mark_flags_as_required(['config', 'init'])
 
 
 def main(argv):

@@ -34,6 +34,18 @@ from electra_jax.model import networks as model_lib
 
 SLOT = '{label}'
 
+# The prompts a task gets when the command gives none: {task name: (template, label words)}.
+# SST-2's is Ni and Kao's; CoLA's and the built-in tasks' are this package's choice (the words of
+# the topic task are its classes' names, or the word its passages use most for one).
+DEFAULTS = {
+    'sst2': ('This movie is {label}!', '0=terrible,1=great'),
+    'cola': ('This sentence is {label}.', '0=wrong,1=correct'),
+    'builtin': ('{label}.', 'next=yes,random=no'),
+    'builtin_topic': ('This is about {label}.', 'asyncio=asyncio,concurrency=threads,email=email,'
+                      'importing=import,logging=logging,numbers=numbers,testing=tests,web=web,'
+                      'xml=xml'),
+}
+
 
 @dataclasses.dataclass(frozen=True)
 class Prompt:
@@ -168,19 +180,30 @@ def predict(model_cfg: model_lib.ModelConfig, params: dict, inputs: dict,
   return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
 
-def evaluate(cfg, init: str, template: str, label_words: str, batch_size: int = 32,
+def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_size: int = 32,
              log=print) -> dict:
   """The zero-shot accuracy of `init`'s discriminator (a pre-training workdir, an HF folder, an
   original checkpoint) on the first dev split of the fine-tuning config `cfg`'s task, beside the
-  majority class's (the train split's most frequent label); logged and returned."""
+  majority class's (the train split's most frequent label); logged and returned. No template and
+  words: the task's default prompt (DEFAULTS)."""
   start = time.perf_counter()
-  with user_errors(ValueError):  # the template and the words' form, before anything is read
-    Prompt.parse(template, label_words)
+  if bool(template) != bool(label_words):
+    raise UserError('--template and --label_words go together: give both, or neither for a task '
+                    f'that has a default prompt ({", ".join(DEFAULTS)})')
+  if template:
+    with user_errors(ValueError):  # the template and the words' form, before anything is read
+      Prompt.parse(template, label_words)
   pretrained = pretrained_lib.load(init, log=log, step=cfg.init_step, head=True)
   task, splits = registry.load(cfg.task, pretrained.config, log)
   if not registry.get(task.kind).prompted:
     raise UserError(f'zero-shot prompting picks a class of a text, and task {task.name} is '
                     f'{task.kind}; give a classification task')
+  if not template:
+    if task.name not in DEFAULTS:
+      raise UserError(f'task {task.name} has no default prompt; give --template (a sentence with '
+                      "{label}, e.g. 'It was {label}.') and --label_words (class=word for each of "
+                      f'{", ".join(map(str, task.labels))})')
+    template, label_words = DEFAULTS[task.name]
   with user_errors(ValueError):
     prompt = Prompt.parse(template, label_words, task.labels)
   split = task.dev_splits[0]

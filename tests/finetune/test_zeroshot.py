@@ -153,6 +153,13 @@ def test_a_pretraining_and_its_hf_export_prompted_give_the_same_answers(pretrain
                 if 'discriminator' in os.path.basename(f))
   theirs = zeroshot.evaluate(cfg, folder, template, words, batch_size=64, log=lines.append)
   assert theirs == ours
+  lines.clear()  # the task's default prompt: its own words
+  default = zeroshot.evaluate(cfg, pretrained, batch_size=64, log=lines.append)
+  assert default['examples'] == 565
+  assert any("template 'This is about {label}.'" in l and "concurrency='threads'" in l
+             for l in lines), lines
+  with pytest.raises(UserError, match='--template and --label_words go together'):
+    zeroshot.evaluate(cfg, pretrained, template, log=lines.append)
   with pytest.raises(UserError, match="names class 'asyncio' twice"):
     zeroshot.evaluate(cfg, pretrained, template, words + ',asyncio=loop', log=lines.append)
   cfg.task.name = 'builtin'
