@@ -299,7 +299,7 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
   step_s = statistics.median(runs)
   model_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                             setup.objective_cfg.max_predictions,
-                                            config.objective.name)
+                                            config.objective.name, setup.objective_cfg)
   paper_flops = flops_lib.paper_train_flops(setup.model_cfg, d.max_seq_length, d.batch_size, 1)
   tokens = d.batch_size * d.max_seq_length
   stats = jax.devices()[0].memory_stats() or {}  # GPU/TPU: the allocator's high-water mark

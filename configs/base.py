@@ -1,6 +1,7 @@
 """ELECTRA-Base (Clark et al. 2020, Table 6), which is also the released ELECTRA-Base++.
 
     python launch/train.py --config=configs/base.py --workdir=$WORKDIR
+    python launch/train.py --config=configs/base.py:cocolm --workdir=$WORKDIR   # COCO-LM
 
 The original code applied only Small's defaults automatically; this preset carries Base's whole
 column. `configs/base.py:plus` names the released checkpoint's settings, which are the same.
@@ -19,6 +20,9 @@ def get_config(variant=None):
   c.data.batch_size = 256
   c.data.max_seq_length = 512
   c.train_steps = 766_000
-  if variant not in (None, '', 'plus'):
-    raise ValueError(f"unknown variant {variant!r} of configs/base.py; use 'plus' or none")
+  if variant == 'cocolm':
+    c.objective.name = 'cocolm'  # its auxiliary MLM: full width, 4 layers (objectives/cocolm.py)
+  elif variant not in (None, '', 'plus'):
+    raise ValueError(f"unknown variant {variant!r} of configs/base.py; use 'plus', 'cocolm' or "
+                     'none')
   return c

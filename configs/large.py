@@ -1,6 +1,7 @@
 """ELECTRA-Large (Clark et al. 2020, Table 6): 400K steps; `:plus` is the 1.75M-step long run.
 
     python launch/train.py --config=configs/large.py --workdir=$WORKDIR
+    python launch/train.py --config=configs/large.py:cocolm --workdir=$WORKDIR   # COCO-LM
     python launch/train.py --config=configs/large.py:plus --workdir=$WORKDIR   # Large++ (1.75M)
 """
 
@@ -19,6 +20,10 @@ def get_config(variant=None):
   c.train_steps = 400_000
   if variant == 'plus':
     c.train_steps = 1_750_000
+  elif variant == 'cocolm':
+    c.objective.name = 'cocolm'  # its auxiliary MLM: full width, 4 layers (objectives/cocolm.py)
+    c.objective.mask_prob = 0.15  # COCO-LM masks 15% at every size
   elif variant:
-    raise ValueError(f"unknown variant {variant!r} of configs/large.py; use 'plus' or none")
+    raise ValueError(f"unknown variant {variant!r} of configs/large.py; use 'plus', 'cocolm' "
+                     'or none')
   return c

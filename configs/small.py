@@ -1,6 +1,7 @@
 """ELECTRA-Small (Clark et al. 2020, Table 6) and the released ELECTRA-Small++.
 
     python launch/train.py --config=configs/small.py --workdir=$WORKDIR
+    python launch/train.py --config=configs/small.py:cocolm --workdir=$WORKDIR   # COCO-LM
     python launch/train.py --config=configs/small.py:plus --workdir=$WORKDIR   # Small++
 
 Small++ is the released checkpoint: a full-width generator (hidden 256), sequences of 512 and
@@ -24,6 +25,9 @@ def get_config(variant=None):
     c.model.generator_hidden_fraction = 1.0
     c.data.max_seq_length = 512  # -> 79 predictions per sequence
     c.train_steps = 4_000_000
+  elif variant == 'cocolm':
+    c.objective.name = 'cocolm'  # its auxiliary MLM: full width, 2 layers (objectives/cocolm.py)
   elif variant:
-    raise ValueError(f"unknown variant {variant!r} of configs/small.py; use 'plus' or none")
+    raise ValueError(f"unknown variant {variant!r} of configs/small.py; use 'plus', 'cocolm' "
+                     'or none')
   return c

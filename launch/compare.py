@@ -41,8 +41,7 @@ _FT_CONFIG = cli.define_config_file(
     'finetune_config', os.path.join(_ROOT, 'configs', 'finetune', 'builtin.py'),
     'the fine-tuning config of every run')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for all runs and the table')
-_RUNS = flags.DEFINE_list('runs', 'electra,electra_15,mlm,replace_mlm,all_tokens_mlm,electric',
-                          'runs to compare')
+_RUNS = flags.DEFINE_list('runs', ','.join(compare.DEFAULT_RUNS), 'runs to compare')
 _STEPS = flags.DEFINE_integer('electra_steps', 2000, 'the budget: FLOPs of this many ELECTRA steps')
 _SEEDS = flags.DEFINE_integer('num_seeds', 3, 'fine-tunings per run (the same seeds for all)')
 _SUITE = flags.DEFINE_string('suite', None, 'a folder written by benchmarks/build_tasks.py: '

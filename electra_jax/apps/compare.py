@@ -26,6 +26,7 @@ from electra_jax.finetune.kinds import registry
 from electra_jax.model import flops as flops_lib
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import registry as objectives
+from electra_jax.objectives.config import ObjectiveConfig
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import run as pretrain
 from electra_jax.pretraining import setup as pretrain_setup
@@ -36,7 +37,8 @@ from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
 
 HEADLINE = ('electra', 'mlm')  # the paper's comparison, stated in a line of its own when both ran
-DEFAULT_RUNS = ('electra', 'electra_15', 'mlm', 'replace_mlm', 'all_tokens_mlm', 'electric')
+DEFAULT_RUNS = ('electra', 'electra_15', 'mlm', 'replace_mlm', 'all_tokens_mlm', 'electric',
+                'cocolm')
 
 
 def run_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
@@ -69,7 +71,8 @@ def with_fields(target: ml_collections.ConfigDict, source: ml_collections.Config
 def step_flops(c: ml_collections.ConfigDict) -> float:
   cfg = model_lib.ModelConfig.from_config(c.model)
   return step_flops_lib.step_matmul_flops(cfg, c.data.max_seq_length, c.data.batch_size,
-                                     c.objective.max_predictions, c.objective.name)
+                                     c.objective.max_predictions, c.objective.name,
+                                     ObjectiveConfig.from_config(c.objective))
 
 
 def plan(config, names, electra_steps: int) -> list[dict]:
@@ -302,7 +305,9 @@ def _write(results: list[dict], workdir: str, electra_steps: int, log):
   labels = list(results[0]['downstream'])
   tested = {label: all('test_median' in r['downstream'][label] for r in results)
             for label in labels}
-  columns = objectives.columns()  # held-out metrics by column: a run reports one of each
+  # held-out metrics by column (a run reports one of each), those some run of the table reports
+  columns = {c: names for c, names in objectives.columns().items()
+             if any(k in r for r in results for k in names)}
   header = ('| run | objective | pre-training FLOPs | steps | ' + ' | '.join(columns) + ' | '
             + ' | '.join(f'{label} {results[0]["downstream"][label]["metric"]} (median of seeds)'
                          + (' / test median' if tested[label] else '') for label in labels) + ' |')

@@ -81,6 +81,10 @@ class ModelConfig:
                               'docs/short_pretraining.md)', one_of('all', 'batch'))
   discriminator_mlm: bool = declare(False, 'an MLM head on the discriminator (set by the '
                                     'objectives needing it)', one_of(False, True))
+  cocolm_heads: bool = declare(False, "COCO-LM's heads on the discriminator: the correction head "
+                               '(the tied word table and a bias at the masked positions) and the '
+                               'sequence head ([CLS] -> dense -> GELU -> LayerNorm); set by the '
+                               'objective needing them', one_of(False, True))
   gdes: bool = declare(False, "DeBERTa-v3's gradient-disentangled embedding sharing: the "
                        'discriminator reads stop_gradient(word table) + its own '
                        'zero-initialized residual table; the generator owns the table. Embedding '

@@ -10,6 +10,8 @@ Parameter tree of `Electra` (names chosen to map one-to-one onto the original an
     generator_embeddings/...                             (untied generator embeddings only)
     generator_predictions/{dense, LayerNorm, output_bias}
     discriminator_mlm/{dense, LayerNorm, output_bias}    (Replace / All-Tokens MLM objectives only)
+    correction_head/{dense?, output_bias}                (COCO-LM only, with
+    sequence_head/{dense, LayerNorm}                      discriminator_predictions its copy head)
     embeddings_residual                                  (GDES only: the discriminator's word table
                                                           is stop_gradient(word_embeddings) + it)
 
@@ -190,6 +192,34 @@ class GeneratorHead(nn.Module):
     return logits + bias.astype(jnp.float32)
 
 
+class CorrectionHead(nn.Module):
+  """COCO-LM's correction head: the hidden state onto the tied word table plus a bias, with no
+  transform layer (a dense H -> E only where the widths differ, which COCO-LM's sizes never do)."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden, table):
+    cfg = self.cfg
+    if hidden.shape[-1] != table.shape[1]:
+      hidden = Dense(table.shape[1], cfg, name='dense')(hidden)
+    bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,), cfg.param_dtype)
+    logits = jnp.einsum('bne,ve->bnv', hidden, table.astype(hidden.dtype),
+                        preferred_element_type=jnp.float32)
+    return logits + bias.astype(jnp.float32)
+
+
+class SequenceHead(nn.Module):
+  """COCO-LM's sequence head: [CLS]'s hidden state -> dense(H) -> GELU -> LayerNorm, float32."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, first):
+    cfg = self.cfg
+    h = gelu_for(cfg)(Dense(cfg.hidden_size, cfg, name='dense')(first))
+    return LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                     name='LayerNorm')(h).astype(jnp.float32)
+
+
 class Electra(nn.Module):
   """Generator and discriminator over one shared embedding module."""
   cfg: ModelConfig
@@ -206,6 +236,9 @@ class Electra(nn.Module):
                                             jnp.dtype(cfg.param_dtype))
     if cfg.discriminator_mlm:
       self.discriminator_mlm = GeneratorHead(cfg)
+    if cfg.cocolm_heads:
+      self.correction_head = CorrectionHead(cfg)
+      self.sequence_head = SequenceHead(cfg)
     shape = cfg.generator_shape
     if not shape.network:
       return
@@ -236,6 +269,22 @@ class Electra(nn.Module):
     return (self.discriminator_mlm(chosen, self.embeddings.table()),
             self.discriminator_predictions(hidden))
 
+  def corrective_outputs(self, input_ids, segment_ids, input_mask, positions,
+                         deterministic=True):
+    """COCO-LM's main pass (`cocolm_heads` only): (the detection head's per-token logits [B, L]:
+    the copy head, "replaced" its positive class; the correction head's vocabulary logits
+    [B, N, V] at `positions`; the sequence embedding [B, H] of [CLS])."""
+    hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic)
+    chosen = jnp.take_along_axis(hidden, positions[..., None], axis=1)
+    return (self.discriminator_predictions(hidden),
+            self.correction_head(chosen, self.embeddings.table()),
+            self.sequence_head(hidden[:, 0]))
+
+  def sequence_embedding(self, input_ids, segment_ids, input_mask, deterministic=True):
+    """The sequence head's embedding [B, H] of [CLS] (`cocolm_heads` only)."""
+    hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic)
+    return self.sequence_head(hidden[:, 0])
+
   def generator_logits(self, input_ids, segment_ids, input_mask, positions, deterministic=True,
                        rows=None):
     """Vocabulary logits [B, N, V] (float32) at the N `positions` of each sequence only; `rows`
@@ -253,6 +302,8 @@ class Electra(nn.Module):
     """Runs both networks (used to create every parameter)."""
     if self.cfg.discriminator_mlm:
       self.discriminator_mlm_logits(input_ids, segment_ids, input_mask, positions, deterministic)
+    if self.cfg.cocolm_heads:
+      self.corrective_outputs(input_ids, segment_ids, input_mask, positions, deterministic)
     return (self.generator_logits(input_ids, segment_ids, input_mask, positions, deterministic),
             self.discriminator_logits(input_ids, segment_ids, input_mask, deterministic))
 

@@ -46,15 +46,18 @@ class Draws(NamedTuple):
   sample_seeds: jax.Array | None
   counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
   rows: jax.Array | None = None  # [V] bool: the vocabulary's tokens present in the global batch
+  crop_uniform: jax.Array | None = None  # [B] in [0, 1): where each sequence's crop starts
+  #   (COCO-LM's contrastive view)
 
   def rowwise(self) -> tuple:
     """The arrays with a row per example, which a step split into microbatches splits too."""
-    return self.masked, self.sample_uniform, self.sample_seeds
+    return self.masked, self.sample_uniform, self.sample_seeds, self.crop_uniform
 
   def with_rowwise(self, rowwise: tuple) -> 'Draws':
     """These draws with `rowwise()`'s arrays replaced (a microbatch's rows of them)."""
-    masked, uniform, seeds = rowwise
-    return self._replace(masked=masked, sample_uniform=uniform, sample_seeds=seeds)
+    masked, uniform, seeds, crop = rowwise
+    return self._replace(masked=masked, sample_uniform=uniform, sample_seeds=seeds,
+                         crop_uniform=crop)
 
 
 def candidates(batch, special: SpecialIds) -> jax.Array:
@@ -91,7 +94,8 @@ def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int)
   tokens = batch['input_mask'].astype(jnp.float32)
   counts = {'slots': jnp.sum(masked.weights), 'tokens': jnp.sum(tokens),
             'selected': jnp.sum(tokens * masking.selected(masked, tokens.shape[1])),
-            'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32))}
+            'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32)),
+            'sequences': jnp.sum((tokens[:, 0] > 0).astype(jnp.float32))}
   uniform = seeds = None  # the sampler's numbers only
   if cfg.sampler == 'gumbel':
     seeds = jax.random.bits(jax.random.fold_in(step_keys.sample, 1),
@@ -99,7 +103,8 @@ def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int)
   else:
     uniform = jax.random.uniform(step_keys.sample, masked.weights.shape, jnp.float32)
   rows = jnp.zeros((vocab_size,), jnp.bool_).at[batch['input_ids'].reshape(-1)].set(True)
-  return Draws(masked, uniform, seeds, counts, rows)
+  crop = jax.random.uniform(jax.random.fold_in(step_keys.sample, 2), tokens.shape[:1])
+  return Draws(masked, uniform, seeds, counts, rows, crop)
 
 
 def applier(model, params, deterministic):
@@ -226,3 +231,6 @@ class Objective:
   shown: tuple = DETECTION_SHOWN  # the metrics on its progress and evaluation lines, in order
   summary: tuple = (DETECTION_SUMMARY, GENERATOR_SUMMARY)  # the summary line's parts: formats of
   #   the held-out values, `generator` (the generator's shape) and `baseline` (the unigram loss)
+  extra_flops: Callable | None = None  # (model cfg, objective cfg, seq_len, predictions,
+  #   encoder_flops) -> the matmul FLOPs per example its step adds to 3 x the forward passes
+  #   above (further passes: COCO-LM's crop and its generator's pass without dropout)

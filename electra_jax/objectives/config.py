@@ -19,8 +19,8 @@ from electra_jax.platform import backends
 @dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
   name: str = declare('electra', 'electra | electra_15 | mlm | replace_mlm | all_tokens_mlm | '
-                      "electric: a name in objectives/registry.py's table (objectives.get refuses "
-                      'others, naming them)')
+                      "electric | cocolm: a name in objectives/registry.py's table "
+                      '(objectives.get refuses others, naming them)')
   mask_prob: float = declare(0.15, 'fraction of real tokens selected per example',
                              inside(0, 1, False, True))
   mask_token_prob: float = declare(0.85, 'a selected slot shows [MASK] with this probability, '
@@ -39,6 +39,12 @@ class ObjectiveConfig:
       19, 'N: prediction slots per sequence, int((mask_prob + 0.005) * max_seq_length) as the '
       'original', derived=lambda c: ((c.objective.get_ref('mask_prob') + 0.005)
                                      * c.data.get_ref('max_seq_length')).to_int())
+  contrast_crop: float = declare(0.9, "COCO-LM: the crop's share of a sequence's tokens after "
+                                 '[CLS], the positive view of its sequence contrastive loss (the '
+                                 "paper's 90%)", inside(0, 1, False, True))
+  contrast_temperature: float = declare(1.0, "COCO-LM: the contrastive loss's temperature (the "
+                                        "released code's default)", positive)
+  contrast_weight: float = declare(1.0, "COCO-LM: the contrastive loss's weight", AT_LEAST_0)
   sampler: str = 'cdf'
 
   def __post_init__(self):

@@ -5,11 +5,12 @@ metric keep_best ranks by. A new objective is a module of this package, one line
 (configs/); its metrics are declared in its module.
 """
 
-from electra_jax.objectives import electra, electric, mlm
+from electra_jax.objectives import cocolm, electra, electric, mlm
 from electra_jax.objectives.common import Objective
 
-OBJECTIVES: dict[str, Objective] = {o.name: o for m in (electra, mlm, electric)
+OBJECTIVES: dict[str, Objective] = {o.name: o for m in (electra, mlm, electric, cocolm)
                                     for o in m.OBJECTIVES}
+HEADS = ('discriminator_mlm', 'cocolm_heads')  # model fields of heads only some objectives train
 
 
 def runs() -> dict[str, tuple[str, dict]]:
@@ -46,17 +47,20 @@ def ranking(objective: str, metric: str) -> str:
 
 def fit_model_config(config, log=print):
   """A copy of `config` with the model fields `config.objective.name` needs (logged when they
-  change)."""
+  change; a value its entry gives as a function is that of the model's fields), and without the
+  heads it does not train."""
   get(config.objective.name)
   config = config.copy_and_resolve_references()
-  for key, value in OBJECTIVES[config.objective.name].model.items():
+  needs = OBJECTIVES[config.objective.name].model
+  for key, value in needs.items():
+    value = value(config.model) if callable(value) else value
     if config.model[key] != value:
       log(f'objective {config.objective.name}: model.{key} {config.model[key]!r} -> {value!r}')
       config.model[key] = value
-  needs_head = OBJECTIVES[config.objective.name].model.get('discriminator_mlm', False)
-  if config.model.discriminator_mlm and not needs_head:
-    log(f'objective {config.objective.name}: model.discriminator_mlm True -> False (unused)')
-    config.model.discriminator_mlm = False
+  for head in HEADS:
+    if config.model[head] and not needs.get(head, False):
+      log(f'objective {config.objective.name}: model.{head} True -> False (unused)')
+      config.model[head] = False
   return config
 
 

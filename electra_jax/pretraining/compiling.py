@@ -175,7 +175,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
       'temporaries taken to grow in proportion to the rows)')
   step_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                            config.objective.max_predictions,
-                                           config.objective.name)
+                                           config.objective.name, setup.objective_cfg)
   lines, numbers = aot.estimate_lines(train, slice_.chip, slice_.chips, slice_.num_slices,
                                       step_flops, d.batch_size * d.max_seq_length,
                                       slice_.chips * slice_.num_slices)

@@ -293,7 +293,7 @@ def _describe_run(config, setup, state, mesh, readers: int, start: int, log):
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   step_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                            setup.objective_cfg.max_predictions,
-                                           config.objective.name)
+                                           config.objective.name, setup.objective_cfg)
   hosts = (f'{jax.process_count()} processes, ' if jax.process_count() > 1 else '')
   log(f'{n_params:,} parameters | {hosts}{mesh.devices.size} x {jax.devices()[0].device_kind}'
       f'{" (FSDP)" if step_lib.uses_fsdp(setup, mesh) else ""} | batch {d.batch_size} x '

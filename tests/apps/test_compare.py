@@ -28,6 +28,8 @@ def test_every_run_gets_the_steps_of_the_same_flops():
   assert rows['electric']['steps'] < 1000
   assert rows['mlm']['config'].model.generator == 'tied'
   assert rows['electric']['config'].model.generator == 'two_tower'
+  # COCO-LM: a full-width auxiliary network and the crop's pass cost steps
+  assert rows['cocolm']['steps'] < 1000 and rows['cocolm']['config'].model.cocolm_heads
   with pytest.raises(Exception, match="unknown run 'bert'"):
     compare.plan(config, ['bert'], 10)
 
@@ -107,7 +109,9 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
   table = open(os.path.join(workdir, 'comparison.md')).read()
   assert table.count('\n| ') == 5 and '| mlm | mlm |' in table  # header + 4 rows
   tfidf = 100 * rows[3]['downstream']['first']['median']
-  assert f'| TF-IDF baseline | - | 0 | 0 | - | - | - | {tfidf:.2f} |' in table
+  # the held-out columns of the runs compared only (MLM loss, disc AUC; not COCO-LM's)
+  assert f'| TF-IDF baseline | - | 0 | 0 | - | - | {tfidf:.2f} |' in table
+  assert '| held-out MLM loss | disc AUC | first ' in table and 'contrastive' not in table
   assert ('| first dev/accuracy (median of seeds) | second dev/accuracy (median of seeds) / test '
           'median |') in table
   second = [r['downstream']['second'] for r in rows]

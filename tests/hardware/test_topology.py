@@ -243,6 +243,20 @@ def test_base_structure_compiles_for_v5e8_with_every_feature(v5e_report):
   assert lines[-1] == 'v5e-8: every program compiles and fits'
 
 
+@needs_libtpu
+def test_cocolm_compiles_for_v5e8_with_its_global_contrast():
+  """COCO-LM's step (its auxiliary network, the crop's pass, the contrastive loss over the global
+  batch) compiles and fits for eight v5e chips; the crop's embeddings meet across the chips."""
+  lines = []
+  report = compiling.compile_for_topology(
+      base_like(**{'objective.name': 'cocolm', 'microbatches': 1}), topology.parse('v5e-8'),
+      lines.append)
+  assert lines[-1] == 'v5e-8: every program compiles and fits'
+  hlo = report['train_hlo']
+  assert 'Electra.sequence_embedding' in hlo and 'all-gather' in hlo
+  assert report['estimate']['step_s'] > 0
+
+
 @pytest.mark.fast
 def test_the_ceilings_matmuls_are_the_ones_mfu_counts():
   """The matmuls the ceiling compiles alone do the FLOPs that MFU's model FLOPs count."""

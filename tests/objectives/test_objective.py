@@ -274,7 +274,7 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
 
 
 @pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
-                                  'electric'])
+                                  'electric', 'cocolm'])
 def test_objective_learns_on_the_8_device_mesh(name):
   # the microbatching test's step
   setup = pretrain_setup.build_setup(objective_config(name), SPECIAL)

@@ -24,6 +24,7 @@ from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.objectives import common as objective_common
+from electra_jax.objectives import registry as objectives
 from electra_jax.storage import tf_import
 from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.data.tokenizer import SPECIAL
@@ -48,8 +49,12 @@ def _run_steps(config, devices, batches):
   return state, out  # on the devices, laid out as the step leaves it
 
 
-def test_step_on_eight_devices_equals_step_on_one():
-  config = test_config()  # dropout on: its random bits must not depend on the sharding
+@pytest.mark.parametrize('objective', ['electra', 'cocolm'])
+def test_step_on_eight_devices_equals_step_on_one(objective):
+  # dropout on: its random bits must not depend on the sharding (COCO-LM: nor its crops', nor
+  # its contrastive loss, whose negatives are the global batch's)
+  config = objectives.fit_model_config(test_config(**{'objective.name': objective}),
+                                       lambda *_: None)
   batches = [synthetic_batch(16, 32, config.model.vocab_size, seed=s) for s in range(3)]
   state8, m8 = _run_steps(config, jax.devices(), batches)
   state1, m1 = _run_steps(config, jax.devices()[:1], batches)
@@ -62,13 +67,18 @@ def test_step_on_eight_devices_equals_step_on_one():
 
 
 @pytest.mark.parametrize('objective',
-                         ['electra', 'electra_15', 'mlm', 'all_tokens_mlm', 'electric'])
+                         ['electra', 'electra_15', 'mlm', 'all_tokens_mlm', 'electric', 'cocolm'])
 def test_microbatched_steps_equal_whole_batch_steps(objective, monkeypatch):
   """Gradient accumulation: 4 parts of 8 rows on 8 devices give the whole batch's steps (dropout
   off: it is the one random choice drawn per part). ELECTRA 15% draws with the Gumbel sampler of
   GPUs and TPUs (its per-slot seeds split into the parts like the rest), the others invert the CDF
-  as CPUs do."""
+  as CPUs do. COCO-LM's contrastive loss takes its negatives within each part: weighted 0 here,
+  the rest of its step (the crops' draws too) is the whole batch's."""
   config = objective_config(objective)
+  within_parts = ()
+  if objective == 'cocolm':
+    config.objective.contrast_weight = 0.0
+    within_parts = ('scl_loss', 'scl_accuracy')
   if objective == 'electra_15':
     chosen = objective_common.ObjectiveConfig.from_config
     monkeypatch.setattr(objective_common.ObjectiveConfig, 'from_config', classmethod(
@@ -83,6 +93,9 @@ def test_microbatched_steps_equal_whole_batch_steps(objective, monkeypatch):
   for a, b in zip(m_parts, m_whole):
     assert a.keys() == b.keys()
     for k in a:
+      if k in within_parts:
+        assert a[k][1] == b[k][1], k  # counted over the whole batch all the same
+        continue
       np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-4, err_msg=k)
   # (with dropout the parts draw their own masks: the remat test below)
 
