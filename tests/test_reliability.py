@@ -326,7 +326,8 @@ def test_a_full_disk_is_one_line_and_keeps_what_is_complete(tmp_path, records_di
   # (a thread of the asyncio loop Orbax leaves behind may print around it: the error is looked for;
   # the free space left depends on the run's other files, down to none)
   assert re.search(f'error: the disk holding {re.escape(str(disk))}/w/checkpoints is full: a '
-                   r'checkpoint of this run takes about 2\d\d KB and ([\d.]+ KB|\d+ bytes) are free',
+                   r'checkpoint of this run takes about 2\d\d KB and ([\d.]+ KB|\d+ bytes) are '
+                   'free',
                    done.stderr), done.stderr[-3000:]
   saved, usage = done.stdout.split('exit=2')[1].split('--')
   assert saved.split() == ['2'], (saved, usage, done.stderr[-3000:])  # only complete checkpoints
