@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax.data.tokenizer import SpecialIds
+from electra_jax.model import flash
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common
 from electra_jax.objectives import masking
@@ -32,8 +33,8 @@ from electra_jax.train.metrics import Metric, ratio
 _EPSILON = 1e-4  # floor(fraction * n) exact where the product is whole (float32's rounding)
 
 
-BLOCK = 128  # the flash attention kernel's block (model/flash.py): a crop batch as long as a
-#   multiple of it runs the kernel, where another length falls back to the explicit einsum
+BLOCK = flash.FlashOptions().block_q  # the flash kernel's query block (128): a crop batch as long
+#   as a multiple of it runs the kernel, where another length falls back to the explicit einsum
 
 
 def crop_length(seq_len: int, fraction: float) -> int:
