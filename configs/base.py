@@ -2,6 +2,7 @@
 
     python launch/train.py --config=configs/base.py --workdir=$WORKDIR
     python launch/train.py --config=configs/base.py:cocolm --workdir=$WORKDIR   # COCO-LM
+    python launch/train.py --config=configs/base.py:amos --workdir=$WORKDIR   # AMOS
 
 The original code applied only Small's defaults automatically; this preset carries Base's whole
 column. `configs/base.py:plus` names the released checkpoint's settings, which are the same.
@@ -22,7 +23,9 @@ def get_config(variant=None):
   c.train_steps = 766_000
   if variant == 'cocolm':
     c.objective.name = 'cocolm'  # its auxiliary MLM: full width, 4 layers (objectives/cocolm.py)
+  elif variant == 'amos':
+    c.objective.name = 'amos'  # full-width generator, exits after layers 4, 6, 8 (amos.py)
   elif variant not in (None, '', 'plus'):
-    raise ValueError(f"unknown variant {variant!r} of configs/base.py; use 'plus', 'cocolm' or "
-                     'none')
+    raise ValueError(f"unknown variant {variant!r} of configs/base.py; use 'plus', 'cocolm', "
+                     "'amos' or none")
   return c

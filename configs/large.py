@@ -2,6 +2,7 @@
 
     python launch/train.py --config=configs/large.py --workdir=$WORKDIR
     python launch/train.py --config=configs/large.py:cocolm --workdir=$WORKDIR   # COCO-LM
+    python launch/train.py --config=configs/large.py:amos --workdir=$WORKDIR   # AMOS
     python launch/train.py --config=configs/large.py:plus --workdir=$WORKDIR   # Large++ (1.75M)
 """
 
@@ -23,7 +24,10 @@ def get_config(variant=None):
   elif variant == 'cocolm':
     c.objective.name = 'cocolm'  # its auxiliary MLM: full width, 4 layers (objectives/cocolm.py)
     c.objective.mask_prob = 0.15  # COCO-LM masks 15% at every size
+  elif variant == 'amos':
+    c.objective.name = 'amos'  # full-width generator, exits after layers 8, 12, 16 (amos.py)
+    c.objective.mask_prob = 0.15  # AMOS masks 15% at every size
   elif variant:
-    raise ValueError(f"unknown variant {variant!r} of configs/large.py; use 'plus', 'cocolm' "
-                     'or none')
+    raise ValueError(f"unknown variant {variant!r} of configs/large.py; use 'plus', 'cocolm', "
+                     "'amos' or none")
   return c

@@ -2,6 +2,7 @@
 
     python launch/train.py --config=configs/small.py --workdir=$WORKDIR
     python launch/train.py --config=configs/small.py:cocolm --workdir=$WORKDIR   # COCO-LM
+    python launch/train.py --config=configs/small.py:amos --workdir=$WORKDIR   # AMOS
     python launch/train.py --config=configs/small.py:plus --workdir=$WORKDIR   # Small++
 
 Small++ is the released checkpoint: a full-width generator (hidden 256), sequences of 512 and
@@ -27,7 +28,9 @@ def get_config(variant=None):
     c.train_steps = 4_000_000
   elif variant == 'cocolm':
     c.objective.name = 'cocolm'  # its auxiliary MLM: full width, 2 layers (objectives/cocolm.py)
+  elif variant == 'amos':
+    c.objective.name = 'amos'  # full-width generator, exits after layers 4, 6, 8 (amos.py)
   elif variant:
-    raise ValueError(f"unknown variant {variant!r} of configs/small.py; use 'plus', 'cocolm' "
-                     'or none')
+    raise ValueError(f"unknown variant {variant!r} of configs/small.py; use 'plus', 'cocolm', "
+                     "'amos' or none")
   return c

@@ -182,6 +182,31 @@ def objective_config(name: str):
   return objectives.fit_model_config(c, lambda *_: None)
 
 
+def squared_norm(tree) -> float:
+  """The sum of squares of every entry of a tree of arrays, in float64 (0 exactly: no gradient)."""
+  import numpy as np
+  return float(sum(np.sum(np.square(np.asarray(x, np.float64))) for x in jax.tree.leaves(tree)))
+
+
+def assert_same_states(config, workdirs, step: int, message: str = ''):
+  """The train states the runs of `config` in `workdirs` saved at `step` are bit-identical."""
+  import numpy as np
+  from electra_jax.data.tokenizer import SPECIAL
+  from electra_jax.pretraining import setup as pretrain_setup
+  from electra_jax.storage import fs
+  from electra_jax.train import checkpoint as checkpoint_lib
+  from electra_jax.train import step as step_lib
+  setup = pretrain_setup.build_setup(config, SPECIAL)
+  states = []
+  for workdir in workdirs:
+    ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'))
+    states.append(ckpt.restore(step, jax.jit(lambda: step_lib.init_state(setup))())[0])
+    ckpt.close()
+  for other in states[1:]:
+    for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(other)):
+      np.testing.assert_array_equal(a, b, err_msg=message)
+
+
 def poisoned_setup(config, bad_steps, build=None):
   """The real setup of `config`, with a loss that is NaN at the given (1-based) training steps
   (the tests that need a non-finite step all poison step 3: one compiled program serves them)."""

@@ -38,7 +38,7 @@ from electra_jax.train import workdir as workdir_lib
 
 HEADLINE = ('electra', 'mlm')  # the paper's comparison, stated in a line of its own when both ran
 DEFAULT_RUNS = ('electra', 'electra_15', 'mlm', 'replace_mlm', 'all_tokens_mlm', 'electric',
-                'cocolm')
+                'cocolm', 'amos')
 
 
 def run_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:

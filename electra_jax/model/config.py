@@ -85,6 +85,10 @@ class ModelConfig:
                                '(the tied word table and a bias at the masked positions) and the '
                                'sequence head ([CLS] -> dense -> GELU -> LayerNorm); set by the '
                                'objective needing them', one_of(False, True))
+  amos_exits: bool = declare(False, "AMOS's multi-exit generator: exits after 1/2, 3/4 and all "
+                             "of the generator's layers (Base's 8: 4, 6, 8), the input of the "
+                             "block after each exit detached, one shared MLM head, a mixture "
+                             'logit per exit; set by the objective needing it', one_of(False, True))
   gdes: bool = declare(False, "DeBERTa-v3's gradient-disentangled embedding sharing: the "
                        'discriminator reads stop_gradient(word table) + its own '
                        'zero-initialized residual table; the generator owns the table. Embedding '
@@ -122,6 +126,18 @@ class ModelConfig:
       raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
                        f'model.num_heads {self.num_heads}')
     generators.get(self.generator).validate(self)
+    if self.amos_exits and not self.generator_shape.exits:
+      raise ValueError(f'model.amos_exits reads exits of a generator encoder of its own; '
+                       f'model.generator is {self.generator!r}: set it to separate')
+
+  @property
+  def generator_exits(self) -> tuple[int, ...]:
+    """The generator layers after which an exit reads (amos_exits; else the last alone):
+    round(G / 2), round(3 G / 4) and G of its G layers, each at least 1, without repeats."""
+    depth = self.generator_num_layers
+    if not self.amos_exits:
+      return (depth,)
+    return tuple(sorted({max(1, round(depth / 2)), max(1, round(3 * depth / 4)), depth}))
 
   @property
   def generator_shape(self) -> generators.Generator:

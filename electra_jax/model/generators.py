@@ -32,6 +32,7 @@ class Generator:
   hf_encoder: str | None = 'generator'  # which encoder HF's ElectraForMaskedLM holds; None: none
   summary = 'generator MLM'  # its loss in a run's summary
   directions: tuple[str, ...] = ('',)  # its encoders' attention masks ('ltr', 'rtl': one way)
+  exits = False  # its one encoder of its own can read exits after inner layers (AMOS)
 
   def size(self, cfg) -> Size:
     hidden = int(round(cfg.hidden_size * cfg.generator_hidden_fraction))
@@ -84,6 +85,7 @@ class Generator:
 
 class Separate(Generator):
   name = 'separate'
+  exits = True
 
   def _gdes(self, cfg):
     if cfg.untied_generator_embeddings:

@@ -12,6 +12,7 @@ Parameter tree of `Electra` (names chosen to map one-to-one onto the original an
     discriminator_mlm/{dense, LayerNorm, output_bias}    (Replace / All-Tokens MLM objectives only)
     correction_head/{dense?, output_bias}                (COCO-LM only, with
     sequence_head/{dense, LayerNorm}                      discriminator_predictions its copy head)
+    generator_mixture [K, H]                             (AMOS only: a mixture logit per exit)
     embeddings_residual                                  (GDES only: the discriminator's word table
                                                           is stop_gradient(word_embeddings) + it)
 
@@ -50,15 +51,26 @@ class Embeddings(nn.Module):
     self.LayerNorm = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=dt)
     self.dropout = Dropout(cfg.dropout_rate, cfg.writes_for_backward)
 
-  def __call__(self, input_ids, segment_ids, deterministic: bool, residual=None, positions=None):
+  def __call__(self, input_ids, segment_ids, deterministic: bool, residual=None, positions=None,
+               soft=None):
     """With `residual` (GDES), the word table is stop_gradient(table) + residual. `positions`
     ([B, L]; default 0, 1, ... in every row): each token's position in its own sequence, which a
-    row packing several sequences starts again at each."""
+    row packing several sequences starts again at each. `soft` (AMOS: slots [B, N], samples
+    [B, N, V]): at each slot's position the word vector is its sample @ table, a straight-through
+    one-hot whose value is that of the token the ids hold there: the lookup's value, and a
+    gradient that reaches the sample (each slot's sample scaled by its share of the position)."""
     length = input_ids.shape[-1]
     table = self.word_embeddings
     if residual is not None:
       table = jax.lax.stop_gradient(table) + residual
     x = jnp.take(table, input_ids, axis=0)
+    if soft is not None:  # + (sample - its value) @ table: zero, with the sample's gradient
+      slots, sample = soft
+      through = sample - jax.lax.stop_gradient(sample)
+      vectors = jnp.einsum('bnv,ve->bne', through, jax.lax.stop_gradient(table).astype(
+          through.dtype)).astype(x.dtype)
+      x = x + jax.vmap(lambda p, v: jnp.zeros((length, v.shape[-1]), v.dtype).at[p].add(v))(
+          slots, vectors)
     x = x + small_table_lookup(self.token_type_embeddings, segment_ids)
     if positions is None:
       x = x + self.position_embeddings[None, :length]
@@ -141,7 +153,10 @@ class Encoder(nn.Module):
   direction: str = ''
 
   @nn.compact
-  def __call__(self, embedded, input_mask, deterministic: bool):
+  def __call__(self, embedded, input_mask, deterministic: bool, exits: tuple[int, ...] = ()):
+    """The last layer's hidden states [B, L, H]; with `exits` (AMOS: layer counts, ascending), a
+    tuple of the hidden states after each of those layers instead, the input of the layer after
+    each exit detached (an exit's loss trains only the layers since the previous one)."""
     cfg = self.cfg
     x = embedded
     if x.shape[-1] != self.hidden_size:
@@ -149,10 +164,15 @@ class Encoder(nn.Module):
     # remat: keep only each layer's input for the backward pass and recompute the rest (about a
     # third more compute for the activation memory of one layer instead of all)
     layer = nn.remat(TransformerLayer, static_argnums=(3,)) if cfg.remat else TransformerLayer
+    states = []
     for i in range(self.num_layers):
+      if i in exits:
+        x = jax.lax.stop_gradient(x)
       x = layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size, self.direction,
                 name=f'layer_{i}')(x, input_mask, deterministic)
-    return x
+      if i + 1 in exits:
+        states.append(x)
+    return tuple(states) if exits else x
 
 
 class DiscriminatorHead(nn.Module):
@@ -248,16 +268,23 @@ class Electra(nn.Module):
     shape.build(self, lambda direction: Encoder(cfg, size.hidden, size.layers, size.heads,
                                                 size.intermediate, direction))
     self.generator_predictions = GeneratorHead(cfg)
+    if cfg.amos_exits:  # one mixture logit per exit: Linear(H, 1) without a bias
+      self.generator_mixture = self.param(
+          'generator_mixture', truncated_normal(cfg.initializer_range),
+          (len(cfg.generator_exits), size.hidden), jnp.dtype(cfg.param_dtype))
 
-  def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True):
-    """The discriminator's final hidden states [B, L, H] (what fine-tuning builds on)."""
+  def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True,
+                           soft=None):
+    """The discriminator's final hidden states [B, L, H] (what fine-tuning builds on); `soft`:
+    straight-through samples at slots (`Embeddings`)."""
     residual = self.embeddings_residual if self.cfg.gdes else None
-    x = self.embeddings(input_ids, segment_ids, deterministic, residual)
+    x = self.embeddings(input_ids, segment_ids, deterministic, residual, soft=soft)
     return self.discriminator(x, input_mask, deterministic)
 
-  def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True):
+  def discriminator_logits(self, input_ids, segment_ids, input_mask, deterministic=True,
+                           soft=None):
     """Per-token replaced/original logits [B, L], float32."""
-    hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic)
+    hidden = self.discriminator_hidden(input_ids, segment_ids, input_mask, deterministic, soft)
     return self.discriminator_predictions(hidden)
 
   def discriminator_mlm_logits(self, input_ids, segment_ids, input_mask, positions,
@@ -298,8 +325,24 @@ class Electra(nn.Module):
     hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)
     return self.generator_predictions(hidden, embeddings.table(), rows)
 
+  def generator_exit_logits(self, input_ids, segment_ids, input_mask, positions,
+                            deterministic=True, rows=None):
+    """AMOS's generator (`amos_exits` only): (vocabulary logits [K, B, N, V] of the shared MLM
+    head at the K exits, mixture logits [B, N, K]), both float32, at the N `positions`."""
+    cfg = self.cfg
+    embedded = self.embeddings(input_ids, segment_ids, deterministic)
+    states = self.generator(embedded, input_mask, deterministic, exits=cfg.generator_exits)
+    chosen = [jnp.take_along_axis(h, positions[..., None], axis=1) for h in states]
+    logits = jnp.stack([self.generator_predictions(h, self.embeddings.table(), rows)
+                        for h in chosen])
+    mixture = jnp.einsum('kbnh,kh->bnk', jnp.stack(chosen).astype(jnp.float32),
+                         self.generator_mixture.astype(jnp.float32))
+    return logits, mixture
+
   def __call__(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
     """Runs both networks (used to create every parameter)."""
+    if self.cfg.amos_exits:
+      self.generator_exit_logits(input_ids, segment_ids, input_mask, positions, deterministic)
     if self.cfg.discriminator_mlm:
       self.discriminator_mlm_logits(input_ids, segment_ids, input_mask, positions, deterministic)
     if self.cfg.cocolm_heads:

@@ -42,7 +42,8 @@ class Draws(NamedTuple):
   masked: masking.Masked  # [B, ..] the selected slots and the generator's input
   sample_uniform: jax.Array | None  # [B, N] one number in [0, 1) per slot: the generator's draw
   #   by the inverted CDF (sampler 'cdf'; else None)
-  # [B, N, 2] uint32 per slot: its seeds (sampler 'gumbel'; else None)
+  # [B, N, 2] uint32 per slot: the seeds of its Gumbel noise (the sampler 'gumbel''s draw; AMOS's
+  #   straight-through sample on every platform)
   sample_seeds: jax.Array | None
   counts: dict  # {name: scalar}: denominators of the loss terms over the GLOBAL batch
   rows: jax.Array | None = None  # [V] bool: the vocabulary's tokens present in the global batch
@@ -96,11 +97,10 @@ def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int)
             'selected': jnp.sum(tokens * masking.selected(masked, tokens.shape[1])),
             'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32)),
             'sequences': jnp.sum((tokens[:, 0] > 0).astype(jnp.float32))}
-  uniform = seeds = None  # the sampler's numbers only
-  if cfg.sampler == 'gumbel':
-    seeds = jax.random.bits(jax.random.fold_in(step_keys.sample, 1),
-                            masked.weights.shape + (2,), jnp.uint32)
-  else:
+  seeds = jax.random.bits(jax.random.fold_in(step_keys.sample, 1), masked.weights.shape + (2,),
+                          jnp.uint32)
+  uniform = None  # the inverse-CDF sampler's numbers
+  if cfg.sampler != 'gumbel':
     uniform = jax.random.uniform(step_keys.sample, masked.weights.shape, jnp.float32)
   rows = jnp.zeros((vocab_size,), jnp.bool_).at[batch['input_ids'].reshape(-1)].set(True)
   crop = jax.random.uniform(jax.random.fold_in(step_keys.sample, 2), tokens.shape[:1])

@@ -19,7 +19,7 @@ from electra_jax.platform import backends
 @dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
   name: str = declare('electra', 'electra | electra_15 | mlm | replace_mlm | all_tokens_mlm | '
-                      "electric | cocolm: a name in objectives/registry.py's table "
+                      "electric | cocolm | amos: a name in objectives/registry.py's table "
                       '(objectives.get refuses others, naming them)')
   mask_prob: float = declare(0.15, 'fraction of real tokens selected per example',
                              inside(0, 1, False, True))
@@ -45,6 +45,9 @@ class ObjectiveConfig:
   contrast_temperature: float = declare(1.0, "COCO-LM: the contrastive loss's temperature (the "
                                         "released code's default)", positive)
   contrast_weight: float = declare(1.0, "COCO-LM: the contrastive loss's weight", AT_LEAST_0)
+  mixture_temperature: float = declare(0.3, "AMOS: the straight-through Gumbel-softmax's "
+                                       "temperature over the exits' mixture (the paper's 0.3)",
+                                       positive)
   sampler: str = 'cdf'
 
   def __post_init__(self):

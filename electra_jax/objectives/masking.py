@@ -107,12 +107,18 @@ def sample_gumbel(seeds: jax.Array, logits: jax.Array, *, temperature: float = 1
   vocab = logits.shape[-1]
   if disallow is not None:
     logits = jnp.where(jnp.arange(vocab) == disallow[..., None], -jnp.inf, logits)
-  index = jax.lax.broadcasted_iota(jnp.uint32, logits.shape, logits.ndim - 1)
+  return jnp.argmax(logits + gumbel_noise(seeds, vocab), -1).astype(jnp.int32)
+
+
+def gumbel_noise(seeds: jax.Array, vocab: int) -> jax.Array:
+  """[.., vocab] float32 standard Gumbel noise, entry v of a row a counter-based hash of v and the
+  row's two seed words (`seeds`: [.., 2] uint32)."""
   seeds = seeds.astype(jnp.uint32)
+  index = jax.lax.broadcasted_iota(jnp.uint32, seeds.shape[:-1] + (vocab,), seeds.ndim - 1)
   bits = keyed_hash((seeds[..., 0:1], seeds[..., 1:2]), index)
   # 23 bits in (0, 1), both ends excluded in float32 (2^-24 ... 1 - 2^-24): the noise stays finite
   uniform = (bits >> 9).astype(jnp.float32) * 2.0 ** -23 + 2.0 ** -24
-  return jnp.argmax(logits - jnp.log(-jnp.log(uniform)), -1).astype(jnp.int32)
+  return -jnp.log(-jnp.log(uniform))
 
 
 def sample_with(uniform: jax.Array, logits: jax.Array, *, temperature: float = 1.0,
@@ -156,6 +162,13 @@ def replace_tokens(input_ids: jax.Array, positions: jax.Array, weights: jax.Arra
   written = count > 0
   new_ids = jnp.where(written, total // jnp.maximum(count, 1), input_ids)
   return new_ids, (written & (new_ids != input_ids))
+
+
+def slot_shares(masked: Masked, length: int) -> jax.Array:
+  """[B, N] float32: each used slot's share of its position, 1 / the used slots that drew it (a
+  position drawn twice shows the integer mean of its samples: `replace_tokens`); 0 elsewhere."""
+  count = _scatter_add(length, masked.positions, masked.weights)
+  return masked.weights / jnp.maximum(jnp.take_along_axis(count, masked.positions, axis=1), 1.0)
 
 
 def selected(masked: Masked, length: int) -> jax.Array:

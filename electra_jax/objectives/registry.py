@@ -5,12 +5,13 @@ metric keep_best ranks by. A new objective is a module of this package, one line
 (configs/); its metrics are declared in its module.
 """
 
-from electra_jax.objectives import cocolm, electra, electric, mlm
+from electra_jax.objectives import amos, cocolm, electra, electric, mlm
 from electra_jax.objectives.common import Objective
 
-OBJECTIVES: dict[str, Objective] = {o.name: o for m in (electra, mlm, electric, cocolm)
+OBJECTIVES: dict[str, Objective] = {o.name: o for m in (electra, mlm, electric, cocolm, amos)
                                     for o in m.OBJECTIVES}
-HEADS = ('discriminator_mlm', 'cocolm_heads')  # model fields of heads only some objectives train
+# model fields of heads (and exits) only some objectives train
+HEADS = ('discriminator_mlm', 'cocolm_heads', 'amos_exits')
 
 
 def runs() -> dict[str, tuple[str, dict]]:

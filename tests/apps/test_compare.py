@@ -30,6 +30,8 @@ def test_every_run_gets_the_steps_of_the_same_flops():
   assert rows['electric']['config'].model.generator == 'two_tower'
   # COCO-LM: a full-width auxiliary network and the crop's pass cost steps
   assert rows['cocolm']['steps'] < 1000 and rows['cocolm']['config'].model.cocolm_heads
+  # AMOS: a full-width generator with exits costs steps too
+  assert rows['amos']['steps'] < 1000 and rows['amos']['config'].model.amos_exits
   with pytest.raises(Exception, match="unknown run 'bert'"):
     compare.plan(config, ['bert'], 10)
 

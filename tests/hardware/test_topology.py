@@ -257,6 +257,19 @@ def test_cocolm_compiles_for_v5e8_with_its_global_contrast():
   assert report['estimate']['step_s'] > 0
 
 
+@needs_libtpu
+def test_amos_compiles_for_v5e8():
+  """AMOS's step (its generator's three exits at the main width, the straight-through sample's
+  products with the word table) compiles and fits for eight v5e chips."""
+  lines = []
+  report = compiling.compile_for_topology(
+      base_like(**{'objective.name': 'amos', 'microbatches': 1}), topology.parse('v5e-8'),
+      lines.append)
+  assert lines[-1] == 'v5e-8: every program compiles and fits'
+  assert 'Electra.generator_exit_logits' in report['train_hlo']
+  assert report['estimate']['step_s'] > 0
+
+
 @pytest.mark.fast
 def test_the_ceilings_matmuls_are_the_ones_mfu_counts():
   """The matmuls the ceiling compiles alone do the FLOPs that MFU's model FLOPs count."""

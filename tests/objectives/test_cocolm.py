@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ROOT, load_config, objective_config, test_config
+from conftest import (ROOT, assert_same_states, load_config, objective_config, squared_norm,
+                      test_config)
 from electra_jax.config import files as config_files
 from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.data.tokenizer import SPECIAL
@@ -21,15 +22,11 @@ from electra_jax.objectives import registry as objectives
 from electra_jax.apps import export as export_lib
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.pretraining import run as pretrain
-from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.pretraining import step_flops as step_flops_lib
-from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import partitioning
-from electra_jax.train import step as step_lib
 
 
-def _norm(tree):
-  return float(sum(np.sum(np.square(np.asarray(x, np.float64))) for x in jax.tree.leaves(tree)))
+_norm = squared_norm
 
 
 @pytest.mark.fast
@@ -160,8 +157,12 @@ def test_global_negatives_on_8_devices_equal_the_single_devices():
   mesh = partitioning.make_mesh(jax.devices())
   assert mesh.devices.size == 8
   eight = jax.device_get(loss(params, jax.device_put(batch, partitioning.batch_sharding(mesh))))
-  for k in ('scl_loss', 'scl_accuracy', 'clm_loss', 'disc_loss', 'loss'):
+  for k in ('scl_loss', 'clm_loss', 'disc_loss', 'loss'):
     np.testing.assert_allclose(eight[k], one[k], rtol=1e-5, err_msg=k)
+  # at initialization the views lie close together: a partner and the nearest other view can tie
+  # to rounding, which the order of the sums across devices decides (one view of 64 at most)
+  assert eight['scl_accuracy'][1] == one['scl_accuracy'][1] == 64
+  assert abs(float(eight['scl_accuracy'][0]) - float(one['scl_accuracy'][0])) <= 1
   assert float(one['scl_loss'][1]) == 2 * 32  # each view's negatives: all 62 others, not 6
   # against the per-device loss (negatives within each device's 4 rows): a different number
   local = [jax.device_get(loss(params, {k: v[i:i + 4] for k, v in batch.items()}))['scl_loss']
@@ -216,12 +217,5 @@ def test_a_cocolm_run_trains_resumes_exactly_exports_and_is_prompted(tmp_path, r
   straight = str(tmp_path / 'straight')
   for w in (workdir, straight):
     pretrain.train_and_evaluate(config(6), w, log=lambda *_: None)
-  states = []
-  for w in (workdir, straight):
-    ckpt = checkpoint_lib.Checkpointer(os.path.join(w, 'checkpoints'))
-    setup = pretrain_setup.build_setup(objectives.fit_model_config(config(6), lambda *_: None),
-                                       SPECIAL)
-    states.append(ckpt.restore(6, jax.jit(lambda: step_lib.init_state(setup))())[0])
-    ckpt.close()
-  for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
-    np.testing.assert_array_equal(a, b)
+  assert_same_states(objectives.fit_model_config(config(6), lambda *_: None),
+                     (workdir, straight), 6)

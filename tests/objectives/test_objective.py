@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import OBJECTIVE_RUN, objective_config, test_config
+from conftest import OBJECTIVE_RUN, objective_config, squared_norm, test_config
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import electra as electra_objective
@@ -56,8 +56,7 @@ def _split_grads(**overrides):
   return _CACHE[key]
 
 
-def _norm(tree):
-  return float(sum(np.sum(np.square(np.asarray(x, np.float64))) for x in jax.tree.leaves(tree)))
+_norm = squared_norm
 
 
 def test_discriminator_loss_gives_exactly_zero_gradient_to_the_generator():
@@ -274,7 +273,7 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
 
 
 @pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
-                                  'electric', 'cocolm'])
+                                  'electric', 'cocolm', 'amos'])
 def test_objective_learns_on_the_8_device_mesh(name):
   # the microbatching test's step
   setup = pretrain_setup.build_setup(objective_config(name), SPECIAL)

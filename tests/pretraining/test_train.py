@@ -49,10 +49,10 @@ def _run_steps(config, devices, batches):
   return state, out  # on the devices, laid out as the step leaves it
 
 
-@pytest.mark.parametrize('objective', ['electra', 'cocolm'])
+@pytest.mark.parametrize('objective', ['electra', 'cocolm', 'amos'])
 def test_step_on_eight_devices_equals_step_on_one(objective):
   # dropout on: its random bits must not depend on the sharding (COCO-LM: nor its crops', nor
-  # its contrastive loss, whose negatives are the global batch's)
+  # its contrastive loss, whose negatives are the global batch's; AMOS: nor its Gumbel noise)
   config = objectives.fit_model_config(test_config(**{'objective.name': objective}),
                                        lambda *_: None)
   batches = [synthetic_batch(16, 32, config.model.vocab_size, seed=s) for s in range(3)]
@@ -67,7 +67,8 @@ def test_step_on_eight_devices_equals_step_on_one(objective):
 
 
 @pytest.mark.parametrize('objective',
-                         ['electra', 'electra_15', 'mlm', 'all_tokens_mlm', 'electric', 'cocolm'])
+                         ['electra', 'electra_15', 'mlm', 'all_tokens_mlm', 'electric', 'cocolm',
+                          'amos'])
 def test_microbatched_steps_equal_whole_batch_steps(objective, monkeypatch):
   """Gradient accumulation: 4 parts of 8 rows on 8 devices give the whole batch's steps (dropout
   off: it is the one random choice drawn per part). ELECTRA 15% draws with the Gumbel sampler of

@@ -9,21 +9,16 @@ import random
 import subprocess
 import sys
 
-import jax
-import numpy as np
 import pytest
 
 from conftest import CHILD_ENV, HAS_HF, ROOT, launch_command, load_config, run_config_file
-from conftest import test_config
+from conftest import assert_same_states, test_config
 from electra_jax import UserError
 from electra_jax.data import records
-from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.storage import fs
 from electra_jax.storage import remote_fs
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.pretraining import run as pretrain
-from electra_jax.pretraining import setup as pretrain_setup
-from electra_jax.train import step as step_lib
 
 BUCKET = 'gs://electra-test'
 
@@ -139,14 +134,7 @@ def test_pretraining_in_a_bucket_survives_sigkill_bit_identically_and_exports(
     assert f'resumed from {killed}/checkpoints/{committed} ' in done.stdout, done.stdout[-2000:]
   # The uninterrupted run, local and in this process (records read from the bucket all the same).
   pretrain.train_and_evaluate(load_config(config_file), straight, log=lambda *_: None)
-  states = []
-  setup = pretrain_setup.build_setup(load_config(config_file), SPECIAL)
-  for workdir in (killed, straight):
-    ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'))
-    states.append(ckpt.restore(6, jax.jit(lambda: step_lib.init_state(setup))())[0])
-    ckpt.close()
-  for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
-    np.testing.assert_array_equal(a, b, err_msg=f'killed at step {kill_at}')
+  assert_same_states(load_config(config_file), (killed, straight), 6, f'killed at step {kill_at}')
   listing = set(fs.listdir(killed))
   assert {'config.json', 'metrics.jsonl', 'summary.json', 'curves.png', 'tensorboard',
           'checkpoints'} <= listing, listing
