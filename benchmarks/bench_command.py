@@ -19,6 +19,8 @@ from electra_jax.data import records
 from electra_jax.hardware import topology
 from electra_jax.hardware import peak as peak_lib
 from electra_jax.model import flash
+from electra_jax.objectives import registry as objectives
+from electra_jax.pretraining import compiling
 from electra_jax.train import aot
 
 
@@ -39,6 +41,7 @@ class Options:
   batches: int = 50
   finetune_config: object = None
   topology: str | None = None
+  objectives: str = 'electra,cocolm,amos'
 
 
 def _finetune(config, o: Options) -> dict:
@@ -51,6 +54,35 @@ def _finetune(config, o: Options) -> dict:
   if o.topology:
     slice_ = topology.for_compiling(o.topology)  # (ValueError: run says it)
     result['topology'] = finetune_benchmark.topology_estimate(problem, slice_, log)
+  return result
+
+
+def _objectives(config, o: Options) -> dict:
+  """Each of `o.objectives`' steps at `config`'s sizes: timed here in alternation, or with
+  `o.topology` XLA's estimate on that slice (compiled here, nothing runs); ratios to the first."""
+  names = [n.strip() for n in o.objectives.split(',') if n.strip()]
+  for name in names:
+    objectives.get(name)  # (ValueError naming the others: run says it)
+  if not o.topology:
+    result = benchmark.objective_costs(config, names, o.steps, repeats=o.repeats)
+    for name, r in result.items():
+      print(f'{name}: {r["ms_per_step"]:.1f} ms/step (median of {len(r["ms_per_step_runs"])} '
+            f'runs: {", ".join(f"{x:.1f}" for x in r["ms_per_step_runs"])}) | '
+            f'{r["time_ratio"]:.2f}x {names[0]}\'s time (per alternating run: '
+            f'{", ".join(f"{x:.2f}" for x in r["pairwise_ratios"])}) | model FLOPs '
+            f'{r["model_flops_per_step"] / 1e9:.2f} G = {r["flops_ratio"]:.2f}x')
+    return result
+  slice_ = topology.for_compiling(o.topology)
+  result = {}
+  for name in names:
+    c = config.copy_and_resolve_references()
+    c.objective.name = name
+    report = compiling.compile_for_topology(c, slice_, lambda line: print(line, flush=True))
+    result[name] = {'step_s': report['estimate']['step_s'], 'mfu': report['estimate']['mfu']}
+  for name, r in result.items():
+    print(f'{name} on {o.topology} (XLA\'s estimate, not a measurement): '
+          f'{1e3 * r["step_s"]:.1f} ms/step, MFU {100 * r["mfu"]:.1f}% | '
+          f'{r["step_s"] / result[names[0]]["step_s"]:.2f}x {names[0]}\'s time')
   return result
 
 
@@ -247,6 +279,8 @@ def run(config, o: Options) -> dict:
       result['max_batch'] = _max_batch(config, o)
     if o.mode == 'attention':
       result['attention'] = _attention(config, o)
+    if o.mode == 'objectives':
+      result['objectives'] = _objectives(config, o)
   except (ValueError, FileNotFoundError) as e:
     raise UserError(str(e)) from None
   if o.mode == 'both':

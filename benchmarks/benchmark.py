@@ -6,6 +6,8 @@
     python -m benchmarks.benchmark --config=configs/small.py --mode=both   # input vs step, same run
     python -m benchmarks.benchmark --config=configs/small.py --mode=checkpoint  # save/restore times
     python -m benchmarks.benchmark --config=configs/large.py --mode=memory --config.fsdp=True
+    python -m benchmarks.benchmark --config=configs/tiny.py --mode=objectives  # COCO-LM, AMOS
+    python -m benchmarks.benchmark --config=configs/base.py --mode=objectives --topology=v5e-8
 python -m benchmarks.benchmark --config=configs/base.py --mode=max_batch
 --config.model.dtype=bfloat16 python -m benchmarks.benchmark --config=configs/base.py
 --mode=attention --config.data.batch_size=64 python -m benchmarks.benchmark --mode=finetune
@@ -38,11 +40,14 @@ _REPEATS = flags.DEFINE_integer('repeats', 3, 'timed runs; the median is reporte
                                 lower_bound=1)
 _JSON = flags.DEFINE_string('json', None, 'also write the result to this JSON file')
 _MODE = flags.DEFINE_enum('mode', 'step', ['step', 'input', 'both', 'checkpoint', 'memory',
-                                           'max_batch', 'attention', 'finetune'],
+                                           'max_batch', 'attention', 'finetune', 'objectives'],
                           'what to time (memory: compile only, the step\'s memory per device; '
                           'max_batch: the largest batch that fits a device; attention: one '
                           'layer\'s attention on each path; finetune: fine-tuning padded, packed '
-                          'and with --peer=hf HF\'s Trainer)')
+                          'and with --peer=hf HF\'s Trainer; objectives: the step of each of '
+                          '--objectives, alternating, or with --topology estimated there)')
+_OBJECTIVES = flags.DEFINE_string('objectives', 'electra,cocolm,amos', '--mode=objectives: the '
+                                  'objectives whose steps are compared, the first the reference')
 _BLOCKS = flags.DEFINE_string('blocks', '', "--mode=attention: more kernel settings to time, "
                               "'bq,bk,bk_dkv,bq_dkv,bq_dq,bk_dq;...' (FlashOptions' block sizes) "
                               "or FlashOptions fields by name, 'num_warps=8,num_stages=3;...'")
@@ -65,7 +70,9 @@ _INIT = flags.DEFINE_string('init', None, '--mode=finetune: the pre-training wor
                             'folder) whose vocabulary tokenizes the task, and whose model is '
                             'timed unless --config is given')
 _TOPOLOGY = flags.DEFINE_string('topology', None, '--mode=finetune: also estimate the padded and '
-                                'packed steps on this Cloud TPU slice (v5e-8, ...), compiled here')
+                                'packed steps on this Cloud TPU slice (v5e-8, ...), compiled here; '
+                                '--mode=objectives: estimate the steps there instead of timing '
+                                'them here')
 
 
 def main(argv):
@@ -85,7 +92,8 @@ def main(argv):
       mode=_MODE.value, steps=_STEPS.value, repeats=_REPEATS.value, json=_JSON.value,
       blocks=_BLOCKS.value, memory_gb=_MEMORY_GB.value, records=_RECORDS.value, peer=_PEER.value,
       profile=_PROFILE.value, profile_dir=_PROFILE_DIR.value, top=_TOP.value,
-      batches=_BATCHES.value, finetune_config=ft, topology=_TOPOLOGY.value))
+      batches=_BATCHES.value, finetune_config=ft, topology=_TOPOLOGY.value,
+      objectives=_OBJECTIVES.value))
 
 
 if __name__ == '__main__':

@@ -26,6 +26,7 @@ from electra_jax.model import flops as flops_lib
 from electra_jax.hardware import hlo_cost
 from electra_jax.model import attention, attention_masks, flash
 from electra_jax.model import networks as model_lib
+from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import preflight
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.pretraining import step_flops as step_flops_lib
@@ -325,6 +326,43 @@ def benchmark(config, steps: int = 10, warmup: int = 2, repeats: int = 3,
                       'ratios': [p / o for o, p in zip(runs, peer_runs)]}
     result['speedup_over_peer'] = peer_s / step_s
   return result
+
+
+def objective_costs(config, names, steps: int = 10, warmup: int = 2, repeats: int = 3) -> dict:
+  """Each objective of `names` pre-training `config`'s sizes (the model fitted to it as a run
+  fits it): its step compiled, then timed in alternation (a run of `steps` steps of each, then
+  again, `repeats` times), so all see the same machine load. {name: ms/step median and runs,
+  model FLOPs per step, both as ratios to the first objective's}."""
+  programs = {}
+  for name in names:
+    c = config.copy_and_resolve_references()
+    c.objective.name = name
+    c = objectives.fit_model_config(c, lambda *_: None)
+    mesh, setup, init_fn, train_fn = _compiled(c)
+    d = c.data
+    host = synthetic_batch(d.batch_size, d.max_seq_length, c.model.vocab_size)
+    batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh)) for k, v in host.items()}
+    train_fn, state = _queued_as_the_loop_does(train_fn), init_fn()
+    for _ in range(warmup):
+      state, m = train_fn(state, batch)
+    jax.block_until_ready(m)
+    flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
+                                             setup.objective_cfg.max_predictions, name,
+                                             setup.objective_cfg)
+    programs[name] = [train_fn, state, batch, flops, []]
+  for _ in range(repeats):
+    for p in programs.values():
+      p[1], seconds = _timed_runs(p[0], p[1], p[2], steps, 1, None)[:2]
+      p[4] += seconds
+  first = programs[names[0]]
+  out = {}
+  for name, (_, _, _, flops, runs) in programs.items():
+    ms = 1e3 * statistics.median(runs)
+    out[name] = {'ms_per_step': ms, 'ms_per_step_runs': [1e3 * r for r in runs],
+                 'model_flops_per_step': flops, 'flops_ratio': flops / first[3],
+                 'time_ratio': ms / (1e3 * statistics.median(first[4])),
+                 'pairwise_ratios': [r / f for r, f in zip(runs, first[4])]}
+  return out
 
 
 def _queued_as_the_loop_does(train_fn):

@@ -153,3 +153,16 @@ def test_max_batch_without_a_known_limit_and_bad_kernel_settings_are_one_error_l
   assert done.stderr.strip().splitlines()[-1].startswith(
       "error: --blocks has 'num_warp=8', not up to six block sizes or name=integer pairs of "
       'block_k, ')
+
+
+def test_objectives_mode_times_each_objectives_own_step_against_the_first():
+  """--mode=objectives: each objective's step with the model its run fits (COCO-LM's heads, AMOS's
+  exits), timed in alternation; the first is the reference of the ratios."""
+  config = test_config(**{'data.batch_size': 8})
+  r = benchmark.objective_costs(config, ['electra', 'cocolm', 'amos'], steps=1, warmup=1,
+                                repeats=2)
+  assert list(r) == ['electra', 'cocolm', 'amos']
+  assert r['electra']['time_ratio'] == r['electra']['flops_ratio'] == 1.0
+  for name in ('cocolm', 'amos'):  # a full-width generator and their extra passes cost more
+    assert r[name]['flops_ratio'] > 1 and len(r[name]['ms_per_step_runs']) == 2
+    assert r[name]['ms_per_step'] > 0 and len(r[name]['pairwise_ratios']) == 2
