@@ -21,6 +21,7 @@ from electra_jax.data import synthetic
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import run as finetune_run
 from electra_jax.finetune import search
+from electra_jax.finetune import zeroshot
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.model import flops as flops_lib
@@ -260,6 +261,9 @@ def _compare(config, tasks: dict, workdir: str, names, electra_steps: int, log) 
                               False, prefix) for label, ft in tasks.items()}
     results.append(_row(name, c.objective.name, row['flops_per_step'], row['steps'],
                         summary.get('eval', {}), tuned))
+    results[-1]['zeroshot'] = {  # the pre-trained head prompted, where the task has a prompt
+        label: zeroshot.evaluate(ft, fs.join(workdir, name), log=prefix)
+        for label, ft in tasks.items() if tasks_lib.task_name(ft.task) in zeroshot.DEFAULTS}
   # The same fine-tuning from random weights: what pre-training has to beat.
   scratch = {label: _finetune(ft, fs.join(workdir, rows[0]['name']),
                               fs.join(workdir, f'random_init_{label}'), True,
@@ -308,12 +312,20 @@ def _write(results: list[dict], workdir: str, electra_steps: int, log):
   # held-out metrics by column (a run reports one of each), those some run of the table reports
   columns = {c: names for c, names in objectives.columns().items()
              if any(k in r for r in results for k in names)}
+  prompted = {}  # the tasks prompted zero-shot: their majority class's accuracy
+  for r in results:
+    for label, z in r.get('zeroshot', {}).items():
+      prompted[label] = z['majority_accuracy']
   header = ('| run | objective | pre-training FLOPs | steps | ' + ' | '.join(columns) + ' | '
+            + ''.join(f'{label} zero-shot accuracy (majority class {100 * m:.2f}) | '
+                      for label, m in prompted.items())
             + ' | '.join(f'{label} {results[0]["downstream"][label]["metric"]} (median of seeds)'
                          + (' / test median' if tested[label] else '') for label in labels) + ' |')
-  lines = [header, '|' + '---|' * (4 + len(columns) + len(labels))]
+  lines = [header, '|' + '---|' * (4 + len(columns) + len(prompted) + len(labels))]
   for r in results:
     held = [next((f'{r[k]:.3f}' for k in names if k in r), '-') for names in columns.values()]
+    held += [f'{100 * r["zeroshot"][label]["accuracy"]:.2f}' if label in r.get('zeroshot', {})
+             else '-' for label in prompted]
     cells = []
     for label in labels:
       d = r['downstream'][label]

@@ -8,6 +8,7 @@ import pytest
 from conftest import test_config
 from electra_jax import UserError
 from electra_jax.finetune import config as ft_config_lib
+from electra_jax.finetune import zeroshot
 from electra_jax.objectives import registry as objectives
 from electra_jax.apps import compare
 from electra_jax.apps import compare_suite
@@ -68,8 +69,10 @@ def test_the_plan_estimates_time_at_one_measured_flop_rate(tmp_path):
   assert not os.path.exists(tmp_path / 'cmp')
 
 
-def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_dir):
+def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_dir, monkeypatch):
   config = test_config(**{'data.records': records_dir})
+  # the first task has a prompt: each pre-trained run is prompted zero-shot on it
+  monkeypatch.setitem(zeroshot.DEFAULTS, 'first', ('It has {label}.', 'yes=cat,no=dog'))
   tasks = {}
   for label, seed in (('first', 0), ('second', 2)):
     ft = ft_config_lib.default_config()
@@ -111,9 +114,15 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
   table = open(os.path.join(workdir, 'comparison.md')).read()
   assert table.count('\n| ') == 5 and '| mlm | mlm |' in table  # header + 4 rows
   tfidf = 100 * rows[3]['downstream']['first']['median']
-  # the held-out columns of the runs compared only (MLM loss, disc AUC; not COCO-LM's)
-  assert f'| TF-IDF baseline | - | 0 | 0 | - | - | {tfidf:.2f} |' in table
-  assert '| held-out MLM loss | disc AUC | first ' in table and 'contrastive' not in table
+  # the held-out columns of the runs compared only (MLM loss, disc AUC; not COCO-LM's), and the
+  # zero-shot accuracy of the pre-trained runs on the task with a prompt
+  assert f'| TF-IDF baseline | - | 0 | 0 | - | - | - | {tfidf:.2f} |' in table
+  for r in rows[:2]:
+    assert list(r['zeroshot']) == ['first'] and 0 <= r['zeroshot']['first']['accuracy'] <= 1
+    assert f'| {100 * r["zeroshot"]["first"]["accuracy"]:.2f} | ' in table
+  majority = rows[0]['zeroshot']['first']['majority_accuracy']
+  assert (f'| held-out MLM loss | disc AUC | first zero-shot accuracy (majority class '
+          f'{100 * majority:.2f}) | first ') in table and 'contrastive' not in table
   assert ('| first dev/accuracy (median of seeds) | second dev/accuracy (median of seeds) / test '
           'median |') in table
   second = [r['downstream']['second'] for r in rows]
