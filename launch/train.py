@@ -5,6 +5,9 @@
         --config.data.records=gs://$BUCKET/records/wiki --config.disc_weight=50
 
 Re-running the same command with the same --workdir resumes from its latest checkpoint.
+--config.zeroshot_task=builtin_topic (or another task with a default prompt) scores the
+discriminator prompted zero-shot at every held-out evaluation: logged, plotted, and
+--config.keep_best=zeroshot_accuracy keeps the best checkpoint by it.
 
 Before renting a slice, the same command with --topology=<accelerator type> (v4-8, v5e-8, v5p-8,
 v6e-8, v4-32, ...; --num_slices for multislice) compiles the run's programs for it here, with no
@@ -24,6 +27,7 @@ import jax
 
 from electra_jax import cli
 from electra_jax.config import files as config_files
+from electra_jax.finetune import zeroshot
 from electra_jax.hardware import topology
 from electra_jax.pretraining import compiling
 from electra_jax.pretraining import run as pretrain
@@ -68,7 +72,7 @@ def main(argv):
           flush=True)
   # flushed lines: progress shows at once also when the output goes to a file or a pipe
   pretrain.train_and_evaluate(_CONFIG.value, _WORKDIR.value,
-                              log=lambda line: print(line, flush=True))
+                              log=lambda line: print(line, flush=True), probe=zeroshot.probe)
 
 
 if __name__ == '__main__':

@@ -102,7 +102,7 @@ def _pretrain(c, workdir: str, log) -> dict:
     if same and summary.get('step') == c.train_steps:
       log(f'finished earlier: {workdir} (summary.json read back)')
       return summary
-  return pretrain.train_and_evaluate(c, workdir, log=log)
+  return pretrain.train_and_evaluate(c, workdir, log=log, probe=zeroshot.probe)
 
 
 def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> dict:

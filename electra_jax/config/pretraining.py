@@ -37,6 +37,11 @@ CONFIG = Section(resume='free', fields=dict(
     save_every=F(0, 'steps between checkpoints; 0: only at the end', AT_LEAST_0),
     keep_checkpoints=F(3, 'the latest checkpoints kept on disk', AT_LEAST_1),
     keep_best=F('', "a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it"),
+    zeroshot_task=F('', 'at every held-out evaluation, the discriminator prompted with no training '
+                    "on this task's dev split (a task with a default prompt: builtin_topic, "
+                    "builtin, sst2, cola; finetune/zeroshot.py): its accuracy, "
+                    "'zeroshot_accuracy', is logged and plotted, and keep_best may rank by it; "
+                    "'' : none"),
     microbatches=F(0, 'gradient accumulation: the global batch in this many sequential parts (same '
                    "loss and gradient); 0: the fewest whose step fits the device's memory (1 on "
                    'CPUs)', AT_LEAST_0),

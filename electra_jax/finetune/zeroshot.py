@@ -28,6 +28,7 @@ import numpy as np
 from electra_jax import UserError, user_errors
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.data.tokenizer import SpecialIds
+from electra_jax.finetune import config as finetune_config
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.model import networks as model_lib
@@ -180,21 +181,10 @@ def predict(model_cfg: model_lib.ModelConfig, params: dict, inputs: dict,
   return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
 
-def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_size: int = 32,
-             log=print) -> dict:
-  """The zero-shot accuracy of `init`'s discriminator (a pre-training workdir, an HF folder, an
-  original checkpoint) on the first dev split of the fine-tuning config `cfg`'s task, beside the
-  majority class's (the train split's most frequent label); logged and returned. No template and
-  words: the task's default prompt (DEFAULTS)."""
-  start = time.perf_counter()
-  if bool(template) != bool(label_words):
-    raise UserError('--template and --label_words go together: give both, or neither for a task '
-                    f'that has a default prompt ({", ".join(DEFAULTS)})')
-  if template:
-    with user_errors(ValueError):  # the template and the words' form, before anything is read
-      Prompt.parse(template, label_words)
-  pretrained = pretrained_lib.load(init, log=log, step=cfg.init_step, head=True)
-  task, splits = registry.load(cfg.task, pretrained.config, log)
+def _prompted_dev(task, splits, template: str, label_words: str):
+  """(the prompt, the labelled examples of `task`'s first dev split, its majority class (the
+  train split's most frequent label)); UserError for a task that is not a classification or
+  has none."""
   if not registry.get(task.kind).prompted:
     raise UserError(f'zero-shot prompting picks a class of a text, and task {task.name} is '
                     f'{task.kind}; give a classification task')
@@ -211,8 +201,58 @@ def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_si
   if not examples:
     raise UserError(f'task {task.name} has no labelled {split} examples to score; give its '
                     f'{split} file (--config.task.{split}=<file>)')
+  majority = collections.Counter(e.label for e in splits.get('train', examples)).most_common(1)
+  return prompt, split, examples, majority[0][0]
+
+
+def _texts(examples) -> list[str]:
+  return [e.text_a if e.text_b is None else f'{e.text_a} {e.text_b}' for e in examples]
+
+
+def probe(pretraining, vocab: str, lower_case: bool, log=print):
+  """The zero-shot accuracy a pre-training scores at every held-out evaluation: the dev split of
+  `pretraining.zeroshot_task` (a task with a default prompt) read, tokenized with the run's
+  vocabulary and encoded at the run's sequence length once; returns (model config, params) ->
+  accuracy. UserError for a task without a default prompt."""
+  if pretraining.zeroshot_task not in DEFAULTS:
+    raise UserError(f'zeroshot_task is {pretraining.zeroshot_task!r}, which has no default prompt;'
+                    f' use one of {", ".join(DEFAULTS)}')
+  task_cfg = finetune_config.default_config().task
+  task_cfg.name = pretraining.zeroshot_task
+  task, splits = registry.load(task_cfg, pretraining, log)
+  prompt, split, examples, majority = _prompted_dev(task, splits, '', '')
+  tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case)
+  with user_errors(ValueError):
+    inputs = encode(tokenizer, tokenizer.special, _texts(examples), prompt,
+                    pretraining.data.max_seq_length)
+  labels = list(prompt.label_words)
+  truth = np.array([labels.index(e.label) for e in examples])
+  log(f'zero-shot {task.name} at every evaluation: {len(examples):,} {split} examples x '
+      f'{len(labels)} classes (majority class {majority!r}: '
+      f'{100 * float((truth == labels.index(majority)).mean()):.1f}%)')
+  return lambda model_cfg, params: float((choose(predict(model_cfg, params, inputs)) == truth
+                                          ).mean())
+
+
+def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_size: int = 32,
+             log=print) -> dict:
+  """The zero-shot accuracy of `init`'s discriminator (a pre-training workdir, an HF folder, an
+  original checkpoint) on the first dev split of the fine-tuning config `cfg`'s task, beside the
+  majority class's (the train split's most frequent label); logged and returned. No template and
+  words: the task's default prompt (DEFAULTS)."""
+  start = time.perf_counter()
+  if bool(template) != bool(label_words):
+    raise UserError('--template and --label_words go together: give both, or neither for a task '
+                    f'that has a default prompt ({", ".join(DEFAULTS)})')
+  if template:
+    with user_errors(ValueError):  # the template and the words' form, before anything is read
+      Prompt.parse(template, label_words)
+  pretrained = pretrained_lib.load(init, log=log, step=cfg.init_step, head=True)
+  task, splits = registry.load(cfg.task, pretrained.config, log)
+  prompt, split, examples, majority = _prompted_dev(task, splits, template, label_words)
+  template = prompt.template
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
-  texts = [e.text_a if e.text_b is None else f'{e.text_a} {e.text_b}' for e in examples]
+  texts = _texts(examples)
   words = ', '.join(f'{k}={v!r}' for k, v in prompt.label_words.items())
   log(f'zero-shot {task.name}: {len(texts):,} {split} examples x {len(prompt.label_words)} '
       f'classes, template {template!r}, label words {words}')
@@ -222,11 +262,10 @@ def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_si
   assert pretrained.params is not None  # (read with the head: not from scratch)
   chosen = choose(predict(pretrained.model_cfg, pretrained.params, inputs, batch_size))
   truth = np.array([labels.index(e.label) for e in examples])
-  majority = collections.Counter(e.label for e in splits.get('train', examples)).most_common(1)
   out = {'task': task.name, 'split': split, 'examples': len(texts),
          'accuracy': float((chosen == truth).mean()),
-         'majority_class': majority[0][0],
-         'majority_accuracy': float((truth == labels.index(majority[0][0])).mean()),
+         'majority_class': majority,
+         'majority_accuracy': float((truth == labels.index(majority)).mean()),
          'predicted': {l: int((chosen == i).sum()) for i, l in enumerate(labels)}}
   log(f'zero-shot {task.name} {split}: accuracy {100 * out["accuracy"]:.1f}% (majority class '
       f'{out["majority_class"]!r}: {100 * out["majority_accuracy"]:.1f}%); predicted '

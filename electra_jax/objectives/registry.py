@@ -34,12 +34,12 @@ def columns() -> dict[str, tuple[str, ...]]:
   return out
 
 
-def ranking(objective: str, metric: str) -> str:
-  """'min' or 'max': which way `metric` of `objective` is better (keep_best; 'max' for none);
-  ValueError naming those it may rank by."""
+def ranking(objective: str, metric: str, extra: tuple = ()) -> str:
+  """'min' or 'max': which way `metric` of `objective`, or of the `extra` metrics the run also
+  scores, is better (keep_best; 'max' for none); ValueError naming those it may rank by."""
   if not metric:
     return 'max'
-  ranked = {m.name: m.better for m in get(objective).metrics if m.better}
+  ranked = {m.name: m.better for m in (*get(objective).metrics, *extra) if m.better}
   if metric not in ranked:
     raise ValueError(f'keep_best is {metric!r}, not a held-out metric of objective {objective}; '
                      f'use one of {", ".join(ranked)}, or \'\' to keep the latest only')

@@ -15,6 +15,16 @@ from electra_jax.objectives import registry as objectives
 from electra_jax.pretraining import init_from
 from electra_jax.storage import fs
 from electra_jax.train import partitioning
+from electra_jax.train.metrics import Metric
+
+# The held-out measure a run scores beside its objective's metrics when config.zeroshot_task names
+# a task: the discriminator prompted on it (finetune/zeroshot.py's probe, given by the command).
+ZEROSHOT = Metric('zeroshot_accuracy', 'max', 'zero-shot accuracy (prompted, no training)')
+
+
+def probe_metrics(config) -> tuple:
+  """The metrics the run scores beside its objective's (`ZEROSHOT` with a zeroshot_task)."""
+  return (ZEROSHOT,) if config.zeroshot_task else ()
 
 
 def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True) -> config_lib.Parsed:
@@ -42,7 +52,7 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True) -> 
   if config.nonfinite not in ('stop', 'skip'):
     raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
   with user_errors(ValueError):
-    objectives.ranking(config.objective.name, config.keep_best)
+    objectives.ranking(config.objective.name, config.keep_best, probe_metrics(config))
   if config.keep_best and not config.eval_every:
     raise UserError(f'keep_best={config.keep_best!r} ranks the checkpoints saved at evaluations, '
                     'but eval_every is 0; set --config.eval_every')

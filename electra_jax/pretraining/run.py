@@ -125,9 +125,12 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
 # The run
 # ================================================================================================
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print,
+                       probe=None) -> dict:
   """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the
-  summary."""
+  summary. `probe` (finetune/zeroshot.py's `probe`, which the commands give): (config, vocabulary
+  file, lower_case, log) -> a scorer (model config, params) -> config.zeroshot_task's zero-shot
+  accuracy, run at every held-out evaluation."""
   main = distributed.is_main()  # the one process that logs and writes files
   if not main:
     log = lambda line: None
@@ -140,13 +143,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
                                          "1,000,000), or set optimizer.schedule="
                                          "'warmup_then_decay'"):
     log(f'warning: {warning}')
+  if config.zeroshot_task and probe is None:
+    raise UserError(f'zeroshot_task={config.zeroshot_task!r} is scored by the commands '
+                    '(launch/train.py, launch/compare.py); from Python, pass '
+                    'probe=electra_jax.finetune.zeroshot.probe')
   with workdir_lib.claim(workdir, 'pre-training'):  # one run at a time in a workdir
-    return _train(config, parsed, source, workdir, mesh, log)
+    return _train(config, parsed, source, workdir, mesh, log, probe)
 
 
-def _train(config, parsed, source, workdir: str, mesh, log) -> dict:
+def _train(config, parsed, source, workdir: str, mesh, log, probe=None) -> dict:
   main = distributed.is_main()
   records_dir, meta, readers, eval_batches, compared = _open_workdir(config, parsed, workdir, log)
+  scorer = None  # the zero-shot probe: its dev texts read and encoded once, before compiling
+  if config.zeroshot_task:
+    vocab = records_lib.workdir_vocab(workdir, config)[2]
+    with user_errors(ValueError):
+      scorer = probe(config, vocab, config.data.lower_case, log)
 
   # ---- the programs, of one setup: the attention path decided (its start-up check), the train
   # step compiled (microbatches fitted; the path's fallback if the compiler rejects it) ----
@@ -155,7 +167,8 @@ def _train(config, parsed, source, workdir: str, mesh, log) -> dict:
   model_cfg = compiling.model_for_run(config, parsed, log=log)
   make_setup = lambda cfg: pretrain_setup.build_setup(config, special, platform, cfg,
                                                       parsed=parsed)
-  best_mode = objectives.ranking(config.objective.name, config.keep_best)
+  probed = preflight.probe_metrics(config)
+  best_mode = objectives.ranking(config.objective.name, config.keep_best, probed)
   ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config, best_mode)
   latest = ckpt.latest_step()
   if latest is not None:  # a checkpoint of other shapes is refused before the compilation
@@ -189,9 +202,10 @@ def _train(config, parsed, source, workdir: str, mesh, log) -> dict:
   plan = loop_lib.Plan.of(
       config, total_steps=config.train_steps, keep_best=bool(config.keep_best),
       tokens_per_step=d.batch_size * d.max_seq_length, fields=objective.shown + ('learning_rate',),
-      eval_fields=objective.shown, eval_note=f' | unigram baseline {baseline:.4f}',
-      eval_record={'unigram_baseline': baseline})
+      eval_fields=objective.shown + tuple(m.name for m in probed),
+      eval_note=f' | unigram baseline {baseline:.4f}', eval_record={'unigram_baseline': baseline})
   panels = [(m.name, m.title, m.baseline) for m in objective.metrics if m.title]
+  panels[5:5] = [(m.name, m.title, m.baseline) for m in probed]  # among the six drawn
   saved_meta = lambda step: {'step': step, 'readers': readers,  # and what the run is: checked
                              'data_position': step * d.batch_size // readers,  # on resume
                              'vocab_fingerprint': meta['vocab_fingerprint'],
@@ -199,8 +213,13 @@ def _train(config, parsed, source, workdir: str, mesh, log) -> dict:
                              'records': {k: meta.get(k) for k in records_lib.IDENTITY},
                              'config': parsed.as_json,
                              'keep_best_mode': best_mode}  # (for a fine-tuning's init_step=best)
-  evaluate_now = lambda step, state: evaluate(eval_fn, state.params, eval_ds, sharding,
-                                              eval_batches, records_dir)
+
+  def evaluate_now(step, state):
+    values = evaluate(eval_fn, state.params, eval_ds, sharding, eval_batches, records_dir)
+    if scorer is not None:
+      values[preflight.ZEROSHOT.name] = scorer(setup.model_cfg, state.params)
+    return values
+
   # Every process has compiled and restored before the first exchange (see distributed.barrier).
   distributed.barrier('first_step')
   with user_errors(input_pipeline.DamagedRecords, checkpoint_lib.DiskFull):

@@ -166,3 +166,36 @@ def test_a_pretraining_and_its_hf_export_prompted_give_the_same_answers(pretrain
   with pytest.raises(UserError, match="leaves out 'random', 'next'; the task's classes are "
                      'random, next'):  # the coherence task's classes
     zeroshot.evaluate(cfg, pretrained, template, words, log=lines.append)
+
+
+def test_a_pretraining_prompts_its_discriminator_at_every_evaluation_and_keeps_the_best(
+    tmp_path, records_dir):
+  """config.zeroshot_task: the accuracy at each held-out evaluation is the command's on the
+  checkpoint of that step; keep_best ranks by it; a task without a prompt is one sentence."""
+  from electra_jax.config import files as config_files
+  from electra_jax.pretraining import run as pretrain
+  from electra_jax.train import logs as logs_lib
+  workdir = str(tmp_path / 'run')
+  config = lambda **kw: test_config(**{'data.records': records_dir, 'train_steps': 4,
+                                       'eval_every': 2, 'zeroshot_task': 'builtin_topic', **kw})
+  with pytest.raises(UserError, match='zeroshot_task=.* pass probe=electra_jax.finetune.zeroshot'):
+    pretrain.train_and_evaluate(config(), workdir, log=lambda *_: None)
+  with pytest.raises(UserError, match="zeroshot_task is 'sst5', which has no default prompt"):
+    pretrain.train_and_evaluate(config(zeroshot_task='sst5'), str(tmp_path / 'bad'),
+                                log=lambda *_: None, probe=zeroshot.probe)
+  lines: list = []
+  summary = pretrain.train_and_evaluate(config(keep_best='zeroshot_accuracy', save_every=2),
+                                        workdir, log=lines.append, probe=zeroshot.probe)
+  held_out = [r for r in logs_lib.read_jsonl(os.path.join(workdir, 'metrics.jsonl'))
+              if r.get('split') == 'eval']
+  assert [r['step'] for r in held_out] == [2, 4]
+  assert summary['eval']['zeroshot_accuracy'] == held_out[-1]['zeroshot_accuracy']
+  assert any('| zeroshot_accuracy ' in l for l in lines if ' eval step ' in l), lines
+  cfg = config_files.load_config_file(f'{ROOT}/configs/finetune/builtin.py:topic')
+  cfg.max_seq_length = 32  # the run's sequence length, at which the probe encodes
+  for record in held_out:  # the command on that step's checkpoint: the same accuracy
+    cfg.init_step = str(record['step'])
+    command = zeroshot.evaluate(cfg, workdir, batch_size=64, log=lambda *_: None)
+    assert command['accuracy'] == pytest.approx(record['zeroshot_accuracy'], abs=1e-9)
+  best = max(held_out, key=lambda r: (r['zeroshot_accuracy'], -r['step']))
+  assert summary['best_checkpoint'].endswith(f'/{best["step"]}')
