@@ -12,7 +12,7 @@ Parameter tree of `Electra` (names chosen to map one-to-one onto the original an
     discriminator_mlm/{dense, LayerNorm, output_bias}    (Replace / All-Tokens MLM objectives only)
     correction_head/{dense?, output_bias}                (COCO-LM only, with
     sequence_head/{dense, LayerNorm}                      discriminator_predictions its copy head)
-    generator_mixture [K, H]                             (AMOS only: a mixture logit per exit)
+    generator_mixture/kernel [K, H]                      (AMOS only: a mixture logit per exit)
     embeddings_residual                                  (GDES only: the discriminator's word table
                                                           is stop_gradient(word_embeddings) + it)
 
@@ -240,6 +240,19 @@ class SequenceHead(nn.Module):
                      name='LayerNorm')(h).astype(jnp.float32)
 
 
+class ExitMixture(nn.Module):
+  """AMOS's mixture logits: one Linear(H, 1) without a bias per exit, float32 ([K, B, N, H] ->
+  [B, N, K])."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, states):
+    cfg = self.cfg
+    kernel = self.param('kernel', truncated_normal(cfg.initializer_range),
+                        (len(cfg.generator_exits), states.shape[-1]), jnp.dtype(cfg.param_dtype))
+    return jnp.einsum('kbnh,kh->bnk', states.astype(jnp.float32), kernel.astype(jnp.float32))
+
+
 class Electra(nn.Module):
   """Generator and discriminator over one shared embedding module."""
   cfg: ModelConfig
@@ -268,10 +281,8 @@ class Electra(nn.Module):
     shape.build(self, lambda direction: Encoder(cfg, size.hidden, size.layers, size.heads,
                                                 size.intermediate, direction))
     self.generator_predictions = GeneratorHead(cfg)
-    if cfg.amos_exits:  # one mixture logit per exit: Linear(H, 1) without a bias
-      self.generator_mixture = self.param(
-          'generator_mixture', truncated_normal(cfg.initializer_range),
-          (len(cfg.generator_exits), size.hidden), jnp.dtype(cfg.param_dtype))
+    if cfg.amos_exits:
+      self.generator_mixture = ExitMixture(cfg)
 
   def discriminator_hidden(self, input_ids, segment_ids, input_mask, deterministic=True,
                            soft=None):
@@ -335,9 +346,7 @@ class Electra(nn.Module):
     chosen = [jnp.take_along_axis(h, positions[..., None], axis=1) for h in states]
     logits = jnp.stack([self.generator_predictions(h, self.embeddings.table(), rows)
                         for h in chosen])
-    mixture = jnp.einsum('kbnh,kh->bnk', jnp.stack(chosen).astype(jnp.float32),
-                         self.generator_mixture.astype(jnp.float32))
-    return logits, mixture
+    return logits, self.generator_mixture(jnp.stack(chosen))
 
   def __call__(self, input_ids, segment_ids, input_mask, positions, deterministic=True):
     """Runs both networks (used to create every parameter)."""

@@ -20,6 +20,8 @@ from electra_jax.objectives import amos
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import registry as objectives
 from electra_jax.apps import export as export_lib
+from electra_jax.finetune import pretrained as pretrained_lib
+from electra_jax.finetune import zeroshot
 from electra_jax.pretraining import run as pretrain
 from electra_jax.pretraining import step_flops as step_flops_lib
 
@@ -74,8 +76,8 @@ def _setup(**model):
   model_ = model_lib.Electra(cfg)
   params = model_lib.init_params(cfg, jax.random.key(0))
   # a mixture that is not near uniform, so that its gradient is not tiny
-  params['generator_mixture'] = 3 * jax.random.normal(jax.random.key(5),
-                                                      params['generator_mixture'].shape)
+  mixture = params['generator_mixture']
+  mixture['kernel'] = 3 * jax.random.normal(jax.random.key(5), mixture['kernel'].shape)
   batch = {k: jnp.asarray(v) for k, v in synthetic_batch(16, 32, cfg.vocab_size).items()}
   return cfg, model_, params, batch, objective_common.ObjectiveConfig.from_config(c.objective)
 
@@ -92,7 +94,8 @@ def test_the_mixture_learns_to_raise_the_discriminators_loss():
   lowering = grad('disc_loss', 1.0)  # the gradient that would lower the RTD loss
   adversarial = grad('disc_loss', -1.0)
   assert _norm(lowering['generator_mixture']) > 0
-  np.testing.assert_allclose(adversarial['generator_mixture'], -lowering['generator_mixture'],
+  np.testing.assert_allclose(adversarial['generator_mixture']['kernel'],
+                             -lowering['generator_mixture']['kernel'],
                              rtol=1e-5, atol=1e-9)
   for layer in lowering['generator']:  # through the mixture, the generator's features too
     assert _norm(lowering['generator'][layer]) > 0, layer
@@ -101,8 +104,8 @@ def test_the_mixture_learns_to_raise_the_discriminators_loss():
         -np.asarray(jax.tree.leaves(lowering['generator'][layer])[0]), rtol=1e-4, atol=1e-9)
   # the MLM losses never reach the mixture: the total's gradient there is the reversed RTD one
   total = grad('loss', -1.0)
-  np.testing.assert_allclose(total['generator_mixture'],
-                             -ocfg.disc_weight * lowering['generator_mixture'], rtol=1e-4,
+  np.testing.assert_allclose(total['generator_mixture']['kernel'],
+                             -ocfg.disc_weight * lowering['generator_mixture']['kernel'], rtol=1e-4,
                              atol=1e-8)
   # the discriminator's own gradient is the same either way
   for a, b in zip(jax.tree.leaves(adversarial['discriminator']),
@@ -150,7 +153,7 @@ def test_the_flops_count_the_exits_heads_and_the_one_hot_products():
   assert count == pytest.approx(3 * (main + generator + (exits - 1) * head) + 4 * n * v * e)
 
 
-def test_an_amos_run_trains_resumes_exactly_and_exports(tmp_path, records_dir):
+def test_an_amos_run_trains_resumes_exactly_exports_and_is_prompted(tmp_path, records_dir):
   workdir = str(tmp_path / 'amos')
   lines = []
   config = lambda steps: test_config(**{'data.records': records_dir, 'objective.name': 'amos',
@@ -165,6 +168,16 @@ def test_an_amos_run_trains_resumes_exactly_and_exports(tmp_path, records_dir):
   hf = str(tmp_path / 'hf')
   export_lib.export(workdir, hf, log=lambda *_: None)
   assert os.path.exists(os.path.join(hf, 'discriminator', 'config.json'))
+  # the discriminator with its head, as fine-tuning and prompting read it, from either source
+  ours = pretrained_lib.load(workdir, head=True, log=lambda *_: None)
+  theirs = pretrained_lib.load(os.path.join(hf, 'discriminator'), head=True, log=lambda *_: None)
+  assert ours.model_cfg.amos_exits and 'generator_mixture' not in ours.params
+  for a, b in zip(jax.tree.leaves(ours.params['discriminator_predictions']),
+                  jax.tree.leaves(theirs.params['discriminator_predictions'])):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+  cfg = config_files.load_config_file(f'{ROOT}/configs/finetune/builtin.py:topic')
+  cfg.max_seq_length = 32
+  assert zeroshot.evaluate(cfg, workdir, batch_size=64, log=lambda *_: None)['examples'] == 565
   # resumed at step 4 to step 6, bit-identical to a run of 6 steps (dropout on)
   straight = str(tmp_path / 'straight')
   for w in (workdir, straight):
