@@ -61,6 +61,9 @@ def _objectives(config, o: Options) -> dict:
   """Each of `o.objectives`' steps at `config`'s sizes: timed here in alternation, or with
   `o.topology` XLA's estimate on that slice (compiled here, nothing runs); ratios to the first."""
   names = [n.strip() for n in o.objectives.split(',') if n.strip()]
+  if not names:
+    raise ValueError('--objectives names no objective; give them comma separated, the reference '
+                     'first (e.g. --objectives=electra,cocolm,amos)')
   for name in names:
     objectives.get(name)  # (ValueError naming the others: run says it)
   if not o.topology:

@@ -9,6 +9,8 @@ import subprocess
 import pytest
 
 from conftest import CHILD_ENV, ROOT, script, test_config
+from electra_jax import UserError
+from benchmarks import bench_command
 from benchmarks import step_benchmark as benchmark
 from benchmarks import profiling
 
@@ -166,3 +168,7 @@ def test_objectives_mode_times_each_objectives_own_step_against_the_first():
   for name in ('cocolm', 'amos'):  # a full-width generator and their extra passes cost more
     assert r[name]['flops_ratio'] > 1 and len(r[name]['ms_per_step_runs']) == 2
     assert r[name]['ms_per_step'] > 0 and len(r[name]['pairwise_ratios']) == 2
+  for objectives, message in (('', '--objectives names no objective'),
+                              ('electra,bert', "objective.name is 'bert'; available: electra")):
+    with pytest.raises(UserError, match=message):
+      bench_command.run(config, bench_command.Options(mode='objectives', objectives=objectives))
