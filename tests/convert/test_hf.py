@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import test_config
+from conftest import ROOT, test_config
 from electra_jax.convert import hf
 from electra_jax.model import networks as model_lib
 from electra_jax.data.synthetic import synthetic_batch
@@ -360,6 +360,14 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
   assert again.fields['generator_hidden_fraction'] == 1.0 and again.table_rows == cfg.vocab_size
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(again.params(full))):
     np.testing.assert_array_equal(np.asarray(a), b)
+  # Prompted zero-shot, the original checkpoint and its HF export give the same answers.
+  from electra_jax.config import files as config_files
+  from electra_jax.finetune import zeroshot
+  prompt_cfg = config_files.load_config_file(f'{ROOT}/configs/finetune/builtin.py:topic')
+  prompt_cfg.max_seq_length = 32
+  prompted = [zeroshot.evaluate(prompt_cfg, init, batch_size=64, log=lambda *_: None)
+              for init in (folder, str(tmp_path / 'hf'))]
+  assert prompted[0] == prompted[1] and prompted[0]['examples'] == 565
 
   # Pre-training from it: the config's generator width is replaced by the checkpoint's, and the
   # run's first state holds the checkpoint's weights.
