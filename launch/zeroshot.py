@@ -5,7 +5,8 @@ pre-trained ELECTRA (electra_jax/finetune/zeroshot.py).
         --template='It was {label}.' --label_words=pos=great,neg=terrible
         -> the accuracy on the task's dev split beside the majority class's
     python launch/zeroshot.py --init=/tmp/electra_demo --config=configs/finetune/builtin.py:topic
-        (SST-2, CoLA and the built-in tasks have a default prompt: finetune/zeroshot.py DEFAULTS)
+        (GLUE's classification tasks but WNLI and the built-in tasks have a default prompt:
+        finetune/inputs/prompts.py DEFAULTS)
 
 --init: a pre-training workdir (launch/train.py), an HF transformers folder of an
 ElectraForPreTraining discriminator or an original TensorFlow checkpoint, with its vocabulary.

@@ -22,6 +22,7 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import run as finetune_run
 from electra_jax.finetune import search
 from electra_jax.finetune import zeroshot
+from electra_jax.finetune.inputs import prompts
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.model import flops as flops_lib
@@ -263,7 +264,7 @@ def _compare(config, tasks: dict, workdir: str, names, electra_steps: int, log) 
                         summary.get('eval', {}), tuned))
     results[-1]['zeroshot'] = {  # the pre-trained head prompted, where the task has a prompt
         label: zeroshot.evaluate(ft, fs.join(workdir, name), log=prefix)
-        for label, ft in tasks.items() if tasks_lib.task_name(ft.task) in zeroshot.DEFAULTS}
+        for label, ft in tasks.items() if tasks_lib.task_name(ft.task) in prompts.DEFAULTS}
   # The same fine-tuning from random weights: what pre-training has to beat.
   scratch = {label: _finetune(ft, fs.join(workdir, rows[0]['name']),
                               fs.join(workdir, f'random_init_{label}'), True,

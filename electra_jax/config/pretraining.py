@@ -39,7 +39,8 @@ CONFIG = Section(resume='free', fields=dict(
     keep_best=F('', "a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it"),
     zeroshot_task=F('', 'at every held-out evaluation, the discriminator prompted with no training '
                     "on this task's dev split (a task with a default prompt: builtin_topic, "
-                    "builtin, sst2, cola; finetune/zeroshot.py): its accuracy, "
+                    "builtin, GLUE's classification tasks but WNLI; finetune/inputs/prompts.py): "
+                    "its accuracy, "
                     "'zeroshot_accuracy', is logged and plotted, and keep_best may rank by it; "
                     "'' : none"),
     microbatches=F(0, 'gradient accumulation: the global batch in this many sequential parts (same '

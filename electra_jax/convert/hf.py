@@ -44,15 +44,18 @@ def _embeddings(ours: str, width: int, hidden: int, encoder: str, layers: int) -
   return rows
 
 
+def _detection_head() -> list[tuple]:
+  return (_module(('discriminator_predictions', 'dense'), 'discriminator_predictions.dense')
+          + _module(('discriminator_predictions', 'dense_prediction'),
+                    'discriminator_predictions.dense_prediction'))
+
+
 def table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
   """(our parameter path, HF state-dict name, transposed) for 'discriminator' or 'generator'."""
   if network == 'discriminator':
     rows = _embeddings('embeddings', cfg.embedding_size, cfg.hidden_size, 'discriminator',
                        cfg.num_layers)
-    rows += _module(('discriminator_predictions', 'dense'), 'discriminator_predictions.dense')
-    rows += _module(('discriminator_predictions', 'dense_prediction'),
-                    'discriminator_predictions.dense_prediction')
-    return rows
+    return rows + _detection_head()
   encoder = cfg.generator_shape.hf_encoder
   if encoder is None:
     raise ValueError(f"model.generator is {cfg.generator!r}: no HF transformers class holds it")
@@ -283,6 +286,15 @@ def encoder_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
   for ours, name, transposed in table(cfg, 'discriminator'):
     if ours[0] == 'discriminator_predictions':
       continue
+    value = np.asarray(_get(params, ours), np.float32)
+    out[name] = value.T if transposed else value
+  return out
+
+
+def detection_head_to_hf(params) -> dict[str, np.ndarray]:
+  """HF names of the discriminator's detection head (ElectraForPreTraining's)."""
+  out = {}
+  for ours, name, transposed in _detection_head():
     value = np.asarray(_get(params, ours), np.float32)
     out[name] = value.T if transposed else value
   return out

@@ -10,6 +10,7 @@ example is seen before scoring), from a fixed grid. A pair task's two texts are 
 word. Scored with the task's own metrics on its dev splits and labelled test splits.
 """
 
+import statistics
 import time
 
 import numpy as np
@@ -85,15 +86,19 @@ def tfidf(task, kind, splits: dict) -> dict | None:
   return out
 
 
-def reported(task, kind, splits: dict, log) -> dict | None:
-  """`tfidf`, its scores and time logged in one line (None, and nothing logged, where it does
-  not apply)."""
-  if not kind.baseline or not any(s in splits for s in task.dev_splits + task.test_splits):
+def reported(task, kind, draws: list[dict], log) -> dict | None:
+  """`tfidf` of the splits of each of `draws` (a few-shot fine-tuning's: each seed's train
+  examples; else the one set of splits), the median of their scores; logged in one line with its
+  time (None, and nothing logged, where it does not apply)."""
+  if not kind.baseline or not any(s in draws[0] for s in task.dev_splits + task.test_splits):
     return None  # (nothing to score it on)
   t = time.time()
-  base = tfidf(task, kind, splits)
-  log(f'TF-IDF baseline (word and character n-grams, linear model; {time.time() - t:.0f} s): '
-      + ' | '.join(f'{s} {m} {100 * v:.2f}' for s, scored in (base or {}).items()
+  each = [tfidf(task, kind, splits) or {} for splits in draws]
+  base = {split: {m: statistics.median(b[split][m] for b in each) for m in scored}
+          for split, scored in each[0].items()}
+  of = f', the median of {len(draws)} draws of the train split' if len(draws) > 1 else ''
+  log(f'TF-IDF baseline (word and character n-grams, linear model{of}; {time.time() - t:.0f} s): '
+      + ' | '.join(f'{s} {m} {100 * v:.2f}' for s, scored in base.items()
                    for m, v in scored.items()))
   return base
 

@@ -90,6 +90,7 @@ def assemble(data, examples: np.ndarray, layout: packing.Layout, pack: bool, row
   k, length, s = layout.choices, layout.length, layout.slots
   flat = lambda x: x.reshape(len(data) * k, length)
   ids, segments = flat(data.input_ids), flat(data.segment_ids)
+  extra = {name: flat(v) for name, v in data.token_inputs.items()}  # (packed as the ids are)
   sizes = packing.lengths(data).reshape(-1)
   sequences = [i * k + c for i in examples if i >= 0 for c in range(k)]
   if placed is None:
@@ -102,7 +103,8 @@ def assemble(data, examples: np.ndarray, layout: packing.Layout, pack: bool, row
          'segment_ids': np.zeros((rows, length), np.int32),
          'input_mask': np.zeros((rows, length), np.int32),
          'positions': np.zeros((rows, length), np.int32),
-         'starts': np.full((rows, s), -1, np.int32)}
+         'starts': np.full((rows, s), -1, np.int32),
+         **{name: np.zeros((rows, length), v.dtype) for name, v in extra.items()}}
   if token_labels:
     out['labels'] = np.full((rows, length), -1, data.labels.dtype)
   where = {}  # sequence -> its global slot
@@ -115,6 +117,8 @@ def assemble(data, examples: np.ndarray, layout: packing.Layout, pack: bool, row
       out['input_mask'][r, at:at + n] = e + 1
       out['positions'][r, at:at + n] = np.arange(n)
       out['starts'][r, e] = at
+      for name, v in extra.items():
+        out[name][r, at:at + n] = v[q, :n]
       if token_labels:
         out['labels'][r, at:at + n] = data.labels[q, :n]
       where[q] = (row_offset + r) * s + e
@@ -148,10 +152,11 @@ def predict_fn(model, mesh, method: str | None = None, rows: bool = False,
   if rows:
     forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
                                       b['input_mask'], True, b['positions'], b['starts'],
-                                      method=method)
+                                      method=method, **kinds.token_inputs(b))
   else:
     forward = lambda p, b: model.apply({'params': p}, b['input_ids'], b['segment_ids'],
-                                      b['input_mask'], True, method=method)
+                                      b['input_mask'], True, method=method,
+                                      **kinds.token_inputs(b))
   fn = jax.jit(partitioning.on_mesh(forward, mesh), out_shardings=partitioning.replicated(mesh),
                compiler_options=None if xla_defaults else xla_options.forward(model.cfg.dtype))
   return fn
@@ -171,7 +176,8 @@ def predict(model, params, data, batch_size: int, mesh, method: str | None = Non
   fn = predict_fn(model, mesh, method, xla_defaults=xla_defaults)
   n = len(data)
   padded = -(-n // batch_size) * batch_size
-  arrays = {k: v for k, v in data.arrays().items() if k in kinds.INPUTS}
+  named = getattr(data, 'token_inputs', {})  # (SQuAD's windows have none)
+  arrays = {k: v for k, v in data.arrays().items() if k in kinds.INPUTS or k in named}
   arrays = {k: np.concatenate([v, np.zeros((padded - n,) + v.shape[1:], v.dtype)])
             for k, v in arrays.items()}
   arrays['input_mask'][n:, ..., 0] = 1  # padding rows attend to one token (their logits are

@@ -11,7 +11,6 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import run
 from electra_jax.finetune.inputs import packing
-from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import interface as kinds
 from electra_jax.finetune.kinds import registry
 from electra_jax.hardware import compile_cache
@@ -35,9 +34,9 @@ def _compile_for_topology(cfg, slice_, log) -> dict:
   mesh = partitioning.make_mesh(slice_.devices())
   config_lib.check(cfg, mesh)
   pretrained = pretrained_lib.load(cfg.init, True, log)
-  task = tasks_lib.named_task(cfg.task)
-  if task is None:
-    with user_errors(ValueError, FileNotFoundError):
+  with user_errors(ValueError, FileNotFoundError):
+    task = registry.named(cfg.task)
+    if task is None:
       task, _ = registry.load(cfg.task, pretrained.config, log)
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
   dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'

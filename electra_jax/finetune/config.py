@@ -46,12 +46,23 @@ TASK = Section(doc='the task: a named benchmark or your own files', fields=dict(
     text_b=F('', "a second text column for pair tasks ('' = single text)"),
     label=F('label', 'the label column'),
     kind=F('classification', "'classification' (names), 'regression' (numbers), 'tagging' "
-           "(CoNLL), 'multiple_choice' (a context and candidates): finetune/kinds/registry.py's "
-           'table',
+           "(CoNLL), 'multiple_choice' (a context and candidates), 'prompted' (a classification, "
+           "named or your own, trained through the discriminator's detection head at each "
+           "class's label word: the prompt section): finetune/kinds/registry.py's table",
            _kind),
+    shots=F(0, 'K: each seed trains on its own draw of K train examples per class (the few-shot '
+            'setting; a class with fewer gives all it has); 0: the whole train split',
+            at_least(0)),
     choices=F('', "multiple choice: the candidates' columns, comma separated (the label: the "
               "right one's index, 0 first)"),
     tag_column=F(-1, 'tagging: the column of a CoNLL line that holds the tag (-1: the last)'),
+))
+
+PROMPT = Section(doc="the prompt of task.kind='prompted' and of launch/zeroshot.py: a template "
+                 "and each class's word (finetune/inputs/prompts.py)", fields=dict(
+    template=F('', "a sentence holding {label} once, after the text ('It was {label}.') or around "
+               "the texts {a} and {b} ('{a}? {label}, {b}'); '': the task's default"),
+    label_words=F('', "each class's word: 'class=word,class=word' ('': the task's default)"),
 ))
 
 QA = Section(doc='SQuAD (task.name squad1 / squad2)', fields=dict(
@@ -134,7 +145,7 @@ CONFIG = Section(fields=dict(
     search=F('', "recipes to choose among by their dev median, each fine-tuned num_seeds times: "
              "'field=value,value[; field=value,value]', e.g. 'optimizer.learning_rate=1e-4,3e-4' "
              "('': the recipe as set; finetune/search.py)", resume='free'),
-    task=TASK, qa=QA, optimizer=OPTIMIZER,
+    task=TASK, prompt=PROMPT, qa=QA, optimizer=OPTIMIZER,
 ))
 
 

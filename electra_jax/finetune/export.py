@@ -15,7 +15,6 @@ from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import predict
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune.inputs import tasks
 from electra_jax.finetune.kinds import registry
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
@@ -28,7 +27,7 @@ def export(config, workdir: str, out: str, step: int | None, seed: int | None,
            log) -> hf_folder.Exported:
   """Seed `seed` (None: the best by its first dev score) of the fine-tuning in `workdir` (its
   config `config`), its checkpoint `step` (None: the latest), as an HF folder `out`."""
-  named = tasks.named_task(config.task)
+  named = registry.named(config.task)
   registry.get(named.kind if named else config.task.kind).check_export(config, workdir)
   pooling = config.pooling
   seeds = sorted(int(n.split('_')[1]) for n in fs.listdir(workdir) if n.startswith('seed_'))

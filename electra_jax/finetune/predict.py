@@ -77,7 +77,7 @@ def choose_seeds(workdir: str, seeds: list[int], which: str) -> tuple[list[int],
 
 def saved_task(cfg, meta: dict) -> tasks_lib.Task:
   """The task a seed was fine-tuned on, from its checkpoint's meta (no train file is read)."""
-  named = tasks_lib.named_task(cfg.task)
+  named = registry.named(cfg.task)
   kind = meta.get('kind') or (named.kind if named else None)
   if kind is None:
     raise UserError('the fine-tuning was saved without its task kind; fine-tune it again to '

@@ -165,10 +165,10 @@ def _best_mode(init: str, config) -> str:
   return meta.get('keep_best_mode') or ('min' if config.keep_best.endswith('loss') else 'max')
 
 
-def for_finetuning(cfg, mode: str, log=print) -> Pretrained:
-  """The start of a fine-tuning config `cfg` (its init, init_step, from_scratch); the saved
-  fine-tunings' own weights replace it outside mode 'train'."""
-  return load(cfg.init, cfg.from_scratch or mode != 'train', log, cfg.init_step)
+def for_finetuning(cfg, mode: str, log=print, head: bool = False) -> Pretrained:
+  """The start of a fine-tuning config `cfg` (its init, init_step, from_scratch; the detection
+  head too with `head`); the saved fine-tunings' own weights replace it outside mode 'train'."""
+  return load(cfg.init, cfg.from_scratch or mode != 'train', log, cfg.init_step, head)
 
 
 def _chosen_step(ckpt, init: str, step: str, keep_best: str) -> int:

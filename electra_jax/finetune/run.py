@@ -248,7 +248,9 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
   workdir_lib.check_place(workdir)  # before the inputs are read
   workdir_lib.check_kind(workdir, 'fine-tuning')
   workdir_lib.check_free(workdir)
-  pretrained = pretrained_lib.for_finetuning(cfg, mode, log)
+  with user_errors(ValueError):
+    reads_head = registry.get(cfg.task.kind).reads_head
+  pretrained = pretrained_lib.for_finetuning(cfg, mode, log, head=reads_head)
   with user_errors(ValueError, FileNotFoundError):
     task, splits = registry.load(cfg.task, pretrained.config, log)
   kind = registry.get(task.kind)  # (once: every step of the run is handed it)
@@ -257,11 +259,35 @@ def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
     with workdir_lib.claim(workdir, 'fine-tuning', f'--mode={mode}'):
       return _use_saved(cfg, mode, pretrained, task, kind, splits, saved, workdir, mesh, log)
   reinit = config_lib.check_for_model(cfg, pretrained.model_cfg)
-  data = _encoded(cfg, pretrained, task, kind, splits, log)
+  draws = _draws(cfg, task, kind, splits, log)
+  data = _encoded(cfg, pretrained, task, kind, draws[cfg.seed] if draws else splits, log)
   resolved = config_lib.resolve(cfg, task, pretrained.model_cfg,
                                 total_steps(cfg, task, data['train']), reinit)  # derived once
   with workdir_lib.claim(workdir, 'fine-tuning'):
-    return _finetune(cfg, resolved, workdir, log, pretrained, task, kind, splits, data)
+    return _finetune(cfg, resolved, workdir, log, pretrained, task, kind, splits, data, draws)
+
+
+def _draws(cfg, task, kind, splits: dict, log) -> dict | None:
+  """{seed: its splits} of a few-shot fine-tuning (task.shots): each seed's own draw of K train
+  examples per class; None for one on the whole train split."""
+  k = cfg.task.shots
+  if not k:
+    return None
+  if not kind.text_classes:
+    raise UserError(f'task.shots={k} draws {k} train examples of each class, and task '
+                    f'{task.name} is {task.kind}; give a classification task, or leave '
+                    'task.shots at 0')
+  train = splits.get('train') or []
+  counts = {l: sum(str(e.label) == l for e in train) for l in task.labels}
+  if not all(counts.values()):
+    raise UserError(f'task.shots={k}: the train split has no example of class '
+                    f'{next(l for l, n in counts.items() if not n)!r}; every class needs one')
+  short = {l: n for l, n in counts.items() if n < k}
+  log(f'few-shot: each seed trains on its own draw of {k} examples per class '
+      f'({sum(min(n, k) for n in counts.values()):,} of {len(train):,} train examples)'
+      + (' (all of ' + ', '.join(f'{l!r}: {n}' for l, n in short.items()) + ')' if short else ''))
+  return {seed: {**splits, 'train': tasks_lib.few_shot(train, task.labels, k, seed)}
+          for seed in range(cfg.seed, cfg.seed + cfg.num_seeds)}
 
 
 def _encoded(cfg, pretrained, task, kind, splits: dict, log) -> dict:
@@ -284,7 +310,7 @@ def _encoded(cfg, pretrained, task, kind, splits: dict, log) -> dict:
 
 
 def _finetune(cfg, resolved, workdir: str, log, pretrained, task, kind, splits: dict,
-              data: dict) -> dict:
+              data: dict, draws: dict | None) -> dict:
   compared = config_lib.check_same_finetuning(resolved.as_json, workdir)
   workdir_lib.check_entries(workdir, files=('config.json', 'results.md', 'results.json',
                                             pretrained_lib.SAVED))
@@ -312,17 +338,24 @@ def _finetune(cfg, resolved, workdir: str, log, pretrained, task, kind, splits: 
                                            log=log)
   pretrained = dataclasses.replace(pretrained, model_cfg=model_cfg)
   results = []
+  tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
   for k in range(cfg.num_seeds):
     seed = cfg.seed + k
     t = time.time()
-    result = finetune_one(cfg, resolved, pretrained, task, kind, data, splits, seed,
+    seed_splits, seed_data = splits, data
+    if draws:  # (the first seed's draw is encoded in `data`)
+      seed_splits = draws[seed]
+      seed_data = data if k == 0 else {**data, 'train': kind.encode(
+          task, seed_splits['train'], tokenizer, cfg.max_seq_length, True, cfg)}
+    result = finetune_one(cfg, resolved, pretrained, task, kind, seed_data, seed_splits, seed,
                           fs.join(workdir, f'seed_{seed}'), log, compared)
     result['seconds'] = time.time() - t
     results.append(result)
     log(f'seed {seed}: ' + (' | '.join(f'{s} {m} {100 * v:.2f}' for s in results_lib.scored(task)
                                        if s in result for m, v in result[s].items())
                             or f'{result["steps"]} steps, not scored (no dev split)'))
-  base = baseline_lib.reported(task, kind, splits, log) if cfg.baseline else None
+  base = (baseline_lib.reported(task, kind, list(draws.values()) if draws else [splits], log)
+          if cfg.baseline else None)
   return results_lib.write(task, results, pretrained.checkpoint, workdir, log, base)
 
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import test_config
 from electra_jax import UserError
 from electra_jax.finetune import config as ft_config_lib
-from electra_jax.finetune import zeroshot
+from electra_jax.finetune.inputs import prompts
 from electra_jax.objectives import registry as objectives
 from electra_jax.apps import compare
 from electra_jax.apps import compare_suite
@@ -72,7 +72,7 @@ def test_the_plan_estimates_time_at_one_measured_flop_rate(tmp_path):
 def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_dir, monkeypatch):
   config = test_config(**{'data.records': records_dir})
   # the first task has a prompt: each pre-trained run is prompted zero-shot on it
-  monkeypatch.setitem(zeroshot.DEFAULTS, 'first', ('It has {label}.', 'yes=cat,no=dog'))
+  monkeypatch.setitem(prompts.DEFAULTS, 'first', ('It has {label}.', 'yes=cat,no=dog'))
   tasks = {}
   for label, seed in (('first', 0), ('second', 2)):
     ft = ft_config_lib.default_config()

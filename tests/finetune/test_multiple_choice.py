@@ -195,6 +195,6 @@ def test_multiple_choice_files_are_checked(tmp_path, pretrained):
     run.finetune(cfg, str(tmp_path / 'c'), log=_quiet)
   cfg.task.kind = 'choice'
   with pytest.raises(UserError, match=r"task.kind is 'choice'; use 'classification', "
-                     r"'regression', 'tagging' or 'multiple_choice'"):
+                     r"'regression', 'tagging', 'multiple_choice' or 'prompted'"):
     run.finetune(cfg, str(tmp_path / 'd'), log=_quiet)
   assert not any(os.path.exists(tmp_path / d / 'config.json') for d in 'abcd')

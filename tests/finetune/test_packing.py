@@ -16,6 +16,7 @@ from electra_jax.finetune import batches
 from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.kinds import heads
 from electra_jax.finetune.kinds import multiple_choice
+from electra_jax.finetune.kinds import prompted
 from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.kinds import registry
 from electra_jax.finetune.inputs import tasks as tasks_lib
@@ -45,12 +46,18 @@ def _sequences(rng, n: int, pairs: bool = True) -> dict:
 def _data(kind: str, n: int, seed: int = 0) -> tuple:
   """(task, Encoded, model) of a kind, random."""
   rng = np.random.default_rng(seed)
-  if kind == 'multiple_choice':
+  if kind in ('multiple_choice', 'prompted'):
     flat = _sequences(rng, n * 3)
     grouped = {k: v.reshape(n, 3, LENGTH) for k, v in flat.items()}
     labels = rng.integers(0, 3, n).astype(np.int32)
     task = tasks_lib.Task('mc', kind, ('0', '1', '2'), ('accuracy',))
-    return task, Encoded(**grouped, labels=labels, truncated=0)
+    extra = {}
+    if kind == 'prompted':  # a word of 1 to 3 tokens before each sequence's last [SEP]
+      ends = grouped['input_mask'].sum(-1)
+      words = np.arange(LENGTH) >= (ends - rng.integers(1, 4, ends.shape) - 1)[..., None]
+      extra = {'word_mask': (words & (np.arange(LENGTH) < (ends - 1)[..., None])
+                             & (np.arange(LENGTH) > 0)).astype(np.int32)}
+    return task, Encoded(**grouped, labels=labels, truncated=0, token_inputs=extra)
   seqs = _sequences(rng, n, pairs=kind != 'tagging')
   if kind == 'tagging':
     labels = np.where(seqs['input_mask'] * (rng.random((n, LENGTH)) < 0.6) > 0,
@@ -72,6 +79,8 @@ def _model(kind: str, pooling: str, attention: str):
                                  'dtype': 'float32'})
   if kind == 'multiple_choice':
     return multiple_choice.ChoiceScorer(cfg, 1, 0.0, pooling=pooling), (1, 3, 8)
+  if kind == 'prompted':
+    return prompted.PromptScorer(cfg), (1, 3, 8)
   if kind == 'tagging':
     return heads.Classifier(cfg, 3, 0.0, per_token=True), (1, 8)
   return heads.Classifier(cfg, 1 if kind == 'regression' else 3, 0.0, pooling=pooling), (1, 8)
@@ -80,7 +89,7 @@ def _model(kind: str, pooling: str, attention: str):
 @pytest.mark.parametrize('attention', ['explicit', 'pallas'])
 @pytest.mark.parametrize('kind, pooling', [('classification', 'cls'), ('classification', 'mean'),
                                            ('regression', 'cls'), ('tagging', 'cls'),
-                                           ('multiple_choice', 'cls')])
+                                           ('multiple_choice', 'cls'), ('prompted', 'cls')])
 def test_a_packed_batch_gives_each_example_the_padded_logits_and_gradient(kind, pooling,
                                                                           attention):
   task, data = _data(kind, 12)
@@ -148,7 +157,7 @@ def test_rows_are_filled_first_fit_longest_first_and_the_layout_fits_every_batch
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize('kind', ['classification', 'tagging', 'multiple_choice'])
+@pytest.mark.parametrize('kind', ['classification', 'tagging', 'multiple_choice', 'prompted'])
 def test_packed_predictions_come_back_in_order_and_equal_the_padded_ones(kind):
   task, data = _data(kind, 37, seed=4)
   del task
@@ -187,7 +196,7 @@ def test_a_run_takes_the_few_row_counts_that_leave_the_fewest_rows_empty():
   assert all(l.rows % 8 == 0 for l in on_8.layouts)
 
 
-@pytest.mark.parametrize('kind', ['classification', 'multiple_choice'])
+@pytest.mark.parametrize('kind', ['classification', 'multiple_choice', 'prompted'])
 def test_a_packed_batch_over_8_devices_gives_the_loss_and_gradient_of_one_device(kind):
   """The train stream's packed batch, its rows split over 8 devices (each device's rows packed
   apart), gives the loss and gradient of the same examples packed for one device."""

@@ -3,6 +3,7 @@ word looks least replaced (finetune/zeroshot.py)."""
 
 import dataclasses
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +13,9 @@ import pytest
 from conftest import ROOT, test_config
 from electra_jax import UserError
 from electra_jax.data import tokenizer as tokenizer_lib
+from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import zeroshot
+from electra_jax.finetune.inputs import prompts
 from electra_jax.finetune.inputs import tasks
 from electra_jax.model import networks as model_lib
 
@@ -20,12 +23,17 @@ WORDS = ['it', 'was', 'great', 'terri', '##ble', '.', 'the', 'movie', 'film', 'a
          'so', '-', 'fine']
 
 
-@pytest.fixture()
-def tokenizer(tmp_path):
-  path = tmp_path / 'vocab.txt'
+def words_tokenizer(folder):
+  """A WordPiece tokenizer of WORDS and fillers (96 ids), its vocabulary written in `folder`."""
+  path = folder / 'vocab.txt'
   tokens = list(tokenizer_lib.SPECIAL_TOKENS) + WORDS
   path.write_text('\n'.join(tokens + [f'w{i}' for i in range(96 - len(tokens))]) + '\n')
   return tokenizer_lib.WordPieceTokenizer(str(path))
+
+
+@pytest.fixture()
+def tokenizer(tmp_path):
+  return words_tokenizer(tmp_path)
 
 
 def _id(tokenizer, piece):
@@ -35,7 +43,7 @@ def _id(tokenizer, piece):
 
 @pytest.mark.fast
 def test_a_prompt_is_parsed_in_the_tasks_order_and_a_bad_one_is_one_sentence():
-  p = zeroshot.Prompt.parse('It was {label}.', 'pos=great, neg=terrible', labels=('neg', 'pos'))
+  p = prompts.Prompt.parse('It was {label}.', 'pos=great, neg=terrible', labels=('neg', 'pos'))
   assert p.label_words == {'neg': 'terrible', 'pos': 'great'}  # the task's order
   for template, words, labels, sentence in [
       ('It was great.', 'pos=great,neg=bad', (), 'must hold {label} exactly once'),
@@ -46,15 +54,15 @@ def test_a_prompt_is_parsed_in_the_tasks_order_and_a_bad_one_is_one_sentence():
       ('It was {label}.', 'pos=great,bad=awful', ('neg', 'pos'),
        "names 'bad' and leaves out 'neg'; the task's classes are neg, pos")]:
     with pytest.raises(ValueError, match=sentence.replace('{', r'\{').replace('}', r'\}')):
-      zeroshot.Prompt.parse(template, words, labels)
+      prompts.Prompt.parse(template, words, labels)
 
 
 @pytest.mark.fast
 def test_the_label_words_tokens_are_marked_after_the_text_whatever_its_length(tokenizer):
   special = tokenizer.special
-  prompt = zeroshot.Prompt.parse('It was {label}.', 'pos=great,neg=terrible,meh=so-so')
+  prompt = prompts.Prompt.parse('It was {label}.', 'pos=great,neg=terrible,meh=so-so')
   texts = ['the movie', 'the film ' * 40]  # the second is cut so that the template fits
-  x = zeroshot.encode(tokenizer, special, texts, prompt, max_length=24)
+  x = prompts.encode(tokenizer, special, [(t, None) for t in texts], prompt, max_length=24).arrays()
   assert x['input_ids'].shape == (2, 3, 24)
   for j, word in enumerate(['great', 'terrible', 'so-so']):
     words = tokenizer.encode(word)
@@ -69,7 +77,66 @@ def test_the_label_words_tokens_are_marked_after_the_text_whatever_its_length(to
   assert len(tokenizer.encode('terrible')) == 2 and len(tokenizer.encode('so-so')) == 3
   assert x['input_mask'][1].all()  # the long text fills the row
   with pytest.raises(ValueError, match='takes 6 tokens, and max_seq_length=8 leaves 5'):
-    zeroshot.encode(tokenizer, special, texts, prompt, max_length=8)
+    prompts.encode(tokenizer, special, [(t, None) for t in texts], prompt, max_length=8).arrays()
+
+
+@pytest.mark.fast
+def test_a_template_around_the_texts_places_them_and_the_word_and_cuts_the_longer_text(
+    tokenizer):
+  """'{a}. it was {label} - {b}': one segment, [CLS] a. it was word - b [SEP]; a text followed
+  by the template's punctuation loses its own; the longer text is cut first; {b} may come
+  first."""
+  special = tokenizer.special
+  enc = tokenizer.encode
+  prompt = prompts.Prompt.parse('{a}. it was {label} - {b}', 'pos=great,neg=terrible')
+  assert prompt.around
+  pairs = [('the movie.', 'a good plot'), ('the film ' * 20, 'so fine')]
+  x = prompts.encode(tokenizer, special, pairs, prompt, max_length=24)
+  assert x.truncated == 1 and x.input_ids.shape == (2, 2, 24)
+  for j, word in enumerate(['great', 'terrible']):
+    want = [special.cls, *enc('the movie'), *enc('. it was'), *enc(word), *enc('-'),
+            *enc('a good plot'), special.sep]
+    row = x.input_ids[0, j][x.input_mask[0, j] == 1].tolist()
+    assert row == want  # (the text's own '.' gone before the template's)
+    assert x.input_ids[0, j][x.word_mask[0, j] == 1].tolist() == enc(word)
+    assert x.segment_ids[:, j].sum() == 0  # one segment
+    long = x.input_ids[1, j][x.input_mask[1, j] == 1].tolist()
+    assert len(long) == 24 and long[-3:] == [*enc('so fine'), special.sep]  # a was cut, b kept
+    assert x.input_ids[1, j][x.word_mask[1, j] == 1].tolist() == enc(word)
+  flipped = prompts.encode(tokenizer, special, pairs[:1],
+                           prompts.Prompt.parse('{b} - {label} - {a}', 'pos=great,neg=fine'), 24)
+  assert flipped.input_ids[0, 0][flipped.input_mask[0, 0] == 1].tolist() == [
+      special.cls, *enc('a good plot - great -'), *enc('the movie.'), special.sep]
+  single = prompts.Prompt.parse('{a} - {label}', 'pos=great,neg=fine')
+  with pytest.raises(ValueError, match=r'places one text \({a}\), and the task\'s examples are '
+                     'pairs of texts; place the second with {b}'):
+    prompts.encode(tokenizer, special, pairs, single, 24)
+  with pytest.raises(ValueError, match=r'places a second text \({b}\), and the task\'s examples '
+                     'are single texts'):
+    prompts.encode(tokenizer, special, [('the movie', None)], prompt, 24)
+  with pytest.raises(ValueError, match='takes 6 tokens, and max_seq_length=7 leaves 5'):
+    prompts.encode(tokenizer, special, pairs, prompt, 7)
+  for template, sentence in [('{a} {label} {c}', 'holds {c}; a template holds {label} once'),
+                             ('{a} {a} {label}', 'holds {a} twice'),
+                             ('{b} {label}', 'holds {b} without {a}')]:
+    with pytest.raises(ValueError, match=re.escape(sentence)):
+      prompts.Prompt.parse(template, 'pos=great,neg=fine')
+
+
+@pytest.mark.fast
+def test_every_default_prompt_parses_and_the_pair_tasks_place_both_texts():
+  pairs = {name for name, glue in tasks.GLUE.items() if len(glue.fields) == 2}
+  for name, (template, words) in prompts.DEFAULTS.items():
+    labels = tasks.named_task(_task_config(name)).labels
+    prompt = prompts.Prompt.parse(template, words, labels)  # (every class given a word)
+    assert ('{b}' in prompt.template) == (name in pairs), name
+  assert {'mnli', 'rte', 'qnli', 'mrpc', 'qqp', 'sst2', 'cola'} <= set(prompts.DEFAULTS)
+
+
+def _task_config(name: str):
+  cfg = config_lib.default_config().task
+  cfg.name = name
+  return cfg
 
 
 def _hand_set(tokenizer, sign: float):
@@ -108,9 +175,10 @@ def _hand_set(tokenizer, sign: float):
 
 @pytest.mark.fast
 def test_a_hand_set_discriminator_scores_the_classes_as_designed(tokenizer):
-  prompt = zeroshot.Prompt.parse('It was {label}.', 'pos=great,neg=terrible')
+  prompt = prompts.Prompt.parse('It was {label}.', 'pos=great,neg=terrible')
   texts = ['the movie', 'a good plot', 'the film was fine']
-  x = zeroshot.encode(tokenizer, tokenizer.special, texts, prompt, max_length=16)
+  x = prompts.encode(tokenizer, tokenizer.special, [(t, None) for t in texts], prompt,
+                         max_length=16).arrays()
   cfg, params = _hand_set(tokenizer, sign=1.0)
   scores = zeroshot.predict(cfg, params, x, batch_size=2)  # a padded last batch
   assert scores.shape == (3, 2)
@@ -158,7 +226,7 @@ def test_a_pretraining_and_its_hf_export_prompted_give_the_same_answers(pretrain
   assert default['examples'] == 565
   assert any("template 'This is about {label}.'" in l and "concurrency='threads'" in l
              for l in lines), lines
-  with pytest.raises(UserError, match='--template and --label_words go together'):
+  with pytest.raises(UserError, match='a template and label words go together'):
     zeroshot.evaluate(cfg, pretrained, template, log=lines.append)
   with pytest.raises(UserError, match="names class 'asyncio' twice"):
     zeroshot.evaluate(cfg, pretrained, template, words + ',asyncio=loop', log=lines.append)

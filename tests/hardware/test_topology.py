@@ -302,7 +302,7 @@ def test_the_matmuls_alone_bound_the_steps_estimate(v5e_report):
 @needs_libtpu
 def test_v4_8_compiles_the_pretraining_and_a_finetuning_step(pretrained):
   """The same on v4's megacore chips (4 devices of two cores), data parallel, and the fine-tuning
-  of a classifier on the test model's pre-training."""
+  of a classifier on the test model's pre-training, with a new head and prompted."""
   from electra_jax.finetune import config as finetune_config
   from electra_jax.finetune import compiling as finetune_compiling
   lines = []
@@ -318,6 +318,9 @@ def test_v4_8_compiles_the_pretraining_and_a_finetuning_step(pretrained):
   assert tuned['kind'] == 'classification'
   assert 'tpu_custom_call' in tuned['train step']['hlo']
   assert tuned['estimate']['step_s'] > 0
+  cfg.task.kind = 'prompted'  # the detection head at each class's word: a sequence per class
+  prompted = finetune_compiling.compile_for_topology(cfg, topology.parse('v4-8'), lines.append)
+  assert prompted['kind'] == 'prompted' and prompted['estimate']['step_s'] > 0
 
 
 @needs_libtpu

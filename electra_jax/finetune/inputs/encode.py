@@ -21,13 +21,16 @@ class Encoded:
   #                     tagging: [N, L] int32 tag index at each word's first token, -1 elsewhere
   truncated: int  # examples cut to fit
   word_positions: list | None = None  # tagging: the first token's position of each kept word
+  # per-token arrays shaped as input_ids that the kind's model takes by name (the prompted kind's
+  # `word_mask`: 1 at the label word's tokens)
+  token_inputs: dict = dataclasses.field(default_factory=dict)
 
   def __len__(self):
     return len(self.labels)
 
   def arrays(self) -> dict[str, np.ndarray]:
     return {'input_ids': self.input_ids, 'segment_ids': self.segment_ids,
-            'input_mask': self.input_mask, 'labels': self.labels}
+            'input_mask': self.input_mask, 'labels': self.labels, **self.token_inputs}
 
   @functools.cached_property
   def lengths(self) -> np.ndarray:

@@ -226,6 +226,17 @@ def sample_train(splits: dict, limit: int, log=print) -> dict:
   return {**splits, 'train': [train[i] for i in keep]}
 
 
+def few_shot(train: list, labels: tuple, shots: int, seed: int) -> list:
+  """`shots` train examples of each class in `labels` (all of a class that has fewer), drawn
+  from (seed): each seed of a few-shot fine-tuning its own draw, in the file's order."""
+  rng = np.random.default_rng([seed, shots])
+  keep: list[int] = []
+  for label in labels:
+    of_class = [i for i, e in enumerate(train) if str(e.label) == label]
+    keep += rng.permutation(of_class)[:shots].tolist()
+  return [train[i] for i in sorted(keep)]
+
+
 def with_test_splits(task: Task, splits: dict) -> Task:
   """The task scoring each test split whose every example has a label."""
   labelled = tuple(s for s in splits if s.startswith('test') and splits[s] and

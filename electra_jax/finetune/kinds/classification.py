@@ -49,7 +49,7 @@ def logits_of(params, batch, rng, deterministic, model):
   """The head's outputs on a batch of rows: per sequence [R, S, outputs] (per token [R, L, ...])."""
   return model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                      batch['input_mask'], deterministic, batch['positions'], batch['starts'],
-                     rngs={'dropout': rng})
+                     rngs={'dropout': rng}, **kinds.token_inputs(batch))
 
 
 def example_logits(params, batch, rng, deterministic, model):
@@ -60,7 +60,7 @@ def example_logits(params, batch, rng, deterministic, model):
 class Classification(kinds.Kind):
   name = 'classification'
   baseline = 'classes'
-  prompted = True
+  text_classes = True
   own_data = 'a text (pair) and its class per row'
   hf_class = 'ElectraForSequenceClassification'
   hf_pipeline = 'text-classification'

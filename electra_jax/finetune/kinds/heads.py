@@ -90,16 +90,18 @@ def reinit_parts(spec: str, num_layers: int) -> tuple[str, ...]:
   return tuple(dict.fromkeys(paths[n] for n in names))
 
 
-def init_params(model: Classifier, key, pretrained=None, reinit: tuple[str, ...] = (),
+def init_params(model: nn.Module, key, pretrained=None, reinit: tuple[str, ...] = (),
                 shape: tuple = (1, 8)):
-  """Fresh head (and encoder, unless `pretrained` parameters of pre-training give it), initialized
-  on inputs of `shape`. The parameter paths in `reinit` (see `reinit_parts`) keep their fresh
-  values even so."""
+  """Fresh head (and encoder, unless `pretrained` parameters of pre-training give it; and the
+  pre-trained detection head, for a model that has one), initialized on inputs of `shape`. The
+  parameter paths in `reinit` (see `reinit_parts`) keep their fresh values even so."""
   ids = jnp.zeros(shape, jnp.int32)
   params = model.init(key, ids, ids + 1, ids + 1)['params']
   if pretrained is not None:
     fresh, params = params, dict(params)
-    for name in ('embeddings', 'discriminator'):
+    # the encoder, and the detection head where the model has one (the prompted kind's)
+    for name in ('embeddings', 'discriminator') + tuple(
+        n for n in ('discriminator_predictions',) if n in params and n in pretrained):
       shapes = jax.tree.map(jnp.shape, params[name])
       given = jax.tree.map(jnp.shape, pretrained[name])
       if shapes != given:

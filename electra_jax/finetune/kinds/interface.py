@@ -22,6 +22,14 @@ import numpy as np
 from electra_jax import UserError
 
 INPUTS = ('input_ids', 'segment_ids', 'input_mask')
+# A batch's fields that are not a model's token inputs: the rows' places and the labels. Any other
+# field of a batch is a per-token input the kind's model takes by its name (`token_inputs`).
+PLACES = ('positions', 'starts', 'slots', 'labels')
+
+
+def token_inputs(batch: dict) -> dict:
+  """The fields of `batch` that its model takes by name beside the inputs (`Kind.token_inputs`)."""
+  return {k: v for k, v in batch.items() if k not in INPUTS + PLACES}
 
 
 class Kind:
@@ -37,9 +45,15 @@ class Kind:
   # its examples are sequences that rows pack (finetune/inputs/packing.py); False: each example is
   # a row as `encode` gives it (SQuAD's windows)
   packs = True
-  # its examples are texts of one class each: the discriminator is prompted with a word per class
-  # (finetune/zeroshot.py)
-  prompted = False
+  # its examples are texts of one class each: the discriminator may be prompted with a word per
+  # class (finetune/zeroshot.py, kinds/prompted.py), and K examples of each class drawn
+  # (task.shots)
+  text_classes = False
+  # per-token arrays its model takes by name beside the inputs, packed into rows as the ids are
+  # (encode's `Encoded.token_inputs`: the prompted kind's label-word mask)
+  token_inputs: tuple[str, ...] = ()
+  # its model starts from the pre-trained detection head too (discriminator_predictions)
+  reads_head = False
 
   def load(self, cfg, log=print):
     """(task, {split: examples}) of your own files task.train / dev / test (kinds whose
@@ -70,7 +84,8 @@ class Kind:
     """The abstract train batch of `layout` (packing.Layout; without packing, a row per
     sequence): the rows' arrays, the sequences' starts, the examples' slots, the labels."""
     rows, length = layout.rows, layout.length
-    fields = {**{k: ((rows, length), jnp.int32) for k in INPUTS + ('positions',)},
+    fields = {**{k: ((rows, length), jnp.int32)
+                 for k in INPUTS + ('positions',) + self.token_inputs},
               'starts': ((rows, layout.slots), jnp.int32),
               'slots': ((layout.examples, layout.choices), jnp.int32),
               **self.label_shapes(task, layout)}

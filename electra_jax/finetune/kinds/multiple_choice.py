@@ -54,6 +54,7 @@ class MultipleChoice(classification.Classification):
   hf_class = 'ElectraForMultipleChoice'
   hf_pipeline = ''  # (HF has no multiple-choice pipeline)
   init_shape = (1, 2, 8)
+  text_classes = False  # (an example's class is one of its own candidates)
 
   def load(self, cfg, log=print):
     names = columns(cfg)

@@ -4,18 +4,25 @@ built-in tasks: inputs/tasks.py) or your own files, read by the kind of task the
 
     registry.get('regression')                -> the kind
     registry.load(cfg.task, pretraining, log) -> (task, {split: examples})
+    registry.named(cfg.task)                  -> a named task without reading its data
+
+A named classification task takes the kind task.kind names where that is 'prompted' (the
+discriminator's head at each class's label word, kinds/prompted.py); its own kind otherwise.
 """
+
+import dataclasses
 
 from electra_jax.finetune.inputs import tasks
 from electra_jax.finetune.kinds import classification
 from electra_jax.finetune.kinds import multiple_choice
+from electra_jax.finetune.kinds import prompted
 from electra_jax.finetune.kinds import qa
 from electra_jax.finetune.kinds import regression
 from electra_jax.finetune.kinds import tagging
 from electra_jax.finetune.kinds.interface import Kind
 
 KINDS: dict[str, Kind] = {m.KIND.name: m.KIND for m in (
-    classification, regression, tagging, qa, multiple_choice)}
+    classification, regression, tagging, qa, multiple_choice, prompted)}
 
 
 def unknown(name: str) -> str | None:
@@ -40,9 +47,28 @@ def load(cfg, pretraining=None, log=print) -> tuple[tasks.Task, dict[str, list]]
   every example is labelled are scored (`Task.test_splits`).
   """
   task, splits = _load(cfg, pretraining, log)
+  task = _as_configured(task, cfg)
   if not cfg.name.startswith('builtin'):  # the built-in tasks draw that many examples themselves
     splits = tasks.sample_train(splits, cfg.max_train_examples, log)
   return tasks.with_test_splits(task, splits), splits
+
+
+def named(cfg) -> tasks.Task | None:
+  """tasks.named_task, of the kind `cfg.kind` names where that is 'prompted'; None for your own
+  data. ValueError for a prompted task that is not a classification."""
+  task = tasks.named_task(cfg)
+  return None if task is None else _as_configured(task, cfg)
+
+
+def _as_configured(task: tasks.Task, cfg) -> tasks.Task:
+  """`task` fine-tuned as the prompted kind where `cfg.kind` says so."""
+  if cfg.kind != prompted.KIND.name or task.kind == cfg.kind:
+    return task
+  if not get(task.kind).text_classes:
+    raise ValueError(f'task.kind=prompted picks the class of each text by its label word, and '
+                     f'task {task.name} is {task.kind}; give a classification task, or leave '
+                     'task.kind out')
+  return dataclasses.replace(task, kind=cfg.kind)
 
 
 def _load(cfg, pretraining, log) -> tuple[tasks.Task, dict[str, list]]:

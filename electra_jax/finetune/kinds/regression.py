@@ -17,6 +17,7 @@ class Regression(classification.Classification):
   name = 'regression'
   baseline = 'numbers'
   own_data = 'a text (pair) and its number per row'
+  text_classes = False  # (a number, no class)
   problem_type = 'regression'
 
   def load(self, cfg, log=print):
