@@ -31,7 +31,8 @@ import jax.numpy as jnp
 from electra_jax.model import attention as attention_lib
 from electra_jax.model.config import ModelConfig
 from electra_jax.model.layers import (Dense, Dropout, LayerNorm, dropout_words, gelu_for,
-                                      low_precision_matmul, small_table_lookup, truncated_normal)
+                                      low_precision_matmul, small_table_lookup,
+                                      straight_through_rows, truncated_normal)
 
 
 class Embeddings(nn.Module):
@@ -66,9 +67,7 @@ class Embeddings(nn.Module):
     x = jnp.take(table, input_ids, axis=0)
     if soft is not None:  # + (sample - its value) @ table: zero, with the sample's gradient
       slots, sample = soft
-      through = sample - jax.lax.stop_gradient(sample)
-      vectors = jnp.einsum('bnv,ve->bne', through, jax.lax.stop_gradient(table).astype(
-          through.dtype)).astype(x.dtype)
+      vectors = straight_through_rows(sample, jax.lax.stop_gradient(table)).astype(x.dtype)
       x = x + jax.vmap(lambda p, v: jnp.zeros((length, v.shape[-1]), v.dtype).at[p].add(v))(
           slots, vectors)
     x = x + small_table_lookup(self.token_type_embeddings, segment_ids)

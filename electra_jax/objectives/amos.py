@@ -96,10 +96,11 @@ def amos_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveCon
 
 def _extra_flops(cfg, objective_cfg, s, n, encoder_flops):
   """The MLM head at the exits before the last (forward and backward), and the one-hot samples'
-  products with the word table (forward, and backward to the samples)."""
+  products with the word table in the backward pass to the samples (their forward value is the
+  lookup's: model/layers.py `straight_through_rows`)."""
   e, v = cfg.embedding_size, cfg.vocab_size
   head = n * (2 * cfg.hidden_size * e + 2 * e * v)
-  return 3 * (len(cfg.generator_exits) - 1) * head + 2 * (2 * n * v * e)
+  return 3 * (len(cfg.generator_exits) - 1) * head + 2 * n * v * e
 
 
 SHALLOW_MLM_LOSS = Metric('shallow_mlm_loss', 'min', "first exit's MLM loss (nats)",

@@ -423,3 +423,20 @@ def test_fused_attention_equals_the_explicit_softmax(generator):
   assert impl(model_lib.ModelConfig(**base, attention='fused', attention_dropout_rate=0.0),
               jnp.float32, deterministic=False) == 'fused'
   assert impl(model_lib.ModelConfig(**base), jnp.bfloat16, True) == 'explicit'  # auto on a CPU
+
+
+@pytest.mark.fast
+def test_straight_through_rows_are_zero_with_the_gradient_of_the_product_they_skip():
+  """AMOS's one-hot samples @ the word table: zeros in the forward pass, and to the sample the
+  gradient of (sample - its value) @ table; none to the table."""
+  rng = np.random.default_rng(0)
+  sample = jnp.asarray(rng.random((2, 3, 11)), jnp.float32)
+  table = jnp.asarray(rng.normal(size=(11, 5)), jnp.float32)
+  weights = jnp.asarray(rng.normal(size=(2, 3, 5)), jnp.float32)
+  skipped = lambda s, t: jnp.sum(weights * ((s - jax.lax.stop_gradient(s)) @ t))
+  ours = lambda s, t: jnp.sum(weights * layers.straight_through_rows(s, t))
+  assert not np.asarray(layers.straight_through_rows(sample, table)).any()
+  want = jax.grad(skipped, argnums=(0, 1))(sample, table)
+  got = jax.grad(ours, argnums=(0, 1))(sample, table)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+  assert float(jnp.abs(got[0]).max()) > 0.1 and not np.asarray(got[1]).any()
