@@ -17,10 +17,10 @@ your prompt). Standard few-shot fine-tuning, a new head on the same draws, for c
 --config.task.kind=classification.
 
 The recipe: K = 16 examples per class (LM-BFF's and Xia et al.'s), batch 8 (Xia et al. searched 2,
-4 and 8), 50 epochs of the draw (Xia et al. trained 1,000 steps; 50 epochs of SST-2's 32 examples
-are 200 steps, of the topic task's 144, 900), the rest the own-data recipe for models from a
-short pre-training (`short_pretraining_recipe` in electra_jax/finetune/config.py). How it fared:
-docs/measured.md, "Few-shot".
+4 and 8), 20 epochs of the draw (Xia et al.'s num_train_epochs, under a cap of 1,000 steps: 20
+epochs of SST-2's 32 examples are 80 steps, of the topic task's 144, 360), the rest the own-data
+recipe for models from a short pre-training (`short_pretraining_recipe` in
+electra_jax/finetune/config.py). How it fared: docs/measured.md, "Few-shot".
 """
 
 from electra_jax.finetune.config import default_config, short_pretraining_recipe
@@ -38,7 +38,7 @@ def get_config(task='topic'):
   c.task.kind = 'prompted'
   c.task.shots = 16
   c.batch_size = 8
-  c.epochs = 50.0
+  c.epochs = 20.0
   if task in BUILTIN:
     c.max_seq_length = 64  # (the built-in tasks' length: configs/finetune/builtin.py)
   return c

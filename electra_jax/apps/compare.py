@@ -264,7 +264,8 @@ def _compare(config, tasks: dict, workdir: str, names, electra_steps: int, log) 
                         summary.get('eval', {}), tuned))
     results[-1]['zeroshot'] = {  # the pre-trained head prompted, where the task has a prompt
         label: zeroshot.evaluate(ft, fs.join(workdir, name), log=prefix)
-        for label, ft in tasks.items() if tasks_lib.task_name(ft.task) in prompts.DEFAULTS}
+        for label, ft in tasks.items() if tasks_lib.task_name(ft.task) in prompts.DEFAULTS
+        and objectives.get(c.objective.name).detects}  # (and the objective trains the head)
   # The same fine-tuning from random weights: what pre-training has to beat.
   scratch = {label: _finetune(ft, fs.join(workdir, rows[0]['name']),
                               fs.join(workdir, f'random_init_{label}'), True,

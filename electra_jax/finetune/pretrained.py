@@ -132,17 +132,22 @@ def _read_checkpoint(init: str, config, model_cfg, step: str, log,
                           shapes)
     with user_errors(ValueError):
       if step == 'latest':
-        step, state, _ = ckpt.restore_latest(target, log, only=read)
+        step, state, meta = ckpt.restore_latest(target, log, only=read)
         if not step:  # every checkpoint deleted while read
           raise UserError(f'{init} holds no checkpoint any more (its run deleted them while '
                           'they were read); try again, or give another --init')
       else:
         chosen = _chosen_step(ckpt, init, step, config.keep_best)
         ckpt.check_shapes(chosen, target)
-        state, _ = ckpt.restore(chosen, target, only=read)
+        state, meta = ckpt.restore(chosen, target, only=read)
         step = str(chosen)
   finally:
     ckpt.close()
+  if head and meta.get('detection_head') is False:  # (checkpoints before it was recorded: read)
+    raise UserError(f'{init} was pre-trained with objective {config.objective.name}, which never '
+                    "trains the discriminator's detection head that prompting scores with; give "
+                    'a pre-training of an objective with a detection loss (electra, cocolm, '
+                    'amos, ...)')
   params = {k: state.params[k] for k in ('embeddings', 'discriminator') + (_HEAD,) * head}
   if 'embeddings_residual' in state.params:  # GDES: the discriminator's own word table
     params['embeddings'] = {**params['embeddings'], 'word_embeddings': (

@@ -234,3 +234,9 @@ class Objective:
   extra_flops: Callable | None = None  # (model cfg, objective cfg, seq_len, predictions,
   #   encoder_flops) -> the matmul FLOPs per example its step adds to 3 x the forward passes
   #   above (further passes: COCO-LM's crop and its generator's pass without dropout)
+
+  @property
+  def detects(self) -> bool:
+    """Its loss trains the discriminator's detection head (a detection loss among its metrics):
+    what zero-shot prompting and the prompted kind read."""
+    return any(m.name == 'disc_loss' for m in self.metrics)

@@ -51,6 +51,10 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True) -> 
                     f'{d.max_seq_length}-token sequences; raise it')
   if config.nonfinite not in ('stop', 'skip'):
     raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
+  if config.zeroshot_task and not objectives.get(config.objective.name).detects:
+    raise UserError(f'zeroshot_task prompts the discriminator\'s detection head, and objective '
+                    f'{config.objective.name} never trains it; leave zeroshot_task out, or '
+                    'pre-train an objective with a detection loss (electra, cocolm, amos, ...)')
   with user_errors(ValueError):
     objectives.ranking(config.objective.name, config.keep_best, probe_metrics(config))
   if config.keep_best and not config.eval_every:

@@ -212,7 +212,8 @@ def _train(config, parsed, source, workdir: str, mesh, log, probe=None) -> dict:
                              'records_fingerprint': records_lib.fingerprint(meta),
                              'records': {k: meta.get(k) for k in records_lib.IDENTITY},
                              'config': parsed.as_json,
-                             'keep_best_mode': best_mode}  # (for a fine-tuning's init_step=best)
+                             'keep_best_mode': best_mode,  # (for a fine-tuning's init_step=best)
+                             'detection_head': objective.detects}  # (for prompting: trained?)
 
   def evaluate_now(step, state):
     values = evaluate(eval_fn, state.params, eval_ds, sharding, eval_batches, records_dir)

@@ -8,6 +8,7 @@ import pytest
 from conftest import test_config
 from electra_jax import UserError
 from electra_jax.finetune import config as ft_config_lib
+from electra_jax.finetune import zeroshot
 from electra_jax.finetune.inputs import prompts
 from electra_jax.objectives import registry as objectives
 from electra_jax.apps import compare
@@ -117,9 +118,12 @@ def test_comparison_end_to_end_writes_one_table_and_resumes(tmp_path, records_di
   # the held-out columns of the runs compared only (MLM loss, disc AUC; not COCO-LM's), and the
   # zero-shot accuracy of the pre-trained runs on the task with a prompt
   assert f'| TF-IDF baseline | - | 0 | 0 | - | - | - | {tfidf:.2f} |' in table
-  for r in rows[:2]:
-    assert list(r['zeroshot']) == ['first'] and 0 <= r['zeroshot']['first']['accuracy'] <= 1
-    assert f'| {100 * r["zeroshot"]["first"]["accuracy"]:.2f} | ' in table
+  prompted = rows[0]['zeroshot']  # (BERT MLM trains no detection head: not prompted)
+  assert list(prompted) == ['first'] and 0 <= prompted['first']['accuracy'] <= 1
+  assert f'| {100 * prompted["first"]["accuracy"]:.2f} | ' in table and rows[1]['zeroshot'] == {}
+  with pytest.raises(UserError, match=f'{workdir}/mlm was pre-trained with objective mlm, which '
+                     "never trains the discriminator's detection head"):
+    zeroshot.evaluate(tasks['first'], os.path.join(workdir, 'mlm'), log=lambda *_: None)
   majority = rows[0]['zeroshot']['first']['majority_accuracy']
   assert (f'| held-out MLM loss | disc AUC | first zero-shot accuracy (majority class '
           f'{100 * majority:.2f}) | first ') in table and 'contrastive' not in table

@@ -251,6 +251,10 @@ def test_a_pretraining_prompts_its_discriminator_at_every_evaluation_and_keeps_t
   with pytest.raises(UserError, match="zeroshot_task is 'sst5', which has no default prompt"):
     pretrain.train_and_evaluate(config(zeroshot_task='sst5'), str(tmp_path / 'bad'),
                                 log=lambda *_: None, probe=zeroshot.probe)
+  with pytest.raises(UserError, match="zeroshot_task prompts the discriminator's detection head, "
+                     'and objective mlm never trains it'):
+    pretrain.train_and_evaluate(config(**{'objective.name': 'mlm'}), str(tmp_path / 'bad'),
+                                log=lambda *_: None, probe=zeroshot.probe)
   lines: list = []
   summary = pretrain.train_and_evaluate(config(keep_best='zeroshot_accuracy', save_every=2),
                                         workdir, log=lines.append, probe=zeroshot.probe)
