@@ -17,6 +17,7 @@ the texts ('{a}? {label}, {b}': the pair tasks' default), as prompts.py says.
 
 import collections
 import functools
+import json
 import time
 
 import jax
@@ -30,6 +31,7 @@ from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune.inputs import prompts
 from electra_jax.finetune.kinds import registry
 from electra_jax.model import networks as model_lib
+from electra_jax.storage import fs
 
 def class_logits(detection_logits, word_mask):
   """The mean "replaced" logit of each class's label word over its tokens: [..., C, L] -> [..., C]
@@ -117,16 +119,33 @@ def probe(pretraining, vocab: str, lower_case: bool, log=print):
                                           ).mean())
 
 
+def exported_prompt(folder: str) -> tuple[str, str]:
+  """(template, label words) that the export of a prompted fine-tuning in `folder` carries in its
+  config.json (`electra_jax_prompt`); ('', '') for any other folder."""
+  path = fs.join(folder, 'config.json')
+  if not fs.isfile(path):
+    return '', ''
+  try:
+    with fs.open(path) as f:
+      prompt = json.load(f).get('electra_jax_prompt') or {}
+  except (ValueError, AttributeError):  # not a JSON object: its loader says what is wrong
+    return '', ''
+  words = prompt.get('label_words') or {}
+  return prompt.get('template', ''), ','.join(f'{k}={v}' for k, v in words.items())
+
+
 def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_size: int = 32,
              log=print) -> dict:
   """The zero-shot accuracy of `init`'s discriminator (a pre-training workdir, an HF folder, an
   original checkpoint) on the first dev split of the fine-tuning config `cfg`'s task, beside the
   majority class's (the train split's most frequent label); logged and returned. No template and
-  words: the config's (prompt.template, prompt.label_words), else the task's default
-  (prompts.DEFAULTS)."""
+  words: the config's (prompt.template, prompt.label_words), else the one an export of a prompted
+  fine-tuning carries, else the task's default (prompts.DEFAULTS)."""
   start = time.perf_counter()
   if not template and not label_words:
     template, label_words = cfg.prompt.template, cfg.prompt.label_words
+  if not template and not label_words:  # the prompt an export of a prompted fine-tuning carries
+    template, label_words = exported_prompt(init)
   if template or label_words:
     with user_errors(ValueError):  # the template and the words' form, before anything is read
       prompts.for_task('', template, label_words, ())
