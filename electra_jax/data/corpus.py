@@ -133,6 +133,8 @@ class ReadReport:
   lines_split: int = 0  # text lines holding several sentences, split at their sentence ends
   null_texts: int = 0  # JSON-lines objects whose text is null (skipped)
   bytes_done: int = 0  # bytes of the corpus files consumed so far (compressed bytes for .gz)
+  bytes_read: int = 0  # bytes read from the files (a part's reader: its range, the end of its
+  #                      last document and the look back at its start)
 
   def warnings(self) -> list[str]:
     out = []
@@ -166,8 +168,37 @@ class _GzipFile(gzip.GzipFile):
       raw.close()
 
 
-def _open_binary(path: str):
+class _Counted:
+  """A binary file whose reads add the bytes they return to a ReadReport's `bytes_read`: what a
+  reader took from storage (a .gz file's compressed bytes), seeks back and forth included."""
+
+  def __init__(self, f, report: 'ReadReport'):
+    self._f, self._report = f, report
+
+  def read(self, *args):
+    data = self._f.read(*args)
+    self._report.bytes_read += len(data)
+    return data
+
+  def readline(self, *args):
+    data = self._f.readline(*args)
+    self._report.bytes_read += len(data)
+    return data
+
+  def __getattr__(self, name):
+    return getattr(self._f, name)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self._f.close()
+
+
+def _open_binary(path: str, report: 'ReadReport | None' = None):
   f = fs.open_binary(path)
+  if report is not None:
+    f = _Counted(f, report)
   return _GzipFile(fileobj=f, mode='rb') if path.endswith('.gz') else f
 
 
@@ -179,12 +210,12 @@ def _raw_position(f) -> int:
 _UTF16_BOMS = (b'\xff\xfe', b'\xfe\xff')
 
 
-def _binary(path: str) -> str:
+def _binary(path: str, report: 'ReadReport | None' = None) -> str:
   """Where `path` holds no text, why ('a NUL byte at byte 12, 30 in its first 8,192 bytes'); ''
   for text, stray NUL bytes included. A damaged .gz file or text in UTF-16/32 raises ValueError
   naming it."""
   with _reading(path):
-    with _open_binary(path) as f:
+    with _open_binary(path, report) as f:
       probe = f.read(_BINARY_PROBE)
   zeros = lambda half: half.count(0) / max(1, len(half))
   odd, even = zeros(probe[1::2]), zeros(probe[0::2])
@@ -209,49 +240,208 @@ def _reading(path: str):
                      f'again (gzip -t {path} checks one)') from None
 
 
-def _raw_lines(path: str, report: ReadReport) -> Iterator[str]:
-  """Decoded lines of one file, each at most MAX_LINE_BYTES long, whatever the file holds."""
+def _lines(f, path: str, report: ReadReport, offset: int = 0,
+           base: int = 0) -> Iterator[tuple[int, str]]:
+  """(where its line starts, the text) of the decoded lines of the open file `f` from `offset` (a
+  line start), a long line in pieces of at most MAX_LINE_BYTES, whatever the file holds. A line of
+  whitespace alone (NUL bytes dropped), however long, is one blank line: '' (a document's end);
+  the blank pieces of a long line that holds text are left out. `report.bytes_done` is `base`
+  plus the bytes consumed from `offset`."""
   limit = MAX_LINE_BYTES
-  base = report.bytes_done
-  with _reading(path), _open_binary(path) as f:
-    carry, continued, count, offset = b'', False, 0, 0
+  carry, continued, count, line_start, origin = b'', False, 0, offset, offset
+  has_text = False  # (a piece of the line so far held text)
+  while True:
+    count += 1
+    if count % 4096 == 0:
+      report.bytes_done = base + _raw_position(f) - origin
+    want = limit - len(carry)
+    chunk = f.readline(want)
+    if not chunk and not carry:
+      return
+    read = len(chunk)
+    if b'\0' in chunk:
+      if not report.nul_bytes:
+        report.first_nul = f'byte {offset + chunk.index(0):,} of {path}'
+      report.nul_bytes += chunk.count(0)
+      chunk = chunk.replace(b'\0', b'')
+    if not continued:
+      line_start = offset
+    offset += read
+    data, carry = carry + chunk, b''
+    # a line ends at its newline, or at the file's end (a read shorter than asked for)
+    ended = data.endswith(b'\n') or read < want
+    if not ended:  # cut a long line at its last space, keep the rest for the next piece
+      cut = data.rfind(b' ', limit // 2)
+      if cut > 0:
+        data, carry = data[:cut], data[cut + 1:]
+      else:  # no space: cut before the last character start, never inside a character
+        cut = len(data) - 1
+        while cut > 0 and data[cut] & 0xC0 == 0x80:
+          cut -= 1
+        data, carry = data[:cut], data[cut:]
+      report.long_lines_cut += 1
+    try:
+      text = data.decode('utf-8')
+    except UnicodeDecodeError:
+      text = data.decode('utf-8', errors='replace')
+      report.lines_with_bad_bytes += 1
+    text = text.strip()
+    if not continued:
+      has_text = False
+    if text:
+      has_text = True
+      yield line_start, text
+    elif ended and not has_text:  # the end of a line of whitespace alone
+      yield line_start, ''
+    continued = not ended
+
+
+def _whitespace(data: bytes) -> bool:
+  """Whether bytes that start at a character hold whitespace alone, NUL bytes dropped (as `_lines`
+  decodes them)."""
+  return not data.replace(b'\0', b'').decode('utf-8', errors='replace').strip()
+
+
+def _previous_line_blank(f, at: int) -> bool:
+  """Whether the line that ends just before the line start `at` holds whitespace alone (a
+  document's end to `_lines`), read backwards in blocks (256 bytes, doubling to 64 KiB) that
+  start at a character; True at the file's start."""
+  end = at - 1  # its newline
+  block = 128
+  while end > 0:
+    block = min(2 * block, 1 << 16)
+    begin = max(0, end - block)
+    f.seek(begin)
+    data = f.read(end - begin)
+    shift = 0  # (back to a character's start: a block never splits one)
+    while begin > 0 and shift < len(data) and data[shift] & 0xC0 == 0x80:
+      shift += 1
+    data, begin = data[shift:], begin + shift
+    newline = data.rfind(b'\n')
+    if not _whitespace(data[newline + 1:]):
+      return False
+    if newline >= 0:
+      return True
+    end = begin
+  return True
+
+
+def _line_start_at_or_after(f, start: int) -> tuple[int, bool]:
+  """(the first line start at or after byte `start` of the seekable file `f`, whether the line
+  before it is blank: a document can start there), `f` left at that line start."""
+  if start == 0:
+    return 0, True
+  f.seek(start - 1)
+  if f.read(1) != b'\n':  # inside a line: its end is the next line's start
     while True:
-      count += 1
-      if count % 4096 == 0:
-        report.bytes_done = base + _raw_position(f)
-      want = limit - len(carry)
-      chunk = f.readline(want)
-      if not chunk and not carry:
-        return
-      read = len(chunk)
-      if b'\0' in chunk:
-        if not report.nul_bytes:
-          report.first_nul = f'byte {offset + chunk.index(0):,} of {path}'
-        report.nul_bytes += chunk.count(0)
-        chunk = chunk.replace(b'\0', b'')
-      offset += read
-      data, carry = carry + chunk, b''
-      # a line ends at its newline, or at the file's end (a read shorter than asked for)
-      ended = data.endswith(b'\n') or read < want
-      if not ended:  # cut a long line at its last space, keep the rest for the next piece
-        cut = data.rfind(b' ', limit // 2)
-        if cut > 0:
-          data, carry = data[:cut], data[cut + 1:]
-        else:  # no space: cut before the last character start, never inside a character
-          cut = len(data) - 1
-          while cut > 0 and data[cut] & 0xC0 == 0x80:
-            cut -= 1
-          data, carry = data[:cut], data[cut:]
-        report.long_lines_cut += 1
-      try:
-        text = data.decode('utf-8')
-      except UnicodeDecodeError:
-        text = data.decode('utf-8', errors='replace')
-        report.lines_with_bad_bytes += 1
-      text = text.strip()
-      if text or not continued:  # the bare end of a cut line is not a blank line (a document end)
-        yield text
-      continued = not ended
+      piece = f.readline(1 << 20)
+      if not piece or piece.endswith(b'\n'):
+        break
+    if not piece:  # the file ends inside that line: nothing starts after it
+      return f.tell(), False
+  at = f.tell()
+  blank = _previous_line_blank(f, at)
+  f.seek(at)
+  return at, blank
+
+
+_TALLIED = ('nul_bytes', 'first_nul', 'lines_with_bad_bytes', 'long_lines_cut')
+
+
+def _tally(report: ReadReport) -> tuple:
+  """What `_lines` has counted so far, to take back the counts of lines another part reads."""
+  return tuple(getattr(report, k) for k in _TALLIED)
+
+
+def _untally(report: ReadReport, tally: tuple):
+  for k, v in zip(_TALLIED, tally):
+    setattr(report, k, v)
+
+
+def _text_documents(f, path: str, report: ReadReport, start: int, end: int | None,
+                    base: int) -> Iterator[tuple[int, list[str]]]:
+  """(where it starts, its lines) of each document of a text file that starts in bytes [start,
+  end) (`end` None: to the file's end); a document that crosses `end` is read to its end, and one
+  that crosses `start` is the previous part's. What reading met is counted by the part whose
+  lines it was in (a crossing document's lines: its own part's)."""
+  at, boundary = _line_start_at_or_after(f, start)
+  lines = _lines(f, path, report, at, base)
+  if not boundary:  # inside a document of the part before: skip to its end (a blank line)
+    kept = _tally(report)
+    for _, text in lines:
+      if not text:
+        break
+    _untally(report, kept)
+  doc: list[str] = []
+  first = 0
+  kept = _tally(report)
+  for line_start, text in lines:
+    if not doc and end is not None and line_start >= end:  # the next part's
+      _untally(report, kept)
+      return
+    if text:
+      if not doc:
+        first = line_start
+      doc.append(text)
+    elif doc:
+      yield first, doc
+      doc = []
+    kept = _tally(report)
+  if doc:
+    yield first, doc
+
+
+def _jsonl_documents(f, path: str, text_field: str, report: ReadReport, start: int,
+                     end: int | None, base: int) -> Iterator[tuple[int, list[str]]]:
+  """(where its line starts, its sentences) of each object of a JSON-lines file whose line starts
+  in bytes [start, end): a document of its `text_field`'s text split into sentences."""
+  at, _ = _line_start_at_or_after(f, start)
+  offset = at
+  for number, raw in enumerate(iter(f.readline, b''), 1):
+    line_start, offset = offset, offset + len(raw)
+    if end is not None and line_start >= end:
+      return
+    if number % 1024 == 0:
+      report.bytes_done = base + _raw_position(f) - at
+    if not raw.strip():
+      continue
+    where = f'line {number}' if at == 0 else f'the line at byte {line_start:,}'
+    try:
+      text = raw.decode('utf-8')
+    except UnicodeDecodeError:
+      text = raw.decode('utf-8', errors='replace')
+      report.lines_with_bad_bytes += 1
+    try:
+      record = json.loads(text)
+    except ValueError:
+      raise ValueError(f'{path} {where} is not JSON; give one JSON object per line, or name the '
+                       'file .txt to read it as plain text') from None
+    if not isinstance(record, dict) or text_field not in record:
+      fields = sorted(record) if isinstance(record, dict) else []
+      raise ValueError(f'{path} {where} has no field {text_field!r} (it has {fields}); name the '
+                       'field that holds the text (launch/prepare_data.py --text_field, '
+                       'launch/train.py --config.data.text_field)')
+    value = record[text_field]
+    if value is None:  # (was read as the word 'None')
+      report.null_texts += 1
+      continue
+    if not isinstance(value, str):
+      raise ValueError(f'{path} {where} has {json.dumps(value)[:60]} as its {text_field!r}, not '
+                       'a text; give the text as a JSON string')
+    yield line_start, text_to_sentences(value)
+
+
+def _file_documents(path: str, text_field: str, report: ReadReport, start: int = 0,
+                    end: int | None = None) -> Iterator[tuple[int, list[str]]]:
+  """(where it starts, its lines or sentences) of each document of one file that starts in bytes
+  [start, end) of it: the whole file by default (a .gz file is read whole, from its decompressed
+  text). Binary files are the caller's to skip."""
+  base = report.bytes_done
+  with _reading(path), _open_binary(path, report) as f:
+    if is_jsonl(path):
+      yield from _jsonl_documents(f, path, text_field, report, start, end, base)
+    else:
+      yield from _text_documents(f, path, report, start, end, base)
 
 
 def resolve_files(pattern: str) -> list[str]:
@@ -276,48 +466,13 @@ def resolve_files(pattern: str) -> list[str]:
   return files
 
 
-def _jsonl_lines(path: str, text_field: str, report: ReadReport) -> Iterator[str]:
-  """A JSON-lines file: each object is a document whose `text_field` is split into sentences."""
-  base = report.bytes_done
-  with _reading(path), _open_binary(path) as f:
-    for number, raw in enumerate(f, 1):
-      if number % 1024 == 0:
-        report.bytes_done = base + _raw_position(f)
-      if not raw.strip():
-        continue
-      try:
-        text = raw.decode('utf-8')
-      except UnicodeDecodeError:
-        text = raw.decode('utf-8', errors='replace')
-        report.lines_with_bad_bytes += 1
-      try:
-        record = json.loads(text)
-      except ValueError:
-        raise ValueError(f'{path} line {number} is not JSON; give one JSON object per line, or '
-                         'name the file .txt to read it as plain text') from None
-      if not isinstance(record, dict) or text_field not in record:
-        fields = sorted(record) if isinstance(record, dict) else []
-        raise ValueError(f'{path} line {number} has no field {text_field!r} (it has {fields}); '
-                         'name the field that holds the text (launch/prepare_data.py '
-                         '--text_field, launch/train.py --config.data.text_field)')
-      value = record[text_field]
-      if value is None:  # (was read as the word 'None')
-        report.null_texts += 1
-        continue
-      if not isinstance(value, str):
-        raise ValueError(f'{path} line {number} has {json.dumps(value)[:60]} as its '
-                         f'{text_field!r}, not a text; give the text as a JSON string')
-      yield from text_to_sentences(value)
-      yield ''
-
-
 def is_jsonl(path: str) -> bool:
   return path.endswith(('.jsonl', '.jsonl.gz'))
 
 
 def file_lines(files: list[str], report: ReadReport | None = None,
                text_field: str = 'text') -> Iterator[str]:
-  """Lines of text files; a blank line or the end of a file ends a document.
+  """Lines of text files; a blank line or the end of a file ends a document ('' after each).
 
   Binary files are skipped, bytes that are not UTF-8 are replaced, and overlong lines are cut; all
   three are counted in `report`. JSON-lines files (.jsonl, .jsonl.gz) give one document
@@ -331,10 +486,8 @@ def file_lines(files: list[str], report: ReadReport | None = None,
       report.skipped_binary.append(f'{path} ({why})')
     else:
       report.files += 1
-      if is_jsonl(path):
-        yield from _jsonl_lines(path, text_field, report)
-      else:
-        yield from _raw_lines(path, report)
+      for _, doc in _file_documents(path, text_field, report):
+        yield from doc
         yield ''
     done += fs.getsize(path)
     report.bytes_done = done
@@ -361,6 +514,31 @@ def _tfds_documents(name: str, split: str, text_field: str, data_dir: str | None
     yield text_to_sentences(text)
 
 
+def _split_line(line: str, report: ReadReport) -> list[str]:
+  """A line's sentences: a paragraph per line is common in user corpora (counted where split)."""
+  sentences = _SENTENCE_END.split(line)
+  if len(sentences) > 1:
+    report.lines_split += 1
+  return [s for s in sentences if s]
+
+
+# A file corpus is read in parts, each by one reader alone (data/prepare.py): about this many per
+# shard of the train split, so that the shards balance (a part's bytes: the corpus's over this
+# times the shards; a small corpus's parts are small, and every shard gets some documents).
+PARTS_PER_SHARD = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """The documents that start in bytes [start, end) of the corpus's file `file` (a .gz file: all
+  of them, from its decompressed text): a reader seeks there, and reads a document that crosses
+  `end` to its end."""
+  index: int  # its place among the corpus's parts
+  file: int  # the file's index in Source.files
+  start: int
+  end: int
+
+
 class Source:
   """A corpus spec read as documents: 'builtin', 'tfds:NAME[:SPLIT]', or a file, folder or glob.
 
@@ -373,6 +551,7 @@ class Source:
     self.report = ReadReport()
     self.files: list[str] = []
     self.total_bytes = 0
+    self._binary: dict[int, str] = {}  # file index -> why it is binary ('' for text)
     if spec.startswith('tfds:'):
       name, _, split = spec[len('tfds:'):].partition(':')
       if not name:
@@ -401,15 +580,50 @@ class Source:
     doc = []
     for line in file_lines(self.files, self.report, self.text_field):
       if line:
-        sentences = _SENTENCE_END.split(line)  # a paragraph per line is common in user corpora
-        if len(sentences) > 1:
-          self.report.lines_split += 1
-        doc.extend(s for s in sentences if s)
+        doc.extend(_split_line(line, self.report))
       elif doc:
         yield doc
         doc = []
     if doc:
       yield doc
+
+  def parts(self, shards: int) -> list['Part']:
+    """The file corpus as parts of about total / (PARTS_PER_SHARD x `shards`) bytes: a file of up
+    to that size is one part, a larger one is cut into byte ranges of that size, a .gz file is
+    one part whatever its size (it cannot be read from the middle). The parts depend on the files
+    and `shards` alone."""
+    if not self.files:
+      raise ValueError(f'the corpus {self.spec!r} is not files: it is read whole, in order')
+    size = max(1, -(-self.total_bytes // (PARTS_PER_SHARD * shards)))
+    parts: list[Part] = []
+    for i, (path, total) in enumerate(zip(self.files, self.sizes)):
+      cuts = [0] if path.endswith('.gz') or total <= size else range(0, total, size)
+      for start in cuts:
+        end = total if path.endswith('.gz') else min(start + size, total)
+        parts.append(Part(len(parts), i, start, max(end, start)))
+    return parts
+
+  def part_documents(self, part: 'Part', report: ReadReport) -> Iterator[tuple[int, list[str]]]:
+    """(where it starts in its file, its sentences) of each non-empty document that starts in
+    `part`: together, the parts of a corpus give `documents()` exactly, each document once, in
+    order (`report` counts what the reading met, binary files once, by their first part)."""
+    path = self.files[part.file]
+    if part.file not in self._binary:  # (once a file per reader: 8 KB of it)
+      self._binary[part.file] = _binary(path, report)
+    why = self._binary[part.file]
+    if why:
+      if part.start == 0:
+        report.skipped_binary.append(f'{path} ({why})')
+      return
+    report.files += part.start == 0
+    base = report.bytes_done
+    gzipped = path.endswith('.gz')
+    for start, lines in _file_documents(path, self.text_field, report, part.start,
+                                        None if gzipped else part.end):
+      doc = [s for line in lines for s in _split_line(line, report)]
+      if doc:
+        yield start, doc
+    report.bytes_done = base + part.end - part.start
 
   def state(self) -> dict | None:
     """What the source's files are now (their number, bytes, and a digest of each one's path,

@@ -134,3 +134,69 @@ def test_a_device_or_a_pipe_is_no_corpus_and_says_what_it_is(tmp_path):
   os.mkfifo(tmp_path / 'pipe')
   with pytest.raises(FileNotFoundError, match='is a named pipe, not a file whose size is known'):
     corpus_lib.Source(str(tmp_path / 'pipe'))
+
+
+def _awkward_corpus(folder, seed: int, line: int):
+  """Files whose documents test every boundary a part can fall on: runs of blank lines, lines of
+  spaces (blank) and of NULs, CRLF, bytes that are not UTF-8, lines of several sentences, lines
+  longer than `line` (cut in pieces) of text and of spaces, JSON lines, gzip, a binary file."""
+  import random
+  rng = random.Random(seed)
+  words = ['cat', 'sat', 'on', 'a', 'mat.', 'Dogs', 'ran', 'past.', 'caf\xe9', 'x']
+  pieces = []
+  for _ in range(200):
+    kind = rng.random()
+    if kind < 0.15:
+      pieces.append(b'\n' * rng.randint(1, 3))
+    elif kind < 0.2:
+      pieces.append(b' ' * rng.randint(1, 2 * line) + b'\n')
+    elif kind < 0.205:  # (rare: text holds under one NUL byte in 1,000)
+      pieces.append(b'\0 \n')
+    elif kind < 0.28:
+      pieces.append((' '.join(rng.choices(words, k=3 * line // 8)) + '\n').encode())
+    elif kind < 0.31:
+      pieces.append(b'bad \xff\xfe bytes here\r\n')
+    else:
+      pieces.append((' '.join(rng.choices(words, k=rng.randint(1, 12))) + '\n').encode())
+  raw = b''.join(pieces[:100] + [b'\0 \0\n'] + pieces[100:])
+  (folder / 'a.txt').write_bytes(raw)
+  (folder / 'b.txt').write_bytes(raw[len(raw) // 3:] + b'no newline at the end')
+  with gzip.open(folder / 'c.txt.gz', 'wb') as f:
+    f.write(raw[:len(raw) // 2])
+  (folder / 'd.bin').write_bytes(bytes(range(256)) * 20)
+  with open(folder / 'e.jsonl', 'w') as f:
+    for i in range(40):
+      f.write(json.dumps({'text': ' '.join(rng.choices(words, k=rng.randint(0, 9))) or None})
+              + ('\n' if i % 7 else '\n\n'))
+  return str(folder)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_the_parts_of_a_corpus_give_its_documents_each_once_in_order(tmp_path, seed,
+                                                                     monkeypatch):
+  """However a corpus is cut into parts (byte ranges down to a few bytes, falling inside lines,
+  on blank lines, inside long lines and their pieces), reading every part alone gives the
+  documents of one sequential read, each once and in order, and the same counts of what the
+  reading met; each document starts inside its part."""
+  line = 300  # (long lines at 300 bytes here instead of 100,000: small files, the same logic)
+  monkeypatch.setattr(corpus_lib, 'MAX_LINE_BYTES', line)
+  source = corpus_lib.Source(_awkward_corpus(tmp_path, seed, line))
+  whole = list(source.documents())
+  counted = ('files', 'skipped_binary', 'nul_bytes', 'lines_with_bad_bytes', 'long_lines_cut',
+             'lines_split', 'null_texts')
+  assert len(whole) > 100 and source.report.long_lines_cut and source.report.nul_bytes
+  assert [b.split(' ')[0] for b in source.report.skipped_binary] == [str(tmp_path / 'd.bin')]
+  for shards in (1, 7, 40, 300):
+    parts = source.parts(shards)
+    report = corpus_lib.ReadReport()
+    read = []
+    for part in parts:
+      for start, doc in source.part_documents(part, report):
+        if not source.files[part.file].endswith('.gz'):
+          assert part.start <= start < part.end, (part, start)
+        read.append(doc)
+    assert read == whole, shards
+    assert {k: getattr(report, k) for k in counted} == {
+        k: getattr(source.report, k) for k in counted}, shards
+  assert len(parts) > 300 and [p.index for p in parts] == list(range(len(parts)))
