@@ -13,6 +13,7 @@ uses.
 """
 
 import dataclasses
+import functools
 import hashlib
 import io
 import multiprocessing
@@ -22,7 +23,7 @@ import signal
 import time
 from typing import Iterable, Iterator, Sequence
 
-from sentencepiece import sentencepiece_model_pb2
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from tokenizers.implementations import BertWordPieceTokenizer
 import sentencepiece as spm
@@ -51,6 +52,52 @@ def file_fingerprint(path: str) -> str:
   return hashlib.sha256(fs.read_bytes(path)).hexdigest()[:16]
 
 
+# The fields of SentencePiece's ModelProto (sentencepiece_model.proto, proto2) this module reads,
+# described here for protobuf's runtime: sentencepiece's own generated module pins the protobuf
+# runtime it loads with (7.36 for sentencepiece 0.2.3), which other libraries (Apache Beam) cap
+# below; the wire format and these field numbers are the model file's, stable since 2018.
+_UNIGRAM, _NORMAL, _USER_DEFINED = 1, 1, 4  # TrainerSpec.ModelType, SentencePiece.Type's values
+_MODEL_FIELDS = {  # message: ((field, number, type, default or None, repeated message or ''), ...)
+    'SentencePiece': (('piece', 1, 'string', None, ''), ('score', 2, 'float', None, ''),
+                      ('type', 3, 'int32', '1', '')),
+    'TrainerSpec': (('model_type', 3, 'int32', '1', ''), ('unk_id', 40, 'int32', '0', '')),
+    'NormalizerSpec': (('precompiled_charsmap', 2, 'bytes', None, ''),
+                       ('add_dummy_prefix', 3, 'bool', 'true', ''),
+                       ('remove_extra_whitespaces', 4, 'bool', 'true', '')),
+    'ModelProto': (('pieces', 1, 'message', None, 'SentencePiece'),
+                   ('trainer_spec', 2, 'message', None, 'TrainerSpec'),
+                   ('normalizer_spec', 3, 'message', None, 'NormalizerSpec')),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _model_proto():
+  """The ModelProto message class of `_MODEL_FIELDS` (unknown fields of a model file are kept)."""
+  F = descriptor_pb2.FieldDescriptorProto
+  kinds = {'string': F.TYPE_STRING, 'float': F.TYPE_FLOAT, 'int32': F.TYPE_INT32,
+           'bytes': F.TYPE_BYTES, 'bool': F.TYPE_BOOL, 'message': F.TYPE_MESSAGE}
+  file = descriptor_pb2.FileDescriptorProto(name='electra_jax/sentencepiece_model.proto',
+                                            package='electra_jax_sentencepiece', syntax='proto2')
+  for message, fields in _MODEL_FIELDS.items():
+    described = file.message_type.add(name=message)
+    for name, number, kind, default, of in fields:
+      field = described.field.add(name=name, number=number, type=kinds[kind],
+                                  label=F.LABEL_REPEATED if name == 'pieces' else F.LABEL_OPTIONAL)
+      if default is not None:
+        field.default_value = default
+      if of:
+        field.type_name = f'.electra_jax_sentencepiece.{of}'
+  pool = descriptor_pool.DescriptorPool()
+  pool.Add(file)
+  return message_factory.GetMessageClass(
+      pool.FindMessageTypeByName('electra_jax_sentencepiece.ModelProto'))
+
+
+def read_model_proto(data: bytes):
+  """A SentencePiece model file's ModelProto: its pieces, trainer and normalizer specs."""
+  return _model_proto().FromString(data)
+
+
 def unigram_tokenizer(proto, path: str = ''):
   """A `tokenizers.Tokenizer` of a SentencePiece model (a ModelProto): the same pieces and scores
   as a Unigram model, SentencePiece's own precompiled normalization table (NFKC, and case folding
@@ -58,12 +105,11 @@ def unigram_tokenizer(proto, path: str = ''):
   prefix. It is what electra_jax encodes with and what an export writes as tokenizer.json, so HF
   transformers gives our ids; it splits text as SentencePiece's own encoder does but for ties
   between segmentations of equal score (runs of '=', '_'), which the two order differently."""
-  if proto.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.UNIGRAM:
+  if proto.trainer_spec.model_type != _UNIGRAM:
     raise ValueError(f'{path} is not a unigram SentencePiece model; only unigram vocabularies '
                      '(what electra_jax trains) are read')
   norm = proto.normalizer_spec
-  normal = (sentencepiece_model_pb2.ModelProto.SentencePiece.NORMAL,
-            sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED)
+  normal = (_NORMAL, _USER_DEFINED)
   # control symbols ([CLS], [MASK], ...) and [UNK] are never read from text, as in SentencePiece
   pieces = [(p.piece, p.score if p.type in normal else -1e9) for p in proto.pieces]
   tok = Tokenizer(models.Unigram(pieces, unk_id=proto.trainer_spec.unk_id, byte_fallback=False))
@@ -101,8 +147,7 @@ class SentencePieceTokenizer:
                        'train it with launch/train.py (or tokenizer.train_sentencepiece)')
     self.special = SpecialIds(*ids)
     self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
-    self.unigram = unigram_tokenizer(sentencepiece_model_pb2.ModelProto.FromString(data),
-                                     model_path)
+    self.unigram = unigram_tokenizer(read_model_proto(data), model_path)
     self._batch = getattr(self.unigram, 'encode_batch_fast', self.unigram.encode_batch)
 
   @property
