@@ -124,6 +124,15 @@ def _declared_value(valid, value) -> bool:
   return True
 
 
+_PASSED_ON: list[bool] = []  # (set by pass_on_unknown_flags)
+
+
+def pass_on_unknown_flags():
+  """A command whose unknown flags reach its `main` among its arguments (to pass them on, e.g.
+  Apache Beam's pipeline options), instead of ending it in one sentence."""
+  _PASSED_ON.append(True)
+
+
 def _parse(argv: list[str]) -> list[str]:
   """absl's flags parsed, then each config file read with its overrides; one sentence, exit 2."""
   overrides: dict[str, list[str]] = {name: [] for name in _CONFIG_FILES}
@@ -138,7 +147,7 @@ def _parse(argv: list[str]) -> list[str]:
     else:
       rest.append(arg)
   try:
-    rest = flags.FLAGS(rest)
+    rest = flags.FLAGS(rest, known_only=bool(_PASSED_ON))
     for name, given in overrides.items():
       _CONFIG_FILES[name].load(given)
     return rest

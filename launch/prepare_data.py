@@ -5,9 +5,14 @@
     python launch/prepare_data.py --tfds=wikipedia/20230601.en:train --tfds_field=text \
         --output=$HOME/records/wiki --vocab=$HOME/uncased/vocab.txt
 
+    python launch/prepare_data.py --corpus="$HOME/corpus/*.txt" --output=$HOME/records/mine \
+        --vocab_size=30522 --runner=DirectRunner --direct_num_workers=4 \
+        --direct_running_mode=multi_processing   # Apache Beam (pip install -e ".[beam]")
+
 Then train with --config.data.records=<output> (and --config.model.vocab_size to match). The
-records are the same bytes for a seed whatever --num_workers is. An interrupted run leaves only
-complete shards; the same command run again writes just the missing ones.
+records are the same bytes for a seed whatever --num_workers is, and on Beam (--runner and Beam's
+own pipeline options, a corpus of files: electra_jax/data/on_beam.py). An interrupted run leaves
+only complete shards; the same command run again writes just the missing ones.
 """
 
 import os
@@ -15,7 +20,7 @@ import os
 from absl import flags
 
 from electra_jax import cli
-from electra_jax.data import prepare, records
+from electra_jax.data import on_beam, prepare, records
 from electra_jax.storage import fs
 
 _CORPUS = flags.DEFINE_string('corpus', None, "a file, folder or glob of .txt/.gz/.jsonl[.gz] "
@@ -30,12 +35,21 @@ _OUTPUT = flags.DEFINE_string('output', None, 'the records folder to write (or t
 # training's input readers (data.readers) take at most one per shard file.
 _SETTINGS = cli.declared_flags(records.declarations(), num_shards=64, num_eval_shards=4)
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', os.cpu_count() or 1, 'worker processes')
+_RUNNER = flags.DEFINE_string('runner', '', "an Apache Beam runner (DirectRunner, DataflowRunner, "
+                              "...) to build the records on, its pipeline options as further "
+                              "flags; '': --num_workers processes here")
 flags.mark_flags_as_required(['output'])
+cli.pass_on_unknown_flags()  # (Beam's pipeline options, with --runner)
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
+  unknown = [a for a in argv[1:] if a.startswith('-')]
+  if unknown and not _RUNNER.value:
+    raise cli.UserError(f'{unknown[0].split("=")[0]} is not a flag of this command (Apache Beam\'s '
+                        'pipeline options go with --runner); see --help')
+  if len(argv) > 1 + len(unknown):
+    raise cli.UserError(f'unexpected arguments {[a for a in argv[1:] if a not in unknown]}; pass '
+                        'settings as --flag=value')
   for flag, example in ((_CORPUS, "files, a folder, a glob or 'builtin'"),
                         (_TFDS, 'a dataset name such as wikipedia/20230601.en:train')):
     if flag.value is not None and not flag.value.strip():
@@ -54,8 +68,9 @@ def main(argv):
       **given, 'vocab': fs.abspath(vocab) if vocab else '',
       'text_field': _TFDS_FIELD.value if _TFDS.value else given['text_field']})
   try:
+    writer = on_beam.writer(_RUNNER.value, unknown) if _RUNNER.value else None
     prepare.records_folder(settings, _OUTPUT.value, num_workers=_NUM_WORKERS.value,
-                           log=lambda line: print(line, flush=True))
+                           log=lambda line: print(line, flush=True), writer=writer)
   except (ValueError, FileNotFoundError, OSError) as e:
     raise cli.UserError(str(e)) from None
 

@@ -116,7 +116,7 @@ WINGS = ('storage', 'platform', 'fields', 'data', 'model', 'convert', 'hardware'
 # asked for (PEP 562), and Orbax's private metadata store (platform/private.py: loaded by the
 # checkpointer alone). The commands of launch/ import everything at the top.
 LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'scipy', 'matplotlib', 'torch',
-        'transformers', 'electra_jax.config.pretraining', 'orbax.checkpoint._src')
+        'transformers', 'electra_jax.config.pretraining', 'orbax.checkpoint._src', 'apache_beam')
 
 
 def _wing(module: str) -> str | None:

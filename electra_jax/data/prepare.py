@@ -1,10 +1,19 @@
 """Building a records folder (records.py describes it): corpus -> vocabulary -> packed examples ->
 sharded TFRecord files plus their counts, then `metadata.json`.
 
-Determinism: the k-th document of the source is held out when hash(seed, k) < eval_fraction; the
-j-th document of a split goes to shard j mod (shards of that split); each shard has its own example
-builder seeded by (seed, split, shard). A shard's bytes therefore depend on the source and the
-settings only, never on the number of worker processes or the order they finish in.
+Who reads what (records.RULES, recorded in metadata.json as `rule`):
+- 'parts', a corpus of files: the files are cut into parts of about the same bytes
+  (corpus.Source.parts: a file, or a byte range of a large one); part p's documents go to train
+  shard p mod num_shards, its held-out ones (hash(seed, file, where the document starts) <
+  eval_fraction) to eval shard (p mod num_shards) mod num_eval_shards, each part through an example
+  builder seeded by (seed, split, part). A worker writes whole train shards and reads only their
+  parts, spooling each part's held-out examples beside them; the eval shards are those spools
+  joined in part order (`join_eval_shards`).
+- 'documents', the built-in corpus and TFDS datasets: every worker reads every document; the k-th
+  is held out when hash(seed, k) < eval_fraction, the j-th of a split goes to shard j mod (shards
+  of that split), each shard through a builder seeded by (seed, split, shard).
+Either way a shard's bytes depend on the source and the settings only, never on the number of
+worker processes or the order they finish in.
 
 Atomicity: a shard is written under a hidden temporary name and renamed when complete, then its
 counts file is written (also by rename). An interrupted build leaves only complete shards; running
@@ -39,23 +48,29 @@ def _serialize(tf, example: examples_lib.Example) -> bytes:
 
 
 class _Shard:
-  """One shard being written: its builder, its writer (to a temporary name) and its counts."""
+  """One shard being written: its builder, its writer (to a temporary name) and its counts. Its
+  examples come from one builder seeded `seed`, or, under the parts rule, from a builder per part
+  (`restart`); a part's held-out examples are a shard of their own, spooled (`spool_name`)."""
 
-  def __init__(self, tf, out_dir, settings: records.Settings, split, index, special, vocab_size):
-    self.tf, self.out_dir, self.split = tf, out_dir, split
-    self.name = settings.file(split, index)
+  def __init__(self, tf, out_dir, settings: records.Settings, name: str, seed: str, special,
+               vocab_size):
+    self.tf, self.out_dir, self.name, self.special = tf, out_dir, name, special
     # locally a temporary name, renamed when complete; in a bucket the object itself, which
     # appears only when its upload completes
     self.tmp: str | None = (fs.join(out_dir, self.name) if fs.remote(out_dir) else
                 fs.join(out_dir, f'.{self.name}.tmp-{os.getpid()}'))
     self.writer = tf.io.TFRecordWriter(self.tmp)
-    self.builder = examples_lib.ExampleBuilder(settings.max_seq_length, special.cls, special.sep,
-                                               seed=f'{settings.seed}:{split}:{index}')
+    self.restart(settings.max_seq_length, seed)
     self.counts = np.zeros(vocab_size, np.int64)
     self.pending: list[np.ndarray] = []
     self.examples = self.tokens = self.documents = self.long_sentences = 0
     self.max_length = settings.max_seq_length
     self.piece = max(4, settings.max_seq_length // 4)
+
+  def restart(self, max_length: int, seed: str):
+    """The examples that follow come from a new builder seeded `seed`."""
+    self.builder = examples_lib.ExampleBuilder(max_length, self.special.cls, self.special.sep,
+                                               seed=seed)
 
   def add_document(self, sentences: list[list[int]]):
     self.documents += 1
@@ -87,7 +102,8 @@ class _Shard:
       self.counts += np.bincount(np.concatenate(self.pending), minlength=len(self.counts))
       self.pending = []
 
-  def finish(self) -> dict:
+  def finish(self, **extra) -> dict:
+    """Renames the finished shard and writes its counts (with `extra`), which mark it done."""
     self.writer.close()
     self._count()
     path = fs.join(self.out_dir, self.name)
@@ -97,37 +113,50 @@ class _Shard:
     counts = dict(file=self.name, bytes=fs.getsize(path), examples=self.examples,
                   tokens=self.tokens, documents=self.documents,
                   long_sentences=self.long_sentences,
-                  token_counts=self.counts.tolist())
+                  token_counts=self.counts.tolist(), **extra)
     # ... and now marked done
     records.write_json(records.counts_path(self.out_dir, self.name), counts)
     return counts
 
 
+class _Pending:
+  """Documents waiting to be tokenized in one call (8K sentences a call: 2x faster than a call per
+  document), each for its shard, added to them in order so that each shard's bytes are fixed."""
+
+  def __init__(self, tokenizer):
+    self.tokenizer, self.docs, self.sentences = tokenizer, [], 0
+
+  def add(self, shard: _Shard, doc: list[str]):
+    self.docs.append((shard, doc))
+    self.sentences += len(doc)
+    if self.sentences >= 8192:
+      self.flush()
+
+  def flush(self):
+    ids = self.tokenizer.encode_batch([s for _, doc in self.docs for s in doc])
+    i = 0
+    for shard, doc in self.docs:
+      shard.add_document(ids[i:i + len(doc)])
+      i += len(doc)
+    self.docs, self.sentences = [], 0
+
+
 def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[str, int]],
                  log: Callable[[str], None] = print, name: str = 'worker',
                  log_every_s: float = 10.0) -> dict:
-  """Reads the whole source once and writes the `wanted` shards; returns the source's ReadReport.
-
-  Every worker reads every document (to know its index) but tokenizes only its own shards' ones.
+  """Reads the whole source once and writes the `wanted` shards (the 'documents' rule); returns
+  the source's ReadReport. Every worker reads every document (to know its index) but tokenizes
+  only its own shards' ones.
   """
   tf = tf_import.tensorflow()
   tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, records.vocab_file(settings)),
                                            lower_case=settings.lower_case)
   source = corpus_lib.Source(settings.source, settings.text_field)
-  shards = {key: _Shard(tf, out_dir, settings, *key, tokenizer.special, tokenizer.vocab_size)
-            for key in wanted}
+  shards = {key: _Shard(tf, out_dir, settings, settings.file(*key),
+                        f'{settings.seed}:{key[0]}:{key[1]}', tokenizer.special,
+                        tokenizer.vocab_size) for key in wanted}
   seen = {s: 0 for s in records.SPLITS}
-  pending: list[tuple[_Shard, list]] = []  # documents waiting to be tokenized in one call
-  pending_sentences = 0
-
-  def flush():
-    ids = tokenizer.encode_batch([s for _, doc in pending for s in doc])
-    i = 0
-    for shard, doc in pending:  # in document order, so each shard's bytes are fixed
-      shard.add_document(ids[i:i + len(doc)])
-      i += len(doc)
-    pending.clear()
-
+  pending = _Pending(tokenizer)
   start = last = time.time()
   try:
     for k, doc in enumerate(source.documents()):
@@ -136,31 +165,134 @@ def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[st
       seen[split] += 1
       shard = shards.get(key)
       if shard is not None:
-        pending.append((shard, doc))
-        pending_sentences += len(doc)
-        if pending_sentences >= 8192:  # one tokenizer call per 8K sentences: 2x faster than per doc
-          flush()
-          pending_sentences = 0
+        pending.add(shard, doc)
       if time.time() - last > log_every_s:
         last = time.time()
         log(_progress_line(name, source, shards, last - start))
-    flush()
+    pending.flush()
     done = [shard.finish() for shard in shards.values()]
   except Exception as e:
     if not fs.no_space(e):
       raise
     raise ValueError(_disk_full(out_dir, source)) from None
   finally:
-    for shard in shards.values():  # after a failure: no temporary file stays behind
-      if shard.tmp is not None and not fs.remote(shard.tmp) and fs.exists(shard.tmp):
-        try:
-          shard.writer.close()
-        except Exception:
-          pass  # (a full disk fails the close too)
-        fs.remove(shard.tmp)
+    _discard_unfinished(list(shards.values()))
   log(_progress_line(name, source, shards, time.time() - start, final=True))
   return dict(report=dataclasses.asdict(source.report), documents=sum(seen.values()),
               shards=sorted(d['file'] for d in done))
+
+
+def spool_name(part: int) -> str:
+  """The file of a part's held-out examples (the parts rule): written beside its train shard,
+  joined into its eval shard at the end (`join_eval_shards`), then removed."""
+  return f'.part-{part:06d}.eval.tfrecord'
+
+
+def eval_shard_of(settings: records.Settings, part: int) -> int:
+  """The eval shard of part `part`'s held-out documents: that of its train shard, so that a worker
+  writing train shards reads no part for the held-out split alone."""
+  return (part % settings.num_shards) % settings.num_eval_shards
+
+
+def write_parts(out_dir: str, settings: records.Settings, wanted: list[int],
+                log: Callable[[str], None] = print, name: str = 'worker',
+                log_every_s: float = 10.0) -> dict:
+  """Writes the train shards `wanted` of a file corpus under the parts rule (records.RULES),
+  reading only their parts: part p's documents go to train shard p mod num_shards, each part's
+  examples from a builder of its own, its held-out documents into its spool (`spool_name`). Each
+  shard's counts keep what reading its parts met (`read`: the folder's warnings). Returns the
+  bytes this worker read from the files."""
+  tf = tf_import.tensorflow()
+  tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, records.vocab_file(settings)),
+                                           lower_case=settings.lower_case)
+  source = corpus_lib.Source(settings.source, settings.text_field)
+  parts = source.parts(settings.num_shards)
+  every = settings.num_shards
+  total = sum(p.end - p.start for p in parts if p.index % every in wanted)
+  pending, started = _Pending(tokenizer), []
+  mine = corpus_lib.ReadReport()  # (the worker's own reading: bytes done and read)
+
+  def new(file: str, seed: str) -> _Shard:
+    started.append(_Shard(tf, out_dir, settings, file, seed, tokenizer.special,
+                          tokenizer.vocab_size))
+    return started[-1]
+
+  start = last = time.time()
+  try:
+    for index in wanted:
+      shard, report = new(settings.file('train', index), ''), corpus_lib.ReadReport()
+      for part in parts[index::every]:
+        shard.restart(settings.max_seq_length, f'{settings.seed}:train:part{part.index}')
+        spool = new(spool_name(part.index), f'{settings.seed}:eval:part{part.index}')
+        for offset, doc in source.part_documents(part, report):
+          held = records.held_out_at(settings.seed, part.file, offset, settings.eval_fraction)
+          pending.add(spool if held else shard, doc)
+          if time.time() - last > log_every_s:
+            last = time.time()
+            log(_parts_line(name, mine.bytes_done + report.bytes_done, mine.bytes_read,
+                            total, started, last - start))
+        pending.flush()  # (before the next part's builder)
+        spool.finish()
+      read = dataclasses.asdict(report)
+      mine.bytes_done += read.pop('bytes_done')
+      mine.bytes_read += read.pop('bytes_read')
+      shard.finish(read=read)
+  except Exception as e:
+    if not fs.no_space(e):
+      raise
+    raise ValueError(_disk_full(out_dir, source)) from None
+  finally:
+    _discard_unfinished(started)
+  log(_parts_line(name, mine.bytes_done, mine.bytes_read, total, started, time.time() - start,
+                  final=True))
+  return dict(bytes_read=mine.bytes_read, shards=[settings.file('train', i) for i in wanted])
+
+
+def _discard_unfinished(shards: list[_Shard]):
+  """After a failure: no temporary file stays behind."""
+  for shard in shards:
+    if shard.tmp is not None and not fs.remote(shard.tmp) and fs.exists(shard.tmp):
+      try:
+        shard.writer.close()
+      except Exception:
+        pass  # (a full disk fails the close too)
+      fs.remove(shard.tmp)
+
+
+def _parts_line(name: str, done: int, read: int, total: int, shards: list, elapsed: float,
+                final: bool = False) -> str:
+  examples = sum(s.examples for s in shards)
+  line = (f'{name}: {done / 1e6:,.1f} of {total / 1e6:,.1f} MB of its parts read, {examples:,} '
+          f'examples written, {done / 1e6 / max(elapsed, 1e-9):.2f} MB/s')
+  if final:
+    return line + (f', done in {fs.duration_text(elapsed)}; {read / 1e6:,.1f} MB read from the '
+                   'files in all')
+  fraction = done / total if total else 0
+  if fraction:
+    line += f', {100 * fraction:.0f}%, ETA {fs.duration_text(elapsed * (1 - fraction) / fraction)}'
+  return line
+
+
+def join_eval_shards(out_dir: str, settings: records.Settings, parts: int, wanted: list[int]):
+  """Each eval shard of `wanted`: its parts' spools joined in part order (TFRecord files join
+  whole), written under a temporary name and renamed, then its counts (the spools' summed)."""
+  for index in wanted:
+    name = settings.file('eval', index)
+    members = [spool_name(p) for p in range(parts) if eval_shard_of(settings, p) == index]
+    counts = [records.read_json(records.counts_path(out_dir, m)) for m in members]
+    path = fs.join(out_dir, name)
+    tmp = path if fs.remote(out_dir) else fs.join(out_dir, f'.{name}.tmp-{os.getpid()}')
+    with fs.open(tmp, 'wb') as out:
+      for member in members:
+        out.write(fs.read_bytes(fs.join(out_dir, member)))
+    if tmp != path:
+      fs.replace(tmp, path)
+    summed = dict(file=name, bytes=fs.getsize(path),
+                  **{k: sum(c[k] for c in counts)
+                     for k in ('examples', 'tokens', 'documents', 'long_sentences')},
+                  token_counts=np.sum([c['token_counts'] for c in counts], axis=0).tolist()
+                  if counts else [])
+    records.write_json(records.counts_path(out_dir, name), summed)
 
 
 def _disk_full(out_dir: str, source) -> str:
@@ -221,10 +353,12 @@ def _ignore_signals():
   signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
 
 
-def _worker(args):
-  out_dir, settings, wanted, name = args
-  return write_shards(out_dir, settings, wanted, log=lambda line: print(line, flush=True),
-                      name=name)
+def _worker(args, log=None):
+  out_dir, settings, wanted, name, rule = args
+  log = log or (lambda line: print(line, flush=True))
+  if rule == 'parts':
+    return write_parts(out_dir, settings, [i for _, i in wanted], log=log, name=name)
+  return write_shards(out_dir, settings, wanted, log=log, name=name)
 
 
 def _differences(old: dict, new: dict) -> list[str]:
@@ -248,20 +382,32 @@ def _source_changed(out_dir: str, source: corpus_lib.Source) -> str:
 
 
 def records_folder(settings: records.Settings, out_dir: str, *, num_workers: int = 1,
-            log: Callable[[str], None] = print, size_flag: str = '--vocab_size') -> dict:
-  """Builds (or finishes) the records folder `out_dir` for `settings`; returns its metadata."""
+                   log: Callable[[str], None] = print, size_flag: str = '--vocab_size',
+                   writer: Callable | None = None) -> dict:
+  """Builds (or finishes) the records folder `out_dir` for `settings`; returns its metadata. The
+  shards are written by `num_workers` processes here, or by `writer` (a corpus of files only:
+  (out_dir, settings, the train shards, the eval shards, the parts, log) -> None, on_beam.writer's
+  pipeline)."""
   settings.check()
   if num_workers < 1:
     raise ValueError(f'num_workers={num_workers} must be at least 1')
+  if writer is not None and records.rule_of(settings.source) != 'parts':
+    raise ValueError(f'--runner builds the records of a corpus of files, and {settings.source!r} '
+                     'is read whole; build it here (--num_workers), without --runner')
   plan = dataclasses.asdict(settings)
   meta_path, plan_path = fs.join(out_dir, records.METADATA), fs.join(out_dir, records.PLAN)
   if fs.exists(out_dir) and not fs.isdir(out_dir):  # (a file, or /dev/null)
     raise ValueError(f'--output {out_dir} is a file; give a folder (new or empty) for the records')
   if fs.exists(plan_path):
-    diffs = _differences(records.read_json(plan_path), plan)
+    begun, rule = records.read_plan(plan_path)
+    diffs = _differences(dataclasses.asdict(begun), plan)
     if diffs:
       raise ValueError(f'{out_dir} holds records built with other settings ({", ".join(diffs)}); '
                        'use the same settings to finish or reuse it, or another folder')
+    if rule != records.rule_of(settings.source) and not fs.exists(meta_path):
+      raise ValueError(f'{out_dir} is an unfinished records folder begun by an earlier version, '
+                       f'which gave the documents to shards by another rule ({rule!r}); delete it '
+                       'and run the same command again')
   elif fs.isdir(out_dir) and fs.listdir(out_dir):
     raise ValueError(f'{out_dir} exists and is not a records folder; remove it or choose another '
                      'folder')
@@ -284,7 +430,7 @@ def records_folder(settings: records.Settings, out_dir: str, *, num_workers: int
   fs.makedirs(out_dir)
   try:
     try:
-      return _build(settings, source, out_dir, num_workers, log, size_flag)
+      return _build(settings, source, out_dir, num_workers, log, size_flag, writer)
     except OSError as e:  # the vocabulary or a counts file on a full disk
       if not fs.no_space(e):
         raise
@@ -295,7 +441,8 @@ def records_folder(settings: records.Settings, out_dir: str, *, num_workers: int
     raise
 
 
-def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size') -> dict:
+def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size',
+           writer=None) -> dict:
   plan_path = fs.join(out_dir, records.PLAN)
   vocab_path = fs.join(out_dir, records.vocab_file(settings))
   if not fs.exists(plan_path):
@@ -319,38 +466,88 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
     state = source.state()  # (a stat of every corpus file: once)
     if state is not None:
       records.write_json(fs.join(out_dir, records.SOURCE), state)
-    records.write_json(plan_path, dataclasses.asdict(settings))
+    records.write_json(plan_path, {**dataclasses.asdict(settings),
+                                   'rule': records.rule_of(settings.source)})
   for stale in fs.listdir(out_dir):  # temporary files of an interrupted run
     if stale.startswith('.') and '.tmp-' in stale:
       fs.remove(fs.join(out_dir, stale))
 
   missing = [key for key in settings.shards() if key not in records.done_shards(out_dir, settings)]
   total = len(settings.shards())
-  if missing:
-    workers = min(num_workers, len(missing))
-    log(f'writing {len(missing)} of {total} shards to {out_dir} with {workers} worker(s)')
-    tasks = [(out_dir, settings, missing[w::workers], f'worker {w + 1}/{workers}')
-             for w in range(workers)]
-    if workers == 1:
-      results = [write_shards(out_dir, settings, missing, log=log, name='worker 1/1')]
-    else:
-      pool = None
-      try:  # the first worker error is raised here; an interruption reaches this process only
-        with _stops_deferred():  # (a deferred one arrives at its end, the pool made)
-          pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
-        results = sorted(pool.imap_unordered(_worker, tasks), key=lambda r: r['shards'])
-      finally:  # the workers stopped before an error or interruption goes on
-        if pool is not None:
-          pool.terminate()
-          pool.join()
-    report = corpus_lib.ReadReport(**results[0]['report'])
-    for warning in report.warnings():
-      log(f'warning: corpus {settings.source}: {warning}')
-  return _finish(out_dir, settings, log)
+  rule = records.rule_of(settings.source)
+  parts = len(source.parts(settings.num_shards)) if rule == 'parts' else 0
+  # the parts rule: workers write the train shards, reading their parts alone, then the held-out
+  # spools are joined into the eval shards here; 'documents': workers write any shards
+  work = [key for key in missing if rule == 'documents' or key[0] == 'train']
+  if rule == 'parts':  # an eval shard to join whose spools are gone: their train shards again
+    joining = {i for split, i in missing if split == 'eval'}
+    again = sorted({p % settings.num_shards for p in range(parts) if eval_shard_of(settings, p)
+                    in joining and not _spool_done(out_dir, p)} - {i for _, i in work})
+    work = sorted(work + [('train', i) for i in again], key=lambda key: key[1])
+    missing = sorted(set(missing) | set(work), key=settings.shards().index)
+  joined = [i for split, i in missing if split == 'eval'] if rule == 'parts' else []
+  if writer is not None:  # elsewhere (on_beam.writer): the train shards, then the eval shards
+    writer(out_dir, settings, [i for _, i in work], joined, parts, log)
+    return _finish(out_dir, settings, log, rule, parts)
+  if work:
+    log(f'writing {len(missing)} of {total} shards to {out_dir} with '
+        f'{min(num_workers, len(work))} worker(s)'
+        + (f', {parts:,} parts of the corpus among them' if parts else ''))
+    results = _write_here(out_dir, settings, work, num_workers, rule, log)
+    if rule == 'documents':  # (the parts rule's: in the shards' counts, logged by _finish)
+      for warning in corpus_lib.ReadReport(**results[0]['report']).warnings():
+        log(f'warning: corpus {settings.source}: {warning}')
+  if joined:
+    log(f'joining {len(joined)} eval shard(s) from the held-out examples of their parts')
+    join_eval_shards(out_dir, settings, parts, joined)
+  return _finish(out_dir, settings, log, rule, parts)
 
 
-def _finish(out_dir: str, settings: records.Settings, log) -> dict:
-  """All shards done: their counts -> metadata.json (the mark of a complete folder)."""
+def _write_here(out_dir: str, settings: records.Settings, work: list, num_workers: int, rule: str,
+                log) -> list[dict]:
+  """The shards `work` written by worker processes of this machine (one: this process), each
+  writing every `num_workers`-th of them; their results."""
+  workers = min(num_workers, len(work))
+  tasks = [(out_dir, settings, work[w::workers], f'worker {w + 1}/{workers}', rule)
+           for w in range(workers)]
+  if workers == 1:
+    return [_worker(tasks[0], log)]
+  pool = None
+  try:  # the first worker error is raised here; an interruption reaches this process only
+    with _stops_deferred():  # (a deferred one arrives at its end, the pool made)
+      pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
+    return sorted(pool.imap_unordered(_worker, tasks), key=lambda r: r['shards'])
+  finally:  # the workers stopped before an error or interruption goes on
+    if pool is not None:
+      pool.terminate()
+      pool.join()
+
+
+def _spool_done(out_dir: str, part: int) -> bool:
+  """Whether part `part`'s held-out spool is complete (its counts file, and the size it gives)."""
+  name = spool_name(part)
+  try:
+    return fs.getsize(fs.join(out_dir, name)) == records.read_json(
+        records.counts_path(out_dir, name))['bytes']
+  except (OSError, ValueError, KeyError):
+    return False
+
+
+def _read_report(reads: list[dict]) -> corpus_lib.ReadReport:
+  """The ReadReports of the parts rule's train shards (their counts' `read`) as one, in order."""
+  out = corpus_lib.ReadReport()
+  for read in reads:
+    r = corpus_lib.ReadReport(**read)
+    for name, mine in dataclasses.asdict(out).items():
+      value = getattr(r, name)
+      setattr(out, name, (mine or value) if name == 'first_nul' else mine + value)
+  return out
+
+
+def _finish(out_dir: str, settings: records.Settings, log, rule: str = 'documents',
+            part_count: int = 0) -> dict:
+  """All shards done: their counts -> metadata.json (the mark of a complete folder), then the
+  held-out spools of the parts rule removed."""
   splits, counts = {}, {}
   for split in records.SPLITS:
     parts = [records.read_json(records.counts_path(out_dir, settings.file(split, i)))
@@ -361,8 +558,11 @@ def _finish(out_dir: str, settings: records.Settings, log) -> dict:
                          **{k: sum(p[k] for p in parts) for k in ('examples', 'tokens',
                                                                   'documents')})
     counts[split] = np.sum([p['token_counts'] for p in parts], axis=0)
-  shards = (records.read_json(records.counts_path(out_dir, settings.file(split, i)))
-            for split in records.SPLITS for i in range(settings.count(split)))
+  shards = [records.read_json(records.counts_path(out_dir, settings.file(split, i)))
+            for split in records.SPLITS for i in range(settings.count(split))]
+  if rule == 'parts':  # what reading the corpus met, each train shard's parts' (see write_parts)
+    for warning in _read_report([p['read'] for p in shards if 'read' in p]).warnings():
+      log(f'warning: corpus {settings.source}: {warning}')
   long_sentences = sum(p.get('long_sentences', 0) for p in shards)
   if long_sentences:
     piece = max(4, settings.max_seq_length // 4)
@@ -390,8 +590,12 @@ def _finish(out_dir: str, settings: records.Settings, log) -> dict:
       vocab_size=tokenizer.vocab_size, vocab_fingerprint=tokenizer.fingerprint,
       special_ids=tokenizer.special.as_dict(), lower_case=settings.lower_case,
       eval_fraction=settings.eval_fraction, splits=splits,
-      unigram_xent=unigram_cross_entropy(counts['train'], counts['eval'], tokenizer.special))
+      unigram_xent=unigram_cross_entropy(counts['train'], counts['eval'], tokenizer.special),
+      rule=rule, **({'parts': part_count} if part_count else {}))
   records.write_json(fs.join(out_dir, records.METADATA), metadata)
+  for name in fs.listdir(out_dir):
+    if name.startswith('.part-'):
+      fs.remove(fs.join(out_dir, name))
   log(f'records {out_dir}: {splits["train"]["examples"]:,} train / '
       f'{splits["eval"]["examples"]:,} held-out examples of {settings.max_seq_length} tokens from '
       f'{splits["train"]["documents"] + splits["eval"]["documents"]:,} documents, unigram baseline '

@@ -6,6 +6,8 @@ A records folder holds:
     train-XXXXX-of-YYYYY.tfrecord       packed examples (input_ids, input_mask, segment_ids)
     train-XXXXX-of-YYYYY.json           that shard's counts; written last, it marks the shard done
     eval-...                            the held-out split, the same way
+    .part-XXXXXX.eval.tfrecord | .json  while a corpus of files is built: each part's held-out
+                                        examples, joined into the eval shards, then removed
     metadata.json                       written once every shard is done: the folder is complete
 """
 
@@ -113,8 +115,45 @@ class Settings:
 
 def held_out(seed: int, k: int, eval_fraction: float) -> bool:
   """Whether the k-th document goes to the held-out split: a hash of (seed, k), no shared state."""
-  digest = hashlib.blake2b(f'{seed}:{k}'.encode(), digest_size=8).digest()
-  return int.from_bytes(digest, 'little') < eval_fraction * 2.0**64
+  return _below(f'{seed}:{k}', eval_fraction)
+
+
+def held_out_at(seed: int, file: int, offset: int, eval_fraction: float) -> bool:
+  """Whether the document that starts at byte `offset` of the corpus's file `file` goes to the
+  held-out split (the parts rule): a hash of (seed, file, offset), what any reader knows."""
+  return _below(f'{seed}:{file}:{offset}', eval_fraction)
+
+
+def _below(key: str, fraction: float) -> bool:
+  digest = hashlib.blake2b(key.encode(), digest_size=8).digest()
+  return int.from_bytes(digest, 'little') < fraction * 2.0**64
+
+
+# How a records folder's documents were given to its splits and shards (metadata.json's `rule`;
+# folders without it were built by 'documents').
+RULES = {
+    'documents': 'one read of the whole corpus in order: the k-th document held out by a hash of '
+                 '(seed, k), the j-th of a split in its shard j mod shards; every worker reads '
+                 'every document (the built-in corpus, TFDS datasets)',
+    'parts': "the corpus's files in parts of about the same bytes (corpus.Source.parts): part p's "
+             'documents in train shard p mod num_shards, its held-out ones (a hash of the seed, '
+             'the file and where the document starts) in eval shard (p mod num_shards) mod '
+             'num_eval_shards, each part through a builder of its own; a worker reads only its '
+             "shards' parts (files of a corpus)",
+}
+
+
+def rule_of(source: str) -> str:
+  """The rule a records folder of `source` is built by now."""
+  return 'documents' if source == 'builtin' or source.startswith('tfds:') else 'parts'
+
+
+def read_plan(path: str) -> tuple[Settings, str]:
+  """(the settings, the rule) a records folder's plan (prepare.json) records; plans written before
+  the rule was recorded are 'documents'."""
+  plan = read_json(path)
+  rule = plan.pop('rule', 'documents')
+  return Settings(**plan), rule
 
 
 def write_json(path: str, value):
@@ -182,7 +221,7 @@ def read_metadata(records_dir: str) -> dict:
   path = fs.join(records_dir, METADATA)
   if not fs.isfile(path):
     if fs.isfile(fs.join(records_dir, PLAN)):
-      settings = Settings(**read_json(fs.join(records_dir, PLAN)))
+      settings, _ = read_plan(fs.join(records_dir, PLAN))
       done = len(done_shards(records_dir, settings))
       raise FileNotFoundError(
           f'{records_dir} is an unfinished records folder ({done} of '

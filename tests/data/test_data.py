@@ -195,7 +195,7 @@ def test_pipeline_gives_sharded_deterministic_global_batches(records_dir):
 @pytest.mark.fast
 def test_prepare_refuses_a_foreign_folder_an_empty_corpus_and_other_settings(tmp_path,
                                                                              records_dir):
-  settings = records.Settings(**records.read_json(os.path.join(records_dir, records.PLAN)))
+  settings, _ = records.read_plan(os.path.join(records_dir, records.PLAN))
   (tmp_path / 'busy').mkdir()
   (tmp_path / 'busy' / 'notes.txt').write_text('mine')
   with pytest.raises(ValueError, match='exists and is not a records folder'):

@@ -5,6 +5,7 @@ import collections
 import dataclasses
 import filecmp
 import gzip
+import importlib.util
 import json
 import os
 import re
@@ -16,7 +17,9 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, WORDS, write_corpus
+from electra_jax.data import corpus as corpus_lib
 from electra_jax.data import input_pipeline
+from electra_jax.data import on_beam
 from electra_jax.data import prepare as prepare_lib
 from electra_jax.data import records
 from electra_jax.storage import tf_import
@@ -89,21 +92,83 @@ def test_the_same_bytes_whatever_the_number_of_workers_and_bad_flags(tmp_path, b
 
 
 @pytest.mark.fast
-def test_documents_are_split_deterministically_and_counted(built, settings):
+def test_documents_go_to_the_shards_of_their_parts_and_are_counted(built, settings):
+  """The parts rule: a document goes to the train shard of its part (p mod num_shards), or, held
+  out by the hash of where it starts, to that shard's eval shard; every document once; the
+  spools of the held-out examples are gone once the folder is complete."""
   meta = records.read_metadata(built)
   s = meta['splits']
-  assert s['train']['documents'] + s['eval']['documents'] == 100
-  expected_eval = sum(records.held_out(0, k, 0.1) for k in range(100))
-  assert s['eval']['documents'] == expected_eval > 0
+  assert meta['rule'] == 'parts' and s['train']['documents'] + s['eval']['documents'] == 100
+  source = corpus_lib.Source(settings.source)
+  parts = source.parts(settings.num_shards)
+  assert meta['parts'] == len(parts) >= settings.num_shards
+  train, held = [0] * settings.num_shards, [0] * settings.num_eval_shards
+  for part in parts:
+    for offset, _ in source.part_documents(part, corpus_lib.ReadReport()):
+      if records.held_out_at(settings.seed, part.file, offset, settings.eval_fraction):
+        held[prepare_lib.eval_shard_of(settings, part.index)] += 1
+      else:
+        train[part.index % settings.num_shards] += 1
+  documents = lambda split: [records.read_json(os.path.join(built, f[:-9] + '.json'))['documents']
+                             for f in s[split]['files']]
+  assert documents('train') == train and documents('eval') == held and sum(held) > 0
   assert len(s['train']['files']) == 5 and len(s['eval']['files']) == 2
   assert sum(s['train']['examples_per_file']) == s['train']['examples']
-  # Round-robin over documents: train shards differ by at most one document.
-  docs = [records.read_json(os.path.join(built, f[:-9] + '.json'))['documents']
-          for f in s['train']['files']]
-  assert max(docs) - min(docs) <= 1
+  assert not [n for n in os.listdir(built) if n.startswith('.')]
   # The hash split holds out about the requested share.
-  share = np.mean([records.held_out(7, k, 0.1) for k in range(20_000)])
+  share = np.mean([records.held_out_at(7, k % 3, 101 * k, 0.1) for k in range(20_000)])
   assert abs(share - 0.1) < 0.007
+
+
+@pytest.mark.parametrize('files', [1, 3])
+def test_each_worker_reads_only_its_parts_and_any_split_of_the_work_writes_the_same_bytes(
+    tmp_path, files):
+  """A corpus of one file or of several: the train shards split between 2 or 3 workers (each run
+  here in turn), each reads its shards' parts alone (their bytes, and at most a quarter more for
+  a file's first 8 KB, looked at once, the look-backs and the documents crossing a part's end,
+  with parts of 11 KB here), and the folder they make is the one worker's, byte for byte."""
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  for i in range(files):
+    write_corpus(str(corpus / f'{i}.txt'), num_docs=1200 // files, seed=i)
+  total = sum(os.path.getsize(corpus / n) for n in os.listdir(corpus))
+  settings = records.Settings(source=str(corpus), max_seq_length=32, eval_fraction=0.1,
+                              num_shards=6, num_eval_shards=2, vocab_size=96)
+  one = str(tmp_path / 'one')
+  prepare_lib.records_folder(settings, one, log=_quiet)
+  parts = corpus_lib.Source(settings.source).parts(settings.num_shards)
+  for workers in (2, 3):
+    out = str(tmp_path / f'by_{workers}')
+    os.makedirs(out)
+    for name in (records.PLAN, records.SOURCE, 'vocab.model'):
+      shutil.copy(os.path.join(one, name), out)
+    for w in range(workers):
+      shards = list(range(6))[w::workers]
+      own = sum(p.end - p.start for p in parts if p.index % 6 in shards)
+      done = prepare_lib.write_parts(out, settings, shards, log=_quiet)
+      assert own < done["bytes_read"] <= 1.25 * own and own < 0.55 * total * 2 / workers, (
+          workers, w, own, total, done['bytes_read'])
+    prepare_lib.records_folder(settings, out, log=_quiet)  # (joins the eval shards)
+    _same_folders(one, out)
+
+
+@pytest.mark.fast
+def test_the_builtin_corpus_keeps_the_rule_of_one_read_in_order(tmp_path):
+  """A source that is no files (the built-in corpus, a TFDS dataset) is read whole by every worker,
+  the k-th document held out by a hash of (seed, k) and the j-th of a split in shard j mod shards
+  (the rule every folder had before the parts rule)."""
+  settings = records.Settings(source='builtin', max_seq_length=32, eval_fraction=0.2,
+                              num_shards=3, num_eval_shards=2, vocab_size=300)
+  out = str(tmp_path / 'records')
+  meta = prepare_lib.records_folder(settings, out, log=_quiet)
+  docs = len(corpus_lib.builtin_documents())
+  held = sum(records.held_out(settings.seed, k, 0.2) for k in range(docs))
+  assert meta['rule'] == 'documents' and 'parts' not in meta
+  assert (meta['splits']['eval']['documents'], meta['splits']['train']['documents']) == (
+      held, docs - held)
+  per_shard = [records.read_json(os.path.join(out, f[:-9] + '.json'))['documents']
+               for f in meta['splits']['train']['files']]
+  assert max(per_shard) - min(per_shard) <= 1  # round robin
 
 
 @pytest.mark.fast
@@ -150,11 +215,35 @@ def test_an_interrupted_build_is_finished_with_the_same_bytes(tmp_path, built):
   with pytest.raises(FileNotFoundError, match=r'unfinished records folder \(5 of 7 shards '
                      r'written\); run the same prepare command again'):
     records.read_metadata(partial)
-  settings = records.Settings(**records.read_json(os.path.join(partial, records.PLAN)))
+  settings, _ = records.read_plan(os.path.join(partial, records.PLAN))
   logged = []
   prepare_lib.records_folder(settings, partial, log=logged.append)
-  assert 'writing 2 of 7 shards' in logged[0]
+  # (the held-out spools went with the complete folder: eval shard 0's parts are read again)
+  assert 'writing 5 of 7 shards' in logged[0]
   _same_folders(built, partial)
+
+
+@pytest.mark.fast
+def test_a_build_stopped_before_its_eval_shards_joins_them_from_the_spools(tmp_path, built,
+                                                                           settings,
+                                                                           monkeypatch):
+  """Killed after its train shards (each part's held-out examples spooled beside them), a build
+  run again writes only the eval shards, from the spools, to the same bytes."""
+  out = str(tmp_path / 'stopped')
+
+  def killed(*_):
+    raise RuntimeError('killed')
+
+  with monkeypatch.context() as m:
+    m.setattr(prepare_lib, 'join_eval_shards', killed)
+    with pytest.raises(RuntimeError, match='killed'):
+      prepare_lib.records_folder(settings, out, log=_quiet)
+  spools = [n for n in os.listdir(out) if n.startswith('.part-') and n.endswith('.tfrecord')]
+  assert len(spools) == len(corpus_lib.Source(settings.source).parts(settings.num_shards))
+  logged = []
+  prepare_lib.records_folder(settings, out, log=logged.append)
+  assert logged[0] == 'joining 2 eval shard(s) from the held-out examples of their parts', logged
+  _same_folders(built, out)
 
 
 @pytest.mark.fast
@@ -343,3 +432,47 @@ def test_the_commands_flags_for_the_records_settings_are_their_declarations():
       default = str(default).lower() if isinstance(default, bool) else default
       assert f"{' '.join(declared[name].doc.split())} (default: '{default}')" in text, (
           script, name, text[-3000:])
+
+
+needs_beam = pytest.mark.skipif(importlib.util.find_spec('apache_beam') is None,
+                                reason='needs the beam extra: pip install -e ".[beam]"')
+
+
+@needs_beam
+def test_beams_direct_runner_writes_the_local_build_byte_for_byte(tmp_path, built, settings):
+  """launch/prepare_data.py --runner=DirectRunner, two worker processes: the local build's folder
+  (shards, counts, metadata) byte for byte; a runner Beam lacks, a flag neither knows, a job
+  service that refuses connections and a corpus read whole are one sentence each, before
+  anything is written."""
+  out = str(tmp_path / 'beam')
+  same = [f'--corpus={settings.source}', '--eval_fraction=0.1', '--num_shards=5',
+          '--num_eval_shards=2', '--vocab_size=96', '--max_seq_length=32']
+  run = _cli(*same, f'--output={out}', '--runner=DirectRunner', '--direct_num_workers=2',
+             '--direct_running_mode=multi_processing')
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert 'writing 5 train and 2 eval shard(s)' in run.stdout and 'on Apache Beam' in run.stdout
+  _same_folders(built, out)
+  for flags, message in [
+      (['--runner=NoSuchRunner'], '--runner=NoSuchRunner is not a runner of Apache Beam'),
+      (['--runner=DirectRunner', '--direct_num_workrs=2'], '--direct_num_workrs is neither a flag '
+       'of this command nor a pipeline option of Apache Beam'),
+      (['--direct_num_workers=2'], '--direct_num_workers is not a flag of this command (Apache '
+       "Beam's pipeline options go with --runner)"),
+      (['--runner=PortableRunner', '--job_endpoint=localhost:1'], '--job_endpoint=localhost:1 '
+       'cannot be reached (Connection refused); start the job service there')]:
+    run = _cli(*same, f'--output={tmp_path}/x', *flags)
+    error = [l for l in run.stderr.splitlines() if l.startswith('error:')]
+    assert run.returncode == 2 and len(error) == 1 and message in error[0], run.stderr[-2000:]
+  with pytest.raises(ValueError, match="--runner builds the records of a corpus of files, and "
+                     "'builtin' is read whole"):
+    prepare_lib.records_folder(dataclasses.replace(settings, source='builtin'),
+                               f'{tmp_path}/x', writer=lambda *_: None)
+  assert not os.path.exists(tmp_path / 'x')
+
+
+@pytest.mark.fast
+def test_a_runner_without_beam_installed_is_one_sentence(monkeypatch):
+  monkeypatch.setitem(sys.modules, 'apache_beam', None)  # (as if not installed)
+  with pytest.raises(ValueError, match=r'--runner builds the records on Apache Beam, which is not '
+                     r'installed; pip install -e "\.\[beam\]"'):
+    on_beam.writer('DirectRunner', [])

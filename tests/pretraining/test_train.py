@@ -411,13 +411,13 @@ def test_keep_best_keeps_the_best_evaluated_checkpoint_and_other_shapes_are_refu
     tmp_path, records_dir):
   config = _small_run_config('', **{'data.records': records_dir, 'train_steps': 8,
                                     'save_every': 0, 'keep_checkpoints': 1,
-                                    'keep_best': 'mlm_accuracy', 'optimizer.learning_rate': 3e-2})
+                                    'keep_best': 'disc_auc', 'optimizer.learning_rate': 3e-2})
   workdir = str(tmp_path / 'w')
   summary = pretrain.train_and_evaluate(config, workdir, log=_quiet)
-  evals = {r['step']: r['mlm_accuracy'] for r in logs_lib.read_jsonl(
+  evals = {r['step']: r['disc_auc'] for r in logs_lib.read_jsonl(
       os.path.join(workdir, 'metrics.jsonl')) if r['split'] == 'eval'}
   assert sorted(evals) == [2, 4, 6, 8] and len(set(evals.values())) == 4, evals
-  best = max(evals, key=evals.get)  # an accuracy: higher is better
+  best = max(evals, key=evals.get)  # an AUC: higher is better
   assert summary['best_checkpoint'] == os.path.join(workdir, 'checkpoints', str(best))
   assert sorted(int(p) for p in os.listdir(os.path.join(workdir, 'checkpoints'))) == sorted(
       {best, 8})

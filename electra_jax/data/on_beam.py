@@ -1,0 +1,126 @@
+"""A records folder of a corpus of files built on Apache Beam: the same folder, byte for byte, as
+the local build (prepare.py), on any Beam runner (the DirectRunner's processes, Dataflow, Flink,
+Spark).
+
+    pip install -e ".[beam]"
+    python launch/prepare_data.py --corpus="$HOME/corpus/*.txt" --output=$HOME/records/mine \
+        --vocab_size=30522 --runner=DirectRunner --direct_num_workers=4 \
+        --direct_running_mode=multi_processing
+
+The command's own process trains or copies the vocabulary and writes the plan as a local build
+does; the pipeline's elements are the train shards still to write: each is written by
+`prepare.write_parts` from its parts of the corpus alone, with its parts' held-out examples spooled
+beside it, the elements spread over the runner's workers; then each eval shard still to write is
+joined from its parts' spools (after every train shard: their outputs are its side input); the
+command's process then combines the shards' counts into metadata.json. A shard is written under a
+temporary name and renamed (in a bucket: the object appears whole), so a pipeline stopped and run
+again writes only what is missing.
+"""
+
+import socket
+from typing import Callable
+
+from electra_jax.data import prepare
+from electra_jax.data import records
+
+EXTRA = 'pip install -e ".[beam]"'
+
+
+def _beam():
+  try:
+    import apache_beam
+  except ImportError:
+    raise ValueError(f'--runner builds the records on Apache Beam, which is not installed; '
+                     f'{EXTRA} (or leave --runner out: --num_workers processes here)') from None
+  return apache_beam
+
+
+def options(runner: str, args: list[str]):
+  """Beam's PipelineOptions of `--runner` and Beam's own flags `args`; ValueError (one sentence)
+  for a flag Beam does not know."""
+  beam = _beam()
+  from apache_beam.options import pipeline_options
+  from apache_beam.runners import runner as runners
+  try:
+    runners.create_runner(runner)
+  except ValueError:
+    raise ValueError(f'--runner={runner} is not a runner of Apache Beam {beam.__version__}; give '
+                     'DirectRunner, DataflowRunner, FlinkRunner, SparkRunner, ... (python -c '
+                     '"from apache_beam.runners import runner; runner.create_runner(\'X\')" lists '
+                     'them)') from None
+  except ImportError as e:
+    raise ValueError(f'--runner={runner} needs a part of Apache Beam that is not installed '
+                     f'({e}); pip install "apache-beam[gcp]" for Dataflow') from None
+  given = pipeline_options.PipelineOptions([f'--runner={runner}', *args])
+  unknown = sorted(set(given.get_all_options(retain_unknown_options=True)) -
+                   set(given.get_all_options()))
+  if unknown:
+    raise ValueError(f'--{unknown[0]} is neither a flag of this command nor a pipeline option of '
+                     f'Apache Beam {beam.__version__}; check its spelling (python -m '
+                     'apache_beam.options.pipeline_options lists them)')
+  _reachable(given)
+  return given
+
+
+def _reachable(given):
+  """ValueError (one sentence) where the runner's job service (--job_endpoint, --flink_master,
+  --spark_master_url: host:port) refuses a connection within 10 s: a pipeline would wait on it
+  for minutes."""
+  every = given.get_all_options()
+  for option in ('job_endpoint', 'flink_master', 'spark_master_url'):
+    where = str(every.get(option) or '')
+    address = where.split('://')[-1].split('/')[0]
+    host, _, port = address.rpartition(':')
+    if not port.isdigit() or not host:  # ('[auto]', '[local]', 'embed': started by Beam itself)
+      continue
+    try:
+      socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as e:
+      raise ValueError(f'--{option}={where} cannot be reached ({e.strerror or e}); start the job '
+                       'service there, or give the address where it listens') from None
+
+
+def _write_train(index: int, out_dir: str, settings: records.Settings) -> int:
+  prepare.write_parts(out_dir, settings, [index], log=lambda line: print(line, flush=True),
+                      name=f'train shard {index}')
+  return index
+
+
+def _join_eval(index: int, out_dir: str, settings: records.Settings, parts: int, written) -> int:
+  del written  # (there to order the joins after every train shard)
+  prepare.join_eval_shards(out_dir, settings, parts, [index])
+  return index
+
+
+def writer(runner: str, args: list[str]) -> Callable:
+  """prepare.records_folder's `writer` on Beam's `runner` with Beam's flags `args`, checked now:
+  ValueError (one sentence) for Beam not installed or a flag it does not know."""
+  pipeline_options = options(runner, args)
+  return lambda out_dir, settings, train, joined, parts, log: write(
+      out_dir, settings, train, joined, parts, runner, pipeline_options, log)
+
+
+def write(out_dir: str, settings: records.Settings, train: list[int], joined: list[int],
+          parts: int, runner: str, pipeline_options, log: Callable[[str], None]):
+  """Writes the train shards `train` and then the eval shards `joined` of `out_dir` (a folder
+  begun by prepare.records_folder: its plan and vocabulary in place) as one Beam pipeline run by
+  `runner` with `pipeline_options`; ValueError (one sentence) for a runner that is unknown, not
+  installed or not reachable."""
+  beam = _beam()
+  log(f'writing {len(train)} train and {len(joined)} eval shard(s) to {out_dir} on Apache Beam '
+      f'({runner})')
+  try:
+    with beam.Pipeline(options=pipeline_options) as p:
+      written = (p | 'train shards' >> beam.Create(train) | 'spread' >> beam.Reshuffle()
+                 | 'write train shards' >> beam.Map(_write_train, out_dir, settings))
+      _ = (p | 'eval shards' >> beam.Create(joined)
+           | 'join eval shards' >> beam.Map(_join_eval, out_dir, settings, parts,
+                                            beam.pvalue.AsList(written)))
+  except ValueError as e:
+    if 'validation' in str(e).lower() or 'Missing' in str(e):
+      raise ValueError(f'--runner={runner}: {" ".join(str(e).split())[:300]}; give the options '
+                       'it names') from None
+    raise
+  except ImportError as e:
+    raise ValueError(f'--runner={runner} needs a part of Apache Beam that is not installed '
+                     f'({e}); pip install "apache-beam[gcp]" for Dataflow') from None
