@@ -3,7 +3,7 @@ and MB/s, the command's time, the peak memory of any of its processes, and wheth
 wrote the same bytes.
 
     python -m benchmarks.prepare_benchmark --out=/tmp/prep_bench --megabytes=1024 --workers=1,2
-        [--files=16] [--layouts=files,file] [--beam_workers=2]
+        [--files=16] [--layouts=files,file] [--beam_workers=2] [--against=RECORDS]
 
 The corpus is the built-in one written again and again, each copy's documents in another order
 (`--files` files of about the same size, and one file of it all), until it holds `--megabytes`;
@@ -35,6 +35,9 @@ _SHARDS = flags.DEFINE_integer('num_shards', 64, 'train shards')
 _REPEATS = flags.DEFINE_integer('repeats', 1, 'builds of each count, alternating')
 _BEAM = flags.DEFINE_integer('beam_workers', 0, "a build on Beam's DirectRunner with this many "
                              'processes too (0: none)')
+_AGAINST = flags.DEFINE_string('against', None, 'a records folder an earlier run of this built '
+                               'from the same corpus, to compare every build with (default: the '
+                               "run's first build)")
 
 _WORKER_LINE = re.compile(r'^((?:worker \d+/\d+)|(?:train shard \d+)): .*?([\d,.]+) MB/s, done in '
                           r'.*?; ([\d,.]+) MB read from the files in all')
@@ -111,7 +114,7 @@ def main(argv):
     corpus = folder if layout == 'files' else single
     size = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) if (
         layout == 'files') else os.path.getsize(single)
-    first = None
+    first = _AGAINST.value
     runs = [(w, False) for w in counts] + ([(_BEAM.value, True)] if _BEAM.value else [])
     for repeat in range(_REPEATS.value):
       for workers, beam in runs:

@@ -493,10 +493,16 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
     log(f'writing {len(missing)} of {total} shards to {out_dir} with '
         f'{min(num_workers, len(work))} worker(s)'
         + (f', {parts:,} parts of the corpus among them' if parts else ''))
+    started = time.time()
     results = _write_here(out_dir, settings, work, num_workers, rule, log)
     if rule == 'documents':  # (the parts rule's: in the shards' counts, logged by _finish)
       for warning in corpus_lib.ReadReport(**results[0]['report']).warnings():
         log(f'warning: corpus {settings.source}: {warning}')
+    else:
+      read = sum(r['bytes_read'] for r in results)
+      log(f'the {len(results)} worker(s) read {read / 1e6:,.1f} MB from the files in all '
+          f'({read / max(source.total_bytes, 1):.2f}x the corpus) in '
+          f'{fs.duration_text(time.time() - started)}')
   if joined:
     log(f'joining {len(joined)} eval shard(s) from the held-out examples of their parts')
     join_eval_shards(out_dir, settings, parts, joined)

@@ -476,3 +476,30 @@ def test_a_runner_without_beam_installed_is_one_sentence(monkeypatch):
   with pytest.raises(ValueError, match=r'--runner builds the records on Apache Beam, which is not '
                      r'installed; pip install -e "\.\[beam\]"'):
     on_beam.writer('DirectRunner', [])
+
+
+@pytest.mark.fast
+def test_records_built_before_the_parts_rule_are_reused_and_an_unfinished_build_of_them_refused(
+    tmp_path, built):
+  """A folder built by the earlier rule (no `rule` in its plan and metadata): complete, it is
+  reused as it is and read; unfinished, finishing it by another rule is refused in one sentence."""
+  old = str(tmp_path / 'old')
+  shutil.copytree(built, old)
+  for name in (records.PLAN, records.METADATA):
+    data = records.read_json(os.path.join(old, name))
+    del data['rule']
+    records.write_json(os.path.join(old, name), data)
+  settings, rule = records.read_plan(os.path.join(old, records.PLAN))
+  assert rule == 'documents'
+  logged = []
+  meta = prepare_lib.records_folder(settings, old, log=logged.append)
+  assert logged == [f'records {old}: complete already'] and 'rule' not in meta
+  records.verify(old, records.read_metadata(old))
+  batch = next(iter(input_pipeline.make_dataset(old, 'train', 4, seed=0, shuffle_buffer=8,
+                                                readers=1)))
+  assert batch['input_ids'].shape == (4, 32)
+  os.remove(os.path.join(old, records.METADATA))
+  with pytest.raises(ValueError, match=rf'{old} is an unfinished records folder begun by an '
+                     r"earlier version, which gave the documents to shards by another rule "
+                     r"\('documents'\); delete it and run the same command again"):
+    prepare_lib.records_folder(settings, old, log=_quiet)
