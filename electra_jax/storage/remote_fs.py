@@ -78,8 +78,8 @@ class File:
 
 
 class RawRemote(io.RawIOBase):
-  """A remote file as a raw binary stream, so io.BufferedReader (readline with a limit, tell)
-  and gzip can read it."""
+  """A remote file as a raw binary stream, so io.BufferedReader (readline with a limit, tell,
+  seek: a corpus read in parts) and gzip can read it."""
 
   def __init__(self, path):
     super().__init__()
@@ -96,6 +96,18 @@ class RawRemote(io.RawIOBase):
 
   def tell(self):
     return self._position
+
+  def seekable(self):
+    return True
+
+  def seek(self, offset, whence=io.SEEK_SET):
+    if whence == io.SEEK_CUR:
+      offset += self._position
+    elif whence == io.SEEK_END:
+      offset += self._file.size()
+    self._file.seek(offset)
+    self._position = offset
+    return offset
 
   def close(self):
     if not self.closed:

@@ -1,7 +1,8 @@
 """gs:// everywhere, against a real storage server (tests/gcs_server.py, started on 127.0.0.1):
-records built into a bucket, pre-training there killed and resumed bit-identically, an export and
-a fine-tuning from and to the bucket, two processes writing one checkpoint there, and the one-line
-errors for a missing bucket, missing credentials and an object where a folder is needed."""
+records built from a corpus in a bucket (read in parts) and into a bucket, pre-training there
+killed and resumed bit-identically, an export and a fine-tuning from and to the bucket, two
+processes writing one checkpoint there, and the one-line errors for a missing bucket, missing
+credentials and an object where a folder is needed."""
 
 import json
 import os
@@ -74,6 +75,9 @@ def test_files_in_a_bucket_behave_as_local_files(where, tmp_path):
   with fs.open_binary(fs.join(root, 'a', 'x.txt')) as f:  # what the corpus reader uses
     assert f.readline(100) == b'one\n' and f.readline(100) == b'two\n'
     assert f.readline(100) == b'y' * 100 and f.tell() == 108
+    assert f.seek(4) == 4 and f.readline(100) == b'two\n' and f.tell() == 8  # (a corpus's parts)
+    f.seek(-3, os.SEEK_END)
+    assert f.read() == b'yy\n'
   fs.replace(fs.join(root, 'a', 'b.bin'), fs.join(root, 'c.bin'))
   assert fs.read_bytes(fs.join(root, 'c.bin')) == b'\x00\x01'
   assert not fs.exists(fs.join(root, 'a', 'b.bin'))
@@ -110,6 +114,35 @@ def test_records_in_a_bucket_are_the_bytes_of_local_records(bucket_records, reco
     assert fs.read_bytes(fs.join(bucket_records, name)) == fs.read_bytes(
         os.path.join(records_dir, name))
   assert not [n for n in fs.listdir(bucket_records) if '.tmp' in n]
+
+
+def test_a_corpus_in_a_bucket_is_read_in_parts_into_the_records_of_the_same_files_here(
+    tmp_path, corpus_file):
+  """A glob of files in the bucket, cut into byte ranges that each worker seeks to, builds the
+  shards that the same files build from a local folder."""
+  from electra_jax.data import prepare as prepare_lib
+  text = open(corpus_file, encoding='utf-8').read()
+  half = text.index('\n', len(text) // 2) + 1
+  os.makedirs(tmp_path / 'corpus')
+  for name, piece in (('a.txt', text[:half]), ('b.txt', text[half:])):
+    (tmp_path / 'corpus' / name).write_text(piece, encoding='utf-8')
+    fs.write_atomic(f'{BUCKET}/corpus/{name}', piece)
+  built = {}
+  for where, source, workers in (('here', str(tmp_path / 'corpus' / '*.txt'), 1),
+                                 ('bucket', f'{BUCKET}/corpus/*.txt', 2)):
+    settings = records.Settings(source=source, max_seq_length=32, eval_fraction=0.1,
+                                num_shards=4, num_eval_shards=2, vocab_size=96)
+    built[where] = str(tmp_path / where)
+    meta = prepare_lib.records_folder(settings, built[where], num_workers=workers,
+                                      log=lambda *_: None)
+    assert meta['rule'] == 'parts' and meta['parts'] > 2 * 2, meta.get('parts')
+  names = sorted(n for n in os.listdir(built['here']) if n.endswith('.tfrecord'))
+  assert names == sorted(n for n in os.listdir(built['bucket']) if n.endswith('.tfrecord'))
+  assert len(names) == 4 + 2
+  for name in names + ['vocab.model']:
+    with open(os.path.join(built['here'], name), 'rb') as a, open(
+        os.path.join(built['bucket'], name), 'rb') as b:
+      assert a.read() == b.read(), name
 
 
 def test_pretraining_in_a_bucket_survives_sigkill_bit_identically_and_exports(
