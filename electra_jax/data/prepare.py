@@ -196,12 +196,13 @@ def eval_shard_of(settings: records.Settings, part: int) -> int:
 
 def write_parts(out_dir: str, settings: records.Settings, wanted: list[int],
                 log: Callable[[str], None] = print, name: str = 'worker',
-                log_every_s: float = 10.0) -> dict:
+                log_every_s: float = 10.0, done: Callable[[int], None] | None = None) -> dict:
   """Writes the train shards `wanted` of a file corpus under the parts rule (records.RULES),
   reading only their parts: part p's documents go to train shard p mod num_shards, each part's
   examples from a builder of its own, its held-out documents into its spool (`spool_name`). Each
-  shard's counts keep what reading its parts met (`read`: the folder's warnings). Returns the
-  bytes this worker read from the files."""
+  shard's counts keep what reading its parts met (`read`: the folder's warnings); `done` is told
+  the bytes of its parts read so far, each second. Returns the bytes this worker read from the
+  files."""
   tf = tf_import.tensorflow()
   tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, records.vocab_file(settings)),
                                            lower_case=settings.lower_case)
@@ -217,7 +218,7 @@ def write_parts(out_dir: str, settings: records.Settings, wanted: list[int],
                           tokenizer.vocab_size))
     return started[-1]
 
-  start = last = time.time()
+  start = last = told = time.time()
   try:
     for index in wanted:
       shard, report = new(settings.file('train', index), ''), corpus_lib.ReadReport()
@@ -227,6 +228,9 @@ def write_parts(out_dir: str, settings: records.Settings, wanted: list[int],
         for offset, doc in source.part_documents(part, report):
           held = records.held_out_at(settings.seed, part.file, offset, settings.eval_fraction)
           pending.add(spool if held else shard, doc)
+          if done is not None and time.time() - told > 1:
+            told = time.time()
+            done(mine.bytes_done + report.bytes_done)
           if time.time() - last > log_every_s:
             last = time.time()
             log(_parts_line(name, mine.bytes_done + report.bytes_done, mine.bytes_read,
@@ -243,6 +247,8 @@ def write_parts(out_dir: str, settings: records.Settings, wanted: list[int],
     raise ValueError(_disk_full(out_dir, source)) from None
   finally:
     _discard_unfinished(started)
+  if done is not None:
+    done(mine.bytes_done)
   log(_parts_line(name, mine.bytes_done, mine.bytes_read, total, started, time.time() - start,
                   final=True))
   return dict(bytes_read=mine.bytes_read, shards=[settings.file('train', i) for i in wanted])
@@ -268,6 +274,15 @@ def _parts_line(name: str, done: int, read: int, total: int, shards: list, elaps
     return line + (f', done in {fs.duration_text(elapsed)}; {read / 1e6:,.1f} MB read from the '
                    'files in all')
   fraction = done / total if total else 0
+  if fraction:
+    line += f', {100 * fraction:.0f}%, ETA {fs.duration_text(elapsed * (1 - fraction) / fraction)}'
+  return line
+
+
+def _all_line(workers: int, done: int, total: int, elapsed: float) -> str:
+  fraction = done / total if total else 0
+  line = (f'all {workers} workers: {done / 1e6:,.1f} of {total / 1e6:,.1f} MB read, '
+          f'{done / 1e6 / max(elapsed, 1e-9):.2f} MB/s')
   if fraction:
     line += f', {100 * fraction:.0f}%, ETA {fs.duration_text(elapsed * (1 - fraction) / fraction)}'
   return line
@@ -345,19 +360,30 @@ def _stops_deferred():
       signal.raise_signal(arrived[0])
 
 
-def _ignore_signals():
+_DONE = None  # (in a worker: the bytes of its parts each worker has read, shared with the parent)
+
+
+def _start_worker(done=None):
   """In a worker: Ctrl-C and SIGTERM are the parent's to handle (it stops the workers); the mask
   the parent held while starting them is lifted (a SIGTERM of the pool's ends the worker)."""
+  global _DONE
+  _DONE = done
   signal.signal(signal.SIGINT, signal.SIG_IGN)
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
   signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
 
 
 def _worker(args, log=None):
-  out_dir, settings, wanted, name, rule = args
+  out_dir, settings, wanted, name, rule, slot = args
   log = log or (lambda line: print(line, flush=True))
   if rule == 'parts':
-    return write_parts(out_dir, settings, [i for _, i in wanted], log=log, name=name)
+    shared = _DONE
+
+    def done(read: int):
+      shared[slot] = read
+
+    return write_parts(out_dir, settings, [i for _, i in wanted], log=log, name=name,
+                       done=None if shared is None else done)
   return write_shards(out_dir, settings, wanted, log=log, name=name)
 
 
@@ -475,7 +501,8 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
   missing = [key for key in settings.shards() if key not in records.done_shards(out_dir, settings)]
   total = len(settings.shards())
   rule = records.rule_of(settings.source)
-  parts = len(source.parts(settings.num_shards)) if rule == 'parts' else 0
+  part_list = source.parts(settings.num_shards) if rule == 'parts' else []
+  parts = len(part_list)
   # the parts rule: workers write the train shards, reading their parts alone, then the held-out
   # spools are joined into the eval shards here; 'documents': workers write any shards
   work = [key for key in missing if rule == 'documents' or key[0] == 'train']
@@ -494,7 +521,9 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
         f'{min(num_workers, len(work))} worker(s)'
         + (f', {parts:,} parts of the corpus among them' if parts else ''))
     started = time.time()
-    results = _write_here(out_dir, settings, work, num_workers, rule, log)
+    to_read = sum(p.end - p.start for p in part_list
+                  if ('train', p.index % settings.num_shards) in work)
+    results = _write_here(out_dir, settings, work, num_workers, rule, log, to_read)
     if rule == 'documents':  # (the parts rule's: in the shards' counts, logged by _finish)
       for warning in corpus_lib.ReadReport(**results[0]['report']).warnings():
         log(f'warning: corpus {settings.source}: {warning}')
@@ -510,19 +539,30 @@ def _build(settings, source, out_dir, num_workers, log, size_flag='--vocab_size'
 
 
 def _write_here(out_dir: str, settings: records.Settings, work: list, num_workers: int, rule: str,
-                log) -> list[dict]:
+                log, total: int = 0, log_every_s: float = 10.0) -> list[dict]:
   """The shards `work` written by worker processes of this machine (one: this process), each
-  writing every `num_workers`-th of them; their results."""
+  writing every `num_workers`-th of them; their results. Under the parts rule, a line for all the
+  workers every `log_every_s` too: the `total` bytes of their parts, read so far, and the ETA."""
   workers = min(num_workers, len(work))
-  tasks = [(out_dir, settings, work[w::workers], f'worker {w + 1}/{workers}', rule)
+  tasks = [(out_dir, settings, work[w::workers], f'worker {w + 1}/{workers}', rule, w)
            for w in range(workers)]
   if workers == 1:
     return [_worker(tasks[0], log)]
-  pool = None
+  pool, context = None, multiprocessing.get_context('spawn')
+  done = context.RawArray('q', workers) if rule == 'parts' else None
   try:  # the first worker error is raised here; an interruption reaches this process only
     with _stops_deferred():  # (a deferred one arrives at its end, the pool made)
-      pool = multiprocessing.get_context('spawn').Pool(workers, initializer=_ignore_signals)
-    return sorted(pool.imap_unordered(_worker, tasks), key=lambda r: r['shards'])
+      pool = context.Pool(workers, initializer=_start_worker, initargs=(done,))
+    results: list[dict] = []
+    start = time.time()
+    running = pool.imap_unordered(_worker, tasks)
+    while len(results) < workers:
+      try:
+        results.append(running.next(timeout=log_every_s))
+      except multiprocessing.TimeoutError:
+        if done is not None and sum(done):  # (the workers' lines say when each has begun)
+          log(_all_line(workers, sum(done), total, time.time() - start))
+    return sorted(results, key=lambda r: r['shards'])
   finally:  # the workers stopped before an error or interruption goes on
     if pool is not None:
       pool.terminate()

@@ -145,7 +145,9 @@ def test_each_worker_reads_only_its_parts_and_any_split_of_the_work_writes_the_s
     for w in range(workers):
       shards = list(range(6))[w::workers]
       own = sum(p.end - p.start for p in parts if p.index % 6 in shards)
-      done = prepare_lib.write_parts(out, settings, shards, log=_quiet)
+      told = []  # (what the worker tells the command of its progress: its parts' bytes)
+      done = prepare_lib.write_parts(out, settings, shards, log=_quiet, done=told.append)
+      assert told and told[-1] == own and told == sorted(told)
       assert own < done["bytes_read"] <= 1.25 * own and own < 0.55 * total * 2 / workers, (
           workers, w, own, total, done['bytes_read'])
     prepare_lib.records_folder(settings, out, log=_quiet)  # (joins the eval shards)
