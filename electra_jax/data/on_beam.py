@@ -17,6 +17,8 @@ temporary name and renamed (in a bucket: the object appears whole), so a pipelin
 again writes only what is missing.
 """
 
+import contextlib
+import io
 import socket
 from typing import Callable
 
@@ -51,22 +53,48 @@ def options(runner: str, args: list[str]):
   except ImportError as e:
     raise ValueError(f'--runner={runner} needs a part of Apache Beam that is not installed '
                      f'({e}); pip install "apache-beam[gcp]" for Dataflow') from None
+  from apache_beam.options import pipeline_options_validator
   given = pipeline_options.PipelineOptions([f'--runner={runner}', *args])
-  unknown = sorted(set(given.get_all_options(retain_unknown_options=True)) -
-                   set(given.get_all_options()))
+  unknown = sorted(set(_parsed(given, retain_unknown_options=True)) - set(_parsed(given)))
   if unknown:
     raise ValueError(f'--{unknown[0]} is neither a flag of this command nor a pipeline option of '
                      f'Apache Beam {beam.__version__}; check its spelling (python -m '
                      'apache_beam.options.pipeline_options lists them)')
+  try:
+    wrong = pipeline_options_validator.PipelineOptionsValidator(
+        given, runners.create_runner(runner)).validate()
+  except Exception as e:  # (Dataflow's looks for a staging bucket in Cloud Storage)
+    raise ValueError(f'--runner={runner}: Apache Beam could not check its options ('
+                     f'{type(e).__name__}: {" ".join(str(e).split())[:240]}); check that the '
+                     'services they name can be reached (Dataflow: Cloud Storage, a gs:// '
+                     '--temp_location)') from None
+  if wrong:  # (what the pipeline would say when it starts, after the vocabulary)
+    raise ValueError(f'--runner={runner}: Apache Beam finds its options incomplete or wrong ('
+                     f'{"; ".join(" ".join(w.split()) for w in wrong)[:400]}); give the options '
+                     'it names')
   _reachable(given)
   return given
+
+
+def _parsed(given, **kwargs) -> dict:
+  """`given`'s options as Beam parses them; ValueError (one sentence) for a value of the wrong
+  type, where Beam's parser would print its usage of every option and exit."""
+  printed = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(printed):
+      return given.get_all_options(**kwargs)
+  except SystemExit:
+    said = [l for l in printed.getvalue().splitlines() if ': error: ' in l]
+    why = said[-1].split(': error: ', 1)[1] if said else 'a value it cannot parse'
+    raise ValueError(f'Apache Beam refuses its options: {why}; give the option a value of its '
+                     'type (python -m apache_beam.options.pipeline_options lists them)') from None
 
 
 def _reachable(given):
   """ValueError (one sentence) where the runner's job service (--job_endpoint, --flink_master,
   --spark_master_url: host:port) refuses a connection within 10 s: a pipeline would wait on it
   for minutes."""
-  every = given.get_all_options()
+  every = _parsed(given)
   for option in ('job_endpoint', 'flink_master', 'spark_master_url'):
     where = str(every.get(option) or '')
     address = where.split('://')[-1].split('/')[0]

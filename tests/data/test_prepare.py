@@ -443,9 +443,9 @@ needs_beam = pytest.mark.skipif(importlib.util.find_spec('apache_beam') is None,
 @needs_beam
 def test_beams_direct_runner_writes_the_local_build_byte_for_byte(tmp_path, built, settings):
   """launch/prepare_data.py --runner=DirectRunner, two worker processes: the local build's folder
-  (shards, counts, metadata) byte for byte; a runner Beam lacks, a flag neither knows, a job
-  service that refuses connections and a corpus read whole are one sentence each, before
-  anything is written."""
+  (shards, counts, metadata) byte for byte; a runner Beam lacks, a flag neither knows, a value
+  of the wrong type, options a runner needs and lacks, a job service that refuses connections and
+  a corpus read whole are one sentence each, before anything is written."""
   out = str(tmp_path / 'beam')
   same = [f'--corpus={settings.source}', '--eval_fraction=0.1', '--num_shards=5',
           '--num_eval_shards=2', '--vocab_size=96', '--max_seq_length=32']
@@ -461,10 +461,16 @@ def test_beams_direct_runner_writes_the_local_build_byte_for_byte(tmp_path, buil
       (['--direct_num_workers=2'], '--direct_num_workers is not a flag of this command (Apache '
        "Beam's pipeline options go with --runner)"),
       (['--runner=PortableRunner', '--job_endpoint=localhost:1'], '--job_endpoint=localhost:1 '
-       'cannot be reached (Connection refused); start the job service there')]:
+       'cannot be reached (Connection refused); start the job service there'),
+      (['--runner=DirectRunner', '--direct_num_workers=two'], "Apache Beam refuses its options: "
+       "argument --direct_num_workers: invalid int value: 'two'; give the option a value of its "
+       'type'),
+      (['--runner=DataflowRunner'], '--runner=DataflowRunner: Apache Beam finds its options '
+       'incomplete or wrong (Missing GCS path option: temp_location.')]:
     run = _cli(*same, f'--output={tmp_path}/x', *flags)
     error = [l for l in run.stderr.splitlines() if l.startswith('error:')]
     assert run.returncode == 2 and len(error) == 1 and message in error[0], run.stderr[-2000:]
+    assert 'usage:' not in run.stderr, run.stderr[-2000:]  # (Beam's usage of every option)
   with pytest.raises(ValueError, match="--runner builds the records of a corpus of files, and "
                      "'builtin' is read whole"):
     prepare_lib.records_folder(dataclasses.replace(settings, source='builtin'),
