@@ -124,13 +124,14 @@ def _declared_value(valid, value) -> bool:
   return True
 
 
-_PASSED_ON: list[bool] = []  # (set by pass_on_unknown_flags)
+_PASS_ON = False  # (set by pass_on_unknown_flags)
 
 
 def pass_on_unknown_flags():
   """A command whose unknown flags reach its `main` among its arguments (to pass them on, e.g.
   Apache Beam's pipeline options), instead of ending it in one sentence."""
-  _PASSED_ON.append(True)
+  global _PASS_ON
+  _PASS_ON = True
 
 
 def _parse(argv: list[str]) -> list[str]:
@@ -147,7 +148,7 @@ def _parse(argv: list[str]) -> list[str]:
     else:
       rest.append(arg)
   try:
-    rest = flags.FLAGS(rest, known_only=bool(_PASSED_ON))
+    rest = flags.FLAGS(rest, known_only=_PASS_ON)
     for name, given in overrides.items():
       _CONFIG_FILES[name].load(given)
     return rest

@@ -43,13 +43,13 @@ cli.pass_on_unknown_flags()  # (Beam's pipeline options, with --runner)
 
 
 def main(argv):
+  beam_args = argv[1:] if _RUNNER.value else []  # (Beam's options: --name=value or --name value)
   unknown = [a for a in argv[1:] if a.startswith('-')]
   if unknown and not _RUNNER.value:
     raise cli.UserError(f'{unknown[0].split("=")[0]} is not a flag of this command (Apache Beam\'s '
                         'pipeline options go with --runner); see --help')
-  if len(argv) > 1 + len(unknown):
-    raise cli.UserError(f'unexpected arguments {[a for a in argv[1:] if a not in unknown]}; pass '
-                        'settings as --flag=value')
+  if len(argv) > 1 and not _RUNNER.value:
+    raise cli.UserError(f'unexpected arguments {argv[1:]}; pass settings as --flag=value')
   for flag, example in ((_CORPUS, "files, a folder, a glob or 'builtin'"),
                         (_TFDS, 'a dataset name such as wikipedia/20230601.en:train')):
     if flag.value is not None and not flag.value.strip():
@@ -68,7 +68,7 @@ def main(argv):
       **given, 'vocab': fs.abspath(vocab) if vocab else '',
       'text_field': _TFDS_FIELD.value if _TFDS.value else given['text_field']})
   try:
-    writer = on_beam.writer(_RUNNER.value, unknown) if _RUNNER.value else None
+    writer = on_beam.writer(_RUNNER.value, beam_args) if _RUNNER.value else None
     prepare.records_folder(settings, _OUTPUT.value, num_workers=_NUM_WORKERS.value,
                            log=lambda line: print(line, flush=True), writer=writer)
   except (ValueError, FileNotFoundError, OSError) as e:

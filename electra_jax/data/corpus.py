@@ -600,7 +600,7 @@ class Source:
       cuts = [0] if path.endswith('.gz') or total <= size else range(0, total, size)
       for start in cuts:
         end = total if path.endswith('.gz') else min(start + size, total)
-        parts.append(Part(len(parts), i, start, max(end, start)))
+        parts.append(Part(len(parts), i, start, end))
     return parts
 
   def part_documents(self, part: 'Part', report: ReadReport) -> Iterator[tuple[int, list[str]]]:

@@ -182,10 +182,13 @@ def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[st
               shards=sorted(d['file'] for d in done))
 
 
+_SPOOL = '.part-'
+
+
 def spool_name(part: int) -> str:
   """The file of a part's held-out examples (the parts rule): written beside its train shard,
   joined into its eval shard at the end (`join_eval_shards`), then removed."""
-  return f'.part-{part:06d}.eval.tfrecord'
+  return f'{_SPOOL}{part:06d}.eval.tfrecord'
 
 
 def eval_shard_of(settings: records.Settings, part: int) -> int:
@@ -210,13 +213,21 @@ def write_parts(out_dir: str, settings: records.Settings, wanted: list[int],
   parts = source.parts(settings.num_shards)
   every = settings.num_shards
   total = sum(p.end - p.start for p in parts if p.index % every in wanted)
-  pending, started = _Pending(tokenizer), []
+  pending = _Pending(tokenizer)
   mine = corpus_lib.ReadReport()  # (the worker's own reading: bytes done and read)
+  writing: list[_Shard] = []  # (the shards open now: a finished one's memory is let go)
+  finished = 0  # examples of the shards finished
 
   def new(file: str, seed: str) -> _Shard:
-    started.append(_Shard(tf, out_dir, settings, file, seed, tokenizer.special,
+    writing.append(_Shard(tf, out_dir, settings, file, seed, tokenizer.special,
                           tokenizer.vocab_size))
-    return started[-1]
+    return writing[-1]
+
+  def finish(shard: _Shard, **extra):
+    nonlocal finished
+    shard.finish(**extra)
+    writing.remove(shard)
+    finished += shard.examples
 
   start = last = told = time.time()
   try:
@@ -228,28 +239,29 @@ def write_parts(out_dir: str, settings: records.Settings, wanted: list[int],
         for offset, doc in source.part_documents(part, report):
           held = records.held_out_at(settings.seed, part.file, offset, settings.eval_fraction)
           pending.add(spool if held else shard, doc)
-          if done is not None and time.time() - told > 1:
-            told = time.time()
+          now = time.time()
+          if done is not None and now - told > 1:
+            told = now
             done(mine.bytes_done + report.bytes_done)
-          if time.time() - last > log_every_s:
-            last = time.time()
-            log(_parts_line(name, mine.bytes_done + report.bytes_done, mine.bytes_read,
-                            total, started, last - start))
+          if now - last > log_every_s:
+            last = now
+            log(_parts_line(name, mine.bytes_done + report.bytes_done, mine.bytes_read, total,
+                            finished + sum(s.examples for s in writing), now - start))
         pending.flush()  # (before the next part's builder)
-        spool.finish()
+        finish(spool)
       read = dataclasses.asdict(report)
       mine.bytes_done += read.pop('bytes_done')
       mine.bytes_read += read.pop('bytes_read')
-      shard.finish(read=read)
+      finish(shard, read=read)
   except Exception as e:
     if not fs.no_space(e):
       raise
     raise ValueError(_disk_full(out_dir, source)) from None
   finally:
-    _discard_unfinished(started)
+    _discard_unfinished(writing)
   if done is not None:
     done(mine.bytes_done)
-  log(_parts_line(name, mine.bytes_done, mine.bytes_read, total, started, time.time() - start,
+  log(_parts_line(name, mine.bytes_done, mine.bytes_read, total, finished, time.time() - start,
                   final=True))
   return dict(bytes_read=mine.bytes_read, shards=[settings.file('train', i) for i in wanted])
 
@@ -265,27 +277,27 @@ def _discard_unfinished(shards: list[_Shard]):
       fs.remove(shard.tmp)
 
 
-def _parts_line(name: str, done: int, read: int, total: int, shards: list, elapsed: float,
+def _eta(fraction: float, elapsed: float) -> str:
+  """', 40%, ETA 1m30s' of a progress line (nothing before any progress)."""
+  if not fraction:
+    return ''
+  return f', {100 * fraction:.0f}%, ETA {fs.duration_text(elapsed * (1 - fraction) / fraction)}'
+
+
+def _parts_line(name: str, done: int, read: int, total: int, examples: int, elapsed: float,
                 final: bool = False) -> str:
-  examples = sum(s.examples for s in shards)
   line = (f'{name}: {done / 1e6:,.1f} of {total / 1e6:,.1f} MB of its parts read, {examples:,} '
           f'examples written, {done / 1e6 / max(elapsed, 1e-9):.2f} MB/s')
   if final:
     return line + (f', done in {fs.duration_text(elapsed)}; {read / 1e6:,.1f} MB read from the '
                    'files in all')
-  fraction = done / total if total else 0
-  if fraction:
-    line += f', {100 * fraction:.0f}%, ETA {fs.duration_text(elapsed * (1 - fraction) / fraction)}'
-  return line
+  return line + _eta(done / total if total else 0, elapsed)
 
 
 def _all_line(workers: int, done: int, total: int, elapsed: float) -> str:
-  fraction = done / total if total else 0
-  line = (f'all {workers} workers: {done / 1e6:,.1f} of {total / 1e6:,.1f} MB read, '
-          f'{done / 1e6 / max(elapsed, 1e-9):.2f} MB/s')
-  if fraction:
-    line += f', {100 * fraction:.0f}%, ETA {fs.duration_text(elapsed * (1 - fraction) / fraction)}'
-  return line
+  return (f'all {workers} workers: {done / 1e6:,.1f} of {total / 1e6:,.1f} MB read, '
+          f'{done / 1e6 / max(elapsed, 1e-9):.2f} MB/s' + _eta(done / total if total else 0,
+                                                             elapsed))
 
 
 def join_eval_shards(out_dir: str, settings: records.Settings, parts: int, wanted: list[int]):
@@ -328,13 +340,9 @@ def _progress_line(name, source, shards, elapsed, final=False) -> str:
   examples = sum(s.examples for s in shards.values())
   line = (f'{name}: {mb:,.1f} MB read, {examples:,} examples written, '
           f'{mb / max(elapsed, 1e-9):.2f} MB/s')
-  fraction = source.fraction_read()
   if final:
     return line + f', done in {fs.duration_text(elapsed)}'
-  if fraction:
-    eta = fs.duration_text(elapsed * (1 - fraction) / fraction)
-    line += f', {100 * fraction:.0f}%, ETA {eta}'
-  return line
+  return line + _eta(source.fraction_read(), elapsed)
 
 
 _STOPS = {signal.SIGINT, signal.SIGTERM}
@@ -594,18 +602,17 @@ def _finish(out_dir: str, settings: records.Settings, log, rule: str = 'document
             part_count: int = 0) -> dict:
   """All shards done: their counts -> metadata.json (the mark of a complete folder), then the
   held-out spools of the parts rule removed."""
-  splits, counts = {}, {}
+  splits, counts, shards = {}, {}, []
   for split in records.SPLITS:
     parts = [records.read_json(records.counts_path(out_dir, settings.file(split, i)))
              for i in range(settings.count(split))]
+    shards += parts
     splits[split] = dict(files=[p['file'] for p in parts],
                          examples_per_file=[p['examples'] for p in parts],
                          bytes_per_file=[p['bytes'] for p in parts],
                          **{k: sum(p[k] for p in parts) for k in ('examples', 'tokens',
                                                                   'documents')})
     counts[split] = np.sum([p['token_counts'] for p in parts], axis=0)
-  shards = [records.read_json(records.counts_path(out_dir, settings.file(split, i)))
-            for split in records.SPLITS for i in range(settings.count(split))]
   if rule == 'parts':  # what reading the corpus met, each train shard's parts' (see write_parts)
     for warning in _read_report([p['read'] for p in shards if 'read' in p]).warnings():
       log(f'warning: corpus {settings.source}: {warning}')
@@ -640,7 +647,7 @@ def _finish(out_dir: str, settings: records.Settings, log, rule: str = 'document
       rule=rule, **({'parts': part_count} if part_count else {}))
   records.write_json(fs.join(out_dir, records.METADATA), metadata)
   for name in fs.listdir(out_dir):
-    if name.startswith('.part-'):
+    if name.startswith(_SPOOL):
       fs.remove(fs.join(out_dir, name))
   log(f'records {out_dir}: {splits["train"]["examples"]:,} train / '
       f'{splits["eval"]["examples"]:,} held-out examples of {settings.max_seq_length} tokens from '

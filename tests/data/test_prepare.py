@@ -465,6 +465,8 @@ def test_beams_direct_runner_writes_the_local_build_byte_for_byte(tmp_path, buil
       (['--runner=DirectRunner', '--direct_num_workers=two'], "Apache Beam refuses its options: "
        "argument --direct_num_workers: invalid int value: 'two'; give the option a value of its "
        'type'),
+      (['--runner=DirectRunner', '--direct_num_workers', 'two'], "argument --direct_num_workers: "
+       "invalid int value: 'two'"),  # (Beam's options also as --name value)
       (['--runner=DataflowRunner'], '--runner=DataflowRunner: Apache Beam finds its options '
        'incomplete or wrong (Missing GCS path option: temp_location.')]:
     run = _cli(*same, f'--output={tmp_path}/x', *flags)
