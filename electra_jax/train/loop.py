@@ -31,6 +31,7 @@ from electra_jax.train import metrics as metrics_lib
 from electra_jax.storage import fs
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import step as step_lib
+from electra_jax.train import workdir as workdir_lib
 
 
 # The longest silence between progress lines, whatever log_every is: a line comes at the first
@@ -149,6 +150,7 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
   line = _Lines(plan, progress, annotate, log)
 
   def report(step, sums):
+    workdir_lib.confirm_held()  # (before each write: another run may hold the workdir now)
     values = metrics_lib.summarize(sums)
     if values['nonfinite_steps']:
       _nonfinite(plan, state, step, values, ckpt, log)
@@ -161,10 +163,12 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
       return values
     shown = logs_lib.format_line(values, *([plan.eval_fields] if plan.eval_fields else []))
     log(f'{logs_lib.stamp()}{plan.prefix}eval step {step} | {shown}{plan.eval_note}')
+    workdir_lib.confirm_held()
     logs.write('eval', step, values, plan.eval_record)
     return values
 
   def save(step, eval_values=None):
+    workdir_lib.confirm_held()
     if ckpt.latest_step() != step:
       ckpt.save(step, state, meta(step), metrics=eval_values)
 
@@ -205,6 +209,9 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
     values = run_eval(plan.total_steps)
     save(plan.total_steps, values)
     ckpt.wait()
+  except workdir_lib.Lost:  # a save begun while the workdir was ours ends whole, then nothing more
+    ckpt.close()
+    raise
   finally:
     signals.restore()
   logs.close()

@@ -11,8 +11,10 @@ exists: a conditional write through TensorStore's key-value store, which is an e
 a local disk and `ifGenerationMatch=0` on a bucket, so of two runs started together exactly one
 gets it. The holder rewrites its record every HEARTBEAT_S seconds (conditionally on its own last
 write). Another run takes a lock over only when it is stale: its process is gone (the same host)
-or its heartbeat is older than STALE_S (another host, a bucket). A run killed with SIGKILL thus
-blocks its workdir not at all on its own host and for STALE_S from another.
+or its heartbeat is older than STALE_S (another host, a bucket); a live process on the same host is
+never gone, however long it was stopped. A run killed with SIGKILL thus blocks its workdir not at
+all on its own host and for STALE_S from another. A run whose lock was taken over while it was
+stopped stops before it writes again (`confirm_held`, before each of the loop's writes).
 
 In a run of several processes, process 0 holds the lock and every process hears its verdict.
 """
@@ -69,15 +71,41 @@ def _process_alive(pid: int) -> bool:
   return True
 
 
+def _proc_stat(pid: int) -> list[str] | None:
+  """The fields of /proc/<pid>/stat after the command's name (Linux), or None."""
+  try:
+    with open(f'/proc/{pid}/stat') as f:
+      return f.read().rsplit(')', 1)[1].split()
+  except (OSError, IndexError):
+    return None
+
+
+def _started(pid: int) -> int | None:
+  """When process `pid` started, in clock ticks since boot (Linux), or None where unknown: with
+  the pid, it names one process, even after the pid is given to another."""
+  fields = _proc_stat(pid)
+  return int(fields[19]) if fields and len(fields) > 19 and fields[19].isdigit() else None
+
+
+def _stopped(pid: int) -> bool:
+  fields = _proc_stat(pid)
+  return fields is not None and bool(fields) and fields[0] in ('T', 't')
+
+
 def stale(record: dict, now: float | None = None, workdir: str = '') -> bool:
-  """Whether a lock record's run is gone: its process (the same host), or its heartbeat; or, read
-  in `workdir`, the lock was copied with the folder from another one a run of this host holds."""
+  """Whether a lock record's run is gone: on the same host, its process has ended (a live one is
+  never gone, however old its heartbeat: it may be stopped, by Ctrl-Z or a suspended machine), or
+  the lock was copied with the folder from another one a run of this host holds; on another host
+  or in a bucket, its heartbeat is older than STALE_S."""
   now = time.time() if now is None else now
   if record.get('host') == socket.gethostname() and isinstance(record.get('pid'), int):
-    if not _process_alive(record['pid']):
+    pid = record['pid']
+    if not _process_alive(pid):
       return True
-    if workdir and record.get('workdir', _where(workdir)) != _where(workdir):
-      return True
+    started = record.get('started')
+    if started is not None and _started(pid) not in (None, started):
+      return True  # the pid now names another process
+    return bool(workdir) and record.get('workdir', _where(workdir)) != _where(workdir)
   return now - float(record.get('heartbeat', 0)) > STALE_S
 
 
@@ -94,17 +122,39 @@ def describe(record: dict, lock_file: str = '') -> str:
           ).replace('a  run', 'a run')
 
 
+class Lost(UserError):
+  """Another run took this run's workdir over (its heartbeat stopped for longer than STALE_S)."""
+
+
+_HELD: set = set()  # the locks this process holds
+
+
+def confirm_held():
+  """Raises Lost before a write where another run has taken over a workdir this process holds:
+  free while the heartbeat keeps up, one look at the lock file when it is late (this process was
+  stopped, or its machine suspended)."""
+  for held in list(_HELD):
+    held.confirm()
+
+
 class _Lock:
   """A held lock: its store, key, our record and the generation of our last write."""
 
-  def __init__(self, store, record: dict, generation: bytes):
+  def __init__(self, store, record: dict, generation: bytes, workdir: str = ''):
     self.store, self.record, self.generation = store, record, generation
+    self.workdir, self.lost = workdir, ''
+    self.confirmed = time.time()  # (wall time: it runs on while a process is stopped or suspended)
+    self._writing = threading.Lock()
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._beat, daemon=True, name='workdir-lock')
     self._thread.start()
+    _HELD.add(self)
 
-  def _beat(self):
-    while not self._stop.wait(HEARTBEAT_S):
+  def _refresh(self) -> bool:
+    """Rewrites our record where it is still ours; False once it is not (or a write failed)."""
+    with self._writing:
+      if self.lost:
+        return False
       self.record['heartbeat'] = time.time()
       try:
         stamp = self.store.write(NAME, json.dumps(self.record),
@@ -112,17 +162,41 @@ class _Lock:
       except Exception as e:
         print(f'warning: could not refresh the workdir lock ({" ".join(str(e).split())[:200]}); '
               'retrying', file=sys.stderr, flush=True)
-        continue
+        return False
       if not stamp.generation:  # someone else's record: our run was taken for stale
-        print('warning: another run took over this workdir\'s lock (this process seemed stopped '
-              f'for over {STALE_S:.0f} s); two runs may now write here', file=sys.stderr,
-              flush=True)
-        return
-      self.generation = stamp.generation
+        try:
+          holder = json.loads(self.store.read(NAME).result().value)
+        except Exception:
+          holder = {}
+        taker = describe(holder) if isinstance(holder, dict) and holder else 'another run'
+        self.lost = (f'{taker} took over {self.workdir or "this workdir"} while this run was '
+                     f'silent for {time.time() - self.confirmed:.0f} s (stopped, or its machine '
+                     f'suspended; a lock waits {STALE_S:.0f} s for its heartbeat); this run '
+                     'stopped before writing there again: let that run finish, or stop it and '
+                     'run this command again to resume')
+        print(f'warning: {self.lost}', file=sys.stderr, flush=True)
+        return False
+      self.generation, self.confirmed = stamp.generation, time.time()
+      return True
+
+  def _beat(self):
+    while not self._stop.wait(HEARTBEAT_S) and not self.lost:
+      self._refresh()
+
+  def confirm(self):
+    """Raises Lost where another run holds our workdir now; looks at the lock file only when the
+    heartbeat is late."""
+    if not self.lost and time.time() - self.confirmed > 1.5 * HEARTBEAT_S:
+      self._refresh()
+    if self.lost:
+      raise Lost(self.lost)
 
   def release(self):
+    _HELD.discard(self)
     self._stop.set()
     self._thread.join()
+    if self.lost:
+      return  # the lock is another run's
     try:
       self.store.write(NAME, None, if_equal=self.generation).result()
     except Exception:
@@ -140,7 +214,7 @@ def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
   now = time.time()
   since = datetime.datetime.fromtimestamp(now).astimezone().isoformat(timespec='seconds')
   record = {'what': what, 'host': socket.gethostname(), 'pid': os.getpid(),
-            'workdir': _where(workdir), 'since': since,
+            'started': _started(os.getpid()), 'workdir': _where(workdir), 'since': since,
             'heartbeat': now, 'token': uuid.uuid4().hex, 'command': ' '.join(sys.argv)[:500]}
   for _ in range(attempts):
     current = store.read(NAME).result()
@@ -163,13 +237,18 @@ def acquire(workdir: str, what: str, attempts: int = 5) -> _Lock | None:
                 'held an unreadable lock file')
         print(f'note: {workdir} {gone}; taking it over',
               file=sys.stderr, flush=True)
-      return _Lock(store, record, stamp.generation)
+      return _Lock(store, record, stamp.generation, workdir)
     time.sleep(0.05)  # another run wrote first: read whose it is
   raise Busy(f'could not lock {workdir}: its lock file {fs.join(workdir, NAME)} keeps changing; '
              'is another run starting there?')
 
 
 def _busy(workdir: str, holder: dict) -> Busy:
+  pid = holder.get('pid')
+  if holder.get('host') == socket.gethostname() and isinstance(pid, int) and _stopped(pid):
+    return Busy(f'{workdir} is in use by {describe(holder, fs.join(workdir, NAME))}, which is '
+                f'stopped (Ctrl-Z, or SIGSTOP): resume it (`fg` in its shell, or kill -CONT {pid}) '
+                f'or end it (kill {pid}), or use another --workdir')
   return Busy(f'{workdir} is in use by {describe(holder, fs.join(workdir, NAME))}: wait for it to '
               'end or stop it, or use another --workdir')
 

@@ -4,6 +4,7 @@ gone taken over (its process, or its heartbeat), and the commands refusing a hel
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -241,3 +242,71 @@ def test_a_file_in_place_of_a_folder_is_refused_before_anything_is_written(tmp_p
     pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}), str(w),
                                 log=lambda *_: None)
   assert os.listdir(w) == ['metrics.jsonl']
+
+
+@pytest.mark.fast
+def test_a_stopped_run_on_this_host_keeps_its_workdir(tmp_path):
+  """SIGSTOP (Ctrl-Z, a suspended machine) silences a run's heartbeat; on its own host it is alive
+  and keeps the lock however old its heartbeat, and the refusal says it is stopped."""
+  child = subprocess.Popen(['sleep', '60'])
+  try:
+    os.kill(child.pid, signal.SIGSTOP)
+    deadline = time.time() + 10
+    while not workdir_lib._stopped(child.pid):
+      assert time.time() < deadline, 'the child did not stop'
+      time.sleep(0.02)
+    _record(tmp_path, pid=child.pid, started=workdir_lib._started(child.pid),
+            heartbeat=time.time() - 10 * workdir_lib.STALE_S)
+    with pytest.raises(workdir_lib.Busy) as refused:
+      workdir_lib.acquire(str(tmp_path), 'pre-training')
+    assert (f'which is stopped (Ctrl-Z, or SIGSTOP): resume it (`fg` in its shell, or kill -CONT '
+            f'{child.pid}) or end it' in str(refused.value)), str(refused.value)
+    with pytest.raises(workdir_lib.Busy):
+      workdir_lib.check_free(str(tmp_path))
+    # the same pid with another start time: the pid was given to another process since
+    _record(tmp_path, pid=child.pid, started=workdir_lib._started(child.pid) - 1)
+    workdir_lib.acquire(str(tmp_path), 'pre-training').release()
+  finally:
+    child.kill()
+    child.wait()
+
+
+@pytest.mark.fast
+def test_a_run_whose_lock_was_taken_stops_before_it_writes_again(tmp_path, capsys):
+  held = workdir_lib.acquire(str(tmp_path), 'pre-training')
+  workdir_lib.confirm_held()  # its own: nothing to say
+  _record(tmp_path, host='another-host', pid=7)  # taken over while this run was silent
+  workdir_lib.confirm_held()  # the heartbeat is not late: no look at the file
+  held.confirmed -= 200  # stopped for 200 s
+  with pytest.raises(workdir_lib.Lost) as lost:
+    workdir_lib.confirm_held()
+  assert ('a pre-training run (pid 7 on another-host' in str(lost.value) and
+          'stopped before writing there again' in str(lost.value)), str(lost.value)
+  held.release()  # the other run's lock stays
+  assert json.loads((tmp_path / workdir_lib.NAME).read_text())['host'] == 'another-host'
+  workdir_lib.confirm_held()  # released: no longer checked
+  capsys.readouterr()
+
+
+def test_a_pretraining_whose_lock_is_taken_writes_nothing_more(tmp_path, records_dir):
+  """The loop asks before each write: a run stopped past STALE_S and taken over by a run on
+  another host ends with Lost, no checkpoint and no record after the takeover."""
+  workdir = str(tmp_path / 'run')
+  lines = []
+
+  def log(line):
+    lines.append(line)
+    if ' step 2/' in line:  # the second step's line: another host takes the lock over now
+      _record(workdir, host='another-host', pid=7)
+      for held in workdir_lib._HELD:
+        held.confirmed -= 10 * workdir_lib.STALE_S
+
+  config = test_config(**{'data.records': records_dir, 'train_steps': 6, 'log_every': 1,
+                          'save_every': 1, 'eval_every': 0})
+  with pytest.raises(workdir_lib.Lost, match='another-host'):
+    pretrain.train_and_evaluate(config, workdir, log=log)
+  steps = [json.loads(l)['step'] for l in open(os.path.join(workdir, 'metrics.jsonl'))]
+  assert max(steps) <= 2, steps
+  saved = [int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints')) if n.isdigit()]
+  assert saved and max(saved) <= 2, saved
+  assert json.loads(open(os.path.join(workdir, workdir_lib.NAME)).read())['host'] == 'another-host'
