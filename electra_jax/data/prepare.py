@@ -25,12 +25,15 @@ import dataclasses
 import math
 import multiprocessing
 import os
+import pickle
+import queue
 import signal
 import time
 from typing import Callable
 
 import numpy as np
 
+from electra_jax import UserError
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.data import examples as examples_lib
 from electra_jax.data import records
@@ -550,31 +553,84 @@ def _write_here(out_dir: str, settings: records.Settings, work: list, num_worker
                 log, total: int = 0, log_every_s: float = 10.0) -> list[dict]:
   """The shards `work` written by worker processes of this machine (one: this process), each
   writing every `num_workers`-th of them; their results. Under the parts rule, a line for all the
-  workers every `log_every_s` too: the `total` bytes of their parts, read so far, and the ETA."""
+  workers every `log_every_s` too: the `total` bytes of their parts, read so far, and the ETA.
+  A worker that dies (the out-of-memory killer's SIGKILL) ends the build with one sentence naming
+  it; what the others finished stays, and the same command builds the rest."""
   workers = min(num_workers, len(work))
   tasks = [(out_dir, settings, work[w::workers], f'worker {w + 1}/{workers}', rule, w)
            for w in range(workers)]
   if workers == 1:
     return [_worker(tasks[0], log)]
-  pool, context = None, multiprocessing.get_context('spawn')
+  context = multiprocessing.get_context('spawn')
   done = context.RawArray('q', workers) if rule == 'parts' else None
+  answers = context.Queue()
+  processes: list = []
   try:  # the first worker error is raised here; an interruption reaches this process only
-    with _stops_deferred():  # (a deferred one arrives at its end, the pool made)
-      pool = context.Pool(workers, initializer=_start_worker, initargs=(done,))
-    results: list[dict] = []
-    start = time.time()
-    running = pool.imap_unordered(_worker, tasks)
+    with _stops_deferred():  # (a deferred one arrives at its end, the workers started)
+      for task in tasks:
+        processes.append(context.Process(target=_worker_process, args=(task, done, answers),
+                                         daemon=True, name=task[3]))
+        processes[-1].start()
+    results: dict[int, dict] = {}
+    start = last_line = time.time()
     while len(results) < workers:
       try:
-        results.append(running.next(timeout=log_every_s))
-      except multiprocessing.TimeoutError:
-        if done is not None and sum(done):  # (the workers' lines say when each has begun)
+        slot, error, result = answers.get(timeout=min(log_every_s, 1.0))
+      except queue.Empty:
+        _check_alive(processes, results, tasks, answers)
+        # (the workers' lines say when each has begun)
+        if done is not None and sum(done) and time.time() - last_line >= log_every_s:
           log(_all_line(workers, sum(done), total, time.time() - start))
-    return sorted(results, key=lambda r: r['shards'])
+          last_line = time.time()
+        continue
+      if error is not None:
+        raise error
+      results[slot] = result
+    return sorted(results.values(), key=lambda r: r['shards'])
   finally:  # the workers stopped before an error or interruption goes on
-    if pool is not None:
-      pool.terminate()
-      pool.join()
+    for p in processes:
+      if p.is_alive():
+        p.terminate()
+    for p in processes:
+      p.join()
+
+
+def _worker_process(task, done, answers):
+  """A worker process: its shards written, and (its slot, an error or None, its result) sent."""
+  _start_worker(done)
+  try:
+    answers.put((task[5], None, _worker(task)))
+  except BaseException as e:  # (raised again in the parent, as the pool did)
+    try:
+      pickle.dumps(e)
+    except Exception:
+      e = RuntimeError(f'{type(e).__name__}: {e}')
+    answers.put((task[5], e, None))
+
+
+def _check_alive(processes, results, tasks, answers):
+  """Raises UserError for a worker that ended without sending its result (after a last look at
+  what it sent: a worker's result is in the queue before it exits)."""
+  for slot, p in enumerate(processes):
+    if slot in results or p.exitcode is None:
+      continue
+    with contextlib.suppress(queue.Empty):  # its answer may still be on its way
+      late_slot, error, result = answers.get(timeout=1.0)
+      if error is not None:
+        raise error
+      results[late_slot] = result
+      if late_slot == slot:
+        continue
+    if slot in results:
+      continue
+    code = p.exitcode
+    how = (f'was killed by {signal.Signals(-code).name}' if code < 0 else
+           f'exited with status {code}')
+    why = (' (the out-of-memory killer sends SIGKILL: lower --num_workers, or give the machine '
+           'more memory)' if code == -signal.SIGKILL else '')
+    raise UserError(f'{tasks[slot][3]} (pid {p.pid}) {how} before it finished its shards{why}; '
+                    'the shards the workers finished are kept: run the same command again to '
+                    'build the rest')
 
 
 def _spool_done(out_dir: str, part: int) -> bool:

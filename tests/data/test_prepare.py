@@ -7,16 +7,21 @@ import filecmp
 import gzip
 import importlib.util
 import json
+import multiprocessing
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 
 from conftest import ROOT, WORDS, write_corpus
+from electra_jax import UserError
 from electra_jax.data import corpus as corpus_lib
 from electra_jax.data import input_pipeline
 from electra_jax.data import on_beam
@@ -513,3 +518,33 @@ def test_records_built_before_the_parts_rule_are_reused_and_an_unfinished_build_
                      r"earlier version, which gave the documents to shards by another rule "
                      r"\('documents'\); delete it and run the same command again"):
     prepare_lib.records_folder(settings, old, log=_quiet)
+
+
+def test_a_dead_worker_ends_the_build_in_one_sentence_and_the_rerun_finishes_it(tmp_path, built,
+                                                                                settings):
+  """A worker killed as the out-of-memory killer kills (SIGKILL) ends the build naming it, instead
+  of a pool waiting for it forever; the same build again writes the same bytes."""
+  out = str(tmp_path / 'records')
+  killed = []
+
+  def kill_the_second_worker():
+    deadline = time.time() + 120
+    while time.time() < deadline and not killed:
+      for child in multiprocessing.active_children():
+        if child.name == 'worker 2/2':
+          os.kill(child.pid, signal.SIGKILL)
+          killed.append(child.pid)
+      time.sleep(0.01)
+
+  killer = threading.Thread(target=kill_the_second_worker)
+  killer.start()
+  with pytest.raises(UserError) as ended:
+    prepare_lib.records_folder(settings, out, num_workers=2, log=_quiet)
+  killer.join()
+  assert killed and str(ended.value).startswith(
+      f'worker 2/2 (pid {killed[0]}) was killed by SIGKILL before it finished its shards (the '
+      'out-of-memory killer sends SIGKILL: lower --num_workers'), str(ended.value)
+  assert 'run the same command again to build the rest' in str(ended.value)
+  assert not [c for c in multiprocessing.active_children() if c.name.startswith('worker')]
+  prepare_lib.records_folder(settings, out, num_workers=2, log=_quiet)
+  _same_folders(built, out)
