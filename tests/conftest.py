@@ -314,25 +314,32 @@ def pretrained(tmp_path_factory, records_dir):
   return workdir
 
 
-@pytest.fixture(scope='session')
-def gcs_server(tmp_path_factory):
+def start_gcs_server(folder, bucket: str = 'electra-test'):
   """A GCS server on 127.0.0.1 (tests/gcs_server.py: the gcp-storage-emulator package) with the
-  bucket gs://electra-test; yields the environment under which every client reaches it."""
+  bucket gs://<bucket>, its files in `folder`: (its process, {'env': the environment under which
+  every client reaches it})."""
   import json
   import subprocess
   import time
-  ready = tmp_path_factory.mktemp('gcs') / 'ready.json'
-  log = open(ready.with_name('server.log'), 'w')
+  ready = folder / 'ready.json'
+  log = open(folder / 'server.log', 'w')
   proc = subprocess.Popen([sys.executable, os.path.join(ROOT, 'tests', 'gcs_server.py'),
-                           f'--ready_file={ready}', '--bucket=electra-test'],
+                           f'--ready_file={ready}', f'--bucket={bucket}'],
                           stdout=log, stderr=subprocess.STDOUT)
+  log.close()
   deadline = time.time() + 60
   while not ready.exists():
-    assert proc.poll() is None, ready.with_name('server.log').read_text()[-2000:]
+    assert proc.poll() is None, (folder / 'server.log').read_text()[-2000:]
     assert time.time() < deadline, 'the GCS server did not start within 60 s'
     time.sleep(0.1)
-  info = json.loads(ready.read_text())
+  return proc, json.loads(ready.read_text())
+
+
+@pytest.fixture(scope='session')
+def gcs_server(tmp_path_factory):
+  """The session's GCS server (start_gcs_server) with the bucket gs://electra-test; yields the
+  environment under which every client reaches it."""
+  proc, info = start_gcs_server(tmp_path_factory.mktemp('gcs'))
   yield info
   proc.terminate()
   proc.wait()
-  log.close()

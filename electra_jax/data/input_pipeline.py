@@ -29,6 +29,7 @@ import jax
 import numpy as np
 
 from electra_jax.data import records
+from electra_jax.storage import deadline
 from electra_jax.storage import fs
 from electra_jax.storage import tf_import
 
@@ -197,7 +198,8 @@ def global_batches(dataset, sharding, records_dir: str | None = None) -> Iterato
   iterator = dataset.as_numpy_iterator()
   while True:
     try:
-      local = next(iterator)
+      with deadline.waiting(records_dir):  # (records in a bucket: a read that never answers ends)
+        local = next(iterator)
     except StopIteration:
       return
     except Exception as e:

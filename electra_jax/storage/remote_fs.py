@@ -10,6 +10,7 @@ import re
 import google.auth
 from google.auth import exceptions
 
+from electra_jax.storage import deadline
 from electra_jax.storage import tf_import
 
 
@@ -19,9 +20,11 @@ def gfile():
 
 @contextlib.contextmanager
 def errors(path):
-  """TensorFlow's file-system errors as Python's, naming `path`."""
+  """TensorFlow's file-system errors as Python's, naming `path`; a wait on a bucket watched
+(deadline.py)."""
   try:
-    yield
+    with deadline.waiting(path):
+      yield
   except Exception as e:
     raise translate(e, path) from None
 

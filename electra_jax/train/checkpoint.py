@@ -25,8 +25,10 @@ from orbax.checkpoint import checkpoint_managers as policies
 
 from electra_jax import UserError
 from electra_jax.platform import private
+from electra_jax.storage import deadline
 from electra_jax.storage import fs
 from electra_jax.train import distributed
+from electra_jax.train import workdir as workdir_lib
 
 
 # Orbax writes a replicated array in slices, one per replica ("replica-parallel"), which spreads
@@ -196,6 +198,7 @@ class Checkpointer:
     A save that fails for a full disk (this one, or the previous one still being written) raises
     DiskFull naming the space; its unfinished folder is deleted and the checkpoints saved before
     are untouched."""
+    workdir_lib.confirm_held()  # (another run may hold the workdir now: then no save)
     if metrics is not None and self.best_metric:
       metrics = {k: float(v) for k, v in metrics.items() if math.isfinite(v)}
     if not self.best_metric or not metrics or self.best_metric not in metrics:
@@ -224,9 +227,11 @@ class Checkpointer:
 
   @contextlib.contextmanager
   def _space(self):
-    """Orbax's and TensorStore's 'No space left on device' as DiskFull, in one sentence."""
+    """Orbax's and TensorStore's 'No space left on device' as DiskFull, in one sentence; a wait on
+    a bucket watched (storage/deadline.py)."""
     try:
-      yield
+      with deadline.waiting(self.directory):
+        yield
     except Exception as e:
       if not fs.no_space(e):
         raise

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from electra_jax.storage import fs
+from electra_jax.train import workdir as workdir_lib
 
 try:  # TensorBoard's record format and protocol buffers (the package, not TensorFlow)
   from tensorboard.compat.proto import event_pb2
@@ -277,6 +278,7 @@ class Logs:
     self.plot_every_s, self.plotted, self.stale = plot_every_s, time.monotonic(), False
 
   def write(self, split: str, step: int, values: dict, extra: dict | None = None):
+    workdir_lib.confirm_held()  # (another run may hold the workdir now: then not a line more)
     self.jsonl.write({'split': split, **self.tags, 'step': step, **(extra or {}), **values})
     self.board.write(step, {**(extra or {}), **values}, split)
     if split == 'eval' and self.main:

@@ -28,6 +28,7 @@ import jax
 
 from electra_jax import Stopped, UserError
 from electra_jax.train import metrics as metrics_lib
+from electra_jax.storage import deadline
 from electra_jax.storage import fs
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import step as step_lib
@@ -87,15 +88,19 @@ class Signals:
     if install and threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGTERM, signal.SIGINT):
         self.previous[sig] = signal.signal(sig, self._handle)
+      deadline.watch()  # (a signal that arrives while the main thread waits on a bucket)
 
   def _handle(self, signum, frame):
     del frame
     if self.received:  # the second one: no checkpoint, out now
       os._exit(128 + signum)
     self.received = signal.Signals(signum).name
+    deadline.stop_taken_up()
     self.log(f'{self.received} received: saving a checkpoint after this step (again to quit now)')
 
   def restore(self):
+    if self.previous:
+      deadline.unwatch()
     for sig, handler in self.previous.items():
       signal.signal(sig, handler)
     self.previous = {}
@@ -132,14 +137,11 @@ class Result:
 
 def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iterator, start: int,
         *, evaluate: Callable[[int, Any], dict], ckpt, meta: Callable[[int], dict],
-        logs: logs_lib.Logs,
-        log=print, annotate: Callable[[dict, dict], str] | None = None,
+        logs: logs_lib.Logs, log=print, annotate: Callable[[dict, dict], str] | None = None,
         signals: Signals | None = None) -> Result:
-  """Trains from step `start` to `plan.total_steps`; see the module docstring.
-
-  `evaluate(step, state)` returns held-out values; `meta(step)` what a checkpoint carries besides
-  the state; `annotate(values, speed)` may add values to a report and returns text for its line.
-  """
+  """Trains from step `start` to `plan.total_steps` (the module docstring). `evaluate(step, state)`
+  returns held-out values; `meta(step)` what a checkpoint carries besides the state;
+  `annotate(values, speed)` may add values to a report and returns text for its line."""
   progress = logs_lib.Progress(start, plan.total_steps, plan.tokens_per_step)
   logs.resume(start, evaluated_again=start >= plan.total_steps)  # one record per step
   signals = signals or Signals(log, install=jax.process_count() == 1)
@@ -150,7 +152,6 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
   line = _Lines(plan, progress, annotate, log)
 
   def report(step, sums):
-    workdir_lib.confirm_held()  # (before each write: another run may hold the workdir now)
     values = metrics_lib.summarize(sums)
     if values['nonfinite_steps']:
       _nonfinite(plan, state, step, values, ckpt, log)
@@ -163,12 +164,10 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
       return values
     shown = logs_lib.format_line(values, *([plan.eval_fields] if plan.eval_fields else []))
     log(f'{logs_lib.stamp()}{plan.prefix}eval step {step} | {shown}{plan.eval_note}')
-    workdir_lib.confirm_held()
     logs.write('eval', step, values, plan.eval_record)
     return values
 
   def save(step, eval_values=None):
-    workdir_lib.confirm_held()
     if ckpt.latest_step() != step:
       ckpt.save(step, state, meta(step), metrics=eval_values)
 

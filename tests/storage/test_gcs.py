@@ -7,12 +7,16 @@ credentials and an object where a folder is needed."""
 import json
 import os
 import random
+import re
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 from conftest import CHILD_ENV, HAS_HF, ROOT, launch_command, load_config, run_config_file
+from conftest import start_gcs_server
 from conftest import assert_same_states, test_config
 from electra_jax import UserError
 from electra_jax.data import records
@@ -300,3 +304,47 @@ def test_a_workdir_in_a_bucket_is_held_by_one_run():
   assert all(f'{folder} is in use by a pre-training run (pid {os.getpid()}' in r for r in refused)
   won[0].release()
   assert store.read(workdir_lib.NAME).result().state == 'missing'
+
+
+@pytest.mark.parametrize('stop', ['SIGTERM', 'deadline'])
+def test_a_run_whose_storage_dies_ends_within_its_deadline_and_honours_sigterm(
+    tmp_path, records_dir, stop):
+  """The storage server of a run's bucket dies mid-run (a server of this test's own, killed): the
+  next write waits on TensorFlow's retries, which took minutes per call. SIGTERM ends the run
+  within seconds saying why, and without a signal the run says it waits, then ends at the storage
+  deadline with exit 75, instead of hanging silent."""
+  proc, info = start_gcs_server(tmp_path)
+  env = {**CHILD_ENV, **info['env'], 'ELECTRA_JAX_STORAGE_DEADLINE_S': '20'}
+  config = run_config_file(tmp_path, records_dir, train_steps=100000, save_every=2)
+  child = subprocess.Popen(launch_command(config, f'{BUCKET}/dies'), stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, env=env)
+  try:
+    lines = []
+    for line in child.stdout:
+      lines.append(line)
+      if ' step 4/' in line:
+        break
+    assert child.poll() is None, ''.join(lines)[-3000:]
+    proc.kill()
+    proc.wait()
+    time.sleep(2)  # the next write is waiting for the server by now
+    start = time.monotonic()
+    if stop == 'SIGTERM':
+      child.send_signal(signal.SIGTERM)
+    rest = child.communicate(timeout=120)[0]
+    took = time.monotonic() - start
+  finally:
+    child.kill()
+    proc.kill()
+  said = [l for l in rest.splitlines() if l.strip()]
+  if stop == 'SIGTERM':
+    assert child.returncode == 143 and took < 15, (took, rest[-3000:])
+    assert re.match(rf'SIGTERM received while waiting \d+ s for {BUCKET}/dies/\S+, which does not '
+                    r'answer: stopped without saving; the checkpoints saved before stay', said[-1]
+                    ), rest[-3000:]
+  else:
+    assert child.returncode == 75 and 15 < took < 40, (took, rest[-3000:])
+    assert any(l.startswith(f'waiting for {BUCKET}/dies/') and 'no answer for 5 s' in l
+               for l in said), rest[-3000:]
+    assert re.match(rf'error: {BUCKET}/dies/\S+ has not answered for 2\d s \(the storage or the '
+                    r'network to it is down\); stopped', said[-1]), rest[-3000:]
