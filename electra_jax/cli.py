@@ -134,9 +134,20 @@ def pass_on_unknown_flags():
   _PASS_ON = True
 
 
+def _home(arg: str) -> str:
+  """`--flag=~/x` with `~` expanded as the shell expands `--flag ~/x` (bash leaves a `~` after
+  `=` as it is, and the run would write into a folder named `~` of the current folder)."""
+  match = re.match(r'(--[\w.-]+=)(~[^/]*)(/.*)?$', arg)
+  if not match:
+    return arg
+  home = os.path.expanduser(match.group(2))
+  return arg if home == match.group(2) else match.group(1) + home + (match.group(3) or '')
+
+
 def _parse(argv: list[str]) -> list[str]:
   """absl's flags parsed, then each config file read with its overrides; one sentence, exit 2."""
   overrides: dict[str, list[str]] = {name: [] for name in _CONFIG_FILES}
+  argv = argv[:1] + [_home(a) for a in argv[1:]]
   rest = argv[:1]
   for i, arg in enumerate(argv[1:], 1):
     if arg == '--':

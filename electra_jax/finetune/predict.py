@@ -102,6 +102,38 @@ def output_path(workdir: str, input_path: str, output: str | None, fmt: str) -> 
   return fs.join(workdir, 'predictions', f'{stem}{ext}')
 
 
+def check_output(path: str, input_path: str, overwrite: bool):
+  """Refuses (UserError), before any work, an output that is the input file (even with
+  --overwrite), that exists (without it), or whose folder cannot be made or written to."""
+  same = (fs.remote(path) and path == input_path) or (
+      not fs.remote(path) and fs.exists(path) and fs.exists(input_path) and
+      os.path.samefile(path, input_path))
+  if same:
+    raise UserError(f'--output {path} is the input file, and its predictions would replace it; '
+                    'give another --output')
+  if fs.exists(path) and not overwrite:
+    raise UserError(f'{path} exists (earlier predictions?); give another --output, or '
+                    '--overwrite to replace it')
+  if fs.isdir(path):
+    raise UserError(f'--output {path} is a folder; give a file name in it')
+  folder = fs.dirname(path) or '.'
+  if not fs.remote(path):
+    above = os.path.abspath(folder)
+    while not os.path.exists(above):
+      above = os.path.dirname(above)
+    if not os.path.isdir(above):
+      raise UserError(f'--output {path}: {above} is a file, not a folder; give an output in a '
+                      'folder')
+  try:
+    fs.makedirs(folder, exist_ok=True)
+    probe = fs.join(folder, f'.write_test.{os.getpid()}')
+    fs.write_atomic(probe, 'ok')
+    fs.remove(probe)
+  except OSError as e:
+    raise UserError(f'cannot write the predictions into {folder} ({e.strerror or e}); give an '
+                    '--output in a folder you can write to') from None
+
+
 def seed_path(path: str, seed: int) -> str:
   stem, ext = os.path.splitext(path)
   return f'{stem}.seed_{seed}{ext}'
@@ -123,10 +155,8 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
   kind = registry.get(task.kind)
   out = output_path(workdir, input_path, output, kind.prediction_format)
   outs = [out] if len(chosen) == 1 else [seed_path(out, s) for s in chosen]
-  there = [p for p in outs if fs.exists(p)]
-  if there and not overwrite:
-    raise UserError(f'{there[0]} exists (earlier predictions?); give another --output, or '
-                    '--overwrite to replace it')
+  for path in outs:
+    check_output(path, input_path, overwrite)
   workdir_lib.check_free(workdir)
   columns = file_columns(cfg.task)
   with user_errors(ValueError, FileNotFoundError):
@@ -157,9 +187,13 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
     rows = kind.predicted(task, outputs, data, examples, cfg)
     if labelled:
       scores[s] = kind.scores(task, outputs, data, examples, cfg)
-    with user_errors(OSError):
-      fs.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-      fs.write_atomic(path, _text(kind.prediction_format, path, rows, examples, columns))
+    text = _text(kind.prediction_format, path, rows, examples, columns, input_path)
+    try:
+      fs.write_atomic(path, text, replace=overwrite)
+    except FileExistsError:
+      raise UserError(f'{path} was made by another command while these predictions were '
+                      'computed, and is kept; give another --output, or --overwrite to replace '
+                      'it') from None
     written.append(path)
     shown = ' | '.join(f'{m} {100 * v:.2f}' for m, v in scores.get(s, {}).items())
     log(f'seed {s}: {len(rows):,} predictions -> {path}' + (f' | {shown}' if shown else ''))
@@ -226,17 +260,18 @@ def _labelled(example) -> bool:
   return example.label is not None
 
 
-def _text(fmt: str, path: str, rows: list[dict], examples: list, task_cfg) -> str:
-  """The predictions file: a table (.tsv / .csv / .jsonl) of index, the texts, the prediction
-  and each output's probability; CoNLL lines of word, tag and probability; SQuAD's JSON of
-  {id: {answer, probability}}."""
+def _text(fmt: str, path: str, rows: list[dict], examples: list, task_cfg,
+          input_path: str) -> str:
+  """The predictions file: a table (.tsv / .csv / .jsonl) of index, every column of the input
+  (its texts, an id, ...), the prediction and each output's probability; CoNLL lines of word, tag
+  and probability; SQuAD's JSON of {id: {answer, probability}}."""
   if fmt == 'json':
     return logs_lib.dumps({r['id']: {k: v for k, v in r.items() if k != 'id'} for r in rows},
                           indent=1, ensure_ascii=False)
   if fmt == 'conll':
     return ''.join(''.join(f'{w} {t} {"-" if p is None else f"{p:.4f}"}\n' for w, t, p in zip(
         r['words'], r['prediction'], r['probabilities'])) + '\n' for r in rows)
-  texts = _texts(examples, task_cfg)
+  texts = _input_columns(input_path, task_cfg, len(rows))
   if path.lower().endswith('.jsonl'):
     return ''.join(logs_lib.dumps({'index': i, **t, **r}, ensure_ascii=False) + '\n'
                    for i, (t, r) in enumerate(zip(texts, rows)))
@@ -252,10 +287,14 @@ def _text(fmt: str, path: str, rows: list[dict], examples: list, task_cfg) -> st
   return buffer.getvalue()
 
 
-def _texts(examples: list, task_cfg) -> list[dict]:
-  """Each example's texts under their columns' names (multiple choice: the context alone)."""
-  a = str(task_cfg.text_a)
-  b = str(task_cfg.text_b) if task_cfg.text_b not in (None, '') else None
-  return [{a: e.text_a, **({b: e.text_b} if b and not isinstance(e.text_b, tuple) else {})}
-          for e in examples]
+OWN = ('index', 'prediction', 'probabilities')  # the columns a prediction adds
+
+
+def _input_columns(input_path: str, task_cfg, count: int) -> list[dict]:
+  """Each input row's columns, in the file's order (positions by number for a file without a
+  header row), a name the predictions use too given as `input.<name>`."""
+  rows, columns = files.table_rows(input_path, task_cfg.header)
+  assert len(rows) == count, (len(rows), count)  # (read_table reads every row)
+  name = lambda c: (f'input.{c}' if str(c) in OWN or str(c).startswith('p(') else str(c))
+  return [{name(c): r.get(c) for c in columns} for r in rows]
 

@@ -30,6 +30,7 @@ import shutil
 import tempfile
 
 from etils import epath
+import tensorstore as ts
 
 from electra_jax import UserError
 from electra_jax.storage import remote_fs, tf_import
@@ -271,12 +272,17 @@ def read_bytes(path) -> bytes:
     return f.read()
 
 
-def write_atomic(path, data: str | bytes):
+def write_atomic(path, data: str | bytes, replace: bool = True):
   """Writes a whole file so that a reader sees the old contents or the new, never a part: locally
   a temporary name and a rename; on an object store the upload itself (an object appears only
-  when it is complete)."""
+  when it is complete). With `replace=False` the file is created only where none exists, in the
+  same step (a hard link locally, a write conditional on no object in a bucket): FileExistsError
+  where one does, even one another process made a moment before."""
   mode = 'wb' if isinstance(data, bytes) else 'w'
   if remote(path):
+    if not replace:
+      _create_object(path, data.encode() if isinstance(data, str) else data)
+      return
     with open(path, mode) as f:
       f.write(data)
     return
@@ -286,7 +292,11 @@ def write_atomic(path, data: str | bytes):
   try:
     with open(tmp, mode) as f:
       f.write(data)
-    os.replace(tmp, path)
+    if replace:
+      os.replace(tmp, path)
+    else:
+      os.link(tmp, path)  # (FileExistsError where `path` exists)
+      os.remove(tmp)
   except BaseException as e:  # (a full disk, a signal): the old contents stay, the part goes
     with contextlib.suppress(OSError):
       os.remove(tmp)
@@ -294,6 +304,30 @@ def write_atomic(path, data: str | bytes):
       size = len(data.encode() if isinstance(data, str) else data)
       raise DiskFull(path, size) from None
     raise
+
+
+def kvstore(folder: str):
+  """TensorStore's key-value store of `folder` (a local path or a URL), whose conditional writes
+  are an exclusive create locally and GCS's `ifGenerationMatch` in a bucket; None where
+  TensorStore has no driver for the scheme."""
+  path = os.fspath(folder).rstrip('/') + '/'
+  spec: dict[str, str] | str = path if remote(path) else {
+      'driver': 'file', 'path': os.path.abspath(_local(path)) + '/'}  # (keys appended as is)
+  try:
+    return ts.KvStore.open(spec).result()
+  except ValueError:  # a scheme TensorStore does not speak (hdfs://, ...)
+    return None
+
+
+def _create_object(path: str, data: bytes):
+  store = kvstore(dirname(path))
+  if store is None:
+    raise OSError(errno.EOPNOTSUPP, 'no conditional writes for its scheme', path)
+  with remote_fs.errors(path):
+    current = store.read(basename(path)).result()
+    if current.state == 'value' or not store.write(
+        basename(path), data, if_equal=current.stamp.generation).result().generation:
+      raise FileExistsError(errno.EEXIST, 'exists', path)
 
 
 @contextlib.contextmanager

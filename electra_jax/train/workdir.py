@@ -30,7 +30,6 @@ import time
 import uuid
 
 import jax
-import tensorstore as ts
 
 from electra_jax import UserError
 from electra_jax.storage import fs
@@ -46,19 +45,9 @@ class Busy(UserError):
 
 
 def _store(workdir: str):
-  """(TensorStore key-value store of the workdir, the lock's key), or None where TensorStore has
-  no driver for the path's scheme."""
-  path = os.fspath(workdir).rstrip('/') + '/'
-  if not fs.remote(path):
-    local = path[len('file://'):] if path.startswith('file://') else path
-    spec: dict[str, str] | str = {'driver': 'file',  # keys are appended as is
-                                  'path': os.path.abspath(local) + '/'}
-  else:
-    spec = path
-  try:
-    return ts.KvStore.open(spec).result()
-  except ValueError:  # a scheme TensorStore does not speak (hdfs://, ...)
-    return None
+  """TensorStore's key-value store of the workdir (the lock's conditional writes), or None where
+  TensorStore has no driver for the path's scheme."""
+  return fs.kvstore(workdir)
 
 
 def _process_alive(pid: int) -> bool:

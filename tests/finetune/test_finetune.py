@@ -515,6 +515,7 @@ def _predicts_new_files(workdir, tmp_path, kind, summary):
   again = predict_lib.predict(moved, dev, overwrite=True, log=_quiet)
   assert again['scores'] == done['scores']
   assert open(again['outputs'][0]).read() == open(path).read()
+  _outputs_never_replace_inputs_or_each_other(workdir, tmp_path, given)
   unlabelled = tmp_path / 'new.tsv'
   unlabelled.write_text('text\n' + ''.join(r['text'] + '\n' for r in given[:7]))
   each = predict_lib.predict(workdir, str(unlabelled), seed='all', log=_quiet)
@@ -535,6 +536,42 @@ def _predicts_new_files(workdir, tmp_path, kind, summary):
                        r"columns as in its training files: text \(text_a\), label \(label, where "
                        r"known\)$"):
       predict_lib.predict(workdir, str(wrong), log=_quiet)
+
+
+def _outputs_never_replace_inputs_or_each_other(workdir, tmp_path, given):
+  """The input's other columns kept (one named as a prediction's column given as input.<name>);
+  an output that is the input refused even with --overwrite; an output made by another command
+  while this one predicted is kept (the write is an exclusive create); a folder that cannot hold
+  the output named before the work."""
+  mine = tmp_path / 'mine.csv'
+  with open(mine, 'w', newline='') as f:
+    writer = csv.writer(f)
+    writer.writerow(['id', 'text', 'prediction'])
+    writer.writerows([f'row-{i}', r['text'], 'mine'] for i, r in enumerate(given[:5]))
+  before = mine.read_bytes()
+  for output in (str(mine), str(tmp_path / '.' / 'mine.csv')):
+    with pytest.raises(UserError, match=r'mine.csv is the input file, and its predictions would '
+                       r'replace it; give another --output$'):
+      predict_lib.predict(workdir, str(mine), output=output, overwrite=True, log=_quiet)
+  assert mine.read_bytes() == before
+  done = predict_lib.predict(workdir, str(mine), output=str(tmp_path / 'kept.csv'), log=_quiet)
+  rows = list(csv.DictReader(open(done['outputs'][0])))
+  assert list(rows[0])[:4] == ['index', 'id', 'text', 'input.prediction'], list(rows[0])
+  assert [r['id'] for r in rows] == [f'row-{i}' for i in range(5)]
+  assert {r['input.prediction'] for r in rows} == {'mine'} and rows[0]['prediction'] != 'mine'
+  race = tmp_path / 'race.csv'
+
+  def another_command_writes(line):
+    if not race.exists():
+      race.write_text('theirs\n')
+
+  with pytest.raises(UserError, match=r'race.csv was made by another command while these '
+                     r'predictions were computed, and is kept; give another --output'):
+    predict_lib.predict(workdir, str(mine), output=str(race), log=another_command_writes)
+  assert race.read_text() == 'theirs\n' and not [n for n in os.listdir(tmp_path) if '.tmp-' in n]
+  with pytest.raises(UserError, match=r'mine.csv is a file, not a folder; give an output in a '
+                     r'folder'):
+    predict_lib.predict(workdir, str(mine), output=str(mine / 'sub' / 'p.csv'), log=_quiet)
 
 
 def _counted(monkeypatch, *targets) -> dict:

@@ -164,6 +164,16 @@ def _read_rows(path: str, ext: str, header: bool, label=None):
   return rows, columns, columns if header else None, None
 
 
+def table_rows(path: str, header: bool = True) -> tuple[list[dict], list]:
+  """(each row as {column: value}, the columns in the file's order) of a .csv, .tsv or .jsonl
+  file, as read_table reads it (the same rows, in order): what a prediction keeps of its input."""
+  ext = os.path.splitext(path)[1].lower()
+  rows, columns = _read_rows(path, ext, header)[:2]
+  if ext == '.jsonl':  # (in the order the keys come)
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+  return rows, list(columns)
+
+
 def column_names(path: str) -> list:
   """The columns a .csv / .tsv file's header row names, or the keys of a .jsonl file's objects."""
   ext = os.path.splitext(path)[1].lower()
