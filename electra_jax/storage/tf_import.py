@@ -24,6 +24,14 @@ def tensorflow():
     if keep_out and sys.modules.get('keras', 0) is None:
       del sys.modules['keras']
   tf.config.set_visible_devices([], 'GPU')
+  # Triton's compiled core (the `triton` package torch imports where it is installed, as with
+  # torch's CUDA builds: torch._dynamo, through transformers) and TensorFlow's both carry LLVM, and
+  # importing Triton's after TensorFlow's ends the process in a segmentation fault (TensorFlow
+  # 2.21, Triton 3.7). A process that has TensorFlow therefore has no Triton: torch takes it for
+  # absent and runs without it (the GPU kernels it compiles: torch.compile on a GPU, which no
+  # process with our data reading uses). One that imported Triton first keeps it: that order works.
+  if 'triton' not in sys.modules:
+    sys.modules['triton'] = None
   return tf
 
 
