@@ -59,6 +59,7 @@ sys.path.extend(sorted(e.path for e in os.scandir(os.path.dirname(os.path.abspat
 import jax
 import pytest
 
+import xdist_once
 from electra_jax import cli
 from electra_jax.config.pretraining import default_config
 from electra_jax.data import prepare as prepare_lib
@@ -88,14 +89,30 @@ WORDS = ('the cat sat on a mat while dogs ran past green trees near old stone wa
 PRE_TRAINED_FIXTURES = ('pretrained',)
 
 
+# The bound on one test (pytest-timeout: setup.cfg's `timeout` for every test, this for a fast one,
+# whose subset is the edit loop's): a test past it has its threads' stacks printed and its worker
+# ended, and is reported failed; the run goes on (xdist_once.py: the test is not run again).
+FAST_TIMEOUT_S = 240
+
+
 def pytest_collection_modifyitems(config, items):
-  """Refuses a `fast` test that needs a pre-training (its fixtures, and theirs)."""
+  """Refuses a `fast` test that needs a pre-training (its fixtures, and theirs); bounds each fast
+  test by FAST_TIMEOUT_S (unless it states its own)."""
   del config
   heavy = [item.nodeid for item in items if item.get_closest_marker('fast')
            and set(PRE_TRAINED_FIXTURES) & set(getattr(item, 'fixturenames', ()))]
   if heavy:
     raise pytest.UsageError(f'tests marked fast need a pre-training ({", ".join(heavy[:5])}); '
                             'take the fast mark off them, or the pre-trained fixture')
+  for item in items:
+    if item.get_closest_marker('fast') and not item.get_closest_marker('timeout'):
+      item.add_marker(pytest.mark.timeout(FAST_TIMEOUT_S))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+  """A test that ends its worker (a crash, a timeout) is reported once, not run again."""
+  return xdist_once.make_scheduler(config, log)
 
 
 _FAULTS_NOT_RUN = []  # (test, why) of the fault tests this run skipped

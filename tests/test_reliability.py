@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -1154,3 +1155,51 @@ def test_data_that_is_likely_a_mistake_is_named_in_a_warning(tmp_path):
   registry.load(cfg, log=said.append)
   assert said == ["warning: the train data has 30 classes among 30 examples (about 1.0 each): is "
                   "task.label='label' the column of the labels?"]
+
+
+TOY_TEST = '''
+import os, signal, time
+def test_1():
+  time.sleep(0.2)
+def test_2():
+  if MODULE == 'crashes':
+    os.kill(os.getpid(), signal.SIGSEGV)  # every time it runs: a worker's segmentation fault
+  if MODULE == 'hangs':
+    time.sleep(3600)
+def test_3():
+  time.sleep(0.2)
+'''
+
+
+@pytest.mark.fast
+def test_a_crashed_or_stuck_test_fails_the_run_within_its_bound_and_the_rest_runs(tmp_path):
+  """The test command's settings on a suite of its own: a test that crashes its worker every time
+  it runs, and one stuck for an hour under a 5 s bound, each reported failed once, every other test
+  run, and the run over in seconds (xdist re-ran a crashed test on worker after worker, then
+  waited forever with both workers idle)."""
+  import configparser
+  ours = configparser.ConfigParser()
+  ours.read(os.path.join(ROOT, 'setup.cfg'))
+  options = ours['tool:pytest']
+  assert options['timeout_method'] == 'thread' and '--dist loadscope' in options['addopts']
+  (tmp_path / 'pytest.ini').write_text(
+      f'[pytest]\naddopts = {options["addopts"]}\ntimeout = 5\n'
+      f'timeout_method = {options["timeout_method"]}\n')
+  (tmp_path / 'conftest.py').write_text(
+      f'import sys\nsys.path.insert(0, {os.path.join(ROOT, "tests")!r})\nimport pytest\n'
+      'import xdist_once\n@pytest.hookimpl(optionalhook=True)\n'
+      'def pytest_xdist_make_scheduler(config, log):\n'
+      '  return xdist_once.make_scheduler(config, log)\n')
+  for module in ('calm', 'crashes', 'hangs', 'quiet'):
+    (tmp_path / f'test_{module}.py').write_text(f'MODULE = {module!r}\n' + TOY_TEST)
+  start = time.monotonic()
+  done = subprocess.run([sys.executable, '-m', 'pytest', '-p', 'no:cacheprovider', str(tmp_path)],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+  took = time.monotonic() - start
+  summary = done.stdout.strip().splitlines()[-1]
+  assert done.returncode == 1 and re.match(r'=* ?2 failed, 10 passed in ', summary), (
+      took, done.stdout[-3000:])
+  assert "worker 'gw" in done.stdout and "crashed while running 'test_crashes.py::test_2'" in (
+      done.stdout), done.stdout[-3000:]
+  assert "crashed while running 'test_hangs.py::test_2'" in done.stdout and took < 120, (
+      took, done.stdout[-3000:])
