@@ -33,6 +33,8 @@ _STEP = flags.DEFINE_integer('step', None, 'the checkpoint step (default: the la
 _SEED = flags.DEFINE_integer('seed', None, 'a fine-tuning\'s seed (default: best on dev)')
 _CHECK = flags.DEFINE_bool('check', False, 'load the export in HF transformers and compare its '
                            'token ids and logits with ours (needs torch and transformers)')
+_UNFINISHED = flags.DEFINE_bool('allow_unfinished', False, 'export a fine-tuning whose seeds have '
+                                'not all finished (refused otherwise)')
 flags.mark_flags_as_required(['workdir', 'out'])
 
 
@@ -41,7 +43,10 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
   log = lambda line: print(line, flush=True)
   cli.check_paths(_WORKDIR.value, _OUT.value)
-  done = export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log)
+  if _CHECK.value:
+    export.check_can_verify()
+  done = export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log,
+                       _UNFINISHED.value)
   for folder in done.folders:
     config = json.loads(fs.read_text(fs.join(folder, 'config.json')))
     local = fs.basename(folder) if fs.remote(folder) else folder

@@ -15,6 +15,8 @@ config.json last) and checks an export in HF transformers against our model (`ve
 """
 
 import contextlib
+import errno
+import importlib.util
 import os
 import tempfile
 
@@ -42,18 +44,41 @@ def _read_config(workdir: str) -> dict:
   return workdir_lib.read_config(workdir)
 
 
-def export(workdir: str, out: str, step: int | None = None, seed: int | None = None,
-           log=print) -> Exported:
-  """Writes the HF folders of `workdir`'s checkpoint (latest, or `step`) under `out`."""
+def out_folder(out: str) -> str:
+  """The folder `out` names (a local one as its real path: through a symbolic link, `.` as the
+  current folder), checked to be new or an empty folder; one sentence otherwise."""
+  if not fs.remote(out):
+    if os.path.islink(out.rstrip('/') or '/'):
+      try:
+        os.stat(out)
+      except OSError as e:
+        raise UserError(f'--out {out} is a symbolic link that leads nowhere '
+                        f'({"a loop of links" if e.errno == errno.ELOOP else e.strerror}: '
+                        f'{os.readlink(out.rstrip("/"))}); give a new folder, or a link to an '
+                        'empty one (nothing was written)') from None
+    out = os.path.realpath(out)
+    if os.path.isdir(out):  # an export killed while it wrote into this folder: its part goes
+      for name in os.listdir(out):
+        if name.startswith('.export.partial-'):
+          fs.rmtree(os.path.join(out, name), ignore_errors=True)
   if fs.exists(out) and (not fs.isdir(out) or fs.listdir(out)):
     raise UserError(f'--out {out} {"is a file" if not fs.isdir(out) else "exists and is not empty"}'
-                    '; give a new folder (nothing was '
-                    'written)')
+                    '; give a new folder (nothing was written)')
+  return out
+
+
+def export(workdir: str, out: str, step: int | None = None, seed: int | None = None,
+           log=print, allow_unfinished: bool = False) -> Exported:
+  """Writes the HF folders of `workdir`'s checkpoint (latest, or `step`) under `out` (a new
+  folder, or an empty one: then into it, config.json last, so the folder stays the one it was)."""
+  out = out_folder(out)
   config = _read_config(workdir) if not _original(workdir) else {}
-  # written whole under <out>.partial, then renamed; for a bucket, built in a local folder and
-  # uploaded with each config.json last, so a folder from_pretrained can open is a complete one
-  partial = (tempfile.mkdtemp(prefix='electra_export_') if fs.remote(out)
-             else out.rstrip('/') + '.partial')
+  # written whole under <out>.partial (inside an empty OUT that exists), then moved; for a bucket,
+  # built in a local folder and uploaded with each config.json last, so a folder from_pretrained
+  # can open is a complete one
+  into = not fs.remote(out) and fs.isdir(out)
+  partial = (tempfile.mkdtemp(prefix='electra_export_') if fs.remote(out) else
+             os.path.join(out, f'.export.partial-{os.getpid()}') if into else out + '.partial')
   fs.rmtree(partial, ignore_errors=True)
   fs.makedirs(partial)
   try:
@@ -66,16 +91,18 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
       done = pretraining_export.export(config_lib.complete(config), workdir, partial, step, log)
     elif 'task' in config and 'init' in config:
       done = finetune_export.export(finetune_config.complete(config), workdir, partial, step,
-                                    seed, log)
+                                    seed, log, allow_unfinished)
     else:
       raise UserError(f'{workdir}/config.json is not the config of an electra_jax run; give the '
                       '--workdir of launch/train.py or launch/finetune.py')
     if fs.remote(out):
       _upload(partial, out)
       fs.rmtree(partial)
+    elif into:  # (the folder stays: a link to it, a shell inside it still see it)
+      for name in sorted(os.listdir(partial), key=lambda n: n == 'config.json'):
+        os.replace(os.path.join(partial, name), os.path.join(out, name))
+      os.rmdir(partial)
     else:
-      if fs.isdir(out):
-        fs.rmdir(out)  # empty, checked above
       fs.replace(partial, out)
   except fs.DiskFull as e:  # one sentence for the whole export: at least what was written so far
     written = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(partial)
@@ -119,15 +146,23 @@ def _original(path: str) -> bool:
 # Checking an export against our own model
 # ================================================================================================
 
+def check_can_verify():
+  """Refuses (UserError) --check where HF transformers or torch is not installed: asked before the
+  export is written, so that the same command after installing them runs whole."""
+  missing = [m for m in ('torch', 'transformers') if importlib.util.find_spec(m) is None]
+  if missing:
+    raise UserError(f'--check loads the export in HF transformers, and {" and ".join(missing)} '
+                    f'{"is" if len(missing) == 1 else "are"} not installed; pip install -e '
+                    '".[test]" (torch==2.13.0 and transformers), or leave --check out (nothing was '
+                    'written)')
+
+
 def verify(done: Exported, log=print, num_texts: int = 64) -> dict:
   """Loads the exported folders in HF transformers and compares with our model on pairs of
   sentences of the built-in corpus: token ids, and logits (max |difference|) on the same batch."""
-  try:
-    import torch
-    import transformers
-  except ImportError:
-    raise UserError('--check loads the export in HF transformers, which is not installed; '
-                    'pip install -e ".[test]" (torch==2.13.0 and transformers)') from None
+  check_can_verify()
+  import torch
+  import transformers
   sentences = [s for doc in corpus.builtin_documents()[:1000] for s in doc][:2000]
   firsts, seconds = sentences[0:2 * num_texts:2], sentences[1:2 * num_texts:2]
   length = min(128, done.cfg.max_position_embeddings)

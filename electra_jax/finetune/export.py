@@ -18,15 +18,20 @@ from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
+from electra_jax.train import workdir as workdir_lib
 
 # What an export's check allows between our outputs and HF's (float32 on both sides).
 TOLERANCE = 1e-4
 
 
 def export(config, workdir: str, out: str, step: int | None, seed: int | None,
-           log) -> hf_folder.Exported:
+           log, allow_unfinished: bool = False) -> hf_folder.Exported:
   """Seed `seed` (None: the best by its first dev score) of the fine-tuning in `workdir` (its
-  config `config`), its checkpoint `step` (None: the latest), as an HF folder `out`."""
+  config `config`), its checkpoint `step` (None: the latest), as an HF folder `out`. A
+  fine-tuning still running is refused, and one that has not finished unless
+  `allow_unfinished`."""
+  workdir_lib.check_free(workdir)
+  predict.check_finished(workdir, config, allow_unfinished, 'export')
   named = registry.named(config.task)
   registry.get(named.kind if named else config.task.kind).check_export(config, workdir)
   pooling = config.pooling

@@ -43,6 +43,46 @@ def seeds_of(workdir: str) -> list[int]:
                 and fs.isdir(fs.join(workdir, n, 'checkpoints')))
 
 
+def unfinished(workdir: str, cfg) -> str:
+  """'' where every seed of the fine-tuning in `workdir` (its config `cfg`: seed, num_seeds)
+  reached its last step; else each seed's state ('seed 0 at step 400 of 2,400, seed 1 never
+  started'). Checkpoints saved before they carried `total_steps` count as finished where
+  results.json (written once every seed has) lists their seed."""
+  listed = set()
+  path = fs.join(workdir, 'results.json')
+  if fs.isfile(path):
+    listed = {row.get('seed') for row in fs.read_json(
+        path, 'run the fine-tuning again to rewrite it', want=dict).get('seeds', [])}
+  states, behind = [], False
+  for seed in range(cfg.seed, cfg.seed + cfg.num_seeds):
+    folder = fs.join(workdir, f'seed_{seed}', 'checkpoints')
+    ckpt = checkpoint_lib.Checkpointer(folder) if fs.isdir(folder) else None
+    try:
+      step = ckpt.latest_step() if ckpt else None
+      total = ckpt.meta(step).get('total_steps') if ckpt and step is not None else None
+    finally:
+      if ckpt:
+        ckpt.close()
+    if step is None:
+      states.append(f'seed {seed} never started')
+    elif (step < total) if total else seed not in listed:
+      states.append(f'seed {seed} at step {step:,}' + (f' of {total:,}' if total else ''))
+    else:
+      states.append(f'seed {seed} finished')
+      continue
+    behind = True
+  return ', '.join(states) if behind else ''
+
+
+def check_finished(workdir: str, cfg, allow: bool, what: str):
+  """Refuses (UserError) a fine-tuning that has not finished (`unfinished`) unless `allow`."""
+  state = '' if allow else unfinished(workdir, cfg)
+  if state:
+    raise UserError(f'{workdir} holds an unfinished fine-tuning ({state}); finish it (its '
+                    f'launch/finetune.py command again, with --workdir={workdir}, resumes it), or '
+                    f'add --allow_unfinished to {what} with what it holds')
+
+
 def choose_seeds(workdir: str, seeds: list[int], which: str) -> tuple[list[int], str]:
   """(the seeds to predict with, the sentence saying which): 'median' (the seed whose first dev
   score is the median of the seeds'; of an even number, the lower of the middle two), 'best',
@@ -140,15 +180,18 @@ def seed_path(path: str, seed: int) -> str:
 
 
 def predict(workdir: str, input_path: str, output: str | None = None, seed: str = 'median',
-            overwrite: bool = False, log=print) -> dict:
+            overwrite: bool = False, log=print, allow_unfinished: bool = False) -> dict:
   """Writes the predictions of `workdir`'s fine-tuning (the `seed` chosen: choose_seeds) for the
   examples of `input_path`; returns {'outputs': files written, 'seeds', 'scores' (where labelled),
-  'examples', 'seconds'}."""
+  'examples', 'seconds'}. A fine-tuning that has not finished is refused unless
+  `allow_unfinished`."""
   cfg = config_lib.saved_config(workdir, 'predict', then='predict with that one')
   seeds = seeds_of(workdir)
   if not seeds:
     raise UserError(f'{workdir} holds no fine-tuning (no seed_<k> folder with a checkpoint); run '
                     'launch/finetune.py with this --workdir first')
+  workdir_lib.check_free(workdir)
+  check_finished(workdir, cfg, allow_unfinished, 'predict')
   chosen, which = choose_seeds(workdir, seeds, seed)
   meta = _meta(workdir, chosen[0])
   task = saved_task(cfg, meta)
@@ -157,7 +200,6 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
   outs = [out] if len(chosen) == 1 else [seed_path(out, s) for s in chosen]
   for path in outs:
     check_output(path, input_path, overwrite)
-  workdir_lib.check_free(workdir)
   columns = file_columns(cfg.task)
   with user_errors(ValueError, FileNotFoundError):
     if kind.prediction_format == 'table':

@@ -114,7 +114,7 @@ def finetune_one(cfg, resolved, pretrained, task, kind, data: dict, splits: dict
   meta = lambda step: {'step': step, 'task': task.name, 'kind': task.kind,
                        'labels': list(task.labels), 'label_scale': task.label_scale,
                        'label_offset': task.label_offset, 'tag_scheme': task.tag_scheme,
-                       'seed': seed,
+                       'seed': seed, 'total_steps': total,  # (finished: at total_steps)
                        'train_fingerprint': trained_on,
                        'config': resolved.as_json}  # what the run is: checked on resume
   stream = batches.train_batches(train, cfg.batch_size, seed, start,

@@ -7,12 +7,13 @@ import os
 import random
 import re
 import shutil
+import subprocess
 
 import jax
 import numpy as np
 import pytest
 
-from conftest import HAS_HF, WORDS, needs_hf, test_config
+from conftest import CHILD_ENV, HAS_HF, ROOT, WORDS, needs_hf, script, test_config
 from electra_jax import UserError
 from electra_jax import fields as fields_lib
 from electra_jax.convert import hf as hf_lib
@@ -1352,3 +1353,53 @@ def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monk
   summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
   assert summary['seeds'][0]['steps'] == 4 and 0 <= summary['median']['dev/accuracy'] <= 1
   assert any(': by_length, 2 classes, scored by accuracy' in l for l in lines), lines
+
+
+def test_an_unfinished_or_running_finetuning_is_named_and_refused_by_predict_and_export(
+    tmp_path, pretrained):
+  """A fine-tuning stopped at step 4 of 12 of its first seed, its second never started: predict
+  and export name it so and refuse it unless --allow_unfinished; while a run holds the workdir,
+  both refuse it whatever the flags."""
+  from electra_jax.apps import export as export_lib
+  from electra_jax.train import workdir as workdir_lib
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=2.0,
+             log_every=1, save_every=2, num_seeds=2)
+  cfg.task.update(name='own', kind='classification',
+                  train=_synthetic(tmp_path / 'train.csv', 96, 'classification', 0),
+                  dev=_synthetic(tmp_path / 'dev.csv', 32, 'classification', 1))
+  workdir = str(tmp_path / 'ft')
+
+  def killed_at_step_4(line):
+    if re.search(r'seed 0 \| step 4/12 ', line):
+      raise KeyboardInterrupt
+
+  with pytest.raises(KeyboardInterrupt):
+    run.finetune(cfg, workdir, log=killed_at_step_4)
+  dev = str(tmp_path / 'dev.csv')
+  said = (rf'^{re.escape(workdir)} holds an unfinished fine-tuning \(seed 0 at step 4 of 12, seed '
+          rf'1 never started\); finish it \(its launch/finetune.py command again, with '
+          rf'--workdir={re.escape(workdir)}, resumes it\), or add --allow_unfinished to ')
+  with pytest.raises(UserError, match=said + 'predict with what it holds$'):
+    predict_lib.predict(workdir, dev, log=_quiet)
+  with pytest.raises(UserError, match=said + 'export with what it holds$'):
+    export_lib.export(workdir, str(tmp_path / 'hf'), log=_quiet)
+  assert not os.path.exists(os.path.join(workdir, 'predictions')) and not os.path.exists(
+      tmp_path / 'hf')
+  done = subprocess.run([*script('predict.py'), f'--workdir={workdir}', f'--input={dev}',
+                         '--allow_unfinished'], capture_output=True, text=True, cwd=ROOT,
+                        env=CHILD_ENV, timeout=300, check=False)
+  assert done.returncode == 0 and 'seed 0: 32 predictions' in done.stdout, done.stderr[-2000:]
+  assert export_lib.export(workdir, str(tmp_path / 'hf'), log=_quiet,
+                           allow_unfinished=True).meta['step'] == 4
+  held = workdir_lib.acquire(workdir, 'fine-tuning')
+  try:
+    for use in (lambda: predict_lib.predict(workdir, dev, output=str(tmp_path / 'p.csv'),
+                                            log=_quiet, allow_unfinished=True),
+                lambda: export_lib.export(workdir, str(tmp_path / 'hf2'), log=_quiet,
+                                          allow_unfinished=True)):
+      with pytest.raises(workdir_lib.Busy, match=r'is in use by a fine-tuning run'):
+        use()
+  finally:
+    held.release()
+  assert not os.path.exists(tmp_path / 'p.csv') and not os.path.exists(tmp_path / 'hf2')

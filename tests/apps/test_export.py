@@ -1,0 +1,68 @@
+"""Where an export goes: a new folder, an empty one (a symbolic link to it, the current folder:
+into it, the folder kept), never a link that leads nowhere; --check asked of a machine without HF
+transformers refused before anything is written."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CHILD_ENV, ROOT
+from electra_jax import UserError
+from electra_jax.apps import export as export_lib
+
+
+def _quiet(*_):
+  pass
+
+
+def test_an_export_into_links_and_the_current_folder_or_refused_for_a_link_to_nowhere(
+    tmp_path, pretrained, monkeypatch):
+  target = tmp_path / 'target'
+  target.mkdir()
+  os.symlink(target, tmp_path / 'link')
+  done = export_lib.export(pretrained, str(tmp_path / 'link'), log=_quiet)
+  assert done.folders == [str(target / 'discriminator'), str(target / 'generator')]
+  assert os.path.islink(tmp_path / 'link') and sorted(os.listdir(target)) == [
+      'discriminator', 'generator']
+  assert os.path.isfile(tmp_path / 'link' / 'discriminator' / 'config.json')
+  os.symlink(tmp_path / 'nowhere', tmp_path / 'dangling')
+  os.symlink(tmp_path / 'loop_b', tmp_path / 'loop_a')
+  os.symlink(tmp_path / 'loop_a', tmp_path / 'loop_b')
+  for name, why in (('dangling', 'No such file or directory: .*nowhere'),
+                    ('loop_a', 'a loop of links: .*loop_b')):
+    with pytest.raises(UserError, match=rf'^--out .*{name} is a symbolic link that leads nowhere '
+                       rf'\({why}\); give a new folder, or a link to an empty one'):
+      export_lib.export(pretrained, str(tmp_path / name), log=_quiet)
+  assert not os.path.exists(tmp_path / 'nowhere')
+  here = tmp_path / 'here'
+  here.mkdir()
+  inode = os.stat(here).st_ino
+  monkeypatch.chdir(here)
+  done = export_lib.export(pretrained, '.', log=_quiet)
+  assert os.stat(here).st_ino == inode and sorted(os.listdir(here)) == ['discriminator',
+                                                                        'generator']
+  assert done.folders == [str(here / 'discriminator'), str(here / 'generator')]
+  assert sorted(os.listdir(tmp_path)) == ['dangling', 'here', 'link', 'loop_a', 'loop_b',
+                                          'target']
+  with pytest.raises(UserError, match=r'exists and is not empty; give a new folder'):
+    export_lib.export(pretrained, '.', log=_quiet)
+
+
+@pytest.mark.fast
+def test_check_without_transformers_is_refused_before_the_export_is_written(tmp_path):
+  """The command then runs whole once they are installed (it used to write the export and stop,
+  and the same command after `pip install` was refused for the folder it had written)."""
+  out = tmp_path / 'hf'
+  code = ('import runpy, sys\nsys.modules["transformers"] = None  # as where it is not installed\n'
+          f'sys.argv = ["export.py", "--workdir={tmp_path / "nowhere"}", "--out={out}", '
+          '"--check"]\n'
+          f'runpy.run_path({os.path.join(ROOT, "launch", "export.py")!r}, run_name="__main__")\n')
+  done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT,
+                        env=CHILD_ENV, timeout=300, check=False)
+  assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
+      'error: --check loads the export in HF transformers, and transformers is not installed; '
+      'pip install -e ".[test]" (torch==2.13.0 and transformers), or leave --check out (nothing '
+      'was written)'), done.stderr[-2000:]
+  assert not out.exists()
