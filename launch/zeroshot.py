@@ -11,7 +11,8 @@ pre-trained ELECTRA (electra_jax/finetune/zeroshot.py).
 --init: a pre-training workdir (launch/train.py), an HF transformers folder of an
 ElectraForPreTraining discriminator or an original TensorFlow checkpoint, with its vocabulary.
 --config: a fine-tuning config, whose task (and --config.task.* overrides: your own files) gives
-the labelled dev split; each of its classes gets a word in --label_words.
+the labelled dev split; each of its classes gets a word in --label_words. Your own dev file needs
+no train file (--config.task.dev alone): its labels are the classes.
 """
 
 from absl import flags
@@ -27,7 +28,8 @@ _INIT = flags.DEFINE_string('init', None, 'the pre-trained discriminator: a pre-
 _TEMPLATE = flags.DEFINE_string('template', '', 'the sentence after each text, holding {label} '
                                 'where each class\'s word goes (\'\': the task\'s default)')
 _WORDS = flags.DEFINE_string('label_words', '', 'each class\'s word: class=word,class=word')
-_BATCH = flags.DEFINE_integer('batch_size', 32, 'texts scored at a time', lower_bound=1)
+_BATCH = flags.DEFINE_integer('batch_size', 32, 'texts scored at a time (at most all of them)',
+                              lower_bound=1)
 flags.mark_flags_as_required(['config', 'init'])
 
 

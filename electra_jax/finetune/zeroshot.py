@@ -61,6 +61,7 @@ def predict(model_cfg: model_lib.ModelConfig, params: dict, inputs: dict,
   `batch_size` texts at a time (the last batch padded to that size: one compiled program).
   `params`: the embeddings, the discriminator and its detection head."""
   n = inputs['input_ids'].shape[0]
+  batch_size = max(1, min(batch_size, n))  # (a batch larger than the texts: one of them all)
   out = []
   for start in range(0, n, batch_size):
     part = {k: v[start:start + batch_size] for k, v in inputs.items()}
@@ -150,7 +151,15 @@ def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_si
     with user_errors(ValueError):  # the template and the words' form, before anything is read
       prompts.for_task('', template, label_words, ())
   pretrained = pretrained_lib.load(init, log=log, step=cfg.init_step, head=True)
-  task, splits = registry.load(cfg.task, pretrained.config, log)
+  task_cfg = cfg.task
+  dev_only = not task_cfg.train and task_cfg.dev and registry.named(task_cfg) is None
+  if dev_only:  # zero-shot trains nothing: the dev file alone gives the classes and the majority
+    task_cfg = task_cfg.copy_and_resolve_references()
+    task_cfg.train = task_cfg.dev
+    log(f'no train file: the classes and the majority class are those of the dev file '
+        f'{task_cfg.dev}')
+  with user_errors(ValueError):
+    task, splits = registry.load(task_cfg, pretrained.config, log)
   prompt, split, examples, majority = _prompted_dev(task, splits, template, label_words)
   tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
   words = ', '.join(f'{k}={v!r}' for k, v in prompt.label_words.items())

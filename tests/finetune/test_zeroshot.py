@@ -81,6 +81,44 @@ def test_the_label_words_tokens_are_marked_after_the_text_whatever_its_length(to
 
 
 @pytest.mark.fast
+def test_label_words_that_cannot_tell_the_classes_apart_are_one_sentence(tmp_path, tokenizer):
+  """The same word twice, two words a lower-cased vocabulary makes one, a word of [UNK] tokens
+  only: every text went to the first class, with exit 0. After the text or around it."""
+  special = tokenizer.special
+  texts = [('the movie', None), ('a plot', None)]
+  for template, words, sentence in [
+      ('It was {label}.', 'pos=good,neg=good', "the label words 'good' (class 'pos') and 'good' "
+       "(class 'neg') are the same tokens in this vocabulary"),
+      ('It was {label}.', 'pos=Good,neg=good', "the label words 'Good' (class 'pos') and 'good' "
+       "(class 'neg') are the same tokens"),
+      ('{a}, {label}', 'pos=great,neg=Good,meh=good', "'Good' (class 'neg') and 'good' "
+       "(class 'meh') are the same tokens"),
+      ('It was {label}.', 'pos=great,neg=zzyzx', "the label word 'zzyzx' (class 'neg') is "
+       'unknown to this vocabulary (its tokens are all [UNK])')]:
+    prompt = prompts.Prompt.parse(template, words)
+    with pytest.raises(ValueError, match=re.escape(sentence)):
+      prompts.encode(tokenizer, special, texts, prompt, max_length=24)
+  prompt = prompts.Prompt.parse('It was {label}.', 'pos=great,neg=terrible')  # (apart: fine)
+  assert prompts.encode(tokenizer, special, texts, prompt, 24).input_ids.shape == (2, 2, 24)
+
+
+@pytest.mark.fast
+def test_a_batch_larger_than_the_texts_is_one_batch_of_them_all():
+  """--batch_size=100000000 padded the last batch to that size (a 95 GiB allocation)."""
+  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  params = model_lib.init_params(cfg, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  inputs = {'input_ids': rng.integers(5, cfg.vocab_size, (3, 2, 16)).astype(np.int32),
+            'segment_ids': np.zeros((3, 2, 16), np.int32),
+            'input_mask': np.ones((3, 2, 16), np.int32),
+            'word_mask': np.zeros((3, 2, 16), np.int32)}
+  inputs['word_mask'][:, :, 5] = 1
+  huge = zeroshot.predict(cfg, params, inputs, batch_size=100_000_000)
+  np.testing.assert_allclose(huge, zeroshot.predict(cfg, params, inputs, batch_size=2), atol=1e-5)
+  assert huge.shape == (3, 2)
+
+
+@pytest.mark.fast
 def test_a_template_around_the_texts_places_them_and_the_word_and_cuts_the_longer_text(
     tokenizer):
   """'{a}. it was {label} - {b}': one segment, [CLS] a. it was word - b [SEP]; a text followed
@@ -234,6 +272,20 @@ def test_a_pretraining_and_its_hf_export_prompted_give_the_same_answers(pretrain
   with pytest.raises(UserError, match="leaves out 'random', 'next'; the task's classes are "
                      'random, next'):  # the coherence task's classes
     zeroshot.evaluate(cfg, pretrained, template, words, log=lines.append)
+  # your own dev file, with no train file (zero-shot trains nothing): its labels are the classes
+  dev = tmp_path / 'dev.csv'
+  dev.write_text('text,label\n' + ''.join(f'the value {i} returns,{["pos", "neg"][i % 3 == 0]}\n'
+                                          for i in range(30)))
+  own = config_files.load_config_file(f'{ROOT}/configs/finetune/own.py')
+  own.max_seq_length = 32
+  own.task.update(dev=str(dev))
+  lines.clear()
+  done = zeroshot.evaluate(own, pretrained, 'It was {label}.', 'pos=good,neg=bad',
+                           log=lines.append)
+  assert done['examples'] == 30 and done['majority_class'] == 'pos', done
+  assert done['majority_accuracy'] == pytest.approx(20 / 30)
+  assert f'no train file: the classes and the majority class are those of the dev file {dev}' in (
+      lines), lines
 
 
 def test_a_pretraining_prompts_its_discriminator_at_every_evaluation_and_keeps_the_best(

@@ -151,7 +151,29 @@ def _filled(tokenizer, piece: str, word: str) -> tuple[list, int, int]:
 def template_ids(tokenizer, prompt: Prompt) -> list[tuple[list, int, int]]:
   """Per class, the template after the text: (its ids with the class's word, where the word's
   tokens start, how many)."""
-  return [_filled(tokenizer, prompt.template, word) for word in prompt.label_words.values()]
+  filled = [_filled(tokenizer, prompt.template, word) for word in prompt.label_words.values()]
+  check_words(prompt, [ids[start:start + length] for ids, start, length in filled],
+              tokenizer.special.unk)
+  return filled
+
+
+def check_words(prompt: Prompt, word_ids: list[list], unk: int):
+  """ValueError (one sentence) where the classes' words cannot tell the classes apart in this
+  vocabulary: a word all of whose tokens are unknown ([UNK]), or two words of the same tokens (the
+  same word, or two a lower-cased vocabulary makes one); every text would go to one class."""
+  words = list(prompt.label_words.items())
+  for (label, word), ids in zip(words, word_ids):
+    if all(i == unk for i in ids):
+      raise ValueError(f'the label word {word!r} (class {label!r}) is unknown to this vocabulary '
+                       '(its tokens are all [UNK]), so it cannot stand for its class; choose a '
+                       'word the vocabulary knows')
+  seen: dict[tuple, tuple] = {}
+  for (label, word), ids in zip(words, word_ids):
+    other = seen.setdefault(tuple(ids), (label, word))
+    if other != (label, word):
+      raise ValueError(f'the label words {other[1]!r} (class {other[0]!r}) and {word!r} (class '
+                       f'{label!r}) are the same tokens in this vocabulary, so the prompt cannot '
+                       'tell the two classes apart; give each class a word of its own')
 
 
 def _strip_before(text: str, following: str) -> str:
@@ -225,6 +247,8 @@ def _encode_around(tokenizer, special, pairs: Sequence[tuple], prompt: Prompt,
   for word in prompt.label_words.values():
     ids, start, length = _filled(tokenizer, literals[at], word)
     per_class.append(([ids if k == at else plain[k] for k in range(len(literals))], start, length))
+  check_words(prompt, [parts[at][start:start + length] for parts, start, length in per_class],
+              special.unk)
   longest = max(sum(map(len, parts)) for parts, _, _ in per_class)
   if longest + 2 + len(pieces) // 2 > max_length:
     raise ValueError(f'the template with its longest label word takes {longest} tokens, and '
