@@ -9,7 +9,7 @@ import logging
 
 import numpy as np
 
-from electra_jax import UserError
+from electra_jax import UserError, user_errors
 from electra_jax.convert import hf, hf_code, hf_folder
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as config_lib
@@ -45,7 +45,8 @@ def export(config, workdir: str, out: str, step: int | None, seed: int | None,
     raise UserError(f'--seed {seed} is not among the fine-tunings in {workdir} ({seeds})')
   pretrained = (pretrained_lib.saved(workdir) or  # (workdirs written before it was kept:)
                 pretrained_lib.load(config.init, from_scratch=True, log=log))
-  tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
+  with user_errors(ValueError, FileNotFoundError):  # (a vocabulary damaged or gone)
+    tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, pretrained.lower_case)
   step, state, meta = checkpoint_lib.read_kept(fs.join(workdir, f'seed_{seed}', 'checkpoints'),
                                                 step, 'fine-tuning')
   if meta.get('kind') is None:

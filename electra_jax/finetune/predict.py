@@ -211,7 +211,8 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
   log(f'{input_path}: {len(examples):,} example{"s" * (len(examples) != 1)}'
       f'{" (labelled: scored too)" if labelled else ""}'
       f' | {task.name}: {task.kind}, predicted with {which}')
-  tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
+  with user_errors(ValueError, FileNotFoundError):  # (a vocabulary damaged or gone)
+    tokenizer = tokenizer_lib.load_tokenizer(pretrained.vocab, lower_case=pretrained.lower_case)
   t = time.time()
   data = kind.encode(task, examples, tokenizer, cfg.max_seq_length, False, cfg)
   predicting = time.time() - t  # (tokenizing counts: HF's pipeline does it too)

@@ -105,8 +105,12 @@ def saved(workdir: str) -> Pretrained | None:
   d = fs.read_json(path, 'fine-tune again to rewrite it', want=dict)
   with user_errors(ValueError, TypeError, KeyError):
     model_cfg = model_lib.ModelConfig.from_config(ml_collections.ConfigDict(d['model']))
-    return Pretrained(model_cfg, None, fs.join(workdir, d['vocab']), bool(d['lower_case']),
-                      d['checkpoint'], None)
+    vocab = fs.join(workdir, d['vocab'])
+    if not fs.isfile(vocab):
+      raise UserError(f'{vocab}, the fine-tuning\'s copy of its vocabulary, is missing; put it '
+                      f'back (the pre-training\'s vocabulary, or the file from a copy of {workdir})'
+                      ', or fine-tune again to rewrite it')
+    return Pretrained(model_cfg, None, vocab, bool(d['lower_case']), d['checkpoint'], None)
 
 
 def _read_checkpoint(init: str, config, model_cfg, step: str, log,

@@ -17,6 +17,7 @@ The application says what a step, a batch, an evaluation and a checkpoint's meta
 (electra_jax/pretraining/run.py, electra_jax/finetune/run.py); nothing here knows about ELECTRA.
 """
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -32,7 +33,6 @@ from electra_jax.storage import deadline
 from electra_jax.storage import fs
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import step as step_lib
-from electra_jax.train import workdir as workdir_lib
 
 
 # The longest silence between progress lines, whatever log_every is: a line comes at the first
@@ -208,13 +208,20 @@ def run(plan: Plan, state: step_lib.TrainState, step_fn: Callable, batches: Iter
     values = run_eval(plan.total_steps)
     save(plan.total_steps, values)
     ckpt.wait()
-  except workdir_lib.Lost:  # a save begun while the workdir was ours ends whole, then nothing more
-    ckpt.close()
+  except BaseException:  # the save under way ends whole (another run's lock: then nothing more)
+    _close_quietly(ckpt)
     raise
   finally:
     signals.restore()
   logs.close()
   return Result(state, plan.total_steps, values)
+
+
+def _close_quietly(ckpt):
+  """Waits for the checkpoint being saved as the loop ends in an error: its own error, if any, is
+  left to the next run's check of the folder (the loop's is the one to tell)."""
+  with contextlib.suppress(Exception):
+    ckpt.close()
 
 
 class _Lines:

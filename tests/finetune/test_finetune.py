@@ -1377,8 +1377,8 @@ def test_an_unfinished_or_running_finetuning_is_named_and_refused_by_predict_and
   with pytest.raises(KeyboardInterrupt):
     run.finetune(cfg, workdir, log=killed_at_step_4)
   dev = str(tmp_path / 'dev.csv')
-  said = (rf'^{re.escape(workdir)} holds an unfinished fine-tuning \(seed 0 at step 4 of 12, seed '
-          rf'1 never started\); finish it \(its launch/finetune.py command again, with '
+  said = (rf'^{re.escape(workdir)} holds an unfinished fine-tuning \(seed 0 at step 4 of 12, '
+          rf'seed 1 never started\); finish it \(its launch/finetune.py command again, with '
           rf'--workdir={re.escape(workdir)}, resumes it\), or add --allow_unfinished to ')
   with pytest.raises(UserError, match=said + 'predict with what it holds$'):
     predict_lib.predict(workdir, dev, log=_quiet)
@@ -1403,3 +1403,15 @@ def test_an_unfinished_or_running_finetuning_is_named_and_refused_by_predict_and
   finally:
     held.release()
   assert not os.path.exists(tmp_path / 'p.csv') and not os.path.exists(tmp_path / 'hf2')
+  # the workdir's copy of its vocabulary gone, or damaged: named, not a pre-training's field
+  vocab = next(os.path.join(workdir, n) for n in os.listdir(workdir) if n.startswith('vocab'))
+  os.rename(vocab, tmp_path / 'kept_vocab')
+  predict_here = lambda: predict_lib.predict(workdir, dev, output=str(tmp_path / 'p.csv'),
+                                             log=_quiet, allow_unfinished=True)
+  with pytest.raises(UserError, match=rf"^{re.escape(vocab)}, the fine-tuning's copy of its "
+                     r'vocabulary, is missing; put it back .*or fine-tune again to rewrite it$'):
+    predict_here()
+  with open(vocab, 'w') as f:
+    f.write('not a vocabulary\n')
+  with pytest.raises(UserError, match=rf'^{re.escape(vocab)} is not a SentencePiece model file'):
+    predict_here()
