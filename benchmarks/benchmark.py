@@ -1,4 +1,4 @@
-"""Time a config's train step (tokens/s, ms/step, FLOPs, MFU) and/or its input pipeline.
+r"""Time a config's train step (tokens/s, ms/step, FLOPs, MFU) and/or its input pipeline.
 
     python -m benchmarks.benchmark --config=configs/small.py --config.data.batch_size=16
     python -m benchmarks.benchmark --config=configs/small.py --config.data.batch_size=16 --peer=hf
@@ -65,7 +65,7 @@ _PROFILE_DIR = flags.DEFINE_string('profile_dir', '', 'where the trace is kept (
 _TOP = flags.DEFINE_integer('top', 15, 'kernels listed by --profile', lower_bound=1)
 _BATCHES = flags.DEFINE_integer('batches', 50, 'timed input batches per run', lower_bound=1)
 _FT_CONFIG = cli.define_config_file('finetune_config', None, '--mode=finetune: the fine-tuning '
-                                    'config (task, max_seq_length, batch sizes)')
+                                    'config (task, max_seq_length, batch sizes)', 'fine-tuning')
 _INIT = flags.DEFINE_string('init', None, '--mode=finetune: the pre-training workdir (or HF '
                             'folder) whose vocabulary tokenizes the task, and whose model is '
                             'timed unless --config is given')

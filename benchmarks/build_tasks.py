@@ -1,4 +1,4 @@
-"""Build the real-text task suite from text this system's packages ship (no download).
+r"""Build the real-text task suite from text this system's packages ship (no download).
 
     python -m benchmarks.build_tasks --out=/tmp/electra_suite
     python launch/finetune.py --config=configs/finetune/own.py --init=/tmp/electra_demo \

@@ -1,4 +1,4 @@
-"""Kill a pre-training run (SIGKILL) at random steps, resume it each time, and compare the end.
+r"""Kill a pre-training run (SIGKILL) at random steps, resume it each time, and compare the end.
 
     python -m benchmarks.chaos --workdir=/tmp/electra_chaos --kills=10
     python -m benchmarks.chaos --workdir=/tmp/electra_chaos --config=configs/tiny.py \

@@ -21,7 +21,10 @@ from absl import flags
 from absl import logging
 
 from electra_jax import Stopped, UserError
+from electra_jax import fields as fields_lib
 from electra_jax.config import files as config_files
+from electra_jax.config import pretraining as pretraining_config
+from electra_jax.finetune import config as finetune_config
 from electra_jax.hardware import compile_cache
 from electra_jax.platform import host_memory, private
 from electra_jax.storage import fs
@@ -65,8 +68,8 @@ class ConfigFile:
   command line's `--<name>.<field>=<value>` overrides of it, read once when the flags are parsed:
   `.value` is the config (locked: no new fields), `.overridden` the full paths set."""
 
-  def __init__(self, name: str, default: str | None, help_text: str):
-    self.name = name
+  def __init__(self, name: str, default: str | None, help_text: str, kind: str):
+    self.name, self.kind = name, kind
     self.file = flags.DEFINE_string(name, default, help_text, module_name=sys.argv[0])
     self.value = None
     self.overridden: list[str] = []
@@ -86,16 +89,43 @@ class ConfigFile:
               '--input=<the file>' if flags.FLAGS.get_flag_value('mode', None) == 'predict'
               else ''))
     if spec is not None:
-      self.value, self.overridden = config_files.config_from(spec, overrides, self.name)
+      self.value, self.overridden = config_files.config_from(spec, overrides, self.name,
+                                                             self.kind)
 
 
 _CONFIG_FILES: dict[str, ConfigFile] = {}
 
 
-def define_config_file(name: str, default: str | None, help_text: str) -> ConfigFile:
-  """A --<name> flag taking a config file and its --<name>.<field> overrides (ConfigFile)."""
-  _CONFIG_FILES[name] = ConfigFile(name, default, help_text)
+def define_config_file(name: str, default: str | None, help_text: str,
+                       kind: str = 'pre-training') -> ConfigFile:
+  """A --<name> flag taking a config file of `kind` ('pre-training' or 'fine-tuning': a file of
+  the other kind is one sentence) and its --<name>.<field> overrides (ConfigFile)."""
+  _CONFIG_FILES[name] = ConfigFile(name, default, help_text, kind)
   return _CONFIG_FILES[name]
+
+
+# absl's help flags (which exit 1) and ours: each prints and ends the command with status 0
+HELP = ('--help', '-help', '-h', '-?', '--helpshort', '--helpfull', '--help_config')
+
+
+def _help(asked: str):
+  """The command's help (its docstring and flags; --helpfull: every module's flags) or, for
+  --help_config, every field its config files declare, with its default and meaning."""
+  if asked == '--help_config':
+    if not _CONFIG_FILES:
+      print(f'{os.path.basename(sys.argv[0])} takes no config file: --help lists its flags')
+    for name, config_file in _CONFIG_FILES.items():
+      section = (finetune_config.CONFIG if config_file.kind == 'fine-tuning' else
+                 pretraining_config.CONFIG)
+      print(f'--{name} ({config_file.kind} config): each field is set by --{name}.<field>=<value>'
+            ' (or by its own name where only one section has it); the defaults below are '
+            f'before the file sets its own\n')
+      print(fields_lib.help_text(section))
+    return
+  app.usage(shorthelp=asked != '--helpfull', writeto_stdout=True)
+  if _CONFIG_FILES:
+    print(f'\n--help_config lists every field of {", ".join(f"--{n}" for n in _CONFIG_FILES)} '
+          'with its default and meaning.')
 
 
 def declared_flags(declarations: dict, only: tuple = (), **own_defaults) -> dict:
@@ -148,6 +178,10 @@ def _parse(argv: list[str]) -> list[str]:
   """absl's flags parsed, then each config file read with its overrides; one sentence, exit 2."""
   overrides: dict[str, list[str]] = {name: [] for name in _CONFIG_FILES}
   argv = argv[:1] + [_home(a) for a in argv[1:]]
+  asked = next((a for a in argv[1:] if a in HELP), None)
+  if asked:
+    _help(asked)
+    sys.exit(0)
   rest = argv[:1]
   for i, arg in enumerate(argv[1:], 1):
     if arg == '--':

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import json
 import math
+import textwrap
 from typing import Any, Callable
 
 import ml_collections
@@ -127,6 +128,22 @@ def walk(section: Section, prefix: str = '', resume: str = ''):
       yield from walk(f, f'{prefix}{name}.', rule)
     else:
       yield f'{prefix}{name}', dataclasses.replace(f, resume=f.resume or rule)
+
+
+def help_text(section: Section, prefix: str = '', width: int = 100) -> str:
+  """Every field of `section` (a command's --help_config): its dotted path, default and meaning,
+  under each section's heading."""
+  lines = []
+  for name, f in section.fields.items():
+    if isinstance(f, Section):
+      lines += ['', f'{prefix}{name}: {f.doc}' if f.doc else f'{prefix}{name}:']
+      lines.append(help_text(f, f'{prefix}{name}.', width))
+      continue
+    default = ('derived from other fields' if isinstance(f.default, Derived) else
+               repr(f.default))
+    lines.append(f'  {prefix}{name} = {default}')
+    lines += textwrap.wrap(f.doc, width, initial_indent=' ' * 6, subsequent_indent=' ' * 6)
+  return '\n'.join(lines)
 
 
 def declared(section: Section) -> dict:

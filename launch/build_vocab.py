@@ -1,4 +1,4 @@
-"""Train a SentencePiece vocabulary on a corpus, with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4.
+r"""Train a SentencePiece vocabulary on a corpus, with [PAD] [UNK] [CLS] [SEP] [MASK] at ids 0-4.
 
     python launch/build_vocab.py --corpus="$HOME/corpus/*.txt" --output=$HOME/vocab.model \
         --vocab_size=30522

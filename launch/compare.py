@@ -1,4 +1,4 @@
-"""Pre-train several objectives at the same compute, fine-tune each the same way, print one table.
+r"""Pre-train several objectives at the same compute, fine-tune each the same way, print one table.
 
     python launch/compare.py --workdir=/tmp/electra_compare --plan   # steps and estimated time only
     python launch/compare.py --workdir=/tmp/electra_compare
@@ -39,7 +39,7 @@ _CONFIG = cli.define_config_file(
     'config', os.path.join(_ROOT, 'configs', 'tiny.py'), 'the pre-training config of every run')
 _FT_CONFIG = cli.define_config_file(
     'finetune_config', os.path.join(_ROOT, 'configs', 'finetune', 'builtin.py'),
-    'the fine-tuning config of every run')
+    'the fine-tuning config of every run', 'fine-tuning')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for all runs and the table')
 _RUNS = flags.DEFINE_list('runs', ','.join(compare.DEFAULT_RUNS), 'runs to compare')
 _STEPS = flags.DEFINE_integer('electra_steps', 2000, 'the budget: FLOPs of this many ELECTRA steps')

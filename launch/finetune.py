@@ -1,4 +1,4 @@
-"""Fine-tune a pre-trained discriminator on a task.
+r"""Fine-tune a pre-trained discriminator on a task.
 
     python launch/finetune.py --config=configs/finetune/glue.py:sst2 --init=/tmp/electra_demo \
         --workdir=/tmp/electra_sst2
@@ -30,7 +30,8 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import run
 from electra_jax.hardware import topology
 
-_CONFIG = cli.define_config_file('config', None, 'a configs/finetune/*.py file[:task]')
+_CONFIG = cli.define_config_file('config', None, 'a configs/finetune/*.py file[:task]',
+                                 'fine-tuning')
 _INIT = flags.DEFINE_string('init', None, 'the --workdir of a pre-training run')
 _WORKDIR = flags.DEFINE_string('workdir', None, 'folder for checkpoints, logs and results')
 _MODE = flags.DEFINE_enum('mode', 'train', ['train', 'eval', 'predict'],

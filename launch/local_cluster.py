@@ -1,4 +1,4 @@
-"""Run a multi-process job on this machine: N processes, each with its own CPU devices.
+r"""Run a multi-process job on this machine: N processes, each with its own CPU devices.
 
     python launch/local_cluster.py --num_processes=2 --devices_per_process=4 -- \
         launch/train.py --config=configs/tiny.py --workdir=/tmp/electra_2proc

@@ -1,4 +1,4 @@
-"""Corpus -> vocabulary -> packed examples -> sharded records folder, in parallel worker processes.
+r"""Corpus -> vocabulary -> packed examples -> sharded records folder, in parallel worker processes.
 
     python launch/prepare_data.py --corpus="$HOME/corpus/*.txt" --output=$HOME/records/mine \
         --vocab_size=30522 --max_seq_length=128 --num_workers=8

@@ -1,4 +1,4 @@
-"""Pre-train ELECTRA.
+r"""Pre-train ELECTRA.
 
     python launch/train.py --config=configs/tiny.py --workdir=/tmp/electra_demo
     python launch/train.py --config=configs/base.py --workdir=gs://$BUCKET/runs/base \

@@ -1,4 +1,4 @@
-"""The discriminator as a zero-shot classifier: no training, only the detection head of any
+r"""The discriminator as a zero-shot classifier: no training, only the detection head of any
 pre-trained ELECTRA (electra_jax/finetune/zeroshot.py).
 
     python launch/zeroshot.py --init=/tmp/electra_demo --config=configs/finetune/<task>.py \
@@ -22,7 +22,7 @@ from electra_jax.config import files as config_files
 from electra_jax.finetune import zeroshot
 
 _CONFIG = cli.define_config_file('config', None, 'a fine-tuning config file '
-                                 '(configs/finetune/*.py[:variant]): the task')
+                                 '(configs/finetune/*.py[:variant]): the task', 'fine-tuning')
 _INIT = flags.DEFINE_string('init', None, 'the pre-trained discriminator: a pre-training workdir, '
                             'an HF folder or an original checkpoint')
 _TEMPLATE = flags.DEFINE_string('template', '', 'the sentence after each text, holding {label} '

@@ -1203,3 +1203,33 @@ def test_a_crashed_or_stuck_test_fails_the_run_within_its_bound_and_the_rest_run
       done.stdout), done.stdout[-3000:]
   assert "crashed while running 'test_hangs.py::test_2'" in done.stdout and took < 120, (
       took, done.stdout[-3000:])
+
+
+@pytest.mark.fast
+def test_every_command_helps_with_exit_0_its_docstring_whole_and_its_config_fields():
+  """--help (absl's exits 1) and --helpfull exit 0 and print the command's docstring with its line
+  breaks (a `\\` at a line's end in a docstring joined the lines); --help_config lists every
+  declared field of the command's config files with its default and meaning."""
+  import ast
+  commands = {os.path.basename(p): p for p in sorted(glob.glob(os.path.join(ROOT, 'launch',
+                                                                           '*.py')))
+              if 'cli.run(' in open(p).read()}
+  assert len(commands) >= 8, commands
+  started = {(name, flag): subprocess.Popen([*script(name), flag], stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                            env=CHILD_ENV)
+             for name in commands for flag in ('--help', '--helpfull', '--help_config')}
+  done = {key: (p.wait(timeout=300), *p.communicate()) for key, p in started.items()}
+  for (name, flag), (code, out, err) in done.items():
+    assert code == 0, (name, flag, err[-2000:])
+    if flag != '--help_config':
+      doc = ast.get_docstring(ast.parse(open(commands[name]).read()), clean=False)
+      assert all(line in out for line in doc.splitlines() if line.strip()), (name, out[:3000])
+  fields = {name: done[(name, '--help_config')][1] for name in commands}
+  assert '  data.batch_size = 128\n      global batch' in fields['train.py'], fields['train.py']
+  assert re.search(r'\n  task.max_train_examples = 0\n      ', fields['finetune.py']), (
+      fields['finetune.py'][:3000])
+  assert '--config (pre-training config)' in fields['compare.py'] and (
+      '--finetune_config (fine-tuning config)' in fields['compare.py'])
+  assert 'takes no config file' in fields['predict.py']
+  assert '--help_config lists every field of --config' in done[('train.py', '--help')][1]

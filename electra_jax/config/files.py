@@ -19,14 +19,17 @@ import ml_collections
 from electra_jax import UserError
 
 
-def config_from(spec: str, overrides=(), name: str = 'config'):
+def config_from(spec: str, overrides=(), name: str = 'config', kind: str = ''):
   """(the config of file `spec` with each `field=value` of `overrides` set, the full paths set).
 
   A field named without its section (`disc_weight=50`) is its one full path
   (`objective.disc_weight`); the value is read as the field's type reads it (a bare field is a
   bool's true); an unknown field, a field of several sections or a value of the wrong type is one
-  sentence naming the fix (UserError). Derived fields follow their sources (FieldReferences)."""
+  sentence naming the fix (UserError). Derived fields follow their sources (FieldReferences).
+  `kind` ('pre-training', 'fine-tuning'): a file of the other kind is refused first."""
   config = load_config_file(spec, name)
+  if kind:
+    require_config(config, kind, f'--{name}')
   fields = config_paths(config)
   done = []
   for given in overrides:

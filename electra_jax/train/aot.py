@@ -76,13 +76,37 @@ def memory(compiled, state=None, batch=None) -> Memory | None:
 
 
 def device_memory_limit(device=None) -> int | None:
-  """The allocator's limit on a GPU or TPU in bytes; None on CPUs."""
+  """The allocator's limit on a GPU or TPU in bytes; on CPUs the host's memory available now
+  (Linux's MemAvailable) shared by this process's CPU devices; None where unknown."""
   device = device or jax.devices()[0]
+  if device.platform == 'cpu':
+    available = host_available_bytes()
+    return available // max(1, jax.local_device_count()) if available else None
   try:
     stats = device.memory_stats() or {}
   except Exception:
     stats = {}
   return stats.get('bytes_limit')
+
+
+def host_available_bytes() -> int | None:
+  """The memory the host can give this process now without swapping (Linux's MemAvailable, and a
+  cgroup's limit less its use where lower), or None where unknown."""
+  try:
+    with open('/proc/meminfo') as f:
+      available = next(int(l.split()[1]) * 1024 for l in f if l.startswith('MemAvailable:'))
+  except (OSError, StopIteration, ValueError, IndexError):
+    return None
+  try:  # (a container's limit: cgroup v2)
+    with open('/sys/fs/cgroup/memory.max') as f:
+      limit = f.read().strip()
+    with open('/sys/fs/cgroup/memory.current') as f:
+      used = int(f.read().strip())
+    if limit.isdigit():
+      available = min(available, int(limit) - used)
+  except (OSError, ValueError):
+    pass
+  return max(available, 0)
 
 
 class DoesNotFit(ValueError):
