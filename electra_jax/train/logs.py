@@ -47,27 +47,40 @@ def stamp() -> str:
 
 
 class Progress:
-  """Tokens/s and ETA over the steps since the last report."""
+  """Tokens/s and ETA over the steps since the last report. The run's first step carries its
+  start-up (the first run of each program, the input pipeline's start, a compilation): a speed
+  measured on it alone says so (`startup`), and later intervals are measured from its end."""
 
   def __init__(self, start_step: int, total_steps: int, tokens_per_step: int):
     self.total, self.tokens_per_step = total_steps, tokens_per_step
+    self.start = start_step
     self.last_step, self.last_time = start_step, time.perf_counter()
+    self.first_done: tuple[int, float] | None = None  # (the first step, when it ended)
+    self.startup = False  # the last speed is the first step's alone
 
   def update(self, step: int, keep: bool = False) -> dict:
     """The speed since the last report; `keep`: a look between reports, which leaves the
     reports' intervals as they were."""
     now = time.perf_counter()
-    steps = max(step - self.last_step, 1)
-    seconds = max(now - self.last_time, 1e-9)
+    base_step, base_time = self.last_step, self.last_time
+    if base_step == self.start and self.first_done and step > self.first_done[0]:
+      base_step, base_time = self.first_done  # (the start-up left out)
+    self.startup = base_step == self.start
+    if self.first_done is None:
+      self.first_done = (step, now)
+    steps = max(step - base_step, 1)
+    seconds = max(now - base_time, 1e-9)
     if not keep:
       self.last_step, self.last_time = step, now
     rate = steps / seconds
     return {'steps_per_s': rate, 'tokens_per_s': rate * self.tokens_per_step,
             'eta_s': (self.total - step) / rate}
 
-  @staticmethod
-  def format(step: int, total: int, speed: dict) -> str:
-    return (f'step {step}/{total} | {speed["tokens_per_s"]:,.0f} tok/s | '
+  def format(self, step: int, speed: dict) -> str:
+    if self.startup:
+      return (f'step {step}/{self.total} | {speed["tokens_per_s"]:,.0f} tok/s over the first '
+              'step, start-up included | ETA from the next line')
+    return (f'step {step}/{self.total} | {speed["tokens_per_s"]:,.0f} tok/s | '
             f'ETA {format_duration(speed["eta_s"])}')
 
 

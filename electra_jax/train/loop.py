@@ -242,7 +242,7 @@ class _Lines:
     note = self.annotate(values, speed) if self.annotate else ''
     shown = logs_lib.format_line(values, *([plan.fields] if plan.fields else []))
     self.log(f'{logs_lib.stamp()}{plan.prefix}'
-             f'{logs_lib.Progress.format(step, plan.total_steps, speed)} | {note}{shown}')
+             f'{self.progress.format(step, speed)} | {note}{shown}')
     self.last = time.monotonic()
     return speed
 

@@ -201,3 +201,22 @@ def test_a_launched_run_on_one_device_stops_on_sigterm_survives_sigkill_and_ends
     ckpt.close()
   for a, b in zip(*states, strict=True):
     np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.fast
+def test_the_first_steps_speed_says_it_holds_the_start_up_and_the_eta_leaves_it_out(monkeypatch):
+  """The first line's ETA came from the first step alone, start-up and all (22 min said for a
+  38 s run): it says so instead, and the intervals after it are measured from its end. The
+  clock is set by hand (a fixed sequence of readings), nothing is timed."""
+  readings = iter([0.0, 10.0, 11.0, 12.0])  # start, the first step's end, a look, a report
+  monkeypatch.setattr(logs_lib.time, 'perf_counter', lambda: next(readings))
+  progress = logs_lib.Progress(0, 101, tokens_per_step=10)
+  first = progress.update(1, keep=True)  # the look at the first step: 10 s, start-up included
+  assert progress.startup and first['steps_per_s'] == pytest.approx(0.1)
+  assert progress.format(1, first) == ('step 1/101 | 1 tok/s over the first step, start-up '
+                                       'included | ETA from the next line')
+  look = progress.update(6, keep=True)  # 5 steps in 1 s after the first
+  assert not progress.startup and look['steps_per_s'] == pytest.approx(5.0)
+  report = progress.update(11)  # 10 steps in 2 s after the first: 90 steps left, 18 s
+  assert report['eta_s'] == pytest.approx(18.0) and report['tokens_per_s'] == pytest.approx(50)
+  assert progress.format(11, report) == 'step 11/101 | 50 tok/s | ETA 0m18s'
