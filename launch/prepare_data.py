@@ -21,6 +21,7 @@ from absl import flags
 
 from electra_jax import cli
 from electra_jax.data import on_beam, prepare, records
+from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.storage import fs
 
 _CORPUS = flags.DEFINE_string('corpus', None, "a file, folder or glob of .txt/.gz/.jsonl[.gz] "
@@ -64,6 +65,15 @@ def main(argv):
   if vocab and not fs.isfile(vocab):
     raise cli.UserError(f'--vocab {vocab} is not a file; give a SentencePiece .model or a '
                         'WordPiece vocab.txt, or leave it empty to train one')
+  if vocab and flags.FLAGS['vocab_size'].present:  # (a given vocabulary's size is its own)
+    try:
+      size = tokenizer_lib.load_tokenizer(vocab, lower_case=given['lower_case']).vocab_size
+    except (ValueError, FileNotFoundError) as e:
+      raise cli.UserError(str(e)) from None
+    if size != given['vocab_size']:
+      raise cli.UserError(f'--vocab_size={given["vocab_size"]} contradicts --vocab {vocab}, which '
+                          f'has {size:,} entries; leave --vocab_size out (a given vocabulary\'s '
+                          f'size is its own) or give --vocab_size={size}')
   settings = records.Settings(source=source, **{
       **given, 'vocab': fs.abspath(vocab) if vocab else '',
       'text_field': _TFDS_FIELD.value if _TFDS.value else given['text_field']})

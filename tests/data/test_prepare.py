@@ -88,7 +88,11 @@ def test_the_same_bytes_whatever_the_number_of_workers_and_bad_flags(tmp_path, b
       ([f'--corpus={tmp_path}/none*.txt', f'--output={tmp_path}/x'], 'matches no file'),
       (same + ['--max_seq_length=64'], 'other settings (max_seq_length 32 -> 64)'),
       ([f'--corpus={settings.source}', f'--output={tmp_path}/x', '--vocab=/no/vocab.txt'],
-       'is not a file')]:
+       'is not a file'),
+      ([f'--corpus={settings.source}', f'--output={tmp_path}/x', f'--vocab={built}/vocab.model',
+        '--vocab_size=30000'], f'--vocab_size=30000 contradicts --vocab {built}/vocab.model, '
+       "which has 96 entries; leave --vocab_size out (a given vocabulary's size is its own) or "
+       'give --vocab_size=96')]:
     run = _cli(*flags)
     error = [l for l in run.stderr.splitlines() if l.startswith('error:')]
     assert run.returncode == 2 and len(error) == 1 and message in error[0], run.stderr[-2000:]
