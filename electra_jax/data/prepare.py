@@ -657,7 +657,15 @@ def _read_report(reads: list[dict]) -> corpus_lib.ReadReport:
 def _finish(out_dir: str, settings: records.Settings, log, rule: str = 'documents',
             part_count: int = 0) -> dict:
   """All shards done: their counts -> metadata.json (the mark of a complete folder), then the
-  held-out spools of the parts rule removed."""
+  held-out spools of the parts rule removed. A corpus of files that changed while the shards were
+  written (a file appended to) is refused: the shards would hold parts of two versions of it."""
+  if rule == 'parts':
+    changed = _source_changed(out_dir, corpus_lib.Source(settings.source, settings.text_field))
+    if changed:
+      raise ValueError(f'{changed}, while the records were being built: they would hold parts of '
+                       'two versions of it, and are not kept; run the same command again once '
+                       'the corpus stays as it is (a file still being written: wait for it to '
+                       'end, or build from a copy)')
   splits, counts, shards = {}, {}, []
   for split in records.SPLITS:
     parts = [records.read_json(records.counts_path(out_dir, settings.file(split, i)))

@@ -552,3 +552,26 @@ def test_a_dead_worker_ends_the_build_in_one_sentence_and_the_rerun_finishes_it(
   assert not [c for c in multiprocessing.active_children() if c.name.startswith('worker')]
   prepare_lib.records_folder(settings, out, num_workers=2, log=_quiet)
   _same_folders(built, out)
+
+
+@pytest.mark.fast
+def test_a_corpus_file_that_grows_while_its_records_are_built_is_refused(tmp_path):
+  """A file appended to during the build: the records held both versions, and a re-run said they
+  held "the corpus as it was then". Now the build ends in one sentence and keeps nothing."""
+  corpus = tmp_path / 'corpus.txt'
+  write_corpus(str(corpus), num_docs=40, seed=3)
+  settings = records.Settings(source=str(corpus), max_seq_length=32, eval_fraction=0.1,
+                              num_shards=2, num_eval_shards=1, vocab_size=96)
+
+  def appended_once_writing_begins(line):
+    if line.startswith('writing '):
+      with open(corpus, 'a') as f:
+        f.write('\nA document written while the records were built. It goes on.\n')
+
+  out = str(tmp_path / 'records')
+  with pytest.raises(ValueError, match=r'changed since the records in .* were begun from it \(1 '
+                     r'file\(s\) of [\d,]+ bytes then, 1 of [\d,]+ now.*\), while the records were '
+                     r'being built: they would hold parts of two versions of it, and are not kept'):
+    prepare_lib.records_folder(settings, out, log=appended_once_writing_begins)
+  assert not os.path.exists(out)
+  assert prepare_lib.records_folder(settings, out, log=_quiet)['splits']['train']['examples'] > 0
