@@ -118,6 +118,9 @@ def builtin_lines() -> Iterator[str]:
 
 
 MAX_LINE_BYTES = 100_000  # a longer line is cut (at a space where possible): memory stays bounded
+# A document of more characters goes on as a new document (its sentences' pairs and the example
+# builder's memory stay bounded, however long a text without blank lines is)
+MAX_DOCUMENT_CHARS = 1_000_000
 _BINARY_PROBE = 8192  # bytes read to tell a binary file (NUL bytes in one of every 1,000 or more)
 
 
@@ -130,6 +133,7 @@ class ReadReport:
   first_nul: str = ''  # where the first of them was: 'byte 5,210 of path'
   lines_with_bad_bytes: int = 0
   long_lines_cut: int = 0
+  long_documents_cut: int = 0  # documents of more than MAX_DOCUMENT_CHARS, cut (counted per cut)
   lines_split: int = 0  # text lines holding several sentences, split at their sentence ends
   null_texts: int = 0  # JSON-lines objects whose text is null (skipped)
   bytes_done: int = 0  # bytes of the corpus files consumed so far (compressed bytes for .gz)
@@ -150,6 +154,10 @@ class ReadReport:
     if self.long_lines_cut:
       out.append(f'{self.long_lines_cut} cut(s) made in lines longer than {MAX_LINE_BYTES:,} bytes '
                  '(at spaces; the pieces are kept)')
+    if self.long_documents_cut:
+      out.append(f'{self.long_documents_cut} cut(s) made in documents longer than '
+                 f'{MAX_DOCUMENT_CHARS:,} characters (each piece a document of its own; a blank '
+                 'line ends a document)')
     if self.lines_split:
       out.append(f'{self.lines_split} line(s) held several sentences and were split at their '
                  'sentence ends (a line is read as one sentence; nothing is dropped)')
@@ -326,17 +334,21 @@ def _previous_line_blank(f, at: int) -> bool:
   return True
 
 
-def _line_start_at_or_after(f, start: int) -> tuple[int, bool]:
+def _line_start_at_or_after(f, start: int, end: int | None = None) -> tuple[int, bool]:
   """(the first line start at or after byte `start` of the seekable file `f`, whether the line
-  before it is blank: a document can start there), `f` left at that line start."""
+  before it is blank: a document can start there), `f` left at that line start. The search stops
+  at byte `end` (given): a line start at or past it is (`end`, False), whatever comes after, so a
+  part inside one long line reads its own bytes only."""
   if start == 0:
     return 0, True
   f.seek(start - 1)
   if f.read(1) != b'\n':  # inside a line: its end is the next line's start
     while True:
-      piece = f.readline(1 << 20)
+      piece = f.readline(1 << 20 if end is None else max(1, min(1 << 20, end - f.tell())))
       if not piece or piece.endswith(b'\n'):
         break
+      if end is not None and f.tell() >= end:  # (no line starts before the part's end)
+        return end, False
     if not piece:  # the file ends inside that line: nothing starts after it
       return f.tell(), False
   at = f.tell()
@@ -364,28 +376,33 @@ def _text_documents(f, path: str, report: ReadReport, start: int, end: int | Non
   end) (`end` None: to the file's end); a document that crosses `end` is read to its end, and one
   that crosses `start` is the previous part's. What reading met is counted by the part whose
   lines it was in (a crossing document's lines: its own part's)."""
-  at, boundary = _line_start_at_or_after(f, start)
+  at, boundary = _line_start_at_or_after(f, start, end)
+  if end is not None and at >= end:  # no line starts in the part
+    return
   lines = _lines(f, path, report, at, base)
-  if not boundary:  # inside a document of the part before: skip to its end (a blank line)
-    kept = _tally(report)
-    for _, text in lines:
-      if not text:
+  if not boundary:  # inside a document of the part before: skip to its end (a blank line), or
+    kept = _tally(report)  # to the part's end, past which nothing is this part's
+    for line_start, text in lines:
+      if not text or (end is not None and line_start >= end):
         break
     _untally(report, kept)
   doc: list[str] = []
-  first = 0
+  first, size, cut = 0, 0, False  # (cut: the lines go on a document cut for its length)
   kept = _tally(report)
   for line_start, text in lines:
-    if not doc and end is not None and line_start >= end:  # the next part's
+    if not doc and not cut and end is not None and line_start >= end:  # the next part's
       _untally(report, kept)
       return
     if text:
-      if not doc:
+      if not doc and not cut:
         first = line_start
       doc.append(text)
-    elif doc:
-      yield first, doc
-      doc = []
+      size += len(text)
+    if (not text or size >= MAX_DOCUMENT_CHARS) and doc:  # a long one goes on in documents of
+      report.long_documents_cut += bool(text)  # its own, each at the start of the whole (held
+      yield first, doc  #                          out or not together)
+      doc, size = [], 0
+    cut = bool(text) and (cut or not doc)
     kept = _tally(report)
   if doc:
     yield first, doc
@@ -578,7 +595,7 @@ class Source:
           yield doc
       return
     doc = []
-    for line in file_lines(self.files, self.report, self.text_field):
+    for line in file_lines(self.files, self.report, self.text_field):  # (long documents: cut)
       if line:
         doc.extend(_split_line(line, self.report))
       elif doc:

@@ -123,16 +123,20 @@ class _Shard:
 
 
 class _Pending:
-  """Documents waiting to be tokenized in one call (8K sentences a call: 2x faster than a call per
-  document), each for its shard, added to them in order so that each shard's bytes are fixed."""
+  """Documents waiting to be tokenized in one call (8K sentences, or 4M characters, a call: 2x
+  faster than a call per document, and the tokenizer's memory bounded whatever the sentences'
+  length), each for its shard, added to them in order so that each shard's bytes are fixed."""
+
+  SENTENCES, CHARS = 8192, 4_000_000
 
   def __init__(self, tokenizer):
-    self.tokenizer, self.docs, self.sentences = tokenizer, [], 0
+    self.tokenizer, self.docs, self.sentences, self.chars = tokenizer, [], 0, 0
 
   def add(self, shard: _Shard, doc: list[str]):
     self.docs.append((shard, doc))
     self.sentences += len(doc)
-    if self.sentences >= 8192:
+    self.chars += sum(map(len, doc))
+    if self.sentences >= self.SENTENCES or self.chars >= self.CHARS:
       self.flush()
 
   def flush(self):
@@ -141,7 +145,7 @@ class _Pending:
     for shard, doc in self.docs:
       shard.add_document(ids[i:i + len(doc)])
       i += len(doc)
-    self.docs, self.sentences = [], 0
+    self.docs, self.sentences, self.chars = [], 0, 0
 
 
 def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[str, int]],

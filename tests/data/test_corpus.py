@@ -81,6 +81,25 @@ def test_a_gigantic_line_is_cut_into_bounded_pieces_without_losing_text(tmp_path
 
 
 @pytest.mark.fast
+def test_one_long_line_is_read_in_bounded_documents_about_once_by_its_parts(tmp_path):
+  """A 3 MB line without a space or a newline (the case of a 50 MB one: 5 GB of memory and 16x
+  the file read): documents of at most MAX_DOCUMENT_CHARS, all at the line's start (one split for
+  all of them), and its parts together read about the file twice, not once per part."""
+  (tmp_path / 'one.txt').write_bytes(b'ab' * 1_500_000 + b'\n\nAnother document.\n')
+  source = corpus_lib.Source(str(tmp_path / 'one.txt'))
+  parts = source.parts(16)
+  assert len(parts) > 30
+  report, read = corpus_lib.ReadReport(), []
+  for part in parts:
+    read += list(source.part_documents(part, report))
+  sizes = [sum(map(len, doc)) for _, doc in read]
+  assert len(read) == 4 and max(sizes) <= corpus_lib.MAX_DOCUMENT_CHARS + corpus_lib.MAX_LINE_BYTES
+  assert [start for start, _ in read] == [0, 0, 0, 3_000_002] and sum(sizes[:3]) == 3_000_000
+  assert report.long_documents_cut == 2 and [doc for _, doc in read] == list(source.documents())
+  assert report.bytes_read <= 2.2 * os.path.getsize(tmp_path / 'one.txt'), report.bytes_read
+
+
+@pytest.mark.fast
 def test_a_line_cut_just_before_its_newline_does_not_end_the_document(tmp_path):
   word = 'a' * (corpus_lib.MAX_LINE_BYTES - 1)  # + a space: the cut leaves only the newline
   (tmp_path / 'edge.txt').write_text(f'{word} \nnext\n\nnew doc\n')
@@ -181,11 +200,13 @@ def test_the_parts_of_a_corpus_give_its_documents_each_once_in_order(tmp_path, s
   reading met; each document starts inside its part."""
   line = 300  # (long lines at 300 bytes here instead of 100,000: small files, the same logic)
   monkeypatch.setattr(corpus_lib, 'MAX_LINE_BYTES', line)
+  monkeypatch.setattr(corpus_lib, 'MAX_DOCUMENT_CHARS', 2 * line)  # (long documents: cut)
   source = corpus_lib.Source(_awkward_corpus(tmp_path, seed, line))
   whole = list(source.documents())
   counted = ('files', 'skipped_binary', 'nul_bytes', 'lines_with_bad_bytes', 'long_lines_cut',
-             'lines_split', 'null_texts')
+             'lines_split', 'null_texts', 'long_documents_cut')
   assert len(whole) > 100 and source.report.long_lines_cut and source.report.nul_bytes
+  assert source.report.long_documents_cut
   assert [b.split(' ')[0] for b in source.report.skipped_binary] == [str(tmp_path / 'd.bin')]
   for shards in (1, 7, 40, 300):
     parts = source.parts(shards)
