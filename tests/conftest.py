@@ -199,6 +199,13 @@ def objective_config(name: str):
   return objectives.fit_model_config(c, lambda *_: None)
 
 
+def topic_dev_examples(seed: int = 0) -> int:
+  """The dev examples of the built-in topic task for a pre-training of `seed`: passages of the
+  running Python's own documentation, so their number differs between Pythons (565 on 3.11)."""
+  from electra_jax.finetune.inputs import tasks
+  return len(tasks.load_builtin_topic(seed)['dev'])
+
+
 def squared_norm(tree) -> float:
   """The sum of squares of every entry of a tree of arrays, in float64 (0 exactly: no gradient)."""
   import numpy as np

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, test_config
+from conftest import topic_dev_examples
 from electra_jax.convert import hf
 from electra_jax.model import networks as model_lib
 from electra_jax.data.synthetic import synthetic_batch
@@ -367,7 +368,7 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
   prompt_cfg.max_seq_length = 32
   prompted = [zeroshot.evaluate(prompt_cfg, init, batch_size=64, log=lambda *_: None)
               for init in (folder, str(tmp_path / 'hf'))]
-  assert prompted[0] == prompted[1] and prompted[0]['examples'] == 565
+  assert prompted[0] == prompted[1] and prompted[0]['examples'] == topic_dev_examples()
 
   # Pre-training from it: the config's generator width is replaced by the checkpoint's, and the
   # run's first state holds the checkpoint's weights.

@@ -131,8 +131,8 @@ def test_a_prompted_fine_tuning_learns_predicts_and_exports_a_model_hf_prompts_a
                             log=lambda *_: None)
   with open(out['outputs'][0]) as f:
     header, *rows = [l.rstrip('\n').split('\t') for l in f]
-  assert len(rows) == 40 and header[:3] == ['index', 'text', 'prediction'], header
-  assert {r[2] for r in rows} <= {'yes', 'no'} and out['scores'][0]['accuracy'] > 0.85, out
+  assert len(rows) == 40 and header[:4] == ['index', 'text', 'label', 'prediction'], header
+  assert {r[3] for r in rows} <= {'yes', 'no'} and out['scores'][0]['accuracy'] > 0.85, out
   if not HAS_HF:
     return
   from electra_jax.apps import export
