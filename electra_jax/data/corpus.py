@@ -461,6 +461,14 @@ def _file_documents(path: str, text_field: str, report: ReadReport, start: int =
       yield from _text_documents(f, path, report, start, end, base)
 
 
+def _inside(path: str, folder: str) -> bool:
+  if fs.remote(path) != fs.remote(folder):
+    return False
+  if fs.remote(path):
+    return path.startswith(folder.rstrip('/') + '/')
+  return os.path.abspath(path).startswith(os.path.abspath(folder).rstrip(os.sep) + os.sep)
+
+
 def resolve_files(pattern: str) -> list[str]:
   """Files matched by a glob (or a folder, meaning every file below it), sorted."""
   if fs.remote(pattern):  # a bucket: a folder means every object below it
@@ -563,10 +571,15 @@ class Source:
   the same source give the same documents in the same order.
   """
 
-  def __init__(self, spec: str, text_field: str = 'text', tfds_data_dir: str | None = None):
+  def __init__(self, spec: str, text_field: str = 'text', tfds_data_dir: str | None = None,
+               exclude: str = '', marker: str = ''):
+    """`exclude`: a folder whose files are never the corpus's; `marker`: a file's name that
+    leaves out every file of a folder holding it (records folders inside a corpus folder, the ones
+    being built from it among them: read as text, they made the next build another corpus)."""
     self.spec, self.text_field, self.tfds_data_dir = spec, text_field, tfds_data_dir
     self.report = ReadReport()
     self.files: list[str] = []
+    self.excluded: list[str] = []
     self.total_bytes = 0
     self._binary: dict[int, str] = {}  # file index -> why it is binary ('' for text)
     if spec.startswith('tfds:'):
@@ -577,6 +590,15 @@ class Source:
       self.tfds_name, self.tfds_split = name, split or 'train'
     elif spec != 'builtin':
       self.files = resolve_files(spec)
+      if exclude or marker:
+        marked = {d for d in {fs.dirname(f) for f in self.files}
+                  if marker and fs.exists(fs.join(d, marker))}
+        self.excluded = [f for f in self.files if (exclude and _inside(f, exclude))
+                         or fs.dirname(f) in marked]
+        self.files = [f for f in self.files if f not in self.excluded]
+        if not self.files:
+          raise FileNotFoundError(f'the corpus {spec!r} matches no file outside {exclude}, the '
+                                  'output; give the corpus files, or an output elsewhere')
       self.sizes = [fs.getsize(p) for p in self.files]
       self.total_bytes = sum(self.sizes)
 

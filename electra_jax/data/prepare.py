@@ -158,7 +158,7 @@ def write_shards(out_dir: str, settings: records.Settings, wanted: list[tuple[st
   tf = tf_import.tensorflow()
   tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, records.vocab_file(settings)),
                                            lower_case=settings.lower_case)
-  source = corpus_lib.Source(settings.source, settings.text_field)
+  source = _source(settings, out_dir)
   shards = {key: _Shard(tf, out_dir, settings, settings.file(*key),
                         f'{settings.seed}:{key[0]}:{key[1]}', tokenizer.special,
                         tokenizer.vocab_size) for key in wanted}
@@ -216,7 +216,7 @@ def write_parts(out_dir: str, settings: records.Settings, wanted: list[int],
   tf = tf_import.tensorflow()
   tokenizer = tokenizer_lib.load_tokenizer(fs.join(out_dir, records.vocab_file(settings)),
                                            lower_case=settings.lower_case)
-  source = corpus_lib.Source(settings.source, settings.text_field)
+  source = _source(settings, out_dir)
   parts = source.parts(settings.num_shards)
   every = settings.num_shards
   total = sum(p.end - p.start for p in parts if p.index % every in wanted)
@@ -407,6 +407,14 @@ def _differences(old: dict, new: dict) -> list[str]:
           if old.get(k) != new.get(k)]
 
 
+def _source(settings: records.Settings, out_dir: str) -> corpus_lib.Source:
+  """The corpus of `settings`, without the files of the records folder `out_dir` or of any other
+  (which may lie inside a corpus folder: the next build read them as text, and took the corpus for
+  changed)."""
+  return corpus_lib.Source(settings.source, settings.text_field, exclude=out_dir,
+                           marker=records.PLAN)
+
+
 def _source_changed(out_dir: str, source: corpus_lib.Source) -> str:
   """'' where the corpus files are as they were when the build in `out_dir` began (or that was
   not recorded: records built before it was), else a clause saying how they changed."""
@@ -455,14 +463,14 @@ def records_folder(settings: records.Settings, out_dir: str, *, num_workers: int
   if fs.exists(meta_path):
     log(f'records {out_dir}: complete already')
     try:
-      changed = _source_changed(out_dir, corpus_lib.Source(settings.source, settings.text_field))
+      changed = _source_changed(out_dir, _source(settings, out_dir))
     except (OSError, ValueError):  # the corpus is gone or unreadable: the records are what's left
       changed = ''
     if changed:
       log(f'warning: {changed}; they hold the corpus as it was then: delete {out_dir} and run the '
           'same command again to build them from the corpus as it is now')
     return records.read_metadata(out_dir)
-  source = corpus_lib.Source(settings.source, settings.text_field)  # fails early on a bad spec
+  source = _source(settings, out_dir)  # fails early on a bad spec
   changed = _source_changed(out_dir, source)
   if changed:  # shards of two versions of the corpus would not make one records folder
     raise ValueError(f'{changed}, and the build is unfinished; delete {out_dir} and run the same '
@@ -664,7 +672,7 @@ def _finish(out_dir: str, settings: records.Settings, log, rule: str = 'document
   held-out spools of the parts rule removed. A corpus of files that changed while the shards were
   written (a file appended to) is refused: the shards would hold parts of two versions of it."""
   if rule == 'parts':
-    changed = _source_changed(out_dir, corpus_lib.Source(settings.source, settings.text_field))
+    changed = _source_changed(out_dir, _source(settings, out_dir))
     if changed:
       raise ValueError(f'{changed}, while the records were being built: they would hold parts of '
                        'two versions of it, and are not kept; run the same command again once '

@@ -575,3 +575,20 @@ def test_a_corpus_file_that_grows_while_its_records_are_built_is_refused(tmp_pat
     prepare_lib.records_folder(settings, out, log=appended_once_writing_begins)
   assert not os.path.exists(out)
   assert prepare_lib.records_folder(settings, out, log=_quiet)['splits']['train']['examples'] > 0
+
+
+@pytest.mark.fast
+def test_records_built_inside_their_corpus_folder_are_never_read_as_its_text(tmp_path):
+  """--output inside the --corpus folder: the next build read the records as text (+558 examples)
+  and every run warned that the corpus had changed."""
+  folder = tmp_path / 'corpus'
+  folder.mkdir()
+  write_corpus(str(folder / 'a.txt'), num_docs=40, seed=4)
+  settings = records.Settings(source=str(folder), max_seq_length=32, eval_fraction=0.1,
+                              num_shards=2, num_eval_shards=1, vocab_size=96)
+  first = prepare_lib.records_folder(settings, str(folder / 'records'), log=_quiet)
+  logged = []
+  again = prepare_lib.records_folder(settings, str(folder / 'records'), log=logged.append)
+  assert logged == [f'records {folder / "records"}: complete already'] and again == first
+  second = prepare_lib.records_folder(settings, str(folder / 'records_2'), log=_quiet)
+  assert second['splits'] == first['splits']  # (the first folder's files left out of the corpus)
