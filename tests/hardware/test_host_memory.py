@@ -3,6 +3,7 @@ faults, which a step of fresh mappings pays for every page of its temporaries.""
 
 import json
 import os
+import re
 import platform
 import subprocess
 import sys
@@ -84,3 +85,27 @@ def test_only_cpu_runs_and_unconfigured_glibc(monkeypatch):
   monkeypatch.setenv('GLIBC_TUNABLES', 'glibc.malloc.arena_max=4')
   assert host_memory.configured() and not host_memory.keep_freed()  # the user's, as given
   assert 'MALLOC_ARENA_MAX' not in os.environ
+
+
+def test_a_cpu_run_fits_its_step_to_the_hosts_memory_before_the_first_step(tmp_path, records_dir,
+                                                                           monkeypatch):
+  """A CPU's limit is the memory the host has available, shared by this process's CPU devices:
+  the step is fitted to it before the first step as a TPU slice's is to its HBM (microbatches),
+  and a step whose state alone exceeds it is one sentence (a batch of 1,000,000 ended in a
+  RESOURCE_EXHAUSTED traceback after compiling)."""
+  from conftest import test_config
+  from electra_jax import UserError
+  from electra_jax.pretraining import run as pretrain
+  from electra_jax.train import aot
+  assert 0 < aot.device_memory_limit() <= aot.host_available_bytes() // 8
+  config = test_config(**{'data.records': records_dir, 'train_steps': 1,
+                          'data.batch_size': 1024, 'data.eval_batch_size': 16})
+  lines = []
+  monkeypatch.setattr(aot, 'host_available_bytes', lambda: 8 * 24 * 2**20)  # 24 MiB a device
+  pretrain.train_and_evaluate(config, str(tmp_path / 'fits'), log=lines.append)
+  fitted = [l for l in lines if re.match(r'microbatches=auto: \d+ parts of \d+ rows per step', l)]
+  assert fitted and int(fitted[0].split()[1]) > 1, lines[:12]
+  monkeypatch.setattr(aot, 'host_available_bytes', lambda: 8 * 2**14)  # 16 KiB a device
+  with pytest.raises(UserError, match=r'the parameters and optimizer state alone take .* GiB of '
+                     r'the .* GiB per device'):
+    pretrain.train_and_evaluate(config, str(tmp_path / 'does_not_fit'), log=lines.append)
