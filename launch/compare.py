@@ -60,6 +60,7 @@ def main(argv):
   config_files.require_config(_CONFIG.value, 'pre-training')
   config_files.require_config(_FT_CONFIG.value, 'fine-tuning', '--finetune_config')
   cli.check_paths(_WORKDIR.value, _CONFIG.value, _FT_CONFIG.value)
+  compare.check_runs(_RUNS.value)
   log = lambda line: print(line, flush=True)
   if _SUITE.value:
     return _suite(compare, log)

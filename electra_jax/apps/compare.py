@@ -43,6 +43,21 @@ DEFAULT_RUNS = ('electra', 'electra_15', 'mlm', 'replace_mlm', 'all_tokens_mlm',
                 'cocolm', 'amos')
 
 
+def check_runs(names) -> None:
+  """Refuses (UserError) --runs that names no run, a run twice (planned and pre-trained twice),
+  or a run that does not exist, before anything is planned."""
+  runs = objectives.runs()
+  if not names:
+    raise UserError(f'--runs is empty; give one or more of {", ".join(runs)}')
+  twice = sorted({n for n in names if list(names).count(n) > 1})
+  if twice:
+    raise UserError(f'--runs names {", ".join(twice)} more than once; each run is pre-trained '
+                    'once: give each name once')
+  unknown = [n for n in names if n not in runs]
+  if unknown:
+    raise UserError(f'unknown run {unknown[0]!r}; use some of {", ".join(runs)}')
+
+
 def run_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
   runs = objectives.runs()  # each objective's, and its variants
   if name not in runs:

@@ -15,7 +15,6 @@ config.json last) and checks an export in HF transformers against our model (`ve
 """
 
 import contextlib
-import errno
 import importlib.util
 import os
 import tempfile
@@ -48,14 +47,9 @@ def out_folder(out: str) -> str:
   """The folder `out` names (a local one as its real path: through a symbolic link, `.` as the
   current folder), checked to be new or an empty folder; one sentence otherwise."""
   if not fs.remote(out):
-    if os.path.islink(out.rstrip('/') or '/'):
-      try:
-        os.stat(out)
-      except OSError as e:
-        raise UserError(f'--out {out} is a symbolic link that leads nowhere '
-                        f'({"a loop of links" if e.errno == errno.ELOOP else e.strerror}: '
-                        f'{os.readlink(out.rstrip("/"))}); give a new folder, or a link to an '
-                        'empty one (nothing was written)') from None
+    if why := fs.broken_link(out):
+      raise UserError(f'--out {out} is a symbolic link that leads nowhere ({why}); give a new '
+                      'folder, or a link to an empty one (nothing was written)')
     out = os.path.realpath(out)
     if os.path.isdir(out):  # an export killed while it wrote into this folder: its part goes
       for name in os.listdir(out):

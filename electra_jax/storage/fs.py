@@ -3,7 +3,7 @@
     fs.join(workdir, 'metrics.jsonl'); fs.open(path, 'w'); fs.makedirs(folder); fs.replace(a, b)
 
 Paths are etils.epath's, as Orbax's checkpoints' are: local paths go to `os`, `os.path` and
-`shutil` (no TensorFlow import), URLs (gs://, the SCHEMES epath reaches) to TensorFlow's file
+`shutil` (no TensorFlow import), URLs (gs://: SCHEMES) to TensorFlow's file
 systems (`tf.io.gfile`), the ones tf.data, TFRecord writers and TensorBoard use for them too. So a
 workdir, a records folder, a corpus, a vocabulary, an `init_from` folder, an export or fine-tuning
 files may each live in a bucket. What this module adds to epath: Python's errors for the stores'
@@ -81,9 +81,11 @@ def bucket(path) -> str:
 
 # ---- queries and changes: etils.epath ----------------------------------------------------------
 
-# The URL schemes etils.epath (and so Orbax's checkpoints) reaches; TensorFlow, whose file systems
-# it uses for them, reads gs:// itself (s3://, az://: through tensorflow-io's plugins).
-SCHEMES = ('gs://', 's3://', 'az://', 'hf://')
+# The URL schemes a path may have: Google Cloud Storage, which TensorFlow's file systems (and so
+# etils.epath, Orbax's checkpoints, tf.data) and TensorStore read themselves, and which the tests
+# prove against a real storage server. (s3:// and az:// would need tensorflow-io's plugins, which
+# nothing here installs or tests: they are refused in one sentence, not half-supported.)
+SCHEMES = ('gs://',)
 
 
 def _url(path) -> str:
@@ -91,7 +93,8 @@ def _url(path) -> str:
   path = os.fspath(path)
   if not path.startswith(SCHEMES):
     raise UserError(f'{path}: {path.split("://")[0]}:// paths are not supported (buckets are '
-                    f'{", ".join(SCHEMES)}); give a local path or a bucket\'s')
+                    f'{", ".join(SCHEMES)}); give a local path or a bucket\'s (copy the files '
+                    'there or here first)')
   tf_import.tensorflow()  # (once, quietly and off the accelerators, before epath's backend)
   return path
 
@@ -115,6 +118,22 @@ def isdir(path) -> bool:
 def isfile(path) -> bool:
   with remote_fs.errors(path):
     return _path(path).is_file()
+
+
+def broken_link(path) -> str:
+  """Where the local `path` is a symbolic link that leads nowhere, why ('a loop of links: b',
+  'No such file or directory: /x'); '' otherwise."""
+  if remote(path):
+    return ''
+  local = _local(path).rstrip(os.sep) or os.sep
+  if not os.path.islink(local):
+    return ''
+  try:
+    os.stat(local)
+  except OSError as e:
+    return (f'{"a loop of links" if e.errno == errno.ELOOP else e.strerror}: '
+            f'{os.readlink(local)}')
+  return ''
 
 
 def getsize(path) -> int:

@@ -1,4 +1,4 @@
-"""URLs (gs://, s3://, ...) through TensorFlow's file systems, for fs.py: their errors as Python's,
+"""URLs (gs://) through TensorFlow's file systems, for fs.py: their errors as Python's,
 file objects whose errors are Python's, and whether Google Cloud credentials are found."""
 
 import contextlib

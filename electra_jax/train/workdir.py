@@ -265,6 +265,9 @@ def check_place(path: str):
   """Refuses (UserError) a --workdir that is empty or a file, before anything is read."""
   if not str(path).strip():
     raise UserError('--workdir is empty; give a folder')
+  if why := fs.broken_link(path):
+    raise UserError(f'--workdir {path} is a symbolic link that leads nowhere ({why}); give a '
+                    'folder, or a link to one')
   if fs.exists(path) and not fs.isdir(path):
     raise UserError(f'--workdir {path} is a file; give a folder')
 

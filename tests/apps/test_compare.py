@@ -209,6 +209,26 @@ def test_a_misspelt_field_of_a_default_config_file_is_one_sentence(tmp_path):
   assert not os.path.exists(tmp_path / 'cmp')
 
 
+@pytest.mark.fast
+def test_runs_named_twice_none_or_unknown_are_one_sentence_before_the_plan(tmp_path):
+  """--runs=electra,electra planned (and would pre-train) it twice; --runs='' planned nothing."""
+  import subprocess
+  import sys
+  from conftest import CHILD_ENV, ROOT
+  compare.check_runs(('electra', 'mlm'))
+  for runs, said in (('electra,electra', '--runs names electra more than once; each run is '
+                      'pre-trained once: give each name once'),
+                     ('', '--runs is empty; give one or more of electra, '),
+                     ('electra,bert', "unknown run 'bert'; use some of electra, ")):
+    done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'compare.py'),
+                           f'--workdir={tmp_path / "cmp"}', f'--runs={runs}', '--plan'],
+                          capture_output=True, text=True, env=CHILD_ENV, timeout=300)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f'error: {said}'), (
+        runs, done.stderr[-2000:])
+  assert not os.path.exists(tmp_path / 'cmp')
+
+
 def test_a_suite_is_compared_task_by_task_on_its_own_texts(tmp_path):
   """compare.py --suite: each task's runs pre-train on that task's corpus (records of their own),
   fine-tune on its files, beside random weights and the TF-IDF baseline; one table over tasks."""

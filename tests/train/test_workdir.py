@@ -310,3 +310,19 @@ def test_a_pretraining_whose_lock_is_taken_writes_nothing_more(tmp_path, records
   saved = [int(n) for n in os.listdir(os.path.join(workdir, 'checkpoints')) if n.isdigit()]
   assert saved and max(saved) <= 2, saved
   assert json.loads(open(os.path.join(workdir, workdir_lib.NAME)).read())['host'] == 'another-host'
+
+
+@pytest.mark.fast
+def test_a_workdir_that_is_a_link_to_nowhere_is_one_sentence(tmp_path):
+  """A loop of links said 'File exists; choose a folder you can write to'."""
+  os.symlink(tmp_path / 'b', tmp_path / 'a')
+  os.symlink(tmp_path / 'a', tmp_path / 'b')
+  os.symlink(tmp_path / 'gone', tmp_path / 'dangling')
+  for name, why in (('a', r'a loop of links: .*/b'), ('dangling', r'No such file or directory: '
+                                                               r'.*/gone')):
+    with pytest.raises(UserError, match=rf'^--workdir .*/{name} is a symbolic link that leads '
+                       rf'nowhere \({why}\); give a folder, or a link to one$'):
+      workdir_lib.make(str(tmp_path / name))
+  os.symlink(tmp_path / 'real', tmp_path / 'fine')
+  (tmp_path / 'real').mkdir()
+  workdir_lib.make(str(tmp_path / 'fine'))  # a link to a folder: the folder
