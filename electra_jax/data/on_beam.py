@@ -152,3 +152,8 @@ def write(out_dir: str, settings: records.Settings, train: list[int], joined: li
   except ImportError as e:
     raise ValueError(f'--runner={runner} needs a part of Apache Beam that is not installed '
                      f'({e}); pip install "apache-beam[gcp]" for Dataflow') from None
+  except Exception as e:  # a worker that died ('Channel closed prematurely'), a failed bundle
+    said = ' '.join(str(e).split()).rsplit('Traceback', 1)[-1].strip()[-300:]
+    raise ValueError(f'--runner={runner}: the pipeline failed ({type(e).__name__}: {said}); the '
+                     'shards it finished are kept: run the same command again to build the rest '
+                     '(a worker killed for memory: fewer workers per machine)') from None

@@ -592,3 +592,62 @@ def test_records_built_inside_their_corpus_folder_are_never_read_as_its_text(tmp
   assert logged == [f'records {folder / "records"}: complete already'] and again == first
   second = prepare_lib.records_folder(settings, str(folder / 'records_2'), log=_quiet)
   assert second['splits'] == first['splits']  # (the first folder's files left out of the corpus)
+
+
+def _descendants(pid: int) -> list[int]:
+  """The processes below `pid` (from /proc: each one's parent)."""
+  parents = {}
+  for entry in os.listdir('/proc'):
+    if entry.isdigit():
+      try:
+        with open(f'/proc/{entry}/stat') as f:
+          parents[int(entry)] = int(f.read().rsplit(')', 1)[1].split()[1])
+      except (OSError, IndexError, ValueError):
+        pass
+  found, frontier = [], [pid]
+  while frontier:
+    children = [p for p, parent in parents.items() if parent in frontier]
+    found += children
+    frontier = children
+  return found
+
+
+@needs_beam
+def test_a_beam_worker_killed_ends_the_build_in_one_sentence_and_the_rerun_finishes_it(
+    tmp_path, built, settings):
+  """A DirectRunner worker process killed as the out-of-memory killer kills: Beam's tracebacks
+  ended the command; now its last line says what happened and what to do, and doing it works."""
+  out = str(tmp_path / 'beam')
+  command = [sys.executable, os.path.join(ROOT, 'launch', 'prepare_data.py'),
+             f'--corpus={settings.source}', '--eval_fraction=0.1', '--num_shards=5',
+             '--num_eval_shards=2', '--vocab_size=96', '--max_seq_length=32', f'--output={out}',
+             '--runner=DirectRunner', '--direct_num_workers=2',
+             '--direct_running_mode=multi_processing']
+  errors = open(tmp_path / 'stderr.txt', 'w+')  # (Beam's tracebacks would fill a pipe)
+  child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, text=True, cwd=ROOT)
+  killed = None
+  for line in child.stdout:
+    if 'on Apache Beam' in line:
+      deadline = time.time() + 120
+      while killed is None and time.time() < deadline:  # (one at work: its data channel up)
+        if 'Data channel established' not in (tmp_path / 'stderr.txt').read_text():
+          time.sleep(0.05)
+          continue
+        workers = [p for p in _descendants(child.pid)
+                   if 'sdk_worker_main' in open(f'/proc/{p}/cmdline').read()
+                   and open(f'/proc/{p}/comm').read().startswith('python')]
+        if workers:
+          killed = workers[0]
+          os.kill(killed, signal.SIGKILL)
+        time.sleep(0.05)
+      break
+  child.communicate(timeout=300)
+  err = (tmp_path / 'stderr.txt').read_text()
+  assert killed and child.returncode == 2, err[-3000:]
+  assert err.strip().splitlines()[-1].startswith(
+      'error: --runner=DirectRunner: the pipeline failed (') and err.strip().endswith(
+      'the shards it finished are kept: run the same command again to build the rest (a worker '
+      'killed for memory: fewer workers per machine)'), err[-3000:]
+  again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
+  assert again.returncode == 0, again.stderr[-3000:]
+  _same_folders(built, out)
