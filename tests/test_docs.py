@@ -21,7 +21,8 @@ pytestmark = pytest.mark.fast
 PAGES = sorted([os.path.join(ROOT, 'README.md'), os.path.join(ROOT, 'WORKSPACE.md')] +
                glob.glob(os.path.join(ROOT, 'docs', '*.md')))
 MISTYPED = {'disc_wieght'}  # pretraining.md's example of a field name with a typo, and its answer
-ABSL = {'help', 'helpfull', 'helpshort', 'flagfile', 'undefok', 'only_check_args'}
+# absl's own flags, and cli.HELP's --help_config (every command's)
+ABSL = {'help', 'helpfull', 'helpshort', 'flagfile', 'undefok', 'only_check_args', 'help_config'}
 # a command: launch/<script>.py, or a lab command run from the checkout (python -m
 # benchmarks.<script>)
 SCRIPT = re.compile(r'launch/(\w+)\.py|-m benchmarks\.(\w+)')
