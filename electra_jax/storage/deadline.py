@@ -83,7 +83,7 @@ def waiting(path):
 class _Watchdog:
   """The thread of `watch`: reads the signals' wakeup pipe and looks at the main thread's wait."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self.read_fd, self.write_fd = os.pipe()
     os.set_blocking(self.write_fd, False)
     self.previous_fd = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
