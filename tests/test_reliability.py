@@ -1215,17 +1215,19 @@ def test_every_command_helps_with_exit_0_its_docstring_whole_and_its_config_fiel
                                                                            '*.py')))
               if 'cli.run(' in open(p).read()}
   assert len(commands) >= 8, commands
+  asked = [(name, '--help') for name in commands] + [('train.py', '--helpfull')] + [
+      (name, '--help_config') for name in ('train.py', 'finetune.py', 'compare.py', 'predict.py')]
   started = {(name, flag): subprocess.Popen([*script(name), flag], stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, text=True, cwd=ROOT,
                                             env=CHILD_ENV)
-             for name in commands for flag in ('--help', '--helpfull', '--help_config')}
+             for name, flag in asked}
   done = {key: (p.wait(timeout=300), *p.communicate()) for key, p in started.items()}
   for (name, flag), (code, out, err) in done.items():
     assert code == 0, (name, flag, err[-2000:])
     if flag != '--help_config':
       doc = ast.get_docstring(ast.parse(open(commands[name]).read()), clean=False)
       assert all(line in out for line in doc.splitlines() if line.strip()), (name, out[:3000])
-  fields = {name: done[(name, '--help_config')][1] for name in commands}
+  fields = {name: out for (name, flag), (_, out, _) in done.items() if flag == '--help_config'}
   assert '  data.batch_size = 128\n      global batch' in fields['train.py'], fields['train.py']
   assert re.search(r'\n  task.max_train_examples = 0\n      ', fields['finetune.py']), (
       fields['finetune.py'][:3000])

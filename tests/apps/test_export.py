@@ -55,14 +55,16 @@ def test_check_without_transformers_is_refused_before_the_export_is_written(tmp_
   """The command then runs whole once they are installed (it used to write the export and stop,
   and the same command after `pip install` was refused for the folder it had written)."""
   out = tmp_path / 'hf'
-  code = ('import runpy, sys\nsys.modules["transformers"] = None  # as where it is not installed\n'
+  code = ('import runpy, sys\nsys.modules["transformers"] = sys.modules["torch"] = None  # as '
+          'where they are not installed\n'
           f'sys.argv = ["export.py", "--workdir={tmp_path / "nowhere"}", "--out={out}", '
           '"--check"]\n'
           f'runpy.run_path({os.path.join(ROOT, "launch", "export.py")!r}, run_name="__main__")\n')
   done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT,
                         env=CHILD_ENV, timeout=300, check=False)
   assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
-      'error: --check loads the export in HF transformers, and transformers is not installed; '
+      'error: --check loads the export in HF transformers, and torch and transformers are not '
+      'installed; '
       'pip install -e ".[test]" (torch==2.13.0 and transformers), or leave --check out (nothing '
       'was written)'), done.stderr[-2000:]
   assert not out.exists()
