@@ -50,15 +50,51 @@ def _detection_head() -> list[tuple]:
                     'discriminator_predictions.dense_prediction'))
 
 
+# The modern backbone (model/modern.py) -> HF's ModernBert names under model.layers.<i>.
+_MODERN_LAYER = {'attn_norm': 'attn_norm', 'Wqkv': 'attn.Wqkv', 'Wo': 'attn.Wo',
+                 'mlp_norm': 'mlp_norm', 'Wi': 'mlp.Wi', 'mlp_Wo': 'mlp.Wo'}
+MODERN_TIED = 'decoder.weight'  # ModernBertForMaskedLM's decoder, tied to the word embeddings
+
+
+def _modern_encoder(embeddings: str, encoder: str, layers: int) -> list[tuple]:
+  rows = [((embeddings, 'word_embeddings'), 'model.embeddings.tok_embeddings.weight', False)]
+  rows += _module((embeddings, 'LayerNorm'), 'model.embeddings.norm', ('scale',))
+  for i in range(layers):
+    for name, hf in _MODERN_LAYER.items():
+      if name == 'attn_norm' and i == 0:
+        continue  # HF's layer 0 has none (an identity)
+      leaves = ('scale',) if 'norm' in name else ('kernel',)
+      rows += _module((encoder, f'layer_{i}', name), f'model.layers.{i}.{hf}', leaves)
+  return rows + _module((encoder, 'final_norm'), 'model.final_norm', ('scale',))
+
+
+def _modern_table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
+  """ModernBertForTokenClassification (one label: the detection head) for the discriminator,
+  ModernBertForMaskedLM for the generator."""
+  if network == 'discriminator':
+    return (_modern_encoder('embeddings', 'discriminator', cfg.num_layers)
+            + _module(('discriminator_predictions', 'dense'), 'head.dense', ('kernel',))
+            + _module(('discriminator_predictions', 'LayerNorm'), 'head.norm', ('scale',))
+            + _module(('discriminator_predictions', 'dense_prediction'), 'classifier'))
+  embeddings = 'generator_embeddings' if cfg.untied_generator_embeddings else 'embeddings'
+  return (_modern_encoder(embeddings, cfg.generator_shape.hf_encoder, cfg.generator_num_layers)
+          + _module(('generator_predictions', 'dense'), 'head.dense', ('kernel',))
+          + _module(('generator_predictions', 'LayerNorm'), 'head.norm', ('scale',))
+          + [(('generator_predictions', 'output_bias'), 'decoder.bias', False),
+             ((embeddings, 'word_embeddings'), MODERN_TIED, False)])
+
+
 def table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
   """(our parameter path, HF state-dict name, transposed) for 'discriminator' or 'generator'."""
+  if network == 'generator' and cfg.generator_shape.hf_encoder is None:
+    raise ValueError(f"model.generator is {cfg.generator!r}: no HF transformers class holds it")
+  if cfg.modern:
+    return _modern_table(cfg, network)
   if network == 'discriminator':
     rows = _embeddings('embeddings', cfg.embedding_size, cfg.hidden_size, 'discriminator',
                        cfg.num_layers)
     return rows + _detection_head()
   encoder = cfg.generator_shape.hf_encoder
-  if encoder is None:
-    raise ValueError(f"model.generator is {cfg.generator!r}: no HF transformers class holds it")
   embeddings = 'generator_embeddings' if cfg.untied_generator_embeddings else 'embeddings'
   width = cfg.generator_shape.embedding_width(cfg)
   rows = _embeddings(embeddings, width, cfg.generator_hidden_size, encoder,
@@ -84,10 +120,14 @@ def to_hf(params, cfg: model_lib.ModelConfig, network: str) -> dict[str, np.ndar
     value = np.asarray(_get(params, ours), np.float32)
     out[hf] = value.T if transposed else value
   if cfg.gdes and network == 'discriminator':  # what the discriminator reads: table + residual
-    out['electra.embeddings.word_embeddings.weight'] = (
-        out['electra.embeddings.word_embeddings.weight']
-        + np.asarray(params['embeddings_residual'], np.float32))
+    word = _word_table(cfg)
+    out[word] = out[word] + np.asarray(params['embeddings_residual'], np.float32)
   return out
+
+
+def _word_table(cfg: model_lib.ModelConfig) -> str:
+  return ('model.embeddings.tok_embeddings.weight' if cfg.modern
+          else 'electra.embeddings.word_embeddings.weight')
 
 
 # What an import may take from fresh initial weights when the source lacks it (a discriminator
@@ -111,7 +151,7 @@ def from_hf(states: dict[str, dict], cfg: model_lib.ModelConfig, fill=None) -> d
       if ours in filled:  # the shared embeddings: the discriminator's copy is the one taken
         continue
       if hf not in state:
-        if hf == 'generator_lm_head.weight':  # tied to the word embeddings; often not stored
+        if hf in ('generator_lm_head.weight', MODERN_TIED):  # tied: often not stored
           continue
         if fill is not None and ours[0] in FILLABLE:  # e.g. ElectraModel: no detection head
           continue
@@ -126,7 +166,7 @@ def from_hf(states: dict[str, dict], cfg: model_lib.ModelConfig, fill=None) -> d
       _get(params, ours[:-1])[ours[-1]] = value.T if transposed else value
       filled.add(ours)
   if cfg.gdes:  # the generator's table is the shared one; the discriminator's adds the residual
-    word = 'electra.embeddings.word_embeddings.weight'
+    word = _word_table(cfg)
     disc = np.asarray(states['discriminator'][word], np.float32)
     gen = np.asarray(states['generator'][word], np.float32) if 'generator' in states else disc
     params['embeddings']['word_embeddings'], params['embeddings_residual'] = gen, disc - gen
@@ -151,8 +191,48 @@ def _paths(tree, prefix=()):
   return [p for k, v in tree.items() for p in _paths(v, prefix + (k,))]
 
 
+def _modern_config(cfg: model_lib.ModelConfig, network: str) -> dict:
+  generator = network == 'generator'
+  layers = cfg.generator_num_layers if generator else cfg.num_layers
+  return {
+      'model_type': 'modernbert',
+      'architectures': ['ModernBertForMaskedLM' if generator else
+                        'ModernBertForTokenClassification'],
+      **({} if generator else labelled(['replaced'])),
+      'vocab_size': cfg.vocab_size,
+      'hidden_size': cfg.generator_hidden_size if generator else cfg.hidden_size,
+      'intermediate_size': cfg.generator_intermediate_size if generator else cfg.intermediate_size,
+      'num_hidden_layers': layers,
+      'num_attention_heads': cfg.generator_num_heads if generator else cfg.num_heads,
+      'hidden_activation': 'gelu', 'classifier_activation': 'gelu',
+      'max_position_embeddings': cfg.max_position_embeddings,
+      'norm_eps': cfg.layer_norm_eps, 'norm_bias': False, 'attention_bias': False,
+      'mlp_bias': False, 'classifier_bias': False, 'decoder_bias': True,
+      'layer_types': ['full_attention' if cfg.is_global(i) else 'sliding_attention'
+                      for i in range(layers)],
+      'local_attention': cfg.local_window,
+      'rope_parameters': {
+          'full_attention': {'rope_type': 'default', 'rope_theta': cfg.rope_theta_global},
+          'sliding_attention': {'rope_type': 'default', 'rope_theta': cfg.rope_theta_local}},
+      'embedding_dropout': cfg.dropout_rate, 'mlp_dropout': cfg.dropout_rate,
+      'attention_dropout': cfg.attention_dropout_rate, 'classifier_dropout': cfg.dropout_rate,
+      'initializer_range': cfg.initializer_range,
+      'tie_word_embeddings': True,
+  }
+
+
+def special_ids(cfg: model_lib.ModelConfig, special) -> dict:
+  """The config fields naming the special tokens' ids (`special`: the tokenizer's)."""
+  if not cfg.modern:
+    return {'pad_token_id': special.pad}
+  return {'pad_token_id': special.pad, 'cls_token_id': special.cls, 'sep_token_id': special.sep,
+          'bos_token_id': special.cls, 'eos_token_id': special.sep}
+
+
 def hf_config(cfg: model_lib.ModelConfig, network: str) -> dict:
-  """The `ElectraConfig` fields of our `network`."""
+  """The `ElectraConfig` (the modern backbone: `ModernBertConfig`) fields of our `network`."""
+  if cfg.modern:
+    return _modern_config(cfg, network)
   generator = network == 'generator'
   hidden = cfg.generator_hidden_size if generator else cfg.hidden_size
   return {
@@ -182,7 +262,7 @@ def hf_config(cfg: model_lib.ModelConfig, network: str) -> dict:
 def save_folder(folder: str, state: dict[str, np.ndarray], config: dict):
   """Writes `config.json` and `model.safetensors` (float32) into `folder`."""
   state = {k: np.ascontiguousarray(v, np.float32) for k, v in state.items()
-           if k != 'generator_lm_head.weight'}  # tied to the word embeddings, as HF saves it
+           if k not in ('generator_lm_head.weight', MODERN_TIED)}  # tied, as HF saves them
   fs.write_atomic(fs.join(folder, 'model.safetensors'), save(state, metadata={'format': 'pt'}))
   fs.write_atomic(fs.join(folder, 'config.json'),
                   json.dumps({**config, 'torch_dtype': 'float32'}, indent=2))

@@ -26,9 +26,10 @@ def write_model(folder: str, state: dict, config: dict, tokenizer, lower_case: b
                 cfg: model_lib.ModelConfig):
   """HF's `state` (names -> float32 arrays) and `config` with our tokenizer, in `folder`."""
   fs.makedirs(folder, exist_ok=True)
-  config = {**config, 'pad_token_id': tokenizer.special.pad}
+  config = {**config, **hf.special_ids(cfg, tokenizer.special)}
   hf.save_folder(folder, state, config)
-  vocab_lib.write(tokenizer, folder, lower_case, cfg.max_position_embeddings)
+  vocab_lib.write(tokenizer, folder, lower_case, cfg.max_position_embeddings,
+                  token_types=not cfg.modern)
 
 
 def write_networks(out: str, params, cfg: model_lib.ModelConfig, tokenizer, lower_case: bool,

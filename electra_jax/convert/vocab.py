@@ -42,14 +42,16 @@ def hf_tokenizer(ours):
   return tok
 
 
-def write(ours, folder: str, lower_case: bool, max_length: int):
-  """tokenizer.json, tokenizer_config.json, special_tokens_map.json and our vocabulary file."""
+def write(ours, folder: str, lower_case: bool, max_length: int, token_types: bool = True):
+  """tokenizer.json, tokenizer_config.json, special_tokens_map.json and our vocabulary file;
+  `token_types`: whether the model takes token_type_ids (ModernBert's do not)."""
   fs.write_atomic(fs.join(folder, 'tokenizer.json'), hf_tokenizer(ours).to_str())
   fs.copyfile(ours.path, fs.join(folder, ours.file_name))
   with fs.open(fs.join(folder, 'tokenizer_config.json'), 'w') as f:
     json.dump({'tokenizer_class': 'PreTrainedTokenizerFast', 'do_lower_case': lower_case,
                'model_max_length': max_length,
-               'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'],
+               'model_input_names': ['input_ids', 'token_type_ids', 'attention_mask'] if
+               token_types else ['input_ids', 'attention_mask'],
                **_SPECIAL_FIELDS}, f, indent=2)
   with fs.open(fs.join(folder, 'special_tokens_map.json'), 'w') as f:
     json.dump(_SPECIAL_FIELDS, f, indent=2)

@@ -41,13 +41,15 @@ from electra_jax.model.attention_masks import (MASK_VALUE, allowed_mask, probs_k
 
 
 
-def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
+def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
+             window: int = 0):
   """q, k, v: [B, L, H, D]; key_mask: [B, L], each position's sequence (masks.allowed_mask); words:
   the dropout's two key words (`layers.dropout_words`, or `seed_words` of a key; None: no
-  dropout). Returns [B, L, H, D] in v's dtype."""
+  dropout); window: a local layer's (masks.allowed_mask; 0: every key). Returns [B, L, H, D] in
+  v's dtype."""
   scale = 1.0 / math.sqrt(q.shape[-1])
   scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
-  allowed = allowed_mask(key_mask, q.shape[1], direction)
+  allowed = allowed_mask(key_mask, q.shape[1], direction, window)
   scores = scores * scale + jnp.where(allowed, 0.0, MASK_VALUE)
   probs = jax.nn.softmax(scores, axis=-1)
   if dropout_rate > 0 and words is not None:
@@ -56,10 +58,12 @@ def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.
   return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
                     preferred_element_type=jnp.float32).astype(v.dtype)
 
-def fused(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None):
+def fused(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
+          window: int = 0):
   """`jax.nn.dot_product_attention` (cuDNN's kernel on GPUs); it has no dropout."""
   del dropout_rate, words
-  return jax.nn.dot_product_attention(q, k, v, mask=allowed_mask(key_mask, q.shape[1], direction))
+  return jax.nn.dot_product_attention(q, k, v, mask=allowed_mask(key_mask, q.shape[1], direction,
+                                                                 window))
 
 
 def default_options(backend: str) -> flash_lib.FlashOptions:
@@ -141,6 +145,8 @@ class Path:
   check: Callable | None = None  # (platform, length, dtype, dropout rate, directions, head size)
   #   -> (whether it matched the explicit path on the device, why not); None: nothing to check
   fallback: str = ''  # the path a step compiles with when the compiler rejects this one
+  window: bool = True  # it takes a local layer's window (a path without runs the explicit one
+  #   in local layers)
 
 
 def _anywhere(fn):
@@ -154,7 +160,7 @@ PATHS = {
                    auto=lambda backend, dtype: backends.is_accelerator(backend),
                    problem=_kernel_problem,
                    check=lambda *a: kernel_check(*a),  # (looked up when called)
-                   fallback='explicit'),
+                   fallback='explicit', window=False),
     'fused': Path('fused', _anywhere(fused), dropout=False, title='cuDNN fused attention',
                   auto=lambda backend, dtype: (backends.is_accelerator(backend)
                                                and jnp.dtype(dtype).itemsize == 2)),
@@ -169,7 +175,7 @@ def choices() -> tuple:
 
 
 def path_name(cfg, dtype, deterministic: bool, length: int = 0, head_dim: int = 64,
-              heads: int = 1) -> str:
+              heads: int = 1, window: int = 0) -> str:
   """The name of the path (`PATHS`) a layer runs.
 
   A run decides `model.attention='auto'` once, before it compiles (`resolve`); a model
@@ -183,7 +189,7 @@ def path_name(cfg, dtype, deterministic: bool, length: int = 0, head_dim: int = 
   if impl == 'auto':
     impl = _auto(cfg, jnp.dtype(dtype).name, length, head_dim, heads=heads)[0]
   path = PATHS[impl]
-  if active_dropout and not path.dropout:
+  if (active_dropout and not path.dropout) or (window and not path.window):
     return 'explicit'
   if length and path.problem(cfg.platform or jax.default_backend(), length, head_dim, heads):
     return 'explicit'
@@ -280,14 +286,15 @@ def note(cfg, length: int) -> str:
 
 
 def attend(cfg, q, k, v, key_mask, *, direction: str = '', deterministic: bool = True, words=None,
-           initializing: bool = False):
+           initializing: bool = False, window: int = 0):
   """The layer's attention on the path `cfg` gives for this shape: q, k, v [B, L, H, D], key_mask
   [B, L]; dropout at cfg.attention_dropout_rate unless `deterministic` (its mask drawn from
-  `words`). While parameters are created (`initializing`, a few tokens) any path makes the same
-  ones: the explicit one runs."""
+  `words`); `window`: a local layer's (0: every key). While parameters are created
+  (`initializing`, a few tokens) any path makes the same ones: the explicit one runs."""
   length, heads, head_dim = q.shape[1:]
   name = ('explicit' if initializing else
-          path_name(cfg, jnp.dtype(cfg.dtype), deterministic, length, head_dim, heads))
+          path_name(cfg, jnp.dtype(cfg.dtype), deterministic, length, head_dim, heads, window))
   rate = 0.0 if deterministic else cfg.attention_dropout_rate
+  extra = {'window': window} if window else {}
   return PATHS[name].run(q, k, v, key_mask, direction=direction, dropout_rate=rate, words=words,
-                         platform=cfg.platform or jax.default_backend())
+                         platform=cfg.platform or jax.default_backend(), **extra)

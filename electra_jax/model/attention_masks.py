@@ -60,14 +60,18 @@ def probs_keep(words, shape, batch_offset=0) -> jax.Array:
   return keep_bits(row_seed(words, rows), query, key, lk)
 
 
-def allowed_mask(key_mask, length: int, direction: str = ''):
+def allowed_mask(key_mask, length: int, direction: str = '', window: int = 0):
   """[B, 1, L, L] bool: which keys each query may attend to: those of its own sequence, the keys
   whose `key_mask` value is the query's. A row's mask is 1 on its tokens and 0 on padding, or (a
   row packing several examples) each example's number 1, 2, ... on its tokens: a token sees its
   example alone, and a padding position the padding (never nothing). `direction` 'ltr' lets a
-  position see itself and its left, 'rtl' itself and its right (ELECTRIC's towers)."""
+  position see itself and its left, 'rtl' itself and its right (ELECTRIC's towers). `window`
+  (a modern local layer's; 0: none): a query sees only the keys within window // 2 positions of
+  it, on each side (HF's ModernBert: |q - k| <= local_attention // 2)."""
   allowed = key_mask[:, None, None, :] == key_mask[:, None, :, None]
+  q, k = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
   if direction:
-    q, k = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
     allowed = allowed & ((k <= q) if direction == 'ltr' else (k >= q))
+  if window and window // 2 < length - 1:
+    allowed = allowed & (jnp.abs(k - q) <= window // 2)
   return allowed

@@ -1,4 +1,6 @@
-"""The model's typed config: both networks are BERT-style post-LayerNorm encoders.
+"""The model's typed config: both networks are encoders of one backbone (`backbone`): BERT's
+post-LayerNorm blocks (the original), or ModernBERT's (pre-norm without biases, rotary positions,
+GeGLU, local and global attention: model/modern.py).
 
 `ModelConfig` is a frozen dataclass whose fields are declared here once (default, meaning, valid
 values, and what a run starting from other weights must share with them: `init_from`); the
@@ -20,7 +22,7 @@ import jax
 
 from electra_jax import fields
 from electra_jax.data.config import VOCAB_SIZE
-from electra_jax.fields import AT_LEAST_1, declare, inside, one_of, positive
+from electra_jax.fields import AT_LEAST_1, at_least, declare, inside, one_of, positive
 from electra_jax.model import attention as attention_lib
 from electra_jax.model import generators
 from electra_jax.platform import backends
@@ -28,8 +30,17 @@ from electra_jax.platform import backends
 _SEEN_BY_PROGRAMS = ('platform', 'writes_for_backward')
 
 
+BACKBONES = ('bert', 'modern')
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
+  backbone: str = declare('bert', "the encoders' blocks: 'bert' (ELECTRA's: post-LayerNorm, a "
+                          "learned position table and token types, GELU feed-forward) or 'modern' "
+                          "(ModernBERT's: embeddings then a LayerNorm, pre-norm blocks with a final "
+                          'norm, no biases, rotary positions, GeGLU, every `global_every`-th layer '
+                          'global and the others a window of `local_window` tokens; '
+                          'model/modern.py)', one_of(*BACKBONES), init_from='same')
   vocab_size: int = dataclasses.field(default=VOCAB_SIZE.default,
                                       metadata={'declared': VOCAB_SIZE})
   embedding_size: int = declare(128, 'E; an `embeddings_project` E -> hidden follows when E != '
@@ -94,6 +105,17 @@ class ModelConfig:
                        'zero-initialized residual table; the generator owns the table. Embedding '
                        'sharing (False, the original) and no sharing (untied_generator_embeddings)'
                        ' are the alternatives', one_of(False, True))
+  global_every: int = declare(3, "modern backbone: layer i attends globally where i % "
+                              "global_every == 0 (ModernBERT: 3, the first layer included), the "
+                              'others over their window; 0: every layer local', at_least(0),
+                              init_from='same')
+  local_window: int = declare(128, 'modern backbone: the window of a local layer, in tokens '
+                              '(a query sees the keys within local_window / 2 on each side)',
+                              at_least(2), init_from='same')
+  rope_theta_global: float = declare(160_000.0, "modern backbone: the rotary positions' base in "
+                                     'global layers', positive, init_from='same')
+  rope_theta_local: float = declare(10_000.0, "modern backbone: the rotary positions' base in "
+                                    'local layers', positive, init_from='same')
   platform: str = ''
   writes_for_backward: bool | None = None
 
@@ -126,9 +148,35 @@ class ModelConfig:
       raise ValueError(f'model.hidden_size {self.hidden_size} is not a multiple of '
                        f'model.num_heads {self.num_heads}')
     generators.get(self.generator).validate(self)
+    if self.modern:
+      self._validate_modern()
     if self.amos_exits and not self.generator_shape.exits:
       raise ValueError(f'model.amos_exits reads exits of a generator encoder of its own; '
                        f'model.generator is {self.generator!r}: set it to separate')
+
+  def _validate_modern(self):
+    if self.embedding_size != self.hidden_size:
+      raise ValueError(f'the modern backbone reads embeddings of its own width: set '
+                       f'model.embedding_size to model.hidden_size ({self.hidden_size}), not '
+                       f'{self.embedding_size}')
+    if (self.generator_shape.network and not self.untied_generator_embeddings
+        and self.generator_hidden_size != self.hidden_size):
+      raise ValueError(f'a modern generator of width {self.generator_hidden_size} reads a word '
+                       f'table of its own width (ModernBERT has no embedding projection): set '
+                       f'model.untied_generator_embeddings=True, or a generator as wide as the '
+                       f'discriminator')
+    if (self.hidden_size // self.num_heads) % 2:
+      raise ValueError(f'rotary positions rotate pairs of features: the head size '
+                       f'{self.hidden_size // self.num_heads} must be even')
+
+  @property
+  def modern(self) -> bool:
+    """Whether the encoders are ModernBERT's blocks (`backbone`)."""
+    return self.backbone == 'modern'
+
+  def is_global(self, layer: int) -> bool:
+    """Whether `layer` of a modern encoder attends over the whole sequence (the rest: a window)."""
+    return bool(self.global_every) and layer % self.global_every == 0
 
   @property
   def generator_exits(self) -> tuple[int, ...]:

@@ -35,9 +35,14 @@ class Generator:
   exits = False  # its one encoder of its own can read exits after inner layers (AMOS)
 
   def size(self, cfg) -> Size:
+    """The paper's rule: a fraction of the width (heads of 64, feed-forward 4x: BERT's) and of
+    the depth; the modern backbone's feed-forward keeps the discriminator's ratio to the width
+    (ModernBERT-base's GeGLU: 2 x 1.5 H)."""
     hidden = int(round(cfg.hidden_size * cfg.generator_hidden_fraction))
+    inner = (int(round(cfg.intermediate_size * hidden / cfg.hidden_size)) if cfg.modern
+             else 4 * hidden)
     return Size(hidden, int(round(cfg.num_layers * cfg.generator_layers_fraction)),
-                max(1, hidden // 64), 4 * hidden)
+                max(1, hidden // 64), inner)
 
   def embedding_width(self, cfg) -> int:
     """The width of the word table its encoder reads (its own, untied, or the shared one)."""

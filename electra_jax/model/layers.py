@@ -213,12 +213,14 @@ class LayerNorm(nn.Module):
   epsilon: float
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
+  use_bias: bool = True  # False: no `bias` parameter (ModernBERT's norms)
 
   @nn.compact
   def __call__(self, x):
     features = (x.shape[-1],)
     scale = self.param('scale', nn.initializers.ones, features, self.param_dtype)
-    bias = self.param('bias', nn.initializers.zeros, features, self.param_dtype)
+    bias = (self.param('bias', nn.initializers.zeros, features, self.param_dtype)
+            if self.use_bias else jnp.zeros(features, jnp.float32))
     y = layer_norm(x, scale.astype(jnp.float32), bias.astype(jnp.float32), self.epsilon)
     return y.astype(self.dtype)
 
@@ -236,6 +238,7 @@ class Dense(nn.Module):
   # is a bfloat16 array written anyway (the attention kernel's outputs); where XLA would fuse its
   # sum into the cotangent's own pass (a LayerNorm's or GELU's backward), it costs more
   bias_by_matmul: bool = False
+  use_bias: bool = True  # False: no `bias` parameter (ModernBERT's linear layers)
 
   @nn.compact
   def __call__(self, x, add_bias: bool = True):
@@ -244,6 +247,10 @@ class Dense(nn.Module):
     cfg, dt = self.cfg, jnp.dtype(self.cfg.dtype)
     kernel = self.param('kernel', truncated_normal(cfg.initializer_range),
                         (x.shape[-1], self.features), jnp.dtype(cfg.param_dtype))
+    if not self.use_bias:
+      if dt == jnp.float32:
+        return jnp.dot(x.astype(dt), kernel.astype(dt), preferred_element_type=jnp.float32)
+      return low_precision_matmul(x.astype(dt), kernel.astype(dt)).astype(dt)
     bias = self.param('bias', nn.initializers.constant(self.bias_init), (self.features,),
                       jnp.dtype(cfg.param_dtype))
     if (self.bias_by_matmul and add_bias and dt != jnp.float32

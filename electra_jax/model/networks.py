@@ -17,7 +17,10 @@ Parameter tree of `Electra` (names chosen to map one-to-one onto the original an
                                                           is stop_gradient(word_embeddings) + it)
 
 A layer is post-LayerNorm BERT: {query, key, value, attention_output, attention_LayerNorm,
-intermediate, output, output_LayerNorm}. Matmuls run in `dtype`; attention softmax, the generator's
+intermediate, output, output_LayerNorm}; with `model.backbone='modern'`, ModernBERT's
+(model/modern.py: {attn_norm, Wqkv, Wo, mlp_norm, Wi, mlp_Wo}, each encoder ending in a
+`final_norm`), the embeddings {word_embeddings, LayerNorm} alone, and the heads' dense layers and
+LayerNorms without biases. Matmuls run in `dtype`; attention softmax, the generator's
 vocabulary logits and the discriminator's logits are float32.
 """
 
@@ -29,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax.model import attention as attention_lib
+from electra_jax.model import modern
 from electra_jax.model.config import ModelConfig
 from electra_jax.model.layers import (Dense, Dropout, LayerNorm, dropout_words, gelu_for,
                                       low_precision_matmul, small_table_lookup,
@@ -36,7 +40,9 @@ from electra_jax.model.layers import (Dense, Dropout, LayerNorm, dropout_words, 
 
 
 class Embeddings(nn.Module):
-  """Word + token-type + position embeddings, then LayerNorm and dropout."""
+  """Word + token-type + position embeddings, then LayerNorm and dropout (the modern backbone:
+  the word embeddings alone, then a LayerNorm without bias: positions are rotary, in the
+  layers)."""
   cfg: ModelConfig
   embedding_size: int
 
@@ -45,11 +51,13 @@ class Embeddings(nn.Module):
     init = truncated_normal(cfg.initializer_range)
     self.word_embeddings = self.param('word_embeddings', init,
                                       (cfg.vocab_size, self.embedding_size), dt)
-    self.position_embeddings = self.param('position_embeddings', init,
-                                          (cfg.max_position_embeddings, self.embedding_size), dt)
-    self.token_type_embeddings = self.param('token_type_embeddings', init,
-                                            (cfg.type_vocab_size, self.embedding_size), dt)
-    self.LayerNorm = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=dt)
+    if not cfg.modern:
+      self.position_embeddings = self.param('position_embeddings', init,
+                                            (cfg.max_position_embeddings, self.embedding_size), dt)
+      self.token_type_embeddings = self.param('token_type_embeddings', init,
+                                              (cfg.type_vocab_size, self.embedding_size), dt)
+    self.LayerNorm = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=dt,
+                               use_bias=not cfg.modern)
     self.dropout = Dropout(cfg.dropout_rate, cfg.writes_for_backward)
 
   def __call__(self, input_ids, segment_ids, deterministic: bool, residual=None, positions=None,
@@ -70,10 +78,13 @@ class Embeddings(nn.Module):
       vectors = straight_through_rows(sample, jax.lax.stop_gradient(table)).astype(x.dtype)
       x = x + jax.vmap(lambda p, v: jnp.zeros((length, v.shape[-1]), v.dtype).at[p].add(v))(
           slots, vectors)
-    x = x + small_table_lookup(self.token_type_embeddings, segment_ids)
-    if positions is None:
+    if self.cfg.modern:
+      pass  # no token types; positions are the layers' (rotary)
+    elif positions is None:
+      x = x + small_table_lookup(self.token_type_embeddings, segment_ids)
       x = x + self.position_embeddings[None, :length]
     else:
+      x = x + small_table_lookup(self.token_type_embeddings, segment_ids)
       x = x + jnp.take(self.position_embeddings, positions, axis=0)
     flat = x.reshape(-1, x.shape[-1])  # reductions over one axis in the backward (TransformerLayer)
     return self.dropout(self.LayerNorm(flat), deterministic=deterministic).reshape(x.shape)
@@ -152,30 +163,45 @@ class Encoder(nn.Module):
   direction: str = ''
 
   @nn.compact
-  def __call__(self, embedded, input_mask, deterministic: bool, exits: tuple[int, ...] = ()):
+  def __call__(self, embedded, input_mask, deterministic: bool, exits: tuple[int, ...] = (),
+               positions=None):
     """The last layer's hidden states [B, L, H]; with `exits` (AMOS: layer counts, ascending), a
     tuple of the hidden states after each of those layers instead, the input of the layer after
-    each exit detached (an exit's loss trains only the layers since the previous one)."""
+    each exit detached (an exit's loss trains only the layers since the previous one).
+    `positions` ([B, L]; None: 0, 1, ... in every row): each token's position in its own
+    sequence, which the modern backbone's rotary positions read (the BERT backbone's are added
+    to the embeddings)."""
     cfg = self.cfg
     x = embedded
     if x.shape[-1] != self.hidden_size:
       x = Dense(self.hidden_size, cfg, name='embeddings_project')(x)
     # remat: keep only each layer's input for the backward pass and recompute the rest (about a
     # third more compute for the activation memory of one layer instead of all)
-    layer = nn.remat(TransformerLayer, static_argnums=(3,)) if cfg.remat else TransformerLayer
     states = []
+    if cfg.modern:
+      layer = nn.remat(modern.ModernLayer, static_argnums=(3,)) if cfg.remat else (
+          modern.ModernLayer)
+      norm = modern.final_norm(cfg)
+      run = lambda i, x: layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size, i,
+                               self.direction, name=f'layer_{i}')(x, input_mask, deterministic,
+                                                                   positions)
+    else:
+      layer = nn.remat(TransformerLayer, static_argnums=(3,)) if cfg.remat else TransformerLayer
+      norm = lambda x: x
+      run = lambda i, x: layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size,
+                               self.direction, name=f'layer_{i}')(x, input_mask, deterministic)
     for i in range(self.num_layers):
       if i in exits:
         x = jax.lax.stop_gradient(x)
-      x = layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size, self.direction,
-                name=f'layer_{i}')(x, input_mask, deterministic)
+      x = run(i, x)
       if i + 1 in exits:
-        states.append(x)
-    return tuple(states) if exits else x
+        states.append(norm(x))
+    return tuple(states) if exits else norm(x)
 
 
 class DiscriminatorHead(nn.Module):
-  """dense(H, gelu) -> dense(1): one float32 logit per token (1 = replaced).
+  """dense(H, gelu) -> dense(1): one float32 logit per token (1 = replaced); the modern backbone:
+  dense(H, gelu, no bias) -> LayerNorm (no bias) -> dense(1), HF's ModernBert token head.
 
   The logit's bias starts at `cfg.disc_bias_init` (the paper: 0, a 50% prior of "replaced").
   """
@@ -184,7 +210,10 @@ class DiscriminatorHead(nn.Module):
   @nn.compact
   def __call__(self, hidden):
     cfg = self.cfg
-    h = gelu_for(cfg)(Dense(cfg.hidden_size, cfg, name='dense')(hidden))
+    h = gelu_for(cfg)(Dense(cfg.hidden_size, cfg, name='dense', use_bias=not cfg.modern)(hidden))
+    if cfg.modern:  # HF's ModernBertForTokenClassification with one label: its head's LayerNorm
+      h = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                    use_bias=False, name='LayerNorm')(h)
     return Dense(1, cfg, name='dense_prediction', bias_init=cfg.disc_bias_init)(h)[..., 0].astype(
         jnp.float32)
 
@@ -199,9 +228,9 @@ class GeneratorHead(nn.Module):
     cfg = self.cfg
     if rows is not None:
       table = jnp.where(rows[:, None], table, jax.lax.stop_gradient(table))
-    h = gelu_for(cfg)(Dense(table.shape[1], cfg, name='dense')(hidden))
+    h = gelu_for(cfg)(Dense(table.shape[1], cfg, name='dense', use_bias=not cfg.modern)(hidden))
     h = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                  name='LayerNorm')(h)
+                  use_bias=not cfg.modern, name='LayerNorm')(h)
     bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,), cfg.param_dtype)
     table = table.astype(h.dtype)
     if h.dtype == jnp.float32:
