@@ -8,7 +8,7 @@ The original code applied only Small's defaults automatically; this preset carri
 column. `configs/base.py:plus` names the released checkpoint's settings, which are the same.
 """
 
-from electra_jax.config.pretraining import default_config
+from electra_jax.config.pretraining import default_config, modern_backbone
 
 
 def get_config(variant=None):
@@ -25,7 +25,9 @@ def get_config(variant=None):
     c.objective.name = 'cocolm'  # its auxiliary MLM: full width, 4 layers (objectives/cocolm.py)
   elif variant == 'amos':
     c.objective.name = 'amos'  # full-width generator, exits after layers 4, 6, 8 (amos.py)
+  elif variant == 'modern':  # ModernBERT-base's shape: 22 layers, 12 heads, GeGLU 2 x 1,152
+    modern_backbone(c, layers=22, heads=12, inner=1152)
   elif variant not in (None, '', 'plus'):
     raise ValueError(f"unknown variant {variant!r} of configs/base.py; use 'plus', 'cocolm', "
-                     "'amos' or none")
+                     "'amos', 'modern' or none")
   return c

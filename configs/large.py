@@ -6,7 +6,7 @@
     python launch/train.py --config=configs/large.py:plus --workdir=$WORKDIR   # Large++ (1.75M)
 """
 
-from electra_jax.config.pretraining import default_config
+from electra_jax.config.pretraining import default_config, modern_backbone
 
 
 def get_config(variant=None):
@@ -27,7 +27,9 @@ def get_config(variant=None):
   elif variant == 'amos':
     c.objective.name = 'amos'  # full-width generator, exits after layers 8, 12, 16 (amos.py)
     c.objective.mask_prob = 0.15  # AMOS masks 15% at every size
+  elif variant == 'modern':  # ModernBERT-large's shape: 28 layers, 16 heads, GeGLU 2 x 2,624
+    modern_backbone(c, layers=28, heads=16, inner=2624)
   elif variant:
     raise ValueError(f"unknown variant {variant!r} of configs/large.py; use 'plus', 'cocolm', "
-                     "'amos' or none")
+                     "'amos', 'modern' or none")
   return c

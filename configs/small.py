@@ -9,7 +9,7 @@ Small++ is the released checkpoint: a full-width generator (hidden 256), sequenc
 4M steps; everything else as Small.
 """
 
-from electra_jax.config.pretraining import default_config
+from electra_jax.config.pretraining import default_config, modern_backbone
 
 
 def get_config(variant=None):
@@ -30,7 +30,9 @@ def get_config(variant=None):
     c.objective.name = 'cocolm'  # its auxiliary MLM: full width, 2 layers (objectives/cocolm.py)
   elif variant == 'amos':
     c.objective.name = 'amos'  # full-width generator, exits after layers 4, 6, 8 (amos.py)
+  elif variant == 'modern':  # ModernBERT's block at Small's width and depth: GeGLU 2 x 384
+    modern_backbone(c, layers=12, heads=4, inner=384)
   elif variant:
     raise ValueError(f"unknown variant {variant!r} of configs/small.py; use 'plus', 'cocolm', "
-                     "'amos' or none")
+                     "'amos', 'modern' or none")
   return c

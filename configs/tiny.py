@@ -1,6 +1,7 @@
 """A tiny ELECTRA for CPUs: the quick-start demo and smoke tests, on the built-in corpus.
 
     python launch/train.py --config=configs/tiny.py --workdir=/tmp/electra_demo
+    python launch/train.py --config=configs/tiny.py:modern --workdir=/tmp/electra_demo_modern
 
 Small's recipe scaled down: 2 layers of width 128 (2 heads), embeddings 128, a generator of a
 quarter width, a 4,096-entry SentencePiece vocabulary trained on Python's own documentation,
@@ -17,12 +18,13 @@ thousands of steps; started at the prior it learns to detect from the first step
 
 import math
 
-from electra_jax.config.pretraining import default_config
+from electra_jax.config.pretraining import default_config, modern_backbone
 
 
 def get_config(variant=None):
-  if variant:
-    raise ValueError(f'configs/tiny.py has no variant {variant!r}; use configs/tiny.py')
+  if variant not in (None, '', 'modern'):
+    raise ValueError(f"configs/tiny.py has no variant {variant!r}; use configs/tiny.py or "
+                     "configs/tiny.py:modern")
   c = default_config()
   c.model.update(vocab_size=4096, embedding_size=128, hidden_size=128, num_layers=2)
   c.model.num_heads = 2
@@ -42,4 +44,7 @@ def get_config(variant=None):
   c.eval_every = 1000
   c.eval_batches = 16  # at most; the held-out split gives 10 batches of 32 (340 examples from
   #                      Python 3.11's documentation; the built-in corpus is the running Python's)
+  if variant == 'modern':  # ModernBERT's block: 3 layers (global, local, local), GeGLU 2 x 192,
+    modern_backbone(c, layers=3, heads=2, inner=192, window=32)  # a window of half a sequence
+    c.model.max_position_embeddings = 128
   return c

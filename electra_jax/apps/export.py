@@ -203,22 +203,25 @@ def _compare(done, folder, local, transformers, torch, sentences, firsts, second
              for t in sentences)
   batch = tok(firsts, seconds, padding=True, truncation=True, max_length=length,
               return_tensors='np')
-  ids, segments, mask = batch['input_ids'], batch['token_type_ids'], batch['attention_mask']
+  ids, mask = batch['input_ids'], batch['attention_mask']
+  segments = batch.get('token_type_ids', np.zeros_like(ids))  # (a ModernBert takes none)
   kind = None if done.kind == 'pretraining' else registry.get(done.kind)
   if kind is not None:  # the batch as the task's model takes it
     ids, segments, mask = kind.hf_inputs(ids, segments, mask)
   config = transformers.AutoConfig.from_pretrained(local)
   arch = config.architectures[0]
   with torch.no_grad():
+    inputs = {'input_ids': ids, 'token_type_ids': segments, 'attention_mask': mask}
     theirs = hf_model(transformers, local).eval()(**{
-        'input_ids': torch.from_numpy(ids).long(), 'token_type_ids': torch.from_numpy(
-            segments).long(), 'attention_mask': torch.from_numpy(mask).long()})
+        name: torch.from_numpy(inputs[name]).long() for name in tok.model_input_names})
   theirs = theirs.logits.numpy() if kind is None else kind.hf_array(theirs)
+  if kind is None and theirs.ndim == 3 and theirs.shape[-1] == 1:  # a token head of one label
+    theirs = theirs[..., 0]
   if kind is None:
     positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
     gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
                                                   positions)
-    ours = np.asarray(gen if arch == 'ElectraForMaskedLM' else disc)
+    ours = np.asarray(gen if arch.endswith('ForMaskedLM') else disc)
     real = mask > 0  # the real tokens
   else:
     model = kind.check_model(done.cfg, theirs.shape[-1], done.pooling, done.config)

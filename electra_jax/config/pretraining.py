@@ -62,6 +62,22 @@ def default_config():
   return fields.build(CONFIG)
 
 
+def modern_backbone(c, *, layers: int, heads: int, inner: int, window: int = 128):
+  """Turns preset `c` into its modern-backbone variant (model.backbone='modern', the `:modern`
+  of configs/*.py): ModernBERT's block at the preset's width, `layers` deep with `heads` heads
+  and a GeGLU of 2 x `inner`; no dropout, LayerNorm epsilon 1e-5, 8,192 positions, every third
+  layer global and a `window`-token window in the others; the generator at the preset's
+  fraction of the width with a word table of its own width (ModernBERT reads embeddings as wide
+  as its layers); the trapezoid schedule (warm-up, constant, the last 10% decaying)."""
+  width = c.model.hidden_size
+  c.model.update(backbone='modern', embedding_size=width, num_layers=layers, num_heads=heads,
+                 intermediate_size=inner, dropout_rate=0.0, attention_dropout_rate=0.0,
+                 layer_norm_eps=1e-5, max_position_embeddings=8192, local_window=window,
+                 untied_generator_embeddings=c.model.generator_hidden_fraction != 1)
+  c.optimizer.schedule = 'trapezoid'
+  return c
+
+
 def complete(saved):
   """A run's config.json (a dict) or a ConfigDict with the fields it lacks at their defaults (what
   the version that wrote it computed), as a ConfigDict."""

@@ -67,7 +67,24 @@ def encoder_matmuls(h, layers, inter, e, s):
   return per_token * s
 
 
+def modern_encoder_matmuls(cfg: ModelConfig):
+  """`encoder_matmuls` for the modern backbone of `cfg` (same arguments): the query, key and value
+  and the output (8 h^2 a token), GeGLU's two halves in and one out (6 h inter), and attention
+  over the whole sequence in global layers, over the window (at most local_window + 1 keys) in
+  local ones."""
+  def count(h, layers, inter, e, s):
+    window = min(s, 2 * (cfg.local_window // 2) + 1)
+    keys = sum(s if cfg.is_global(i) else window for i in range(layers))
+    return (layers * (2 * 4 * h * h + 2 * 3 * h * inter) + 2 * 2 * h * keys) * s
+  return count
+
+
+def matmuls_of(cfg: ModelConfig):
+  """The encoder FLOPs counter of `cfg`'s backbone (`encoder_matmuls`' arguments)."""
+  return modern_encoder_matmuls(cfg) if cfg.modern else encoder_matmuls
+
+
 def encoder_forward_flops(cfg: ModelConfig, seq_len: int) -> float:
   """Matmul FLOPs of one example's forward pass through the discriminator's encoder."""
-  return float(encoder_matmuls(cfg.hidden_size, cfg.num_layers, cfg.intermediate_size,
+  return float(matmuls_of(cfg)(cfg.hidden_size, cfg.num_layers, cfg.intermediate_size,
                                cfg.embedding_size, seq_len))

@@ -16,11 +16,12 @@ def step_matmul_flops(cfg: ModelConfig, seq_len: int, batch_size: int,
   further passes its `extra_flops` counts (from `objective_cfg`'s fields; None: their defaults)."""
   h, e, v, s, n = cfg.hidden_size, cfg.embedding_size, cfg.vocab_size, seq_len, num_predictions
   entry = objectives.get(objective)
-  fwd = flops.encoder_matmuls(h, cfg.num_layers, cfg.intermediate_size, e, s)
+  encoder = flops.matmuls_of(cfg)
+  fwd = encoder(h, cfg.num_layers, cfg.intermediate_size, e, s)
   fwd += entry.head_flops(h, e, v, s, n)
   if entry.generator:  # the generator's encoder(s) and MLM head, by its shape
-    fwd += cfg.generator_shape.forward_flops(cfg, s, n, flops.encoder_matmuls)
+    fwd += cfg.generator_shape.forward_flops(cfg, s, n, encoder)
   extra = 0.0
   if entry.extra_flops:
-    extra = entry.extra_flops(cfg, objective_cfg or ObjectiveConfig(), s, n, flops.encoder_matmuls)
+    extra = entry.extra_flops(cfg, objective_cfg or ObjectiveConfig(), s, n, encoder)
   return batch_size * (3.0 * fwd + extra)

@@ -13,6 +13,9 @@ from electra_jax import fields
 from electra_jax.fields import AT_LEAST_1, declare, one_of, rule
 
 
+SCHEDULES = ('original', 'warmup_then_decay', 'trapezoid')
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
   learning_rate: float = declare(5e-4, 'peak learning rate (NaN would turn every parameter into '
@@ -24,7 +27,13 @@ class OptimizerConfig:
   decay_power: float = declare(1.0, 'polynomial decay power (1.0: linear to 0 at train_steps)',
                                rule(lambda x: x >= 0, '0 (constant) or more, e.g. 1.0'))
   schedule: str = declare('original', "'original': peak*decay*warmup multiplied | "
-                          "'warmup_then_decay'", one_of('original', 'warmup_then_decay'))
+                          "'warmup_then_decay' | 'trapezoid': up to the peak over the warm-up, "
+                          'constant, then down to 0 over the last cooldown_fraction of '
+                          "decay_steps (the modern recipe's warm-up, stable, decay)",
+                          one_of(*SCHEDULES))
+  cooldown_fraction: float = declare(0.1, "the trapezoid schedule's decay, as a share of "
+                                     'decay_steps', rule(lambda x: 0 < x <= 1, 'in (0, 1], e.g. '
+                                                         '0.1'))
   decay_steps: int = declare(1_000_000, 'steps over which the lr decays to 0', AT_LEAST_1,
                              derived=lambda c: c.get_ref('train_steps') + 0)
   b1: float = declare(0.9, 'Adam beta1', rule(lambda x: 0 <= x < 1, 'in [0, 1), e.g. 0.9'))

@@ -8,7 +8,9 @@ Original behaviour (the defaults):
 - lr(t) = peak * (1 - min(t, T) / T) ** power * min(1, t / W): the warmup factor multiplies the
   decay, so the top is peak * (1 - W / T), reached at t = W.
 Switches: `bias_correction` (standard Adam), `schedule='warmup_then_decay'` (up to the peak over W,
-then decay to 0 over the remaining T - W steps).
+then decay to 0 over the remaining T - W steps), `schedule='trapezoid'` (up to the peak over W,
+constant, then (1 - x) ** power down to 0 over the last `cooldown_fraction` of T: the modern
+encoders' warm-up, stable, decay).
 
 Fine-tuning adds layer-wise learning-rate decay (`layerwise_multipliers`): the head learns at the
 full rate, each layer below at `decay` times the one above, the embeddings below the bottom layer.
@@ -22,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from electra_jax.train.config import OptimizerConfig
+from electra_jax.train.config import SCHEDULES, OptimizerConfig
 
 _NO_DECAY = re.compile(r'LayerNorm|layer_norm|bias')
 
@@ -80,10 +82,10 @@ def bounds_updates(opt_cfg) -> bool:
 
 
 def learning_rate_schedule(peak: float, warmup_steps: int, decay_steps: int, power: float = 1.0,
-                           kind: str = 'original'):
+                           kind: str = 'original', cooldown_fraction: float = 0.1):
   """lr as a function of the number of updates already applied (0 for the first update)."""
-  if kind not in ('original', 'warmup_then_decay'):
-    raise ValueError(f"optimizer.schedule is {kind!r}; use 'original' or 'warmup_then_decay'")
+  if kind not in SCHEDULES:
+    raise ValueError(f"optimizer.schedule is {kind!r}; use one of {', '.join(SCHEDULES)}")
   if decay_steps <= 0:
     raise ValueError(f'optimizer.decay_steps must be positive, not {decay_steps}')
 
@@ -92,6 +94,9 @@ def learning_rate_schedule(peak: float, warmup_steps: int, decay_steps: int, pow
     warmup = jnp.minimum(1.0, t / warmup_steps) if warmup_steps > 0 else 1.0
     if kind == 'original':
       decay = (1.0 - jnp.minimum(t, decay_steps) / decay_steps) ** power
+    elif kind == 'trapezoid':
+      cooldown = max(round(cooldown_fraction * decay_steps), 1)
+      decay = (1.0 - jnp.clip(t - (decay_steps - cooldown), 0, cooldown) / cooldown) ** power
     else:
       span = max(decay_steps - warmup_steps, 1)
       decay = (1.0 - jnp.clip(t - warmup_steps, 0, span) / span) ** power
@@ -105,7 +110,8 @@ def highest_rate(opt_cfg, steps: int) -> float:
   schedule multiplies the warm-up by the decay: warming up over all of a run's steps reaches
   25%)."""
   schedule = learning_rate_schedule(1.0, opt_cfg.warmup_steps, opt_cfg.decay_steps,
-                                    opt_cfg.decay_power, opt_cfg.schedule)
+                                    opt_cfg.decay_power, opt_cfg.schedule,
+                                    opt_cfg.cooldown_fraction)
   t = np.unique(np.append(np.linspace(0, steps - 1, 10_001).round(),
                           min(opt_cfg.warmup_steps, steps - 1)))
   return float(np.max(np.asarray(schedule(t))))
@@ -193,7 +199,8 @@ def make_optimizer(opt_cfg: OptimizerConfig,
   learning rate, weight decay included (as the original does).
   """
   schedule = learning_rate_schedule(opt_cfg.learning_rate, opt_cfg.warmup_steps,
-                                    opt_cfg.decay_steps, opt_cfg.decay_power, opt_cfg.schedule)
+                                    opt_cfg.decay_steps, opt_cfg.decay_power, opt_cfg.schedule,
+                                    opt_cfg.cooldown_fraction)
   if opt_cfg.bias_correction:
     adam = optax.scale_by_adam(opt_cfg.b1, opt_cfg.b2, opt_cfg.eps)
   else:

@@ -231,3 +231,20 @@ def test_modern_ours_to_hf_to_ours_is_exact():
   back = hf.from_hf(states, cfg)
   for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(back)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.fast
+def test_modern_flops_count_its_kernels_and_each_layers_keys():
+  """The counter's matmuls are 2 x the encoder's kernel entries a token, plus 4 h per key a
+  query sees: all of them in global layers, local_window + 1 in local ones."""
+  from electra_jax.model import flops
+  cfg = _cfg(num_layers=5)
+  params = jax.eval_shape(lambda k: model_lib.init_params(cfg, k), jax.random.key(0))
+  kernels = sum(int(np.prod(leaf.shape)) for path, leaf in jax.tree_util.tree_flatten_with_path(
+      params['discriminator'])[0] if str(path[-1].key) == 'kernel')
+  s = 40
+  keys = 2 * s + 3 * (cfg.local_window + 1)  # layers 0 and 3 global; 1, 2, 4 local
+  want = (2 * kernels + 4 * cfg.hidden_size * keys) * s
+  assert flops.encoder_forward_flops(cfg, s) == want
+  short = flops.encoder_forward_flops(cfg, 6)  # shorter than the window: every layer sees all
+  assert short == (2 * kernels + 4 * cfg.hidden_size * 5 * 6) * 6

@@ -162,3 +162,12 @@ def test_the_word_table_learns_faster_by_its_factor_and_nothing_else_does():
   for name, u in before.items():
     np.testing.assert_allclose(after[name], u * (10.0 if name == 'embeddings/word_embeddings'
                                                  else 1.0), rtol=1e-6, err_msg=name)
+
+
+def test_the_trapezoid_schedule_warms_up_holds_and_cools_down():
+  lr = optim.learning_rate_schedule(2.0, 100, 1000, kind='trapezoid', cooldown_fraction=0.2)
+  values = np.asarray(lr(np.arange(1001)))
+  np.testing.assert_allclose(values[[0, 50, 100]], [0.0, 1.0, 2.0], atol=1e-6)
+  assert np.all(values[100:801] == 2.0)  # the stable phase, to the start of the last 200 steps
+  np.testing.assert_allclose(values[[900, 1000]], [1.0, 0.0], atol=1e-6)
+  assert np.all(np.diff(values[800:]) < 0)

@@ -46,7 +46,8 @@ class Classifier(nn.Module):
     """What the head reads (float32): [CLS]'s hidden state, the mean over the real tokens, or
     every token's (per_token); of each packed sequence with `starts`."""
     hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic,
-                                                positions=positions), input_mask, deterministic)
+                                                positions=positions), input_mask, deterministic,
+                                positions=positions)
     if self.per_token:
       chosen = hidden
     elif starts is not None and self.pooling == 'mean':  # [B, L, S]: token t in sequence s

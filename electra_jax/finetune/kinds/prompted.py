@@ -55,7 +55,8 @@ class PromptScorer(nn.Module):
       return self(flat(input_ids), flat(segment_ids), flat(input_mask), deterministic,
                   word_mask=flat(word_mask)).reshape(n, c)
     hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic,
-                                                positions=positions), input_mask, deterministic)
+                                                positions=positions), input_mask, deterministic,
+                                positions=positions)
     replaced = self.discriminator_predictions(hidden)  # [B, L] float32
     if self.tokens:
       return replaced
