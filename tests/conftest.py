@@ -192,10 +192,18 @@ OBJECTIVE_RUN = {'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0,
                  'optimizer.learning_rate': 2e-3}
 
 
-def objective_config(name: str):
-  """test_config() with OBJECTIVE_RUN, trained with objective `name`, the model fitted to it."""
+# The test model on the modern backbone: two layers (global, local), a window of 8 of the 32
+# tokens, a generator reading the shared table through a projection (the objectives that ask for
+# a generator as wide as the discriminator get none).
+MODERN = {'model.backbone': 'modern', 'model.embedding_size': 32, 'model.num_layers': 2,
+          'model.local_window': 8, 'model.layer_norm_eps': 1e-5}
+
+
+def objective_config(name: str, **overrides):
+  """test_config() with OBJECTIVE_RUN and `overrides`, trained with objective `name`, the model
+  fitted to it."""
   from electra_jax.objectives import registry as objectives
-  c = test_config(**{'objective.name': name, **OBJECTIVE_RUN})
+  c = test_config(**{'objective.name': name, **OBJECTIVE_RUN, **overrides})
   return objectives.fit_model_config(c, lambda *_: None)
 
 

@@ -77,17 +77,32 @@ def _modern_table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
             + _module(('discriminator_predictions', 'LayerNorm'), 'head.norm', ('scale',))
             + _module(('discriminator_predictions', 'dense_prediction'), 'classifier'))
   embeddings = 'generator_embeddings' if cfg.untied_generator_embeddings else 'embeddings'
-  return (_modern_encoder(embeddings, cfg.generator_shape.hf_encoder, cfg.generator_num_layers)
+  encoder = cfg.generator_shape.hf_encoder
+  assert encoder is not None  # (table: generator_problem)
+  return (_modern_encoder(embeddings, encoder, cfg.generator_num_layers)
           + _module(('generator_predictions', 'dense'), 'head.dense', ('kernel',))
           + _module(('generator_predictions', 'LayerNorm'), 'head.norm', ('scale',))
           + [(('generator_predictions', 'output_bias'), 'decoder.bias', False),
              ((embeddings, 'word_embeddings'), MODERN_TIED, False)])
 
 
+def generator_problem(cfg: model_lib.ModelConfig) -> str:
+  """Why no HF transformers class holds the generator of `cfg` ('' : one does)."""
+  if cfg.generator_shape.hf_encoder is None:
+    return f'model.generator is {cfg.generator}: no HF transformers class holds it'
+  if cfg.modern and cfg.generator_shape.embedding_width(cfg) != cfg.generator_hidden_size:
+    return (f'the generator ({cfg.generator_hidden_size} wide) reads the shared '
+            f'{cfg.embedding_size}-wide word table through a projection, which '
+            'ModernBertForMaskedLM has no place for (model.untied_generator_embeddings=True '
+            'gives it a table of its own width)')
+  return ''
+
+
 def table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
   """(our parameter path, HF state-dict name, transposed) for 'discriminator' or 'generator'."""
-  if network == 'generator' and cfg.generator_shape.hf_encoder is None:
-    raise ValueError(f"model.generator is {cfg.generator!r}: no HF transformers class holds it")
+  problem = generator_problem(cfg) if network == 'generator' else ''
+  if problem:
+    raise ValueError(problem)
   if cfg.modern:
     return _modern_table(cfg, network)
   if network == 'discriminator':
@@ -95,6 +110,7 @@ def table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
                        cfg.num_layers)
     return rows + _detection_head()
   encoder = cfg.generator_shape.hf_encoder
+  assert encoder is not None  # (generator_problem)
   embeddings = 'generator_embeddings' if cfg.untied_generator_embeddings else 'embeddings'
   width = cfg.generator_shape.embedding_width(cfg)
   rows = _embeddings(embeddings, width, cfg.generator_hidden_size, encoder,

@@ -36,11 +36,12 @@ BACKBONES = ('bert', 'modern')
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   backbone: str = declare('bert', "the encoders' blocks: 'bert' (ELECTRA's: post-LayerNorm, a "
-                          "learned position table and token types, GELU feed-forward) or 'modern' "
-                          "(ModernBERT's: embeddings then a LayerNorm, pre-norm blocks with a final "
-                          'norm, no biases, rotary positions, GeGLU, every `global_every`-th layer '
-                          'global and the others a window of `local_window` tokens; '
-                          'model/modern.py)', one_of(*BACKBONES), init_from='same')
+                          'learned position table and token types, GELU feed-forward) or '
+                          "'modern' (ModernBERT's: embeddings then a LayerNorm, pre-norm blocks "
+                          'with a final norm, no biases, rotary positions, GeGLU, every '
+                          '`global_every`-th layer global and the others a window of '
+                          '`local_window` tokens; model/modern.py)', one_of(*BACKBONES),
+                          init_from='same')
   vocab_size: int = dataclasses.field(default=VOCAB_SIZE.default,
                                       metadata={'declared': VOCAB_SIZE})
   embedding_size: int = declare(128, 'E; an `embeddings_project` E -> hidden follows when E != '
@@ -159,12 +160,6 @@ class ModelConfig:
       raise ValueError(f'the modern backbone reads embeddings of its own width: set '
                        f'model.embedding_size to model.hidden_size ({self.hidden_size}), not '
                        f'{self.embedding_size}')
-    if (self.generator_shape.network and not self.untied_generator_embeddings
-        and self.generator_hidden_size != self.hidden_size):
-      raise ValueError(f'a modern generator of width {self.generator_hidden_size} reads a word '
-                       f'table of its own width (ModernBERT has no embedding projection): set '
-                       f'model.untied_generator_embeddings=True, or a generator as wide as the '
-                       f'discriminator')
     if (self.hidden_size // self.num_heads) % 2:
       raise ValueError(f'rotary positions rotate pairs of features: the head size '
                        f'{self.hidden_size // self.num_heads} must be even')

@@ -19,6 +19,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from electra_jax.model import attention as attention_lib
+from electra_jax.model.config import ModelConfig
 from electra_jax.model.layers import Dense, Dropout, LayerNorm, dropout_words, gelu_for
 
 
@@ -41,7 +42,7 @@ def rotary(x, positions, theta: float):
 
 class ModernLayer(nn.Module):
   """One ModernBERT layer (see the module's docstring) of a network `hidden_size` wide."""
-  cfg: object  # model.ModelConfig
+  cfg: ModelConfig
   hidden_size: int
   num_heads: int
   intermediate_size: int
@@ -58,7 +59,7 @@ class ModernLayer(nn.Module):
     dense = lambda n, name: Dense(n, cfg, name=name, use_bias=False)
     norm = lambda name: LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype,
                                   param_dtype=cfg.param_dtype, use_bias=False, name=name)
-    drop = lambda y, rate, name: Dropout(rate, cfg.writes_for_backward, name=name)(
+    drop = lambda y, rate, name: Dropout(rate, bool(cfg.writes_for_backward), name=name)(
         y, deterministic=deterministic)
     head = self.hidden_size // self.num_heads
     is_global = cfg.is_global(self.index)
@@ -81,7 +82,7 @@ class ModernLayer(nn.Module):
     return (x + out.astype(x.dtype)).reshape(batch, length, -1)
 
 
-def final_norm(cfg, name: str = 'final_norm') -> nn.Module:
+def final_norm(cfg: ModelConfig, name: str = 'final_norm') -> nn.Module:
   """The LayerNorm after a modern encoder's last layer."""
   return LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
                    use_bias=False, name=name)

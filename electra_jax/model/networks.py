@@ -173,21 +173,22 @@ class Encoder(nn.Module):
     to the embeddings)."""
     cfg = self.cfg
     x = embedded
-    if x.shape[-1] != self.hidden_size:
-      x = Dense(self.hidden_size, cfg, name='embeddings_project')(x)
+    if x.shape[-1] != self.hidden_size:  # (a modern generator narrower than a shared table)
+      x = Dense(self.hidden_size, cfg, name='embeddings_project', use_bias=not cfg.modern)(x)
     # remat: keep only each layer's input for the backward pass and recompute the rest (about a
     # third more compute for the activation memory of one layer instead of all)
     states = []
+    norm: Any = lambda x: x
     if cfg.modern:
-      layer = nn.remat(modern.ModernLayer, static_argnums=(3,)) if cfg.remat else (
-          modern.ModernLayer)
+      modern_layer: Any = (nn.remat(modern.ModernLayer, static_argnums=(3,)) if cfg.remat
+                           else modern.ModernLayer)
       norm = modern.final_norm(cfg)
-      run = lambda i, x: layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size, i,
-                               self.direction, name=f'layer_{i}')(x, input_mask, deterministic,
-                                                                   positions)
+      run = lambda i, x: modern_layer(
+          cfg, self.hidden_size, self.num_heads, self.intermediate_size, i, self.direction,
+          name=f'layer_{i}')(x, input_mask, deterministic, positions)
     else:
-      layer = nn.remat(TransformerLayer, static_argnums=(3,)) if cfg.remat else TransformerLayer
-      norm = lambda x: x
+      layer: Any = (nn.remat(TransformerLayer, static_argnums=(3,)) if cfg.remat
+                    else TransformerLayer)
       run = lambda i, x: layer(cfg, self.hidden_size, self.num_heads, self.intermediate_size,
                                self.direction, name=f'layer_{i}')(x, input_mask, deterministic)
     for i in range(self.num_layers):

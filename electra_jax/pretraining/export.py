@@ -2,6 +2,7 @@
 where HF has a class for its generator, OUT/generator (ElectraForMaskedLM). launch/export.py."""
 
 from electra_jax import UserError
+from electra_jax.convert import hf
 from electra_jax.convert import hf_folder
 from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -23,9 +24,9 @@ def export(config, workdir: str, out: str, step: int | None, log) -> hf_folder.E
   cfg = model_lib.ModelConfig.from_config(config.model)
   step, state, _ = checkpoint_lib.read_kept(fs.join(workdir, 'checkpoints'), step, 'pre-training')
   networks = ['discriminator']
-  if cfg.generator_shape.hf_encoder is None:
-    log(f'model.generator is {cfg.generator}: no HF transformers class holds it; the '
-        'discriminator alone is exported')
+  problem = hf.generator_problem(cfg)
+  if problem:
+    log(f'{problem}; the discriminator alone is exported')
   else:
     networks.append('generator')
   written = hf_folder.write_networks(out, state['params'], cfg, tokenizer, config.data.lower_case,

@@ -74,9 +74,12 @@ def _data(kind: str, n: int, seed: int = 0) -> tuple:
 
 
 def _model(kind: str, pooling: str, attention: str):
+  """The test model with `attention` ('explicit', 'pallas'; 'modern': the modern backbone, its
+  second layer local with a window of 8, on the explicit path)."""
+  modern = {'backbone': 'modern', 'embedding_size': 32, 'num_layers': 2, 'local_window': 8,
+            'attention': 'explicit'} if attention == 'modern' else {'attention': attention}
   cfg = model_lib.ModelConfig(**{**TEST_MODEL['model'], 'dropout_rate': 0.0,
-                                 'attention_dropout_rate': 0.0, 'attention': attention,
-                                 'dtype': 'float32'})
+                                 'attention_dropout_rate': 0.0, 'dtype': 'float32', **modern})
   if kind == 'multiple_choice':
     return multiple_choice.ChoiceScorer(cfg, 1, 0.0, pooling=pooling), (1, 3, 8)
   if kind == 'prompted':
@@ -86,12 +89,15 @@ def _model(kind: str, pooling: str, attention: str):
   return heads.Classifier(cfg, 1 if kind == 'regression' else 3, 0.0, pooling=pooling), (1, 8)
 
 
-@pytest.mark.parametrize('attention', ['explicit', 'pallas'])
+@pytest.mark.parametrize('attention', ['explicit', 'pallas', 'modern'])
 @pytest.mark.parametrize('kind, pooling', [('classification', 'cls'), ('classification', 'mean'),
                                            ('regression', 'cls'), ('tagging', 'cls'),
                                            ('multiple_choice', 'cls'), ('prompted', 'cls')])
 def test_a_packed_batch_gives_each_example_the_padded_logits_and_gradient(kind, pooling,
                                                                           attention):
+  """Each example's outputs and the loss's gradient in a packed row are those of a row of its
+  own: no token sees another example (on the modern backbone: its rotary positions start again
+  at each example, and its windows stop at the example's edges)."""
   task, data = _data(kind, 12)
   model, shape = _model(kind, pooling, attention)
   params = heads.init_params(model, jax.random.key(0), shape=shape)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import OBJECTIVE_RUN, objective_config, squared_norm, test_config
+from conftest import MODERN, OBJECTIVE_RUN, objective_config, squared_norm, test_config
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import electra as electra_objective
@@ -272,18 +272,23 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
     assert _norm(main[name]) > 0 and _norm(gen[name]) == 0, name
 
 
-@pytest.mark.parametrize('name', ['mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
-                                  'electric', 'cocolm', 'amos'])
-def test_objective_learns_on_the_8_device_mesh(name):
-  # the microbatching test's step
-  setup = pretrain_setup.build_setup(objective_config(name), SPECIAL)
+@pytest.mark.parametrize('name,backbone', [
+    *((name, 'bert') for name in ('mlm', 'electra_15', 'replace_mlm', 'all_tokens_mlm',
+                                  'electric', 'cocolm', 'amos')),
+    *((name, 'modern') for name in ('electra', 'mlm', 'electra_15', 'replace_mlm',
+                                    'all_tokens_mlm', 'electric', 'cocolm', 'amos')),
+    ('electra', 'modern+gdes')])
+def test_objective_learns_on_the_8_device_mesh(name, backbone):
+  # the microbatching test's step; every objective composes with either backbone
+  fields = {'bert': {}, 'modern': MODERN, 'modern+gdes': {**MODERN, 'model.gdes': True}}
+  setup = pretrain_setup.build_setup(objective_config(name, **fields[backbone]), SPECIAL)
   mesh = partitioning.make_mesh(jax.devices())
   assert mesh.devices.size == 8
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   batch = jax.device_put({k: jnp.asarray(v) for k, v in synthetic_batch(32, 32, 96).items()},
                          partitioning.batch_sharding(mesh))
   state, losses = init_fn(), []
-  for _ in range(30):
+  for _ in range(50):
     state, m = train_fn(state, batch)
     losses.append(float(m['loss'][0] / m['loss'][1]))
   assert np.mean(losses[-5:]) < 0.95 * np.mean(losses[:5]), losses

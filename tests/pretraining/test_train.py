@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
-from conftest import (CHILD_ENV, ROOT, WORDS, cpu_burner, launch_command, load_config,
+from conftest import (CHILD_ENV, MODERN, ROOT, WORDS, cpu_burner, launch_command, load_config,
                       objective_config, poisoned_setup, run_config_file, test_config,
                       write_corpus)
 from electra_jax import UserError
@@ -49,11 +49,13 @@ def _run_steps(config, devices, batches):
   return state, out  # on the devices, laid out as the step leaves it
 
 
-@pytest.mark.parametrize('objective', ['electra', 'cocolm', 'amos'])
-def test_step_on_eight_devices_equals_step_on_one(objective):
+@pytest.mark.parametrize('objective,backbone', [('electra', 'bert'), ('cocolm', 'bert'),
+                                                ('amos', 'bert'), ('electra', 'modern')])
+def test_step_on_eight_devices_equals_step_on_one(objective, backbone):
   # dropout on: its random bits must not depend on the sharding (COCO-LM: nor its crops', nor
   # its contrastive loss, whose negatives are the global batch's; AMOS: nor its Gumbel noise)
-  config = objectives.fit_model_config(test_config(**{'objective.name': objective}),
+  modern = MODERN if backbone == 'modern' else {}
+  config = objectives.fit_model_config(test_config(**{'objective.name': objective, **modern}),
                                        lambda *_: None)
   batches = [synthetic_batch(16, 32, config.model.vocab_size, seed=s) for s in range(3)]
   state8, m8 = _run_steps(config, jax.devices(), batches)

@@ -1,0 +1,85 @@
+"""A pre-training on the modern backbone, end to end: it resumes bit-identical, fine-tunes (packed),
+and exports as HF's ModernBert classes with our logits."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from conftest import MODERN, OBJECTIVE_RUN, WORDS, assert_same_states, test_config
+from electra_jax.pretraining import run as pretrain
+
+# a generator with a word table of its own width: exportable as ModernBertForMaskedLM
+FIELDS = {**MODERN, **OBJECTIVE_RUN, 'model.untied_generator_embeddings': True}
+
+
+@pytest.fixture(scope='module')
+def modern_runs(tmp_path_factory, records_dir):
+  """(config, a run straight to step 6, a run stopped at 4 and resumed to 6)."""
+  root = tmp_path_factory.mktemp('modern')
+  config = test_config(**{'data.records': records_dir, **FIELDS, 'train_steps': 6,
+                          'model.dropout_rate': 0.1, 'model.attention_dropout_rate': 0.1})
+  straight, resumed = str(root / 'straight'), str(root / 'resumed')
+  lines = []
+  pretrain.train_and_evaluate(config, straight, log=lines.append)
+  stopped = config.copy_and_resolve_references()
+  stopped.train_steps = 4
+  pretrain.train_and_evaluate(stopped, resumed, log=lines.append)
+  again = pretrain.train_and_evaluate(config, resumed, log=lines.append)
+  assert again['step'] == 6 and any(l.startswith('resumed from') for l in lines)
+  return config, straight, resumed
+
+
+def test_a_modern_run_resumes_bit_identical(modern_runs):
+  config, straight, resumed = modern_runs
+  with open(os.path.join(straight, 'config.json')) as f:
+    assert json.load(f)['model']['backbone'] == 'modern'
+  assert_same_states(config, [straight, resumed], 6, 'resumed at step 4')
+
+
+def test_a_modern_run_exports_as_modernbert_with_our_logits(modern_runs, tmp_path):
+  pytest.importorskip('torch', reason='the check needs the test extra')
+  from electra_jax.apps import export as export_lib
+  _, straight, _ = modern_runs
+  done = export_lib.export(straight, str(tmp_path / 'hf'), log=lambda *_: None)
+  with open(os.path.join(done.folders[0], 'config.json')) as f:
+    saved = json.load(f)
+  assert saved['architectures'] == ['ModernBertForTokenClassification']
+  assert saved['layer_types'] == ['full_attention', 'sliding_attention']
+  result = export_lib.verify(done, log=lambda *_: None, num_texts=8)
+  assert set(result) == {'discriminator', 'generator'}
+  for network, checked in result.items():
+    assert checked['max_abs_diff'] < 1e-4, network
+    assert checked['same_ids'] == checked['texts'], network
+
+
+def test_a_modern_pre_training_fine_tunes_packed(modern_runs, tmp_path):
+  """The fine-tuning wing takes the modern encoder as it is (no branch on the backbone): a
+  packed fine-tuning on words where 'cat' decides the label learns it."""
+  from electra_jax.finetune import config as config_lib
+  from electra_jax.finetune import run
+
+  def texts(path, n, seed):
+    rng = np.random.default_rng(seed)
+    others = [w for w in WORDS if w != 'cat']
+    with open(path, 'w') as f:
+      f.write('text,label\n')
+      for _ in range(n):
+        words = list(rng.choice(others, int(rng.integers(1, 4))))
+        if rng.random() < 0.5:
+          words.insert(int(rng.integers(len(words) + 1)), 'cat')
+        f.write(f'{" ".join(words)},{"yes" if "cat" in words else "no"}\n')
+    return str(path)
+
+  _, straight, _ = modern_runs
+  cfg = config_lib.default_config()
+  cfg.update(init=straight, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=4.0,
+             log_every=10, dropout_rate=0.0, packing=True)
+  cfg.task.update(name='own', train=texts(tmp_path / 'train.csv', 320, 0),
+                  dev=texts(tmp_path / 'dev.csv', 160, 1))
+  cfg.optimizer.learning_rate = 2e-3
+  lines = []
+  result = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
+  assert any(' examples a step packed in ' in line for line in lines), lines[:6]
+  assert result['seeds'][0]['dev']['accuracy'] > 0.8
