@@ -17,9 +17,13 @@ temporary name and renamed (in a bucket: the object appears whole), so a pipelin
 again writes only what is missing.
 """
 
+import _thread
 import contextlib
 import io
+import os
 import socket
+import sys
+import threading
 from typing import Callable
 
 from electra_jax.data import prepare
@@ -128,6 +132,47 @@ def writer(runner: str, args: list[str]) -> Callable:
       out_dir, settings, train, joined, parts, runner, pipeline_options, log)
 
 
+class _WorkerWatch:
+  """While a pipeline runs: a worker process of the DirectRunner that ends with an error (killed,
+  e.g. for memory) is reported by Beam in the thread that started it (local_job_service's
+  `RuntimeError('Worker subprocess exited with return code 137')`), which ends that thread alone:
+  the pipeline may then wait forever for the bundle the worker held. Such an exception in any
+  thread (Python's `threading.excepthook`; the hook before it still prints the traceback)
+  interrupts the command's main thread, with `lost` its message; where the main thread does not
+  leave the pipeline within `grace_s` (blocked where an interrupt does not reach it), the
+  process ends with `sentence(lost)` on stderr and exit status 2, as a one-sentence error does."""
+
+  def __init__(self, sentence: Callable[[str], str], grace_s: float = 10.0):
+    self.lost = ''
+    self._sentence, self._grace_s = sentence, grace_s
+    self._before = threading.excepthook
+    self._done = threading.Event()
+
+  def __enter__(self):
+    threading.excepthook = self._hook
+    return self
+
+  def __exit__(self, *exc):
+    self._done.set()
+    threading.excepthook = self._before
+    return False
+
+  def _hook(self, args):
+    self._before(args)
+    said = str(args.exc_value)
+    if 'exited with return code' in said and not self.lost:
+      self.lost = said
+      _thread.interrupt_main()
+      threading.Thread(target=self._end_if_stuck, daemon=True).start()
+
+  def _end_if_stuck(self):
+    if self._done.wait(self._grace_s):
+      return
+    sys.stderr.write(f'error: {self._sentence(self.lost)}\n')
+    sys.stderr.flush()
+    os._exit(2)
+
+
 def write(out_dir: str, settings: records.Settings, train: list[int], joined: list[int],
           parts: int, runner: str, pipeline_options, log: Callable[[str], None]):
   """Writes the train shards `train` and then the eval shards `joined` of `out_dir` (a folder
@@ -137,8 +182,12 @@ def write(out_dir: str, settings: records.Settings, train: list[int], joined: li
   beam = _beam()
   log(f'writing {len(train)} train and {len(joined)} eval shard(s) to {out_dir} on Apache Beam '
       f'({runner})')
+  failed = lambda said: (f'--runner={runner}: the pipeline failed ({said}); the shards it '
+                         'finished are kept: run the same command again to build the rest (a '
+                         'worker killed for memory: fewer workers per machine)')
+  watch = _WorkerWatch(failed)
   try:
-    with beam.Pipeline(options=pipeline_options) as p:
+    with watch, beam.Pipeline(options=pipeline_options) as p:
       written = (p | 'train shards' >> beam.Create(train) | 'spread' >> beam.Reshuffle()
                  | 'write train shards' >> beam.Map(_write_train, out_dir, settings))
       _ = (p | 'eval shards' >> beam.Create(joined)
@@ -152,8 +201,10 @@ def write(out_dir: str, settings: records.Settings, train: list[int], joined: li
   except ImportError as e:
     raise ValueError(f'--runner={runner} needs a part of Apache Beam that is not installed '
                      f'({e}); pip install "apache-beam[gcp]" for Dataflow') from None
+  except KeyboardInterrupt:
+    if not watch.lost:
+      raise
+    raise ValueError(failed(watch.lost)) from None
   except Exception as e:  # a worker that died ('Channel closed prematurely'), a failed bundle
     said = ' '.join(str(e).split()).rsplit('Traceback', 1)[-1].strip()[-300:]
-    raise ValueError(f'--runner={runner}: the pipeline failed ({type(e).__name__}: {said}); the '
-                     'shards it finished are kept: run the same command again to build the rest '
-                     '(a worker killed for memory: fewer workers per machine)') from None
+    raise ValueError(failed(f'{type(e).__name__}: {said}')) from None

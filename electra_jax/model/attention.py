@@ -36,8 +36,8 @@ import numpy as np
 
 from electra_jax.model import flash as flash_lib
 from electra_jax.platform import backends
-from electra_jax.model.attention_masks import (MASK_VALUE, allowed_mask, probs_keep, seed_words,
-                                               threshold)
+from electra_jax.model.attention_masks import (MASK_VALUE, allowed_mask, keep_bits, probs_keep,
+                                               row_seed, seed_words, threshold)
 
 
 
@@ -46,7 +46,16 @@ def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.
   """q, k, v: [B, L, H, D]; key_mask: [B, L], each position's sequence (masks.allowed_mask); words:
   the dropout's two key words (`layers.dropout_words`, or `seed_words` of a key; None: no
   dropout); window: a local layer's (masks.allowed_mask; 0: every key). Returns [B, L, H, D] in
-  v's dtype."""
+  v's dtype. A window much shorter than the sequence runs `banded`: the same values, at the cost
+  of the window."""
+  run = banded if window and 3 * band_block(window) < q.shape[1] else dense
+  return run(q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate, words=words,
+             window=window)
+
+
+def dense(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
+          window: int = 0):
+  """`explicit` over every (query, key) pair: the [B, H, L, L] scores, masked."""
   scale = 1.0 / math.sqrt(q.shape[-1])
   scores = jnp.einsum('bqhd,bkhd->bhqk', q, k, preferred_element_type=jnp.float32)
   allowed = allowed_mask(key_mask, q.shape[1], direction, window)
@@ -57,6 +66,67 @@ def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.
     probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
   return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
                     preferred_element_type=jnp.float32).astype(v.dtype)
+
+def band_block(window: int) -> int:
+  """The query block of `banded`: half the window (at least 8), so that a block's keys are the
+  block and its two neighbours."""
+  return max(8, window // 2)
+
+
+def banded(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
+           window: int = 0):
+  """`explicit` for a local layer at the cost of its window: the queries in blocks of
+  `band_block(window)` (the sequence padded to a multiple), each block's scores against the keys
+  of the block and its two neighbours alone (3 blocks, which hold every key within window // 2 of
+  its queries), masked as `explicit` masks them (masks.allowed_mask's rules on the keys' own
+  positions; dropout's bits of the same (row, head, query, key)). Scores and softmax in float32
+  as `explicit`: the same values, where a dense product costs the length for every query."""
+  batch, length, heads, depth = q.shape
+  block = band_block(window)
+  blocks = -(-length // block)
+  padded = blocks * block
+  pad = lambda x, value=0: jnp.pad(x, [(0, 0), (0, padded - length)] + [(0, 0)] * (x.ndim - 2),
+                                   constant_values=value)
+  # padded positions: a sequence number no real token has, so no real query sees them
+  ids = pad(key_mask.astype(jnp.int32), jnp.iinfo(jnp.int32).min)
+
+  def neighbours(x):  # [B, P, ...] -> [B, n, 3 * block, ...]: each block's previous, own, next
+    x = x.reshape((batch, blocks, block) + x.shape[2:])
+    edge = jnp.zeros_like(x[:, :1])
+    before = jnp.concatenate([edge, x[:, :-1]], 1)
+    after = jnp.concatenate([x[:, 1:], edge], 1)
+    return jnp.concatenate([before, x, after], 2)
+
+  qb = pad(q).reshape(batch, blocks, block, heads, depth)
+  kb, vb = neighbours(pad(k)), neighbours(pad(v))
+  query_at = jnp.arange(padded).reshape(blocks, block)  # [n, block]
+  key_at = (jnp.arange(blocks)[:, None] - 1) * block + jnp.arange(3 * block)[None]  # [n, 3 block]
+  key_ids = neighbours(jnp.where(
+      jnp.arange(padded)[None] < length, ids, jnp.iinfo(jnp.int32).min))
+  # the first block's "previous" and the last's "next" lie outside the sequence: no query sees
+  key_ids = jnp.where((key_at >= 0) & (key_at < length), key_ids, jnp.iinfo(jnp.int32).min)
+  query_ids = ids.reshape(batch, blocks, block)
+  allowed = (query_ids[:, :, :, None] == key_ids[:, :, None, :])  # [B, n, block, 3 block]
+  distance = key_at[:, None, :] - query_at[:, :, None]  # [n, block, 3 block]
+  near = jnp.abs(distance) <= window // 2
+  if direction:
+    near = near & ((distance <= 0) if direction == 'ltr' else (distance >= 0))
+  allowed = allowed & near[None]
+  scale = 1.0 / math.sqrt(depth)
+  scores = jnp.einsum('bnqhd,bnkhd->bhnqk', qb, kb, preferred_element_type=jnp.float32)
+  scores = scores * scale + jnp.where(allowed[:, None], 0.0, MASK_VALUE)
+  probs = jax.nn.softmax(scores, axis=-1)
+  if dropout_rate > 0 and words is not None:
+    rows = (jax.lax.broadcasted_iota(jnp.uint32, (batch, heads, 1, 1, 1), 0) * heads
+            + jax.lax.broadcasted_iota(jnp.uint32, (batch, heads, 1, 1, 1), 1))
+    bits = keep_bits(row_seed(words, rows), query_at[None, None, :, :, None],
+                     jnp.clip(key_at, 0, length - 1)[None, None, :, None, :], length)
+    keep = bits >= jnp.uint32(threshold(dropout_rate))
+    probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+  out = jnp.einsum('bhnqk,bnkhd->bnqhd', probs.astype(v.dtype), vb,
+                   preferred_element_type=jnp.float32).astype(v.dtype)
+  return out.reshape(batch, padded, heads, depth)[:, :length]
+
 
 def fused(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
           window: int = 0):

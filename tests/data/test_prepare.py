@@ -651,3 +651,61 @@ def test_a_beam_worker_killed_ends_the_build_in_one_sentence_and_the_rerun_finis
   again = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=600)
   assert again.returncode == 0, again.stderr[-3000:]
   _same_folders(built, out)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize('ending', ['killed', 'exits'])
+def test_the_beam_worker_watch_interrupts_for_a_killed_worker_alone(ending):
+  """A worker started as Beam's DirectRunner starts one (a shell's child, waited for in a thread
+  that raises where it ended with an error: local_job_service.SubprocessSdkWorker.run) and killed
+  by a signal interrupts the command's main thread (Beam itself may wait forever for its bundle);
+  a worker that exits does not."""
+  from electra_jax.data import on_beam
+  pause = 60 if ending == 'killed' else 0.3
+  started = []
+
+  def worker():  # Beam's code path
+    p = subprocess.Popen(f'{sys.executable} -c "import time; time.sleep({pause})"', shell=True)
+    started.append(p)
+    p.wait()
+    if p.returncode:
+      raise RuntimeError('Worker subprocess exited with return code %s' % p.returncode)
+
+  interrupted = False
+  try:
+    with on_beam._WorkerWatch(lambda said: said) as watch:
+      thread = threading.Thread(target=worker)
+      thread.start()
+      time.sleep(0.5)
+      if ending == 'killed':
+        started[0].kill()
+      thread.join()
+      time.sleep(1.0)  # (the interrupt lands here)
+  except KeyboardInterrupt:
+    interrupted = True
+  assert interrupted == (ending == 'killed')
+  assert watch.lost == ('Worker subprocess exited with return code -9' if ending == 'killed'
+                        else '')
+
+
+@pytest.mark.fast
+def test_a_command_stuck_after_its_beam_worker_died_ends_in_one_sentence():
+  """Where the main thread does not leave the pipeline after the interrupt, the process ends
+  within the watch's grace, with the sentence and exit status 2."""
+  script = ('import threading, time\n'
+            'from electra_jax.data import on_beam\n'
+            'def die():\n'
+            '  raise RuntimeError("Worker subprocess exited with return code 137")\n'
+            'with on_beam._WorkerWatch(lambda said: f"stuck ({said})", grace_s=1.0):\n'
+            '  threading.Thread(target=die).start()\n'
+            '  for _ in range(300):\n'
+            '    try:\n'
+            '      time.sleep(0.1)\n'
+            '    except KeyboardInterrupt:\n'
+            '      pass  # (a pipeline that does not leave)\n'
+            'print("left")\n')
+  done = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                        cwd=ROOT, timeout=20)
+  assert done.returncode == 2 and 'left' not in done.stdout, done
+  assert done.stderr.strip().splitlines()[-1] == (
+      'error: stuck (Worker subprocess exited with return code 137)'), done.stderr
