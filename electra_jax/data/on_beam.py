@@ -21,6 +21,7 @@ import _thread
 import contextlib
 import io
 import os
+import signal
 import socket
 import sys
 import threading
@@ -132,6 +133,33 @@ def writer(runner: str, args: list[str]) -> Callable:
       out_dir, settings, train, joined, parts, runner, pipeline_options, log)
 
 
+def end_workers(marker: str = 'sdk_worker_main'):
+  """Kills this process's descendants running Beam's worker (`marker` in their command line): a
+  failed pipeline's workers would otherwise outlive the command and print after its last line.
+  Without /proc: nothing."""
+  if not os.path.isdir('/proc'):
+    return
+  parents, commands = {}, {}
+  for entry in os.listdir('/proc'):
+    try:
+      with open(f'/proc/{entry}/stat') as f:
+        parents[int(entry)] = int(f.read().rsplit(')', 1)[1].split()[1])
+      with open(f'/proc/{entry}/cmdline', 'rb') as f:
+        commands[int(entry)] = f.read()
+    except (OSError, IndexError, ValueError):
+      continue  # not a process, or one that ended meanwhile
+  mine = {os.getpid()}
+  while True:
+    more = {pid for pid, parent in parents.items() if parent in mine} - mine
+    if not more:
+      break
+    mine |= more
+  for pid in mine - {os.getpid()}:
+    if marker.encode() in commands.get(pid, b''):
+      with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+
+
 class _WorkerWatch:
   """While a pipeline runs: a worker process of the DirectRunner that ends with an error (killed,
   e.g. for memory) is reported by Beam in the thread that started it (local_job_service's
@@ -168,6 +196,7 @@ class _WorkerWatch:
   def _end_if_stuck(self):
     if self._done.wait(self._grace_s):
       return
+    end_workers()
     sys.stderr.write(f'error: {self._sentence(self.lost)}\n')
     sys.stderr.flush()
     os._exit(2)
@@ -204,7 +233,9 @@ def write(out_dir: str, settings: records.Settings, train: list[int], joined: li
   except KeyboardInterrupt:
     if not watch.lost:
       raise
+    end_workers()
     raise ValueError(failed(watch.lost)) from None
   except Exception as e:  # a worker that died ('Channel closed prematurely'), a failed bundle
     said = ' '.join(str(e).split()).rsplit('Traceback', 1)[-1].strip()[-300:]
+    end_workers()
     raise ValueError(failed(f'{type(e).__name__}: {said}')) from None
