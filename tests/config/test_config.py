@@ -144,8 +144,9 @@ def test_the_resume_rules_come_from_the_declaration():
   assert fields.same_run_diffs(config_lib.CONFIG, older, before) == ['data.gone 1 -> None']
   # init_from: what must match the weights, what is taken from them
   assert fields.paths(config_lib.MODEL, init_from='same') == (
-      'embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
-      'max_position_embeddings', 'type_vocab_size')
+      'backbone', 'embedding_size', 'hidden_size', 'num_layers', 'num_heads', 'intermediate_size',
+      'max_position_embeddings', 'type_vocab_size', 'global_every', 'local_window',
+      'rope_theta_global', 'rope_theta_local')
   assert 'vocab_size' in fields.paths(config_lib.MODEL, init_from='adopt')
 
 
