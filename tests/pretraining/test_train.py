@@ -277,7 +277,7 @@ def test_cli_typo_is_one_sentence_with_the_close_match(tmp_path):
       (f'{ROOT}/configs/tinny.py', [], f'--config: the config file {ROOT}/configs/tinny.py does '
        f'not exist; did you mean {ROOT}/configs/tiny.py?'),
       (f'{tiny}:big', [], f"--config={tiny}:big: configs/tiny.py has no variant 'big'; use "
-       'configs/tiny.py'),
+       'configs/tiny.py or configs/tiny.py:modern'),
       (tiny, ['disc_wieght=3'], "unknown config field 'disc_wieght'; did you mean "
        '--config.objective.disc_weight?'),
       (tiny, ['data.batch_size=abc'],
