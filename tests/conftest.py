@@ -207,6 +207,22 @@ def objective_config(name: str, **overrides):
   return objectives.fit_model_config(c, lambda *_: None)
 
 
+def cat_texts(path, n: int, seed: int) -> str:
+  """A CSV of `n` texts of 1-4 of WORDS, labelled 'yes' where 'cat' is among them (a task a
+  short fine-tuning learns); its path."""
+  import numpy as np
+  rng = np.random.default_rng(seed)
+  others = [w for w in WORDS if w != 'cat']
+  with open(path, 'w') as f:
+    f.write('text,label\n')
+    for _ in range(n):
+      words = list(rng.choice(others, int(rng.integers(1, 4))))
+      if rng.random() < 0.5:
+        words.insert(int(rng.integers(len(words) + 1)), 'cat')
+      f.write(f'{" ".join(words)},{"yes" if "cat" in words else "no"}\n')
+  return str(path)
+
+
 def topic_dev_examples(seed: int = 0) -> int:
   """The dev examples of the built-in topic task for a pre-training of `seed`: passages of the
   running Python's own documentation, so their number differs between Pythons (565 on 3.11)."""

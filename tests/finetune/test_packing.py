@@ -339,19 +339,7 @@ def test_a_packed_fine_tuning_learns_as_a_padded_one(pretrained, tmp_path):
   import json
   from electra_jax.finetune import config as config_lib
   from electra_jax.finetune import run
-  from conftest import WORDS
-
-  def texts(path, n, seed):  # 1-4 words; 'yes' where 'cat' is among them
-    rng = np.random.default_rng(seed)
-    others = [w for w in WORDS if w != 'cat']
-    with open(path, 'w') as f:
-      f.write('text,label\n')
-      for _ in range(n):
-        words = list(rng.choice(others, int(rng.integers(1, 4))))
-        if rng.random() < 0.5:
-          words.insert(int(rng.integers(len(words) + 1)), 'cat')
-        f.write(f'{" ".join(words)},{"yes" if "cat" in words else "no"}\n')
-    return str(path)
+  from conftest import cat_texts as texts
 
   cfg = config_lib.default_config()
   cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=4.0,

@@ -4,10 +4,9 @@ and exports as HF's ModernBert classes with our logits."""
 import json
 import os
 
-import numpy as np
 import pytest
 
-from conftest import MODERN, OBJECTIVE_RUN, WORDS, assert_same_states, test_config
+from conftest import MODERN, OBJECTIVE_RUN, assert_same_states, cat_texts, test_config
 from electra_jax.pretraining import run as pretrain
 
 # a generator with a word table of its own width: exportable as ModernBertForMaskedLM
@@ -60,24 +59,12 @@ def test_a_modern_pre_training_fine_tunes_packed(modern_runs, tmp_path):
   from electra_jax.finetune import config as config_lib
   from electra_jax.finetune import run
 
-  def texts(path, n, seed):
-    rng = np.random.default_rng(seed)
-    others = [w for w in WORDS if w != 'cat']
-    with open(path, 'w') as f:
-      f.write('text,label\n')
-      for _ in range(n):
-        words = list(rng.choice(others, int(rng.integers(1, 4))))
-        if rng.random() < 0.5:
-          words.insert(int(rng.integers(len(words) + 1)), 'cat')
-        f.write(f'{" ".join(words)},{"yes" if "cat" in words else "no"}\n')
-    return str(path)
-
   _, straight, _ = modern_runs
   cfg = config_lib.default_config()
   cfg.update(init=straight, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=4.0,
              log_every=10, dropout_rate=0.0, packing=True)
-  cfg.task.update(name='own', train=texts(tmp_path / 'train.csv', 320, 0),
-                  dev=texts(tmp_path / 'dev.csv', 160, 1))
+  cfg.task.update(name='own', train=cat_texts(tmp_path / 'train.csv', 320, 0),
+                  dev=cat_texts(tmp_path / 'dev.csv', 160, 1))
   cfg.optimizer.learning_rate = 2e-3
   lines = []
   result = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
