@@ -78,14 +78,10 @@ class Embeddings(nn.Module):
       vectors = straight_through_rows(sample, jax.lax.stop_gradient(table)).astype(x.dtype)
       x = x + jax.vmap(lambda p, v: jnp.zeros((length, v.shape[-1]), v.dtype).at[p].add(v))(
           slots, vectors)
-    if self.cfg.modern:
-      pass  # no token types; positions are the layers' (rotary)
-    elif positions is None:
+    if not self.cfg.modern:  # (the modern backbone: no token types; rotary positions, in layers)
       x = x + small_table_lookup(self.token_type_embeddings, segment_ids)
-      x = x + self.position_embeddings[None, :length]
-    else:
-      x = x + small_table_lookup(self.token_type_embeddings, segment_ids)
-      x = x + jnp.take(self.position_embeddings, positions, axis=0)
+      x = x + (self.position_embeddings[None, :length] if positions is None
+               else jnp.take(self.position_embeddings, positions, axis=0))
     flat = x.reshape(-1, x.shape[-1])  # reductions over one axis in the backward (TransformerLayer)
     return self.dropout(self.LayerNorm(flat), deterministic=deterministic).reshape(x.shape)
 
