@@ -68,13 +68,15 @@ def modern_backbone(c, *, layers: int, heads: int, inner: int, window: int = 128
   and a GeGLU of 2 x `inner`; no dropout, LayerNorm epsilon 1e-5, 8,192 positions, every third
   layer global and a `window`-token window in the others; the generator at the preset's
   fraction of the width with a word table of its own width (ModernBERT reads embeddings as wide
-  as its layers); the trapezoid schedule (warm-up, constant, the last 10% decaying)."""
+  as its layers); the trapezoid schedule (warm-up, constant, the last 10% decaying); records of
+  rows packed with whole documents (data.pack_documents)."""
   width = c.model.hidden_size
   c.model.update(backbone='modern', embedding_size=width, num_layers=layers, num_heads=heads,
                  intermediate_size=inner, dropout_rate=0.0, attention_dropout_rate=0.0,
                  layer_norm_eps=1e-5, max_position_embeddings=8192, local_window=window,
                  untied_generator_embeddings=c.model.generator_hidden_fraction != 1)
   c.optimizer.schedule = 'trapezoid'
+  c.data.pack_documents = True
   return c
 
 

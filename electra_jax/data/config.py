@@ -15,6 +15,10 @@ DATA = Section(doc='the corpus, its tokenizer, records and batches', fields=dict
     vocab=F('', "a SentencePiece .model or WordPiece vocab.txt; '' trains one on the corpus"),
     lower_case=F(True, "lower-case text (in the tokenizer's normalizer)", one_of(False, True)),
     max_seq_length=F(128, 'tokens per example, [CLS] and [SEP]s included', at_least(3)),
+    pack_documents=F(False, 'records of rows filled with whole documents, one after the other, '
+                     'each [CLS] doc [SEP] with its own positions and attention '
+                     "(data/examples.py's DocumentPacker; the modern backbone's long rows) instead "
+                     "of the original's [CLS] A [SEP] B [SEP] examples", one_of(False, True)),
     batch_size=F(128, 'global batch (all devices, all processes)', AT_LEAST_1),
     eval_batch_size=F(Derived(lambda c: c.data.get_ref('batch_size') + 0),
                       'global batch of held-out evaluation', AT_LEAST_1),

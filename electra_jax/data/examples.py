@@ -1,4 +1,5 @@
-"""The original example builder: documents of sentences -> packed [CLS] A [SEP] B [SEP] examples.
+"""Documents of sentences -> rows of tokens: the original example builder (`ExampleBuilder`:
+[CLS] A [SEP] B [SEP] examples) and the long rows of several documents (`DocumentPacker`).
 
 Faithful to ELECTRA's `build_pretraining_dataset.py`:
 - sentences are appended until the example's target length is reached; a blank line (end of a
@@ -45,6 +46,10 @@ class ExampleBuilder:
   def end_document(self) -> Example | None:
     return self._create_example() if self.length else None
 
+  def flush(self) -> Example | None:
+    """What is left (nothing after `end_document`)."""
+    return self.end_document()
+
   def _create_example(self) -> Example:
     rng = self.rng
     # 10% of examples hold a single segment (as classification inputs do).
@@ -75,6 +80,68 @@ class ExampleBuilder:
     return Example(np.array(ids + [self.pad_id] * pad, np.int32),
                    np.array([1] * n + [0] * pad, np.int32),
                    np.array(segments + [0] * pad, np.int32))
+
+
+class DocumentPacker:
+  """Rows of `max_length` tokens holding several documents one after the other (the modern
+  backbone's long rows), the builder's interface: each document as [CLS] its tokens [SEP], a
+  document longer than the room left cut there and continued as a piece of its own (its own
+  [CLS] and [SEP]) in the next row, so rows are full but the last one.
+
+      input_ids    the pieces' tokens, then padding
+      input_mask   the piece each token belongs to: 1, 2, ... (0: padding); a token attends to
+                   its own piece alone and counts positions from its [CLS]
+                   (model/attention_masks.py, model/networks.py)
+      segment_ids  0 (the modern backbone has no token types)
+
+  A room of fewer than `min_piece` tokens besides [CLS] and [SEP] is left as padding. No draw:
+  the rows are a function of the documents alone. `add_sentence`, `end_document` and `flush`
+  return the rows they complete (a list)."""
+
+  def __init__(self, max_length: int, cls_id: int, sep_id: int, pad_id: int = 0,
+               min_piece: int = 8):
+    if max_length < 5:
+      raise ValueError(f'max_seq_length must be at least 5, not {max_length}')
+    self.max_length, self.cls_id, self.sep_id, self.pad_id = max_length, cls_id, sep_id, pad_id
+    self.min_piece = min(min_piece, max_length - 2)
+    self.pieces: list[list[int]] = []  # the current row's pieces, [CLS] and [SEP] included
+    self.document: list[int] = []  # the current document's tokens not yet placed
+
+  def _room(self) -> int:
+    """Tokens of a piece (besides its [CLS] and [SEP]) the current row still takes."""
+    return self.max_length - sum(map(len, self.pieces)) - 2
+
+  def _place(self, ids: list[int]):
+    self.pieces.append([self.cls_id] + ids + [self.sep_id])
+
+  def add_sentence(self, ids: list[int]) -> list[Example]:
+    self.document += ids
+    rows = []
+    while len(self.document) > self._room():  # the row cannot end this document: fill it
+      room = self._room()
+      if room >= self.min_piece:
+        self._place(self.document[:room])
+        self.document = self.document[room:]
+      rows.append(self._row())
+    return rows
+
+  def end_document(self) -> list[Example]:
+    if self.document:
+      self._place(self.document)
+      self.document = []
+    return [self._row()] if self._room() < self.min_piece else []
+
+  def flush(self) -> list[Example]:
+    rows = self.end_document()
+    return rows + ([self._row()] if self.pieces else [])
+
+  def _row(self) -> Example:
+    ids = [t for piece in self.pieces for t in piece]
+    mask = [i + 1 for i, piece in enumerate(self.pieces) for _ in piece]
+    self.pieces = []
+    pad = self.max_length - len(ids)
+    return Example(np.array(ids + [self.pad_id] * pad, np.int32),
+                   np.array(mask + [0] * pad, np.int32), np.zeros(self.max_length, np.int32))
 
 
 def build_examples(tokenized_lines: Iterable[list[int] | None], max_length: int, cls_id: int,

@@ -63,6 +63,8 @@ class _Shard:
     self.tmp: str | None = (fs.join(out_dir, self.name) if fs.remote(out_dir) else
                 fs.join(out_dir, f'.{self.name}.tmp-{os.getpid()}'))
     self.writer = tf.io.TFRecordWriter(self.tmp)
+    self.pack = settings.pack_documents
+    self.builder: examples_lib.ExampleBuilder | examples_lib.DocumentPacker | None = None
     self.restart(settings.max_seq_length, seed)
     self.counts = np.zeros(vocab_size, np.int64)
     self.pending: list[np.ndarray] = []
@@ -71,9 +73,18 @@ class _Shard:
     self.piece = max(4, settings.max_seq_length // 4)
 
   def restart(self, max_length: int, seed: str):
-    """The examples that follow come from a new builder seeded `seed`."""
-    self.builder = examples_lib.ExampleBuilder(max_length, self.special.cls, self.special.sep,
-                                               seed=seed)
+    """The examples that follow come from a new builder seeded `seed`; a packer (which draws
+    nothing) goes on filling its row."""
+    if self.pack:
+      self.builder = self.builder or examples_lib.DocumentPacker(max_length, self.special.cls,
+                                                                 self.special.sep)
+    else:
+      self.builder = examples_lib.ExampleBuilder(max_length, self.special.cls, self.special.sep,
+                                                 seed=seed)
+
+  def _builder(self) -> examples_lib.ExampleBuilder | examples_lib.DocumentPacker:
+    assert self.builder is not None  # (set by __init__'s restart)
+    return self.builder
 
   def add_document(self, sentences: list[list[int]]):
     self.documents += 1
@@ -82,23 +93,23 @@ class _Shard:
       # whole example (a paragraph without sentence ends) would lose all but its start, so it goes
       # in as pieces of a quarter example, of which at most part of one is dropped per example.
       if len(ids) <= self.max_length:
-        self._emit(self.builder.add_sentence(ids))
+        self._emit(self._builder().add_sentence(ids))
         continue
       self.long_sentences += 1
       for start in range(0, len(ids), self.piece):
-        self._emit(self.builder.add_sentence(ids[start:start + self.piece]))
-    self._emit(self.builder.end_document())
+        self._emit(self._builder().add_sentence(ids[start:start + self.piece]))
+    self._emit(self._builder().end_document())
 
-  def _emit(self, example):
-    if example is None:
-      return
-    self.writer.write(_serialize(self.tf, example))
-    n = int(example.input_mask.sum())
-    self.examples += 1
-    self.tokens += n
-    self.pending.append(example.input_ids[:n])
-    if len(self.pending) >= 1024:
-      self._count()
+  def _emit(self, examples):
+    """Writes an Example, or a packer's list of them (None: nothing)."""
+    for example in [examples] if isinstance(examples, examples_lib.Example) else examples or ():
+      self.writer.write(_serialize(self.tf, example))
+      n = int((example.input_mask > 0).sum())  # (a row's tokens come first, padding after)
+      self.examples += 1
+      self.tokens += n
+      self.pending.append(example.input_ids[:n])
+      if len(self.pending) >= 1024:
+        self._count()
 
   def _count(self):
     if self.pending:
@@ -107,6 +118,7 @@ class _Shard:
 
   def finish(self, **extra) -> dict:
     """Renames the finished shard and writes its counts (with `extra`), which mark it done."""
+    self._emit(self._builder().flush())
     self.writer.close()
     self._count()
     path = fs.join(self.out_dir, self.name)
@@ -720,7 +732,8 @@ def _finish(out_dir: str, settings: records.Settings, log, rule: str = 'document
       special_ids=tokenizer.special.as_dict(), lower_case=settings.lower_case,
       eval_fraction=settings.eval_fraction, splits=splits,
       unigram_xent=unigram_cross_entropy(counts['train'], counts['eval'], tokenizer.special),
-      rule=rule, **({'parts': part_count} if part_count else {}))
+      rule=rule, **({'parts': part_count} if part_count else {}),
+      **({'pack_documents': True} if settings.pack_documents else {}))
   records.write_json(fs.join(out_dir, records.METADATA), metadata)
   for name in fs.listdir(out_dir):
     if name.startswith(_SPOOL):

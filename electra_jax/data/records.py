@@ -3,7 +3,8 @@
 A records folder holds:
     prepare.json                        the settings it is built with (written first)
     vocab.model | vocab.txt             the vocabulary the examples are tokenized with
-    train-XXXXX-of-YYYYY.tfrecord       packed examples (input_ids, input_mask, segment_ids)
+    train-XXXXX-of-YYYYY.tfrecord       packed examples (input_ids, input_mask, segment_ids), or
+                                        rows of documents (pack_documents; input_mask numbers them)
     train-XXXXX-of-YYYYY.json           that shard's counts; written last, it marks the shard done
     eval-...                            the held-out split, the same way
     .part-XXXXXX.eval.tfrecord | .json  while a corpus of files is built: each part's held-out
@@ -39,7 +40,7 @@ _CONFIG_PATHS = {'max_seq_length': 'data.max_seq_length', 'seed': 'seed',
                  'eval_fraction': 'data.eval_fraction', 'num_shards': 'data.num_shards',
                  'num_eval_shards': 'data.num_eval_shards', 'text_field': 'data.text_field',
                  'lower_case': 'data.lower_case', 'vocab': 'data.vocab',
-                 'vocab_size': 'model.vocab_size'}
+                 'vocab_size': 'model.vocab_size', 'pack_documents': 'data.pack_documents'}
 VOCAB_TRAINER = {
     'character_coverage': fields.Field(0.9995, 'share of characters a trained vocabulary covers'),
     'max_sentences': fields.Field(2_000_000, 'sentences sampled to train a vocabulary'),
@@ -80,6 +81,7 @@ class Settings:
   vocab_size: int = _DECLARED['vocab_size'].default  # entries of a trained vocabulary
   character_coverage: float = _DECLARED['character_coverage'].default
   max_sentences: int = _DECLARED['max_sentences'].default
+  pack_documents: bool = _DECLARED['pack_documents'].default
 
   @classmethod
   def of_config(cls, config) -> 'Settings':
@@ -207,7 +209,8 @@ def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
 
 # What makes two records folders different data (besides their contents): named when a checkpoint
 # of other records is resumed.
-IDENTITY = ('source', 'seed', 'eval_fraction', 'max_seq_length', 'lower_case', 'vocab_fingerprint')
+IDENTITY = ('source', 'seed', 'eval_fraction', 'max_seq_length', 'lower_case', 'pack_documents',
+            'vocab_fingerprint')
 
 
 def fingerprint(meta: dict) -> str:

@@ -47,8 +47,11 @@ def explicit(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.
   the dropout's two key words (`layers.dropout_words`, or `seed_words` of a key; None: no
   dropout); window: a local layer's (masks.allowed_mask; 0: every key). Returns [B, L, H, D] in
   v's dtype. A window much shorter than the sequence runs `banded`: the same values, at the cost
-  of the window."""
-  run = banded if window and 3 * band_block(window) < q.shape[1] else dense
+  of the window; a sequence longer than `LONG` without one runs `chunked`: the same values in the
+  memory of QUERY_CHUNK queries."""
+  length = q.shape[1]
+  run = (banded if window and 3 * band_block(window) < length else
+         chunked if length > LONG else dense)
   return run(q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate, words=words,
              window=window)
 
@@ -66,6 +69,56 @@ def dense(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, 
     probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
   return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
                     preferred_element_type=jnp.float32).astype(v.dtype)
+
+# Sequences longer than LONG run `chunked` (queries QUERY_CHUNK at a time): a dense product of
+# 8,192 tokens holds [B, H, 8192, 8192] float32 scores, probabilities and their gradients at once
+# (more than a 24 GB host for 6 layers of 2 heads and one row).
+LONG, QUERY_CHUNK = 2048, 1024
+
+
+def chunked(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
+            window: int = 0, chunk: int = QUERY_CHUNK):
+  """`dense` a block of `chunk` queries at a time (the sequence padded to a multiple), each
+  block's scores against every key, recomputed in the backward pass (`jax.checkpoint`): the same
+  values, masks and dropout bits, with the [B, H, chunk, L] scores of one block in memory instead
+  of the [B, H, L, L] of all."""
+  batch, length, heads, depth = q.shape
+  blocks = -(-length // chunk)
+  padded = blocks * chunk
+  ids = key_mask.astype(jnp.int32)
+  # padded queries: a sequence number no key has (they see nothing, and are dropped)
+  query_ids = jnp.pad(ids, [(0, 0), (0, padded - length)],
+                      constant_values=jnp.iinfo(jnp.int32).min)
+  qb = jnp.pad(q, [(0, 0), (0, padded - length), (0, 0), (0, 0)])
+  qb = qb.reshape(batch, blocks, chunk, heads, depth).swapaxes(0, 1)
+  query_ids = query_ids.reshape(batch, blocks, chunk).swapaxes(0, 1)
+  key_at = jnp.arange(length)[None, :]
+  scale = 1.0 / math.sqrt(depth)
+
+  @jax.checkpoint
+  def block(args):
+    qc, q_ids, start = args  # [B, chunk, H, D], [B, chunk], the block's first query
+    query_at = start + jnp.arange(chunk)[:, None]
+    allowed = q_ids[:, :, None] == ids[:, None, :]  # [B, chunk, L]
+    if direction:
+      allowed = allowed & ((key_at <= query_at) if direction == 'ltr' else (key_at >= query_at))
+    if window and window // 2 < length - 1:
+      allowed = allowed & (jnp.abs(key_at - query_at) <= window // 2)
+    scores = jnp.einsum('bqhd,bkhd->bhqk', qc, k, preferred_element_type=jnp.float32)
+    scores = scores * scale + jnp.where(allowed[:, None], 0.0, MASK_VALUE)
+    probs = jax.nn.softmax(scores, axis=-1)
+    if dropout_rate > 0 and words is not None:
+      rows = (jax.lax.broadcasted_iota(jnp.uint32, (batch, heads, 1, 1), 0) * heads
+              + jax.lax.broadcasted_iota(jnp.uint32, (batch, heads, 1, 1), 1))
+      bits = keep_bits(row_seed(words, rows), query_at[None, None], key_at[None, None], length)
+      probs = jnp.where(bits >= jnp.uint32(threshold(dropout_rate)),
+                        probs / (1.0 - dropout_rate), 0.0)
+    return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
+                      preferred_element_type=jnp.float32).astype(v.dtype)
+
+  out = jax.lax.map(block, (qb, query_ids, jnp.arange(blocks) * chunk))  # [n, B, chunk, H, D]
+  return out.swapaxes(0, 1).reshape(batch, padded, heads, depth)[:, :length]
+
 
 def band_block(window: int) -> int:
   """The query block of `banded`: half the window (at least 8), so that a block's keys are the

@@ -60,6 +60,16 @@ def probs_keep(words, shape, batch_offset=0) -> jax.Array:
   return keep_bits(row_seed(words, rows), query, key, lk)
 
 
+def sequence_positions(key_mask) -> jax.Array:
+  """[B, L] int32: each token's position in its own sequence, counted from the sequence's first
+  token, for a mask numbered as `allowed_mask`'s (a sequence: a run of equal values). A row of one
+  sequence and padding gives 0, 1, ... on its tokens."""
+  index = lax.broadcasted_iota(jnp.int32, key_mask.shape, 1)
+  starts = jnp.concatenate([jnp.ones_like(key_mask[:, :1], bool),
+                            key_mask[:, 1:] != key_mask[:, :-1]], axis=1)
+  return index - lax.cummax(jnp.where(starts, index, 0), axis=1)
+
+
 def allowed_mask(key_mask, length: int, direction: str = '', window: int = 0):
   """[B, 1, L, L] bool: which keys each query may attend to: those of its own sequence, the keys
   whose `key_mask` value is the query's. A row's mask is 1 on its tokens and 0 on padding, or (a

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from electra_jax.model import attention as attention_lib
+from electra_jax.model import attention_masks
 from electra_jax.model import modern
 from electra_jax.model.config import ModelConfig
 from electra_jax.model.layers import (Dense, Dropout, LayerNorm, dropout_words, gelu_for,
@@ -164,11 +165,14 @@ class Encoder(nn.Module):
     """The last layer's hidden states [B, L, H]; with `exits` (AMOS: layer counts, ascending), a
     tuple of the hidden states after each of those layers instead, the input of the layer after
     each exit detached (an exit's loss trains only the layers since the previous one).
-    `positions` ([B, L]; None: 0, 1, ... in every row): each token's position in its own
-    sequence, which the modern backbone's rotary positions read (the BERT backbone's are added
-    to the embeddings)."""
+    `positions` ([B, L]): each token's position in its own sequence, which the modern backbone's
+    rotary positions read (the BERT backbone's are added to the embeddings); None: counted from
+    the start of each sequence `input_mask` numbers (0, 1, ... in a row of one sequence; a row of
+    packed documents counts each from its own [CLS])."""
     cfg = self.cfg
     x = embedded
+    if cfg.modern and positions is None:
+      positions = attention_masks.sequence_positions(input_mask)
     if x.shape[-1] != self.hidden_size:  # (a modern generator narrower than a shared table)
       x = Dense(self.hidden_size, cfg, name='embeddings_project', use_bias=not cfg.modern)(x)
     # remat: keep only each layer's input for the backward pass and recompute the rest (about a

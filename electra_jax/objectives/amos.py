@@ -88,7 +88,7 @@ def amos_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveCon
       model_lib.Electra.discriminator_logits, step_keys.discriminator, disc_ids, segments,
       input_mask, soft=soft)
   disc_loss, disc_metrics = common.detection(disc_logits, is_replaced,
-                                             input_mask.astype(jnp.float32),
+                                             common.real_tokens(input_mask),
                                              draws.counts['tokens'])
   loss = cfg.gen_weight * mlm_loss + cfg.disc_weight * disc_loss
   return loss, {'loss': ratio(loss, 1.0), **metrics, **disc_metrics}

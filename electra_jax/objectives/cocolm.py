@@ -64,7 +64,7 @@ def crop(batch, uniform, fraction: float, special: SpecialIds) -> dict:
   take = lambda x: jnp.take_along_axis(x, source, axis=1)
   return {'input_ids': jnp.where(keep, take(ids), special.pad),
           'segment_ids': jnp.where(keep, take(segments), 0),
-          'input_mask': keep.astype(mask.dtype)}
+          'input_mask': jnp.where(keep, take(mask), 0)}  # (a packed row's numbering kept)
 
 
 def contrastive_terms(anchor, positive, weights, count, temperature: float):
@@ -130,7 +130,7 @@ def cocolm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: ObjectiveC
       model_lib.Electra.corrective_outputs, main_key, main_ids, segments, input_mask,
       masked.positions)
   copy_loss, copy_metrics = common.detection(copy_logits, is_replaced,
-                                             input_mask.astype(jnp.float32),
+                                             common.real_tokens(input_mask),
                                              draws.counts['tokens'])
   shown = jnp.take_along_axis(main_ids, masked.positions, axis=1)
   at_slots = jnp.take_along_axis(copy_logits, masked.positions, axis=1)

@@ -83,6 +83,12 @@ def keys(rng) -> Keys:
   return Keys(*jax.random.split(rng, 4))
 
 
+def real_tokens(input_mask) -> jax.Array:
+  """[B, L] float32: 1 on the tokens of a row, 0 on its padding (a row's `input_mask` numbers its
+  sequences 1, 2, ... where it packs several: data/examples.py's DocumentPacker)."""
+  return (input_mask > 0).astype(jnp.float32)
+
+
 def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int) -> Draws:
   """Masking (reference section 2), the sampling numbers and the loss denominators."""
   step_keys = keys(rng)
@@ -92,7 +98,7 @@ def draw(rng, batch, cfg: ObjectiveConfig, special: SpecialIds, vocab_size: int)
       special_ids=(special.pad, special.cls, special.sep), mask_token_prob=cfg.mask_token_prob,
       with_replacement=not cfg.sample_without_replacement,
       random_token_prob=cfg.random_token_prob, vocab_size=vocab_size)
-  tokens = batch['input_mask'].astype(jnp.float32)
+  tokens = real_tokens(batch['input_mask'])
   counts = {'slots': jnp.sum(masked.weights), 'tokens': jnp.sum(tokens),
             'selected': jnp.sum(tokens * masking.selected(masked, tokens.shape[1])),
             'candidates': jnp.sum(candidates(batch, special).astype(jnp.float32)),

@@ -2,7 +2,6 @@
 replace -> discriminator; and ELECTRA 15%, whose discriminator counts only the masked
 positions (the paper's Table 5)."""
 
-import jax.numpy as jnp
 
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import networks as model_lib
@@ -31,7 +30,7 @@ def electra_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objective
       apply, gen_rng, batch, draws, cfg, common.decoder_rows(model, draws))
   disc_logits = apply(model_lib.Electra.discriminator_logits, disc_rng, disc_ids,
                       batch['segment_ids'], batch['input_mask'])
-  tokens = batch['input_mask'].astype(jnp.float32)
+  tokens = common.real_tokens(batch['input_mask'])
   if only_masked:
     tokens = tokens * masking.selected(draws.masked, tokens.shape[1])
   count = draws.counts['selected' if only_masked else 'tokens']

@@ -50,7 +50,7 @@ def electric_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Objectiv
   log_q = jnp.take_along_axis(jax.nn.log_softmax(jax.lax.stop_gradient(logits)),
                               disc_ids[..., None], -1)[..., 0]
   corrected = scores + log_q + jnp.log(cfg.mask_prob / (1 - cfg.mask_prob))
-  disc_loss, disc_metrics = common.detection(corrected, is_fake, input_mask.astype(jnp.float32),
+  disc_loss, disc_metrics = common.detection(corrected, is_fake, common.real_tokens(input_mask),
                                              draws.counts['tokens'])
   loss = cfg.gen_weight * cloze_loss + cfg.disc_weight * disc_loss
   return loss, {'loss': ratio(loss, 1.0), **metrics, **disc_metrics}

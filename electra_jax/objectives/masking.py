@@ -46,7 +46,7 @@ def mask_tokens(rng: jax.Array, input_ids: jax.Array, input_mask: jax.Array, *,
   candidates = input_mask.astype(bool)
   for i in set(special_ids) | {mask_id}:
     candidates &= input_ids != i
-  num_tokens = input_mask.sum(-1).astype(jnp.float32)
+  num_tokens = (input_mask > 0).sum(-1).astype(jnp.float32)
   num_to_predict = jnp.clip(jnp.round(num_tokens * mask_prob).astype(jnp.int32), 1, n)
   has_candidate = candidates.any(-1, keepdims=True)
   weights = (jnp.arange(n)[None, :] < num_to_predict[:, None]) & has_candidate

@@ -72,7 +72,7 @@ def all_tokens_mlm_loss(params, batch, rng, *, model: model_lib.Electra, cfg: Ob
   log_generate = jax.nn.log_sigmoid(detect)  # log (1 - D)
   log_p = jnp.where(copy, jnp.logaddexp(log_copy, log_generate + log_p_target),
                     log_generate + log_p_target)
-  tokens = batch['input_mask'].astype(jnp.float32)
+  tokens = common.real_tokens(batch['input_mask'])
   main_loss = -jnp.sum(log_p * tokens) / (draws.counts['tokens'] + 1e-6)
   replaced = is_replaced.astype(jnp.float32) * tokens
   loss = cfg.gen_weight * gen_loss + main_loss

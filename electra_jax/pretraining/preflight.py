@@ -46,6 +46,12 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True) -> 
     raise UserError(f'data.max_seq_length={d.max_seq_length} exceeds '
                     f'model.max_position_embeddings={m.max_position_embeddings}; shorten the '
                     'sequences or enlarge the position table')
+  if d.pack_documents and m.backbone != 'modern':
+    raise UserError('data.pack_documents packs documents into rows whose tokens count positions '
+                    "from their own document's [CLS], which the modern backbone's rotary "
+                    "positions read; the BERT backbone's learned positions follow the original's "
+                    "examples: set --config.model.backbone=modern (configs/*.py:modern) or leave "
+                    'data.pack_documents out')
   if config.objective.max_predictions < 1:
     raise UserError(f'objective.mask_prob={config.objective.mask_prob} selects no token in '
                     f'{d.max_seq_length}-token sequences; raise it')

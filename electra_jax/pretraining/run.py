@@ -82,6 +82,12 @@ def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
     raise UserError(f'the records in {records_dir} hold {meta["max_seq_length"]}-token examples '
                     f'but data.max_seq_length is {d.max_seq_length}; set '
                     f'--config.data.max_seq_length={meta["max_seq_length"]} or build new records')
+  if meta.get('pack_documents', False) != d.pack_documents:
+    raise UserError(f'the records in {records_dir} hold '
+                    + ('rows of packed documents' if d.pack_documents is False else
+                       "the original's [CLS] A [SEP] B [SEP] examples")
+                    + f' but data.pack_documents is {d.pack_documents}; set '
+                    f'--config.data.pack_documents={not d.pack_documents} or build new records')
   if d.vocab:
     fingerprint = tokenizer_lib.file_fingerprint(d.vocab)
     if fingerprint != meta['vocab_fingerprint']:

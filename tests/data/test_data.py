@@ -108,6 +108,41 @@ def test_builder_is_deterministic_for_a_seed(built):
   assert any((a.input_ids != b.input_ids).any() for a, b in zip(examples, other))
 
 
+def _pack(docs, max_length, min_piece=8):
+  packer = examples_lib.DocumentPacker(max_length, CLS, SEP, min_piece=min_piece)
+  rows = []
+  for doc in docs:
+    for sentence in doc:
+      rows += packer.add_sentence(sentence)
+    rows += packer.end_document()
+  return rows + packer.flush()
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize('max_length', [64, 512])
+def test_packed_rows_hold_every_document_whole_in_order_and_full(max_length):
+  """Each piece [CLS] tokens [SEP] of one document, numbered 1, 2, ... in its row; the pieces in
+  order give back every token of every document; every row but the last is full but for a room
+  smaller than a piece."""
+  docs = _documents(300, seed=1) + [[[7_000_000 + i for i in range(3 * max_length)]]]
+  rows = _pack(docs, max_length)
+  tokens = []
+  for r, row in enumerate(rows):
+    assert row.input_ids.shape == (max_length,) and (row.segment_ids == 0).all()
+    n = int((row.input_mask > 0).sum())
+    assert (row.input_mask[n:] == 0).all() and (row.input_ids[n:] == 0).all()
+    if r < len(rows) - 1:
+      assert n > max_length - 2 - 8, (r, n)
+    numbers = row.input_mask[:n]
+    assert numbers[0] == 1 and set(np.diff(numbers)) <= {0, 1}
+    for k in range(1, numbers.max() + 1):
+      piece = row.input_ids[:n][numbers == k]
+      assert piece[0] == CLS and piece[-1] == SEP and len(piece) > 2
+      assert len(set(piece[1:-1] // 1_000_000)) == 1  # one document
+      tokens += list(piece[1:-1])
+  assert tokens == [t for doc in docs for sentence in doc for t in sentence]
+
+
 @pytest.mark.fast
 def test_sentence_splitting_of_documentation():
   text = 'First line of a\nparagraph. Second sentence!\n\n    code = 1\n    more()\n\nLast.'

@@ -10,6 +10,7 @@ import pytest
 
 from electra_jax.convert import hf
 from electra_jax.model import attention as attention_lib
+from electra_jax.model import attention_masks
 from electra_jax.model import modern
 from electra_jax.model import networks as model_lib
 
@@ -143,6 +144,46 @@ def test_a_modern_encoders_token_does_not_see_past_its_layers_windows():
 
 
 @pytest.mark.fast
+def test_positions_count_from_each_sequences_first_token():
+  mask = np.array([[1, 1, 1, 2, 2, 3, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0], [1] * 8])
+  want = np.array([[0, 1, 2, 0, 1, 0, 0, 1], [0, 1, 2, 3, 4, 5, 0, 1], list(range(8))])
+  np.testing.assert_array_equal(np.asarray(attention_masks.sequence_positions(jnp.asarray(mask))),
+                                want)
+
+
+@pytest.mark.fast
+def test_a_packed_rows_documents_are_the_documents_alone_and_blind_to_each_other():
+  """Two documents in one row (numbered 1 and 2) give each document's outputs alone (its positions
+  from its own first token, global and local layers); changing the second changes neither the
+  first's outputs nor the gradient of a loss on them."""
+  cfg = _cfg()
+  params = _params(cfg)
+  rng = np.random.default_rng(5)
+  first, second = rng.integers(5, VOCAB, 13), rng.integers(5, VOCAB, 15)
+  row = lambda a, b: (np.r_[a, b, 0, 0, 0, 0][None].astype(np.int32),
+                      np.r_[[1] * 13, [2] * 15, [0] * 4][None].astype(np.int32))
+  hidden = lambda params, ids, mask: model_lib.Electra(cfg).apply(
+      {'params': params}, ids, np.zeros_like(ids), mask,
+      method=model_lib.Electra.discriminator_hidden)
+  ids, mask = row(first, second)
+  packed = np.asarray(hidden(params, ids, mask))
+  for doc, where in ((first, slice(0, 13)), (second, slice(13, 28))):
+    alone = np.asarray(hidden(params, doc[None].astype(np.int32), np.ones((1, len(doc)), np.int32)))
+    np.testing.assert_allclose(packed[0, where], alone[0], atol=2e-5, rtol=2e-5)
+  weights = jax.random.normal(jax.random.key(9), packed.shape)
+  def loss(params, ids):
+    return jnp.sum(hidden(params, ids, mask)[:, :13] * weights[:, :13])
+  other = second.copy()
+  other[[0, 7, 14]] = (other[[0, 7, 14]] + 11) % VOCAB
+  ids2, _ = row(first, other)
+  changed = np.asarray(hidden(params, ids2, mask))
+  np.testing.assert_array_equal(changed[0, :13], packed[0, :13])
+  assert not np.allclose(changed[0, 13:28], packed[0, 13:28])
+  grads = [jax.grad(loss)(params, x) for x in (ids, ids2)]
+  jax.tree.map(np.testing.assert_array_equal, *grads)
+
+
+@pytest.mark.fast
 def test_rotary_positions_make_scores_depend_on_the_distance_alone():
   q = jax.random.normal(jax.random.key(0), (1, 1, 1, 16))
   k = jax.random.normal(jax.random.key(1), (1, 1, 1, 16))
@@ -251,28 +292,50 @@ def test_modern_flops_count_its_kernels_and_each_layers_keys():
   assert short == (2 * kernels + 4 * cfg.hidden_size * 5 * 6) * 6
 
 
-@pytest.mark.fast
-@pytest.mark.parametrize('direction', ['', 'ltr'])
-def test_the_banded_path_gives_the_dense_paths_values_gradients_and_dropout(direction):
-  """At 70 tokens (not a multiple of the blocks), two packed sequences and padding, dropout on:
-  the banded product equals the dense one at every real query, in value and gradient."""
-  keys = jax.random.split(jax.random.key(0), 4)
+def _against_dense(path, direction: str, window: int, seed: int = 0):
+  """(the path's, the dense path's) outputs and q, k, v gradients at the real queries of a batch
+  of 70 tokens (two packed sequences and padding), dropout 0.2 on, and the dense outputs without
+  dropout."""
+  keys = jax.random.split(jax.random.key(seed), 4)
   q, k, v, g = (jax.random.normal(key, (2, 70, 2, 16)) for key in keys)
   key_mask = np.ones((2, 70), np.int32)
   key_mask[1, 30:] = 2
   key_mask[1, 61:] = 0
   real = key_mask > 0
   words = jax.random.bits(jax.random.key(5), (2,), jnp.uint32)
-  assert 3 * attention_lib.band_block(16) < 70  # what `explicit` would run: the band
-  def run(fn):
-    f = lambda q, k, v: fn(q, k, v, key_mask, direction=direction, dropout_rate=0.2,
-                           words=words, window=16)
+  def run(fn, rate=0.2):
+    f = lambda q, k, v: fn(q, k, v, key_mask, direction=direction, dropout_rate=rate,
+                           words=words, window=window)
     out, vjp = jax.vjp(f, q, k, v)
     return (out,) + vjp(jnp.where(real[..., None, None], g, 0.0))
-  got, want = jax.jit(lambda: run(attention_lib.banded))(), jax.jit(
-      lambda: run(attention_lib.dense))()
-  np.testing.assert_allclose(np.asarray(got[0])[real], np.asarray(want[0])[real], atol=1e-5)
-  for a, b in zip(got[1:], want[1:]):
-    np.testing.assert_allclose(np.asarray(a)[real], np.asarray(b)[real], atol=1e-5)
-  dropped = run(lambda *a, **kw: attention_lib.dense(*a, **{**kw, 'dropout_rate': 0.0}))[0]
-  assert not np.allclose(np.asarray(dropped)[real], np.asarray(want[0])[real])  # dropout acts
+  at_real = lambda xs: [np.asarray(x)[real] for x in xs]
+  return (at_real(jax.jit(lambda: run(path))()),
+          at_real(jax.jit(lambda: run(attention_lib.dense))()),
+          at_real(run(attention_lib.dense, 0.0))[0])
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize('direction', ['', 'ltr'])
+def test_the_banded_path_gives_the_dense_paths_values_gradients_and_dropout(direction):
+  """At 70 tokens (not a multiple of the blocks), two packed sequences and padding, dropout on:
+  the banded product equals the dense one at every real query, in value and gradient."""
+  assert 3 * attention_lib.band_block(16) < 70  # what `explicit` would run: the band
+  got, want, undropped = _against_dense(attention_lib.banded, direction, 16)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  assert not np.allclose(undropped, want[0])  # dropout acts
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize('direction,window', [('', 0), ('rtl', 0), ('', 16)])
+def test_the_chunked_path_gives_the_dense_paths_values_gradients_and_dropout(direction, window):
+  """Queries 16 at a time over 70 tokens (not a multiple), two packed sequences and padding,
+  dropout on: the chunked product equals the dense one at every real query, in value and
+  gradient; a long sequence without a window takes it."""
+  chunked = lambda *a, **kw: attention_lib.chunked(*a, **kw, chunk=16)
+  got, want, undropped = _against_dense(chunked, direction, window, seed=1)
+  for a, b in zip(got, want):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  assert not np.allclose(undropped, want[0])
+  long = jax.make_jaxpr(lambda q: attention_lib.explicit(q, q, q, jnp.ones((1, 4096), jnp.int32)))
+  assert 'scan' in str(long(jnp.zeros((1, 4096, 1, 8)))) and attention_lib.LONG < 4096

@@ -70,3 +70,38 @@ def test_a_modern_pre_training_fine_tunes_packed(modern_runs, tmp_path):
   result = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
   assert any(' examples a step packed in ' in line for line in lines), lines[:6]
   assert result['seeds'][0]['dev']['accuracy'] > 0.8
+
+
+def test_a_run_on_packed_documents_learns_and_its_records_are_checked(corpus_file, tmp_path):
+  """data.pack_documents: records of 128-token rows holding several documents each, a modern run
+  on them whose MLM loss falls; the BERT backbone and records of the other kind are refused in
+  one sentence each."""
+  import numpy as np
+  import tensorflow as tf
+  from electra_jax import UserError
+  from electra_jax.data import records
+
+  fields = {**MODERN, **OBJECTIVE_RUN, 'data.corpus': corpus_file, 'data.max_seq_length': 128,
+            'data.pack_documents': True, 'data.batch_size': 8, 'train_steps': 30,
+            'model.max_position_embeddings': 128,
+            'log_every': 10, 'eval_every': 0}
+  workdir = str(tmp_path / 'packed')
+  result = pretrain.train_and_evaluate(test_config(**fields), workdir, log=lambda *_: None)
+  data = os.path.join(workdir, 'data')
+  meta = records.read_metadata(data)
+  assert meta['pack_documents'] is True
+  shard = os.path.join(data, meta['splits']['train']['files'][0])
+  masks = np.array([tf.train.Example.FromString(raw.numpy()).features.feature['input_mask']
+                    .int64_list.value for raw in tf.data.TFRecordDataset(shard).take(8)])
+  assert masks.shape == (8, 128) and masks.max() > 1 and (masks > 0).mean() > 0.9
+  with open(os.path.join(workdir, 'metrics.jsonl')) as f:
+    losses = [r['mlm_loss'] for r in map(json.loads, f) if r['split'] == 'train']
+  assert len(losses) == 3 and losses[-1] < losses[0] - 0.2, losses
+  assert np.isfinite(result['eval']['loss'])
+  with pytest.raises(UserError, match='set --config.model.backbone=modern'):
+    pretrain.train_and_evaluate(test_config(**{**fields, 'model.backbone': 'bert'}),
+                                str(tmp_path / 'bert'), log=lambda *_: None)
+  with pytest.raises(UserError, match='--config.data.pack_documents=True or build new records'):
+    pretrain.train_and_evaluate(test_config(**{**fields, 'data.pack_documents': False,
+                                               'data.records': os.path.join(workdir, 'data')}),
+                                str(tmp_path / 'other'), log=lambda *_: None)
