@@ -295,10 +295,11 @@ def read_folder(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
   if not isinstance(config, dict):
     raise ValueError(f'{path} is not an HF model config (a JSON object); give a folder written by '
                      'save_pretrained (or by launch/export.py)')
-  if config.get('model_type') != 'electra':
+  if config.get('model_type') not in ('electra', 'modernbert'):
     raise ValueError(f'{folder} holds a {config.get("model_type")!r} model '
                      f'({", ".join(config.get("architectures") or ["no architecture named"])}), '
-                     'not ELECTRA; give an ELECTRA discriminator or generator folder')
+                     'neither ELECTRA nor ModernBERT; give an ELECTRA discriminator or generator '
+                     'folder, or a ModernBERT one')
   weights = fs.join(folder, 'model.safetensors')
   if fs.isfile(weights):
     try:
@@ -323,8 +324,68 @@ def read_folder(folder: str) -> tuple[dict, dict[str, np.ndarray]]:
   return config, state
 
 
+def _global_every(config: dict) -> int:
+  """model.global_every of a ModernBertConfig: its `global_attn_every_n_layers`, or the spacing
+  of the full-attention layers its `layer_types` list (transformers 5's configs)."""
+  layers = config['num_hidden_layers']
+  kinds = config.get('layer_types')
+  if not kinds:
+    return int(config.get('global_attn_every_n_layers', 3))
+  full = [i for i, kind in enumerate(kinds) if kind == 'full_attention']
+  every = 0 if not full else (full[1] - full[0] if len(full) > 1 else layers)
+  if full[:1] not in ([], [0]) or any((i in full) != (every > 0 and i % every == 0)
+                                      for i in range(layers)):
+    raise ValueError(f'the ModernBERT model attends globally in its layers {full}: here a layer '
+                     'is global every model.global_every layers from the first (0: none), '
+                     'which cannot give that pattern')
+  return every
+
+
+def _rope_theta(config: dict, kind: str, old: str, default: float) -> float:
+  return float(((config.get('rope_parameters') or {}).get(kind) or {}).get(
+      'rope_theta', config.get(old, default)))
+
+
+def modern_fields(config: dict, generator: dict | None = None) -> dict:
+  """Our ModelConfig fields (the modern backbone) from an HF ModernBert config.json (and a
+  generator's, of the same backbone)."""
+  biased = [k for k in ('norm_bias', 'attention_bias', 'mlp_bias', 'classifier_bias')
+            if config.get(k)]
+  if biased:
+    raise ValueError(f'the ModernBERT model has biases ({", ".join(biased)}); the modern backbone '
+                     'here has none (ModernBERT\'s released models neither)')
+  for key in ('hidden_activation', 'classifier_activation'):
+    if config.get(key, 'gelu') != 'gelu':
+      raise ValueError(f'the ModernBERT model uses {key}={config[key]!r}; the modern backbone '
+                       "here uses the exact 'gelu'")
+  hidden = config['hidden_size']
+  fields = {'backbone': 'modern', 'vocab_size': config['vocab_size'], 'embedding_size': hidden,
+            'hidden_size': hidden, 'num_layers': config['num_hidden_layers'],
+            'num_heads': config['num_attention_heads'],
+            'intermediate_size': config['intermediate_size'],
+            'max_position_embeddings': config['max_position_embeddings'],
+            'layer_norm_eps': config.get('norm_eps', 1e-5),
+            'local_window': config.get('local_attention', 128),
+            'global_every': _global_every(config),
+            'rope_theta_global': _rope_theta(config, 'full_attention', 'global_rope_theta',
+                                             160_000.0),
+            'rope_theta_local': _rope_theta(config, 'sliding_attention', 'local_rope_theta',
+                                            10_000.0),
+            'dropout_rate': config.get('mlp_dropout', 0.0),
+            'attention_dropout_rate': config.get('attention_dropout', 0.0)}
+  if generator is not None:
+    fields.update(generator='separate',
+                  generator_hidden_fraction=generator['hidden_size'] / hidden,
+                  generator_layers_fraction=(generator['num_hidden_layers'] /
+                                             config['num_hidden_layers']),
+                  untied_generator_embeddings=True)
+  return fields
+
+
 def model_fields(config: dict, generator: dict | None = None) -> dict:
   """Our ModelConfig fields from an HF discriminator's (and its generator's) config.json."""
+  if config.get('model_type') == 'modernbert':
+    return modern_fields(config, generator)
   fields = {'vocab_size': config['vocab_size'], 'embedding_size': config['embedding_size'],
             'hidden_size': config['hidden_size'], 'num_layers': config['num_hidden_layers'],
             'num_heads': config['num_attention_heads'],

@@ -83,6 +83,8 @@ def _open_hf(path: str, generator: str) -> Source:
     if gen_dir is None and fs.isfile(fs.join(path, 'generator', 'config.json')):
       gen_dir = fs.join(path, 'generator')
   config, state = hf.read_folder(disc_dir)
+  if config['model_type'] == 'modernbert':
+    return _open_modern(path, disc_dir, gen_dir, config, state)
   if 'ElectraForMaskedLM' in (config.get('architectures') or []):
     raise ValueError(f'{disc_dir} holds an ELECTRA generator (ElectraForMaskedLM); give the '
                      'discriminator\'s folder (in pre-training, this one may be its '
@@ -111,6 +113,43 @@ def _open_hf(path: str, generator: str) -> Source:
   return Source(path, 'HF transformers folder', fields, vocab, lower_case, rows,
                 gen_dir is not None,
                 'discriminator_predictions.dense.weight' in state, notes,
+                lambda cfg, fill: hf.from_hf(states, cfg, fill))
+
+
+def _encoder_prefixed(state: dict) -> dict:
+  """ModernBertModel saves its weights without the `model.` prefix of the models with heads."""
+  if any(k.startswith('model.') for k in state):
+    return state
+  return {f'model.{k}': v for k, v in state.items()}
+
+
+def _open_modern(path: str, disc_dir: str, gen_dir: str | None, config: dict,
+                 state: dict) -> Source:
+  """An HF ModernBERT folder: a released model (ModernBertForMaskedLM, or any ModernBert class)
+  gives the discriminator its encoder, the detection head starting fresh (an MLM head predicts
+  words, not replacements); launch/export.py's discriminator (ModernBertForTokenClassification
+  with one label) gives its detection head too. A generator comes from `gen_dir` alone."""
+  architecture = (config.get('architectures') or ['ModernBertModel'])[0]
+  has_head = (architecture == 'ModernBertForTokenClassification'
+              and len(config.get('id2label') or {}) == 1)
+  state = _encoder_prefixed(state)
+  notes = []
+  if not has_head:
+    state = {k: v for k, v in state.items() if k.startswith('model.')}
+    notes.append(f'the discriminator starts from the encoder of {architecture} (its head left '
+                 'out)')
+  states, gen_config = {'discriminator': state}, None
+  if gen_dir:
+    gen_config, gen_state = hf.read_folder(gen_dir)
+    if (gen_config['model_type'], gen_config.get('architectures')) != (
+        'modernbert', ['ModernBertForMaskedLM']):
+      raise ValueError(f'{gen_dir} holds {gen_config.get("architectures")}, not a ModernBERT '
+                       'generator (ModernBertForMaskedLM); give one of the same backbone, '
+                       'narrower')
+    states['generator'] = _encoder_prefixed(gen_state)
+  vocab, lower_case = vocab_lib.find(disc_dir)
+  return Source(path, 'HF transformers folder (ModernBERT)', hf.model_fields(config, gen_config),
+                vocab, lower_case, config['vocab_size'], gen_dir is not None, has_head, notes,
                 lambda cfg, fill: hf.from_hf(states, cfg, fill))
 
 

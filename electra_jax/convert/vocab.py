@@ -6,6 +6,7 @@ A `tokenizer.json` (HF `tokenizers`) is written for both kinds of vocabulary:
 - SentencePiece `.model`: the Unigram tokenizer we encode with (tokenizer.unigram_tokenizer: the
   same pieces, scores and normalization); the `.model` file is copied too (as `vocab.model`, what
   `launch/train.py` and `launch/finetune.py` read back).
+- an HF `tokenizer.json` (a released model's, read as it is): itself, with the templates.
 
 The ids equal ours on any text that does not spell a special token literally: HF tokenizers turn
 a literal "[MASK]" (or [CLS], [SEP], [PAD], [UNK]) in the text into that token, while our
@@ -31,6 +32,8 @@ def hf_tokenizer(ours):
   """A `tokenizers.Tokenizer` with our ids, [CLS]/[SEP] templates and special tokens."""
   if isinstance(ours, tokenizer_lib.WordPieceTokenizer):
     tok = _wordpiece_tokenizer(ours)
+  elif isinstance(ours, tokenizer_lib.JsonTokenizer):  # the file's own, a copy
+    tok = Tokenizer.from_str(ours._tok.to_str())
   else:  # the very tokenizer we encode with (tokenizer.unigram_tokenizer), a copy
     tok = Tokenizer.from_str(ours.unigram.to_str())
   s = ours.special
@@ -46,7 +49,8 @@ def write(ours, folder: str, lower_case: bool, max_length: int, token_types: boo
   """tokenizer.json, tokenizer_config.json, special_tokens_map.json and our vocabulary file;
   `token_types`: whether the model takes token_type_ids (ModernBert's do not)."""
   fs.write_atomic(fs.join(folder, 'tokenizer.json'), hf_tokenizer(ours).to_str())
-  fs.copyfile(ours.path, fs.join(folder, ours.file_name))
+  if ours.file_name != 'tokenizer.json':
+    fs.copyfile(ours.path, fs.join(folder, ours.file_name))
   with fs.open(fs.join(folder, 'tokenizer_config.json'), 'w') as f:
     json.dump({'tokenizer_class': 'PreTrainedTokenizerFast', 'do_lower_case': lower_case,
                'model_max_length': max_length,
@@ -64,7 +68,7 @@ def find(folder: str) -> tuple[str | None, bool]:
   if fs.isfile(config):
     with fs.open(config) as f:
       lower_case = bool(json.load(f).get('do_lower_case', True))
-  for name in ('vocab.model', 'spiece.model', 'vocab.txt'):
+  for name in ('vocab.model', 'spiece.model', 'vocab.txt', 'tokenizer.json'):
     if fs.isfile(fs.join(folder, name)):
       return fs.join(folder, name), lower_case
   return None, lower_case

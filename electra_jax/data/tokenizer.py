@@ -9,7 +9,12 @@ uses.
   pre-tokenizer, greedy longest-match-first WordPiece); its special ids are wherever the file has
   them ([PAD]=0 [UNK]=100 [CLS]=101 [SEP]=102 [MASK]=103 in BERT's).
 
-`load_tokenizer(path)` picks by the file name: `.txt` is WordPiece, anything else SentencePiece.
+- An HF `tokenizers` file, `tokenizer.json` (a released model's own, e.g. ModernBERT's byte-level
+  BPE), is used as it is (its normalizer, pre-tokenizer and model); its special tokens are its
+  [PAD] [UNK] [CLS] [SEP] [MASK], wherever it has them.
+
+`load_tokenizer(path)` picks by the file name: `.txt` is WordPiece, `.json` an HF tokenizers file,
+anything else SentencePiece.
 """
 
 import dataclasses
@@ -21,7 +26,7 @@ import os
 import re
 import signal
 import time
-from typing import Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
@@ -341,7 +346,24 @@ def _trainer(connection, options: dict, seed: int):
   connection.send(('model', model.getvalue()))
 
 
-class WordPieceTokenizer:
+class _ThroughHf:
+  """Encoding and decoding through an HF `tokenizers` object (`_tok`), without special tokens."""
+  _tok: Any
+
+  def encode(self, text: str) -> list[int]:
+    return self._tok.encode(text, add_special_tokens=False).ids
+
+  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return self._tok.decode([int(i) for i in ids])
+
+  def id_to_piece(self, i: int) -> str | None:
+    return self._tok.id_to_token(int(i))
+
+
+class WordPieceTokenizer(_ThroughHf):
   """Encodes text to ids with a BERT WordPiece vocab.txt, through HF `tokenizers`."""
   file_name = 'vocab.txt'
 
@@ -375,21 +397,44 @@ class WordPieceTokenizer:
   def vocab_size(self) -> int:
     return self._size
 
-  def encode(self, text: str) -> list[int]:
-    return self._tok.encode(text, add_special_tokens=False).ids
 
-  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-    return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+class JsonTokenizer(_ThroughHf):
+  """Encodes text to ids with an HF `tokenizers` file (`tokenizer.json`) as it is; `lower_case`
+  is the file's own normalizer's business."""
+  file_name = 'tokenizer.json'
 
-  def decode(self, ids: Iterable[int]) -> str:
-    return self._tok.decode([int(i) for i in ids])
+  def __init__(self, path: str):
+    if not fs.isfile(path):
+      raise FileNotFoundError(f'tokenizer file {path} does not exist; give the path of an HF '
+                              'tokenizer.json, a WordPiece vocab.txt or a SentencePiece .model')
+    data = fs.read_bytes(path)
+    try:
+      tok = Tokenizer.from_str(data.decode('utf-8'))
+    except Exception as e:  # (tokenizers raises Exception itself)
+      raise ValueError(f'{path} is not an HF tokenizers file ({" ".join(str(e).split())[:100]}); '
+                       'give the tokenizer.json a model was saved with') from None
+    ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+    missing = [t for t, i in ids.items() if i is None]
+    if missing:
+      raise ValueError(f'the tokenizer {path} lacks the special tokens {missing}; the encoders '
+                       'trained here read [PAD] [UNK] [CLS] [SEP] [MASK] (BERT\'s and '
+                       'ModernBERT\'s tokenizers have them)')
+    tok.no_padding()
+    tok.no_truncation()
+    self.path, self._tok = path, tok
+    self.special = SpecialIds(*(int(ids[t] or 0) for t in SPECIAL_TOKENS))  # (none is None)
+    self.fingerprint = hashlib.sha256(data).hexdigest()[:16]
 
-  def id_to_piece(self, i: int) -> str | None:
-    return self._tok.id_to_token(int(i))
+  @property
+  def vocab_size(self) -> int:
+    return self._tok.get_vocab_size(with_added_tokens=True)
 
 
 def load_tokenizer(path: str, lower_case: bool = True):
-  """A WordPiece tokenizer for a `.txt` vocabulary, else a SentencePiece one."""
+  """A WordPiece tokenizer for a `.txt` vocabulary, the file's own for an HF `tokenizer.json`
+  (`.json`), else a SentencePiece one."""
   if path.endswith('.txt'):
     return WordPieceTokenizer(path, lower_case=lower_case)
+  if path.endswith('.json'):
+    return JsonTokenizer(path)
   return SentencePieceTokenizer(path)

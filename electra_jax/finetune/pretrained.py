@@ -205,8 +205,9 @@ def _load_source(init: str, from_scratch: bool, log, head: bool = False) -> Pret
                        'discriminator, and prompting scores with it; give a pre-trained '
                        'discriminator with its head (ElectraForPreTraining)')
     if source.vocab is None:
-      raise ValueError(f'{init} has no vocabulary file (vocab.txt or a SentencePiece .model) '
-                       'beside its weights; copy the one it was trained with there')
+      raise ValueError(f'{init} has no vocabulary file (vocab.txt, a SentencePiece .model or an '
+                       'HF tokenizer.json) beside its weights; copy the one it was trained with '
+                       'there')
     config = config_defaults.default_config()
     # An original checkpoint does not record its heads: width / 64, as every released model.
     config.model.update({'num_heads': max(1, source.fields['hidden_size'] // 64), **source.fields})

@@ -73,7 +73,7 @@ def dense(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, 
 # Sequences longer than LONG run `chunked` (queries QUERY_CHUNK at a time): a dense product of
 # 8,192 tokens holds [B, H, 8192, 8192] float32 scores, probabilities and their gradients at once
 # (more than a 24 GB host for 6 layers of 2 heads and one row).
-LONG, QUERY_CHUNK = 2048, 1024
+LONG, QUERY_CHUNK = 2048, 256
 
 
 def chunked(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,

@@ -113,9 +113,9 @@ def _adopt_init_from(config: ml_collections.ConfigDict, log=print):
       m[key] = fields[key]
   if not config.data.vocab:
     if source.vocab is None:
-      raise UserError(f'{config.init_from} has no vocabulary file (vocab.txt or a SentencePiece '
-                      '.model) beside its weights; give the one it was trained with as '
-                      '--config.data.vocab')
+      raise UserError(f'{config.init_from} has no vocabulary file (vocab.txt, a SentencePiece '
+                      '.model or an HF tokenizer.json) beside its weights; give the one it was '
+                      'trained with as --config.data.vocab')
     config.data.vocab, config.data.lower_case = source.vocab, source.lower_case
     log(f'init_from: data.vocab {source.vocab} (lower_case={source.lower_case})')
   for note in source.notes:

@@ -270,6 +270,25 @@ def test_amos_compiles_for_v5e8():
   assert report['estimate']['step_s'] > 0
 
 
+@needs_libtpu
+def test_the_modern_backbone_compiles_for_v5e8():
+  """The modern backbone's step (global layers 0 and 3 on the Pallas kernel, the local ones on
+  the banded product, a generator with a word table of its own width) compiles and fits for eight
+  v5e chips."""
+  lines = []
+  report = compiling.compile_for_topology(
+      base_like(**{'model.backbone': 'modern', 'model.num_layers': 4, 'model.local_window': 64,
+                   'model.layer_norm_eps': 1e-5, 'model.untied_generator_embeddings': True,
+                   'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0,
+                   'microbatches': 1}), topology.parse('v5e-8'), lines.append)
+  assert lines[-1] == 'v5e-8: every program compiles and fits'
+  hlo = report['train_hlo']
+  # the kernels of the global layers alone: 2 of the discriminator's 4, 1 of the generator's 2
+  assert report['attention'] == 'pallas'
+  assert hlo.count('custom_call_target="tpu_custom_call"') == 3 * 3
+  assert report['estimate']['step_s'] > 0
+
+
 @pytest.mark.fast
 def test_the_ceilings_matmuls_are_the_ones_mfu_counts():
   """The matmuls the ceiling compiles alone do the FLOPs that MFU's model FLOPs count."""

@@ -105,3 +105,119 @@ def test_a_run_on_packed_documents_learns_and_its_records_are_checked(corpus_fil
     pretrain.train_and_evaluate(test_config(**{**fields, 'data.pack_documents': False,
                                                'data.records': os.path.join(workdir, 'data')}),
                                 str(tmp_path / 'other'), log=lambda *_: None)
+
+
+# ------------------------------------------------------------------------------------------------
+# From a released ModernBERT: an HF folder (ModernBertForMaskedLM, its byte-level BPE tokenizer)
+# ------------------------------------------------------------------------------------------------
+
+# The HF model's sizes, as our fields (MODERN's: 2 layers of 32, 2 heads, a window of 8)
+HF_SIZES = {'model.hidden_size': 32, 'model.embedding_size': 32, 'model.num_layers': 2,
+            'model.num_heads': 2, 'model.intermediate_size': 48, 'model.local_window': 8,
+            'model.max_position_embeddings': 128, 'model.layer_norm_eps': 1e-5,
+            'model.rope_theta_global': 20_000.0, 'model.rope_theta_local': 5_000.0}
+
+
+@pytest.fixture(scope='module')
+def modernbert_folder(tmp_path_factory, corpus_file):
+  """A ModernBertForMaskedLM of HF_SIZES with random weights, saved with a byte-level BPE
+  tokenizer.json of 300 entries trained on the test corpus (its special tokens at ids of its own:
+  [UNK]=0 [CLS]=1 [SEP]=2 [PAD]=3 [MASK]=4) and a word table of 320 rows."""
+  torch = pytest.importorskip('torch', reason='the HF folder needs the test extra')
+  import transformers
+  from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+  folder = tmp_path_factory.mktemp('modernbert')
+  tok = Tokenizer(models.BPE(unk_token='[UNK]'))
+  tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = decoders.ByteLevel()
+  tok.train([corpus_file], trainers.BpeTrainer(
+      vocab_size=300, special_tokens=['[UNK]', '[CLS]', '[SEP]', '[PAD]', '[MASK]'],
+      initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+  tok.save(str(folder / 'tokenizer.json'))
+  torch.manual_seed(0)
+  config = transformers.ModernBertConfig(
+      vocab_size=320, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+      num_attention_heads=2, local_attention=8, max_position_embeddings=128,
+      layer_types=['full_attention', 'sliding_attention'],
+      rope_parameters={'full_attention': {'rope_type': 'default', 'rope_theta': 20_000.0},
+                       'sliding_attention': {'rope_type': 'default', 'rope_theta': 5_000.0}},
+      pad_token_id=3, cls_token_id=1, sep_token_id=2, bos_token_id=1, eos_token_id=2,
+      initializer_range=0.2)
+  model = transformers.ModernBertForMaskedLM(config).eval()
+  model.save_pretrained(str(folder))
+  return str(folder), model
+
+
+def test_a_modernbert_folder_gives_our_encoder_its_outputs(modernbert_folder):
+  """The discriminator read from a ModernBertForMaskedLM folder (its encoder; the MLM head left
+  out, the detection head fresh) gives ModernBertModel's hidden states within 1e-4; the table is
+  cut to the tokenizer's 300 entries."""
+  import jax
+  import numpy as np
+  import torch
+  from electra_jax.model import networks as model_lib
+  from electra_jax.pretraining import init_from
+
+  folder, hf_model = modernbert_folder
+  source = init_from.open_source(folder)
+  assert source.fields['vocab_size'] == 300 and source.vocab.endswith('tokenizer.json')
+  assert not source.has_head and not source.has_generator
+  assert (source.fields['global_every'], source.fields['rope_theta_local']) == (2, 5_000.0)
+  cfg = model_lib.ModelConfig(**source.fields, untied_generator_embeddings=True,
+                              generator_hidden_fraction=0.5)
+  params = source.params(cfg, fill=model_lib.init_params(cfg, jax.random.key(0), 16))
+  ids = np.random.default_rng(0).integers(5, 300, (2, 40)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[1, 30:] = 0
+  ours = np.asarray(model_lib.Electra(cfg).apply(
+      {'params': params}, ids, np.zeros_like(ids), mask,
+      method=model_lib.Electra.discriminator_hidden))
+  with torch.no_grad():
+    theirs = hf_model.model(input_ids=torch.from_numpy(ids.astype(np.int64)),
+                            attention_mask=torch.from_numpy(mask.astype(np.int64)))
+  theirs = theirs.last_hidden_state.numpy()
+  real = mask > 0
+  np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4)
+
+
+def test_a_modernbert_folder_continued_by_rtd_exports_with_its_tokenizer(modernbert_folder,
+                                                                          corpus_file, tmp_path):
+  """`--config.init_from=<ModernBERT folder>`: records built with its tokenizer.json, a run on
+  them, exported with that tokenizer, HF's pipeline giving our ids and logits."""
+  from electra_jax.apps import export as export_lib
+  from electra_jax.data import records
+  folder, _ = modernbert_folder
+  workdir = str(tmp_path / 'continued')
+  lines = []
+  pretrain.train_and_evaluate(test_config(**{
+      **FIELDS, **HF_SIZES, 'model.global_every': 2, 'data.corpus': corpus_file,
+      'data.pack_documents': True, 'init_from': folder, 'train_steps': 4}), workdir,
+      log=lines.append)
+  assert any(l.startswith('init_from: data.vocab ') and 'tokenizer.json' in l for l in lines)
+  meta = records.read_metadata(os.path.join(workdir, 'data'))
+  assert meta['vocab_file'] == 'tokenizer.json' and meta['vocab_size'] == 300
+  assert meta['special_ids'] == {'pad': 3, 'unk': 0, 'cls': 1, 'sep': 2, 'mask': 4}
+  done = export_lib.export(workdir, str(tmp_path / 'hf'), log=lambda *_: None)
+  result = export_lib.verify(done, log=lambda *_: None, num_texts=8)
+  for network, checked in result.items():
+    assert checked['max_abs_diff'] < 1e-4, network
+    assert checked['same_ids'] == checked['texts'], network
+
+
+@pytest.mark.fast
+def test_modernbert_configs_of_either_age_give_our_fields_or_one_sentence():
+  from electra_jax.convert import hf
+  old = {'model_type': 'modernbert', 'vocab_size': 50368, 'hidden_size': 768,
+         'intermediate_size': 1152, 'num_hidden_layers': 22, 'num_attention_heads': 12,
+         'max_position_embeddings': 8192, 'global_attn_every_n_layers': 3,
+         'global_rope_theta': 160000.0, 'local_rope_theta': 10000.0, 'local_attention': 128,
+         'norm_eps': 1e-5, 'norm_bias': False}
+  fields = hf.model_fields(old)
+  assert (fields['global_every'], fields['rope_theta_global'], fields['local_window'],
+          fields['embedding_size']) == (3, 160000.0, 128, 768)
+  pattern = ['full_attention' if i % 3 == 0 else 'sliding_attention' for i in range(22)]
+  assert hf.model_fields({**old, 'layer_types': pattern})['global_every'] == 3
+  with pytest.raises(ValueError, match='attends globally in its layers \\[0, 1, 3, '):
+    hf.model_fields({**old, 'layer_types': ['full_attention'] * 2 + pattern[2:]})
+  with pytest.raises(ValueError, match='has biases \\(norm_bias\\)'):
+    hf.model_fields({**old, 'norm_bias': True})
