@@ -70,10 +70,11 @@ def dense(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, 
   return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
                     preferred_element_type=jnp.float32).astype(v.dtype)
 
-# Sequences longer than LONG run `chunked` (queries QUERY_CHUNK at a time): a dense product of
-# 8,192 tokens holds [B, H, 8192, 8192] float32 scores, probabilities and their gradients at once
-# (more than a 24 GB host for 6 layers of 2 heads and one row).
-LONG, QUERY_CHUNK = 2048, 256
+# Sequences longer than LONG run `chunked` (queries QUERY_CHUNK at a time; on a CPU 1.2x faster
+# than `dense` at 2,048 tokens, as fast at 512, measured in the layer's gradient): a dense product
+# of 8,192 tokens holds [B, H, 8192, 8192] float32 scores, probabilities and their gradients at
+# once (more than a 24 GB host for 6 layers of 2 heads and one row).
+LONG, QUERY_CHUNK = 1024, 256
 
 
 def chunked(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
@@ -89,22 +90,24 @@ def chunked(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0
   # padded queries: a sequence number no key has (they see nothing, and are dropped)
   query_ids = jnp.pad(ids, [(0, 0), (0, padded - length)],
                       constant_values=jnp.iinfo(jnp.int32).min)
-  qb = jnp.pad(q, [(0, 0), (0, padded - length), (0, 0), (0, 0)])
-  qb = qb.reshape(batch, blocks, chunk, heads, depth).swapaxes(0, 1)
+  # heads before positions ([B, H, L, D]: 1.2x faster products on a CPU than [B, L, H, D])
+  qb = jnp.pad(q, [(0, 0), (0, padded - length), (0, 0), (0, 0)]).transpose(0, 2, 1, 3)
+  qb = qb.reshape(batch, heads, blocks, chunk, depth).transpose(2, 0, 1, 3, 4)
+  kh, vh = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)
   query_ids = query_ids.reshape(batch, blocks, chunk).swapaxes(0, 1)
   key_at = jnp.arange(length)[None, :]
   scale = 1.0 / math.sqrt(depth)
 
   @jax.checkpoint
   def block(args):
-    qc, q_ids, start = args  # [B, chunk, H, D], [B, chunk], the block's first query
+    qc, q_ids, start = args  # [B, H, chunk, D], [B, chunk], the block's first query
     query_at = start + jnp.arange(chunk)[:, None]
     allowed = q_ids[:, :, None] == ids[:, None, :]  # [B, chunk, L]
     if direction:
       allowed = allowed & ((key_at <= query_at) if direction == 'ltr' else (key_at >= query_at))
     if window and window // 2 < length - 1:
       allowed = allowed & (jnp.abs(key_at - query_at) <= window // 2)
-    scores = jnp.einsum('bqhd,bkhd->bhqk', qc, k, preferred_element_type=jnp.float32)
+    scores = jnp.einsum('bhqd,bhkd->bhqk', qc, kh, preferred_element_type=jnp.float32)
     scores = scores * scale + jnp.where(allowed[:, None], 0.0, MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1)
     if dropout_rate > 0 and words is not None:
@@ -113,11 +116,12 @@ def chunked(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0
       bits = keep_bits(row_seed(words, rows), query_at[None, None], key_at[None, None], length)
       probs = jnp.where(bits >= jnp.uint32(threshold(dropout_rate)),
                         probs / (1.0 - dropout_rate), 0.0)
-    return jnp.einsum('bhqk,bkhd->bqhd', probs.astype(v.dtype), v,
+    return jnp.einsum('bhqk,bhkd->bhqd', probs.astype(v.dtype), vh,
                       preferred_element_type=jnp.float32).astype(v.dtype)
 
-  out = jax.lax.map(block, (qb, query_ids, jnp.arange(blocks) * chunk))  # [n, B, chunk, H, D]
-  return out.swapaxes(0, 1).reshape(batch, padded, heads, depth)[:, :length]
+  out = jax.lax.map(block, (qb, query_ids, jnp.arange(blocks) * chunk))  # [n, B, H, chunk, D]
+  out = out.transpose(1, 0, 3, 2, 4)  # [B, n, chunk, H, D]
+  return out.reshape(batch, padded, heads, depth)[:, :length]
 
 
 def band_block(window: int) -> int:

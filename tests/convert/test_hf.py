@@ -409,7 +409,8 @@ def test_bad_sources_are_one_sentence(pretrained, exported, tmp_path):
   bert.mkdir()
   (bert / 'config.json').write_text(json.dumps({'model_type': 'bert',
                                                 'architectures': ['BertForMaskedLM']}))
-  with pytest.raises(ValueError, match="holds a 'bert' model \\(BertForMaskedLM\\), neither ELECTRA nor ModernBERT"):
+  with pytest.raises(ValueError, match="holds a 'bert' model \\(BertForMaskedLM\\), neither "
+                     'ELECTRA nor ModernBERT'):
     sources.open_source(str(bert))
   with pytest.raises(ValueError, match='holds an ELECTRA generator'):
     sources.open_source(os.path.join(exported, 'generator'))
