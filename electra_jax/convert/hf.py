@@ -98,6 +98,15 @@ def generator_problem(cfg: model_lib.ModelConfig) -> str:
   return ''
 
 
+def finetuned_problem(cfg: model_lib.ModelConfig) -> str:
+  """Why a fine-tuned model of `cfg` has no HF transformers class here ('' : it has)."""
+  if cfg.modern:
+    return ("HF's ModernBertFor* classes put a dense, GELU and LayerNorm head before the "
+            "classifier, which a fine-tuning of the modern backbone here does not have: its "
+            'export is not written yet; predict with launch/predict.py from the workdir')
+  return ''
+
+
 def table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
   """(our parameter path, HF state-dict name, transposed) for 'discriminator' or 'generator'."""
   problem = generator_problem(cfg) if network == 'generator' else ''

@@ -27,6 +27,7 @@ values on every path.
 import concurrent.futures
 import dataclasses
 import functools
+import itertools
 import math
 from typing import Callable
 
@@ -198,9 +199,10 @@ def default_options(backend: str) -> flash_lib.FlashOptions:
   return flash_lib.FlashOptions(**backends.kernel_tiles(backend))
 
 
-def _kernel(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None, platform=''):
+def _kernel(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None, platform='',
+            window: int = 0):
   return flash_lib.flash_sharded(q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate,
-                                 words=words, options=default_options(platform))
+                                 words=words, options=default_options(platform), window=window)
 
 
 def _kernel_problem(platform: str, length: int, head_dim: int, heads: int) -> str:
@@ -208,10 +210,12 @@ def _kernel_problem(platform: str, length: int, head_dim: int, heads: int) -> st
 
 
 def check(options: flash_lib.FlashOptions, dtype=jnp.bfloat16, length: int = 128,
-          dropout_rate: float = 0.1, directions=('', 'ltr'), head_dim: int = 64) -> str:
+          dropout_rate: float = 0.1, directions=('', 'ltr'), head_dim: int = 64,
+          windows=(0,)) -> str:
   """'' when the kernels, compiled for `options` on the default device, give the explicit path's
-  values and gradients at a run's sequence length, dtype, dropout and directions (two rows, one of
-  them packing two sequences and padding, two heads); else what went wrong."""
+  values and gradients at a run's sequence length, dtype, dropout, directions and local layers'
+  windows (two rows, one of them packing two sequences and padding, two heads); else what went
+  wrong."""
   shape = (2, length, 2, head_dim)
   keys = jax.random.split(jax.random.key(0), 4)
   q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
@@ -221,10 +225,10 @@ def check(options: flash_lib.FlashOptions, dtype=jnp.bfloat16, length: int = 128
       positions[0] < length // 4, 1, jnp.where(positions[0] < length // 2 + 3, 2, 0))])
   words = seed_words(jax.random.key(1)) if dropout_rate > 0 else None
   tolerance = 1e-4 if jnp.dtype(dtype) == jnp.float32 else 5e-2
-  for direction in directions:
+  for direction, window in itertools.product(directions, windows):
     def run(fn):
       f = lambda q, k, v: fn(q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate,
-                             words=words).astype(jnp.float32)
+                             words=words, window=window).astype(jnp.float32)
       out, vjp = jax.vjp(f, q, k, v)
       return (out,) + vjp(do.astype(jnp.float32))
     got = jax.jit(lambda: run(functools.partial(flash_lib.flash, options=options)))()
@@ -234,14 +238,15 @@ def check(options: flash_lib.FlashOptions, dtype=jnp.bfloat16, length: int = 128
       err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-6))
       if not np.isfinite(err) or err > tolerance:
         return (f'{name} differs from the explicit path by {err:.2g} (relative, '
-                f'{direction or "both directions"}, length {length})')
+                f'{direction or "both directions"}, length {length}'
+                + (f', window {window})' if window else ')'))
   return ''
 
 
 @functools.cache
 def kernel_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
                  dropout_rate: float = 0.1, directions=('', 'ltr'),
-                 head_dim: int = 64) -> tuple[bool, str]:
+                 head_dim: int = 64, windows=(0,)) -> tuple[bool, str]:
   """(whether the kernels work on this backend at a run's shape, why not), checked once per
   process and shape. Safe to call while a step is being traced: the check runs in a thread of its
   own, outside the trace (JAX's tracing state is per thread)."""
@@ -249,7 +254,8 @@ def kernel_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
 
   def run():
     try:
-      return check(options, jnp.dtype(dtype), length, dropout_rate, tuple(directions), head_dim)
+      return check(options, jnp.dtype(dtype), length, dropout_rate, tuple(directions), head_dim,
+                   tuple(windows))
     except Exception as e:
       return f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
 
@@ -269,7 +275,8 @@ class Path:
   #   activations of this dtype ('auto' takes the first of `PATHS` that may, takes the shape and
   #   passes its check)
   problem: Callable = lambda platform, length, head_dim, heads: ''  # why it does not take a shape
-  check: Callable | None = None  # (platform, length, dtype, dropout rate, directions, head size)
+  check: Callable | None = None  # (platform, length, dtype, dropout rate, directions, head size,
+  #   local layers' windows)
   #   -> (whether it matched the explicit path on the device, why not); None: nothing to check
   fallback: str = ''  # the path a step compiles with when the compiler rejects this one
   window: bool = True  # it takes a local layer's window (a path without runs the explicit one
@@ -287,7 +294,7 @@ PATHS = {
                    auto=lambda backend, dtype: backends.is_accelerator(backend),
                    problem=_kernel_problem,
                    check=lambda *a: kernel_check(*a),  # (looked up when called)
-                   fallback='explicit', window=False),
+                   fallback='explicit'),
     'fused': Path('fused', _anywhere(fused), dropout=False, title='cuDNN fused attention',
                   auto=lambda backend, dtype: (backends.is_accelerator(backend)
                                                and jnp.dtype(dtype).itemsize == 2)),
@@ -335,7 +342,7 @@ def _auto(cfg, dtype: str, length: int, head_dim: int, check=None,
   backend = cfg.platform or jax.default_backend()
   if check is None:
     check = lambda path: path.check(backend, length, dtype, cfg.attention_dropout_rate,
-                                    _directions(cfg), head_dim)
+                                    _directions(cfg), head_dim, _windows(cfg))
   passed = []
   for path in PATHS.values():
     if not path.auto(backend, dtype):
@@ -353,6 +360,12 @@ def _auto(cfg, dtype: str, length: int, head_dim: int, check=None,
 
 def _directions(cfg) -> tuple:
   return cfg.generator_shape.directions
+
+
+def _windows(cfg) -> tuple:
+  """The windows the run's layers attend over (0: global)."""
+  return tuple(sorted({0 if cfg.is_global(i) else cfg.local_window
+                       for i in range(cfg.num_layers)})) if cfg.modern else (0,)
 
 
 def resolve(cfg, length: int, checked=True, agree=lambda ok: ok) -> tuple:
@@ -381,7 +394,7 @@ def resolve(cfg, length: int, checked=True, agree=lambda ok: ok) -> tuple:
     if not checked:
       return True, ''
     ok, why = path.check(backend, length, cfg.dtype, cfg.attention_dropout_rate,
-                         _directions(cfg), head)
+                         _directions(cfg), head, _windows(cfg))
     agreed = agree(ok)
     if ok and not agreed:
       why = 'it failed on another process'

@@ -30,6 +30,7 @@ class FlashOptions:
   """Static settings of the kernels (hashable: they key the compiled programs)."""
   dropout_rate: float = 0.0
   direction: str = ''
+  window: int = 0  # a local layer's: a query sees the keys within window // 2 (0: every key)
   block_q: int = 128  # forward: queries per program
   block_k: int = 64  # forward: keys per inner step
   block_k_dkv: int = 128  # dK/dV: keys per program
@@ -95,6 +96,8 @@ def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, key_mask, que
     allowed = allowed & (key <= query)
   elif o.direction == 'rtl':
     allowed = allowed & (key >= query)
+  if o.window:
+    allowed = allowed & (jnp.abs(key - query) <= o.window // 2)
   additive = jnp.where(allowed, 0.0, MASK_VALUE)
   if o.dropout_rate <= 0:
     return additive, None
@@ -102,6 +105,21 @@ def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, key_mask, que
   seed = row_seed((seeds_ref[0], seeds_ref[1]), row)
   keep = keep_bits(seed, query, key, key_len) >= jnp.uint32(threshold(o.dropout_rate))
   return additive, jnp.where(keep, 1.0 / (1.0 - o.dropout_rate), 0.0)
+
+
+def _span(o: FlashOptions, first, count: int, block: int, length: int):
+  """The blocks [lo, hi) of `block` positions (of `length`) that hold a position within a local
+  layer's window of the `count` positions from `first`: an inner loop visits those alone (a
+  block outside the window would add exp(-10000 ...) = 0 to every sum); all without a window."""
+  if not o.window:
+    return 0, length // block
+  reach = o.window // 2
+  # (lax.div of non-negative numbers: `//` lowers through sign(), which Mosaic lowers only for a
+  # known TPU)
+  div = lambda x: lax.div(jnp.asarray(x, jnp.int32), jnp.int32(block))
+  lo = div(jnp.maximum(first - reach, 0))
+  hi = jnp.minimum(div(first + count - 1 + reach) + 1, length // block)
+  return lo, hi
 
 
 def _heads(group: int, head_dim: int):
@@ -148,7 +166,8 @@ def _forward_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, qmask_ref, o_ref, 
 
     init = (jnp.zeros(q.shape, jnp.float32), jnp.full((bq, 1), -jnp.inf, jnp.float32),
             jnp.zeros((bq, 1), jnp.float32))
-    acc, m, l = lax.fori_loop(0, key_len // bk, body, init)
+    lo, hi = _span(o, i * bq, bq, bk, key_len)
+    acc, m, l = lax.fori_loop(lo, hi, body, init)
     o_ref[:, lanes] = (acc / l).astype(o_ref.dtype)
     # the softmax's statistics, kept apart: m + log(l) would round at the magnitude of the mask
     m_ref[g] = m
@@ -198,7 +217,8 @@ def _dkv_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, qmask_ref, do_ref, o_r
       return dk, dv
 
     zeros = jnp.zeros(k.shape, jnp.float32)
-    dk, dv = lax.fori_loop(0, q_ref.shape[0] // bq, body, (zeros, zeros))
+    lo, hi = _span(o, j * bk, bk, bq, key_len)
+    dk, dv = lax.fori_loop(lo, hi, body, (zeros, zeros))
     dk_ref[:, lanes] = (dk * scale).astype(dk_ref.dtype)
     dv_ref[:, lanes] = dv.astype(dv_ref.dtype)
 
@@ -227,7 +247,8 @@ def _dq_kernel(seeds_ref, q_ref, k_ref, v_ref, mask_ref, qmask_ref, do_ref, o_re
       ds = p * (dp - delta)
       return dq + _nn(ds.astype(k_ref.dtype), k_ref[keys, lanes])
 
-    dq = lax.fori_loop(0, key_len // bk, body, jnp.zeros(q.shape, jnp.float32))
+    lo, hi = _span(o, i * bq, bq, bk, key_len)
+    dq = lax.fori_loop(lo, hi, body, jnp.zeros(q.shape, jnp.float32))
     dq_ref[:, lanes] = (dq * scale).astype(dq_ref.dtype)
 
 
@@ -364,15 +385,16 @@ _flash.defvjp(_flash_fwd, _flash_bwd)
 
 
 def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
-          options: FlashOptions | None = None, batch_offset=0):
+          options: FlashOptions | None = None, batch_offset=0, window: int = 0):
   """The kernels on one device's rows. q, k, v: [B, L, H, D]; key_mask: [B, L]; `words` the
-  layer's dropout key words (`layers.dropout_words`); `batch_offset` the global index of row 0.
+  layer's dropout key words (`layers.dropout_words`); `batch_offset` the global index of row 0;
+  `window` a local layer's (0: every key; the inner loops visit the blocks within it alone).
   Returns [B, L, H, D].
 
   The kernels read q, k, v as [B, L, H * D] (a free reshape of the projections' output): a program
   takes a block of positions of one head on GPUs, of a group of heads filling the 128 lanes on
   TPUs (`group_size`)."""
-  o = dataclasses.replace(options or FlashOptions(), direction=direction,
+  o = dataclasses.replace(options or FlashOptions(), direction=direction, window=window,
                           dropout_rate=dropout_rate if words is not None else 0.0)
   batch, length, heads, head_dim = q.shape
   problem = unsupported(o, length, head_dim, heads)
@@ -390,12 +412,12 @@ def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, 
 
 
 def flash_sharded(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None,
-                  options: FlashOptions | None = None, axis: str = 'data'):
+                  options: FlashOptions | None = None, axis: str = 'data', window: int = 0):
   """`flash` on every device's rows of a batch split over the mesh axis `axis` of the mesh in
   context (`jax.sharding.use_abstract_mesh`); without such a mesh, on the whole batch."""
   mesh = jax.sharding.get_abstract_mesh()
   call = functools.partial(flash, direction=direction, dropout_rate=dropout_rate,
-                           options=options)
+                           options=options, window=window)
   if (mesh.empty or axis not in mesh.axis_names or mesh.shape[axis] == 1
       or q.shape[0] % mesh.shape[axis]):  # (e.g. the one-row batch that creates the parameters)
     return call(q, k, v, key_mask, words=words)

@@ -272,8 +272,8 @@ def test_amos_compiles_for_v5e8():
 
 @needs_libtpu
 def test_the_modern_backbone_compiles_for_v5e8():
-  """The modern backbone's step (global layers 0 and 3 on the Pallas kernel, the local ones on
-  the banded product, a generator with a word table of its own width) compiles and fits for eight
+  """The modern backbone's step (every layer on the Pallas kernel, the local ones' loops bounded
+  by their window; a generator with a word table of its own width) compiles and fits for eight
   v5e chips."""
   lines = []
   report = compiling.compile_for_topology(
@@ -283,10 +283,10 @@ def test_the_modern_backbone_compiles_for_v5e8():
                    'microbatches': 1}), topology.parse('v5e-8'), lines.append)
   assert lines[-1] == 'v5e-8: every program compiles and fits'
   hlo = report['train_hlo']
-  # the kernels (forward, dkv, dq) of the global layers alone: layers 0 and 3 of the
-  # discriminator and of the generator (as deep, narrower)
+  # the kernels (forward, dkv, dq) of every layer: 4 of the discriminator, 4 of the generator (as
+  # deep, narrower)
   assert report['attention'] == 'pallas'
-  assert hlo.count('custom_call_target="tpu_custom_call"') == 3 * 4
+  assert hlo.count('custom_call_target="tpu_custom_call"') == 3 * 8
   assert report['estimate']['step_s'] > 0
 
 

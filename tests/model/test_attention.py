@@ -46,6 +46,13 @@ def _value_and_grads(fn, q, k, v, do):
   return (out,) + vjp(do)
 
 
+def _kernels_and(reference, options, key_mask, common, q, k, v, do):
+  """(the kernels', `reference`'s) output, dq, dk, dv with the same arguments `common`."""
+  run = lambda fn: jax.jit(lambda *a: _value_and_grads(
+      lambda q, k, v: fn(q, k, v, key_mask, **common), *a))(q, k, v, do)
+  return run(functools.partial(flash.flash, options=options)), run(reference)
+
+
 @pytest.mark.parametrize('backend, dtype, rate, direction, heads, head_dim', [
     ('gpu', jnp.float32, 0.1, '', 2, 16),
     ('gpu', jnp.float32, 0.1, 'ltr', 2, 16),
@@ -69,11 +76,7 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction, heads,
     compiled = dataclasses.replace(options, interpret=False)
     assert not flash.unsupported(compiled, q.shape[1], q.shape[-1])
   common = dict(direction=direction, dropout_rate=rate, words=words)
-  got = jax.jit(lambda *a: _value_and_grads(
-      lambda q, k, v: flash.flash(q, k, v, key_mask, options=options, **common), *a))(
-          q, k, v, do)
-  want = jax.jit(lambda *a: _value_and_grads(
-      lambda q, k, v: attention.explicit(q, k, v, key_mask, **common), *a))(q, k, v, do)
+  got, want = _kernels_and(attention.explicit, options, key_mask, common, q, k, v, do)
   for name, a, b in zip(('output', 'dq', 'dk', 'dv'), got, want):
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     assert a.dtype == b.dtype and a.shape == b.shape
@@ -83,6 +86,26 @@ def test_kernels_equal_the_explicit_path(backend, dtype, rate, direction, heads,
   if rate:  # the mask is really applied: without dropout the output differs
     plain = attention.explicit(q, k, v, key_mask, direction=direction)
     assert np.abs(np.asarray(plain, np.float32) - np.asarray(got[0], np.float32)).max() > 0.05
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize('backend, direction', [('gpu', ''), ('tpu', 'ltr')])
+def test_kernels_with_a_window_visit_its_blocks_alone_and_equal_the_explicit_path(backend,
+                                                                                   direction):
+  """A local layer's window of 16 over 64 tokens in blocks of 16 and 32: the inner loops visit
+  the blocks within the window alone (`_span`), and the output and gradients equal the explicit
+  path's with the band masked, dropout on."""
+  q, k, v, do, key_mask = _problem(jnp.float32)
+  options = flash.FlashOptions(backend=backend, interpret=True, window=16, **SMALL)
+  assert tuple(int(x) for x in flash._span(options, 32, 16, 16, 64)) == (1, 4)  # of 4 blocks
+  assert tuple(int(x) for x in flash._span(options, 0, 32, 16, 64)) == (0, 3)
+  common = dict(direction=direction, dropout_rate=0.1, words=attention_masks.seed_words(
+      jax.random.key(3)), window=16)
+  got, want = _kernels_and(attention.dense, options, key_mask, common, q, k, v, do)
+  for name, a, b in zip(('output', 'dq', 'dk', 'dv'), got, want):
+    assert np.abs(np.asarray(a) - np.asarray(b)).max() <= 1e-5 * np.abs(np.asarray(b)).max(), name
+  wide = attention.dense(q, k, v, key_mask, **{**common, 'window': 0})
+  assert np.abs(np.asarray(wide) - np.asarray(got[0])).max() > 0.05  # the window acts
 
 
 @pytest.mark.fast
@@ -171,16 +194,21 @@ def _tpu_layout(monkeypatch):
 
 
 @pytest.mark.parametrize('generator, layout', [('separate', 'gpu'), ('two_tower', 'gpu'),
-                                               ('separate', 'tpu'), ('two_tower', 'tpu')])
+                                               ('separate', 'tpu'), ('two_tower', 'tpu'),
+                                               ('modern', 'gpu'), ('modern', 'tpu')])
 def test_model_with_the_kernels_trains_as_the_explicit_path(generator, layout, monkeypatch):
   """model.attention='pallas' (interpreted here) gives the explicit path's logits and parameter
-  gradients in training mode, attention and hidden dropout on, padding and ELECTRIC's towers; in
-  the GPU kernels' layout and in the TPU kernels' (both heads in one program)."""
+  gradients in training mode, attention and hidden dropout on, padding and ELECTRIC's towers, and
+  the modern backbone's global and local layers (a window of 8); in the GPU kernels' layout and
+  in the TPU kernels' (both heads in one program)."""
   if layout == 'tpu':
     _tpu_layout(monkeypatch)
   base = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_layers=2, num_heads=2,
               intermediate_size=64, max_position_embeddings=32, generator=generator,
               generator_hidden_fraction=1.0, dropout_rate=0.1, attention_dropout_rate=0.1)
+  if generator == 'modern':  # layer 0 global, layer 1 local
+    base.update(generator='separate', backbone='modern', embedding_size=32, local_window=8,
+                layer_norm_eps=1e-5)
   batch = synthetic_batch(4, 32, 64, seed=3)
   batch['input_mask'][1, 10:] = 0
   positions = np.tile(np.arange(5)[None] * 3, (4, 1))
@@ -302,16 +330,19 @@ def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
 
 
 @pytest.mark.fast
+@pytest.mark.parametrize('window', [0, 128])
 @pytest.mark.parametrize('platform, backend', [('cuda', 'gpu'), ('tpu', 'tpu')])
-def test_kernels_lower_for_gpu_and_tpu(platform, backend):
+def test_kernels_lower_for_gpu_and_tpu(platform, backend, window):
   """JAX lowers the forward and both backward kernels of ELECTRA-Base's attention (batch 8 x 512,
-  12 heads of 64, bfloat16, dropout) to Triton (GPU) and Mosaic (TPU) from this CPU machine.
+  12 heads of 64, bfloat16, dropout; and a local layer's window of 128, whose loops' bounds are
+  the program's) to Triton (GPU) and Mosaic (TPU) from this CPU machine.
   Triton's lowering asks the device which GPU it is for: from jax 0.12 on, with no GPU here, an
   abstract mesh names one (an H100; jax 0.10 took none)."""
   options = attention.default_options(backend)
 
   def loss(q, k, v, key_mask, words):
-    out = flash.flash(q, k, v, key_mask, dropout_rate=0.1, words=words, options=options)
+    out = flash.flash(q, k, v, key_mask, dropout_rate=0.1, words=words, options=options,
+                      window=window)
     return jnp.sum(out.astype(jnp.float32))
 
   target = {'gpu': '__gpu$xla.gpu.triton', 'tpu': 'tpu_custom_call'}[backend]

@@ -70,6 +70,12 @@ def test_a_modern_pre_training_fine_tunes_packed(modern_runs, tmp_path):
   result = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
   assert any(' examples a step packed in ' in line for line in lines), lines[:6]
   assert result['seeds'][0]['dev']['accuracy'] > 0.8
+  from electra_jax import UserError
+  from electra_jax.apps import export as export_lib
+  with pytest.raises(UserError, match='ModernBertFor\\* classes put a dense, GELU and LayerNorm '
+                     'head before the classifier'):
+    export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'ft_hf'), log=lambda *_: None)
+  assert not os.path.exists(tmp_path / 'ft_hf') and not os.path.exists(tmp_path / 'ft_hf.partial')
 
 
 def test_a_run_on_packed_documents_learns_and_its_records_are_checked(corpus_file, tmp_path):
