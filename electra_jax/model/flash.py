@@ -43,6 +43,13 @@ class FlashOptions:
   num_stages: int = 2  # Triton only
 
 
+# The longest sequence the TPU kernels take: a dK/dV program holds the whole sequence's Q, dO and O
+# (bf16, 128 lanes), its statistics and mask (a lane each, padded to 128) twice (double
+# buffering), about 5.4 KB a token: 44.25 MiB at 8,192 (Mosaic's count for v5e), over the 16 MiB
+# of scoped VMEM; 11 MiB at 2,048.
+TPU_LONGEST = 2048
+
+
 def _fit(block: int, length: int) -> int:
   return min(block, length)
 
@@ -76,6 +83,9 @@ def unsupported(o: FlashOptions, length: int, head_dim: int, heads: int = 1) -> 
   if o.backend == 'tpu':
     if any(b % 8 for b in blocks) or any(b % 128 and b != length for b in blocks):
       return f'blocks {sorted(blocks)} are not multiples of 128 (or the whole sequence of {length})'
+    if length > TPU_LONGEST:
+      return (f'{length} tokens are more than the {TPU_LONGEST} whose whole K and V (forward), Q, '
+              "dO, O and statistics (dK/dV) a program holds in a core's 16 MiB of scoped VMEM")
     return ''
   if any(b < 16 or b & (b - 1) for b in blocks):
     return f'blocks {sorted(blocks)} are not powers of two >= 16'

@@ -118,11 +118,20 @@ _UNITS = {'': 1, 'K': 2 ** 10, 'M': 2 ** 20, 'G': 2 ** 30, 'T': 2 ** 40}
 
 def out_of_memory(error: Exception) -> tuple | None:
   """(bytes required, bytes available) when `error` is the compiler refusing a program that does
-  not fit the device's memory (XLA's TPU compiler checks at compile time), else None."""
+  not fit the device's memory (XLA's TPU compiler checks at compile time), else None; also None
+  for a kernel that outgrows a core's scoped VMEM (the kernel's limit, not the device's memory:
+  its path's fallback serves)."""
   text = str(error)
   if 'RESOURCE_EXHAUSTED' not in text and 'Ran out of memory' not in text:
     return None
-  sizes = [float(n) * _UNITS[u] for n, u in re.findall(r'\(([\d.]+)([KMGT]?)i?B?\)', text)]
+  if 'ScopedVmemOom' in text or 'memory space vmem' in text:
+    return None
+  size = lambda n, u: float(n) * _UNITS[u]
+  used = re.search(r'Used ([\d.]+)([KMGT]?)i?B? of ([\d.]+)([KMGT]?)i?B? hbm', text)
+  if used:  # "Ran out of memory in memory space hbm. Used 20.93G of 15.48G hbm."
+    return size(*used.group(1, 2)), size(*used.group(3, 4))
+  # "the total memory required for HLO temporaries (64.00G) exceeds available HBM (31.25G)"
+  sizes = [size(n, u) for n, u in re.findall(r'\(([\d.]+)([KMGT]?)i?B?\)', text)]
   return (sizes[0], sizes[1]) if len(sizes) >= 2 else (float('inf'), float('nan'))
 
 

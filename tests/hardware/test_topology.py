@@ -442,6 +442,16 @@ def test_fit_microbatches_takes_the_fewest_parts_that_fit():
   assert aot.out_of_memory(RuntimeError('RESOURCE_EXHAUSTED: ... (17.04G) exceeds available HBM '
                                         '(15.75G).')) == (17.04 * 2 ** 30, 15.75 * 2 ** 30)
   assert aot.out_of_memory(RuntimeError('INVALID_ARGUMENT: bad shape')) is None
+  assert aot.out_of_memory(RuntimeError(
+      'RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory space '
+      'hbm. Used 20.93G of 15.48G hbm. Exceeded hbm capacity by 5.45G.')) == (
+          20.93 * 2 ** 30, 15.48 * 2 ** 30)
+  # a kernel's scoped VMEM (its operands' layouts hold "(2,1)"): not the device's memory
+  assert aot.out_of_memory(RuntimeError(
+      'RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom:\nRan out of memory in memory space '
+      'vmem while allocating on stack for %electra_flash_dkv.6 = (bf16[1,8192,768]{2,1,0:T(8,128)'
+      '(2,1)S(1)}) custom-call(...). Scoped allocation with size 44.25M and limit 16.00M exceeded '
+      'scoped vmem limit by 28.25M.')) is None
 
 
 @pytest.mark.fast

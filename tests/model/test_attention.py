@@ -363,6 +363,14 @@ def test_kernels_lower_for_gpu_and_tpu(platform, backend, window):
 
 
 @pytest.mark.fast
+def test_tpu_kernels_refuse_sequences_longer_than_their_vmem_holds():
+  tpu = attention.default_options('tpu')
+  assert not flash.unsupported(tpu, flash.TPU_LONGEST, 64, 12)
+  assert 'scoped VMEM' in flash.unsupported(tpu, 2 * flash.TPU_LONGEST, 64, 12)
+  assert not flash.unsupported(attention.default_options('gpu'), 8192, 64, 12)
+
+
+@pytest.mark.fast
 def test_options_reject_shapes_the_kernels_do_not_take():
   gpu = attention.default_options('gpu')
   assert not flash.unsupported(gpu, 512, 64)
