@@ -283,6 +283,15 @@ class Path:
   #   in local layers)
 
 
+def _fused_problem(platform: str, length: int, head_dim: int, heads: int) -> str:
+  """Beyond LONG tokens off GPUs, `jax.nn.dot_product_attention` is XLA's dense product (cuDNN's
+  kernel is the GPUs' alone): the explicit path's chunked and banded products serve instead."""
+  if platform == 'gpu' or length <= LONG:
+    return ''
+  return (f'{length} tokens: on {platform} it is XLA\'s dense product, all [B, H, L, L] scores '
+          f'at once, where the explicit path takes {QUERY_CHUNK} queries at a time')
+
+
 def _anywhere(fn):
   """A path that runs the same on every platform."""
   return lambda q, k, v, key_mask, platform='', **kw: fn(q, k, v, key_mask, **kw)
@@ -297,7 +306,8 @@ PATHS = {
                    fallback='explicit'),
     'fused': Path('fused', _anywhere(fused), dropout=False, title='cuDNN fused attention',
                   auto=lambda backend, dtype: (backends.is_accelerator(backend)
-                                               and jnp.dtype(dtype).itemsize == 2)),
+                                               and jnp.dtype(dtype).itemsize == 2),
+                  problem=_fused_problem),
     'explicit': Path('explicit', _anywhere(explicit), dropout=True, title='explicit softmax',
                      auto=lambda backend, dtype: True),
 }

@@ -512,7 +512,7 @@ def test_the_kernel_check_runs_at_the_runs_shape_and_every_host_takes_one_verdic
                               attention_dropout_rate=0.1, generator='two_tower')
   resolved, note = attention.resolve(cfg, 512)
   assert resolved.attention == 'pallas' and 'start-up check' in note
-  assert calls == [('tpu', 512, 'bfloat16', 0.1, ('', 'ltr', 'rtl'), 64)]
+  assert calls == [('tpu', 512, 'bfloat16', 0.1, ('', 'ltr', 'rtl'), 64, (0,))]
   resolved, note = attention.resolve(cfg, 512, agree=lambda ok: False)  # another host
   assert resolved.attention == 'fused' and 'failed on another process' in note
   unchecked, note = attention.resolve(cfg, 512, checked=False)

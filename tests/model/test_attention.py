@@ -363,11 +363,24 @@ def test_kernels_lower_for_gpu_and_tpu(platform, backend, window):
 
 
 @pytest.mark.fast
-def test_tpu_kernels_refuse_sequences_longer_than_their_vmem_holds():
+def test_tpu_paths_at_8192_tokens_hold_no_whole_score_matrix():
+  """On TPUs the kernels take up to TPU_LONGEST tokens and XLA's dense product (the 'fused'
+  path there) up to LONG: at 8,192 'auto' takes the explicit path (chunked, banded); a GPU's
+  kernel and cuDNN take it; the kernel check hears the run's windows."""
   tpu = attention.default_options('tpu')
   assert not flash.unsupported(tpu, flash.TPU_LONGEST, 64, 12)
   assert 'scoped VMEM' in flash.unsupported(tpu, 2 * flash.TPU_LONGEST, 64, 12)
   assert not flash.unsupported(attention.default_options('gpu'), 8192, 64, 12)
+  cfg = model_lib.ModelConfig(backbone='modern', hidden_size=768, embedding_size=768,
+                              num_heads=12, dtype='bfloat16', platform='tpu',
+                              attention_dropout_rate=0.0, dropout_rate=0.0, local_window=128)
+  checked = []
+  check = lambda path: checked.append(path.name) or (True, '')
+  assert attention._auto(cfg, 'bfloat16', 8192, 64, check)[0] == 'explicit'
+  assert attention._auto(cfg, 'bfloat16', 1024, 64, check)[0] == 'pallas'
+  assert attention._auto(dataclasses.replace(cfg, platform='gpu'), 'bfloat16', 8192, 64,
+                         check)[0] == 'pallas'
+  assert attention._windows(cfg) == (0, 128)
 
 
 @pytest.mark.fast
