@@ -151,7 +151,6 @@ def test_positions_count_from_each_sequences_first_token():
                                 want)
 
 
-@pytest.mark.fast
 def test_a_packed_rows_documents_are_the_documents_alone_and_blind_to_each_other():
   """Two documents in one row (numbered 1 and 2) give each document's outputs alone (its positions
   from its own first token, global and local layers); changing the second changes neither the
