@@ -69,11 +69,12 @@ def _map_rows(tree, fn, name=''):
   return fn(tree) if name in _ROWS else tree
 
 
-def _prefixed(state: dict) -> dict:
-  """ElectraModel saves its weights without the `electra.` prefix of the models with heads."""
-  if any(k.startswith('electra.') for k in state):
+def _prefixed(state: dict, prefix: str = 'electra.') -> dict:
+  """The base models (ElectraModel, ModernBertModel) save their weights without the prefix
+  (`electra.`, `model.`) of the models with heads."""
+  if any(k.startswith(prefix) for k in state):
     return state
-  return {f'electra.{k}': v for k, v in state.items()}
+  return {f'{prefix}{k}': v for k, v in state.items()}
 
 
 def _open_hf(path: str, generator: str) -> Source:
@@ -116,13 +117,6 @@ def _open_hf(path: str, generator: str) -> Source:
                 lambda cfg, fill: hf.from_hf(states, cfg, fill))
 
 
-def _encoder_prefixed(state: dict) -> dict:
-  """ModernBertModel saves its weights without the `model.` prefix of the models with heads."""
-  if any(k.startswith('model.') for k in state):
-    return state
-  return {f'model.{k}': v for k, v in state.items()}
-
-
 def _open_modern(path: str, disc_dir: str, gen_dir: str | None, config: dict,
                  state: dict) -> Source:
   """An HF ModernBERT folder: a released model (ModernBertForMaskedLM, or any ModernBert class)
@@ -132,7 +126,7 @@ def _open_modern(path: str, disc_dir: str, gen_dir: str | None, config: dict,
   architecture = (config.get('architectures') or ['ModernBertModel'])[0]
   has_head = (architecture == 'ModernBertForTokenClassification'
               and len(config.get('id2label') or {}) == 1)
-  state = _encoder_prefixed(state)
+  state = _prefixed(state, 'model.')
   notes = []
   if not has_head:
     state = {k: v for k, v in state.items() if k.startswith('model.')}
@@ -146,7 +140,7 @@ def _open_modern(path: str, disc_dir: str, gen_dir: str | None, config: dict,
       raise ValueError(f'{gen_dir} holds {gen_config.get("architectures")}, not a ModernBERT '
                        'generator (ModernBertForMaskedLM); give one of the same backbone, '
                        'narrower')
-    states['generator'] = _encoder_prefixed(gen_state)
+    states['generator'] = _prefixed(gen_state, 'model.')
   vocab, lower_case = vocab_lib.find(disc_dir)
   return Source(path, 'HF transformers folder (ModernBERT)', hf.model_fields(config, gen_config),
                 vocab, lower_case, config['vocab_size'], gen_dir is not None, has_head, notes,

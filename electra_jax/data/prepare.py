@@ -64,8 +64,9 @@ class _Shard:
                 fs.join(out_dir, f'.{self.name}.tmp-{os.getpid()}'))
     self.writer = tf.io.TFRecordWriter(self.tmp)
     self.pack = settings.pack_documents
-    self.builder: examples_lib.ExampleBuilder | examples_lib.DocumentPacker | None = None
-    self.restart(settings.max_seq_length, seed)
+    self.builder: examples_lib.ExampleBuilder | examples_lib.DocumentPacker = (
+        examples_lib.DocumentPacker(settings.max_seq_length, special.cls, special.sep)
+        if self.pack else self._examples(settings.max_seq_length, seed))
     self.counts = np.zeros(vocab_size, np.int64)
     self.pending: list[np.ndarray] = []
     self.examples = self.tokens = self.documents = self.long_sentences = 0
@@ -75,16 +76,11 @@ class _Shard:
   def restart(self, max_length: int, seed: str):
     """The examples that follow come from a new builder seeded `seed`; a packer (which draws
     nothing) goes on filling its row."""
-    if self.pack:
-      self.builder = self.builder or examples_lib.DocumentPacker(max_length, self.special.cls,
-                                                                 self.special.sep)
-    else:
-      self.builder = examples_lib.ExampleBuilder(max_length, self.special.cls, self.special.sep,
-                                                 seed=seed)
+    if not self.pack:
+      self.builder = self._examples(max_length, seed)
 
-  def _builder(self) -> examples_lib.ExampleBuilder | examples_lib.DocumentPacker:
-    assert self.builder is not None  # (set by __init__'s restart)
-    return self.builder
+  def _examples(self, max_length: int, seed: str) -> examples_lib.ExampleBuilder:
+    return examples_lib.ExampleBuilder(max_length, self.special.cls, self.special.sep, seed=seed)
 
   def add_document(self, sentences: list[list[int]]):
     self.documents += 1
@@ -93,12 +89,12 @@ class _Shard:
       # whole example (a paragraph without sentence ends) would lose all but its start, so it goes
       # in as pieces of a quarter example, of which at most part of one is dropped per example.
       if len(ids) <= self.max_length:
-        self._emit(self._builder().add_sentence(ids))
+        self._emit(self.builder.add_sentence(ids))
         continue
       self.long_sentences += 1
       for start in range(0, len(ids), self.piece):
-        self._emit(self._builder().add_sentence(ids[start:start + self.piece]))
-    self._emit(self._builder().end_document())
+        self._emit(self.builder.add_sentence(ids[start:start + self.piece]))
+    self._emit(self.builder.end_document())
 
   def _emit(self, examples):
     """Writes an Example, or a packer's list of them (None: nothing)."""
@@ -118,7 +114,7 @@ class _Shard:
 
   def finish(self, **extra) -> dict:
     """Renames the finished shard and writes its counts (with `extra`), which mark it done."""
-    self._emit(self._builder().flush())
+    self._emit(self.builder.flush())
     self.writer.close()
     self._count()
     path = fs.join(self.out_dir, self.name)

@@ -173,10 +173,7 @@ def counts_path(out_dir: str, shard_file: str) -> str:
 
 
 def vocab_file(settings: Settings) -> str:
-  for kind in (tokenizer_lib.WordPieceTokenizer, tokenizer_lib.JsonTokenizer):
-    if settings.vocab.endswith('.' + kind.file_name.rsplit('.', 1)[1]):
-      return kind.file_name
-  return VOCAB
+  return tokenizer_lib.kind_of(settings.vocab).file_name  # ('': the SentencePiece one trained)
 
 
 def done_shards(out_dir: str, settings: Settings) -> set:
@@ -202,7 +199,7 @@ def workdir_vocab(workdir: str, config) -> tuple[str, dict, str]:
                             'missing: run its command again (the same --config and --workdir) '
                             'to build them again, then this one')
   meta = read_metadata(records_dir)
-  vocab = next((fs.join(records_dir, n) for n in ('vocab.model', 'vocab.txt', 'tokenizer.json')
+  vocab = next((fs.join(records_dir, n) for n in tokenizer_lib.FILE_NAMES
                 if fs.isfile(fs.join(records_dir, n))), None)
   if vocab is None:
     raise FileNotFoundError(f'the records folder {records_dir} of {workdir} holds no vocabulary '

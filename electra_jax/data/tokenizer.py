@@ -430,11 +430,20 @@ class JsonTokenizer(_ThroughHf):
     return self._tok.get_vocab_size(with_added_tokens=True)
 
 
+KINDS = (SentencePieceTokenizer, WordPieceTokenizer, JsonTokenizer)
+FILE_NAMES = tuple(kind.file_name for kind in KINDS)  # their names inside a records folder
+
+
+def kind_of(path: str) -> type[SentencePieceTokenizer | WordPieceTokenizer | JsonTokenizer]:
+  """The tokenizer class that reads the vocabulary file `path`, by its name: `.txt` WordPiece,
+  `.json` an HF tokenizers file, anything else SentencePiece."""
+  return {'.txt': WordPieceTokenizer, '.json': JsonTokenizer}.get(
+      path[path.rfind('.'):] if '.' in path else '', SentencePieceTokenizer)
+
+
 def load_tokenizer(path: str, lower_case: bool = True):
-  """A WordPiece tokenizer for a `.txt` vocabulary, the file's own for an HF `tokenizer.json`
-  (`.json`), else a SentencePiece one."""
-  if path.endswith('.txt'):
+  """The tokenizer of the vocabulary file `path` (`kind_of`)."""
+  kind = kind_of(path)
+  if kind is WordPieceTokenizer:
     return WordPieceTokenizer(path, lower_case=lower_case)
-  if path.endswith('.json'):
-    return JsonTokenizer(path)
-  return SentencePieceTokenizer(path)
+  return kind(path)

@@ -38,7 +38,7 @@ import numpy as np
 from electra_jax.model import flash as flash_lib
 from electra_jax.platform import backends
 from electra_jax.model.attention_masks import (MASK_VALUE, allowed_mask, keep_bits, probs_keep,
-                                               row_seed, seed_words, threshold)
+                                               row_seeds, seed_words, threshold, visible)
 
 
 
@@ -103,18 +103,14 @@ def chunked(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0
   def block(args):
     qc, q_ids, start = args  # [B, H, chunk, D], [B, chunk], the block's first query
     query_at = start + jnp.arange(chunk)[:, None]
-    allowed = q_ids[:, :, None] == ids[:, None, :]  # [B, chunk, L]
-    if direction:
-      allowed = allowed & ((key_at <= query_at) if direction == 'ltr' else (key_at >= query_at))
-    if window and window // 2 < length - 1:
-      allowed = allowed & (jnp.abs(key_at - query_at) <= window // 2)
+    allowed = visible(q_ids[:, :, None] == ids[:, None, :], query_at, key_at, direction,
+                      window)  # [B, chunk, L]
     scores = jnp.einsum('bhqd,bhkd->bhqk', qc, kh, preferred_element_type=jnp.float32)
     scores = scores * scale + jnp.where(allowed[:, None], 0.0, MASK_VALUE)
     probs = jax.nn.softmax(scores, axis=-1)
     if dropout_rate > 0 and words is not None:
-      rows = (jax.lax.broadcasted_iota(jnp.uint32, (batch, heads, 1, 1), 0) * heads
-              + jax.lax.broadcasted_iota(jnp.uint32, (batch, heads, 1, 1), 1))
-      bits = keep_bits(row_seed(words, rows), query_at[None, None], key_at[None, None], length)
+      bits = keep_bits(row_seeds(words, batch, heads), query_at[None, None], key_at[None, None],
+                       length)
       probs = jnp.where(bits >= jnp.uint32(threshold(dropout_rate)),
                         probs / (1.0 - dropout_rate), 0.0)
     return jnp.einsum('bhqk,bhkd->bhqd', probs.astype(v.dtype), vh,
@@ -164,20 +160,14 @@ def banded(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0,
   # the first block's "previous" and the last's "next" lie outside the sequence: no query sees
   key_ids = jnp.where((key_at >= 0) & (key_at < length), key_ids, jnp.iinfo(jnp.int32).min)
   query_ids = ids.reshape(batch, blocks, block)
-  allowed = (query_ids[:, :, :, None] == key_ids[:, :, None, :])  # [B, n, block, 3 block]
-  distance = key_at[:, None, :] - query_at[:, :, None]  # [n, block, 3 block]
-  near = jnp.abs(distance) <= window // 2
-  if direction:
-    near = near & ((distance <= 0) if direction == 'ltr' else (distance >= 0))
-  allowed = allowed & near[None]
+  allowed = visible(query_ids[:, :, :, None] == key_ids[:, :, None, :],  # [B, n, block, 3 block]
+                    query_at[None, :, :, None], key_at[None, :, None, :], direction, window)
   scale = 1.0 / math.sqrt(depth)
   scores = jnp.einsum('bnqhd,bnkhd->bhnqk', qb, kb, preferred_element_type=jnp.float32)
   scores = scores * scale + jnp.where(allowed[:, None], 0.0, MASK_VALUE)
   probs = jax.nn.softmax(scores, axis=-1)
   if dropout_rate > 0 and words is not None:
-    rows = (jax.lax.broadcasted_iota(jnp.uint32, (batch, heads, 1, 1, 1), 0) * heads
-            + jax.lax.broadcasted_iota(jnp.uint32, (batch, heads, 1, 1, 1), 1))
-    bits = keep_bits(row_seed(words, rows), query_at[None, None, :, :, None],
+    bits = keep_bits(row_seeds(words, batch, heads, 5), query_at[None, None, :, :, None],
                      jnp.clip(key_at, 0, length - 1)[None, None, :, None, :], length)
     keep = bits >= jnp.uint32(threshold(dropout_rate))
     probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)

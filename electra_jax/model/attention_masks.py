@@ -50,14 +50,20 @@ def keep_bits(seed, query, key, key_len: int):
   return mix32((query * key_len + key).astype(jnp.uint32) ^ seed)
 
 
+def row_seeds(words, batch: int, heads: int, ndim: int = 4, batch_offset=0) -> jax.Array:
+  """The seeds (`row_seed`) of every (batch row, head) pair, [B, H, 1, ...] (`ndim` axes)."""
+  shape = (batch, heads) + (1,) * (ndim - 2)
+  rows = ((lax.broadcasted_iota(jnp.uint32, shape, 0) + jnp.uint32(batch_offset)) * heads
+          + lax.broadcasted_iota(jnp.uint32, shape, 1))
+  return row_seed(words, rows)
+
+
 def probs_keep(words, shape, batch_offset=0) -> jax.Array:
   """The keep bits of a whole [B, H, Lq, Lk] probability tensor (the explicit path's mask)."""
   b, h, lq, lk = shape
-  rows = ((lax.broadcasted_iota(jnp.uint32, (b, h, 1, 1), 0) + jnp.uint32(batch_offset)) * h
-          + lax.broadcasted_iota(jnp.uint32, (b, h, 1, 1), 1))
   query = lax.broadcasted_iota(jnp.int32, (1, 1, lq, lk), 2)
   key = lax.broadcasted_iota(jnp.int32, (1, 1, lq, lk), 3)
-  return keep_bits(row_seed(words, rows), query, key, lk)
+  return keep_bits(row_seeds(words, b, h, batch_offset=batch_offset), query, key, lk)
 
 
 def sequence_positions(key_mask) -> jax.Array:
@@ -78,10 +84,17 @@ def allowed_mask(key_mask, length: int, direction: str = '', window: int = 0):
   position see itself and its left, 'rtl' itself and its right (ELECTRIC's towers). `window`
   (a modern local layer's; 0: none): a query sees only the keys within window // 2 positions of
   it, on each side (HF's ModernBert: |q - k| <= local_attention // 2)."""
-  allowed = key_mask[:, None, None, :] == key_mask[:, None, :, None]
-  q, k = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
+  same = key_mask[:, None, None, :] == key_mask[:, None, :, None]
+  return visible(same, jnp.arange(length)[:, None], jnp.arange(length)[None, :], direction,
+                 window)
+
+
+def visible(same, query_at, key_at, direction: str = '', window: int = 0):
+  """`same` (a query and a key of one sequence) where the key is also in the query's direction
+  and window (`allowed_mask`'s rules), for queries at positions `query_at` and keys at `key_at`
+  (broadcast against `same`): every path's masks, whatever tiles it scores."""
   if direction:
-    allowed = allowed & ((k <= q) if direction == 'ltr' else (k >= q))
-  if window and window // 2 < length - 1:
-    allowed = allowed & (jnp.abs(k - q) <= window // 2)
-  return allowed
+    same = same & ((key_at <= query_at) if direction == 'ltr' else (key_at >= query_at))
+  if window:
+    same = same & (jnp.abs(key_at - query_at) <= window // 2)
+  return same

@@ -22,7 +22,7 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas import triton as plgpu
 from jax.sharding import PartitionSpec as P
 
-from electra_jax.model.attention_masks import MASK_VALUE, keep_bits, row_seed, threshold
+from electra_jax.model.attention_masks import MASK_VALUE, keep_bits, row_seed, threshold, visible
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,13 +101,7 @@ def _masks(o: FlashOptions, seeds_ref, b, h, heads, q0, k0, shape, key_mask, que
   `query_mask` [queries, 1]: the row's mask at them, masks.allowed_mask)."""
   query = lax.broadcasted_iota(jnp.int32, shape, 0) + q0
   key = lax.broadcasted_iota(jnp.int32, shape, 1) + k0
-  allowed = key_mask == query_mask
-  if o.direction == 'ltr':
-    allowed = allowed & (key <= query)
-  elif o.direction == 'rtl':
-    allowed = allowed & (key >= query)
-  if o.window:
-    allowed = allowed & (jnp.abs(key - query) <= o.window // 2)
+  allowed = visible(key_mask == query_mask, query, key, o.direction, o.window)
   additive = jnp.where(allowed, 0.0, MASK_VALUE)
   if o.dropout_rate <= 0:
     return additive, None
