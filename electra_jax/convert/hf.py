@@ -98,15 +98,6 @@ def generator_problem(cfg: model_lib.ModelConfig) -> str:
   return ''
 
 
-def finetuned_problem(cfg: model_lib.ModelConfig) -> str:
-  """Why a fine-tuned model of `cfg` has no HF transformers class here ('' : it has)."""
-  if cfg.modern:
-    return ("HF's ModernBertFor* classes put a dense, GELU and LayerNorm head before the "
-            "classifier, which a fine-tuning of the modern backbone here does not have: its "
-            'export is not written yet; predict with launch/predict.py from the workdir')
-  return ''
-
-
 def table(cfg: model_lib.ModelConfig, network: str) -> list[tuple]:
   """(our parameter path, HF state-dict name, transposed) for 'discriminator' or 'generator'."""
   problem = generator_problem(cfg) if network == 'generator' else ''
@@ -457,10 +448,13 @@ def encoder_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
   return out
 
 
-def detection_head_to_hf(params) -> dict[str, np.ndarray]:
-  """HF names of the discriminator's detection head (ElectraForPreTraining's)."""
+def detection_head_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
+  """HF names of the discriminator's detection head (ElectraForPreTraining's; the modern
+  backbone's: ModernBertForTokenClassification's `head` and one-label `classifier`)."""
   out = {}
-  for ours, name, transposed in _detection_head():
+  rows = (_detection_head() if not cfg.modern else [
+      r for r in _modern_table(cfg, 'discriminator') if r[0][0] == 'discriminator_predictions'])
+  for ours, name, transposed in rows:
     value = np.asarray(_get(params, ours), np.float32)
     out[name] = value.T if transposed else value
   return out
@@ -480,6 +474,27 @@ def dense(params, name: str = 'classifier') -> tuple[np.ndarray, np.ndarray]:
 
 def dense_head_to_hf(params, cfg: model_lib.ModelConfig) -> dict[str, np.ndarray]:
   """The state dict of the encoder and a head that is one dense layer (`classifier`), as HF's
-  token-classification and multiple-choice models name it."""
+  token-classification and multiple-choice models name it; the modern backbone's TaskHead before
+  it as every ModernBertFor* class's `head`."""
   kernel, bias = dense(params)
-  return {**encoder_to_hf(params, cfg), 'classifier.weight': kernel.T, 'classifier.bias': bias}
+  out = {**encoder_to_hf(params, cfg), 'classifier.weight': kernel.T, 'classifier.bias': bias}
+  if cfg.modern:
+    out.update({'head.dense.weight': np.asarray(params['head']['dense']['kernel'], np.float32).T,
+                'head.norm.weight': np.asarray(params['head']['LayerNorm']['scale'], np.float32)})
+  return out
+
+
+# A fine-tuned modern backbone: the ModernBertFor* class standing where ELECTRA's class stands.
+MODERN_CLASSES = {'ElectraForSequenceClassification': 'ModernBertForSequenceClassification',
+                  'ElectraForTokenClassification': 'ModernBertForTokenClassification',
+                  'ElectraForMultipleChoice': 'ModernBertForMultipleChoice'}
+
+
+def modern_task_to_hf(params, cfg: model_lib.ModelConfig, electra_class: str, pooling: str,
+                      dropout: float, fields: dict) -> tuple[dict, dict]:
+  """(state dict, config fields) of a fine-tuned modern backbone as the ModernBertFor* class of
+  `electra_class`: the encoder, `head` (our TaskHead) and `classifier`; HF's classes pool the
+  first token or the mean of the real tokens as ours do (`classifier_pooling`)."""
+  return dense_head_to_hf(params, cfg), {
+      **fields, 'architectures': [MODERN_CLASSES[electra_class]], 'classifier_pooling': pooling,
+      'classifier_dropout': dropout}

@@ -54,8 +54,6 @@ def export(config, workdir: str, out: str, step: int | None, seed: int | None,
                     'export it')
   kind = registry.get(meta['kind'])
   cfg = pretrained.model_cfg
-  if hf.finetuned_problem(cfg):
-    raise UserError(f'{workdir} cannot be exported: {hf.finetuned_problem(cfg)}')
   params = state['params']
   state, fields = kind.to_hf(params, cfg, kind.exported_labels(meta),
                              config_lib.dropout_rate(config, cfg), pooling, config)

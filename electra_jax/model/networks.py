@@ -24,6 +24,7 @@ LayerNorms without biases. Matmuls run in `dtype`; attention softmax, the genera
 vocabulary logits and the discriminator's logits are float32.
 """
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -200,6 +201,17 @@ class Encoder(nn.Module):
     return tuple(states) if exits else norm(x)
 
 
+def transform(cfg: ModelConfig, hidden, width: int, norm: bool = True):
+  """dense(width, GELU) then, where `norm`, a LayerNorm (the modern backbone's both without
+  biases: HF's ModernBertPredictionHead): the heads' first part, created in the calling module
+  as its `dense` and `LayerNorm`."""
+  h = gelu_for(cfg)(Dense(width, cfg, name='dense', use_bias=not cfg.modern)(hidden))
+  if not norm:
+    return h
+  return LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
+                   use_bias=not cfg.modern, name='LayerNorm')(h)
+
+
 class DiscriminatorHead(nn.Module):
   """dense(H, gelu) -> dense(1): one float32 logit per token (1 = replaced); the modern backbone:
   dense(H, gelu, no bias) -> LayerNorm (no bias) -> dense(1), HF's ModernBert token head.
@@ -210,13 +222,23 @@ class DiscriminatorHead(nn.Module):
 
   @nn.compact
   def __call__(self, hidden):
-    cfg = self.cfg
-    h = gelu_for(cfg)(Dense(cfg.hidden_size, cfg, name='dense', use_bias=not cfg.modern)(hidden))
-    if cfg.modern:  # HF's ModernBertForTokenClassification with one label: its head's LayerNorm
-      h = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                    use_bias=False, name='LayerNorm')(h)
+    cfg = self.cfg  # the modern one: HF's ModernBertForTokenClassification with one label
+    h = transform(cfg, hidden, cfg.hidden_size, norm=cfg.modern)
     return Dense(1, cfg, name='dense_prediction', bias_init=cfg.disc_bias_init)(h)[..., 0].astype(
         jnp.float32)
+
+
+class TaskHead(nn.Module):
+  """The modern backbone's fine-tuning head before its classifier, as every ModernBertFor* class
+  has it: dense(H, GELU) -> LayerNorm, without biases, in float32. A fine-tuning starts it from
+  the pre-trained detection head's (or MLM head's) `dense` and `LayerNorm`, as HF's classes load
+  their `head` from a pre-trained ModernBERT."""
+  cfg: ModelConfig
+
+  @nn.compact
+  def __call__(self, hidden):
+    cfg = dataclasses.replace(self.cfg, dtype='float32')
+    return transform(cfg, hidden.astype(jnp.float32), cfg.hidden_size)
 
 
 class GeneratorHead(nn.Module):
@@ -229,9 +251,7 @@ class GeneratorHead(nn.Module):
     cfg = self.cfg
     if rows is not None:
       table = jnp.where(rows[:, None], table, jax.lax.stop_gradient(table))
-    h = gelu_for(cfg)(Dense(table.shape[1], cfg, name='dense', use_bias=not cfg.modern)(hidden))
-    h = LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.dtype, param_dtype=cfg.param_dtype,
-                  use_bias=not cfg.modern, name='LayerNorm')(h)
+    h = transform(cfg, hidden, table.shape[1])
     bias = self.param('output_bias', nn.initializers.zeros, (cfg.vocab_size,), cfg.param_dtype)
     table = table.astype(h.dtype)
     if h.dtype == jnp.float32:

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import CHILD_ENV, HAS_HF, ROOT, WORDS, needs_hf, script, test_config
+from conftest import CHILD_ENV, HAS_HF, MODERN, ROOT, WORDS, needs_hf, script, test_config
 from electra_jax import UserError
 from electra_jax import fields as fields_lib
 from electra_jax.convert import hf as hf_lib
@@ -659,29 +659,38 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
     assert checked['dev']['rows'] == checked['dev']['same'] == 160, checked
 
 
+HEADS = [('classification', 'cls', 'AutoModelForSequenceClassification'),
+         ('classification', 'mean', 'AutoModelForSequenceClassification'),
+         ('regression', 'mean', 'AutoModelForSequenceClassification'),
+         ('multiple_choice', 'cls', 'AutoModelForMultipleChoice'),
+         ('multiple_choice', 'mean', 'AutoModelForMultipleChoice'),
+         ('tagging', 'cls', 'AutoModelForTokenClassification')]
+
+
 @needs_hf
-@pytest.mark.parametrize('kind, pooling, auto', [
-    ('classification', 'cls', 'AutoModelForSequenceClassification'),
-    ('classification', 'mean', 'AutoModelForSequenceClassification'),
-    ('regression', 'mean', 'AutoModelForSequenceClassification'),
-    ('multiple_choice', 'cls', 'AutoModelForMultipleChoice'),
-    ('multiple_choice', 'mean', 'AutoModelForMultipleChoice'),
-    ('tagging', 'cls', 'AutoModelForTokenClassification')])
-def test_every_head_exports_to_the_class_users_load_with_our_logits(tmp_path, kind, pooling, auto):
+@pytest.mark.parametrize('backbone', ['bert', 'modern'])
+@pytest.mark.parametrize('kind, pooling, auto', HEADS)
+def test_every_head_exports_to_the_class_users_load_with_our_logits(tmp_path, kind, pooling, auto,
+                                                                    backbone):
   """Random weights of each head, exported as the export writes them, loaded by the Auto class a
-  user loads (trust_remote_code for the mean-pooled classes the folder ships): our logits to
-  1e-4, on rows of different lengths (the mean reads the real tokens alone), in the labels'
-  units for regression."""
+  user loads (trust_remote_code for the mean-pooled classes the folder ships; the modern
+  backbone: HF's ModernBertFor* class of the kind, with either pooling): our logits to 1e-4, on
+  rows of different lengths (the mean reads the real tokens alone), in the labels' units for
+  regression."""
   import torch
   import transformers
   from electra_jax.convert import hf_code
-  cfg = model_lib.ModelConfig.from_config(test_config().model)
+  modern = backbone == 'modern'
+  cfg = model_lib.ModelConfig.from_config(test_config(**(MODERN if modern else {})).model)
   k = registry.get(kind)
   labels = {'classification': ['neg', 'pos', 'mixed'], 'regression': ['score'],
             'multiple_choice': [], 'tagging': ['O', 'B-X', 'E-X', 'S-X']}[kind]
   outputs = len(labels) or 1
   model = k.check_model(cfg, outputs, pooling)
   params = heads.init_params(model, jax.random.key(3), shape=k.init_shape)
+  if modern:  # a head whose LayerNorm is not the identity's
+    params['head']['LayerNorm']['scale'] = 1.0 + jax.random.normal(jax.random.key(4),
+                                                                    (cfg.hidden_size,))
   state, fields = k.to_hf(params, cfg, labels, 0.1, pooling)
   meta = {'label_scale': 4.0, 'label_offset': 1.0}
   state = k.in_units(state, meta)
@@ -692,17 +701,21 @@ def test_every_head_exports_to_the_class_users_load_with_our_logits(tmp_path, ki
   if 'auto_map' in fields:
     hf_code.write(folder)
     assert list(fields['auto_map']) == [auto]
+  assert ('auto_map' not in fields) if modern else True  # (HF's own classes)
   theirs_model = getattr(transformers, auto).from_pretrained(
       folder, trust_remote_code=True).eval()
+  if modern:
+    assert type(theirs_model).__name__ == hf_lib.MODERN_CLASSES[k.hf_class]
   rng = np.random.default_rng(0)
   shape = (3, 2, 12) if kind == 'multiple_choice' else (3, 12)
   ids = rng.integers(5, cfg.vocab_size, shape)
   mask = (np.arange(12) < rng.integers(4, 13, shape[:-1])[..., None]).astype(np.int64)
   segments = (np.arange(12) >= 6).astype(np.int64) * mask
   ours = np.asarray(model.apply({'params': params}, ids, segments, mask))
+  inputs = {'input_ids': ids, 'attention_mask': mask, 'token_type_ids': segments}
   with torch.no_grad():
-    theirs = theirs_model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                          token_type_ids=torch.from_numpy(segments)).logits.numpy()
+    theirs = theirs_model(**{name: torch.from_numpy(inputs[name]) for name in inputs
+                             if name != 'token_type_ids' or not modern}).logits.numpy()
   if kind == 'regression':
     theirs = (theirs - meta['label_offset']) / meta['label_scale']
   real = mask > 0 if kind == 'tagging' else slice(None)

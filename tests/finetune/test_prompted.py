@@ -208,3 +208,33 @@ def test_a_prompted_task_that_cannot_be_prompted_is_one_sentence(tmp_path, pretr
                      'label word, and task squad1 is qa'):
     registry.named(cfg.task)
   assert not any(os.path.exists(tmp_path / n) for n in 'ab')
+
+
+@pytest.mark.skipif(not HAS_HF, reason='needs the test extra')
+def test_a_modern_prompted_head_exports_as_modernbert_token_classification(tmp_path):
+  """The modern backbone's prompted fine-tuning leaves as ModernBertForTokenClassification with one
+  label (the detection head as pre-training exports it, which our importer reads back as one; the
+  classes live in the prompt): HF's per-token logits equal ours on rows of different lengths."""
+  import torch
+  import transformers
+  from conftest import MODERN
+  from electra_jax.convert import hf as hf_lib
+  cfg = model_lib.ModelConfig.from_config(test_config(**MODERN).model)
+  kind = registry.get('prompted')
+  model = kind.check_model(cfg, 1)
+  params = heads.init_params(model, jax.random.key(5))
+  state, fields = kind.to_hf(params, cfg, ['no', 'yes'], 0.0)
+  assert fields['architectures'] == ['ModernBertForTokenClassification']
+  folder = str(tmp_path / 'hf')
+  os.makedirs(folder)
+  hf_lib.save_folder(folder, state, {**hf_lib.hf_config(cfg, 'discriminator'), **fields,
+                                     'pad_token_id': 0})
+  theirs_model = transformers.AutoModelForTokenClassification.from_pretrained(folder).eval()
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, cfg.vocab_size, (3, 12))
+  mask = (np.arange(12) < np.array([[12], [7], [4]])).astype(np.int64)
+  ours = np.asarray(model.apply({'params': params}, ids, np.zeros_like(ids), mask))
+  with torch.no_grad():
+    theirs = kind.hf_array(theirs_model(input_ids=torch.from_numpy(ids),
+                                        attention_mask=torch.from_numpy(mask)))
+  np.testing.assert_allclose(ours[mask > 0], theirs[mask > 0], atol=1e-4, rtol=1e-5)

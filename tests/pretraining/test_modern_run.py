@@ -55,7 +55,9 @@ def test_a_modern_run_exports_as_modernbert_with_our_logits(modern_runs, tmp_pat
 
 def test_a_modern_pre_training_fine_tunes_packed(modern_runs, tmp_path):
   """The fine-tuning wing takes the modern encoder as it is (no branch on the backbone): a
-  packed fine-tuning on words where 'cat' decides the label learns it."""
+  packed fine-tuning on words where 'cat' decides the label learns it, its head (dense, GELU,
+  LayerNorm) started from the detection head's; it exports as ModernBertForSequenceClassification
+  whose run of the dev file through HF's pipeline gives our label on every row."""
   from electra_jax.finetune import config as config_lib
   from electra_jax.finetune import run
 
@@ -70,12 +72,47 @@ def test_a_modern_pre_training_fine_tunes_packed(modern_runs, tmp_path):
   result = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
   assert any(' examples a step packed in ' in line for line in lines), lines[:6]
   assert result['seeds'][0]['dev']['accuracy'] > 0.8
-  from electra_jax import UserError
+  pytest.importorskip('torch', reason='the check needs the test extra')
   from electra_jax.apps import export as export_lib
-  with pytest.raises(UserError, match='ModernBertFor\\* classes put a dense, GELU and LayerNorm '
-                     'head before the classifier'):
-    export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'ft_hf'), log=lambda *_: None)
-  assert not os.path.exists(tmp_path / 'ft_hf') and not os.path.exists(tmp_path / 'ft_hf.partial')
+  done = export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'ft_hf'), log=lambda *_: None)
+  with open(os.path.join(done.folders[0], 'config.json')) as f:
+    saved = json.load(f)
+  assert saved['architectures'] == ['ModernBertForSequenceClassification']
+  assert 'auto_map' not in saved and saved['classifier_pooling'] == 'cls'
+  checked = export_lib.verify(done, log=lambda *_: None, num_texts=8)['ft_hf']
+  assert checked['max_abs_diff'] < 1e-4 and checked['dev']['agrees'], checked
+  assert checked['dev']['rows'] == checked['dev']['same'] == 160, checked
+
+
+@pytest.mark.fast
+def test_the_modern_task_head_starts_from_the_pre_trained_head():
+  """A modern fine-tuning's head before the classifier (HF's `head`) starts from the detection
+  head's dense and LayerNorm, from the MLM head's where only that was trained (BERT MLM), and
+  fresh where neither fits; the classifier is always fresh."""
+  import jax
+  import numpy as np
+  from electra_jax.finetune.kinds import heads
+  from electra_jax.model import networks as model_lib
+  cfg = model_lib.ModelConfig.from_config(test_config(**MODERN).model)
+  pretrained = model_lib.init_params(cfg, jax.random.key(1))
+  model = heads.Classifier(cfg, 3)
+  fresh = heads.init_params(model, jax.random.key(2))
+  tuned = heads.init_params(model, jax.random.key(2), pretrained=pretrained)
+  detection = pretrained['discriminator_predictions']
+  for name in ('dense', 'LayerNorm'):
+    for leaf, value in tuned['head'][name].items():
+      np.testing.assert_array_equal(value, detection[name][leaf])
+  np.testing.assert_array_equal(tuned['classifier']['kernel'], fresh['classifier']['kernel'])
+  assert not np.array_equal(fresh['head']['dense']['kernel'], detection['dense']['kernel'])
+  mlm = {k: v for k, v in pretrained.items() if k != 'discriminator_predictions'}
+  mlm['generator_predictions'] = {'dense': detection['dense'], 'LayerNorm': detection['LayerNorm'],
+                                  'output_bias': np.zeros(cfg.vocab_size, np.float32)}
+  from_mlm = heads.init_params(model, jax.random.key(2), pretrained=mlm)
+  np.testing.assert_array_equal(from_mlm['head']['dense']['kernel'], detection['dense']['kernel'])
+  del mlm['generator_predictions']
+  neither = heads.init_params(model, jax.random.key(2), pretrained=mlm)
+  np.testing.assert_array_equal(neither['head']['dense']['kernel'],
+                                fresh['head']['dense']['kernel'])
 
 
 def test_a_run_on_packed_documents_learns_and_its_records_are_checked(corpus_file, tmp_path):

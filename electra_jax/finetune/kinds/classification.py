@@ -1,7 +1,8 @@
 """Classification: one class per text or pair of texts (GLUE's classification tasks, the built-in
 tasks, your own labelled files), read from [CLS] (or the mean of the tokens), scored by accuracy,
 F1 or Matthews correlation; exported as HF's ElectraForSequenceClassification ([CLS]) or as the
-mean-pooled class an export ships (convert/hf_code.py).
+mean-pooled class an export ships (convert/hf_code.py); the modern backbone as
+ModernBertForSequenceClassification with either pooling.
 """
 
 import jax.numpy as jnp
@@ -169,9 +170,12 @@ class Classification(kinds.Kind):
             pooling: str = 'cls', cfg=None) -> tuple[dict, dict]:
     """ElectraForSequenceClassification's head is dense -> GELU -> dense where ours is one dense:
     its first dense is the identity shifted to where GELU is the identity, its second ours less
-    the shift. A head on the mean of the tokens: ours as it is, in the class hf_code.py ships."""
+    the shift. A head on the mean of the tokens: ours as it is, in the class hf_code.py ships. The
+    modern backbone: ModernBertForSequenceClassification, our head as it is."""
     fields = {**hf.labelled(self.names(labels)), 'problem_type': self.problem_type,
               'classifier_dropout': dropout}
+    if model_cfg.modern:
+      return hf.modern_task_to_hf(params, model_cfg, self.hf_class, pooling, dropout, fields)
     if pooling == 'mean':
       return hf.dense_head_to_hf(params, model_cfg), {
           **fields, **hf_code.mean_pooled('AutoModelForSequenceClassification')}

@@ -14,7 +14,9 @@ from electra_jax.model import networks as model_lib
 
 
 class Classifier(nn.Module):
-  """[CLS] hidden state -> dropout -> dense (glorot-uniform): `num_outputs` float32 logits.
+  """[CLS] hidden state -> dropout -> dense (glorot-uniform): `num_outputs` float32 logits; the
+  modern backbone puts its TaskHead (dense, GELU, LayerNorm) before the dropout, as HF's
+  ModernBertFor* classes do.
 
   One output with a squared-error loss is the regression head (STS-B). `per_token`: the same head
   on every token's hidden state ([B, L, num_outputs], tagging). `pooling='mean'`: the head reads
@@ -37,6 +39,8 @@ class Classifier(nn.Module):
     self.embeddings = model_lib.Embeddings(cfg, cfg.embedding_size)
     self.discriminator = model_lib.Encoder(cfg, cfg.hidden_size, cfg.num_layers, cfg.num_heads,
                                            cfg.intermediate_size)
+    if cfg.modern:
+      self.head = model_lib.TaskHead(cfg)
     self.dropout = layers.Dropout(self.head_dropout_rate)
     self.classifier = nn.Dense(self.num_outputs, kernel_init=nn.initializers.glorot_uniform(),
                                dtype=jnp.float32, param_dtype=cfg.param_dtype)
@@ -67,6 +71,8 @@ class Classifier(nn.Module):
   def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True,
                positions=None, starts=None):
     chosen = self.features(input_ids, segment_ids, input_mask, deterministic, positions, starts)
+    if self.cfg.modern:
+      chosen = self.head(chosen)
     return self.classifier(self.dropout(chosen, deterministic=deterministic))
 
 
@@ -109,6 +115,8 @@ def init_params(model: nn.Module, key, pretrained=None, reinit: tuple[str, ...] 
         raise ValueError(f'the pre-trained {name} parameters do not fit the model config')
       params[name] = jax.tree.map(lambda p, f: jnp.asarray(p, f.dtype), pretrained[name],
                                   params[name])
+    if 'head' in params:  # the modern TaskHead: as HF loads `head` from a pre-trained ModernBERT
+      params['head'] = _pretrained_transform(pretrained, params['head'])
     if reinit:
       flat = traverse_util.flatten_dict(params, sep='/')
       new = traverse_util.flatten_dict(fresh, sep='/')
@@ -116,3 +124,16 @@ def init_params(model: nn.Module, key, pretrained=None, reinit: tuple[str, ...] 
           {k: new[k] if any(k == p or k.startswith(p + '/') for p in reinit) else v
            for k, v in flat.items()}, sep='/')
   return params
+
+
+def _pretrained_transform(pretrained, fresh):
+  """The TaskHead's parameters from the pre-trained head of its shapes that holds a `dense` and a
+  `LayerNorm`: the detection head's, else the MLM head's (a BERT-MLM pre-training); `fresh`
+  where neither fits."""
+  shapes = jax.tree.map(jnp.shape, fresh)
+  for name in ('discriminator_predictions', 'generator_predictions'):
+    head = pretrained.get(name, {})
+    part = {k: head[k] for k in fresh if k in head}
+    if part.keys() == fresh.keys() and jax.tree.map(jnp.shape, part) == shapes:
+      return jax.tree.map(lambda p, f: jnp.asarray(p, f.dtype), part, fresh)
+  return fresh

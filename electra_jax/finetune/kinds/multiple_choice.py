@@ -136,7 +136,10 @@ class MultipleChoice(classification.Classification):
             pooling: str = 'cls', cfg=None) -> tuple[dict, dict]:
     """ElectraForMultipleChoice: its sequence summary reads the first token with no projection and
     no activation, then its classifier is our dense. A head on the mean of the tokens: the class
-    hf_code.py ships (SequenceSummary's 'mean' would average the padding too)."""
+    hf_code.py ships (SequenceSummary's 'mean' would average the padding too). The modern
+    backbone: ModernBertForMultipleChoice, with either pooling."""
+    if model_cfg.modern:
+      return hf.modern_task_to_hf(params, model_cfg, self.hf_class, pooling, dropout, {})
     if pooling == 'mean':
       return hf.dense_head_to_hf(params, model_cfg), {
           **hf_code.mean_pooled('AutoModelForMultipleChoice'), 'classifier_dropout': dropout}

@@ -146,11 +146,14 @@ class Prompted(classification.Classification):
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
             pooling: str = 'cls', cfg=None) -> tuple[dict, dict]:
-    """ElectraForPreTraining: the discriminator and its detection head as pre-training exports
-    them; the classes and their prompt in the config (`electra_jax_prompt`), what prompts it the
-    same way again."""
-    state = {**hf.encoder_to_hf(params, model_cfg), **hf.detection_head_to_hf(params)}
+    """ElectraForPreTraining (the modern backbone: ModernBertForTokenClassification with one
+    label): the discriminator and its detection head as pre-training exports them; the classes
+    and their prompt in the config (`electra_jax_prompt`), what prompts it the same way again."""
+    state = {**hf.encoder_to_hf(params, model_cfg), **hf.detection_head_to_hf(params, model_cfg)}
     fields = {'architectures': [self.hf_class], **hf.labelled(labels)}
+    if model_cfg.modern:  # ModernBertForTokenClassification, one output (the classes: the prompt's)
+      fields = {'architectures': ['ModernBertForTokenClassification'],
+                **hf.labelled(['replaced'])}
     if cfg is not None:
       task = tasks_lib.Task(cfg.task.name, self.name, tuple(labels), ())
       prompt = self.prompt(task, cfg)
@@ -160,6 +163,10 @@ class Prompted(classification.Classification):
 
   def hf_inputs(self, ids, segments, mask) -> tuple:
     return ids, segments, mask
+
+  def hf_array(self, output) -> np.ndarray:
+    logits = output.logits.numpy()  # (ModernBertForTokenClassification's: [B, L, 1])
+    return logits[..., 0] if logits.ndim == 3 else logits
 
   def our_array(self, outputs) -> np.ndarray:
     return np.asarray(outputs)

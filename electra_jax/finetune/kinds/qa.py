@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from electra_jax import UserError
 from electra_jax.convert import hf
 from electra_jax.convert import hf_code
 from electra_jax.finetune.inputs import squad
@@ -179,6 +180,11 @@ class ExtractiveQA(kinds.Kind):
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float, pooling: str = 'cls',
             cfg=None) -> tuple[dict, dict]:
     """The class convert/hf_code.py ships: our head's layers under their own names."""
+    if model_cfg.modern:
+      raise UserError('a SQuAD fine-tuning of the modern backbone has no HF class to export to: '
+                      "HF's ModernBertForQuestionAnswering scores the end apart from the start, "
+                      'and the class an export ships holds ELECTRA\'s encoder; predict with '
+                      'launch/predict.py from the workdir')
     state = hf.encoder_to_hf(params, model_cfg)
     names = ['start_dense', 'end_dense', 'end_output'] + (
         ['answer_dense', 'answer_output'] if 'answer_dense' in params else [])

@@ -304,7 +304,11 @@ class Tagging(kinds.Kind):
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float,
             pooling: str = 'cls', cfg=None) -> tuple[dict, dict]:
-    """ElectraForTokenClassification: the same head as ours, one dense on every token."""
+    """ElectraForTokenClassification: the same head as ours, one dense on every token (the
+    modern backbone: ModernBertForTokenClassification, TaskHead and dense)."""
+    if model_cfg.modern:
+      return hf.modern_task_to_hf(params, model_cfg, self.hf_class, pooling, dropout,
+                                  hf.labelled(labels))
     return hf.dense_head_to_hf(params, model_cfg), {
         **hf.labelled(labels), 'architectures': [self.hf_class], 'classifier_dropout': dropout}
 
