@@ -73,6 +73,7 @@ class ConfigFile:
     self.file = flags.DEFINE_string(name, default, help_text, module_name=sys.argv[0])
     self.value = None
     self.overridden: list[str] = []
+    self._overrides: list[str] = []
 
   @property
   def present(self) -> bool:
@@ -91,6 +92,13 @@ class ConfigFile:
     if spec is not None:
       self.value, self.overridden = config_files.config_from(spec, overrides, self.name,
                                                              self.kind)
+      self._overrides = list(overrides)
+
+  def variant(self, variant: str):
+    """The same file's `variant` (its get_config(variant)) with the same overrides."""
+    path = (self.file.value or '').partition(':')[0]
+    return config_files.config_from(f'{path}:{variant}', self._overrides, self.name,
+                                    self.kind)[0]
 
 
 _CONFIG_FILES: dict[str, ConfigFile] = {}

@@ -7,7 +7,14 @@ python launch/compare.py --workdir=/tmp/cmp --runs=electra,mlm,electra_gdes --el
 
 The budget is the FLOPs of --electra_steps steps of ELECTRA under --config; every run gets the
 steps that cost the same (BERT MLM, without a generator, gets more). Runs: electra, electra_15, mlm,
-replace_mlm, all_tokens_mlm, electric, electra_gdes, electra_nes. Each is fine-tuned with the same
+mlm_30 (30% masked), replace_mlm, all_tokens_mlm, electric, cocolm, amos, electra_gdes,
+electra_nes; each also as <run>@<variant>, pre-trained on that variant of the --config file (with
+the same --config.<field> overrides, on records of its own kind with the same vocabulary):
+
+    python launch/compare.py --workdir=/tmp/cmp_modern --runs=electra,electra@modern,mlm_30@modern
+
+compares the BERT backbone with ELECTRA beside the modern one with ELECTRA and with ModernBERT's
+MLM at 30%, all at the FLOPs of the BERT ELECTRA's steps. Each is fine-tuned with the same
 seeds on both built-in tasks (coherence and topic), or on --finetune_config's task alone when it is
 given, and so is the same model from random weights; --finetune_config.<field>=<value> without
 --finetune_config sets the field for both built-in tasks. The table goes to
@@ -79,11 +86,13 @@ def main(argv):
              for label in builtin.TASKS}
   for ft in tasks.values():
     ft.num_seeds = _SEEDS.value
+  variants = {v: _CONFIG.variant(v) for v in compare.config_variants(_RUNS.value)}
   if _PLAN.value:
     compare.print_plan(_CONFIG.value, tasks, _RUNS.value, _STEPS.value,
-                       compare.measure_electra_step(_CONFIG.value), log)
+                       compare.measure_electra_step(_CONFIG.value), log, variants)
     return
-  compare.compare(_CONFIG.value, tasks, _WORKDIR.value, _RUNS.value, _STEPS.value, log=log)
+  compare.compare(_CONFIG.value, tasks, _WORKDIR.value, _RUNS.value, _STEPS.value, log=log,
+                  variants=variants)
 
 
 def _suite(compare, log):
@@ -94,9 +103,10 @@ def _suite(compare, log):
                                         'finetune_config')
     ft = compare.with_fields(own, _FT_CONFIG.value, _FT_CONFIG.overridden)
   ft.num_seeds = _SEEDS.value
+  variants = {v: _CONFIG.variant(v) for v in compare.config_variants(_RUNS.value)}
   if not _PLAN.value:
     compare_suite.compare_suite(_CONFIG.value, _SUITE.value, ft, _WORKDIR.value, _RUNS.value,
-                                _STEPS.value, log=log, tasks=_TASKS.value)
+                                _STEPS.value, log=log, tasks=_TASKS.value, variants=variants)
     return
   tasks = compare_suite.suite_tasks(_SUITE.value, ft, _TASKS.value)  # a bad name: before timing
   step_s = compare.measure_electra_step(_CONFIG.value)
@@ -104,7 +114,9 @@ def _suite(compare, log):
   for name, corpus, task_ft in tasks:
     log(f'== {name} (pre-training on {corpus})')
     total += compare.print_plan(compare_suite.suite_config(_CONFIG.value, corpus),
-                                {name: task_ft}, _RUNS.value, _STEPS.value, step_s, log)
+                                {name: task_ft}, _RUNS.value, _STEPS.value, step_s, log,
+                                {v: compare_suite.suite_config(c, corpus)
+                                 for v, c in variants.items()})
   log(f'the whole suite: estimated {total / 60:.1f} min (one ELECTRA step measured once; the '
       'records and vocabulary of each task come on top)')
 

@@ -5,10 +5,13 @@
     (and the same model from random weights) -> one table: comparison.md / comparison.json
 
 FLOPs per step are the analytic matmul count of each objective's step (pretraining/step_flops.py):
-an objective without a generator (BERT MLM) gets more steps. Re-running the same command resumes:
-finished pre-trainings and fine-tunings are read back, not redone.
+an objective without a generator (BERT MLM) gets more steps. A run `<run>@<variant>` pre-trains
+on a variant of the config (`variants`: the modern backbone's `configs/tiny.py:modern`, say) at
+the same budget, on records of its own kind built with the same vocabulary. Re-running the same
+command resumes: finished pre-trainings and fine-tunings are read back, not redone.
 """
 
+import copy
 import json
 import time
 
@@ -53,19 +56,36 @@ def check_runs(names) -> None:
   if twice:
     raise UserError(f'--runs names {", ".join(twice)} more than once; each run is pre-trained '
                     'once: give each name once')
-  unknown = [n for n in names if n not in runs]
+  unknown = [n for n in names if n.partition('@')[0] not in runs]
   if unknown:
-    raise UserError(f'unknown run {unknown[0]!r}; use some of {", ".join(runs)}')
+    raise UserError(f'unknown run {unknown[0]!r}; use some of {", ".join(runs)} (each also as '
+                    '<run>@<variant of --config>, e.g. electra@modern)')
 
 
-def run_config(config: ml_collections.ConfigDict, name: str) -> ml_collections.ConfigDict:
+def config_variants(names) -> list[str]:
+  """The variants of the pre-training config that runs `<run>@<variant>` name, in order."""
+  return list(dict.fromkeys(v for n in names for v in [n.partition('@')[2]] if v))
+
+
+def run_config(config: ml_collections.ConfigDict, name: str,
+               variants: dict | None = None) -> ml_collections.ConfigDict:
+  """The pre-training config of run `name` (`<run>` or `<run>@<variant>`: of `variants[variant]`
+  instead of `config`)."""
+  run, _, variant = name.partition('@')
   runs = objectives.runs()  # each objective's, and its variants
-  if name not in runs:
+  if run not in runs:
     raise UserError(f'unknown run {name!r}; use some of {", ".join(runs)}')
-  objective, overrides = runs[name]
-  c = ml_collections.ConfigDict(config.to_dict())  # a copy whose derived fields are plain values
-  c.objective.name = objective
-  c.model.update(overrides)
+  variants = variants or {}
+  if variant and variant not in variants:
+    raise UserError(f'run {name!r} names the config variant {variant!r}, which this comparison '
+                    f'was not given (it has {", ".join(variants) or "none"})')
+  objective, overrides = runs[run]
+  c = copy.deepcopy(variants[variant] if variant else config)  # derived fields follow the
+  c.objective.name = objective  #                                 overrides (max_predictions)
+  for path, value in overrides.items():
+    section, field = path.split('.')
+    c[section][field] = value
+  c = ml_collections.ConfigDict(c.to_dict())  # a copy whose derived fields are plain values
   with user_errors(ValueError):
     c = objectives.fit_model_config(c, log=lambda *_: None)
   return c
@@ -92,12 +112,13 @@ def step_flops(c: ml_collections.ConfigDict) -> float:
                                      ObjectiveConfig.from_config(c.objective))
 
 
-def plan(config, names, electra_steps: int) -> list[dict]:
-  """[{name, config, flops_per_step, steps}]: each run's steps for the same total FLOPs."""
+def plan(config, names, electra_steps: int, variants: dict | None = None) -> list[dict]:
+  """[{name, config, flops_per_step, steps}]: each run's steps for the same total FLOPs (those of
+  `electra_steps` ELECTRA steps of `config`, whatever variant a run trains)."""
   budget = electra_steps * step_flops(run_config(config, 'electra'))
   rows = []
   for name in names:
-    c = run_config(config, name)
+    c = run_config(config, name, variants)
     per_step = step_flops(c)
     c.train_steps = max(1, int(round(budget / per_step)))
     c.optimizer.decay_steps = c.train_steps
@@ -145,12 +166,12 @@ def as_tasks(ft_configs) -> dict:
 
 
 def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: float,
-             log=print) -> tuple[list[dict], dict, float]:
+             log=print, variants: dict | None = None) -> tuple[list[dict], dict, float]:
   """The plan with estimated seconds: each pre-training at the FLOP rate of one measured ELECTRA
   step (`electra_step_s`), each fine-tuning (its train steps, 3 x a forward, and one forward pass
   over the dev and test splits per seed) at the same rate. Returns (plan rows with 'seconds',
   {task label: steps, examples, seconds of one run's fine-tunings}, total seconds)."""
-  rows = plan(config, names, electra_steps)
+  rows = plan(config, names, electra_steps, variants)
   electra = run_config(config, 'electra')
   rate = step_flops(electra) / electra_step_s  # matmul FLOP/s achieved by the measured step
   cfg = model_lib.ModelConfig.from_config(electra.model)
@@ -176,10 +197,10 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
 
 
 def print_plan(config, ft_configs, names, electra_steps: int, electra_step_s: float,
-               log=print) -> float:
+               log=print, variants: dict | None = None) -> float:
   """Prints the runs' steps and estimated times (nothing is trained); returns the total seconds."""
   rows, finetune_s, total = estimate(config, ft_configs, names, electra_steps, electra_step_s,
-                                     log)
+                                     log, variants)
   log(f'budget: the FLOPs of {electra_steps:,} ELECTRA steps = '
       f'{electra_steps * step_flops(run_config(config, "electra")):.3g}; one ELECTRA step measured '
       f'at {electra_step_s * 1e3:.0f} ms on this machine, every estimate at its FLOP rate')
@@ -222,19 +243,35 @@ def _duration(seconds: float) -> str:
 
 
 def compare(config, ft_configs, workdir: str, names=DEFAULT_RUNS, electra_steps: int = 2000,
-            log=print) -> list[dict]:
+            log=print, variants: dict | None = None) -> list[dict]:
   """Pre-trains each run under `workdir` and fine-tunes it on each task of `ft_configs` (a config,
-  or {label: config}); returns the table's rows."""
+  or {label: config}); returns the table's rows. `variants`: {name: the pre-training config of
+  runs `<run>@<name>`}."""
   tasks = as_tasks(ft_configs)
-  plan(config, names, electra_steps)  # every run known before anything is written
+  plan(config, names, electra_steps, variants)  # every run known before anything is written
   with workdir_lib.claim(workdir, 'comparison'):  # its runs claim their own folders in it
-    return _compare(config, tasks, workdir, names, electra_steps, log)
+    return _compare(config, tasks, workdir, names, electra_steps, log, variants or {})
+
+
+def _variant_records(base, variant, name: str, workdir: str, log) -> ml_collections.ConfigDict:
+  """`variant` with the records of `base` where it reads records of the same kind, else with
+  records of its own (under <workdir>/variant_<name>) tokenized with `base`'s vocabulary."""
+  out = copy.deepcopy(variant)
+  out.model.vocab_size = base.model.vocab_size  # (what the corpus filled)
+  if records_lib.Settings.of_config(out) == records_lib.Settings.of_config(base):
+    out.data.records = base.data.records
+  elif not out.data.records:
+    meta = records_lib.read_metadata(base.data.records)
+    out.data.vocab = fs.join(base.data.records, meta['vocab_file'])
+    out.data.records, _ = pretrain.prepare_data(out, fs.join(workdir, f'variant_{name}'),
+                                                lambda line: log(f'[@{name}] {line}'))
+  return out
 
 
 def _shared_records(config, workdir: str, log) -> ml_collections.ConfigDict:
   """`config` with one records folder for every run (built under `workdir` unless given). A
   corpus too small for the vocabulary asked gets the largest multiple of 64 it can fill."""
-  base = ml_collections.ConfigDict(config.to_dict())
+  base = copy.deepcopy(config)
   if base.data.records:
     return base
   built = fs.join(workdir, 'data', records_lib.PLAN)  # a re-run: the size fitted the first time
@@ -261,16 +298,17 @@ def _shared_records(config, workdir: str, log) -> ml_collections.ConfigDict:
   return base
 
 
-def _compare(config, tasks: dict, workdir: str, names, electra_steps: int, log) -> list[dict]:
+def _compare(config, tasks: dict, workdir: str, names, electra_steps: int, log,
+             variants: dict) -> list[dict]:
   base = _shared_records(config, workdir, log)
-  rows = plan(base, names, electra_steps)
+  variants = {name: _variant_records(base, v, name, workdir, log) for name, v in variants.items()}
+  rows = plan(base, names, electra_steps, variants)
   for row in rows:
     log(f'{row["name"]}: {row["steps"]:,} steps of {row["flops_per_step"] / 1e9:.1f} GFLOP '
         f'({row["config"].objective.name})')
   results = []
   for row in rows:
     name, c = row['name'], row['config']
-    c.data.records = base.data.records
     prefix = lambda line, name=name: log(f'[{name}] {line}')
     summary = _pretrain(c, fs.join(workdir, name), prefix)
     tuned = {label: _finetune(ft, fs.join(workdir, name), fs.join(workdir, f'{name}_{label}'),

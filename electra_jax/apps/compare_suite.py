@@ -5,6 +5,7 @@
     baseline (compare.compare, under <workdir>/<task>) -> one table over the tasks: suite.md
 """
 
+import copy
 import json
 
 import ml_collections
@@ -48,13 +49,14 @@ def suite_tasks(suite_dir: str, ft_base: ml_collections.ConfigDict, only=()) -> 
 
 
 def suite_config(config: ml_collections.ConfigDict, corpus: str) -> ml_collections.ConfigDict:
-  c = ml_collections.ConfigDict(config.to_dict())
+  c = copy.deepcopy(config)
   c.data.update(corpus=corpus, records='')
   return c
 
 
 def compare_suite(config, suite_dir: str, ft_base, workdir: str, names=compare_lib.DEFAULT_RUNS,
-                  electra_steps: int = 2000, log=print, tasks=()) -> dict:
+                  electra_steps: int = 2000, log=print, tasks=(),
+                  variants: dict | None = None) -> dict:
   """`compare` on every task of a suite (`tasks`: those alone), each run pre-trained on the task's
   own train texts, under `workdir/<task>`; then one table over the tasks (suite.md, suite.json).
   Returns {task: rows}."""
@@ -63,7 +65,8 @@ def compare_suite(config, suite_dir: str, ft_base, workdir: str, names=compare_l
     log(f'== {name}: pre-training on {corpus}')
     tables[name] = compare_lib.compare(
         suite_config(config, corpus), {name: ft}, fs.join(workdir, name), names, electra_steps,
-        log=lambda line, name=name: log(f'[{name}] {line}'))
+        log=lambda line, name=name: log(f'[{name}] {line}'),
+        variants={v: suite_config(c, corpus) for v, c in (variants or {}).items()})
   lines = ['| run | ' + ' | '.join(f'{n} (dev / test)' for n in tables) + ' |',
            '|' + '---|' * (len(tables) + 1)]
   runs = [r['run'] for r in next(iter(tables.values()))]

@@ -232,7 +232,7 @@ class Objective:
   generator: bool = True  # a generator network runs beside the main one (BERT MLM: the main
   #   network is the generator)
   variants: dict = dataclasses.field(default_factory=dict)  # the compare tool's further runs:
-  #   {run name: model overrides}
+  #   {run name: {'model.<field>' or 'objective.<field>': value}}
   metrics: tuple = DETECTION_METRICS  # what it reports (Metric), curves.png's panels in order
   shown: tuple = DETECTION_SHOWN  # the metrics on its progress and evaluation lines, in order
   summary: tuple = (DETECTION_SUMMARY, GENERATOR_SUMMARY)  # the summary line's parts: formats of

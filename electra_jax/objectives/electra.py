@@ -45,6 +45,7 @@ def electra_15_loss(params, batch, rng, **kwargs):
 
 OBJECTIVES = (
     Objective('electra', electra_loss, variants={
-        'electra_gdes': {'gdes': True}, 'electra_nes': {'untied_generator_embeddings': True}}),
+        'electra_gdes': {'model.gdes': True},
+        'electra_nes': {'model.untied_generator_embeddings': True}}),
     Objective('electra_15', electra_15_loss),
 )

@@ -95,7 +95,8 @@ OBJECTIVES = (
               head_flops=lambda h, e, v, s, n: common.mlm_head_flops(h, e, v, n),
               generator=False,
               metrics=(common.LOSS, common.MLM_LOSS, common.MLM_ACCURACY),
-              shown=('loss', 'mlm_loss', 'mlm_accuracy'), summary=(common.GENERATOR_SUMMARY,)),
+              shown=('loss', 'mlm_loss', 'mlm_accuracy'), summary=(common.GENERATOR_SUMMARY,),
+              variants={'mlm_30': {'objective.mask_prob': 0.3}}),  # ModernBERT's masking rate
     Objective('replace_mlm', replace_mlm_loss, {'discriminator_mlm': True},
               head_flops=lambda h, e, v, s, n: common.mlm_head_flops(h, e, v, n),
               metrics=(common.LOSS, common.MLM_LOSS, MAIN_MLM_LOSS, common.MLM_ACCURACY,

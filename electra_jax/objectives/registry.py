@@ -15,8 +15,8 @@ HEADS = ('discriminator_mlm', 'cocolm_heads', 'amos_exits')
 
 
 def runs() -> dict[str, tuple[str, dict]]:
-  """The compare tool's runs: {run name: (objective name, model overrides)}, each objective and
-  its variants."""
+  """The compare tool's runs: {run name: (objective name, {'model.<field>' or
+  'objective.<field>': value})}, each objective and its variants."""
   out: dict[str, tuple[str, dict]] = {name: (name, {}) for name in OBJECTIVES}
   for o in OBJECTIVES.values():
     out.update({run: (o.name, overrides) for run, overrides in o.variants.items()})

@@ -36,6 +36,37 @@ def test_every_run_gets_the_steps_of_the_same_flops():
   assert rows['amos']['steps'] < 1000 and rows['amos']['config'].model.amos_exits
   with pytest.raises(Exception, match="unknown run 'bert'"):
     compare.plan(config, ['bert'], 10)
+  # ModernBERT's 30% masking: the prediction slots follow the rate, as the field's derivation says
+  assert rows['mlm_30']['config'].objective.mask_prob == 0.3
+  assert rows['mlm_30']['config'].objective.max_predictions == int(
+      (0.3 + 0.005) * config.data.max_seq_length) > rows['mlm']['config'].objective.max_predictions
+
+
+@pytest.mark.fast
+def test_runs_on_a_variant_of_the_config_share_the_budget_of_the_first():
+  """`<run>@<variant>` trains on that variant of the config (the modern backbone here) at the
+  FLOPs of ELECTRA's steps on the first config; a variant the comparison was not given is one
+  sentence."""
+  from conftest import MODERN
+  config = test_config(**{'model.vocab_size': 4096})
+  modern = test_config(**{'model.vocab_size': 4096, **MODERN, 'data.pack_documents': True})
+  names = ['electra', 'electra@modern', 'mlm_30@modern']
+  assert compare.config_variants(names + ['mlm@modern']) == ['modern']
+  compare.check_runs(names)
+  rows = {r['name']: r for r in compare.plan(config, names, 1000, {'modern': modern})}
+  budget = 1000 * rows['electra']['flops_per_step']
+  for name, row in rows.items():
+    assert abs(row['steps'] * row['flops_per_step'] - budget) <= row['flops_per_step'] / 2, name
+    assert (row['config'].model.backbone == 'modern') == name.endswith('@modern'), name
+    assert row['config'].data.pack_documents == name.endswith('@modern'), name
+  assert rows['electra@modern']['flops_per_step'] != rows['electra']['flops_per_step']
+  assert rows['mlm_30@modern']['config'].objective.mask_prob == 0.3
+  assert rows['mlm_30@modern']['config'].model.generator == 'tied'
+  with pytest.raises(UserError, match="run 'electra@long' names the config variant 'long', which "
+                     r'this comparison was not given \(it has modern\)'):
+    compare.plan(config, ['electra@long'], 10, {'modern': modern})
+  with pytest.raises(UserError, match="unknown run 'bert@modern'"):
+    compare.check_runs(['bert@modern'])
 
 
 @pytest.mark.fast
@@ -349,3 +380,35 @@ def test_a_stop_notice_during_a_pre_training_stops_the_whole_comparison(tmp_path
   assert not any(name.startswith(('electra_', 'random_init')) for name in os.listdir(workdir)), (
       os.listdir(workdir))
   assert signal.getsignal(signal.SIGINT) == before  # the loop put the handler before it back
+
+
+def test_a_variant_that_reads_other_records_gets_its_own_with_the_same_vocabulary(tmp_path,
+                                                                                  records_dir):
+  """electra beside electra@modern (packed documents): the variant's records are built once, of
+  its kind, tokenized with the first run's vocabulary; both pre-train and fine-tune into one
+  table, and a re-run reads everything back."""
+  from conftest import MODERN
+  from electra_jax.data import records as records_lib
+  config = test_config(**{'data.records': records_dir})
+  modern = test_config(**{**MODERN, 'data.pack_documents': True})
+  ft = ft_config_lib.default_config()
+  ft.update(batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0, num_seeds=1)
+  ft.task.update(name='own', train=_synthetic(tmp_path / 'train.csv', 64, 'classification', 0),
+                 dev=_synthetic(tmp_path / 'dev.csv', 32, 'classification', 1))
+  workdir = str(tmp_path / 'cmp')
+  lines = []
+  rows = compare.compare(config, ft, workdir, ('electra', 'electra@modern'), electra_steps=2,
+                         log=lines.append, variants={'modern': modern})
+  assert [r['run'] for r in rows][:3] == ['electra', 'electra@modern', 'random init']
+  built = os.path.join(workdir, 'variant_modern', 'data')
+  ours, theirs = records_lib.read_metadata(built), records_lib.read_metadata(records_dir)
+  assert ours['pack_documents'] and not theirs.get('pack_documents', False)
+  assert ours['vocab_fingerprint'] == theirs['vocab_fingerprint']
+  saved = json.load(open(os.path.join(workdir, 'electra@modern', 'config.json')))
+  assert saved['model']['backbone'] == 'modern' and saved['data']['records'] == built
+  lines.clear()
+  again = compare.compare(config, ft, workdir, ('electra', 'electra@modern'), electra_steps=2,
+                          log=lines.append, variants={'modern': modern})
+  assert [r['downstream'] for r in again] == [r['downstream'] for r in rows]
+  assert sum('summary.json read back' in l for l in lines) == 2, lines
+  assert not any('writing' in l and 'shards' in l for l in lines), lines

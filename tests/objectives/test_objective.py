@@ -461,7 +461,7 @@ def test_an_objective_registered_in_this_file_alone_trains_counts_and_compares(
   half = Metric('half_disc_loss', 'min', 'half the detection loss', column='half detection')
   probe = objective_common.Objective(
       'half_detection', half_detection, head_flops=heads,
-      variants={'half_detection_nes': {'untied_generator_embeddings': True}},
+      variants={'half_detection_nes': {'model.untied_generator_embeddings': True}},
       metrics=objective_common.DETECTION_METRICS + (half,),
       shown=('loss', 'half_disc_loss'),
       summary=(objective_common.DETECTION_SUMMARY, 'half detection loss {half_disc_loss:.4f}'))
