@@ -36,6 +36,8 @@ from electra_jax.data import records as records_lib
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as finetune_config
 from electra_jax.finetune.kinds import registry
+from electra_jax.model import attention_masks
+from electra_jax.model import modern
 from electra_jax.model import networks as model_lib
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.storage import fs
@@ -68,18 +70,24 @@ def mean_cosine(x: np.ndarray) -> float:
   return float((total @ total - n) / max(n * (n - 1), 1))
 
 
-def attention_entropy(q: np.ndarray, k: np.ndarray, mask: np.ndarray) -> float:
-  """Mean entropy of the attention of real queries over real keys, as a share of its maximum
-  (log of the number of real keys): 1 is uniform attention, 0 attention to one key."""
+def attention_entropy(q: np.ndarray, k: np.ndarray, mask: np.ndarray, window: int = 0) -> float:
+  """Mean entropy of the attention of real queries over the keys each may see, as a share of its
+  maximum (log of the number of those keys): 1 is uniform attention, 0 attention to one key.
+  `mask` is numbered as the model's (a row packing several sequences: each its own number) and
+  `window` a local layer's (0: none): the keys a query sees are the model's (masks.visible)."""
   d = q.shape[-1]
+  length = mask.shape[-1]
+  same = (mask[:, :, None] == mask[:, None, :]) & (mask[:, None, :] > 0)  # [B, Q, K]
+  allowed = np.asarray(attention_masks.visible(same, np.arange(length)[:, None],
+                                               np.arange(length)[None, :], window=window))
   scores = np.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(d)
-  scores = np.where(mask[:, None, None, :] > 0, scores, -1e30)
+  scores = np.where(allowed[:, None], scores, -1e30)
   scores = scores - scores.max(-1, keepdims=True)
   p = np.exp(scores)
   p = p / p.sum(-1, keepdims=True)
   entropy = -(p * np.log(np.maximum(p, 1e-30))).sum(-1)  # [B, H, Q]
-  keys = mask.sum(-1).astype(np.float64)  # [B]
-  share = entropy / np.maximum(np.log(np.maximum(keys, 2.0)), 1e-12)[:, None, None]
+  keys = allowed.sum(-1).astype(np.float64)[:, None]  # [B, 1, Q]
+  share = entropy / np.maximum(np.log(np.maximum(keys, 2.0)), 1e-12)
   real = np.broadcast_to(mask[:, None, :] > 0, share.shape)
   return float(share[real].mean())
 
@@ -98,14 +106,14 @@ def layer_stats(hidden: np.ndarray, mask: np.ndarray, max_tokens: int = 2048) ->
 @functools.lru_cache(maxsize=4)
 def _forward(model):
   """The discriminator without dropout, every layer's output and each layer's queries and keys
-  captured."""
+  captured (the modern backbone's: their joint projection, `Wqkv`)."""
   def run(params, batch):
     def wanted(module, method):
       path = module.path
       in_discriminator = len(path) >= 2 and path[0] == 'discriminator'
       return method == '__call__' and (
           in_discriminator and path[-1].startswith('layer_')
-          or (in_discriminator and len(path) >= 3 and path[-1] in ('query', 'key'))
+          or (in_discriminator and len(path) >= 3 and path[-1] in ('query', 'key', 'Wqkv'))
           or path == ('embeddings',))  # the embeddings' output (its own width)
     _, state = model.apply({'params': params}, batch['input_ids'], batch['segment_ids'],
                            batch['input_mask'], True, method=model_lib.Electra.discriminator_hidden,
@@ -115,7 +123,8 @@ def _forward(model):
 
 
 def checkpoint_stats(model, model_cfg, params, batches: list[dict]) -> list[dict]:
-  """One row per layer (0: the embeddings' output) of `params` on `batches`."""
+  """One row per layer (0: the embeddings' output; the modern backbone's: each layer's residual
+  stream, before the final norm) of `params` on `batches`."""
   captured = [jax.device_get(_forward(model)(params, b)) for b in batches]
   mask = np.concatenate([b['input_mask'] for b in batches])
   flat = [flatten_dict(c, sep='/') for c in captured]
@@ -127,15 +136,32 @@ def checkpoint_stats(model, model_cfg, params, batches: list[dict]) -> list[dict
     row = {'layer': layer, **layer_stats(joined[name], mask)}
     if layer:
       prefix = f'discriminator/layer_{layer - 1}'
-      heads = model_cfg.num_heads
-      split = lambda x: x.reshape(*mask.shape, heads, -1)  # (the layers keep tokens flat)
-      row['attention_entropy'] = attention_entropy(split(joined[f'{prefix}/query/__call__']),
-                                                   split(joined[f'{prefix}/key/__call__']), mask)
+      row['attention_entropy'] = attention_entropy(*_queries_keys(model_cfg, joined, prefix,
+                                                                  layer - 1, mask),
+                                                   mask, _window(model_cfg, layer - 1))
       row['weight_norm'] = float(np.sqrt(sum(
           np.sum(np.square(np.asarray(v, np.float64))) for k, v in weights.items()
           if k.startswith(f'layer_{layer - 1}/') and k.endswith('kernel'))))
     rows.append(row)
   return rows
+
+
+def _window(cfg, index: int) -> int:
+  return cfg.local_window if cfg.modern and not cfg.is_global(index) else 0
+
+
+def _queries_keys(cfg, captured: dict, prefix: str, index: int, mask: np.ndarray):
+  """A layer's queries and keys [B, L, heads, D] as its attention scores them: the modern
+  backbone's split from `Wqkv` and turned by its rotary positions (each sequence's own)."""
+  heads = cfg.num_heads
+  if not cfg.modern:
+    split = lambda x: x.reshape(*mask.shape, heads, -1)  # (the layers keep tokens flat)
+    return split(captured[f'{prefix}/query/__call__']), split(captured[f'{prefix}/key/__call__'])
+  qkv = captured[f'{prefix}/Wqkv/__call__'].reshape(*mask.shape, 3, heads, -1)
+  positions = attention_masks.sequence_positions(jnp.asarray(mask))
+  theta = cfg.rope_theta_global if cfg.is_global(index) else cfg.rope_theta_local
+  return tuple(np.asarray(modern.rotary(jnp.asarray(qkv[:, :, i]), positions, theta))
+               for i in range(2))
 
 
 def softmax_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,

@@ -31,6 +31,15 @@ def test_the_measures_on_vectors_whose_answer_is_known():
   k[:, 1, :, 0] = 50.0  # every query looks at key 1 alone
   q[..., 0] = 1.0
   assert diagnose.attention_entropy(q, k, mask) < 1e-6
+  # a row packing two sequences, and a local layer's window: uniform over the keys each query
+  # may see is 1 (over every real key it would be less)
+  q, k = np.zeros((1, 8, 1, 4)), rng.normal(size=(1, 8, 1, 4))
+  packed = np.array([[1, 1, 1, 2, 2, 2, 2, 0]])
+  assert diagnose.attention_entropy(q, k, packed) == pytest.approx(1.0)
+  assert diagnose.attention_entropy(q, k, packed, window=2) == pytest.approx(1.0)
+  k[0, 4, 0, 0], q[..., 0] = 50.0, 1.0  # every query of the second sequence looks at key 4
+  partial = diagnose.attention_entropy(q, k, packed, window=2)
+  assert 0.3 < partial < 0.8  # (the first sequence, and the window's edges, still uniform)
 
 
 @pytest.mark.fast

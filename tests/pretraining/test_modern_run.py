@@ -53,6 +53,19 @@ def test_a_modern_run_exports_as_modernbert_with_our_logits(modern_runs, tmp_pat
     assert checked['same_ids'] == checked['texts'], network
 
 
+def test_a_modern_run_is_diagnosed_layer_by_layer(modern_runs):
+  """launch/diagnose.py on the modern backbone: each layer's statistics, its attention's entropy
+  over the keys it may see (a local layer's window, each packed sequence's own, rotary
+  positions)."""
+  from electra_jax.apps import diagnose
+  _, straight, _ = modern_runs
+  out = diagnose.diagnose(straight, num_batches=1, batch_size=8, log=lambda *_: None)
+  for rows in out['steps'].values():
+    assert [r['layer'] for r in rows] == [0, 1, 2]
+    for r in rows[1:]:
+      assert 0 < r['attention_entropy'] <= 1 + 1e-6 and r['weight_norm'] > 0, r
+
+
 def test_a_modern_pre_training_fine_tunes_packed(modern_runs, tmp_path):
   """The fine-tuning wing takes the modern encoder as it is (no branch on the backbone): a
   packed fine-tuning on words where 'cat' decides the label learns it, its head (dense, GELU,
