@@ -168,8 +168,7 @@ def _compile_for_topology(config, slice_, log) -> dict:
              f'attention {setup.model_cfg.attention})', train, compile_s, '', state, capacity,
              log, problems, 'set --config.microbatches=0 (auto), --config.fsdp=True or '
              '--config.model.remat=True, or a smaller batch')
-  multiple = 8 * m
-  best = aot.largest_batch(used, rows, capacity, multiple)
+  best = aot.largest_batch(used, rows, capacity, m)
   log(f'  largest global batch that fits with {m} microbatch{"es" if m > 1 else ""}: '
       f'{best * mesh.devices.size:,} ({best} rows per chip; an estimate: the batch and '
       'temporaries taken to grow in proportion to the rows)')

@@ -188,15 +188,18 @@ def fit_microbatches(compile_step: Callable, batch_size: int, devices: int, limi
     m = next((o for o in larger if o >= 2 * m), larger[-1])
 
 
-def largest_batch(used: Memory, rows_per_device: int, limit: float, multiple: int) -> int:
+def largest_batch(used: Memory, rows_per_device: int, limit: float, microbatches: int = 1) -> int:
   """The largest rows per device that fit `limit`, supposing the batch and temporaries grow in
-  proportion to the rows (an estimate from one compiled program; 0 when none fit)."""
+  proportion to the rows (an estimate from one compiled program; 0 when none fit): a multiple of
+  8 rows per microbatch (a TPU tile's sublanes) where one fits, else of the microbatches (long
+  sequences: a few rows a chip)."""
   fixed = used.state + used.code + used.outputs
   per_row = (used.batch + used.temporaries) / max(rows_per_device, 1)
   if per_row <= 0:
     return 0
-  rows = int((MARGIN * limit - fixed) / per_row)
-  return max(0, rows // multiple * multiple)
+  rows = max(0, int((MARGIN * limit - fixed) / per_row))
+  step = 8 * microbatches if rows >= 8 * microbatches else microbatches
+  return rows // step * step
 
 
 def timed_compile(lower: Callable) -> tuple:

@@ -543,3 +543,15 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
   batch = jax.device_put(batch, partitioning.batch_sharding(mesh))
   _, metrics = train(state, batch)
   assert np.isfinite(float(metrics['loss'][0]))
+
+
+@pytest.mark.fast
+def test_the_largest_batch_counts_rows_in_tiles_and_a_few_long_rows_one_by_one():
+  """Rows per chip grow in proportion to the memory left: a multiple of 8 per microbatch where one
+  fits, else of the microbatches (8,192-token rows: 2 a chip, not 0)."""
+  gib = 2**30
+  used = aot.Memory(state=4 * gib, batch=0, temporaries=4 * gib, code=0, outputs=0)  # 2 rows
+  assert aot.largest_batch(used, 2, 16 * gib) == 5  # (0.95 * 16 - 4) / 2 = 5.6 rows
+  assert aot.largest_batch(used, 2, 16 * gib, microbatches=2) == 4
+  assert aot.largest_batch(used, 2, 64 * gib) == 24  # 28.4 rows: three tiles of 8
+  assert aot.largest_batch(used, 2, 4 * gib) == 0  # the state alone fills the chip
