@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The accelerator measurements behind the README's GPU numbers, in the order they are taken:
-#   bash benchmarks/gpu_benchmarks.sh attention   # the kernels' check and time vs explicit / cuDNN
+#   bash benchmarks/gpu_benchmarks.sh attention   # the kernels' check and time vs explicit / fused
 #   bash benchmarks/gpu_benchmarks.sh base        # Base 64 x 512 bf16 vs HF + torch.compile, profiled
 #   bash benchmarks/gpu_benchmarks.sh small       # Small 128 x 128 vs HF + torch.compile
 #   bash benchmarks/gpu_benchmarks.sh maxbatch    # largest batch per device, Base and Large at 512

@@ -192,10 +192,11 @@ def peer_max_batch(config) -> int:
 
 def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) -> list[dict]:
   """One layer's attention (forward and backward) at the config's shapes on one device, on each
-  path: the explicit softmax and the Pallas kernels with the config's attention dropout, cuDNN's
-  fused kernel without (it has none), and the kernels with each block setting in `blocks`
-  (FlashOptions fields). Each row: median ms, and the largest difference from the explicit path
-  relative to its largest value (output and gradients; dropout masks are the same on both)."""
+  path: the explicit softmax and the Pallas kernels with the config's attention dropout,
+  jax.nn.dot_product_attention without (it has none), and the kernels with each block setting in
+  `blocks` (FlashOptions fields). Each row: median ms, and the largest difference from the
+  explicit path relative to its largest value (output and gradients; dropout masks are the same
+  on both)."""
   m, d = config.model, config.data
   n = partitioning.make_mesh().devices.size
   heads = m.num_heads
@@ -213,7 +214,7 @@ def time_attention(config, repeats: int = 5, iterations: int = 10, blocks=()) ->
     o = dataclasses.replace(options, **spec)
     paths.append((f'pallas {spec}', rate, functools.partial(flash.flash, options=o)))
   if jax.default_backend() != 'cpu':
-    paths.append(('fused (cuDNN), no dropout', 0.0,
+    paths.append(('fused (jax.nn.dot_product_attention), no dropout', 0.0,
                   attention.fused))
     paths.append(('explicit, no dropout', 0.0, attention.explicit))
 

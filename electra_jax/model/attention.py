@@ -14,14 +14,16 @@ may pack several examples (its key mask numbers them), each attending to itself 
 - `pallas`: the flash kernels of flash.py (Triton on GPUs, Mosaic on TPUs, Pallas' interpreter
   elsewhere): the probabilities never reach memory. It takes the shapes its blocks divide, and a
   run uses it only after it matched the explicit path on the device (`kernel_check`).
-- `fused`: `jax.nn.dot_product_attention` (cuDNN's kernel on GPUs), without dropout.
+- `fused`: `jax.nn.dot_product_attention`, without dropout: XLA's product on every platform (JAX
+  runs cuDNN's kernel only when asked, `implementation='cudnn'`, and cuDNN's sliding window is
+  one-sided, a causal mask's: a local layer's two-sided window is a mask to it).
 
 `model.attention='auto'` is decided once per run, before it compiles (`resolve`), by the registry:
 the first path of `PATHS` that may run on the platform, takes the shape and passes its check (the
-kernel on GPUs and TPUs, else cuDNN for 16-bit activations, without dropout, else the explicit
-softmax; CPUs run the explicit path). A layer asks for its path in one call (`attend`). The padding
-mask is additive (-10000) as in the original, so fully masked rows (padding queries) give the same
-values on every path.
+kernel on GPUs and TPUs, else the fused path for 16-bit activations, without dropout, else the
+explicit softmax; CPUs run the explicit path). A layer asks for its path in one call (`attend`).
+The padding mask is additive (-10000) as in the original, so fully masked rows (padding queries)
+give the same values on every path.
 """
 
 import concurrent.futures
@@ -178,7 +180,8 @@ def banded(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0,
 
 def fused(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, words=None,
           window: int = 0):
-  """`jax.nn.dot_product_attention` (cuDNN's kernel on GPUs); it has no dropout."""
+  """`jax.nn.dot_product_attention` (XLA's product: JAX takes cuDNN's only when asked); it has no
+  dropout."""
   del dropout_rate, words
   return jax.nn.dot_product_attention(q, k, v, mask=allowed_mask(key_mask, q.shape[1], direction,
                                                                  window))
@@ -274,9 +277,9 @@ class Path:
 
 
 def _fused_problem(platform: str, length: int, head_dim: int, heads: int) -> str:
-  """Beyond LONG tokens off GPUs, `jax.nn.dot_product_attention` is XLA's dense product (cuDNN's
-  kernel is the GPUs' alone): the explicit path's chunked and banded products serve instead."""
-  if platform == 'gpu' or length <= LONG:
+  """Beyond LONG tokens `jax.nn.dot_product_attention`, XLA's dense product on every platform,
+  scores all keys at once: the explicit path's chunked and banded products serve instead."""
+  if length <= LONG:
     return ''
   return (f'{length} tokens: on {platform} it is XLA\'s dense product, all [B, H, L, L] scores '
           f'at once, where the explicit path takes {QUERY_CHUNK} queries at a time')
@@ -294,7 +297,7 @@ PATHS = {
                    problem=_kernel_problem,
                    check=lambda *a: kernel_check(*a),  # (looked up when called)
                    fallback='explicit'),
-    'fused': Path('fused', _anywhere(fused), dropout=False, title='cuDNN fused attention',
+    'fused': Path('fused', _anywhere(fused), dropout=False, title='jax.nn.dot_product_attention',
                   auto=lambda backend, dtype: (backends.is_accelerator(backend)
                                                and jnp.dtype(dtype).itemsize == 2),
                   problem=_fused_problem),
@@ -314,7 +317,7 @@ def path_name(cfg, dtype, deterministic: bool, length: int = 0, head_dim: int = 
 
   A run decides `model.attention='auto'` once, before it compiles (`resolve`); a model
   used outside a run (conversion, tests) decides it here the same way, checking the paths on the
-  default device. A path without dropout (cuDNN's) runs the explicit path where attention dropout
+  default device. A path without dropout ('fused') runs the explicit path where attention dropout
   is active, and so does a path that does not take the layer's shape ('pallas' on TPUs: heads of
   64 in an odd number). 'pallas' on a CPU runs the kernels in Pallas' interpreter (slow; tests).
   """

@@ -261,7 +261,7 @@ def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path(layou
 @pytest.mark.fast
 def test_auto_falls_back_when_the_kernels_fail_their_check(monkeypatch):
   """On a device where the kernels do not compile or disagree with the explicit path, 'auto' keeps
-  the explicit softmax (and cuDNN where no dropout is active) and says why."""
+  the explicit softmax (and the fused path where no dropout is active) and says why."""
   cfg = model_lib.ModelConfig(hidden_size=128, num_heads=2)
   assert attention.note(cfg, 128) == ''  # a CPU: the explicit path, nothing to say
   ok, why = attention.kernel_check('tpu')  # Mosaic kernels cannot run on the CPU backend
@@ -365,8 +365,8 @@ def test_kernels_lower_for_gpu_and_tpu(platform, backend, window):
 @pytest.mark.fast
 def test_tpu_paths_at_8192_tokens_hold_no_whole_score_matrix():
   """On TPUs the kernels take up to TPU_LONGEST tokens and XLA's dense product (the 'fused'
-  path there) up to LONG: at 8,192 'auto' takes the explicit path (chunked, banded); a GPU's
-  kernel and cuDNN take it; the kernel check hears the run's windows."""
+  path, on every platform) up to LONG: at 8,192 'auto' takes the explicit path (chunked, banded);
+  a GPU's kernel takes it; the kernel check hears the run's windows."""
   tpu = attention.default_options('tpu')
   assert not flash.unsupported(tpu, flash.TPU_LONGEST, 64, 12)
   assert 'scoped VMEM' in flash.unsupported(tpu, 2 * flash.TPU_LONGEST, 64, 12)
@@ -380,6 +380,9 @@ def test_tpu_paths_at_8192_tokens_hold_no_whole_score_matrix():
   assert attention._auto(cfg, 'bfloat16', 1024, 64, check)[0] == 'pallas'
   assert attention._auto(dataclasses.replace(cfg, platform='gpu'), 'bfloat16', 8192, 64,
                          check)[0] == 'pallas'
+  fused = dataclasses.replace(cfg, platform='gpu', attention='fused')
+  assert attention.path_name(fused, 'bfloat16', True, 8192, 64, 12) == 'explicit'
+  assert attention.path_name(fused, 'bfloat16', True, 1024, 64, 12) == 'fused'
   assert attention._windows(cfg) == (0, 128)
 
 

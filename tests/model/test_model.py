@@ -404,7 +404,7 @@ def test_every_dropout_site_and_draw_has_its_own_mask_and_the_model_folds_no_key
 
 @pytest.mark.parametrize('generator', ['separate', 'two_tower'])
 def test_fused_attention_equals_the_explicit_softmax(generator):
-  """jax.nn.dot_product_attention (GPU: cuDNN) computes what the explicit path does, padding and
+  """jax.nn.dot_product_attention ('fused') computes what the explicit path does, padding and
   ELECTRIC's one-directional masks included; training with attention dropout never takes it."""
   base = dict(vocab_size=64, embedding_size=16, hidden_size=32, num_layers=2, num_heads=2,
               intermediate_size=64, max_position_embeddings=32, generator=generator,
