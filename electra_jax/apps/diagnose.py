@@ -150,7 +150,8 @@ def _window(cfg, index: int) -> int:
   return cfg.local_window if cfg.modern and not cfg.is_global(index) else 0
 
 
-def _queries_keys(cfg, captured: dict, prefix: str, index: int, mask: np.ndarray):
+def _queries_keys(cfg, captured: dict, prefix: str, index: int,
+                  mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """A layer's queries and keys [B, L, heads, D] as its attention scores them: the modern
   backbone's split from `Wqkv` and turned by its rotary positions (each sequence's own)."""
   heads = cfg.num_heads
@@ -160,8 +161,8 @@ def _queries_keys(cfg, captured: dict, prefix: str, index: int, mask: np.ndarray
   qkv = captured[f'{prefix}/Wqkv/__call__'].reshape(*mask.shape, 3, heads, -1)
   positions = attention_masks.sequence_positions(jnp.asarray(mask))
   theta = cfg.rope_theta_global if cfg.is_global(index) else cfg.rope_theta_local
-  return tuple(np.asarray(modern.rotary(jnp.asarray(qkv[:, :, i]), positions, theta))
-               for i in range(2))
+  q, k = (np.asarray(modern.rotary(jnp.asarray(qkv[:, :, i]), positions, theta)) for i in range(2))
+  return q, k
 
 
 def softmax_probe(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,

@@ -3,9 +3,10 @@
 the Auto classes and `pipeline`): ELECTRA's discriminator with a head on the MEAN of the real
 tokens' hidden states (a fine-tuning with pooling='mean'), for sequence classification (and
 regression) and for multiple choice; and ELECTRA's SQuAD head (the end conditioned on the start,
-SQuAD 2.0's answerability). HF's own classes read [CLS] (ElectraForSequenceClassification), average
-the padding too (SequenceSummary's 'mean') or score the end apart from the start
-(ElectraForQuestionAnswering), so none computes these heads.
+SQuAD 2.0's answerability), on ELECTRA's discriminator or on ModernBERT (the modern backbone). HF's
+own classes read [CLS] (ElectraForSequenceClassification), average the padding too
+(SequenceSummary's 'mean') or score the end apart from the start (Electra- and
+ModernBertForQuestionAnswering), so none computes these heads.
 """
 
 from electra_jax.storage import fs
@@ -109,30 +110,22 @@ class ElectraSquadOutput(QuestionAnsweringModelOutput):
   null_logit: Optional[torch.FloatTensor] = None
 
 
-class ElectraSquadForQuestionAnswering(ElectraPreTrainedModel):
-  """ELECTRA's SQuAD head, as electra_jax fine-tunes it: start logits; end logits conditioned on
-  the start (its hidden state concatenated to every token's, dense + exact GELU, LayerNorm,
-  dense 1) for each of the `start_top` best starts; for SQuAD 2.0 an answerability logit from
-  [CLS] and the start-probability-weighted hidden state. Spans start and end on the second
-  segment's real tokens or on [CLS] (position 0: no answer)."""
-
-  def __init__(self, config):
-    super().__init__(config)
+class _SquadHead:
+  """ELECTRA's SQuAD head, as electra_jax fine-tunes it, on an encoder's hidden states: start
+  logits; end logits conditioned on the start (its hidden state concatenated to every token's,
+  dense + exact GELU, LayerNorm, dense 1) for each of the `start_top` best starts; for SQuAD 2.0
+  an answerability logit from [CLS] and the start-probability-weighted hidden state. Spans start
+  and end on the second segment's real tokens or on [CLS] (position 0: no answer)."""
+  def _build_head(self, config):
     width, h = config.qa_width, config.hidden_size
-    self.electra = ElectraModel(config)
+    eps = getattr(config, 'layer_norm_eps', None) or config.norm_eps  # (ModernBert's name)
     self.start_dense = nn.Linear(h, 1)
     self.end_dense, self.end_output = nn.Linear(2 * h, width), nn.Linear(width, 1)
-    self.end_norm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+    self.end_norm = nn.LayerNorm(width, eps=eps)
     if config.answerable:
       self.answer_dense, self.answer_output = nn.Linear(2 * h, width), nn.Linear(width, 1)
-    self.post_init()
 
-  def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-              inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
-    kwargs.pop('return_dict', None)
-    out = self.electra(input_ids=input_ids, attention_mask=attention_mask,
-                       token_type_ids=token_type_ids, position_ids=position_ids,
-                       inputs_embeds=inputs_embeds, **kwargs)
+  def _answer(self, out, attention_mask, token_type_ids, start_positions, end_positions):
     h = out[0].float()
     batch, length = h.shape[:2]
     mask = torch.ones(batch, length, device=h.device) if attention_mask is None else attention_mask
@@ -160,18 +153,60 @@ class ElectraSquadForQuestionAnswering(ElectraPreTrainedModel):
                               start_top=starts, end_logits_top=end_logits, null_logit=null,
                               hidden_states=getattr(out, 'hidden_states', None),
                               attentions=getattr(out, 'attentions', None))
+
+
+class ElectraSquadForQuestionAnswering(_SquadHead, ElectraPreTrainedModel):
+  """ELECTRA's discriminator with its SQuAD head (_SquadHead)."""
+  def __init__(self, config):
+    super().__init__(config)
+    self.electra = ElectraModel(config)
+    self._build_head(config)
+    self.post_init()
+
+  def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+              inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
+    kwargs.pop('return_dict', None)
+    out = self.electra(input_ids=input_ids, attention_mask=attention_mask,
+                       token_type_ids=token_type_ids, position_ids=position_ids,
+                       inputs_embeds=inputs_embeds, **kwargs)
+    return self._answer(out, attention_mask, token_type_ids, start_positions, end_positions)
+
+
+try:  # (transformers from 4.48 on)
+  from transformers import ModernBertModel, ModernBertPreTrainedModel
+except ImportError:
+  ModernBertPreTrainedModel = None
+
+if ModernBertPreTrainedModel is not None:
+  class ModernBertSquadForQuestionAnswering(_SquadHead, ModernBertPreTrainedModel):
+    """ModernBERT with ELECTRA's SQuAD head (_SquadHead), as electra_jax fine-tunes the modern
+    backbone: the encoder takes no token types; the head reads them (the context is segment 1)."""
+    def __init__(self, config):
+      super().__init__(config)
+      self.model = ModernBertModel(config)
+      self._build_head(config)
+      self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+                inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
+      kwargs.pop('return_dict', None)
+      out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                       position_ids=position_ids, inputs_embeds=inputs_embeds, **kwargs)
+      return self._answer(out, attention_mask, token_type_ids, start_positions, end_positions)
 '''
 
 # The classes, by the Auto class each is loaded with.
 CLASSES = {'AutoModelForSequenceClassification': 'ElectraMeanPooledForSequenceClassification',
            'AutoModelForMultipleChoice': 'ElectraMeanPooledForMultipleChoice',
            'AutoModelForQuestionAnswering': 'ElectraSquadForQuestionAnswering'}
+MODERN_CLASSES = {'AutoModelForQuestionAnswering': 'ModernBertSquadForQuestionAnswering'}
 
 
-def shipped(auto: str) -> dict:
+def shipped(auto: str, modern: bool = False) -> dict:
   """The config fields of an export whose class the folder ships (`auto`: the Auto class it is
-  loaded with)."""
-  return {'architectures': [CLASSES[auto]], 'auto_map': {auto: f'{MODULE}.{CLASSES[auto]}'}}
+  loaded with; `modern`: the modern backbone's class)."""
+  name = (MODERN_CLASSES if modern else CLASSES)[auto]
+  return {'architectures': [name], 'auto_map': {auto: f'{MODULE}.{name}'}}
 
 
 def mean_pooled(auto: str) -> dict:

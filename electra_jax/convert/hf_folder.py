@@ -23,13 +23,14 @@ class Exported:
 
 
 def write_model(folder: str, state: dict, config: dict, tokenizer, lower_case: bool,
-                cfg: model_lib.ModelConfig):
-  """HF's `state` (names -> float32 arrays) and `config` with our tokenizer, in `folder`."""
+                cfg: model_lib.ModelConfig, token_types: bool = False):
+  """HF's `state` (names -> float32 arrays) and `config` with our tokenizer, in `folder`; the
+  tokenizer gives token types where the model takes them (ELECTRA's, or `token_types`)."""
   fs.makedirs(folder, exist_ok=True)
   config = {**config, **hf.special_ids(cfg, tokenizer.special)}
   hf.save_folder(folder, state, config)
   vocab_lib.write(tokenizer, folder, lower_case, cfg.max_position_embeddings,
-                  token_types=not cfg.modern)
+                  token_types=token_types or not cfg.modern)
 
 
 def write_networks(out: str, params, cfg: model_lib.ModelConfig, tokenizer, lower_case: bool,

@@ -59,7 +59,7 @@ def export(config, workdir: str, out: str, step: int | None, seed: int | None,
                              config_lib.dropout_rate(config, cfg), pooling, config)
   state = kind.in_units(state, meta)
   hf_folder.write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
-               pretrained.lower_case, cfg)
+               pretrained.lower_case, cfg, token_types=kind.reads_segments)
   if 'auto_map' in fields:  # a class HF transformers lacks: its code beside the weights
     hf_code.write(out)
   log(f'exported seed {seed} (step {step}) of {workdir}: {fields["architectures"][0]}'

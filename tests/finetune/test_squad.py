@@ -406,3 +406,51 @@ def test_a_refused_squad_fine_tuning_leaves_its_workdir_free(tmp_path, pretraine
   with pytest.raises(UserError, match=r'^max_seq_length 4 leaves no room for the context'):
     run.finetune(cfg, str(workdir), log=lambda *_: None)
   assert os.listdir(workdir) == [] and workdir_lib.kind_of(str(workdir)) is None
+
+
+@pytest.mark.skipif(not HAS_HF, reason='needs the test extra')
+@pytest.mark.parametrize('backbone', ['bert', 'modern'])
+@pytest.mark.parametrize('name', ['squad', 'squad2'])
+def test_the_squad_head_exports_as_the_class_its_folder_ships_with_our_logits(tmp_path, backbone,
+                                                                              name):
+  """Random weights of the SQuAD head on either backbone, exported as the export writes them and
+  loaded by AutoModelForQuestionAnswering with trust_remote_code (ModernBERT's encoder takes no
+  token types; the head reads them): every output within 1e-4 of ours, on rows of different
+  lengths."""
+  import jax
+  import torch
+  import transformers
+  from conftest import MODERN, test_config
+  from electra_jax.convert import hf as hf_lib
+  from electra_jax.convert import hf_code
+  from electra_jax.finetune.kinds import heads, registry
+  from electra_jax.model import networks as model_lib
+  modern = backbone == 'modern'
+  cfg = model_lib.ModelConfig.from_config(test_config(**(MODERN if modern else {})).model)
+  ft = config_lib.default_config()
+  ft.task.name = name
+  kind = registry.get('qa')
+  model = kind.check_model(cfg, 1, cfg=ft)
+  params = heads.init_params(model, jax.random.key(7), shape=(2, 12))
+  state, fields = kind.to_hf(params, cfg, [], 0.0, cfg=ft)
+  assert fields['architectures'] == ['ModernBertSquadForQuestionAnswering' if modern else
+                                     'ElectraSquadForQuestionAnswering']
+  folder = str(tmp_path / 'hf')
+  os.makedirs(folder)
+  hf_lib.save_folder(folder, state, {**hf_lib.hf_config(cfg, 'discriminator'), **fields,
+                                     'pad_token_id': 0})
+  hf_code.write(folder)
+  theirs_model = transformers.AutoModelForQuestionAnswering.from_pretrained(
+      folder, trust_remote_code=True).eval()
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, cfg.vocab_size, (3, 12))
+  # (each row with more places to start than the 5 best starts: no tie among refused places)
+  mask = (np.arange(12) < np.array([[12], [10], [9]])).astype(np.int64)
+  segments = (np.arange(12) >= 4).astype(np.int64) * mask
+  ours = kind.our_array(model.apply({'params': params}, ids, segments, mask))
+  with torch.no_grad():
+    theirs = kind.hf_array(theirs_model(input_ids=torch.from_numpy(ids),
+                                        attention_mask=torch.from_numpy(mask),
+                                        token_type_ids=torch.from_numpy(segments)))
+  np.testing.assert_allclose(ours, theirs, atol=1e-4, rtol=1e-5)
+  assert np.abs(ours).max() > 0.01

@@ -277,3 +277,28 @@ def test_modernbert_configs_of_either_age_give_our_fields_or_one_sentence():
     hf.model_fields({**old, 'layer_types': ['full_attention'] * 2 + pattern[2:]})
   with pytest.raises(ValueError, match='has biases \\(norm_bias\\)'):
     hf.model_fields({**old, 'norm_bias': True})
+
+
+def test_a_modern_squad_fine_tuning_exports_with_token_types_for_its_head(modern_runs, tmp_path):
+  """A SQuAD 2.0 fine-tuning of the modern backbone exports as the ModernBERT class its folder
+  ships, whose tokenizer gives the token types its head reads (the encoder takes none): the
+  export's check agrees with our outputs."""
+  pytest.importorskip('torch', reason='the check needs the test extra')
+  from electra_jax.apps import export as export_lib
+  from electra_jax.finetune import config as config_lib
+  from electra_jax.finetune import run
+  from test_squad import _synthetic_squad
+  _, straight, _ = modern_runs
+  cfg = config_lib.default_config()
+  cfg.update(init=straight, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0,
+             dropout_rate=0.0)
+  cfg.task.update(name='squad2', train=_synthetic_squad(tmp_path / 'train.json', 64, 0, 0.3),
+                  dev=_synthetic_squad(tmp_path / 'dev.json', 16, 1, 0.3))
+  run.finetune(cfg, str(tmp_path / 'ft'), log=lambda *_: None)
+  done = export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=lambda *_: None)
+  with open(os.path.join(done.folders[0], 'config.json')) as f:
+    assert json.load(f)['architectures'] == ['ModernBertSquadForQuestionAnswering']
+  with open(os.path.join(done.folders[0], 'tokenizer_config.json')) as f:
+    assert 'token_type_ids' in json.load(f)['model_input_names']
+  checked = export_lib.verify(done, log=lambda *_: None, num_texts=8)['hf']
+  assert checked['max_abs_diff'] < 1e-4 and checked['max_abs_logit'] > 0.01, checked

@@ -54,6 +54,9 @@ class Kind:
   token_inputs: tuple[str, ...] = ()
   # its model starts from the pre-trained detection head too (discriminator_predictions)
   reads_head = False
+  # its head reads the token types (SQuAD's: the context is segment 1): an export's tokenizer
+  # gives them even where the encoder takes none (ModernBERT's)
+  reads_segments = False
 
   def load(self, cfg, log=print):
     """(task, {split: examples}) of your own files task.train / dev / test (kinds whose

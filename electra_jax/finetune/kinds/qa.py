@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from electra_jax import UserError
 from electra_jax.convert import hf
 from electra_jax.convert import hf_code
 from electra_jax.finetune.inputs import squad
@@ -108,6 +107,7 @@ def answers(cfg, out: dict, feats, questions: list, scored: bool = False) -> dic
 class ExtractiveQA(kinds.Kind):
   name = 'qa'
   packs = False  # a window is a row (up to 512 tokens, 128 apart: nothing to pack)
+  reads_segments = True
   predicts_dev = True  # SQuAD's test answers are not public: predictions of dev are the result
 
   def load(self, cfg, log=print):
@@ -179,12 +179,8 @@ class ExtractiveQA(kinds.Kind):
 
   def to_hf(self, params, model_cfg, labels: list[str], dropout: float, pooling: str = 'cls',
             cfg=None) -> tuple[dict, dict]:
-    """The class convert/hf_code.py ships: our head's layers under their own names."""
-    if model_cfg.modern:
-      raise UserError('a SQuAD fine-tuning of the modern backbone has no HF class to export to: '
-                      "HF's ModernBertForQuestionAnswering scores the end apart from the start, "
-                      'and the class an export ships holds ELECTRA\'s encoder; predict with '
-                      'launch/predict.py from the workdir')
+    """The class convert/hf_code.py ships (ELECTRA's or ModernBERT's encoder): our head's layers
+    under their own names."""
     state = hf.encoder_to_hf(params, model_cfg)
     names = ['start_dense', 'end_dense', 'end_output'] + (
         ['answer_dense', 'answer_output'] if 'answer_dense' in params else [])
@@ -194,7 +190,7 @@ class ExtractiveQA(kinds.Kind):
     norm = params['end_norm']
     state.update({'end_norm.weight': np.asarray(norm['scale'], np.float32),
                   'end_norm.bias': np.asarray(norm['bias'], np.float32)})
-    return state, {**hf_code.shipped('AutoModelForQuestionAnswering'),
+    return state, {**hf_code.shipped('AutoModelForQuestionAnswering', model_cfg.modern),
                    'start_top': cfg.qa.start_top, 'answerable': 'answer_dense' in params,
                    'qa_width': params['end_output']['kernel'].shape[0]}
 
