@@ -14,6 +14,8 @@ may pack several examples (its key mask numbers them), each attending to itself 
 - `pallas`: the flash kernels of flash.py (Triton on GPUs, Mosaic on TPUs, Pallas' interpreter
   elsewhere): the probabilities never reach memory. It takes the shapes its blocks divide, and a
   run uses it only after it matched the explicit path on the device (`kernel_check`).
+- `splash`: JAX's splash attention kernel for TPUs (splash.py), without dropout: it streams key
+  blocks, so it takes sequences the flash kernels' TPU programs cannot hold (flash.TPU_LONGEST).
 - `fused`: `jax.nn.dot_product_attention`, without dropout: XLA's product on every platform (JAX
   runs cuDNN's kernel only when asked, `implementation='cudnn'`, and cuDNN's sliding window is
   one-sided, a causal mask's: a local layer's two-sided window is a mask to it).
@@ -38,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from electra_jax.model import flash as flash_lib
+from electra_jax.model import splash as splash_lib
 from electra_jax.platform import backends
 from electra_jax.model.attention_masks import (MASK_VALUE, allowed_mask, keep_bits, probs_keep,
                                                row_seeds, seed_words, threshold, visible)
@@ -202,13 +205,14 @@ def _kernel_problem(platform: str, length: int, head_dim: int, heads: int) -> st
   return flash_lib.unsupported(default_options(platform), length, head_dim, heads)
 
 
-def check(options: flash_lib.FlashOptions, dtype=jnp.bfloat16, length: int = 128,
+def check(options: flash_lib.FlashOptions | None, dtype=jnp.bfloat16, length: int = 128,
           dropout_rate: float = 0.1, directions=('', 'ltr'), head_dim: int = 64,
-          windows=(0,)) -> str:
-  """'' when the kernels, compiled for `options` on the default device, give the explicit path's
-  values and gradients at a run's sequence length, dtype, dropout, directions and local layers'
-  windows (two rows, one of them packing two sequences and padding, two heads); else what went
-  wrong."""
+          windows=(0,), kernel: Callable | None = None) -> str:
+  """'' when the kernels, compiled for `options` on the default device (or `kernel`, a path's
+  function), give the explicit path's values and gradients at a run's sequence length, dtype,
+  dropout, directions and local layers' windows (two rows, one of them packing two sequences and
+  padding, two heads); else what went wrong."""
+  kernel = kernel or functools.partial(flash_lib.flash, options=options)
   shape = (2, length, 2, head_dim)
   keys = jax.random.split(jax.random.key(0), 4)
   q, k, v, do = (jax.random.normal(key, shape, jnp.float32).astype(dtype) for key in keys)
@@ -224,7 +228,7 @@ def check(options: flash_lib.FlashOptions, dtype=jnp.bfloat16, length: int = 128
                              words=words, window=window).astype(jnp.float32)
       out, vjp = jax.vjp(f, q, k, v)
       return (out,) + vjp(do.astype(jnp.float32))
-    got = jax.jit(lambda: run(functools.partial(flash_lib.flash, options=options)))()
+    got = jax.jit(lambda: run(kernel))()
     want = jax.jit(lambda: run(explicit))()
     for name, a, b in zip(('output', 'dq', 'dk', 'dv'), got, want):
       a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
@@ -244,11 +248,26 @@ def kernel_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
   process and shape. Safe to call while a step is being traced: the check runs in a thread of its
   own, outside the trace (JAX's tracing state is per thread)."""
   options = default_options(backend)
+  return _in_thread(lambda: check(options, jnp.dtype(dtype), length, dropout_rate,
+                                  tuple(directions), head_dim, tuple(windows)))
 
+
+@functools.cache
+def splash_check(backend: str, length: int = 128, dtype: str = 'bfloat16',
+                 dropout_rate: float = 0.0, directions=('',), head_dim: int = 64,
+                 windows=(0,)) -> tuple[bool, str]:
+  """`kernel_check` of JAX's splash kernel (splash.py), without dropout (it has none)."""
+  kernel = functools.partial(splash_lib.splash_sharded, platform=backend)
+  return _in_thread(lambda: check(None, jnp.dtype(dtype), length, 0.0, tuple(directions),
+                                  head_dim, tuple(windows), kernel=kernel))
+
+
+def _in_thread(run_check) -> tuple[bool, str]:
+  """(passed, why not) of `run_check()` ('' : passed), run in a thread of its own (outside any
+  trace); an exception is a failure, named."""
   def run():
     try:
-      return check(options, jnp.dtype(dtype), length, dropout_rate, tuple(directions), head_dim,
-                   tuple(windows))
+      return run_check()
     except Exception as e:
       return f'{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ""}'
 
@@ -285,6 +304,12 @@ def _fused_problem(platform: str, length: int, head_dim: int, heads: int) -> str
           f'at once, where the explicit path takes {QUERY_CHUNK} queries at a time')
 
 
+def _splash_problem(platform: str, length: int, head_dim: int, heads: int) -> str:
+  if platform == 'gpu':
+    return 'it is a TPU (Mosaic) kernel; on GPUs the Pallas kernel takes long sequences'
+  return splash_lib.unsupported(length)
+
+
 def _anywhere(fn):
   """A path that runs the same on every platform."""
   return lambda q, k, v, key_mask, platform='', **kw: fn(q, k, v, key_mask, **kw)
@@ -297,6 +322,10 @@ PATHS = {
                    problem=_kernel_problem,
                    check=lambda *a: kernel_check(*a),  # (looked up when called)
                    fallback='explicit'),
+    'splash': Path('splash', splash_lib.splash_sharded, dropout=False,
+                   title="JAX's splash attention kernel",
+                   auto=lambda backend, dtype: backend == 'tpu', problem=_splash_problem,
+                   check=lambda *a: splash_check(*a), fallback='explicit'),
     'fused': Path('fused', _anywhere(fused), dropout=False, title='jax.nn.dot_product_attention',
                   auto=lambda backend, dtype: (backends.is_accelerator(backend)
                                                and jnp.dtype(dtype).itemsize == 2),

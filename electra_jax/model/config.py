@@ -69,7 +69,8 @@ class ModelConfig:
                              one_of('float32', 'bfloat16', 'float16'))
   attention: str = declare('auto', "the attention path, a name of model/attention.py's registry "
                            "(which checks it): 'explicit' einsum + softmax; 'pallas' the flash "
-                           "kernel; 'fused' jax.nn.dot_product_attention (XLA's product) where no "
+                           "kernel; 'splash' JAX's splash kernel (TPUs) and 'fused' "
+                           "jax.nn.dot_product_attention (XLA's product) where no "
                            "attention dropout is active; 'auto': the fastest for the shape and "
                            'platform', resume='free')
   remat: bool = declare(False, "rematerialization: recompute each layer's activations in the "

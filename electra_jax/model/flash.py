@@ -418,18 +418,26 @@ def flash(q, k, v, key_mask, *, direction: str = '', dropout_rate: float = 0.0, 
 def flash_sharded(q, k, v, key_mask, *, direction='', dropout_rate=0.0, words=None,
                   options: FlashOptions | None = None, axis: str = 'data', window: int = 0):
   """`flash` on every device's rows of a batch split over the mesh axis `axis` of the mesh in
-  context (`jax.sharding.use_abstract_mesh`); without such a mesh, on the whole batch."""
+  context (`on_each_device`)."""
+  call = lambda q, k, v, key_mask, words, batch_offset: flash(
+      q, k, v, key_mask, direction=direction, dropout_rate=dropout_rate, words=words,
+      options=options, batch_offset=batch_offset, window=window)
+  return on_each_device(call, q, k, v, key_mask, words, axis)
+
+
+def on_each_device(call, q, k, v, key_mask, words, axis: str = 'data'):
+  """`call(q, k, v, key_mask, words, batch_offset)` (a kernel) on every device's rows of a batch
+  split over the mesh axis `axis` of the mesh in context (`jax.sharding.use_abstract_mesh`), its
+  rows' global offset given; without such a mesh, on the whole batch."""
   mesh = jax.sharding.get_abstract_mesh()
-  call = functools.partial(flash, direction=direction, dropout_rate=dropout_rate,
-                           options=options, window=window)
   if (mesh.empty or axis not in mesh.axis_names or mesh.shape[axis] == 1
       or q.shape[0] % mesh.shape[axis]):  # (e.g. the one-row batch that creates the parameters)
-    return call(q, k, v, key_mask, words=words)
+    return call(q, k, v, key_mask, words, 0)
   has_words = words is not None
 
   def local(q, k, v, key_mask, words):
     offset = lax.axis_index(axis) * q.shape[0]
-    return call(q, k, v, key_mask, words=words if has_words else None, batch_offset=offset)
+    return call(q, k, v, key_mask, words if has_words else None, offset)
 
   words = words if has_words else jnp.zeros((2,), jnp.uint32)
   return jax.shard_map(local, mesh=mesh, in_specs=(P(axis),) * 4 + (P(),), out_specs=P(axis),

@@ -555,3 +555,22 @@ def test_the_largest_batch_counts_rows_in_tiles_and_a_few_long_rows_one_by_one()
   assert aot.largest_batch(used, 2, 16 * gib, microbatches=2) == 4
   assert aot.largest_batch(used, 2, 64 * gib) == 24  # 28.4 rows: three tiles of 8
   assert aot.largest_batch(used, 2, 4 * gib) == 0  # the state alone fills the chip
+
+
+@needs_libtpu
+def test_the_modern_backbone_past_the_flash_kernels_length_compiles_with_splash_for_v5e8():
+  """At 2,560 tokens (past flash.TPU_LONGEST) without dropout the modern step takes JAX's splash
+  kernel (streaming key blocks; a local layer's blocks outside its window skipped) in every layer,
+  and compiles and fits for eight v5e chips."""
+  lines = []
+  report = compiling.compile_for_topology(
+      base_like(**{'model.backbone': 'modern', 'model.num_layers': 2, 'model.local_window': 128,
+                   'model.layer_norm_eps': 1e-5, 'model.untied_generator_embeddings': True,
+                   'model.dropout_rate': 0.0, 'model.attention_dropout_rate': 0.0,
+                   'model.max_position_embeddings': 2560, 'data.max_seq_length': 2560,
+                   'data.batch_size': 8, 'microbatches': 1}), topology.parse('v5e-8'),
+      lines.append)
+  assert lines[-1] == 'v5e-8: every program compiles and fits', lines[-3:]
+  assert report['attention'] == 'splash'
+  # forward, dK/dV and dQ kernels of 2 discriminator and 2 generator layers
+  assert report['train_hlo'].count('custom_call_target="tpu_custom_call"') == 3 * 4

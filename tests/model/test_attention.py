@@ -20,6 +20,7 @@ from conftest import test_config
 from electra_jax.model import attention
 from electra_jax.model import networks as model_lib
 from electra_jax.model import flash
+from electra_jax.model import splash
 from electra_jax.model import attention_masks
 from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.data.tokenizer import SPECIAL
@@ -325,7 +326,7 @@ def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
   assert attention.path_name(dataclasses.replace(base, attention='counted'), jnp.float32,
                              deterministic=False) == 'explicit'
   with pytest.raises(ValueError, match="model.attention is 'nowhere'; use one of 'auto', "
-                     "'counted', 'pallas', 'fused', 'explicit'"):
+                     "'counted', 'pallas', 'splash', 'fused', 'explicit'"):
     dataclasses.replace(base, attention='nowhere').validate()
 
 
@@ -364,9 +365,9 @@ def test_kernels_lower_for_gpu_and_tpu(platform, backend, window):
 
 @pytest.mark.fast
 def test_tpu_paths_at_8192_tokens_hold_no_whole_score_matrix():
-  """On TPUs the kernels take up to TPU_LONGEST tokens and XLA's dense product (the 'fused'
-  path, on every platform) up to LONG: at 8,192 'auto' takes the explicit path (chunked, banded);
-  a GPU's kernel takes it; the kernel check hears the run's windows."""
+  """On TPUs the flash kernels take up to TPU_LONGEST tokens and XLA's dense product (the 'fused'
+  path, on every platform) up to LONG: at 8,192 'auto' takes JAX's splash kernel, which streams
+  key blocks; a GPU's flash kernel takes it; the kernel check hears the run's windows."""
   tpu = attention.default_options('tpu')
   assert not flash.unsupported(tpu, flash.TPU_LONGEST, 64, 12)
   assert 'scoped VMEM' in flash.unsupported(tpu, 2 * flash.TPU_LONGEST, 64, 12)
@@ -376,7 +377,8 @@ def test_tpu_paths_at_8192_tokens_hold_no_whole_score_matrix():
                               attention_dropout_rate=0.0, dropout_rate=0.0, local_window=128)
   checked = []
   check = lambda path: checked.append(path.name) or (True, '')
-  assert attention._auto(cfg, 'bfloat16', 8192, 64, check)[0] == 'explicit'
+  assert attention._auto(cfg, 'bfloat16', 8192, 64, check)[0] == 'splash'  # (no dropout)
+  assert attention._auto(cfg, 'bfloat16', 1000, 64, check)[0] == 'fused'  # (not 128's multiple)
   assert attention._auto(cfg, 'bfloat16', 1024, 64, check)[0] == 'pallas'
   assert attention._auto(dataclasses.replace(cfg, platform='gpu'), 'bfloat16', 8192, 64,
                          check)[0] == 'pallas'
@@ -403,3 +405,16 @@ def test_options_reject_shapes_the_kernels_do_not_take():
   assert not flash.unsupported(tpu, 512, 64, heads=1)
   assert 'lanes' in flash.unsupported(tpu, 512, 64, heads=3)
   assert 'lanes' in flash.unsupported(tpu, 512, 48, heads=4)
+
+
+@pytest.mark.parametrize('window', [0, 64])
+def test_the_splash_kernel_equals_the_explicit_path(window):
+  """JAX's splash kernel (TPUs; Pallas' interpreter here) gives the explicit path's values and
+  gradients on a row of one sequence and a row packing two and padding, in every direction, with
+  and without a local layer's window; lengths that are not a multiple of 128 are refused, and so
+  are GPUs."""
+  ok, why = attention.splash_check('cpu', 256, 'float32', 0.0, ('', 'ltr', 'rtl'), 64, (window,))
+  assert ok, why
+  assert 'multiple of 128' in attention.PATHS['splash'].problem('tpu', 200, 64, 2)
+  assert 'TPU' in attention.PATHS['splash'].problem('gpu', 256, 64, 2)
+  assert splash.block(8192) == 512 and splash.block(384) == 384 and splash.block(640) == 128
