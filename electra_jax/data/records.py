@@ -42,8 +42,10 @@ _CONFIG_PATHS = {'max_seq_length': 'data.max_seq_length', 'seed': 'seed',
                  'lower_case': 'data.lower_case', 'vocab': 'data.vocab',
                  'vocab_size': 'model.vocab_size', 'pack_documents': 'data.pack_documents'}
 VOCAB_TRAINER = {
-    'character_coverage': fields.Field(0.9995, 'share of characters a trained vocabulary covers'),
-    'max_sentences': fields.Field(2_000_000, 'sentences sampled to train a vocabulary'),
+    'character_coverage': fields.Field(tokenizer_lib.CHARACTER_COVERAGE,
+                                       'share of characters a trained vocabulary covers'),
+    'max_sentences': fields.Field(tokenizer_lib.MAX_SENTENCES,
+                                  'sentences sampled to train a vocabulary'),
 }
 
 

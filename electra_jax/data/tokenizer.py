@@ -202,9 +202,15 @@ class VocabTooLarge(ValueError):
     self.most = most
 
 
+# The vocabulary trainer's defaults (data/records.py declares them as fields of a records folder).
+CHARACTER_COVERAGE = 0.9995  # the share of characters a trained vocabulary covers
+MAX_SENTENCES = 2_000_000  # sentences sampled to train it
+
+
 def train_sentencepiece(lines: Iterable[str], model_path: str, vocab_size: int, *,
-                        lower_case: bool = True, seed: int = 0, character_coverage: float = 0.9995,
-                        max_sentences: int = 2_000_000, size_flag: str = '--vocab_size',
+                        lower_case: bool = True, seed: int = 0,
+                        character_coverage: float = CHARACTER_COVERAGE,
+                        max_sentences: int = MAX_SENTENCES, size_flag: str = '--vocab_size',
                         stats: dict | None = None, log=None,
                         fraction_read=None) -> SentencePieceTokenizer:
   """Trains a unigram SentencePiece model on `lines` and writes it to `model_path` atomically.

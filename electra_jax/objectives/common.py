@@ -18,7 +18,7 @@ from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives.config import ObjectiveConfig
 from electra_jax.objectives import masking
-from electra_jax.train.metrics import Metric, ratio
+from electra_jax.train.metrics import HISTOGRAMS, Metric, ratio
 
 AUC_BINS = 4096  # histogram bins of discriminator logits in [-AUC_RANGE, AUC_RANGE]
 AUC_RANGE = 16.0
@@ -202,7 +202,7 @@ def detection(disc_logits, is_replaced, tokens, count):
       'disc_precision': ratio(correct * preds * tokens, preds * tokens),
       'disc_recall': ratio(correct * labels * tokens, labels * tokens),
       'replaced_fraction': ratio(labels * tokens, tokens),
-      'auc_histogram': logit_histograms(disc_logits, labels, tokens),
+      'disc_auc' + HISTOGRAMS: logit_histograms(disc_logits, labels, tokens),
   }
 
 

@@ -37,14 +37,18 @@ def auc_from_histograms(pos: np.ndarray, neg: np.ndarray) -> float:
   return float((pos * (neg_below + 0.5 * neg)).sum() / (pos.sum() * neg.sum()))
 
 
+HISTOGRAMS = '_histograms'  # a sum named <metric>_histograms: the two histograms of a ranking
+
+
 def summarize(sums) -> dict[str, float]:
-  """Accumulated {name: [numerator, denominator]} (and the AUC histograms) -> {name: value}."""
+  """Accumulated {name: [numerator, denominator]} (and {<metric>_histograms: the positives' and
+  negatives' histograms of a score, whose AUC is <metric>}) -> {name: value}."""
   sums = jax.device_get(sums)
   out = {}
   for name, value in sums.items():
     value = np.asarray(value)
-    if name == 'auc_histogram':
-      out['disc_auc'] = auc_from_histograms(value[0], value[1])
+    if name.endswith(HISTOGRAMS):
+      out[name[:-len(HISTOGRAMS)]] = auc_from_histograms(value[0], value[1])
     elif name.endswith('_steps'):  # a count of steps, not a mean
       out[name] = float(value[0])
     else:

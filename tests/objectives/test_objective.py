@@ -152,10 +152,10 @@ def test_uniform_generator_has_constant_mlm_loss():
 def test_total_loss_is_weighted_sum_and_metrics_are_consistent():
   c, model, params, batch = _setup()
   loss, m = _loss(c, model, params, batch)
-  r = {k: float(v[0] / v[1]) for k, v in m.items() if k != 'auc_histogram'}
+  r = {k: float(v[0] / v[1]) for k, v in m.items() if k != 'disc_auc_histograms'}
   assert loss == pytest.approx(r['mlm_loss'] + 50.0 * r['disc_loss'], rel=1e-4)
   # every real token is counted once in the AUC histograms, labels match the replaced share
-  hist = np.asarray(m['auc_histogram'])
+  hist = np.asarray(m['disc_auc_histograms'])
   assert hist.sum() == pytest.approx(float(batch['input_mask'].sum()))
   assert hist[0].sum() / hist.sum() == pytest.approx(r['replaced_fraction'], rel=1e-5)
   assert 0 < r['replaced_fraction'] < 0.2
@@ -206,7 +206,7 @@ def _objective(name, **overrides):
 
 
 def _ratios(metrics):
-  return {k: float(v[0] / v[1]) for k, v in metrics.items() if k != 'auc_histogram'}
+  return {k: float(v[0] / v[1]) for k, v in metrics.items() if k != 'disc_auc_histograms'}
 
 
 def test_each_objective_starts_at_its_chance_loss():
@@ -233,7 +233,7 @@ def test_electra_15_counts_the_masked_positions_only():
   selected = float(jax.jit(lambda key: masking.selected(  # the objective's own draws
       objective_common.draw(key, batch, ocfg, SPECIAL, 96).masked, 32).sum())(jax.random.key(1)))
   assert float(m['disc_loss'][1]) == selected < 0.25 * float(batch['input_mask'].sum())
-  assert float(np.asarray(m['auc_histogram']).sum()) == selected
+  assert float(np.asarray(m['disc_auc_histograms']).sum()) == selected
   _, full = jax.jit(_objective('electra')[4])(params)
   assert float(full['disc_loss'][1]) == float(batch['input_mask'].sum())
 
