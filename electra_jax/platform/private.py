@@ -10,7 +10,9 @@ the library's default behaviour.
     coordination_client() jax.distributed's client of the coordination service: a barrier with a
                           timeout of our choosing and a key-value vote, with no device program
                           compiled. JAX's public `multihost_utils.sync_global_devices` is a device
-                          collective, which on CPUs (gloo) gives a late process 30 s to join.
+                          collective, which on CPUs (gloo) gives a late process 30 s to join;
+                          train/distributed.py falls back to it (and to `process_allgather` for
+                          the vote) where this is None.
     array_metadata_store() Orbax's default store of array metadata, which its public
                           ArrayHandler needs as an argument when one is made with another slice
                           size (train/checkpoint.py: small replicated arrays written whole);

@@ -14,6 +14,8 @@ import importlib
 import os
 
 import jax
+from jax.experimental import multihost_utils
+import numpy as np
 from absl import flags
 
 from electra_jax.platform import private
@@ -81,12 +83,17 @@ def barrier(name: str, timeout_s: int = BARRIER_TIMEOUT_S):
   devices: on a loaded host one process can finish compiling or restoring a minute after the other,
   and the run aborted (`Gloo context initialization failed: DEADLINE_EXCEEDED`). A barrier here
   waits as long as `timeout_s`; a process that died is still noticed within the heartbeat timeout.
+  Where this JAX keeps its client elsewhere (platform/private.py), JAX's public
+  `multihost_utils.sync_global_devices` meets instead (a device collective: gloo's 30 s on CPUs).
   """
   if jax.process_count() == 1:
     return
   _barriers[name] = _barriers.get(name, 0) + 1  # each use of a barrier gets its own id
-  private.coordination_client().wait_at_barrier(f'electra_{name}_{_barriers[name]}',
-                                                      timeout_in_ms=timeout_s * 1000)
+  client = private.coordination_client()
+  if client is None:
+    multihost_utils.sync_global_devices(f'electra_{name}_{_barriers[name]}')
+    return
+  client.wait_at_barrier(f'electra_{name}_{_barriers[name]}', timeout_in_ms=timeout_s * 1000)
 
 
 def is_main() -> bool:
@@ -97,10 +104,13 @@ def is_main() -> bool:
 def all_agree(ok: bool, name: str) -> bool:
   """True when `ok` is True in every process (one verdict for all, e.g. whether the attention
   kernel passed its check, so that every host compiles the same program). Through the
-  coordination service's key-value store: no device program is compiled for it."""
+  coordination service's key-value store: no device program is compiled for it; where this JAX
+  keeps its client elsewhere, through JAX's public `multihost_utils.process_allgather`."""
   if jax.process_count() == 1:
     return ok
   client = private.coordination_client()
+  if client is None:
+    return bool(np.all(multihost_utils.process_allgather(np.asarray(ok, np.int32))))
   _barriers[name] = _barriers.get(name, 0) + 1
   key = f'electra_agree_{name}_{_barriers[name]}'
   client.key_value_set(f'{key}/{jax.process_index()}', '1' if ok else '0')

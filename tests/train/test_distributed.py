@@ -190,17 +190,26 @@ def test_the_process_flags_go_together_and_clusters_are_detected(monkeypatch):
 @pytest.mark.fast
 def test_every_process_takes_one_verdict(tmp_path):
   """distributed.all_agree: true only when every process says so (the attention kernel's start-up
-  check, so that every host compiles the same program), through the coordination service."""
+  check, so that every host compiles the same program), through the coordination service, whose
+  client platform/private.py finds where this JAX keeps it (else this test fails); and, were it
+  moved, through JAX's public multihost_utils, barriers too."""
   script = tmp_path / 'vote.py'
   script.write_text(
       'import sys\n'
       f'sys.path.insert(0, {ROOT!r})\n'
       'flags = dict(a[2:].split("=", 1) for a in sys.argv[1:])\n'
+      'from electra_jax.platform import private\n'
       'from electra_jax.train import distributed\n'
       'distributed.initialize(flags["coordinator_address"], int(flags["num_processes"]),\n'
       '                       int(flags["process_id"]), 60)\n'
+      'assert private.coordination_client() is not None, "the coordination client moved"\n'
       'me = int(flags["process_id"])\n'
       'print("agree:", distributed.all_agree(me != 1, "kernel"),\n'
+      '      distributed.all_agree(True, "kernel"), flush=True)\n'
+      'distributed.barrier("met")\n'
+      'private.coordination_client = lambda: None  # a JAX that keeps it elsewhere\n'
+      'distributed.barrier("met")\n'
+      'print("public:", distributed.all_agree(me != 0, "kernel"),\n'
       '      distributed.all_agree(True, "kernel"), flush=True)\n')
   out = subprocess.run([sys.executable, CLUSTER, '--num_processes=2', '--devices_per_process=1',
                         f'--log_dir={tmp_path / "logs"}', '--', str(script)],
@@ -208,3 +217,5 @@ def test_every_process_takes_one_verdict(tmp_path):
   assert out.returncode == 0, out.stderr[-3000:]
   assert 'agree: False True' in out.stdout  # process 1 said no to the first, yes to the second
   assert 'agree: False True' in (tmp_path / 'logs' / 'process_1.log').read_text()
+  assert 'public: False True' in out.stdout  # process 0 said no, through the public path
+  assert 'public: False True' in (tmp_path / 'logs' / 'process_1.log').read_text()
