@@ -47,8 +47,9 @@ class Classifier(nn.Module):
 
   def features(self, input_ids, segment_ids, input_mask, deterministic: bool = True,
                positions=None, starts=None):
-    """What the head reads (float32): [CLS]'s hidden state, the mean over the real tokens, or
-    every token's (per_token); of each packed sequence with `starts`."""
+    """What the classifier reads (float32): [CLS]'s hidden state, the mean over the real tokens,
+    or every token's (per_token); of each packed sequence with `starts`; the modern backbone's
+    through its TaskHead."""
     hidden = self.discriminator(self.embeddings(input_ids, segment_ids, deterministic,
                                                 positions=positions), input_mask, deterministic,
                                 positions=positions)
@@ -66,13 +67,13 @@ class Classifier(nn.Module):
           jnp.sum(weights, 1), 1.0)
     else:
       chosen = hidden[:, 0]
+    if self.cfg.modern:
+      return self.head(chosen)
     return chosen.astype(jnp.float32)
 
   def __call__(self, input_ids, segment_ids, input_mask, deterministic: bool = True,
                positions=None, starts=None):
     chosen = self.features(input_ids, segment_ids, input_mask, deterministic, positions, starts)
-    if self.cfg.modern:
-      chosen = self.head(chosen)
     return self.classifier(self.dropout(chosen, deterministic=deterministic))
 
 
