@@ -66,7 +66,8 @@ class Estimate:
     matmul when it calls cuBLAS, a Pallas kernel when it is Mosaic's or Triton's."""
     out = {'fusions': 0.0, 'pallas': 0.0, 'collectives': 0.0, 'matmuls': 0.0, 'other': 0.0}
     for op in self.ops:
-      kind = ('pallas' if op.source == 'kernel' or 'triton' in op.target else
+      kind = ('pallas' if op.source == 'kernel' or op.target == 'tpu_custom_call'
+              or 'triton' in op.target else
               'collectives' if op.source == 'collective' else
               'fusions' if op.opcode == 'fusion' else
               'matmuls' if op.opcode in ('dot', 'convolution') or 'gemm' in op.target else
@@ -143,13 +144,30 @@ def _what(line: str) -> str:
   return name[-120:]
 
 
+def _instruction_lines(text: str):
+  """The lines of an HLO module, an instruction whose text spans several lines (a kernel's
+  backend_config holding newlines: JAX's splash kernel's) joined into one."""
+  pending = None
+  for line in text.splitlines():
+    starts = (not line.strip() or line.rstrip() == '}' or line.startswith(('HloModule', 'ENTRY'))
+              or line.lstrip().startswith(('%', 'ROOT ')))
+    if pending is not None and not starts:
+      pending += ' ' + line
+      continue
+    if pending is not None:
+      yield pending
+    pending = line
+  if pending is not None:
+    yield pending
+
+
 class _Program:
   def __init__(self, text: str):
     self.computations: dict[str, list] = {}
     self.entry = ''
     self.types: dict[str, str] = {}
     current = None
-    for line in text.splitlines():
+    for line in _instruction_lines(text):
       header = _HEADER.match(line)
       if header and not line.startswith(' '):
         current = header.group(2)
@@ -157,7 +175,7 @@ class _Program:
         if header.group(1):
           self.entry = current
         continue
-      if line.startswith('}'):
+      if line.rstrip() == '}':
         current = None
         continue
       if current is None:

@@ -179,6 +179,31 @@ def test_kernels_of_a_gpu_program_name_cublas_matmuls_and_triton_kernels():
                                     'other': 1, 'total': 4}
 
 
+_SPLIT = '''HloModule step
+
+ENTRY %main (a: f32[64,64]) -> f32[64,64] {
+  %a = f32[64,64]{1,0} parameter(0)
+  %k = f32[64,64]{1,0} custom-call(%a), custom_call_target="tpu_custom_call", backend_config={"custom_call_config": {"metadata":"{\\"block_q\\": 512,
+}"}, "estimated_cycles":"940000"}, metadata={op_name="jit(step)/splash_mha_fwd"}
+  %f = f32[64,64]{1,0} fusion(%k), kind=kLoop, calls=%fused_body, backend_config={"estimated_cycles":"1000"}
+  ROOT %g = f32[64,64]{1,0} fusion(%f), kind=kLoop, calls=%fused_body, backend_config={"estimated_cycles":"1000"}
+}
+'''  # noqa: E501  (a kernel's config holding a newline, as JAX's splash kernel's does)
+
+
+@pytest.mark.fast
+def test_an_instruction_over_several_lines_is_one_and_the_computation_goes_on():
+  """A TPU kernel whose backend_config spans lines (a line of it starting with '}'): one
+  instruction, a Pallas kernel, and the instructions after it still counted."""
+  chip = hlo_cost.Chip('test', peak_flops=1e12, hbm_bytes_per_s=1e9, clock_hz=1e6,
+                       ici_bytes_per_s=1e8)
+  est = hlo_cost.estimate(_SPLIT, chip, devices_per_slice=8)
+  assert est.kernels() == {'fusions': 2, 'pallas': 1, 'collectives': 0, 'matmuls': 0, 'other': 0,
+                           'total': 3}
+  assert est.seconds == pytest.approx(942_000 / chip.clock_hz)
+  assert est.top(1)[0]['what'].endswith('splash_mha_fwd')
+
+
 _UNKNOWN = '''HloModule step
 
 %matmul (x: f32[64,4096], w: f32[4096,32]) -> f32[64,32] {
