@@ -254,7 +254,8 @@ def estimate_lines(compiled, chip: chips_lib.Chip, devices_per_slice: int, num_s
          if est.unknown_loops else ''),
       f'  -> {tokens / est.seconds:,.0f} tokens/s, MFU {100 * mfu:.1f}% (model FLOPs '
       f'{model_flops / 1e12:.2f} T per step over {chips} x {chip.peak_flops / 1e12:.0f} TFLOP/s '
-      f'{chip.name} bf16 peak)',
+      f'{chip.name} bf16 peak)' + (': above 100%, so the cost model missed part of the program; '
+                                   'do not use this estimate' if mfu > 1 else ''),
       '  kernels per step: ' + kernel_counts(est.kernels()),
       f'  the {top} costliest operations (estimated ms per step, share, executions, how '
       'estimated, JAX operation):']

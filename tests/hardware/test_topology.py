@@ -202,6 +202,13 @@ def test_an_instruction_over_several_lines_is_one_and_the_computation_goes_on():
                            'total': 3}
   assert est.seconds == pytest.approx(942_000 / chip.clock_hz)
   assert est.top(1)[0]['what'].endswith('splash_mha_fwd')
+  # an estimate faster than the chips' peak allows says so instead of printing it as a result
+  compiled = type('Compiled', (), {'as_text': lambda self: _SPLIT})()
+  v5e = chips.of_slice_name('v5e')
+  lines, numbers = aot.estimate_lines(compiled, v5e, 8, 1, 1e18, 1000, 8)
+  assert numbers['mfu'] > 1 and 'do not use this estimate' in lines[1]
+  lines, numbers = aot.estimate_lines(compiled, v5e, 8, 1, 1e9, 1000, 8)
+  assert numbers['mfu'] < 1 and 'do not use' not in lines[1]
 
 
 _UNKNOWN = '''HloModule step
