@@ -111,11 +111,12 @@ class ElectraSquadOutput(QuestionAnsweringModelOutput):
 
 
 class _SquadHead:
-  """ELECTRA's SQuAD head, as electra_jax fine-tunes it, on an encoder's hidden states: start
-  logits; end logits conditioned on the start (its hidden state concatenated to every token's,
-  dense + exact GELU, LayerNorm, dense 1) for each of the `start_top` best starts; for SQuAD 2.0
-  an answerability logit from [CLS] and the start-probability-weighted hidden state. Spans start
-  and end on the second segment's real tokens or on [CLS] (position 0: no answer)."""
+  """ELECTRA's SQuAD head, as electra_jax fine-tunes it, on the hidden states of the encoder a
+  class's `_encode` runs: start logits; end logits conditioned on the start (its hidden state
+  concatenated to every token's, dense + exact GELU, LayerNorm, dense 1) for each of the
+  `start_top` best starts; for SQuAD 2.0 an answerability logit from [CLS] and the
+  start-probability-weighted hidden state. Spans start and end on the second segment's real tokens
+  or on [CLS] (position 0: no answer)."""
   def _build_head(self, config):
     width, h = config.qa_width, config.hidden_size
     eps = getattr(config, 'layer_norm_eps', None) or config.norm_eps  # (ModernBert's name)
@@ -125,7 +126,12 @@ class _SquadHead:
     if config.answerable:
       self.answer_dense, self.answer_output = nn.Linear(2 * h, width), nn.Linear(width, 1)
 
-  def _answer(self, out, attention_mask, token_type_ids, start_positions, end_positions):
+  def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
+              inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
+    kwargs.pop('return_dict', None)
+    out = self._encode(input_ids=input_ids, attention_mask=attention_mask,
+                       token_type_ids=token_type_ids, position_ids=position_ids,
+                       inputs_embeds=inputs_embeds, **kwargs)
     h = out[0].float()
     batch, length = h.shape[:2]
     mask = torch.ones(batch, length, device=h.device) if attention_mask is None else attention_mask
@@ -163,13 +169,8 @@ class ElectraSquadForQuestionAnswering(_SquadHead, ElectraPreTrainedModel):
     self._build_head(config)
     self.post_init()
 
-  def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-              inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
-    kwargs.pop('return_dict', None)
-    out = self.electra(input_ids=input_ids, attention_mask=attention_mask,
-                       token_type_ids=token_type_ids, position_ids=position_ids,
-                       inputs_embeds=inputs_embeds, **kwargs)
-    return self._answer(out, attention_mask, token_type_ids, start_positions, end_positions)
+  def _encode(self, **inputs):
+    return self.electra(**inputs)
 
 
 try:  # (transformers from 4.48 on)
@@ -187,12 +188,8 @@ if ModernBertPreTrainedModel is not None:
       self._build_head(config)
       self.post_init()
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, position_ids=None,
-                inputs_embeds=None, start_positions=None, end_positions=None, **kwargs):
-      kwargs.pop('return_dict', None)
-      out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                       position_ids=position_ids, inputs_embeds=inputs_embeds, **kwargs)
-      return self._answer(out, attention_mask, token_type_ids, start_positions, end_positions)
+    def _encode(self, token_type_ids=None, **inputs):
+      return self.model(**inputs)
 '''
 
 # The classes, by the Auto class each is loaded with.
