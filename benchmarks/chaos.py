@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from electra_jax import cli
+from electra_jax.config import pretraining as config_lib
 from electra_jax.data import records
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.pretraining import setup as pretrain_setup
@@ -85,7 +86,7 @@ def _run(workdir: str, env: dict, kill_after: int | None = None):
 def _final_states(config, workdirs: list[str]):
   records_dir = config.data.records or os.path.join(workdirs[0], 'data')
   special = SpecialIds(**records.read_metadata(records_dir)['special_ids'])
-  setup = pretrain_setup.build_setup(config, special)
+  setup = pretrain_setup.build_setup(config_lib.parse(config), special)
   target = jax.jit(lambda: step_lib.init_state(setup))()
   states = []
   for workdir in workdirs:

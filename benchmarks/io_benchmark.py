@@ -6,6 +6,7 @@ import time
 
 import jax
 
+from electra_jax.config import pretraining as config_lib
 from electra_jax.data import input_pipeline, records
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.pretraining import setup as pretrain_setup
@@ -47,7 +48,8 @@ def benchmark_checkpoint(config, directory: str, repeats: int = 3) -> dict:
   """Times checkpoint saves of the config's full train state: how long `save` holds the loop
   (copying the arrays off the devices) and how long until the files are complete (background)."""
   mesh = partitioning.make_mesh()
-  init_fn, _, _ = step_lib.compile_steps(pretrain_setup.build_setup(config, SPECIAL), mesh)
+  setup = pretrain_setup.build_setup(config_lib.parse(config), SPECIAL)
+  init_fn, _, _ = step_lib.compile_steps(setup, mesh)
   state = jax.block_until_ready(init_fn())
   ckpt = checkpoint_lib.Checkpointer(directory, keep=1)
   blocking, total = [], []

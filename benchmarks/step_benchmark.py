@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import profiling
+from electra_jax.config import pretraining as config_lib
 from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.model import flops as flops_lib
@@ -98,8 +99,8 @@ def _step_memory(compiled) -> dict:
 def _compiled(config):
   """(mesh of all devices, setup, init, train step) of `config`, checked."""
   mesh = partitioning.make_mesh()
-  preflight.check_config(config, mesh)
-  setup = pretrain_setup.build_setup(config, SPECIAL)
+  cfg, _ = preflight.configure(config, mesh, log=lambda line: None)
+  setup = pretrain_setup.build_setup(cfg, SPECIAL)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   return mesh, setup, init_fn, train_fn
 
@@ -176,7 +177,7 @@ def max_batch(config, limit_mb: float | None = None, margin: float = 0.95) -> di
 
 def peer_max_batch(config) -> int:
   """The PyTorch peer's largest batch on this GPU (it tries real steps until out of memory)."""
-  setup = pretrain_setup.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(config_lib.parse(config), SPECIAL)
   d = config.data
   with tempfile.TemporaryDirectory(prefix='electra_peer_') as folder:
     batch_file = os.path.join(folder, 'batch.npz')

@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import jax  # noqa: E402
 
 from conftest import test_config  # noqa: E402
+from electra_jax.config.pretraining import parse  # noqa: E402
 from electra_jax.data.tokenizer import SPECIAL  # noqa: E402
 from electra_jax.data.synthetic import synthetic_batch  # noqa: E402
 from electra_jax.train import partitioning  # noqa: E402
@@ -31,7 +32,8 @@ def main():
   jax.config.update('jax_enable_compilation_cache', False)
   config = test_config()
   mesh = partitioning.make_mesh(jax.devices())
-  init_fn, train_fn, _ = step_lib.compile_steps(pretrain_setup.build_setup(config, SPECIAL), mesh)
+  setup = pretrain_setup.build_setup(parse(config), SPECIAL)
+  init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = init_fn()
   batch = jax.device_put(synthetic_batch(16, 32, config.model.vocab_size, seed=0),
                          partitioning.batch_sharding(mesh))

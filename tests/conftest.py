@@ -60,6 +60,7 @@ import jax
 import pytest
 
 import xdist_once
+from electra_jax.config.pretraining import parse
 from electra_jax import cli
 from electra_jax.config.pretraining import default_config
 from electra_jax.data import prepare as prepare_lib
@@ -244,7 +245,7 @@ def assert_same_states(config, workdirs, step: int, message: str = ''):
   from electra_jax.storage import fs
   from electra_jax.train import checkpoint as checkpoint_lib
   from electra_jax.train import step as step_lib
-  setup = pretrain_setup.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(parse(config), SPECIAL)
   states = []
   for workdir in workdirs:
     ckpt = checkpoint_lib.Checkpointer(fs.join(workdir, 'checkpoints'))
@@ -256,8 +257,9 @@ def assert_same_states(config, workdirs, step: int, message: str = ''):
 
 
 def poisoned_setup(config, bad_steps, build=None):
-  """The real setup of `config`, with a loss that is NaN at the given (1-based) training steps
-  (the tests that need a non-finite step all poison step 3: one compiled program serves them)."""
+  """The real setup of `config` (typed: config/pretraining.py's parse), with a loss that is NaN at
+  the given (1-based) training steps (the tests that need a non-finite step all poison step 3: one
+  compiled program serves them)."""
   import dataclasses
   import jax.numpy as jnp
   from electra_jax.pretraining import setup as pretrain_setup

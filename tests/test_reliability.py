@@ -21,6 +21,7 @@ import pytest
 
 from conftest import CHILD_ENV, ROOT, WORDS, launch_command, poisoned_setup, run_config_file
 from conftest import script, test_config, write_corpus
+from electra_jax.config.pretraining import parse
 from electra_jax import UserError
 from electra_jax import fields as fields_lib
 from electra_jax.data import corpus as corpus_lib
@@ -147,7 +148,8 @@ def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refu
   import optax
   mesh = partitioning.make_mesh(jax.devices()[:1])
   batch = synthetic_batch(16, 32, 96, seed=2)
-  setup = pretrain_setup.build_setup(test_config(**{'optimizer.grad_clip_norm': 0.0}), SPECIAL)
+  setup = pretrain_setup.build_setup(parse(test_config(**{'optimizer.grad_clip_norm': 0.0})),
+                                     SPECIAL)
   assert setup.check_update
   poisoned = dataclasses.replace(setup, tx=optax.chain(setup.tx, optax.scale(float('nan'))))
   init_fn, train_fn, _ = step_lib.compile_steps(poisoned, mesh)
@@ -158,9 +160,10 @@ def test_a_nonfinite_update_is_never_applied_and_bad_optimizer_settings_are_refu
   for a, b in zip(jax.tree.leaves(jax.device_get(state.params)), jax.tree.leaves(before)):
     np.testing.assert_array_equal(a, b)
 
-  clipped = pretrain_setup.build_setup(test_config(), SPECIAL)  # grad_clip_norm 1.0
+  clipped = pretrain_setup.build_setup(parse(test_config()), SPECIAL)  # grad_clip_norm 1.0
   assert not clipped.check_update
-  assert pretrain_setup.build_setup(test_config(**{'optimizer.eps': 1e-35}), SPECIAL).check_update
+  tiny_eps = parse(test_config(**{'optimizer.eps': 1e-35}))
+  assert pretrain_setup.build_setup(tiny_eps, SPECIAL).check_update
   huge = lambda *args, **kw: (lambda l, m: (l * 1e15, m))(*clipped.loss_fn(*args, **kw))
   init_fn, train_fn, _ = step_lib.compile_steps(dataclasses.replace(clipped, loss_fn=huge), mesh)
   state = init_fn()
@@ -1125,7 +1128,7 @@ def test_round_four_inputs_of_a_new_user_are_one_sentence_or_read_as_meant(tmp_p
     files.read_table(str(tmp_path / 'null.jsonl'), 'text', '', 'label')
   with pytest.raises(UserError, match=r'^data.max_seq_length=4 leaves an example no room: \[CLS\] '
                                       r'A \[SEP\] B \[SEP\] takes at least 5 tokens'):
-    preflight.check_config(test_config(**{'data.max_seq_length': 4}), partitioning.make_mesh())
+    preflight.configure(test_config(**{'data.max_seq_length': 4}), partitioning.make_mesh())
 
 
 @pytest.mark.fast

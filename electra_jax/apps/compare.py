@@ -19,6 +19,7 @@ import jax
 import ml_collections
 
 from electra_jax import UserError, user_errors
+from electra_jax.config import pretraining as config_lib
 from electra_jax.data import records as records_lib
 from electra_jax.data import synthetic
 from electra_jax.data import tokenizer as tokenizer_lib
@@ -131,9 +132,9 @@ def _pretrain(c, workdir: str, log) -> dict:
   compiled then), else trained, resumed or refused by train_and_evaluate."""
   path, saved = fs.join(workdir, 'summary.json'), fs.join(workdir, 'config.json')
   if fs.isfile(path) and fs.isfile(saved):
-    resolved, _ = preflight.resolve(c, log=lambda *_: None)
+    run, _ = preflight.configure(c, partitioning.make_mesh(), log=lambda *_: None)
     with fs.open(saved) as f:
-      same = json.load(f) == json.loads(resolved.to_json())
+      same = json.load(f) == run.as_json
     with fs.open(path) as f:
       summary = json.load(f)
     if same and summary.get('step') == c.train_steps:
@@ -223,7 +224,7 @@ def measure_electra_step(config) -> float:
   step run, then 3 steps timed."""
   config = run_config(config, 'electra')
   mesh = partitioning.make_mesh()
-  setup = pretrain_setup.build_setup(config, tokenizer_lib.SPECIAL)
+  setup = pretrain_setup.build_setup(config_lib.parse(config), tokenizer_lib.SPECIAL)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   d = config.data
   batch = jax.device_put(synthetic.synthetic_batch(d.batch_size, d.max_seq_length,
@@ -263,7 +264,8 @@ def _variant_records(base, variant, name: str, workdir: str, log) -> ml_collecti
   elif not out.data.records:
     meta = records_lib.read_metadata(base.data.records)
     out.data.vocab = fs.join(base.data.records, meta['vocab_file'])
-    out.data.records, _ = pretrain.prepare_data(out, fs.join(workdir, f'variant_{name}'),
+    out.data.records, _ = pretrain.prepare_data(config_lib.parse(out),
+                                                fs.join(workdir, f'variant_{name}'),
                                                 lambda line: log(f'[@{name}] {line}'))
   return out
 

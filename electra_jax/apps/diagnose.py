@@ -253,9 +253,9 @@ def diagnose(workdir: str, num_batches: int = 4, batch_size: int = 32, log=print
     raise UserError(f'{workdir} is not a pre-training workdir ('
                     + (f'it holds a {kind}' if kind else 'no config.json') + '); give the '
                     '--workdir of launch/train.py')
-  config = config_lib.complete(workdir_lib.read_config(workdir))
   workdir_lib.require_checkpoint(workdir)
   with user_errors(ValueError, FileNotFoundError):
+    config = config_lib.from_json(workdir_lib.read_config(workdir))
     records_dir, meta, _ = records_lib.workdir_vocab(workdir, config)
   setup = pretrain_setup.build_setup(config, tokenizer_lib.SpecialIds(**meta['special_ids']))
   dataset = input_pipeline.make_dataset(records_dir, 'eval', batch_size, shuffle=False)

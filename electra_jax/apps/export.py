@@ -21,7 +21,7 @@ import tempfile
 
 import numpy as np
 
-from electra_jax import UserError
+from electra_jax import UserError, user_errors
 from electra_jax.config import pretraining as config_lib
 from electra_jax.convert import original, sources
 from electra_jax.convert.hf_folder import Exported
@@ -82,7 +82,9 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
       if seed is not None:
         raise UserError(f'--seed picks one of a fine-tuning\'s seeds, and {workdir} is a '
                         'pre-training (one model); leave --seed out')
-      done = pretraining_export.export(config_lib.complete(config), workdir, partial, step, log)
+      with user_errors(ValueError):
+        pretraining = config_lib.from_json(config)
+      done = pretraining_export.export(pretraining, workdir, partial, step, log)
     elif 'task' in config and 'init' in config:
       done = finetune_export.export(finetune_config.complete(config), workdir, partial, step,
                                     seed, log, allow_unfinished)

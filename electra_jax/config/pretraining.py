@@ -7,54 +7,73 @@ table. Derived fields (FFN width, heads, max predictions per sequence, decay ste
 FieldReferences computed from their source (`ref + 0`, never the source's own reference): an
 override of the source reaches them, and setting a derived field never changes its source.
 
-From `CONFIG` come the config itself (`default_config`), the checks of every value with the refusal
-of unknown keys (`check`), what a run resuming in its workdir must keep (`resume: same`; the model,
-objective and data sections and the seed, but for how the model is computed) and what a run starting
-from other weights must share with them or takes from them (`init_from`). The model's, the
-objective's and the optimizer's typed configs (model.config.ModelConfig,
-objectives.config.ObjectiveConfig, train.config.OptimizerConfig) are the dataclasses their sections
-are made from; `parse` makes them once, at the launch edge. See electra_jax/fields.py.
+From `CONFIG` come the config the command line sets (`default_config`), the checks of every value
+with the refusal of unknown keys, what a run resuming in its workdir must keep (`resume: same`; the
+model, objective and data sections and the seed, but for how the model is computed) and what a run
+starting from other weights must share with them or takes from them (`init_from`).
+`PretrainingConfig` is the config typed: the run's own fields declared here and the wings' typed
+configs (model.config.ModelConfig, objectives.config.ObjectiveConfig, train.config.OptimizerConfig,
+data.config.DataConfig); `parse` makes it once, at the edge (pretraining/preflight.py's
+`configure`), and nothing below reads the untyped one. See electra_jax/fields.py.
 """
 
 import dataclasses
 import json
 
 from electra_jax import fields
-from electra_jax.data.config import DATA
-from electra_jax.fields import AT_LEAST_0, AT_LEAST_1, Field as F, Section, one_of
+from electra_jax.data.config import DATA, DataConfig
+from electra_jax.fields import AT_LEAST_0, AT_LEAST_1, Section, declare, one_of
 from electra_jax.model.config import MODEL, ModelConfig
 from electra_jax.objectives.config import OBJECTIVE, ObjectiveConfig
 from electra_jax.platform import chips
 from electra_jax.train.config import OPTIMIZER, OptimizerConfig
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PretrainingConfig:
+  """A pre-training's config, typed: the run's own fields (declared here), each wing's typed
+  section, and `as_json`, the one serialization that config.json, the checkpoints' metadata and
+  the resume checks all use. Made once, at the edge (`parse`): every field checked once, and
+  everything below takes it alone (its own fields are checked there, each section's by its
+  constructor)."""
+  seed: int = dataclasses.field(default=fields.SEED.default, metadata={'declared': fields.SEED})
+  train_steps: int = declare(1_000_000, 'optimizer steps', AT_LEAST_1)
+  log_every: int = declare(100, 'steps between progress lines / metric records (the only device '
+                           'reads)', AT_LEAST_1)
+  eval_every: int = declare(0, 'steps between held-out evaluations; 0: only at the end',
+                            AT_LEAST_0)
+  eval_batches: int = declare(20, 'batches per held-out evaluation', AT_LEAST_1)
+  save_every: int = declare(0, 'steps between checkpoints; 0: only at the end', AT_LEAST_0)
+  keep_checkpoints: int = declare(3, 'the latest checkpoints kept on disk', AT_LEAST_1)
+  keep_best: str = declare('', "a held-out metric (e.g. 'disc_auc'): also keep the checkpoint "
+                           'best by it')
+  zeroshot_task: str = declare('', 'at every held-out evaluation, the discriminator prompted with '
+                               "no training on this task's dev split (a task with a default "
+                               "prompt: builtin_topic, builtin, GLUE's classification tasks but "
+                               "WNLI; finetune/inputs/prompts.py): its accuracy, "
+                               "'zeroshot_accuracy', is logged and plotted, and keep_best may "
+                               "rank by it; '' : none")
+  microbatches: int = declare(0, 'gradient accumulation: the global batch in this many sequential '
+                              "parts (same loss and gradient); 0: the fewest whose step fits the "
+                              "device's memory (1 on CPUs)", AT_LEAST_0)
+  fsdp: bool | None = declare(None, 'True: state split over the devices (FSDP, partitioning.py); '
+                              'False: replicated; None (auto): split on TPU slices only',
+                              one_of(None, False, True), field_type=bool)
+  nonfinite: str = declare('stop', "a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' "
+                           'such steps', one_of('stop', 'skip'))
+  init_from: str = declare('', "start from other weights: an HF folder, launch/export.py's, an "
+                           'original checkpoint')
+  init_generator: str = declare('', "with an HF discriminator folder: its generator's folder "
+                                "('' : fresh)")
+  model: ModelConfig  # for the run's devices: dtype and recompute decided (attention: model_view)
+  objective: ObjectiveConfig
+  optimizer: OptimizerConfig
+  data: DataConfig
+  as_json: dict = dataclasses.field(repr=False)
+
+
+_OWN = fields.section_of(PretrainingConfig)
 CONFIG = Section(resume='free', fields=dict(
-    seed=fields.SEED,
-    train_steps=F(1_000_000, 'optimizer steps', AT_LEAST_1),
-    log_every=F(100, 'steps between progress lines / metric records (the only device reads)',
-                AT_LEAST_1),
-    eval_every=F(0, 'steps between held-out evaluations; 0: only at the end', AT_LEAST_0),
-    eval_batches=F(20, 'batches per held-out evaluation', AT_LEAST_1),
-    save_every=F(0, 'steps between checkpoints; 0: only at the end', AT_LEAST_0),
-    keep_checkpoints=F(3, 'the latest checkpoints kept on disk', AT_LEAST_1),
-    keep_best=F('', "a held-out metric (e.g. 'disc_auc'): also keep the checkpoint best by it"),
-    zeroshot_task=F('', 'at every held-out evaluation, the discriminator prompted with no training '
-                    "on this task's dev split (a task with a default prompt: builtin_topic, "
-                    "builtin, GLUE's classification tasks but WNLI; finetune/inputs/prompts.py): "
-                    "its accuracy, "
-                    "'zeroshot_accuracy', is logged and plotted, and keep_best may rank by it; "
-                    "'' : none"),
-    microbatches=F(0, 'gradient accumulation: the global batch in this many sequential parts (same '
-                   "loss and gradient); 0: the fewest whose step fits the device's memory (1 on "
-                   'CPUs)', AT_LEAST_0),
-    fsdp=F(None, 'True: state split over the devices (FSDP, partitioning.py); False: replicated; '
-           'None (auto): split on TPU slices only', one_of(None, False, True), field_type=bool),
-    nonfinite=F('stop', "a NaN/Inf loss or gradient norm: 'stop' the run, or 'skip' such steps",
-                one_of('stop', 'skip')),
-    init_from=F('', 'start from other weights: an HF folder, launch/export.py\'s, an original '
-                'checkpoint'),
-    init_generator=F('', "with an HF discriminator folder: its generator's folder ('' : fresh)"),
-    model=MODEL, objective=OBJECTIVE, optimizer=OPTIMIZER, data=DATA,
-))
+    _OWN.fields, model=MODEL, objective=OBJECTIVE, optimizer=OPTIMIZER, data=DATA))
 
 
 def default_config():
@@ -86,33 +105,28 @@ def complete(saved):
   return fields.complete(CONFIG, saved)
 
 
-TYPED = ('model', 'objective', 'optimizer')  # sections whose typed configs check themselves
-_UNTYPED = dataclasses.replace(CONFIG, fields={k: v for k, v in CONFIG.fields.items()
-                                               if k not in TYPED})
-
-
-@dataclasses.dataclass(frozen=True)
-class Parsed:
-  """A pre-training config parsed once, at the launch edge: every field checked once, the model's,
-  the objective's and the optimizer's typed configs made (checking theirs), and the one
-  serialization that config.json, the checkpoints' metadata and the resume checks all use."""
-  model: ModelConfig  # for the run's devices: dtype and recompute decided (attention: model_view)
-  objective: ObjectiveConfig
-  optimizer: OptimizerConfig
-  as_json: dict
-
-
-def parse(config, platform: str = '', chip: str = '') -> Parsed:
-  """`config` parsed for a run on `platform` (devices of kind `chip`; '' : JAX's default);
-  ValueError (one sentence) for the first unknown key or field outside its range, or values that
-  do not fit together."""
-  fields.check(_UNTYPED, {k: v for k, v in config.items() if k not in TYPED})
+def parse(config, platform: str = '', chip: str = '') -> PretrainingConfig:
+  """`config` (an ml_collections config: a file's, with the command line's overrides) typed for a
+  run on `platform` (devices of kind `chip`; '' : JAX's default): ValueError (one sentence) for
+  the first unknown key or field outside its range, or values that do not fit together."""
+  fields.check(CONFIG, {k: v for k, v in config.items() if k not in _SECTIONS})  # the run's own
   writes = chips.writes_for_backward(platform, chip) if platform else None  # None: the backend's
-  return Parsed(
+  return PretrainingConfig(
+      **{name: config[name] for name in _OWN.fields},
       model=ModelConfig.from_config(config.model, platform, writes),
       objective=ObjectiveConfig.from_config(config.objective, platform),
       optimizer=OptimizerConfig.from_config(config.optimizer),
+      data=DataConfig.from_config(config.data),
       as_json=json.loads(config.to_json()))
+
+
+_SECTIONS = ('model', 'objective', 'optimizer', 'data')
+
+
+def from_json(saved) -> PretrainingConfig:
+  """A run's config.json (a dict, of any version: the fields it lacks at their defaults, as that
+  version computed them) typed for JAX's default backend."""
+  return parse(complete(saved))
 
 
 def check(config):

@@ -63,7 +63,7 @@ _DECLARED = declarations()
 def _at(config, path: str):
   """The value at a dotted path of a config ('data.num_shards')."""
   for key in path.split('.'):
-    config = config[key]
+    config = getattr(config, key)
   return config
 
 
@@ -87,7 +87,8 @@ class Settings:
 
   @classmethod
   def of_config(cls, config) -> 'Settings':
-    """The records a pre-training config reads (built under its workdir when data.records is '')."""
+    """The records a pre-training config (typed, or as config.json holds it) reads (built under its
+    workdir when data.records is '')."""
     return cls(source=config.data.corpus,
                **{name: _at(config, path) for name, path in _CONFIG_PATHS.items()})
 

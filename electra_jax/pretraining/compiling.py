@@ -26,9 +26,9 @@ from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 
 
-def model_for_run(config, parsed, checked: bool = True, log=print):
-  """The model's view of a pre-training's parsed config, its attention path decided."""
-  return model_view.with_attention(parsed.model, config.data.max_seq_length, checked, log)
+def model_for_run(cfg, checked: bool = True, log=print):
+  """The model's view of a pre-training's typed config, its attention path decided."""
+  return model_view.with_attention(cfg.model, cfg.data.max_seq_length, checked, log)
 
 
 def _batch_shapes(sharding, rows: int, length: int) -> dict:
@@ -47,14 +47,14 @@ class Programs:
   memory: Any  # the train step's memory per device (aot.Memory)
 
 
-def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
+def compile_run(cfg, make_setup, model_cfg, mesh, limit, log) -> Programs:
   """The run's programs, from one setup: `make_setup(model_cfg)`, its train step compiled for the
   global batch (`microbatches=0`: the fewest parts whose step fits `limit` bytes per device), its
   evaluation step, and the initialization of that same setup. A step that the compiler rejects
   with an attention path is compiled again with the path's fallback (the kernel's: the explicit
   path), with a warning, instead of ending the run: the state is then initialized by that setup
   too. Nothing is initialized here (the state's shapes are abstract)."""
-  d = config.data
+  d = cfg.data
   sharding = partitioning.batch_sharding(mesh)
 
   def build(model_cfg):
@@ -64,9 +64,9 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
     compile_train = lambda m: step_lib.compile_steps(
         dataclasses.replace(setup, microbatches=m), mesh)[1].lower(
             state, _batch_shapes(sharding, d.batch_size, d.max_seq_length)).compile()
-    if config.microbatches:
+    if cfg.microbatches:
       try:
-        train = compile_train(config.microbatches)
+        train = compile_train(cfg.microbatches)
       except Exception as e:
         need = aot.out_of_memory(e)
         if need is None:
@@ -76,7 +76,7 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
                         '--config.microbatches=0 (auto), --config.fsdp=True, '
                         '--config.model.remat=True or a smaller --config.data.batch_size') from None
       used = aot.memory(train, state)
-      setup = dataclasses.replace(setup, microbatches=config.microbatches)
+      setup = dataclasses.replace(setup, microbatches=cfg.microbatches)
     else:
       with user_errors(aot.DoesNotFit):
         m, train, used = aot.fit_microbatches(compile_train, d.batch_size, mesh.devices.size,
@@ -96,7 +96,7 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
     raise
   except Exception as e:
     path = attention_lib.PATHS[model_cfg.attention]
-    if not path.fallback or config.model.attention == path.name or aot.out_of_memory(e):
+    if not path.fallback or cfg.model.attention == path.name or aot.out_of_memory(e):
       raise  # (a path the config forced, or none to fall back to)
     first = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
     fallback = attention_lib.PATHS[path.fallback]
@@ -105,13 +105,13 @@ def compile_run(config, make_setup, model_cfg, mesh, limit, log) -> Programs:
     return build(dataclasses.replace(model_cfg, attention=fallback.name))
 
 
-def compile_logged(config, make_setup, model_cfg, mesh, log) -> Programs:
+def compile_logged(cfg, make_setup, model_cfg, mesh, log) -> Programs:
   """`compile_run` ahead of the first batch, saying so: the minute of compilation (or a few
   seconds from JAX's compilation cache) is not silence, and not counted in the first interval's
   tokens/s."""
   log(f'{logs_lib.stamp()}compiling the train and evaluation steps ...')
   t, before = time.perf_counter(), compile_cache.counts()
-  programs = compile_run(config, make_setup, model_cfg, mesh,
+  programs = compile_run(cfg, make_setup, model_cfg, mesh,
                          aot.device_memory_limit(mesh.devices.flat[0]), log)
   log(f'{logs_lib.stamp()}compiled in {time.perf_counter() - t:.1f} s{compile_cache.note(before)}')
   return programs
@@ -132,17 +132,15 @@ def compile_for_topology(config: ml_collections.ConfigDict, slice_, log=print) -
 def _compile_for_topology(config, slice_, log) -> dict:
   devices = slice_.devices()
   mesh = partitioning.make_mesh(devices)
-  config, _ = preflight.resolve(config, log)
-  parsed = preflight.check_config(config, mesh, data=False)
-  d = config.data
+  cfg, _ = preflight.configure(config, mesh, log, data=False)
+  d = cfg.data
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
-  model_cfg = model_for_run(config, parsed, checked=False, log=log)
-  make_setup = lambda cfg: pretrain_setup.build_setup(config, SPECIAL_IDS, 'tpu', cfg,
-                                                      parsed=parsed)
+  model_cfg = model_for_run(cfg, checked=False, log=log)
+  make_setup = lambda model_cfg: pretrain_setup.build_setup(cfg, SPECIAL_IDS, model_cfg)
   capacity = slice_.hbm_bytes
   t = time.perf_counter()
   try:  # the programs a run on the slice compiles (compile_run), the state's init among them
-    programs = compile_run(config, make_setup, model_cfg, mesh, capacity, log)
+    programs = compile_run(cfg, make_setup, model_cfg, mesh, capacity, log)
   except UserError as e:
     log(f'train step: does not fit ({time.perf_counter() - t:.0f} s): {e}')
     raise
@@ -173,8 +171,8 @@ def _compile_for_topology(config, slice_, log) -> dict:
       f'{best * mesh.devices.size:,} ({best} rows per chip; an estimate: the batch and '
       'temporaries taken to grow in proportion to the rows)')
   step_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
-                                           config.objective.max_predictions,
-                                           config.objective.name, setup.objective_cfg)
+                                           cfg.objective.max_predictions,
+                                           cfg.objective.name, setup.objective_cfg)
   lines, numbers = aot.estimate_lines(train, slice_.chip, slice_.chips, slice_.num_slices,
                                       step_flops, d.batch_size * d.max_seq_length,
                                       slice_.chips * slice_.num_slices)

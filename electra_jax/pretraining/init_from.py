@@ -2,7 +2,6 @@
 run (its latest checkpoint), or weights made elsewhere (convert/sources.py: an HF transformers
 folder, launch/export.py's folder, an original TensorFlow checkpoint); both as a `Source`."""
 
-import dataclasses
 
 import jax
 import numpy as np
@@ -27,7 +26,7 @@ def open_source(path: str, generator: str = '', vocab: str = '') -> sources.Sour
 
 def _open_workdir(path: str) -> sources.Source:
   """The latest checkpoint of another electra_jax pre-training run."""
-  config = config_lib.complete(workdir_lib.read_config(path))
+  config = config_lib.from_json(workdir_lib.read_config(path))
   _, _, vocab = records_lib.workdir_vocab(path, config)
   ckpt = checkpoint_lib.Checkpointer(fs.join(path, 'checkpoints'))
   try:
@@ -37,8 +36,8 @@ def _open_workdir(path: str) -> sources.Source:
     params = jax.tree.map(np.asarray, ckpt.restore_arrays(step)[0]['params'])
   finally:
     ckpt.close()
-  fields = {f.name: config.model[f.name] for f in dataclasses.fields(model_lib.ModelConfig)
-            if f.name in config.model and f.name not in ('dtype', 'param_dtype')}
+  fields = {name: getattr(config.model, name) for name in config_lib.MODEL.fields
+            if name not in ('dtype', 'param_dtype')}
   has_generator = generators.get(fields.get('generator', 'separate')).network
 
   def read(cfg, fill):

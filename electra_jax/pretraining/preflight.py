@@ -1,6 +1,7 @@
 """Before a pre-training writes anything: its config fitted to the weights it starts from and to
-its objective (`resolve`), every field checked (`check_config`), and the run its workdir already
-holds compared with it (`check_same_run`). Each mistake is one sentence (UserError).
+its objective, typed and every field checked (`configure`, the one reader of the untyped config),
+and the run its workdir already holds compared with it (`check_same_run`). Each mistake is one
+sentence (UserError).
 
 What must match and what is adopted are declared with each field (model/config.py).
 """
@@ -22,23 +23,35 @@ from electra_jax.train.metrics import Metric
 ZEROSHOT = Metric('zeroshot_accuracy', 'max', 'zero-shot accuracy (prompted, no training)')
 
 
-def probe_metrics(config) -> tuple:
+def probe_metrics(cfg: config_lib.PretrainingConfig) -> tuple:
   """The metrics the run scores beside its objective's (`ZEROSHOT` with a zeroshot_task)."""
-  return (ZEROSHOT,) if config.zeroshot_task else ()
+  return (ZEROSHOT,) if cfg.zeroshot_task else ()
 
 
-def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True) -> config_lib.Parsed:
-  """`config` parsed for the devices of `mesh`, every field checked once before anything is read
-  or written: one sentence for the first problem. `data=False`: the corpus is not looked for
-  (compiling for a slice, which reads no data)."""
+def configure(config: ml_collections.ConfigDict, mesh, log=print, data: bool = True):
+  """(the run's typed config, the source of its `init_from` or None): `config` (a file's, with the
+  command line's overrides; left as it was) fitted to the weights it starts from and to its
+  objective, typed for the devices of `mesh`, every field checked once before anything is read or
+  written: one sentence for the first problem. `data=False`: the corpus is not looked for
+  (compiling for a slice, which reads no data). The one place a pre-training's untyped config
+  is read: everything after takes the typed one."""
+  config = config.copy_and_resolve_references()
+  source = _adopt_init_from(config, log)
   device = mesh.devices.flat[0]
   with user_errors(ValueError):
-    parsed = config_lib.parse(config, device.platform, device.device_kind)
-    partitioning.check_batch_size(config.data.batch_size, mesh, 'data.batch_size',
-                                  config.microbatches)
-    partitioning.check_batch_size(config.data.eval_batch_size, mesh, 'data.eval_batch_size')
-    objectives.get(config.objective.name)
-  d, m = config.data, config.model
+    config = objectives.fit_model_config(config, log)
+    cfg = config_lib.parse(config, device.platform, device.device_kind)
+  _check(cfg, mesh, data)
+  return cfg, source
+
+
+def _check(cfg: config_lib.PretrainingConfig, mesh, data: bool):
+  """The checks across fields and against the devices, the objective and the corpus."""
+  d, m = cfg.data, cfg.model
+  with user_errors(ValueError):
+    partitioning.check_batch_size(d.batch_size, mesh, 'data.batch_size', cfg.microbatches)
+    partitioning.check_batch_size(d.eval_batch_size, mesh, 'data.eval_batch_size')
+    objective = objectives.get(cfg.objective.name)
   if d.max_seq_length < 5:
     raise UserError(f'data.max_seq_length={d.max_seq_length} leaves an example no room: [CLS] A '
                     '[SEP] B [SEP] takes at least 5 tokens; give 128 or 512 as the presets do')
@@ -46,40 +59,27 @@ def check_config(config: ml_collections.ConfigDict, mesh, data: bool = True) -> 
     raise UserError(f'data.max_seq_length={d.max_seq_length} exceeds '
                     f'model.max_position_embeddings={m.max_position_embeddings}; shorten the '
                     'sequences or enlarge the position table')
-  if d.pack_documents and m.backbone != 'modern':
+  if d.pack_documents and not m.modern:
     raise UserError('data.pack_documents packs documents into rows whose tokens count positions '
                     "from their own document's [CLS], which the modern backbone's rotary "
                     "positions read; the BERT backbone's learned positions follow the original's "
                     "examples: set --config.model.backbone=modern (configs/*.py:modern) or leave "
                     'data.pack_documents out')
-  if config.objective.max_predictions < 1:
-    raise UserError(f'objective.mask_prob={config.objective.mask_prob} selects no token in '
+  if cfg.objective.max_predictions < 1:
+    raise UserError(f'objective.mask_prob={cfg.objective.mask_prob} selects no token in '
                     f'{d.max_seq_length}-token sequences; raise it')
-  if config.nonfinite not in ('stop', 'skip'):
-    raise UserError(f"nonfinite is {config.nonfinite!r}; use 'stop' or 'skip'")
-  if config.zeroshot_task and not objectives.get(config.objective.name).detects:
+  if cfg.zeroshot_task and not objective.detects:
     raise UserError(f'zeroshot_task prompts the discriminator\'s detection head, and objective '
-                    f'{config.objective.name} never trains it; leave zeroshot_task out, or '
+                    f'{cfg.objective.name} never trains it; leave zeroshot_task out, or '
                     'pre-train an objective with a detection loss (electra, cocolm, amos, ...)')
   with user_errors(ValueError):
-    objectives.ranking(config.objective.name, config.keep_best, probe_metrics(config))
-  if config.keep_best and not config.eval_every:
-    raise UserError(f'keep_best={config.keep_best!r} ranks the checkpoints saved at evaluations, '
+    objectives.ranking(cfg.objective.name, cfg.keep_best, probe_metrics(cfg))
+  if cfg.keep_best and not cfg.eval_every:
+    raise UserError(f'keep_best={cfg.keep_best!r} ranks the checkpoints saved at evaluations, '
                     'but eval_every is 0; set --config.eval_every')
   if data and not d.records:
     with user_errors(FileNotFoundError, ValueError):
       corpus_lib.Source(d.corpus, d.text_field)  # a glob that matches nothing fails here
-  return parsed
-
-
-def resolve(config: ml_collections.ConfigDict, log=print):
-  """(the run's config, the source of its `init_from` or None): `config` as parsed, fitted to the
-  weights it starts from and to its objective, as a new value (`config` is left as it was)."""
-  config = config.copy_and_resolve_references()
-  source = _adopt_init_from(config, log)
-  with user_errors(ValueError):
-    config = objectives.fit_model_config(config, log)
-  return config, source
 
 
 def _adopt_init_from(config: ml_collections.ConfigDict, log=print):
@@ -134,8 +134,8 @@ def _has_checkpoint(workdir: str) -> bool:
 
 def check_same_run(as_json: dict, workdir: str, log=print):
   """A workdir holds one run: resuming with a different model, objective or data (the config as
-  `Parsed.as_json`) is refused. A run that stopped before its first checkpoint holds nothing to
-  resume: its config is replaced. Returns the config.json compared (None without one)."""
+  `PretrainingConfig.as_json`) is refused. A run that stopped before its first checkpoint holds
+  nothing to resume: its config is replaced. Returns the config.json compared (None without one)."""
   path = fs.join(workdir, 'config.json')
   if not fs.exists(path):
     return None

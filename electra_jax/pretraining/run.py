@@ -1,7 +1,8 @@
 """Pre-training: a workdir, its data and its first weights, then the loop.
 
-    config -> preflight.resolve: fitted to init_from's weights and to the objective (a new config)
-    -> preflight checks: every field; the workdir claimed (one run at a time), the run it holds
+    config -> preflight.configure: fitted to init_from's weights and to the objective, typed and
+       every field checked once (PretrainingConfig: all that the rest reads)
+    -> the workdir claimed (one run at a time), the run it holds compared
     -> records: read, or built from the corpus on first use
     -> state: restored from the latest checkpoint, or init_from's weights, or fresh
     -> compiling: the steps over the mesh (microbatches fitted) -> loop.run -> summary.json
@@ -46,37 +47,38 @@ from electra_jax.train import workdir as workdir_lib
 # Data
 # ================================================================================================
 
-def prepare_data(config, workdir: str, log=print) -> tuple[str, dict]:
+def prepare_data(cfg: config_lib.PretrainingConfig, workdir: str,
+                 log=print) -> tuple[str, dict]:
   """The records folder of this run, built under <workdir>/data on first use (or finished)."""
-  d = config.data
+  d = cfg.data
   records_dir = d.records or fs.join(workdir, 'data')
   with user_errors(ValueError, FileNotFoundError, FileExistsError):
     if d.vocab:  # a given vocabulary must fit the model before anything is built with it
       size = tokenizer_lib.load_tokenizer(d.vocab, lower_case=d.lower_case).vocab_size
-      if size != config.model.vocab_size:
+      if size != cfg.model.vocab_size:
         raise ValueError(f'the vocabulary {d.vocab} has {size} entries but model.vocab_size is '
-                         f'{config.model.vocab_size}; set --config.model.vocab_size={size}')
+                         f'{cfg.model.vocab_size}; set --config.model.vocab_size={size}')
     built = fs.join(records_dir, records_lib.METADATA)
     if not d.records and not fs.exists(built) and not distributed.is_main():
       log(f'waiting for process 0 to build the records in {records_dir}')
       while not fs.exists(built):
         time.sleep(1)
     if not d.records and not fs.exists(built):
-      prepare_lib.records_folder(records_lib.Settings.of_config(config), records_dir, log=log,
+      prepare_lib.records_folder(records_lib.Settings.of_config(cfg), records_dir, log=log,
                                  size_flag='--config.model.vocab_size')
     meta = records_lib.read_metadata(records_dir)
     records_lib.verify(records_dir, meta)
-  if config.init_from and d.records and d.vocab and (
+  if cfg.init_from and d.records and d.vocab and (
       tokenizer_lib.file_fingerprint(d.vocab) != meta['vocab_fingerprint']):
     raise UserError(  # (init_from's vocabulary and size are the run's: no model field can help)
         f'the records in {records_dir} were tokenized with another vocabulary '
-        f'({meta["vocab_size"]} entries) than --config.init_from={config.init_from} was trained '
-        f'with ({d.vocab}, {config.model.vocab_size} entries); build records with its vocabulary '
+        f'({meta["vocab_size"]} entries) than --config.init_from={cfg.init_from} was trained '
+        f'with ({d.vocab}, {cfg.model.vocab_size} entries); build records with its vocabulary '
         f'(python launch/prepare_data.py --vocab={d.vocab} ...) and give those, or drop '
         '--config.data.records to build them in the workdir')
-  if meta['vocab_size'] != config.model.vocab_size:
+  if meta['vocab_size'] != cfg.model.vocab_size:
     raise UserError(f'the records in {records_dir} use a vocabulary of {meta["vocab_size"]} '
-                    f'entries but model.vocab_size is {config.model.vocab_size}; set '
+                    f'entries but model.vocab_size is {cfg.model.vocab_size}; set '
                     f'--config.model.vocab_size={meta["vocab_size"]}')
   if meta['max_seq_length'] != d.max_seq_length:
     raise UserError(f'the records in {records_dir} hold {meta["max_seq_length"]}-token examples '
@@ -134,79 +136,76 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print,
                        probe=None) -> dict:
   """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the
-  summary. `probe` (finetune/zeroshot.py's `probe`, which the commands give): (config, vocabulary
-  file, lower_case, log) -> a scorer (model config, params) -> config.zeroshot_task's zero-shot
+  summary. `probe` (finetune/zeroshot.py's `probe`, which the commands give): (the typed config,
+  vocabulary file, lower_case, log) -> a scorer (model config, params) -> zeroshot_task's zero-shot
   accuracy, run at every held-out evaluation."""
   main = distributed.is_main()  # the one process that logs and writes files
   if not main:
     log = lambda line: None
   mesh = partitioning.make_mesh()
-  config, source = preflight.resolve(config, log)
-  parsed = preflight.check_config(config, mesh)
-  for warning in optim.schedule_warnings(parsed.optimizer, config.train_steps,
-                                         f'optimizer.warmup_steps={config.optimizer.warmup_steps}',
+  cfg, source = preflight.configure(config, mesh, log)  # typed once: below, `cfg` alone
+  for warning in optim.schedule_warnings(cfg.optimizer, cfg.train_steps,
+                                         f'optimizer.warmup_steps={cfg.optimizer.warmup_steps}',
                                          'warm up for fewer steps (the paper: 10,000 of '
                                          "1,000,000), or set optimizer.schedule="
                                          "'warmup_then_decay'"):
     log(f'warning: {warning}')
-  if config.zeroshot_task and probe is None:
-    raise UserError(f'zeroshot_task={config.zeroshot_task!r} is scored by the commands '
+  if cfg.zeroshot_task and probe is None:
+    raise UserError(f'zeroshot_task={cfg.zeroshot_task!r} is scored by the commands '
                     '(launch/train.py, launch/compare.py); from Python, pass '
                     'probe=electra_jax.finetune.zeroshot.probe')
   with workdir_lib.claim(workdir, 'pre-training'):  # one run at a time in a workdir
-    return _train(config, parsed, source, workdir, mesh, log, probe)
+    return _train(cfg, source, workdir, mesh, log, probe)
 
 
-def _train(config, parsed, source, workdir: str, mesh, log, probe=None) -> dict:
+def _train(cfg: config_lib.PretrainingConfig, source, workdir: str, mesh, log, probe=None) -> dict:
   main = distributed.is_main()
-  records_dir, meta, readers, eval_batches, compared = _open_workdir(config, parsed, workdir, log)
+  records_dir, meta, readers, eval_batches, compared = _open_workdir(cfg, workdir, log)
   scorer = None  # the zero-shot probe: its dev texts read and encoded once, before compiling
-  if config.zeroshot_task:
-    vocab = records_lib.workdir_vocab(workdir, config)[2]
+  if cfg.zeroshot_task:
+    vocab = records_lib.workdir_vocab(workdir, cfg)[2]
     with user_errors(ValueError):
-      scorer = probe(config, vocab, config.data.lower_case, log)
+      scorer = probe(cfg, vocab, cfg.data.lower_case, log)
 
   # ---- the programs, of one setup: the attention path decided (its start-up check), the train
   # step compiled (microbatches fitted; the path's fallback if the compiler rejects it) ----
   special = SpecialIds(**meta['special_ids'])
-  platform = mesh.devices.flat[0].platform
-  model_cfg = compiling.model_for_run(config, parsed, log=log)
-  make_setup = lambda cfg: pretrain_setup.build_setup(config, special, platform, cfg,
-                                                      parsed=parsed)
-  probed = preflight.probe_metrics(config)
-  best_mode = objectives.ranking(config.objective.name, config.keep_best, probed)
-  ckpt = checkpoint_lib.Checkpointer.of_run(workdir, config, best_mode)
+  model_cfg = compiling.model_for_run(cfg, log=log)
+  make_setup = lambda model_cfg: pretrain_setup.build_setup(cfg, special, model_cfg)
+  probed = preflight.probe_metrics(cfg)
+  best_mode = objectives.ranking(cfg.objective.name, cfg.keep_best, probed)
+  ckpt = checkpoint_lib.Checkpointer.of_run(workdir, cfg, best_mode)
   latest = ckpt.latest_step()
   if latest is not None:  # a checkpoint of other shapes is refused before the compilation
     with user_errors(ValueError):
       ckpt.check_shapes(latest, step_lib.state_shapes(make_setup(model_cfg)))
-  programs = compiling.compile_logged(config, make_setup, model_cfg, mesh, log)
+  programs = compiling.compile_logged(cfg, make_setup, model_cfg, mesh, log)
   setup, train_fn, eval_fn = programs.setup, programs.train, programs.evaluate
 
   # ---- the state, initialized by that setup: restored, or init_from's weights, or fresh ----
-  start, state, readers, position = _restore(config, parsed, compared, workdir, ckpt,
-                                             programs.init(), meta, readers, log)
+  start, state, readers, position = _restore(cfg, compared, workdir, ckpt, programs.init(), meta,
+                                             readers, log)
   if not start and source is not None:
     state = start_from(setup, state, source)
     log(f'initial weights: {source.describe()}')
   if main:  # once every check has passed; whole or not at all (others read it in check_same_run)
-    fs.write_atomic(fs.join(workdir, 'config.json'), json.dumps(parsed.as_json, indent=2))
+    fs.write_atomic(fs.join(workdir, 'config.json'), json.dumps(cfg.as_json, indent=2))
 
   # ---- the data ----
-  d = config.data
+  d = cfg.data
   sharding = partitioning.batch_sharding(mesh)
-  train_ds = input_pipeline.make_dataset(records_dir, 'train', d.batch_size, seed=config.seed,
+  train_ds = input_pipeline.make_dataset(records_dir, 'train', d.batch_size, seed=cfg.seed,
                                          shuffle_buffer=d.shuffle_buffer, position=position,
                                          readers=readers)
   eval_ds = input_pipeline.make_dataset(records_dir, 'eval', d.eval_batch_size, shuffle=False)
   batches = input_pipeline.global_batches(train_ds, sharding, records_dir)
 
   # ---- the loop ----
-  annotate = _describe_run(config, setup, state, mesh, readers, start, log)
+  annotate = _describe_run(cfg, setup, state, mesh, readers, start, log)
   baseline = meta['unigram_xent']
-  objective = objectives.get(config.objective.name)
+  objective = objectives.get(cfg.objective.name)
   plan = loop_lib.Plan.of(
-      config, total_steps=config.train_steps, keep_best=bool(config.keep_best),
+      cfg, total_steps=cfg.train_steps, keep_best=bool(cfg.keep_best),
       tokens_per_step=d.batch_size * d.max_seq_length, fields=objective.shown + ('learning_rate',),
       eval_fields=objective.shown + tuple(m.name for m in probed),
       eval_note=f' | unigram baseline {baseline:.4f}', eval_record={'unigram_baseline': baseline})
@@ -217,7 +216,7 @@ def _train(config, parsed, source, workdir: str, mesh, log, probe=None) -> dict:
                              'vocab_fingerprint': meta['vocab_fingerprint'],
                              'records_fingerprint': records_lib.fingerprint(meta),
                              'records': {k: meta.get(k) for k in records_lib.IDENTITY},
-                             'config': parsed.as_json,
+                             'config': cfg.as_json,
                              'keep_best_mode': best_mode,  # (for a fine-tuning's init_step=best)
                              'detection_head': objective.detects}  # (for prompting: trained?)
 
@@ -235,31 +234,32 @@ def _train(config, parsed, source, workdir: str, mesh, log, probe=None) -> dict:
                           log=log, annotate=annotate)
     best = ckpt.best_step()
     ckpt.close()
-  return _summarize(config, workdir, setup, ckpt, result, best, baseline, eval_batches, log)
+  return _summarize(cfg, workdir, setup, ckpt, result, best, baseline, eval_batches, log)
 
 
-def _open_workdir(config, parsed, workdir: str, log):
+def _open_workdir(cfg: config_lib.PretrainingConfig, workdir: str, log):
   """(records folder, its metadata, input readers, held-out batches, the config.json compared
   with the run's), the workdir checked."""
   workdir_lib.check_entries(workdir, folders=('checkpoints', 'tensorboard') + (
-      () if config.data.records else ('data',)), files=(
+      () if cfg.data.records else ('data',)), files=(
           'config.json', 'metrics.jsonl', 'summary.json', 'curves.png'))
-  compared = preflight.check_same_run(parsed.as_json, workdir, log)
+  compared = preflight.check_same_run(cfg.as_json, workdir, log)
   latest = max(preflight.checkpoint_steps(workdir), default=0)
-  if latest > config.train_steps:
+  if latest > cfg.train_steps:
     raise UserError(f'the run in {workdir} is at step {latest}, past train_steps='
-                    f'{config.train_steps}; raise --config.train_steps to go on, or use a new '
+                    f'{cfg.train_steps}; raise --config.train_steps to go on, or use a new '
                     '--workdir for a shorter run')
-  records_dir, meta = prepare_data(config, workdir, log)
+  records_dir, meta = prepare_data(cfg, workdir, log)
   with user_errors(ValueError):
-    eval_batches = input_pipeline.held_out_batches(meta, config.data.eval_batch_size,
-                                                   config.eval_batches)
-    readers = input_pipeline.num_readers(meta, config.data.batch_size, config.data.readers)
+    eval_batches = input_pipeline.held_out_batches(meta, cfg.data.eval_batch_size,
+                                                   cfg.eval_batches)
+    readers = input_pipeline.num_readers(meta, cfg.data.batch_size, cfg.data.readers)
     input_pipeline.process_readers(readers, jax.process_index(), jax.process_count())
   return records_dir, meta, readers, eval_batches, compared
 
 
-def _restore(config, parsed, compared, workdir: str, ckpt, state, meta: dict, readers: int, log):
+def _restore(cfg: config_lib.PretrainingConfig, compared, workdir: str, ckpt, state, meta: dict,
+             readers: int, log):
   """(start step, state, input readers, input position): from the latest readable checkpoint, whose
   config (unless it is the config.json already `compared`), records and readers must be the run's,
   or (0, `state`, `readers`, 0)."""
@@ -267,13 +267,13 @@ def _restore(config, parsed, compared, workdir: str, ckpt, state, meta: dict, re
     start, state, ckpt_meta = ckpt.restore_latest(state, log, afresh=True)
   if not start:
     return 0, state, readers, 0
-  d = config.data
+  d = cfg.data
   records_dir = d.records or fs.join(workdir, 'data')
   if ckpt_meta.get('vocab_fingerprint', meta['vocab_fingerprint']) != meta['vocab_fingerprint']:
     raise UserError(f'the checkpoint {ckpt.directory}/{start} was trained on records of another '
                     f'vocabulary than {records_dir}; point data.records at the records of the run, '
                     'or use a new --workdir')
-  _check_belongs(parsed.as_json, compared, meta, ckpt_meta, f'{ckpt.directory}/{start}',
+  _check_belongs(cfg.as_json, compared, meta, ckpt_meta, f'{ckpt.directory}/{start}',
                  records_dir)
   saved = ckpt_meta.get('readers', 1)  # the batches continue as they were read
   if d.readers and d.readers != saved:
@@ -313,19 +313,20 @@ def _check_belongs(as_json: dict, compared, meta: dict, ckpt_meta: dict, where: 
                     'data.records at the records it was trained on')
 
 
-def _describe_run(config, setup, state, mesh, readers: int, start: int, log):
+def _describe_run(cfg: config_lib.PretrainingConfig, setup, state, mesh, readers: int, start: int,
+                  log):
   """Logs the run's size and speed reference; returns the progress lines' MFU annotation."""
-  d = config.data
+  d = cfg.data
   n_params = sum(x.size for x in jax.tree.leaves(state.params))
   step_flops = step_flops_lib.step_matmul_flops(setup.model_cfg, d.max_seq_length, d.batch_size,
                                            setup.objective_cfg.max_predictions,
-                                           config.objective.name, setup.objective_cfg)
+                                           cfg.objective.name, setup.objective_cfg)
   hosts = (f'{jax.process_count()} processes, ' if jax.process_count() > 1 else '')
   log(f'{n_params:,} parameters | {hosts}{mesh.devices.size} x {jax.devices()[0].device_kind}'
       f'{" (FSDP)" if step_lib.uses_fsdp(setup, mesh) else ""} | batch {d.batch_size} x '
       f'{d.max_seq_length}, '
       f'{readers} input reader(s) | {step_flops / 1e9:.1f} GFLOP/step | '
-      f'steps {start} -> {config.train_steps}')
+      f'steps {start} -> {cfg.train_steps}')
   peak, peak_source = peak_lib.mesh_peak(mesh.devices.flat, setup.model_cfg.dtype)
   log(f'MFU against {peak / 1e12:.3g} TFLOP/s ({peak_source})')
 
@@ -336,21 +337,21 @@ def _describe_run(config, setup, state, mesh, readers: int, start: int, log):
   return annotate
 
 
-def _summarize(config, workdir: str, setup, ckpt, result, best, baseline: float,
-               eval_batches: int, log) -> dict:
+def _summarize(cfg: config_lib.PretrainingConfig, workdir: str, setup, ckpt, result, best,
+               baseline: float, eval_batches: int, log) -> dict:
   """summary.json (process 0) and the summary lines."""
   values = result.eval
   summary = {'step': result.step, 'eval': values, 'unigram_baseline': baseline,
              'checkpoint': fs.join(ckpt.directory, str(result.step))}
-  if config.keep_best:
+  if cfg.keep_best:
     summary['best_checkpoint'] = fs.join(ckpt.directory, str(best))
-    log(f'best held-out {config.keep_best}: step {best} ({summary["best_checkpoint"]})')
+    log(f'best held-out {cfg.keep_best}: step {best} ({summary["best_checkpoint"]})')
   if distributed.is_main():  # strict JSON: a metric without a value (NaN) is written as null
     fs.write_atomic(fs.join(workdir, 'summary.json'), logs_lib.dumps(summary, indent=2))
   parts = [part.format(**values, generator=setup.model_cfg.generator_shape.summary,
                        baseline=baseline)
-           for part in objectives.get(config.objective.name).summary]
-  log(f'summary (held-out, {eval_batches} batches of {config.data.eval_batch_size}, no dropout): '
+           for part in objectives.get(cfg.objective.name).summary]
+  log(f'summary (held-out, {eval_batches} batches of {cfg.data.eval_batch_size}, no dropout): '
       + '; '.join(parts))
   log(f'final parameters: {summary["checkpoint"]} | curves: {fs.join(workdir, "curves.png")}')
   return summary

@@ -4,8 +4,6 @@ the objective's loss and draws, the optimizer, the microbatches and the split of
 import dataclasses
 import functools
 
-import ml_collections
-
 from electra_jax.config import pretraining as config_lib
 from electra_jax.data.tokenizer import SpecialIds
 from electra_jax.model import networks as model_lib
@@ -23,20 +21,16 @@ class Setup(step_lib.Setup):
   special: SpecialIds | None = None
 
 
-def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform: str = '',
-                model_cfg: model_lib.ModelConfig | None = None,
-                parsed: config_lib.Parsed | None = None) -> Setup:
-  """The setup of a pre-training run on `platform` ('' : JAX's default backend). `parsed`: the
-  run's config parsed once (config/pretraining.py `parse`), whose typed configs it takes, else
-  `config` is parsed here; `model_cfg`: the model's view decided for the run (its attention path
-  resolved), else the parsed one.
+def build_setup(cfg: config_lib.PretrainingConfig, special: SpecialIds,
+                model_cfg: model_lib.ModelConfig | None = None) -> Setup:
+  """The setup of the pre-training `cfg` (typed for its devices: config/pretraining.py `parse`).
+  `model_cfg`: the model's view decided for the run (its attention path resolved), else cfg's.
   `microbatches=0` (auto) builds one part; the run picks the number (aot.fit_microbatches)."""
-  parsed = parsed or config_lib.parse(config, platform)
-  model_cfg = model_cfg or parsed.model
-  objective_cfg = parsed.objective
+  model_cfg = model_cfg or cfg.model
+  objective_cfg = cfg.objective
   model = model_lib.Electra(model_cfg)
-  tx, schedule = optim.make_optimizer(parsed.optimizer)
-  objective = objectives.get(config.objective.name).loss
+  tx, schedule = optim.make_optimizer(cfg.optimizer)
+  objective = objectives.get(cfg.objective.name).loss
 
   def loss_fn(params, batch, rng, deterministic=False, draws=None):
     return objective(params, batch, rng, model=model, cfg=objective_cfg, special=special,
@@ -46,7 +40,7 @@ def build_setup(config: ml_collections.ConfigDict, special: SpecialIds, platform
     return objective_common.draw(rng, batch, objective_cfg, special, model_cfg.vocab_size)
 
   return Setup(model_cfg=model_cfg, model=model, tx=tx, schedule=schedule, loss_fn=loss_fn,
-               seed=config.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
+               seed=cfg.seed, init_params=functools.partial(model_lib.init_params, model_cfg),
                objective_cfg=objective_cfg, special=special, draw=draw,
-               microbatches=max(1, config.microbatches), fsdp=config.fsdp,
-               check_update=not optim.bounds_updates(parsed.optimizer))
+               microbatches=max(1, cfg.microbatches), fsdp=cfg.fsdp,
+               check_update=not optim.bounds_updates(cfg.optimizer))

@@ -72,8 +72,8 @@ class Plan:
   def of(cls, config, **values) -> 'Plan':
     """The plan with the fields `config` declares under the same names (log_every, eval_every,
     save_every, nonfinite), and `values` for the others (or to set one the config lacks)."""
-    own = {f.name: config[f.name] for f in dataclasses.fields(cls)
-           if f.name in config and f.name not in values}
+    own = {f.name: getattr(config, f.name) for f in dataclasses.fields(cls)
+           if hasattr(config, f.name) and f.name not in values}
     return cls(**own, **values)
 
 

@@ -84,8 +84,13 @@ def test_unknown_keys_are_refused_never_dropped():
     config_lib.check(c)
   other = config_lib.default_config()
   other.data.colour = 3
-  with pytest.raises(ValueError, match=r'data.colour is not a field of the config; remove it \(the '
+  with pytest.raises(ValueError, match=r'data.colour is not a field of the data; remove it \(the '
                      r'fields there: batch_size, corpus, eval_batch_size, .*vocab\)'):
+    config_lib.check(other)  # (the typed data section refuses it)
+  other = config_lib.default_config()
+  other.train_step = 3
+  with pytest.raises(ValueError, match='train_step is not a field of the config; did you mean '
+                     'train_steps?'):
     config_lib.check(other)
   with pytest.raises(ValueError, match='model.hidden_sise is not a field of the model'):
     model_lib.ModelConfig.from_config(c.model)

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ROOT, test_config
 from conftest import topic_dev_examples
+from electra_jax.config.pretraining import parse
 from electra_jax.convert import hf
 from electra_jax.model import networks as model_lib
 from electra_jax.data.synthetic import synthetic_batch
@@ -373,14 +374,15 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
   # Pre-training from it: the config's generator width is replaced by the checkpoint's, and the
   # run's first state holds the checkpoint's weights.
   lines = []
-  parsed = test_config(**{'data.records': records_dir, 'init_from': folder})
-  run_config, source = preflight.resolve(parsed, lines.append)
+  given = test_config(**{'data.records': records_dir, 'init_from': folder})
+  mesh = partitioning.make_mesh()
+  run_config, source = preflight.configure(given, mesh, lines.append)
   assert run_config.model.generator_hidden_fraction == 1.0
-  assert parsed.model.generator_hidden_fraction == 0.5 and not parsed.data.vocab  # left as parsed
+  assert run_config.as_json['model']['generator_hidden_fraction'] == 1.0  # config.json's too
+  assert given.model.generator_hidden_fraction == 0.5 and not given.data.vocab  # left as given
   assert any('generator_hidden_fraction 0.5 -> 1.0' in l for l in lines), lines
   assert run_config.data.vocab == os.path.join(folder, 'vocab.model')
   setup = pretrain_setup.build_setup(run_config, tokenizer_lib.load_tokenizer(vocab).special)
-  mesh = partitioning.make_mesh()
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = pretrain.start_from(setup, init_fn(), source)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(state.params)):
@@ -422,7 +424,7 @@ def test_bad_sources_are_one_sentence(pretrained, exported, tmp_path):
   wider = test_config(**{'init_from': exported, 'model.hidden_size': 64})
   with pytest.raises(UserError,
                      match=r'other sizes than the config: hidden_size 32 \(config: 64\)'):
-    preflight.resolve(wider, lambda *_: None)
+    preflight.configure(wider, partitioning.make_mesh(), lambda *_: None)
   with pytest.raises(UserError, match='exists and is not empty'):
     export_lib.export(pretrained, exported)
   with pytest.raises(UserError, match='not a workdir of launch/train.py'):
@@ -463,7 +465,7 @@ def test_benchmark_peer_runs_the_same_step():
   peer = result['peer']
   assert len(peer['ms_per_step_runs']) == 2 and min(peer['ms_per_step_runs']) > 0
   assert result['speedup_over_peer'] > 0
-  setup = pretrain_setup.build_setup(config, tokenizer_lib.SPECIAL)
+  setup = pretrain_setup.build_setup(parse(config), tokenizer_lib.SPECIAL)
   batch = synthetic_batch(16, 32, config.model.vocab_size)
   ours = float(jax.jit(lambda: setup.loss_fn(setup.init_params(jax.random.key(0)), batch,
                                              jax.random.key(1))[0])())

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import CHILD_ENV, ROOT, load_config, test_config, with_fields
+from electra_jax.config.pretraining import parse
 from electra_jax import UserError
 from electra_jax.config import files as config_files
 from electra_jax.hardware import peak
@@ -506,14 +507,14 @@ def test_fsdp_auto_splits_the_state_on_tpu_slices_of_several_chips():
   from electra_jax.data.tokenizer import SPECIAL
   config = test_config()
   assert config.fsdp is None
-  setup = pretrain_setup.build_setup(config, SPECIAL, 'tpu')
+  setup = pretrain_setup.build_setup(parse(config, 'tpu'), SPECIAL)
   chips = topology.parse('v5e-8').devices()
   assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips))
   assert not step_lib.uses_fsdp(setup, partitioning.make_mesh(chips[:1]))
   assert not step_lib.uses_fsdp(setup, partitioning.make_mesh())  # this CPU's 8 devices
   for asked in (True, False):
     config.fsdp = asked
-    setup = pretrain_setup.build_setup(config, SPECIAL, 'tpu')
+    setup = pretrain_setup.build_setup(parse(config, 'tpu'), SPECIAL)
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh()) is asked
     assert step_lib.uses_fsdp(setup, partitioning.make_mesh(chips)) is asked
   c, _ = config_files.config_from(f'{ROOT}/configs/base.py', ['fsdp=True'])
@@ -556,7 +557,7 @@ def test_a_step_that_does_not_compile_with_the_kernel_falls_back(monkeypatch, re
   config = test_config(**{'data.records': records_dir, 'microbatches': 1})
   mesh = partitioning.make_mesh()
   from electra_jax.data.tokenizer import SPECIAL
-  make_setup = lambda cfg: pretrain_setup.build_setup(config, SPECIAL, 'cpu', cfg)
+  make_setup = lambda cfg: pretrain_setup.build_setup(parse(config, 'cpu'), SPECIAL, cfg)
   pallas = dataclasses.replace(model_lib.ModelConfig.from_config(config.model, 'cpu'),
                                attention='pallas')
 

@@ -17,6 +17,7 @@ import pytest
 from jax import export
 
 from conftest import test_config
+from electra_jax.config.pretraining import parse
 from electra_jax.model import attention
 from electra_jax.model import networks as model_lib
 from electra_jax.model import flash
@@ -248,7 +249,7 @@ def test_train_step_with_the_kernels_on_8_devices_equals_the_explicit_path(layou
   results = {}
   for impl in ('explicit', 'pallas'):
     config.model.attention = impl
-    setup = pretrain_setup.build_setup(config, SPECIAL)
+    setup = pretrain_setup.build_setup(parse(config), SPECIAL)
     init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
     state = init_fn()
     for _ in range(2):
@@ -315,7 +316,7 @@ def test_a_path_registered_in_attention_runs_in_every_layer(monkeypatch):
   for impl in ('explicit', 'auto'):
     calls.clear()
     config.model.attention = impl
-    setup = pretrain_setup.build_setup(config, SPECIAL)
+    setup = pretrain_setup.build_setup(parse(config), SPECIAL)
     init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
     step_batch = synthetic_batch(16, config.data.max_seq_length, config.model.vocab_size)
     _, metrics = train_fn(init_fn(), jax.device_put(step_batch, partitioning.batch_sharding(mesh)))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import MODERN, OBJECTIVE_RUN, objective_config, squared_norm, test_config
+from electra_jax.config.pretraining import parse
 from electra_jax.model import networks as model_lib
 from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import electra as electra_objective
@@ -107,7 +108,7 @@ def test_decoder_rows_batch_updates_only_the_rows_of_the_batchs_tokens():
     """(loss, its gradient, the gradient of the generator's MLM loss alone)."""
     c = test_config(**{'model.decoder_rows': rows, 'model.dropout_rate': 0.0,
                        'model.attention_dropout_rate': 0.0, 'microbatches': microbatches})
-    setup = pretrain_setup.build_setup(c, SPECIAL)
+    setup = pretrain_setup.build_setup(parse(c), SPECIAL)
     params = setup.init_params(jax.random.key(0))
     rng = jax.random.key(3)
 
@@ -281,7 +282,7 @@ def test_all_tokens_mlm_trains_the_copy_gate_and_not_the_generator():
 def test_objective_learns_on_the_8_device_mesh(name, backbone):
   # the microbatching test's step; every objective composes with either backbone
   fields = {'bert': {}, 'modern': MODERN, 'modern+gdes': {**MODERN, 'model.gdes': True}}
-  setup = pretrain_setup.build_setup(objective_config(name, **fields[backbone]), SPECIAL)
+  setup = pretrain_setup.build_setup(parse(objective_config(name, **fields[backbone])), SPECIAL)
   mesh = partitioning.make_mesh(jax.devices())
   assert mesh.devices.size == 8
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)

@@ -18,6 +18,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from conftest import (CHILD_ENV, MODERN, ROOT, WORDS, cpu_burner, launch_command, load_config,
                       objective_config, poisoned_setup, run_config_file, test_config,
                       write_corpus)
+from electra_jax.config.pretraining import parse
 from electra_jax import UserError
 from electra_jax.config import files as config_files
 from electra_jax.data import prepare as prepare_lib
@@ -38,7 +39,7 @@ from electra_jax.train import step as step_lib
 
 def _run_steps(config, devices, batches):
   mesh = partitioning.make_mesh(devices)
-  setup = pretrain_setup.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(parse(config), SPECIAL)
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   state = init_fn()
   sharding = partitioning.batch_sharding(mesh)
@@ -86,7 +87,7 @@ def test_microbatched_steps_equal_whole_batch_steps(objective, monkeypatch):
     chosen = objective_common.ObjectiveConfig.from_config
     monkeypatch.setattr(objective_common.ObjectiveConfig, 'from_config', classmethod(
         lambda cls, c, platform='': dataclasses.replace(chosen(c, platform), sampler='gumbel')))
-    assert pretrain_setup.build_setup(config, SPECIAL).objective_cfg.sampler == 'gumbel'
+    assert pretrain_setup.build_setup(parse(config), SPECIAL).objective_cfg.sampler == 'gumbel'
   batches = [synthetic_batch(32, 32, config.model.vocab_size, seed=s) for s in range(2)]
   whole, m_whole = _run_steps(config, jax.devices(), batches)
   config.microbatches = 4
@@ -133,7 +134,7 @@ def test_fsdp_steps_equal_data_parallel_steps_with_an_eighth_of_the_state_per_de
   ckpt.save(3, state, {'step': 3})
   ckpt.close()
   config.fsdp = False
-  init_dp, _, _ = step_lib.compile_steps(pretrain_setup.build_setup(config, SPECIAL),
+  init_dp, _, _ = step_lib.compile_steps(pretrain_setup.build_setup(parse(config), SPECIAL),
                                           partitioning.make_mesh())
   ckpt = checkpoint_lib.Checkpointer(str(tmp_path / 'c'))
   restored, _ = ckpt.restore(3, init_dp())
@@ -171,7 +172,7 @@ def test_fsdp_rules_split_one_dimension_the_devices_divide():
 
 
 def _temporaries(config):
-  setup = pretrain_setup.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(parse(config), SPECIAL)
   mesh = partitioning.make_mesh(jax.devices()[:1])
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh)) for k, v in synthetic_batch(
@@ -189,7 +190,7 @@ def test_remat_and_microbatches_give_the_same_step_in_less_memory():
   remat, _ = _run_steps(config, jax.devices(), batches)
   for a, b in zip(jax.tree.leaves(remat), jax.tree.leaves(plain)):
     np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
-  setup = pretrain_setup.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(parse(config), SPECIAL)
   jaxpr = str(jax.make_jaxpr(functools.partial(step_lib.train_step, setup))(
       jax.eval_shape(lambda: step_lib.init_state(setup)), batches[0]))
   layers = 2 * config.model.num_layers  # the generator's and the discriminator's
@@ -401,7 +402,8 @@ def test_train_end_to_end_then_resume_equals_uninterrupted(tmp_path, corpus_file
   for w in (w1, w2):
     ckpt = checkpoint_lib.Checkpointer(os.path.join(w, 'checkpoints'))
     assert ckpt.latest_step() == 6
-    setup = pretrain_setup.build_setup(_small_run_config(corpus_file, train_steps=6), SPECIAL)
+    config = parse(_small_run_config(corpus_file, train_steps=6))
+    setup = pretrain_setup.build_setup(config, SPECIAL)
     target = jax.jit(lambda: step_lib.init_state(setup))()
     restored.append(ckpt.restore(6, target)[0])
     ckpt.close()
@@ -535,7 +537,7 @@ def test_unwritable_workdir_and_other_runs_are_refused(tmp_path, records_dir):
 def test_eval_step_is_deterministic(records_dir):
   config = test_config(**{'data.records': records_dir})
   mesh = partitioning.make_mesh()
-  setup = pretrain_setup.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(parse(config), SPECIAL)
   init_fn, _, eval_fn = step_lib.compile_steps(setup, mesh)
   state = init_fn()
   b = {k: jax.device_put(v, partitioning.batch_sharding(mesh))
@@ -551,7 +553,7 @@ def test_eval_step_is_deterministic(records_dir):
 @pytest.mark.fast
 def test_a_nonfinite_step_changes_nothing_and_is_counted():
   """Step 3's loss is NaN (the poisoned step of the run below: one compiled program for both)."""
-  setup = poisoned_setup(test_config(), [3])
+  setup = poisoned_setup(parse(test_config()), [3])
   mesh = partitioning.make_mesh()
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh))
@@ -579,7 +581,7 @@ def test_a_nonfinite_step_changes_nothing_and_is_counted():
 def test_state_shapes_from_known_parameter_shapes_equal_the_traced_ones():
   """A setup that knows its parameters' shapes (a fine-tuning's, computed for the layer-wise
   factors) gives the state's shapes without tracing the initializers again: the same shapes."""
-  setup = pretrain_setup.build_setup(test_config(), SPECIAL)
+  setup = pretrain_setup.build_setup(parse(test_config()), SPECIAL)
   traced = step_lib.state_shapes(setup)
   known = dataclasses.replace(setup, param_shapes=jax.eval_shape(
       setup.init_params, jax.random.key(0)), init_params=None)  # never called
@@ -593,7 +595,7 @@ def test_initial_weights_given_to_a_setup_are_arguments_of_its_init_program():
   as constants compiled into it (which made a Base fine-tuning's cached init program 314 MB and
   its cache key the weights'); the state starts from them. (The seed is the one argument
   besides.)"""
-  setup = pretrain_setup.build_setup(test_config(), SPECIAL)
+  setup = pretrain_setup.build_setup(parse(test_config()), SPECIAL)
   given = jax.tree.map(lambda x: x + 1.0, setup.init_params(jax.random.key(9)))
   mesh = partitioning.make_mesh(jax.devices()[:1])
   arguments = {}
@@ -613,7 +615,7 @@ def test_the_clipped_guard_is_a_select_in_place_and_the_unclipped_one_a_conditio
   optimizer state to the step's temporary memory. Unclipped, it is a conditional."""
   mesh = partitioning.make_mesh(jax.devices()[:1])
   batch = synthetic_batch(16, 32, 96, seed=2)
-  clipped = pretrain_setup.build_setup(test_config(), SPECIAL)
+  clipped = pretrain_setup.build_setup(parse(test_config()), SPECIAL)
   compiled = {}
   for name, setup in (('select', clipped), ('conditional', dataclasses.replace(
       clipped, check_update=True))):
@@ -640,7 +642,7 @@ def test_a_nan_stops_the_run_naming_the_step_or_is_skipped(tmp_path, records_dir
     pretrain.train_and_evaluate(test_config(**overrides), workdir, log=_quiet)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   last = ckpt.latest_step()
-  target = jax.jit(lambda: step_lib.init_state(real(test_config(**overrides), SPECIAL)))()
+  target = jax.jit(lambda: step_lib.init_state(real(parse(test_config(**overrides)), SPECIAL)))()
   restored, _ = ckpt.restore(last, target)
   ckpt.close()
   assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(restored.params))
@@ -725,7 +727,7 @@ def test_checkpoints_carry_the_config_and_vocabulary_and_refuse_other_records(
   pretrain.train_and_evaluate(test_config(**overrides), str(workdir), log=_quiet)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
   _, _, saved = ckpt.restore_latest(jax.jit(lambda: step_lib.init_state(
-      pretrain_setup.build_setup(test_config(**overrides), SPECIAL)))(), log=_quiet)
+      pretrain_setup.build_setup(parse(test_config(**overrides)), SPECIAL)))(), log=_quiet)
   ckpt.close()
   assert saved['vocab_fingerprint'] == records_lib.read_metadata(records_dir)['vocab_fingerprint']
   assert saved['config'] == json.loads(test_config(**overrides).to_json())
@@ -777,7 +779,7 @@ def test_sigkill_at_a_random_step_then_resume_ends_bit_identical(tmp_path, recor
   states = []
   for workdir in (killed, straight):
     ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-    setup = pretrain_setup.build_setup(load_config(config_file), SPECIAL)
+    setup = pretrain_setup.build_setup(parse(load_config(config_file)), SPECIAL)
     target = jax.jit(lambda: step_lib.init_state(setup))()
     states.append(ckpt.restore(12, target)[0])
     ckpt.close()
@@ -820,7 +822,7 @@ def _board(workdir) -> list[tuple[str, int, float]]:
 
 
 def test_a_checkpoint_saved_on_eight_devices_restores_on_one(tmp_path):
-  setup = pretrain_setup.build_setup(test_config(), SPECIAL)
+  setup = pretrain_setup.build_setup(parse(test_config()), SPECIAL)
   mesh8 = partitioning.make_mesh()
   mesh1 = partitioning.make_mesh(jax.devices()[:1])
   init8, train8, _ = step_lib.compile_steps(setup, mesh8)
@@ -858,3 +860,43 @@ def test_no_recompilation_after_the_first_step(tmp_path, records_dir):
     counts[steps] = sorted(e for e in events if 'trace' in e)
   assert counts[4], 'no compilation was observed: the listener is not working'
   assert counts[12] == counts[4]
+
+
+def test_below_its_edge_a_pretraining_reads_the_typed_config_alone(tmp_path, records_dir,
+                                                                   monkeypatch):
+  """Every read of an untyped config (ml_collections) by the package during a run, by the function
+  that reads it: before `preflight.configure` returns (the edge: fitting to the objective, parsing)
+  at most 30 functions, after it none (records, steps, checkpoints, the loop: the typed config
+  alone)."""
+  import ml_collections
+  from electra_jax.pretraining import preflight
+  package = os.path.dirname(os.path.dirname(pretrain.__file__))
+  readers: dict[str, set] = {'edge': set(), 'below': set()}
+  phase = ['edge']
+
+  def recorded(name):
+    real = getattr(ml_collections.ConfigDict, name)
+
+    def read(self, *args, **kwargs):
+      code = sys._getframe(1).f_code
+      if code.co_filename.startswith(package):
+        readers[phase[0]].add(f'{os.path.relpath(code.co_filename, package)}:{code.co_name}')
+      return real(self, *args, **kwargs)
+    return read
+
+  for name in ('__getattr__', '__getitem__', '__contains__', 'items', 'keys', 'get', 'to_json',
+               'copy_and_resolve_references'):
+    monkeypatch.setattr(ml_collections.ConfigDict, name, recorded(name))
+  configure = preflight.configure
+
+  def typed_once(*args, **kwargs):
+    out = configure(*args, **kwargs)
+    phase[0] = 'below'
+    return out
+  monkeypatch.setattr(preflight, 'configure', typed_once)
+  summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}),
+                                        str(tmp_path / 'w'), log=_quiet)
+  assert summary['step'] == 4
+  assert readers['below'] == set(), readers['below']
+  assert 'pretraining/preflight.py:configure' in readers['edge']
+  assert len(readers['edge']) <= 30, sorted(readers['edge'])

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import (CHILD_ENV, ROOT, TEST_XLA_FLAGS, launch_command, load_config,
                       run_config_file)
+from electra_jax.config.pretraining import parse
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import distributed
@@ -41,7 +42,7 @@ def _cluster(config_file, workdir, tmp_path, processes=2, devices=4, cores=None,
 
 def _params(workdir, step, config):
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'checkpoints'))
-  setup = pretrain_setup.build_setup(config, SPECIAL)
+  setup = pretrain_setup.build_setup(parse(config), SPECIAL)
   state, meta = ckpt.restore(step, jax.jit(lambda: step_lib.init_state(setup))())
   ckpt.close()
   return state, meta

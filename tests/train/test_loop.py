@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import CHILD_ENV, ROOT, TEST_XLA_FLAGS
+from electra_jax.config.pretraining import parse
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import logs as logs_lib
 from electra_jax.train import loop
@@ -86,7 +87,7 @@ def _one_device_run(tmp_path, name: str, stop_at: int | None = None, resume: boo
   from electra_jax.data.synthetic import synthetic_batch
   config = test_config(**{'train_steps': 8, 'save_every': 2, 'log_every': 2, 'nonfinite': 'skip'})
   mesh = partitioning.make_mesh(jax.devices()[:1])
-  setup = poisoned_setup(config, [3])
+  setup = poisoned_setup(parse(config), [3])
   init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
   batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh))
            for k, v in synthetic_batch(16, 32, 96).items()}

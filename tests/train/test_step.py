@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 from conftest import test_config
+from electra_jax.config.pretraining import parse
 from electra_jax.pretraining import setup as pretrain_setup
 from electra_jax.data.synthetic import synthetic_batch
 from electra_jax.data.tokenizer import SPECIAL
@@ -24,7 +25,7 @@ def test_every_seed_runs_one_program_and_gets_the_numbers_of_its_seed_compiled_i
   mesh = partitioning.make_mesh(jax.devices()[:1])
   batch = {k: jax.device_put(v, partitioning.batch_sharding(mesh)) for k, v in synthetic_batch(
       config.data.batch_size, 32, config.model.vocab_size).items()}
-  first = pretrain_setup.build_setup(config, SPECIAL)
+  first = pretrain_setup.build_setup(parse(config), SPECIAL)
   runs = []
   for setup in (first, dataclasses.replace(first, seed=first.seed + 1)):
     init_fn, train_fn, _ = step_lib.compile_steps(setup, mesh)
@@ -48,7 +49,7 @@ def test_the_init_programs_shapes_are_known_without_tracing_it_and_are_its_own()
   shapes it already has (a Base pre-training's start traced its initializers once more for them):
   those a trace of the program gives, replicated, under FSDP over 8 devices, and with weights
   given as arguments."""
-  setup = pretrain_setup.build_setup(test_config(), SPECIAL)
+  setup = pretrain_setup.build_setup(parse(test_config()), SPECIAL)
   given = setup.init_params(jax.random.key(9))
   for devices, variant in ((1, {}), (8, {'fsdp': True}),
                            (8, {'init_params': lambda key, p: p, 'init_args': (given,)})):
