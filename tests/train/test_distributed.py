@@ -70,6 +70,7 @@ def _two_processes(config_file, workdir, *flags):
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
 
 
+@pytest.mark.multiprocess
 def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path, records_dir):
   config_file = _config_file(tmp_path, records_dir, train_steps=4)
   two = tmp_path / 'two'
@@ -98,6 +99,7 @@ def test_two_processes_of_four_devices_train_like_one_process_of_eight(tmp_path,
     np.testing.assert_allclose(x, y, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.multiprocess
 def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_load(
     tmp_path, records_dir):
   config_file = _config_file(tmp_path, records_dir, train_steps=1_000_000)
@@ -128,6 +130,7 @@ def test_a_killed_process_stops_the_other_within_a_minute_and_both_resume_under_
   assert f'final parameters: {workdir}/checkpoints/{committed + 2}' in out.stdout
 
 
+@pytest.mark.multiprocess
 def test_a_preemption_notice_to_every_process_saves_one_step_and_exits_143(tmp_path, records_dir):
   """A slice's notice (SIGTERM to every host): JAX's preemption service picks one step for all,
   each process saves its part of that checkpoint and exits 143, not 0 (the run has not finished)."""
