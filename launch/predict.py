@@ -16,7 +16,7 @@ is refused unless --allow_unfinished, and one still running in any case.
 from absl import flags
 
 from electra_jax import cli
-from electra_jax.finetune import predict
+from electra_jax.apps import predict
 
 _WORKDIR = flags.DEFINE_string('workdir', None,
                                'the --workdir of a fine-tuning (launch/finetune.py)')

@@ -26,8 +26,8 @@ from absl import flags
 import jax
 
 from electra_jax import cli
+from electra_jax.apps import zeroshot
 from electra_jax.config import files as config_files
-from electra_jax.finetune import zeroshot
 from electra_jax.hardware import topology
 from electra_jax.pretraining import compiling
 from electra_jax.pretraining import run as pretrain

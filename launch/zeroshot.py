@@ -1,5 +1,5 @@
 r"""The discriminator as a zero-shot classifier: no training, only the detection head of any
-pre-trained ELECTRA (electra_jax/finetune/zeroshot.py).
+pre-trained ELECTRA (electra_jax/apps/zeroshot.py).
 
     python launch/zeroshot.py --init=/tmp/electra_demo --config=configs/finetune/<task>.py \
         --template='It was {label}.' --label_words=pos=great,neg=terrible
@@ -18,8 +18,8 @@ no train file (--config.task.dev alone): its labels are the classes.
 from absl import flags
 
 from electra_jax import cli
+from electra_jax.apps import zeroshot
 from electra_jax.config import files as config_files
-from electra_jax.finetune import zeroshot
 
 _CONFIG = cli.define_config_file('config', None, 'a fine-tuning config file '
                                  '(configs/finetune/*.py[:variant]): the task', 'fine-tuning')

@@ -1252,7 +1252,7 @@ def test_predictions_into_a_read_only_folder_are_refused_before_the_work(tmp_pat
   out = tmp_path / 'out'
   out.mkdir()
   (tmp_path / 'in.csv').write_text('text\nx\n')
-  code = ('from electra_jax import UserError\nfrom electra_jax.finetune import predict\n'
+  code = ('from electra_jax import UserError\nfrom electra_jax.apps import predict\n'
           f'try:\n  predict.check_output({str(out / "p.csv")!r}, {str(tmp_path / "in.csv")!r}, '
           'False)\nexcept UserError as e:\n  print(e)\n')
   mount = f'mount --bind {out} {out} && mount -o remount,bind,ro {out} {out}'

@@ -1,6 +1,10 @@
 """What users run on finished runs, each driven by a launch/ script; the library never imports it.
 
-    export.py         a workdir -> folders HF transformers loads (launch/export.py)
+    export.py         a workdir of any kind -> folders HF transformers loads, checked there
+                      (launch/export.py)
+    predict.py        a fine-tuning's model on a new file (launch/predict.py)
+    zeroshot.py       the discriminator prompted, no training (launch/zeroshot.py); its probe is
+                      the zero-shot signal launch/train.py hands a pre-training
     compare.py        objectives and starts compared at equal compute, fine-tuned side by side
                       (launch/compare.py); compare_suite.py the same over a real-text suite
     diagnose.py       what a pre-training learnt: representation statistics and linear probes

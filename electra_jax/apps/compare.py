@@ -25,7 +25,7 @@ from electra_jax.data import synthetic
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import run as finetune_run
 from electra_jax.finetune import search
-from electra_jax.finetune import zeroshot
+from electra_jax.apps import zeroshot
 from electra_jax.finetune.inputs import prompts
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import registry

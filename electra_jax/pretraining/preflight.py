@@ -19,7 +19,7 @@ from electra_jax.train import partitioning
 from electra_jax.train.metrics import Metric
 
 # The held-out measure a run scores beside its objective's metrics when config.zeroshot_task names
-# a task: the discriminator prompted on it (finetune/zeroshot.py's probe, given by the command).
+# a task: the discriminator prompted on it (apps/zeroshot.py's probe, given by the command).
 ZEROSHOT = Metric('zeroshot_accuracy', 'max', 'zero-shot accuracy (prompted, no training)')
 
 

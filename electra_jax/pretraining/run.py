@@ -136,7 +136,7 @@ def evaluate(evaluate_fn, params, dataset, sharding, num_batches: int,
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=print,
                        probe=None) -> dict:
   """Pre-trains per `config` in `workdir` (resuming if it holds a checkpoint); returns the
-  summary. `probe` (finetune/zeroshot.py's `probe`, which the commands give): (the typed config,
+  summary. `probe` (apps/zeroshot.py's `probe`, which the commands give): (the typed config,
   vocabulary file, lower_case, log) -> a scorer (model config, params) -> zeroshot_task's zero-shot
   accuracy, run at every held-out evaluation."""
   main = distributed.is_main()  # the one process that logs and writes files
@@ -153,7 +153,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, log=prin
   if cfg.zeroshot_task and probe is None:
     raise UserError(f'zeroshot_task={cfg.zeroshot_task!r} is scored by the commands '
                     '(launch/train.py, launch/compare.py); from Python, pass '
-                    'probe=electra_jax.finetune.zeroshot.probe')
+                    'probe=electra_jax.apps.zeroshot.probe')
   with workdir_lib.claim(workdir, 'pre-training'):  # one run at a time in a workdir
     return _train(cfg, source, workdir, mesh, log, probe)
 

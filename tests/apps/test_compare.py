@@ -8,7 +8,7 @@ import pytest
 from conftest import test_config
 from electra_jax import UserError
 from electra_jax.finetune import config as ft_config_lib
-from electra_jax.finetune import zeroshot
+from electra_jax.apps import zeroshot
 from electra_jax.finetune.inputs import prompts
 from electra_jax.objectives import registry as objectives
 from electra_jax.apps import compare

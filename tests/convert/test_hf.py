@@ -364,7 +364,7 @@ def test_original_checkpoint_imports_with_its_generator_size_and_padded_vocabula
     np.testing.assert_array_equal(np.asarray(a), b)
   # Prompted zero-shot, the original checkpoint and its HF export give the same answers.
   from electra_jax.config import files as config_files
-  from electra_jax.finetune import zeroshot
+  from electra_jax.apps import zeroshot
   prompt_cfg = config_files.load_config_file(f'{ROOT}/configs/finetune/builtin.py:topic')
   prompt_cfg.max_seq_length = 32
   prompted = [zeroshot.evaluate(prompt_cfg, init, batch_size=64, log=lambda *_: None)

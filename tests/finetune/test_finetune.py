@@ -22,7 +22,7 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune.inputs import encode as encode_lib
 from electra_jax.finetune.inputs import files
 from electra_jax.finetune.kinds import heads
-from electra_jax.finetune import predict as predict_lib
+from electra_jax.apps import predict as predict_lib
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.finetune import run

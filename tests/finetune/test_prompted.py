@@ -16,9 +16,9 @@ from electra_jax import UserError
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune import predict as predict_lib
+from electra_jax.apps import predict as predict_lib
 from electra_jax.finetune import run
-from electra_jax.finetune import zeroshot
+from electra_jax.apps import zeroshot
 from electra_jax.finetune.inputs import prompts
 from electra_jax.finetune.inputs import tasks
 from electra_jax.finetune.inputs.encode import Encoded

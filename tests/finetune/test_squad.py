@@ -353,7 +353,7 @@ def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswe
   assert len(answers) == 64
   # launch/predict.py on the dev file: the seed's dev scores again, each answer with its
   # probability (None where it says there is none); questions alone (no answers) predicted too
-  from electra_jax.finetune import predict
+  from electra_jax.apps import predict
   done = predict.predict(str(tmp_path / 'ft'), str(tmp_path / 'dev.json'), log=lambda *_: None)
   assert done['scores'][0] == pytest.approx(dev, abs=1e-6)
   scored = json.load(open(done['outputs'][0]))

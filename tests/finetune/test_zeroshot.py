@@ -1,5 +1,5 @@
 """The discriminator as a zero-shot classifier: prompts, their tokens, and the class whose label
-word looks least replaced (finetune/zeroshot.py)."""
+word looks least replaced (apps/zeroshot.py)."""
 
 import dataclasses
 import os
@@ -15,7 +15,7 @@ from conftest import topic_dev_examples
 from electra_jax import UserError
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune import zeroshot
+from electra_jax.apps import zeroshot
 from electra_jax.finetune.inputs import prompts
 from electra_jax.finetune.inputs import tasks
 from electra_jax.model import networks as model_lib
@@ -299,7 +299,7 @@ def test_a_pretraining_prompts_its_discriminator_at_every_evaluation_and_keeps_t
   workdir = str(tmp_path / 'run')
   config = lambda **kw: test_config(**{'data.records': records_dir, 'train_steps': 4,
                                        'eval_every': 2, 'zeroshot_task': 'builtin_topic', **kw})
-  with pytest.raises(UserError, match='zeroshot_task=.* pass probe=electra_jax.finetune.zeroshot'):
+  with pytest.raises(UserError, match='zeroshot_task=.* pass probe=electra_jax.apps.zeroshot'):
     pretrain.train_and_evaluate(config(), workdir, log=lambda *_: None)
   with pytest.raises(UserError, match="zeroshot_task is 'sst5', which has no default prompt"):
     pretrain.train_and_evaluate(config(zeroshot_task='sst5'), str(tmp_path / 'bad'),

@@ -21,7 +21,7 @@ from electra_jax.objectives import common as objective_common
 from electra_jax.objectives import registry as objectives
 from electra_jax.apps import export as export_lib
 from electra_jax.finetune import pretrained as pretrained_lib
-from electra_jax.finetune import zeroshot
+from electra_jax.apps import zeroshot
 from electra_jax.pretraining import run as pretrain
 from electra_jax.pretraining import step_flops as step_flops_lib
 

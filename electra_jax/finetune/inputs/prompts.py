@@ -1,6 +1,6 @@
 """Prompts for the discriminator (Ni and Kao 2022, Xia et al. 2022): each class's label word filled
 into a template, one sequence per class, and where the word's tokens are in it. The zero-shot
-command (finetune/zeroshot.py) scores these sequences with the pre-trained detection head, and the
+command (apps/zeroshot.py) scores these sequences with the pre-trained detection head, and the
 `prompted` kind (finetune/kinds/prompted.py) fine-tunes that head on them.
 
 A template holds `{label}` once, where each class's word goes, and the texts in one of two ways:

@@ -46,7 +46,7 @@ class Kind:
   # a row as `encode` gives it (SQuAD's windows)
   packs = True
   # its examples are texts of one class each: the discriminator may be prompted with a word per
-  # class (finetune/zeroshot.py, kinds/prompted.py), and K examples of each class drawn
+  # class (apps/zeroshot.py, kinds/prompted.py), and K examples of each class drawn
   # (task.shots)
   text_classes = False
   # per-token arrays its model takes by name beside the inputs, packed into rows as the ids are

@@ -3,7 +3,7 @@ classification task whose every example is read once per class, the class's labe
 into a template (finetune/inputs/prompts.py), each word scored by the pre-trained detection head.
 No new parameter: the head trains with its own binary loss at the word (the right class's word
 "original", every other class's "replaced", a sigmoid cross-entropy at each), and the class whose
-word looks least replaced wins, as in zero-shot prompting (finetune/zeroshot.py): before its first
+word looks least replaced wins, as in zero-shot prompting (apps/zeroshot.py): before its first
 step, a prompted fine-tuning predicts what the zero-shot command does.
 
     --config.task.kind=prompted [--config.prompt.template='It was {label}.'
