@@ -1,6 +1,6 @@
 """The interface of a kind of fine-tuning task. Each kind is one module of
 electra_jax/finetune/kinds/ defining `KIND`, an object of a subclass of `Kind`, and one entry of
-registry.py's table. The driver (run.py), the export (export.py), the loaders and the baseline
+registry.py's table. The driver (run.py), the export (apps/export.py), the loaders and the baseline
 ask the task's kind; none of them names a kind.
 
     kind = registry.get(task.kind)
@@ -40,7 +40,7 @@ class Kind:
   predicts_dev = False  # --mode=predict also writes the dev split's predictions
   own_data = ''  # what task.train holds for this kind, for messages ('' : not your own data)
   hf_class = ''  # the HF transformers class it is exported as ('' : none)
-  hf_pipeline = ''  # the HF pipeline task that reads the export ('' : none that export.py checks)
+  hf_pipeline = ''  # the HF pipeline task reading the export ('' : none that apps/export.py checks)
   init_shape: tuple[int, ...] = (1, 8)  # of the token ids the model is initialized on
   # its examples are sequences that rows pack (finetune/inputs/packing.py); False: each example is
   # a row as `encode` gives it (SQuAD's windows)
