@@ -672,6 +672,9 @@ def test_the_beam_worker_watch_interrupts_for_a_killed_worker_alone(ending):
       raise RuntimeError('Worker subprocess exited with return code %s' % p.returncode)
 
   interrupted = False
+  # Python's own handler, as a command has it (an earlier test of this worker process may have
+  # left another: interrupt_main then does nothing)
+  handler = signal.signal(signal.SIGINT, signal.default_int_handler)
   try:
     with on_beam._WorkerWatch(lambda said: said) as watch:
       thread = threading.Thread(target=worker)
@@ -683,6 +686,8 @@ def test_the_beam_worker_watch_interrupts_for_a_killed_worker_alone(ending):
       time.sleep(1.0)  # (the interrupt lands here)
   except KeyboardInterrupt:
     interrupted = True
+  finally:
+    signal.signal(signal.SIGINT, handler)
   assert interrupted == (ending == 'killed')
   assert watch.lost == ('Worker subprocess exited with return code -9' if ending == 'killed'
                         else '')
