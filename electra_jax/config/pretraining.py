@@ -120,7 +120,7 @@ def parse(config, platform: str = '', chip: str = '') -> PretrainingConfig:
       as_json=json.loads(config.to_json()))
 
 
-_SECTIONS = ('model', 'objective', 'optimizer', 'data')
+_SECTIONS = tuple(name for name, f in CONFIG.fields.items() if isinstance(f, Section))
 
 
 def from_json(saved) -> PretrainingConfig:
