@@ -51,7 +51,7 @@ _PEER_CLASSES = ('ElectraForSequenceClassification', 'ElectraForTokenClassificat
 @dataclasses.dataclass
 class Problem:
   """What is timed: the task, its encoded train and dev examples, the model to fine-tune."""
-  cfg: object
+  cfg: config_lib.FinetuningConfig
   task: object
   kind: object  # the task's kind (finetune/kinds/registry.py)
   train: object
@@ -63,7 +63,7 @@ class Problem:
 def problem(cfg, model_config=None, log=print) -> Problem:
   """The task of the fine-tuning config `cfg` encoded with its --init's vocabulary; the model
   --init's, or with the sizes of the pre-training config `model_config`."""
-  cfg = config_lib.complete(cfg)
+  cfg = config_lib.parse(cfg)
   pretrained = pretrained_lib.load(cfg.init, True, log)
   with user_errors(ValueError, FileNotFoundError):
     task, splits = registry.load(cfg.task, pretrained.config, log)
@@ -104,8 +104,7 @@ class _Ours:
 
   def __init__(self, p: Problem, pack: bool, mesh):
     self.p, self.pack, self.mesh = p, pack, mesh
-    cfg = p.cfg.copy_and_resolve_references()
-    cfg.packing = pack
+    cfg = config_lib.with_values(p.cfg, {'packing': pack})
     setup = run.make_setup(cfg, p.resolved, p.pretrained, p.task, p.kind, cfg.seed)
     self.model = setup.model
     init_fn, self.train_fn, _ = step_lib.compile_steps(setup, mesh)
@@ -374,8 +373,7 @@ def topology_estimate(p: Problem, slice_, log=print) -> dict:
         {**dataclasses.asdict(p.pretrained.model_cfg), 'dtype': 'auto'}, 'tpu',
         slice_.device_kind, p.cfg.max_seq_length, checked=False, log=log)
     for name in LAYOUTS:
-      cfg = p.cfg.copy_and_resolve_references()
-      cfg.packing = name == 'packed'
+      cfg = config_lib.with_values(p.cfg, {'packing': name == 'packed'})
       setup = run.make_setup(cfg, p.resolved,
                              dataclasses.replace(p.pretrained, model_cfg=model_cfg), p.task,
                              p.kind, cfg.seed)

@@ -207,7 +207,13 @@ def complete(section: Section, saved) -> ml_collections.ConfigDict:
   """`saved` (a ConfigDict, or a dict as config.json holds it) with the fields it lacks at their
   defaults: what an earlier version computed, since a field's default keeps its behaviour."""
   values = json.loads(saved.to_json()) if isinstance(saved, ml_collections.ConfigDict) else saved
-  return ml_collections.ConfigDict(_with_defaults(json_default(section), values))
+  return ml_collections.ConfigDict(with_defaults(section, values))
+
+
+def with_defaults(section: Section, saved: dict) -> dict:
+  """`saved` (a dict as config.json holds it) with the fields it lacks at their defaults, as a
+  new dict."""
+  return _with_defaults(json_default(section), saved)
 
 
 def _with_defaults(defaults: dict, saved: dict) -> dict:
@@ -228,6 +234,11 @@ def declare(default, doc: str, valid: Callable | None = None, *, resume: str = '
   sources in the command line's config); the rest as `Field`'s."""
   return dataclasses.field(default=default, metadata={'declared': Field(
       Derived(derived) if derived else default, doc, valid, resume, init_from, field_type)})
+
+
+def redeclared(declared: Field):
+  """A field of a typed config declared elsewhere already (its default, meaning and range)."""
+  return dataclasses.field(default=declared.default, metadata={'declared': declared})
 
 
 def section_of(cls, doc: str = '', resume: str = 'same') -> Section:

@@ -27,7 +27,7 @@ from electra_jax import cli
 from electra_jax.config import files as config_files
 from electra_jax.finetune import compiling as finetune_compiling
 from electra_jax.finetune import config as config_lib
-from electra_jax.finetune import run
+from electra_jax.apps import search
 from electra_jax.hardware import topology
 
 _CONFIG = cli.define_config_file('config', None, 'a configs/finetune/*.py file[:task]',
@@ -70,7 +70,8 @@ def main(argv):
   if _SEEDS.value is not None:
     config.num_seeds = _SEEDS.value
   cli.check_paths(_WORKDIR.value, config)
-  run.finetune(config, _WORKDIR.value, log=lambda line: print(line, flush=True), mode=_MODE.value)
+  search.finetune(config, _WORKDIR.value, log=lambda line: print(line, flush=True),
+                  mode=_MODE.value)
 
 
 if __name__ == '__main__':

@@ -256,6 +256,40 @@ def assert_same_states(config, workdirs, step: int, message: str = ''):
       np.testing.assert_array_equal(a, b, err_msg=message)
 
 
+def record_config_reads(monkeypatch, module, edge: str, which=lambda config: True) -> dict:
+  """Records every read of an ml_collections config that `which(config)` accepts by a function of
+  the package, by that function ('file:function'), while `module.<edge>` (the function that types
+  the config) has not yet returned ('edge') and after ('below'); each call of the edge starts the
+  'edge' phase again. Returns {'edge': set, 'below': set}."""
+  import ml_collections
+  package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + '/electra_jax'
+  readers: dict[str, set] = {'edge': set(), 'below': set()}
+  phase = ['edge']
+
+  def recorded(name):
+    real = getattr(ml_collections.ConfigDict, name)
+
+    def read(self, *args, **kwargs):
+      code = sys._getframe(1).f_code
+      if code.co_filename.startswith(package) and which(self):
+        readers[phase[0]].add(f'{os.path.relpath(code.co_filename, package)}:{code.co_name}')
+      return real(self, *args, **kwargs)
+    return read
+
+  for name in ('__getattr__', '__getitem__', '__contains__', 'items', 'keys', 'get', 'to_json',
+               'to_dict', 'copy_and_resolve_references'):
+    monkeypatch.setattr(ml_collections.ConfigDict, name, recorded(name))
+  typing = getattr(module, edge)
+
+  def typed_once(*args, **kwargs):
+    phase[0] = 'edge'
+    out = typing(*args, **kwargs)
+    phase[0] = 'below'
+    return out
+  monkeypatch.setattr(module, edge, typed_once)
+  return readers
+
+
 def poisoned_setup(config, bad_steps, build=None):
   """The real setup of `config` (typed: config/pretraining.py's parse), with a loss that is NaN at
   the given (1-based) training steps (the tests that need a non-finite step all poison step 3: one

@@ -420,18 +420,21 @@ def test_the_library_never_imports_its_apps_or_the_lab_and_scripts_import_the_in
 @pytest.mark.fast
 def test_the_fine_tuning_wing_is_a_library_and_its_user_tools_are_apps():
   """Of the commands, launch/finetune.py alone reaches into finetune/ (the library: inputs, kinds,
-  the run); what users run on a finished run (prediction, every export, zero-shot) comes from
-  apps/, and the pre-training command reaches the fine-tuning wing only through apps/zeroshot.py
-  (the zero-shot signal it hands the run), never its driver."""
+  the run), for a fine-tuning's computation (its config, compilation for a slice); what users run
+  on a finished run (prediction, every export, zero-shot) and the search of recipes that drives
+  many fine-tunings come from apps/; the library's driver fine-tunes one recipe and imports none
+  of them; and the pre-training command reaches the fine-tuning wing only through
+  apps/zeroshot.py (the zero-shot signal it hands the run), never its driver."""
   modules = _modules()
   direct = sorted(f'{name} -> {m}' for name, path in _launch_scripts().items()
                   if name != 'launch/finetune' for m, _ in _imports(path, modules)
                   if m.startswith('electra_jax.finetune'))
   assert not direct, f'commands that reach into the fine-tuning library for a tool: {direct}'
-  tools = {'predict', 'export', 'zeroshot'}
+  tools = {'predict', 'export', 'zeroshot', 'search'}
   assert not {m.split('.')[-1] for m in modules if m.startswith('electra_jax.finetune.')} & tools
   assert tools <= {m.split('.')[-1] for m in modules if m.startswith('electra_jax.apps.')}
   graph = _graph()
+  assert not any(_wing(m) == 'apps' for m in _reached(graph, 'electra_jax.finetune.run'))
   assert 'electra_jax.finetune.run' not in _reached(graph, 'electra_jax.apps.zeroshot')
   assert not any(_wing(m) == 'finetune' for m in _reached(graph, 'electra_jax.pretraining.run'))
 

@@ -3,6 +3,8 @@
     export.py         a workdir of any kind -> folders HF transformers loads, checked there
                       (launch/export.py)
     predict.py        a fine-tuning's model on a new file (launch/predict.py)
+    search.py         launch/finetune.py's job: a fine-tuning, or a search of recipes, each
+                      fine-tuned K times, the best dev median kept
     zeroshot.py       the discriminator prompted, no training (launch/zeroshot.py); its probe is
                       the zero-shot signal launch/train.py hands a pre-training
     compare.py        objectives and starts compared at equal compute, fine-tuned side by side

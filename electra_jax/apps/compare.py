@@ -23,8 +23,8 @@ from electra_jax.config import pretraining as config_lib
 from electra_jax.data import records as records_lib
 from electra_jax.data import synthetic
 from electra_jax.data import tokenizer as tokenizer_lib
-from electra_jax.finetune import run as finetune_run
-from electra_jax.finetune import search
+from electra_jax.finetune import config as ft_config_lib
+from electra_jax.apps import search
 from electra_jax.apps import zeroshot
 from electra_jax.finetune.inputs import prompts
 from electra_jax.finetune.inputs import tasks as tasks_lib
@@ -154,7 +154,7 @@ def _finetune(ft_config, init: str, workdir: str, from_scratch: bool, log) -> di
     if same:  # finished with this very config: read back. Otherwise fine-tuning decides: more
       with fs.open(path) as r:  # seeds continue, a different recipe is refused
         return json.load(r)
-  return finetune_run.finetune(f, workdir, log=log)
+  return search.finetune(f, workdir, log=log)
 
 
 def as_tasks(ft_configs) -> dict:
@@ -178,9 +178,10 @@ def estimate(config, ft_configs, names, electra_steps: int, electra_step_s: floa
   cfg = model_lib.ModelConfig.from_config(electra.model)
   finetune_s = {}
   for label, ft in as_tasks(ft_configs).items():
+    ft = ft_config_lib.parse(ft)
     with user_errors(ValueError, FileNotFoundError):
       task, splits = registry.load(ft.task, config, log=lambda *_: None)
-    steps = flops = 0
+    steps, flops = 0, 0.0
     recipes = [f for _, f in search.configs(ft)]  # a search: each of its recipes
     scored = sum(len(v) for k, v in splits.items() if k != 'train')
     for f in recipes:

@@ -210,11 +210,10 @@ def _probe_data(config, workdir: str, task_name: str):
   """(task, {'train': Encoded, 'dev': Encoded}) of a classification task (a name, or a folder
   holding train.csv and dev.csv with `text` and `label` columns, as benchmarks/build_tasks.py writes
   them), encoded with the pre-training's vocabulary at its sequence length."""
-  cfg = finetune_config.default_config().task
-  cfg.name = task_name
+  cfg = finetune_config.TaskConfig(name=task_name)
   if fs.isdir(task_name):  # your own files, read as a fine-tuning with own.py reads them
-    cfg.update(name='own', train=fs.join(task_name, 'train.csv'),
-               dev=fs.join(task_name, 'dev.csv'))
+    cfg = finetune_config.TaskConfig(name='own', train=fs.join(task_name, 'train.csv'),
+                                     dev=fs.join(task_name, 'dev.csv'))
   elif '/' in task_name:
     raise UserError(f'--probe={task_name} is no folder; give a folder holding train.csv and '
                     'dev.csv, or a task name (builtin, builtin_topic, a GLUE task)')

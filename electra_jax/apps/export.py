@@ -90,8 +90,8 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
         pretraining = config_lib.from_json(config)
       done = _pretraining(pretraining, workdir, partial, step, log)
     elif 'task' in config and 'init' in config:
-      done = _finetuning(finetune_config.complete(config), workdir, partial, step,
-                                    seed, log, allow_unfinished)
+      done = _finetuning(finetune_config.parse(config), workdir, partial, step, seed, log,
+                         allow_unfinished)
     else:
       raise UserError(f'{workdir}/config.json is not the config of an electra_jax run; give the '
                       '--workdir of launch/train.py or launch/finetune.py')
@@ -326,7 +326,7 @@ def check_dev(done, folder, local, transformers, log) -> dict | None:
   where the kind has no pipeline or the fine-tuning no dev file of its own."""
   kind = None if done.kind == 'pretraining' else registry.get(done.kind)
   t = done.config.task if done.config is not None else None
-  if kind is None or t is None or not kind.hf_pipeline or not t.get('dev') or not fs.isfile(t.dev):
+  if kind is None or t is None or not kind.hf_pipeline or not t.dev or not fs.isfile(t.dev):
     return None
   if kind.hf_pipeline == 'token-classification':
     return _dev_through_token_pipeline(done, kind, folder, local, transformers, log)

@@ -12,6 +12,7 @@ Where the file has labels, the predictions are also scored as the dev split is.
 """
 
 import csv
+import dataclasses
 import io
 import os
 import statistics
@@ -273,10 +274,8 @@ def file_columns(task_cfg):
   glue = tasks_lib.GLUE.get(task_cfg.name)
   if glue is None or task_cfg.train:
     return task_cfg
-  t = task_cfg.copy_and_resolve_references()
-  t.text_a, t.text_b = glue.fields[0], (glue.fields[1] if len(glue.fields) > 1 else '')
-  t.label, t.header = 'label', True
-  return t
+  return dataclasses.replace(task_cfg, text_a=glue.fields[0], label='label', header=True,
+                             text_b=glue.fields[1] if len(glue.fields) > 1 else '')
 
 
 def _check_columns(path: str, t):

@@ -16,6 +16,7 @@ the texts ('{a}? {label}, {b}': the pair tasks' default), as prompts.py says.
 """
 
 import collections
+import dataclasses
 import functools
 import json
 import time
@@ -103,8 +104,7 @@ def probe(pretraining, vocab: str, lower_case: bool, log=print):
   if pretraining.zeroshot_task not in prompts.DEFAULTS:
     raise UserError(f'zeroshot_task is {pretraining.zeroshot_task!r}, which has no default prompt;'
                     f' use one of {", ".join(prompts.DEFAULTS)}')
-  task_cfg = finetune_config.default_config().task
-  task_cfg.name = pretraining.zeroshot_task
+  task_cfg = finetune_config.TaskConfig(name=pretraining.zeroshot_task)
   task, splits = registry.load(task_cfg, pretraining, log)
   prompt, split, examples, majority = _prompted_dev(task, splits, '', '')
   tokenizer = tokenizer_lib.load_tokenizer(vocab, lower_case)
@@ -135,14 +135,16 @@ def exported_prompt(folder: str) -> tuple[str, str]:
   return prompt.get('template', ''), ','.join(f'{k}={v}' for k, v in words.items())
 
 
-def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_size: int = 32,
+def evaluate(config, init: str, template: str = '', label_words: str = '', batch_size: int = 32,
              log=print) -> dict:
   """The zero-shot accuracy of `init`'s discriminator (a pre-training workdir, an HF folder, an
-  original checkpoint) on the first dev split of the fine-tuning config `cfg`'s task, beside the
+  original checkpoint) on the first dev split of the fine-tuning config `config`'s task (a config
+  file's or a typed one; typed here), beside the
   majority class's (the train split's most frequent label); logged and returned. No template and
   words: the config's (prompt.template, prompt.label_words), else the one an export of a prompted
   fine-tuning carries, else the task's default (prompts.DEFAULTS)."""
   start = time.perf_counter()
+  cfg = finetune_config.parse(config)
   if not template and not label_words:
     template, label_words = cfg.prompt.template, cfg.prompt.label_words
   if not template and not label_words:  # the prompt an export of a prompted fine-tuning carries
@@ -154,8 +156,7 @@ def evaluate(cfg, init: str, template: str = '', label_words: str = '', batch_si
   task_cfg = cfg.task
   dev_only = not task_cfg.train and task_cfg.dev and registry.named(task_cfg) is None
   if dev_only:  # zero-shot trains nothing: the dev file alone gives the classes and the majority
-    task_cfg = task_cfg.copy_and_resolve_references()
-    task_cfg.train = task_cfg.dev
+    task_cfg = dataclasses.replace(task_cfg, train=task_cfg.dev)
     log(f'no train file: the classes and the majority class are those of the dev file '
         f'{task_cfg.dev}')
   with user_errors(ValueError):

@@ -35,7 +35,7 @@ class PretrainingConfig:
   the resume checks all use. Made once, at the edge (`parse`): every field checked once, and
   everything below takes it alone (its own fields are checked there, each section's by its
   constructor)."""
-  seed: int = dataclasses.field(default=fields.SEED.default, metadata={'declared': fields.SEED})
+  seed: int = fields.redeclared(fields.SEED)
   train_steps: int = declare(1_000_000, 'optimizer steps', AT_LEAST_1)
   log_every: int = declare(100, 'steps between progress lines / metric records (the only device '
                            'reads)', AT_LEAST_1)

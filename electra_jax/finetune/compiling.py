@@ -21,25 +21,26 @@ from electra_jax.train import partitioning
 from electra_jax.train import step as step_lib
 
 
-def compile_for_topology(cfg, slice_, log=print) -> dict:
-  """Compiles the fine-tuning of `cfg` for the TPU slice `slice_` (topology.parse) on this machine:
-  the model's sizes come from --init's config (no weights are read), a named task's shape from its
-  definition (your own data: its train file, for the labels). Logs each program's memory per chip
-  and the estimated step; returns 0 when all compile and fit, else raises UserError."""
+def compile_for_topology(config, slice_, log=print) -> dict:
+  """Compiles the fine-tuning of `config` (a config file's, typed here: config_lib.parse) for
+  the TPU slice `slice_` (topology.parse) on this machine: the model's sizes come from --init's
+  config (no weights are read), a named task's shape from its definition (your own data: its
+  train file, for the labels). Logs each program's memory per chip and the estimated step;
+  returns 0 when all compile and fit, else raises UserError."""
   with compile_cache.off():
-    return _compile_for_topology(cfg, slice_, log)
+    mesh = partitioning.make_mesh(slice_.devices())
+    return _compile_for_topology(config_lib.parse(config, mesh), mesh, slice_, log)
 
 
-def _compile_for_topology(cfg, slice_, log) -> dict:
-  mesh = partitioning.make_mesh(slice_.devices())
-  config_lib.check(cfg, mesh)
+def _compile_for_topology(cfg: config_lib.FinetuningConfig, mesh, slice_, log) -> dict:
   pretrained = pretrained_lib.load(cfg.init, True, log)
   with user_errors(ValueError, FileNotFoundError):
     task = registry.named(cfg.task)
     if task is None:
       task, _ = registry.load(cfg.task, pretrained.config, log)
   log(f'{slice_.describe()} | compiling here for the slice: no TPU used, no data read')
-  dtype = pretrained.config.model.dtype if pretrained.config is not None else 'auto'
+  dtype = (pretrained.config.as_json['model']['dtype'] if pretrained.config is not None else
+           'auto')  # (as written: the slice's run decides 'auto')
   model_cfg = model_view.model_for_devices(  # as the run on the slice decides it
       {**dataclasses.asdict(pretrained.model_cfg), 'dtype': dtype}, 'tpu', slice_.device_kind,
       cfg.max_seq_length, checked=False, log=log)

@@ -8,7 +8,6 @@ import json
 import os
 
 import jax
-import ml_collections
 import numpy as np
 
 from electra_jax import UserError, user_errors
@@ -21,7 +20,6 @@ from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import optim
 from electra_jax.train import step as step_lib
 from electra_jax.train import workdir as workdir_lib
-from electra_jax.train.config import OptimizerConfig
 
 # the parameters a fine-tuning reads from a pre-training checkpoint (GDES's residual word table
 # included): not the generator, the optimizer's moments or the counters
@@ -36,10 +34,10 @@ class Pretrained:
   vocab: str
   lower_case: bool
   checkpoint: str
-  config: ml_collections.ConfigDict | None  # of the pre-training run, when known
+  config: config_defaults.PretrainingConfig | None  # of the pre-training run, when known
 
 
-def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest',
+def load(init: str, from_scratch: bool = False, log=print, step: str | int = 'latest',
          head: bool = False) -> Pretrained:
   """The discriminator, vocabulary and model config of `init`: the workdir of a pre-training run
   (its checkpoint `step`: 'latest', 'best' by the run's keep_best metric, or a step number), or
@@ -71,10 +69,10 @@ def load(init: str, from_scratch: bool = False, log=print, step: str = 'latest',
       raise UserError(f'init_step={step} picks a checkpoint of a pre-training workdir, and {init} '
                       'is not one; leave init_step at latest')
     return _load_source(init, from_scratch, log, head)
-  config = config_defaults.complete(config)
   with user_errors(ValueError, FileNotFoundError):
+    config = config_defaults.from_json(config)  # (the fields it lacks at their defaults)
     _, _, vocab = records_lib.workdir_vocab(init, config)
-  model_cfg = model_lib.ModelConfig.from_config(config.model)
+  model_cfg = config.model
   params, where = None, 'random initial weights (from_scratch)'
   if not from_scratch:
     params, where = _read_checkpoint(init, config, model_cfg, step, log, head)
@@ -104,7 +102,7 @@ def saved(workdir: str) -> Pretrained | None:
     return None
   d = fs.read_json(path, 'fine-tune again to rewrite it', want=dict)
   with user_errors(ValueError, TypeError, KeyError):
-    model_cfg = model_lib.ModelConfig.from_config(ml_collections.ConfigDict(d['model']))
+    model_cfg = model_lib.ModelConfig.from_config(d['model'])
     vocab = fs.join(workdir, d['vocab'])
     if not fs.isfile(vocab):
       raise UserError(f'{vocab}, the fine-tuning\'s copy of its vocabulary, is missing; put it '
@@ -129,7 +127,7 @@ def _read_checkpoint(init: str, config, model_cfg, step: str, log,
     device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     # The run's state as shapes alone (one initialized only to be overwritten cost a second at
     # start).
-    optimizer = optim.make_optimizer(OptimizerConfig.from_config(config.optimizer))[0]
+    optimizer = optim.make_optimizer(config.optimizer)[0]
     shapes = step_lib.shapes_of_state(optimizer, jax.eval_shape(
         functools.partial(model_lib.init_params, model_cfg), jax.random.key(0)))
     target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),

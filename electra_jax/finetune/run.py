@@ -5,7 +5,7 @@
     -> shuffled global batches (seed, epoch)                                   (batches.py)
     -> step_lib.train_step (the pre-training step: loss, clip, layer-wise AdamW, NaN guard)
     -> dev predictions -> scores per seed -> median -> results.md / .json       (results.py)
-    (--config.search: that for each of a few recipes, the best dev median kept  (search.py))
+    (--config.search: that for each of a few recipes, the best dev median kept: apps/search.py)
 
 Nothing here depends on the kind of task: its module (classification.py, regression.py, tagging.py,
 qa.py, multiple_choice.py) encodes, builds the head and its loss, scores and writes predictions.
@@ -26,7 +26,6 @@ from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import probe as probe_lib
 from electra_jax.finetune import results as results_lib
-from electra_jax.finetune import search as search_lib
 from electra_jax.finetune.inputs import packing
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import heads
@@ -87,7 +86,7 @@ def finetune_one(cfg, resolved, pretrained, task, kind, data: dict, splits: dict
     start, state, saved = ckpt.restore_latest(init_fn(), log, afresh=True)
   trained_on = tasks_lib.fingerprint(splits['train'])
   if start:
-    _check_belongs(resolved.as_json, compared, saved, seed, trained_on,
+    _check_belongs(cfg.as_json, compared, saved, seed, trained_on,
                    f'{ckpt.directory}/{start}')
     log(f'seed {seed}: resumed from {ckpt.directory}/{start}')
   elif cfg.head_init == 'probe':  # the head a linear model fits on the frozen encoder
@@ -116,7 +115,7 @@ def finetune_one(cfg, resolved, pretrained, task, kind, data: dict, splits: dict
                        'label_offset': task.label_offset, 'tag_scheme': task.tag_scheme,
                        'seed': seed, 'total_steps': total,  # (finished: at total_steps)
                        'train_fingerprint': trained_on,
-                       'config': resolved.as_json}  # what the run is: checked on resume
+                       'config': cfg.as_json}  # what the run is: checked on resume
   stream = batches.train_batches(train, cfg.batch_size, seed, start,
                                  partitioning.batch_sharding(mesh), shapes, pack)
   with user_errors(checkpoint_lib.DiskFull):
@@ -225,19 +224,26 @@ SEED_FOLDERS, SEED_FILES = ('checkpoints', 'tensorboard', 'predictions'), ('metr
                                                                            'curves.png')
 
 
-def finetune(cfg, workdir: str, log=print, mode: str = 'train') -> dict:
-  """Fine-tunes per `cfg` in `workdir`, `num_seeds` times; returns the results (also written).
+def check_mode(mode: str):
+  if mode not in MODES:
+    raise UserError(f'--mode is {mode!r}; use one of {", ".join(MODES)}')
+
+
+def finetune(config, workdir: str, log=print, mode: str = 'train') -> dict:
+  """Fine-tunes per `config` in `workdir`, `num_seeds` times; returns the results (also written).
+  `config`: a config file's (an ml_collections config, the fields it lacks at their defaults) or
+  a typed one: typed here, once (config_lib.parse), and everything below takes the typed config.
 
   mode 'eval' scores the fine-tunings saved in `workdir` on the dev split(s) again; 'predict'
   writes their predictions for the test split(s) under <workdir>/seed_<k>/predictions/.
   """
-  if mode not in MODES:
-    raise UserError(f'--mode is {mode!r}; use one of {", ".join(MODES)}')
+  check_mode(mode)
   mesh = partitioning.make_mesh()
-  cfg = config_lib.complete(cfg)  # a config file's fields it lacks at their defaults
-  config_lib.check(cfg, mesh)
-  if cfg.search:  # a few recipes, the one with the best dev median kept (search.py)
-    return search_lib.finetune(cfg, workdir, log, mode, finetune)
+  cfg = config_lib.parse(config, mesh)
+  if cfg.search:
+    raise UserError(f'search={cfg.search!r} names recipes to choose among, each a fine-tuning: '
+                    'run it with launch/finetune.py (electra_jax/apps/search.py); this function '
+                    'fine-tunes one recipe, with search left empty')
   saved = []
   if mode != 'train':
     saved = sorted((int(n.split('_')[1]), fs.join(workdir, n)) for n in (
@@ -311,7 +317,7 @@ def _encoded(cfg, pretrained, task, kind, splits: dict, log) -> dict:
 
 def _finetune(cfg, resolved, workdir: str, log, pretrained, task, kind, splits: dict,
               data: dict, draws: dict | None) -> dict:
-  compared = config_lib.check_same_finetuning(resolved.as_json, workdir)
+  compared = config_lib.check_same_finetuning(cfg.as_json, workdir)
   workdir_lib.check_entries(workdir, files=('config.json', 'results.md', 'results.json',
                                             pretrained_lib.SAVED))
   for k in range(cfg.num_seeds):
@@ -330,7 +336,7 @@ def _finetune(cfg, resolved, workdir: str, log, pretrained, task, kind, splits: 
     log(f'warning: {warning}')
   # every check passed: what the run is, and the model it starts from (predict and export read
   # them, and no longer need --init)
-  fs.write_atomic(fs.join(workdir, 'config.json'), json.dumps(resolved.as_json, indent=2))
+  fs.write_atomic(fs.join(workdir, 'config.json'), json.dumps(cfg.as_json, indent=2))
   pretrained_lib.save(pretrained, workdir)
   device = jax.devices()[0]  # one attention path for every host, checked at this length
   model_cfg = model_view.model_for_devices(dataclasses.asdict(pretrained.model_cfg),

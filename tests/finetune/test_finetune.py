@@ -13,7 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import CHILD_ENV, HAS_HF, MODERN, ROOT, WORDS, needs_hf, script, test_config
+from conftest import (CHILD_ENV, HAS_HF, MODERN, ROOT, WORDS, needs_hf, record_config_reads,
+                      script, test_config)
 from electra_jax import UserError
 from electra_jax import fields as fields_lib
 from electra_jax.convert import hf as hf_lib
@@ -31,6 +32,7 @@ from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.model import networks as model_lib
 from electra_jax.storage import tf_import
 from electra_jax.apps import export as export_lib
+from electra_jax.apps import search
 from electra_jax.train import checkpoint as checkpoint_lib
 from electra_jax.train import optim
 from electra_jax.train.config import OptimizerConfig
@@ -471,15 +473,14 @@ def test_finetuning_learns_a_synthetic_task_far_above_chance(tmp_path, pretraine
 
 @pytest.mark.fast
 def test_a_new_file_is_read_by_the_fine_tunings_columns_or_a_glue_tasks_feature_names():
-  cfg = config_lib.default_config()
-  cfg.task.update(name='own', train='t.csv', text_a='review', text_b='', label='stars')
-  assert predict_lib.file_columns(cfg.task) is cfg.task
+  own = config_lib.TaskConfig(name='own', train='t.csv', text_a='review', label='stars')
+  assert predict_lib.file_columns(own) is own
   for name, a, b in (('sst2', 'sentence', ''), ('mnli', 'premise', 'hypothesis'),
                      ('qqp', 'question1', 'question2')):
-    cfg.task.update(name=name, train='', glue_dir='/glue')
-    t = predict_lib.file_columns(cfg.task)
+    task = config_lib.TaskConfig(name=name, glue_dir='/glue', text_a='review', label='stars')
+    t = predict_lib.file_columns(task)
     assert (t.text_a, t.text_b, t.label, t.header) == (a, b, 'label', True)
-    assert (cfg.task.text_a, cfg.task.label) == ('review', 'stars')  # (a copy)
+    assert (task.text_a, task.label) == ('review', 'stars')  # (a copy)
 
 
 def _predicts_new_files(workdir, tmp_path, kind, summary):
@@ -824,7 +825,7 @@ def test_a_search_fine_tunes_each_recipe_apart_and_keeps_the_best_dev_median(tmp
                   test=_synthetic(tmp_path / 'test.csv', 32, 'classification', 2))
   workdir = tmp_path / 'search'
   lines = []
-  summary = run.finetune(cfg, str(workdir), log=lines.append)
+  summary = search.finetune(cfg, str(workdir), log=lines.append)
   names = ['optimizer.learning_rate=1e-7', 'optimizer.learning_rate=2e-3']
   alone = {}  # each recipe's folder: a fine-tuning as launch/finetune.py makes it, with its rate
   for name, rate in zip(names, (1e-7, 2e-3)):
@@ -843,12 +844,12 @@ def test_a_search_fine_tunes_each_recipe_apart_and_keeps_the_best_dev_median(tmp
   assert f'chosen on dev/accuracy: {names[1]}' in lines
   assert any(l.startswith('== recipe 2 of 2: optimizer.learning_rate=2e-3') for l in lines)
   # --mode=eval (the config as saved) scores the chosen recipe's fine-tunings again.
-  again = run.finetune(config_lib.saved_config(str(workdir), 'eval'), str(workdir), log=_quiet,
+  again = search.finetune(config_lib.saved_config(str(workdir), 'eval'), str(workdir), log=_quiet,
                        mode='eval')
   assert again['seeds'][0]['dev'] == pytest.approx(alone[names[1]]['seeds'][0]['dev'])
   # Another list of recipes in the same workdir: said, and its results are this list's.
   cfg.search, lines = 'optimizer.learning_rate=2e-3', []
-  assert [r['recipe'] for r in run.finetune(cfg, str(workdir), log=lines.append)['recipes']] == [
+  assert [r['recipe'] for r in search.finetune(cfg, str(workdir), log=lines.append)['recipes']] == [
       names[1]]
   assert (f'note: the search in {workdir} listed other recipes ({", ".join(names)}); its results '
           f'are written again for these ({names[1]}), and the fine-tunings of {names[0]} stay in '
@@ -876,20 +877,20 @@ def test_a_bad_search_is_refused_in_one_sentence_before_anything_runs(tmp_path, 
   cfg.update(init=str(tmp_path / 'nowhere'), search=spec)
   cfg.task.update(name='own', train='train.csv', dev='dev.csv')
   with pytest.raises(UserError, match=message):
-    run.finetune(cfg, str(tmp_path / 'ft'), log=_quiet)
+    search.finetune(cfg, str(tmp_path / 'ft'), log=_quiet)
   assert not os.path.exists(tmp_path / 'ft')
 
 
 @pytest.mark.fast
 def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
-  from electra_jax.finetune import search
   done = [(n, {'task': 't', 'init': 'x', 'seeds': [], 'median': {'dev/accuracy': d,
                                                                  'test/accuracy': t}})
           for n, d, t in (('a', 0.8, 0.1), ('b', 0.9, 0.0), ('c', 0.9, 1.0))]
   assert search.choose(done) == 1
   lines = []
   write = search._write
-  summary = write(config_lib.default_config(), done, str(tmp_path), lines.append)
+  summary = write(config_lib.parse(config_lib.default_config()), done, str(tmp_path),
+                  lines.append)
   assert summary['chosen'] == 'b' and summary['median']['test/accuracy'] == 0.0
   assert ('chosen on dev/accuracy: b (level on dev/accuracy with c; the first given is kept)'
           in lines)
@@ -903,6 +904,10 @@ def test_a_search_chooses_on_dev_only_and_the_first_recipe_wins_a_tie(tmp_path):
       f'optimizer.learning_rate={r},epochs=3,pooling={p}' for r in ('1e-4', '3e-4')
       for p in ('cls', 'mean')]
   assert grid[1][1] == {'optimizer.learning_rate': 1e-4, 'epochs': 3.0, 'pooling': 'mean'}
+  # The library fine-tunes one recipe; a search is the command's (apps/search.py).
+  with pytest.raises(UserError, match=r'run it with launch/finetune.py .electra_jax/apps/search'):
+    run.finetune(cfg, str(tmp_path / 'ft'), log=_quiet)
+  assert not os.path.exists(tmp_path / 'ft')
 
 
 @pytest.mark.fast
@@ -1349,8 +1354,9 @@ def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monk
     def load(self, cfg, log=print):
       splits = {s: [tasks_lib.Example(e.text_a, None, 'long' if len(e.text_a.split()) > 6
                                       else 'short')
-                    for e in files.read_table(cfg[s], cfg.text_a, '', '', labelled=False)]
-                for s in ('train', 'dev') if cfg[s]}
+                    for e in files.read_table(getattr(cfg, s), cfg.text_a, '', '',
+                                              labelled=False)]
+                for s in ('train', 'dev') if getattr(cfg, s)}
       return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, ('long', 'short'),
                             ('accuracy',), ('dev',)), splits
 
@@ -1366,6 +1372,34 @@ def test_a_task_kind_added_to_the_registry_fine_tunes(tmp_path, pretrained, monk
   summary = run.finetune(cfg, str(tmp_path / 'ft'), log=lines.append)
   assert summary['seeds'][0]['steps'] == 4 and 0 <= summary['median']['dev/accuracy'] <= 1
   assert any(': by_length, 2 classes, scored by accuracy' in l for l in lines), lines
+
+
+def test_below_its_edge_a_finetuning_reads_the_typed_config_alone(tmp_path, pretrained,
+                                                                  monkeypatch):
+  """Every read of an untyped fine-tuning config (an ml_collections config of its fields, or one
+  of its sections) by a function of the package, in a fine-tuning, its scoring again and its
+  predictions: none after `config_lib.parse` returns (the task read, encoded, trained, scored,
+  saved, restored: the typed config alone), and before it only the edge's few."""
+  ours = [set(config_lib.CONFIG.fields)] + [set(s.fields) for s in (
+      config_lib.TASK, config_lib.PROMPT, config_lib.QA, config_lib.OPTIMIZER)]
+  readers = record_config_reads(  # (a fine-tuning config, or one of its sections)
+      monkeypatch, config_lib, 'parse',
+      lambda config: set(object.__getattribute__(config, '_fields')) in ours)
+  cfg = config_lib.default_config()
+  cfg.update(init=pretrained, batch_size=16, eval_batch_size=16, max_seq_length=32, epochs=1.0,
+             num_seeds=2)
+  cfg.task.update(name='own', train=_synthetic(tmp_path / 'train.csv', 64, 'classification', 0),
+                  dev=_synthetic(tmp_path / 'dev.csv', 32, 'classification', 1),
+                  test=_synthetic(tmp_path / 'test.csv', 16, 'classification', 2))
+  workdir = str(tmp_path / 'ft')
+  summary = run.finetune(cfg, workdir, log=_quiet)
+  assert [s['steps'] for s in summary['seeds']] == [4, 4]
+  for mode in ('eval', 'predict'):
+    run.finetune(config_lib.saved_config(workdir, mode), workdir, log=_quiet, mode=mode)
+  assert predict_lib.predict(workdir, str(tmp_path / 'dev.csv'), log=_quiet)['examples'] == 32
+  assert readers['below'] == set(), readers['below']
+  assert 'finetune/config.py:parse' in readers['edge'], readers['edge']
+  assert len(readers['edge']) <= 5, sorted(readers['edge'])
 
 
 def test_an_unfinished_or_running_finetuning_is_named_and_refused_by_predict_and_export(

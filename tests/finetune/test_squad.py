@@ -12,6 +12,7 @@ import pytest
 from conftest import HAS_HF, WORDS
 from electra_jax import UserError
 from electra_jax.data.tokenizer import SPECIAL
+from electra_jax.apps import search
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import run
 from electra_jax.finetune.inputs import squad
@@ -397,7 +398,7 @@ def test_a_refused_squad_fine_tuning_leaves_its_workdir_free(tmp_path, pretraine
   assert not workdir.exists()
   cfg.search = 'optimizer.learning_rate=1e-4,3e-4'  # a search: neither its config nor its claim
   with pytest.raises(UserError, match=r"^the question id '3' is given twice in .*dev.json "):
-    run.finetune(cfg, str(workdir), log=lambda *_: None)
+    search.finetune(cfg, str(workdir), log=lambda *_: None)
   assert not workdir.exists()
   cfg.search = ''
   cfg.task.dev = ''

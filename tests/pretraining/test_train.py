@@ -16,8 +16,8 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from conftest import (CHILD_ENV, MODERN, ROOT, WORDS, cpu_burner, launch_command, load_config,
-                      objective_config, poisoned_setup, run_config_file, test_config,
-                      write_corpus)
+                      objective_config, poisoned_setup, record_config_reads, run_config_file,
+                      test_config, write_corpus)
 from electra_jax.config.pretraining import parse
 from electra_jax import UserError
 from electra_jax.config import files as config_files
@@ -868,32 +868,8 @@ def test_below_its_edge_a_pretraining_reads_the_typed_config_alone(tmp_path, rec
   that reads it: before `preflight.configure` returns (the edge: fitting to the objective, parsing)
   at most 30 functions, after it none (records, steps, checkpoints, the loop: the typed config
   alone)."""
-  import ml_collections
   from electra_jax.pretraining import preflight
-  package = os.path.dirname(os.path.dirname(pretrain.__file__))
-  readers: dict[str, set] = {'edge': set(), 'below': set()}
-  phase = ['edge']
-
-  def recorded(name):
-    real = getattr(ml_collections.ConfigDict, name)
-
-    def read(self, *args, **kwargs):
-      code = sys._getframe(1).f_code
-      if code.co_filename.startswith(package):
-        readers[phase[0]].add(f'{os.path.relpath(code.co_filename, package)}:{code.co_name}')
-      return real(self, *args, **kwargs)
-    return read
-
-  for name in ('__getattr__', '__getitem__', '__contains__', 'items', 'keys', 'get', 'to_json',
-               'copy_and_resolve_references'):
-    monkeypatch.setattr(ml_collections.ConfigDict, name, recorded(name))
-  configure = preflight.configure
-
-  def typed_once(*args, **kwargs):
-    out = configure(*args, **kwargs)
-    phase[0] = 'below'
-    return out
-  monkeypatch.setattr(preflight, 'configure', typed_once)
+  readers = record_config_reads(monkeypatch, preflight, 'configure')
   summary = pretrain.train_and_evaluate(test_config(**{'data.records': records_dir}),
                                         str(tmp_path / 'w'), log=_quiet)
   assert summary['step'] == 4

@@ -381,11 +381,11 @@ def _position(path: str, what: str, value: str | int | None, width: int) -> int 
 
 def read_splits(cfg, numeric: bool = False, choices: tuple = (), log=print) -> dict:
   """{split: examples} of your own files task.train / dev / test (see `read_table`)."""
-  return {split: read_table(cfg[split], cfg.text_a, cfg.text_b, cfg.label,
+  return {split: read_table(getattr(cfg, split), cfg.text_a, cfg.text_b, cfg.label,
                             labelled=None if split == 'test' else True,
                             header=cfg.header, numeric=numeric, choices=choices,
                             log=log)
-          for split in ('train', 'dev', 'test') if cfg[split]}
+          for split in ('train', 'dev', 'test') if getattr(cfg, split)}
 
 
 def class_names(splits: dict[str, list[Example]]) -> tuple:

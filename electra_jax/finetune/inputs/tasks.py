@@ -355,7 +355,8 @@ def load_squad(cfg) -> tuple[Task, dict[str, list]]:
   task = named_task(cfg)
   assert task is not None, 'load_squad is the loader of the named SQuAD tasks'
   if cfg.train:
-    return task, {s: squad.read_json(cfg[s], SQUAD[cfg.name]) for s in ('train', 'dev') if cfg[s]}
+    return task, {s: squad.read_json(getattr(cfg, s), SQUAD[cfg.name]) for s in ('train', 'dev')
+                  if getattr(cfg, s)}
   version = SQUAD[cfg.name]
   return task, {'train': squad.load_tfds(version, 'train', cfg.tfds_data_dir or None),
                 'dev': squad.load_tfds(version, 'validation', cfg.tfds_data_dir or None)}

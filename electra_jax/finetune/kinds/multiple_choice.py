@@ -64,8 +64,8 @@ class MultipleChoice(classification.Classification):
       wrong = [i for i, e in enumerate(examples) if e.label is not None and e.label not in labels]
       if wrong:
         more = f' (and {len(wrong) - 1} more)' if len(wrong) > 1 else ''
-        raise ValueError(f'data row {wrong[0] + 1} of {cfg[split]}{more} has the label '
-                         f'{examples[wrong[0]].label!r}; a label is the index of the right '
+        raise ValueError(f'data row {wrong[0] + 1} of {getattr(cfg, split)}{more} has the '
+                         f'label {examples[wrong[0]].label!r}; a label is the index of the right '
                          f'candidate among task.choices ({", ".join(names)}): 0 to '
                          f'{len(names) - 1}')
     return tasks_lib.Task(tasks_lib.task_name(cfg), self.name, labels, self.metrics(labels),

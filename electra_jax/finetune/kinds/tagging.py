@@ -178,9 +178,9 @@ def load_tagging(cfg) -> tuple:
   naming the file, its line and the tag as written there."""
   splits, written = {}, {}
   for split in ('train', 'dev', 'test'):
-    if cfg[split]:
+    if getattr(cfg, split):
       lines: list = []
-      sentences = read_conll(cfg[split], cfg.tag_column, lines)
+      sentences = read_conll(getattr(cfg, split), cfg.tag_column, lines)
       written[split] = (sentences, lines)
       splits[split] = [tasks_lib.Example(words, None, to_bioes(tags))  # a test file's tags: scored
                        for words, tags in sentences]
@@ -194,7 +194,7 @@ def load_tagging(cfg) -> tuple:
     unseen = _unseen_tag(sentences, lines, types)
     if unseen:
       tag, n = unseen
-      raise ValueError(f'line {n} of {cfg[split]} has the tag {tag!r}, of a type '
+      raise ValueError(f'line {n} of {getattr(cfg, split)} has the tag {tag!r}, of a type '
                        f'({_split(tag)[1]}) the train data never tags; fix the tag or add '
                        'training sentences with it')
   scheme = scheme_of([tags for _, tags in written['train'][0]])

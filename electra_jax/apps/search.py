@@ -1,4 +1,5 @@
-"""A few fine-tuning recipes, each fine-tuned K times, the one with the best dev median kept.
+"""launch/finetune.py's job: a fine-tuning (finetune/run.py), or a search of a few recipes, each
+fine-tuned K times, the one with the best dev median kept.
 
     --config.search='optimizer.learning_rate=1e-4,3e-4,1e-3'
     --config.search='optimizer.learning_rate=1e-4,3e-4; epochs=3,10'     (the grid: 4 recipes)
@@ -14,19 +15,19 @@ them, the chosen recipe's seeds and medians. --mode=eval and --mode=predict use 
 recipe's fine-tunings.
 """
 
-import copy
 import difflib
 import itertools
+import json
 import re
 
-import ml_collections
-
-from electra_jax import UserError, user_errors
+from electra_jax import UserError
 from electra_jax import fields
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import config as config_lib
+from electra_jax.finetune import run
 from electra_jax.storage import fs
 from electra_jax.train import logs as logs_lib
+from electra_jax.train import partitioning
 from electra_jax.train import workdir as workdir_lib
 
 # what a recipe may not change: the data, the start (init, init_step, from_scratch), the seeds
@@ -88,25 +89,26 @@ def recipes(cfg) -> list[tuple[str, dict]]:
   return grid
 
 
-def recipe_config(cfg, recipe: dict):
+def recipe_config(cfg: config_lib.FinetuningConfig, recipe: dict) -> config_lib.FinetuningConfig:
   """`cfg` with the recipe's values and no search; its values checked."""
-  out = copy.deepcopy(cfg)
-  out.search = ''
-  out.update_from_flattened_dict(recipe)
-  with user_errors(ValueError):
-    fields.check(config_lib.CONFIG, out, 'fine-tuning config')
-  return out
+  return config_lib.with_values(cfg, {'search': '', **recipe})
 
 
-def configs(cfg) -> list[tuple[str, ml_collections.ConfigDict]]:
+def configs(cfg: config_lib.FinetuningConfig) -> list[tuple[str, config_lib.FinetuningConfig]]:
   """[(folder name, config)] of each recipe of `cfg.search`; [('', cfg)] without a search."""
-  if not cfg.get('search'):
+  if not cfg.search:
     return [('', cfg)]
   return [(name, recipe_config(cfg, recipe)) for name, recipe in recipes(cfg)]
 
 
-def finetune(cfg, workdir: str, log, mode: str, finetune_fn) -> dict:
-  """Runs the search of `cfg.search` in `workdir` (finetune_fn: run.finetune for one recipe)."""
+def finetune(config, workdir: str, log=print, mode: str = 'train') -> dict:
+  """The fine-tuning of `config` (a config file's or a typed one) in `workdir` (run.finetune), or,
+  where its `search` names recipes, the search: each recipe fine-tuned in its own folder, the one
+  with the best dev median chosen (--mode eval / predict: the chosen recipe's fine-tunings)."""
+  run.check_mode(mode)
+  cfg = config_lib.parse(config, partitioning.make_mesh())
+  if not cfg.search:
+    return run.finetune(cfg, workdir, log, mode)
   grid = configs(cfg)
   if cfg.task.train and not cfg.task.dev:
     raise UserError('--config.search chooses a recipe on the dev split; name one with '
@@ -116,17 +118,18 @@ def finetune(cfg, workdir: str, log, mode: str, finetune_fn) -> dict:
       name = _chosen(workdir)
       log(f'the search in {workdir} chose {name}; --mode={mode} uses its fine-tunings')
       chosen = dict(grid).get(name) or config_lib.saved_config(fs.join(workdir, name), mode)
-      return finetune_fn(chosen, fs.join(workdir, name), log, mode)
+      return run.finetune(chosen, fs.join(workdir, name), log, mode)
     config = fs.join(workdir, 'config.json')
     fresh = not any(fs.isdir(fs.join(workdir, name)) for name, _ in grid)
     _note_other_recipes(workdir, grid, log)
-    fs.write_atomic(config, cfg.to_json(indent=2))
+    fs.write_atomic(config, json.dumps(cfg.as_json, indent=2))
     done = []
     try:
       for k, (name, recipe_cfg) in enumerate(grid):
         log(f'== recipe {k + 1} of {len(grid)}: {name} ({cfg.num_seeds} seed(s))')
-        recipe_cfg.baseline = cfg.baseline and k == 0  # the same splits: scored once
-        result = finetune_fn(recipe_cfg, fs.join(workdir, name), log, 'train')
+        recipe_cfg = config_lib.with_values(  # the same splits: the baseline scored once
+            recipe_cfg, {'baseline': cfg.baseline and k == 0})
+        result = run.finetune(recipe_cfg, fs.join(workdir, name), log, 'train')
         done.append((name, result))
     except BaseException:  # refused before the first recipe began (its inputs): nothing kept
       if fresh and not any(fs.isdir(fs.join(workdir, name)) for name, _ in grid):
