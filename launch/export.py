@@ -14,7 +14,10 @@ load.
 with the best dev score unless --seed), or a checkpoint of the original TensorFlow release (its
 folder, with vocab.txt). The latest checkpoint is exported unless --step. --check loads the export
 in HF transformers and compares it with ours; for a fine-tuning of your own files it also runs the
-dev file through HF's pipeline and exits 1 unless every row gets our prediction.
+dev file through HF's pipeline and exits 1 unless every row gets our prediction. --onnx adds each
+folder's ONNX graph (onnx/model.onnx, beside its config.json and tokenizer.json: the layout of
+onnx-community's folders), which --check runs in ONNX Runtime at shapes the export never traced
+(exit 1 unless within 1e-4 of ours).
 """
 
 import json
@@ -33,6 +36,9 @@ _STEP = flags.DEFINE_integer('step', None, 'the checkpoint step (default: the la
 _SEED = flags.DEFINE_integer('seed', None, 'a fine-tuning\'s seed (default: best on dev)')
 _CHECK = flags.DEFINE_bool('check', False, 'load the export in HF transformers and compare its '
                            'token ids and logits with ours (needs torch and transformers)')
+_ONNX = flags.DEFINE_bool('onnx', False, 'beside each HF folder\'s model, its ONNX graph '
+                          '(onnx/model.onnx, batch and length dynamic) for ONNX Runtime; --check '
+                          'runs it there too (needs pip install -e ".[onnx]")')
 _UNFINISHED = flags.DEFINE_bool('allow_unfinished', False, 'export a fine-tuning whose seeds have '
                                 'not all finished (refused otherwise)')
 flags.mark_flags_as_required(['workdir', 'out'])
@@ -46,7 +52,7 @@ def main(argv):
   if _CHECK.value:
     export.check_can_verify()
   done = export.export(_WORKDIR.value, _OUT.value, _STEP.value, _SEED.value, log,
-                       _UNFINISHED.value)
+                       _UNFINISHED.value, onnx=_ONNX.value)
   for folder in done.folders:
     config = json.loads(fs.read_text(fs.join(folder, 'config.json')))
     local = fs.basename(folder) if fs.remote(folder) else folder
@@ -63,6 +69,10 @@ def main(argv):
             'export again to a new --out with --check to check it', file=sys.stderr, flush=True)
       cli.exit_now(143 if isinstance(e, cli.Terminated) else 130)
     wrong = [name for name, c in checked.items() if not c.get('dev', {'agrees': True})['agrees']]
+    if [name for name, c in checked.items() if not c.get('onnx', {'agrees': True})['agrees']]:
+      print(f'error: the ONNX graph in {_OUT.value} does not give our outputs (see above); '
+            'report it with this output', file=sys.stderr, flush=True)
+      cli.exit_now(1)
     if wrong:
       print(f'error: the export in {_OUT.value} does not give our predictions on the dev file '
             '(see above); report it with this output', file=sys.stderr, flush=True)

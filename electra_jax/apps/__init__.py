@@ -2,6 +2,8 @@
 
     export.py         a workdir of any kind -> folders HF transformers loads, checked there
                       (launch/export.py)
+    onnx_export.py    an exported folder's model as an ONNX graph, and run in ONNX Runtime
+                      (launch/export.py --onnx)
     predict.py        a fine-tuning's model on a new file (launch/predict.py)
     search.py         launch/finetune.py's job: a fine-tuning, or a search of recipes, each
                       fine-tuned K times, the best dev median kept

@@ -23,6 +23,7 @@ import tempfile
 import numpy as np
 
 from electra_jax import UserError, user_errors
+from electra_jax.apps import onnx_export
 from electra_jax.apps import predict
 from electra_jax.config import pretraining as config_lib
 from electra_jax.convert import hf, hf_code, hf_folder, original, sources
@@ -66,9 +67,12 @@ def out_folder(out: str) -> str:
 
 
 def export(workdir: str, out: str, step: int | None = None, seed: int | None = None,
-           log=print, allow_unfinished: bool = False) -> Exported:
+           log=print, allow_unfinished: bool = False, onnx: bool = False) -> Exported:
   """Writes the HF folders of `workdir`'s checkpoint (latest, or `step`) under `out` (a new
-  folder, or an empty one: then into it, config.json last, so the folder stays the one it was)."""
+  folder, or an empty one: then into it, config.json last, so the folder stays the one it was);
+  `onnx`: each with its ONNX graph too (onnx/model.onnx: apps/onnx_export.py)."""
+  if onnx:
+    onnx_export.check_can_export()
   out = out_folder(out)
   config = _read_config(workdir) if not _original(workdir) else {}
   # written whole under <out>.partial (inside an empty OUT that exists), then moved; for a bucket,
@@ -95,6 +99,8 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
     else:
       raise UserError(f'{workdir}/config.json is not the config of an electra_jax run; give the '
                       '--workdir of launch/train.py or launch/finetune.py')
+    for folder in done.folders if onnx else ():
+      _write_onnx(done, folder, _moved(folder, partial, out), log)
     if fs.remote(out):
       _upload(partial, out)
       fs.rmtree(partial)
@@ -119,6 +125,20 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
     raise
   done.folders = [_moved(w, partial, out) for w in done.folders]
   return done
+
+
+def _write_onnx(done: Exported, folder: str, shown: str, log):
+  """<folder>/onnx/model.onnx of the HF model just written in `folder` (a local one), traced on a
+  batch of 4 rows of 8 tokens (2 questions of 2 candidates for multiple choice)."""
+  import transformers
+  model = hf_model(transformers, folder).eval()
+  names = transformers.AutoTokenizer.from_pretrained(folder).model_input_names
+  ids = 1 + np.arange(32).reshape(4, 8) % (done.cfg.vocab_size - 1)
+  segments, mask = np.zeros_like(ids), np.ones_like(ids)
+  if done.kind != 'pretraining':
+    ids, segments, mask = registry.get(done.kind).hf_inputs(ids, segments, mask)
+  sample = {'input_ids': ids, 'token_type_ids': segments, 'attention_mask': mask}
+  onnx_export.write(model, folder, list(names), {n: sample[n] for n in names}, log, shown)
 
 
 def _moved(folder: str, partial: str, out: str) -> str:
@@ -218,29 +238,60 @@ def _compare(done, folder, local, transformers, torch, sentences, firsts, second
   arch = config.architectures[0]
   with torch.no_grad():
     inputs = {'input_ids': ids, 'token_type_ids': segments, 'attention_mask': mask}
-    theirs = hf_model(transformers, local).eval()(**{
-        name: torch.from_numpy(inputs[name]).long() for name in tok.model_input_names})
-  theirs = theirs.logits.numpy() if kind is None else kind.hf_array(theirs)
-  if kind is None and theirs.ndim == 3 and theirs.shape[-1] == 1:  # a token head of one label
-    theirs = theirs[..., 0]
-  if kind is None:
-    positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
-    gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
-                                                  positions)
-    ours = np.asarray(gen if arch.endswith('ForMaskedLM') else disc)
-    real = mask > 0  # the real tokens
-  else:
-    model = kind.check_model(done.cfg, theirs.shape[-1], done.pooling, done.config)
-    theirs = kind.from_units(theirs, done.meta or {})  # (regression's: in the model's units)
-    ours = kind.our_array(model.apply({'params': done.params}, ids, segments, mask))
-    real = kind.compared(mask)
+    theirs = _in_our_units(done, kind, hf_model(transformers, local).eval()(**{
+        name: torch.from_numpy(inputs[name]).long() for name in tok.model_input_names}))
+  ours, real = _ours(done, kind, arch, theirs.shape[-1], ids, segments, mask)
   diff = float(np.max(np.abs(ours[real] - theirs[real])))
   largest = float(np.max(np.abs(theirs[real])))
   log(f'{folder}: {arch}: tokenizer ids equal ours on {same} of {len(sentences)} sentences; '
       f'logits on {len(firsts)} pairs ({ids.shape[-1]} tokens, padded): max |ours - HF| '
       f'{diff:.2e} (largest |logit| {largest:.1f})')
-  return {'same_ids': same, 'texts': len(sentences), 'max_abs_diff': diff,
-          'max_abs_logit': largest}
+  out = {'same_ids': same, 'texts': len(sentences), 'max_abs_diff': diff,
+         'max_abs_logit': largest}
+  if fs.isfile(fs.join(local, onnx_export.ONNX_FILE)):
+    out['onnx'] = _compare_onnx(done, kind, arch, folder, local, theirs.shape[-1], ids, segments,
+                                mask, log)
+  return out
+
+
+def _in_our_units(done, kind, output) -> np.ndarray:
+  """An HF model's output (or ONNX Runtime's, by the same names) as our model's array: the logits
+  (a token head of one label: [B, L]), or the kind's (regression's in the model's own units)."""
+  if kind is None:
+    logits = output.logits.numpy()
+    return logits[..., 0] if logits.ndim == 3 and logits.shape[-1] == 1 else logits
+  return kind.from_units(kind.hf_array(output), done.meta or {})
+
+
+def _ours(done, kind, arch: str, outputs: int, ids, segments, mask) -> tuple:
+  """(our model's array on the batch, which of its entries are compared)."""
+  if kind is None:
+    positions = np.broadcast_to(np.arange(ids.shape[1]), ids.shape)
+    gen, disc = model_lib.Electra(done.cfg).apply({'params': done.params}, ids, segments, mask,
+                                                  positions)
+    return np.asarray(gen if arch.endswith('ForMaskedLM') else disc), mask > 0  # (real tokens)
+  model = kind.check_model(done.cfg, outputs, done.pooling, done.config)
+  ours = kind.our_array(model.apply({'params': done.params}, ids, segments, mask))
+  return ours, kind.compared(mask)
+
+
+def _compare_onnx(done, kind, arch: str, folder: str, local: str, outputs: int, ids, segments,
+                  mask, log) -> dict:
+  """The ONNX graph of `local` in ONNX Runtime against our model, at two shapes the export never
+  traced: the check's batch, and its first 3 rows cut to the longest of them."""
+  sess = onnx_export.session(local)
+  worst, shapes = 0.0, []
+  keep = int(mask[:3].reshape(-1, mask.shape[-1]).sum(-1).max())  # (padding on the right)
+  for batch in ((ids, segments, mask), tuple(x[:3, ..., :keep] for x in (ids, segments, mask))):
+    b_ids, b_segments, b_mask = batch
+    theirs = _in_our_units(done, kind, onnx_export.outputs(sess, {
+        'input_ids': b_ids, 'token_type_ids': b_segments, 'attention_mask': b_mask}))
+    ours, real = _ours(done, kind, arch, outputs, b_ids, b_segments, b_mask)
+    worst = max(worst, float(np.max(np.abs(ours[real] - theirs[real]))))
+    shapes.append('x'.join(map(str, b_ids.shape)))
+  log(f'{folder}: {onnx_export.ONNX_FILE} in ONNX Runtime at {" and ".join(shapes)}: max '
+      f'|ours - ONNX| {worst:.2e}')
+  return {'max_abs_diff': worst, 'shapes': shapes, 'agrees': worst <= TOLERANCE}
 
 
 # ---- a pre-training: its networks as HF folders -----------------------------------------------

@@ -51,20 +51,29 @@ def test_an_export_into_links_and_the_current_folder_or_refused_for_a_link_to_no
 
 
 @pytest.mark.fast
-def test_check_without_transformers_is_refused_before_the_export_is_written(tmp_path):
+@pytest.mark.parametrize('flag, missing, message', [
+    ('--check', ('transformers', 'torch'),
+     'error: --check loads the export in HF transformers, and torch and transformers are not '
+     'installed; pip install -e ".[test]" (torch==2.13.0 and transformers), or leave --check out '
+     '(nothing was written)'),
+    ('--onnx', ('onnxruntime',),
+     "error: --onnx writes the model through PyTorch's ONNX exporter and checks it in ONNX "
+     'Runtime, and onnxruntime is not installed; pip install -e ".[onnx]", or leave --onnx out '
+     '(nothing was written)')])
+def test_check_without_transformers_is_refused_before_the_export_is_written(tmp_path, flag,
+                                                                           missing, message):
   """The command then runs whole once they are installed (it used to write the export and stop,
   and the same command after `pip install` was refused for the folder it had written)."""
   out = tmp_path / 'hf'
-  code = ('import runpy, sys\nsys.modules["transformers"] = sys.modules["torch"] = None  # as '
-          'where they are not installed\n'
-          f'sys.argv = ["export.py", "--workdir={tmp_path / "nowhere"}", "--out={out}", '
-          '"--check"]\n'
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  (workdir / 'config.json').write_text('{}')
+  code = ('import runpy, sys\n'
+          + ''.join(f'sys.modules["{m}"] = None\n' for m in missing)  # as where not installed
+          + f'sys.argv = ["export.py", "--workdir={workdir}", "--out={out}", "{flag}"]\n'
           f'runpy.run_path({os.path.join(ROOT, "launch", "export.py")!r}, run_name="__main__")\n')
   done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT,
                         env=CHILD_ENV, timeout=300, check=False)
-  assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
-      'error: --check loads the export in HF transformers, and torch and transformers are not '
-      'installed; '
-      'pip install -e ".[test]" (torch==2.13.0 and transformers), or leave --check out (nothing '
-      'was written)'), done.stderr[-2000:]
+  assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == message, (
+      done.stderr[-2000:])
   assert not out.exists()

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import ROOT, test_config
+from conftest import HAS_ONNX, ROOT, assert_onnx_agrees, test_config
 from conftest import topic_dev_examples
 from electra_jax.config.pretraining import parse
 from electra_jax.convert import hf
@@ -150,6 +150,24 @@ def test_export_check_reports_agreement_with_hf(export_result):
   for values in result.values():
     assert values['max_abs_diff'] < 1e-4 and values['max_abs_logit'] > 0.01
     assert values['same_ids'] >= 0.99 * values['texts'] and values['texts'] == 2000
+
+
+@pytest.mark.skipif(not HAS_ONNX, reason='needs the onnx extra (in the test extra)')
+def test_an_onnx_export_runs_in_onnx_runtime_with_our_logits(pretrained, tmp_path):
+  """launch/export.py --onnx: each network's folder holds onnx/model.onnx beside its config.json
+  and tokenizer.json (onnx-community's layout), and ONNX Runtime gives our logits on batches of
+  sizes and lengths the export never traced (what --check runs)."""
+  lines = []
+  done = export_lib.export(pretrained, str(tmp_path / 'hf'), log=lines.append, onnx=True)
+  for folder in done.folders:
+    assert {'config.json', 'tokenizer.json', 'onnx'} <= set(os.listdir(folder))
+    assert os.listdir(os.path.join(folder, 'onnx')) == ['model.onnx']
+  assert sum('onnx/model.onnx: inputs input_ids, token_type_ids, attention_mask; outputs logits'
+             in l for l in lines) == 2, lines
+  result = export_lib.verify(done, lines.append, num_texts=8)
+  assert sorted(result) == ['discriminator', 'generator']
+  for values in result.values():
+    assert_onnx_agrees(values)
 
 
 def _workdir_model(workdir):

@@ -13,8 +13,8 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import (CHILD_ENV, HAS_HF, MODERN, ROOT, WORDS, needs_hf, record_config_reads,
-                      script, test_config)
+from conftest import (CHILD_ENV, HAS_HF, HAS_ONNX, MODERN, ROOT, WORDS, assert_onnx_agrees,
+                      needs_hf, record_config_reads, script, test_config)
 from electra_jax import UserError
 from electra_jax import fields as fields_lib
 from electra_jax.convert import hf as hf_lib
@@ -624,7 +624,7 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
   import torch
   import transformers
   out = str(tmp_path / 'hf')
-  done = export_lib.export(workdir, out, log=_quiet)
+  done = export_lib.export(workdir, out, log=_quiet, onnx=HAS_ONNX)
   seeds = json.load(open(os.path.join(workdir, 'results.json')))['seeds']
   best = max(seeds, key=lambda s: next(iter(s['dev'].values())))['seed']
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, f'seed_{best}', 'checkpoints'))
@@ -658,6 +658,8 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
     checked = export_lib.verify(done, log=_quiet)['hf']
     assert checked['max_abs_diff'] < 1e-4 and checked['dev']['agrees'], checked
     assert checked['dev']['rows'] == checked['dev']['same'] == 160, checked
+    if HAS_ONNX:  # --onnx: the mean-pooled class, the regression in its units, in ONNX Runtime
+      assert_onnx_agrees(checked)
 
 
 HEADS = [('classification', 'cls', 'AutoModelForSequenceClassification'),
@@ -723,6 +725,13 @@ def test_every_head_exports_to_the_class_users_load_with_our_logits(tmp_path, ki
   np.testing.assert_allclose(ours[real], theirs[real], atol=1e-4, rtol=1e-5)
   if labels and kind != 'regression':
     assert theirs_model.config.id2label == dict(enumerate(labels))
+  if HAS_ONNX and kind == 'tagging':  # (the other heads: their fine-tunings' exports, --onnx)
+    from electra_jax.apps import onnx_export
+    names = [n for n in inputs if n != 'token_type_ids' or not modern]
+    onnx_export.write(theirs_model, folder, names, {n: v[:2, :8] for n, v in inputs.items()},
+                      log=_quiet)
+    graph = onnx_export.outputs(onnx_export.session(folder), inputs).logits.numpy()
+    np.testing.assert_allclose(ours[real], graph[real], atol=1e-4, rtol=1e-5)
 
 
 def _quiet(*_):

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import WORDS
+from conftest import HAS_ONNX, WORDS, assert_onnx_agrees
 from electra_jax import UserError
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.finetune import config as config_lib
@@ -135,7 +135,7 @@ def _exports_with_our_logits(workdir, pretrained, tmp_path):
   except ImportError:  # the test extra is not installed: the fine-tuning was checked above
     return
   out = str(tmp_path / 'hf')
-  done = export_lib.export(workdir, out, log=_quiet)
+  done = export_lib.export(workdir, out, log=_quiet, onnx=HAS_ONNX)
   ckpt = checkpoint_lib.Checkpointer(os.path.join(workdir, 'seed_0', 'checkpoints'))
   state, meta = ckpt.restore_arrays(ckpt.latest_step())
   ckpt.close()
@@ -157,6 +157,8 @@ def _exports_with_our_logits(workdir, pretrained, tmp_path):
   assert np.abs(ours).max() > 0.1
   checked = export_lib.verify(done, log=_quiet)['hf']  # what launch/export.py --check runs
   assert checked['max_abs_diff'] < 1e-4 and checked['max_abs_logit'] > 0.1, checked
+  if HAS_ONNX:  # --onnx: its graph in ONNX Runtime (questions of 4 candidates)
+    assert_onnx_agrees(checked)
 
 
 @pytest.mark.fast

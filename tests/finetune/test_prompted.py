@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import HAS_HF, WORDS, test_config
+from conftest import HAS_HF, HAS_ONNX, WORDS, assert_onnx_agrees, test_config
 from electra_jax import UserError
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import batches
@@ -137,9 +137,11 @@ def test_a_prompted_fine_tuning_learns_predicts_and_exports_a_model_hf_prompts_a
     return
   from electra_jax.apps import export
   folder = str(tmp_path / 'hf')
-  done = export.export(workdir, folder, seed=0, log=lambda *_: None)
+  done = export.export(workdir, folder, seed=0, log=lambda *_: None, onnx=HAS_ONNX)
   checked = export.verify(done, log=lambda *_: None)['hf']
   assert checked['max_abs_diff'] < 1e-4, checked
+  if HAS_ONNX:
+    assert_onnx_agrees(checked)
   with open(os.path.join(folder, 'config.json')) as f:
     config = json.load(f)
   assert config['architectures'] == ['ElectraForPreTraining']

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from conftest import HAS_HF, WORDS
+from conftest import HAS_HF, HAS_ONNX, WORDS, assert_onnx_agrees
 from electra_jax import UserError
 from electra_jax.data.tokenizer import SPECIAL
 from electra_jax.apps import search
@@ -372,12 +372,15 @@ def test_finetuning_learns_a_synthetic_squad(tmp_path, pretrained, name, unanswe
   assert json.load(open(new['outputs'][0])) == scored
   if HAS_HF:  # the export: ELECTRA's SQuAD head as the class its folder ships, our logits there
     from electra_jax.apps import export as export_lib
-    done = export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=lambda *_: None)
+    done = export_lib.export(str(tmp_path / 'ft'), str(tmp_path / 'hf'), log=lambda *_: None,
+                             onnx=HAS_ONNX and name == 'squad2')  # (its null logit too)
     config = json.load(open(tmp_path / 'hf' / 'config.json'))
     assert config['architectures'] == ['ElectraSquadForQuestionAnswering']
     assert config['answerable'] == (name == 'squad2') and config['start_top'] == 5
     checked = export_lib.verify(done, log=lambda *_: None)['hf']
     assert checked['max_abs_diff'] < 1e-4 and checked['max_abs_logit'] > 0.1, checked
+    if HAS_ONNX and name == 'squad2':  # start, top ends and null logits in ONNX Runtime
+      assert_onnx_agrees(checked)
 
 
 def test_a_refused_squad_fine_tuning_leaves_its_workdir_free(tmp_path, pretrained):

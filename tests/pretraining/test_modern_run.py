@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from conftest import MODERN, OBJECTIVE_RUN, assert_same_states, cat_texts, test_config
+from conftest import (HAS_ONNX, MODERN, OBJECTIVE_RUN, assert_onnx_agrees, assert_same_states,
+                      cat_texts, test_config)
 from electra_jax.pretraining import run as pretrain
 
 # a generator with a word table of its own width: exportable as ModernBertForMaskedLM
@@ -41,7 +42,7 @@ def test_a_modern_run_exports_as_modernbert_with_our_logits(modern_runs, tmp_pat
   pytest.importorskip('torch', reason='the check needs the test extra')
   from electra_jax.apps import export as export_lib
   _, straight, _ = modern_runs
-  done = export_lib.export(straight, str(tmp_path / 'hf'), log=lambda *_: None)
+  done = export_lib.export(straight, str(tmp_path / 'hf'), log=lambda *_: None, onnx=HAS_ONNX)
   with open(os.path.join(done.folders[0], 'config.json')) as f:
     saved = json.load(f)
   assert saved['architectures'] == ['ModernBertForTokenClassification']
@@ -51,6 +52,8 @@ def test_a_modern_run_exports_as_modernbert_with_our_logits(modern_runs, tmp_pat
   for network, checked in result.items():
     assert checked['max_abs_diff'] < 1e-4, network
     assert checked['same_ids'] == checked['texts'], network
+    if HAS_ONNX:  # ModernBERT's local and global layers in ONNX Runtime, its rotary positions
+      assert_onnx_agrees(checked)
 
 
 def test_a_modern_run_is_diagnosed_layer_by_layer(modern_runs):
