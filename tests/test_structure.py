@@ -111,10 +111,10 @@ WINGS = ('storage', 'platform', 'fields', 'data', 'model', 'convert', 'hardware'
 
 # Imports that stay inside functions, each for a reason: heavy libraries a run may never need
 # (TensorFlow, behind storage/tf_import.py; scikit-learn and SciPy for scores and the TF-IDF
-# baseline; matplotlib to
-# draw), the test and onnx extras (torch, transformers, onnxruntime), and the one name the config package computes when
-# asked for (PEP 562), and Orbax's private metadata store (platform/private.py: loaded by the
-# checkpointer alone). The commands of launch/ import everything at the top.
+# baseline; matplotlib to draw), the test and onnx extras (torch, transformers, onnxruntime), and
+# the one name the config package computes when asked for (PEP 562), and Orbax's private metadata
+# store (platform/private.py: loaded by the checkpointer alone). The commands of launch/ import
+# everything at the top.
 LAZY = ('tensorflow', 'tensorflow_datasets', 'sklearn', 'scipy', 'matplotlib', 'torch',
         'transformers', 'onnxruntime', 'electra_jax.config.pretraining', 'orbax.checkpoint._src',
         'apache_beam')
