@@ -4,7 +4,10 @@
                       (launch/export.py)
     onnx_export.py    an exported folder's model as an ONNX graph, and run in ONNX Runtime
                       (launch/export.py --onnx)
+    onnx_predict.py   an ONNX export's predictions on a new file, no JAX, PyTorch or TensorFlow
+                      (launch/predict_onnx.py)
     predict.py        a fine-tuning's model on a new file (launch/predict.py)
+    prediction_files.py  where predictions go and their table (both prediction commands)
     search.py         launch/finetune.py's job: a fine-tuning, or a search of recipes, each
                       fine-tuned K times, the best dev median kept
     zeroshot.py       the discriminator prompted, no training (launch/zeroshot.py); its probe is

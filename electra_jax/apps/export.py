@@ -360,6 +360,7 @@ def _finetuning(config, workdir: str, out: str, step: int | None, seed: int | No
   state, fields = kind.to_hf(params, cfg, kind.exported_labels(meta),
                              finetune_config.dropout_rate(config, cfg), pooling, config)
   state = kind.in_units(state, meta)
+  fields['electra_jax_inputs'] = _inputs(config, kind)
   hf_folder.write_model(out, state, {**hf.hf_config(cfg, 'discriminator'), **fields}, tokenizer,
                pretrained.lower_case, cfg, token_types=kind.reads_segments)
   if 'auto_map' in fields:  # a class HF transformers lacks: its code beside the weights
@@ -369,6 +370,16 @@ def _finetuning(config, workdir: str, out: str, step: int | None, seed: int | No
       + (f' (its code in {hf_code.MODULE}.py: load it with trust_remote_code=True)'
          if 'auto_map' in fields else ''))
   return hf_folder.Exported([out], cfg, params, tokenizer, meta['kind'], pooling, config, meta)
+
+
+def _inputs(config, kind) -> dict:
+  """How a new file is read for the exported model, as launch/predict.py reads it from the
+  workdir (apps/predict.py's file_columns): its kind and what a row's output is (`onnx_rows`),
+  the columns of its texts and label, whether a table has a header row, and the fine-tuning's
+  length (config.json's `electra_jax_inputs`: what launch/predict_onnx.py reads)."""
+  t = predict.file_columns(config.task)
+  return {'kind': kind.name, 'outputs': kind.onnx_rows, 'text_a': t.text_a, 'text_b': t.text_b,
+          'label': t.label, 'header': t.header, 'max_seq_length': config.max_seq_length}
 
 
 def check_dev(done, folder, local, transformers, log) -> dict | None:

@@ -11,14 +11,14 @@
 Where the file has labels, the predictions are also scored as the dev split is.
 """
 
-import csv
 import dataclasses
-import io
 import os
 import statistics
 import time
 
 from electra_jax import UserError, user_errors
+from electra_jax.apps import prediction_files
+from electra_jax.apps.prediction_files import check_output, output_path
 from electra_jax.data import tokenizer as tokenizer_lib
 from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
@@ -33,8 +33,6 @@ from electra_jax.train import logs as logs_lib
 from electra_jax.train import partitioning
 from electra_jax.train import workdir as workdir_lib
 
-TABLES = ('.tsv', '.csv', '.jsonl')  # what a 'table' kind's predictions are written as
-WRITTEN = {'conll': ('.txt',), 'json': ('.json',), 'table': TABLES}
 
 
 def seeds_of(workdir: str) -> list[int]:
@@ -129,50 +127,6 @@ def saved_task(cfg, meta: dict) -> tasks_lib.Task:
                         label_scale=meta.get('label_scale', 1.0),
                         label_offset=meta.get('label_offset', 0.0),
                         tag_scheme=meta.get('tag_scheme') or '')
-
-
-def output_path(workdir: str, input_path: str, output: str | None, fmt: str) -> str:
-  """`output`, or <workdir>/predictions/<the input's name> in the kind's format."""
-  stem, ext = os.path.splitext(fs.basename(input_path))
-  if output:
-    if os.path.splitext(output)[1].lower() not in WRITTEN[fmt]:
-      raise UserError(f'--output={output}: these predictions are written as '
-                      f'{" or ".join(WRITTEN[fmt])}; name the file so')
-    return output
-  ext = ext.lower() if ext.lower() in WRITTEN[fmt] else WRITTEN[fmt][0]
-  return fs.join(workdir, 'predictions', f'{stem}{ext}')
-
-
-def check_output(path: str, input_path: str, overwrite: bool):
-  """Refuses (UserError), before any work, an output that is the input file (even with
-  --overwrite), that exists (without it), or whose folder cannot be made or written to."""
-  same = (fs.remote(path) and path == input_path) or (
-      not fs.remote(path) and fs.exists(path) and fs.exists(input_path) and
-      os.path.samefile(path, input_path))
-  if same:
-    raise UserError(f'--output {path} is the input file, and its predictions would replace it; '
-                    'give another --output')
-  if fs.exists(path) and not overwrite:
-    raise UserError(f'{path} exists (earlier predictions?); give another --output, or '
-                    '--overwrite to replace it')
-  if fs.isdir(path):
-    raise UserError(f'--output {path} is a folder; give a file name in it')
-  folder = fs.dirname(path) or '.'
-  if not fs.remote(path):
-    above = os.path.abspath(folder)
-    while not os.path.exists(above):
-      above = os.path.dirname(above)
-    if not os.path.isdir(above):
-      raise UserError(f'--output {path}: {above} is a file, not a folder; give an output in a '
-                      'folder')
-  try:
-    fs.makedirs(folder, exist_ok=True)
-    probe = fs.join(folder, f'.write_test.{os.getpid()}')
-    fs.write_atomic(probe, 'ok')
-    fs.remove(probe)
-  except OSError as e:
-    raise UserError(f'cannot write the predictions into {folder} ({e.strerror or e}); give an '
-                    '--output in a folder you can write to') from None
 
 
 def seed_path(path: str, seed: int) -> str:
@@ -313,30 +267,6 @@ def _text(fmt: str, path: str, rows: list[dict], examples: list, task_cfg,
   if fmt == 'conll':
     return ''.join(''.join(f'{w} {t} {"-" if p is None else f"{p:.4f}"}\n' for w, t, p in zip(
         r['words'], r['prediction'], r['probabilities'])) + '\n' for r in rows)
-  texts = _input_columns(input_path, task_cfg, len(rows))
-  if path.lower().endswith('.jsonl'):
-    return ''.join(logs_lib.dumps({'index': i, **t, **r}, ensure_ascii=False) + '\n'
-                   for i, (t, r) in enumerate(zip(texts, rows)))
-  names = list(rows[0].get('probabilities', {})) if rows else []
-  header = ['index', *texts[0], 'prediction', *(f'p({n})' for n in names)] if rows else []
-  buffer = io.StringIO()
-  writer = csv.writer(buffer, delimiter='\t' if path.lower().endswith('.tsv') else ',',
-                      lineterminator='\n')
-  writer.writerow(header)
-  for i, (t, r) in enumerate(zip(texts, rows)):
-    writer.writerow([i, *t.values(), r['prediction'],
-                     *(f'{r["probabilities"][n]:.6f}' for n in names)])
-  return buffer.getvalue()
+  return prediction_files.table_text(path, rows, input_path, task_cfg.header)
 
-
-OWN = ('index', 'prediction', 'probabilities')  # the columns a prediction adds
-
-
-def _input_columns(input_path: str, task_cfg, count: int) -> list[dict]:
-  """Each input row's columns, in the file's order (positions by number for a file without a
-  header row), a name the predictions use too given as `input.<name>`."""
-  rows, columns = files.table_rows(input_path, task_cfg.header)
-  assert len(rows) == count, (len(rows), count)  # (read_table reads every row)
-  name = lambda c: (f'input.{c}' if str(c) in OWN or str(c).startswith('p(') else str(c))
-  return [{name(c): r.get(c) for c in columns} for r in rows]
 

@@ -2,13 +2,14 @@
 into it, the folder kept), never a link that leads nowhere; --check asked of a machine without HF
 transformers refused before anything is written."""
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import CHILD_ENV, ROOT
+from conftest import CHILD_ENV, HAS_ONNX, ROOT
 from electra_jax import UserError
 from electra_jax.apps import export as export_lib
 
@@ -77,3 +78,39 @@ def test_check_without_transformers_is_refused_before_the_export_is_written(tmp_
   assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == message, (
       done.stderr[-2000:])
   assert not out.exists()
+
+
+@pytest.mark.fast
+@pytest.mark.skipif(not HAS_ONNX, reason='needs the onnx extra (in the test extra)')
+def test_predictions_from_an_onnx_folder_refuse_what_it_cannot_serve(tmp_path):
+  """launch/predict_onnx.py: one sentence and exit 2 for a folder that is no export, the export
+  of a pre-training, of a kind its loop does not serve, or without its ONNX graph; nothing
+  written."""
+  dev = tmp_path / 'dev.csv'
+  dev.write_text('text,label\na cat,yes\n')
+  folder = tmp_path / 'model'
+  folder.mkdir()
+  config = folder / 'config.json'
+  inputs = {'text_a': 'text', 'text_b': '', 'label': 'label', 'header': True,
+            'max_seq_length': 32}
+  for written, message in [
+      (None, f'--model {folder} holds no config.json; give the --out folder of launch/export.py '
+             '--onnx of a fine-tuning'),
+      ({'architectures': ['ElectraForPreTraining']},
+       f'{folder} is not the export of a fine-tuning (its config.json names no '
+       'electra_jax_inputs); export the fine-tuning\'s workdir with launch/export.py --onnx, then '
+       'predict from that folder'),
+      ({'electra_jax_inputs': {**inputs, 'kind': 'tagging', 'outputs': ''}},
+       f'{folder} holds a tagging model, and predictions from its ONNX graph alone serve '
+       "classification and regression; predict with launch/predict.py from its fine-tuning's "
+       'workdir'),
+      ({'electra_jax_inputs': {**inputs, 'kind': 'classification', 'outputs': 'classes'}},
+       f'{folder / "onnx" / "model.onnx"} does not exist; export the fine-tuning with '
+       'launch/export.py --onnx')]:
+    if written is not None:
+      config.write_text(json.dumps(written))
+    done = subprocess.run([sys.executable, os.path.join(ROOT, 'launch', 'predict_onnx.py'),
+                           f'--model={folder}', f'--input={dev}'], capture_output=True,
+                          text=True, cwd=ROOT, env=CHILD_ENV, timeout=300, check=False)
+    assert done.returncode == 2 and done.stderr.strip() == f'error: {message}', done.stderr
+    assert sorted(os.listdir(folder)) == (['config.json'] if written else [])

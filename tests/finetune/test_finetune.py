@@ -8,6 +8,7 @@ import random
 import re
 import shutil
 import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -660,6 +661,40 @@ def _exports_to_hf_with_our_logits(workdir, pretrained, tmp_path, kind):
     assert checked['dev']['rows'] == checked['dev']['same'] == 160, checked
     if HAS_ONNX:  # --onnx: the mean-pooled class, the regression in its units, in ONNX Runtime
       assert_onnx_agrees(checked)
+      _predicts_from_the_onnx_folder_alone(workdir, out, tmp_path, kind)
+
+
+def _predicts_from_the_onnx_folder_alone(workdir, folder, tmp_path, kind):
+  """launch/predict_onnx.py, in a child that imports none of JAX, PyTorch and TensorFlow, writes
+  the dev file's predictions with launch/predict.py's columns: the same prediction on every row,
+  each probability within 1e-4 of predict.py's from the workdir (a regression's number within
+  1e-4 in the model's units: the labels' span, 800,000, times that)."""
+  dev, mine, theirs = str(tmp_path / 'dev.csv'), tmp_path / 'jax.csv', tmp_path / 'onnx.csv'
+  predict_lib.predict(workdir, dev, str(mine), seed='best', log=_quiet)  # (the exported one)
+  code = ('import json, runpy, sys\n'
+          f'sys.argv = ["predict_onnx.py", "--model={folder}", "--input={dev}", '
+          f'"--output={theirs}", "--batch_size=7"]\n'
+          'try:\n'
+          f'  runpy.run_path({os.path.join(ROOT, "launch", "predict_onnx.py")!r}, '
+          'run_name="__main__")\n'
+          'except SystemExit as e:\n'
+          '  code = e.code\n'
+          'print(json.dumps({"code": code, "imported": sorted(m for m in ("jax", "torch", '
+          '"tensorflow", "flax", "transformers") if m in sys.modules)}))\n')
+  done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT,
+                        env=CHILD_ENV, timeout=300, check=False)
+  assert json.loads(done.stdout.strip().splitlines()[-1]) == {'code': 0, 'imported': []}, (
+      done.stdout[-2000:], done.stderr[-2000:])
+  ours, onnx = (list(csv.reader(open(p))) for p in (mine, theirs))
+  assert ours[0] == onnx[0] and len(ours) == len(onnx) == 161, (ours[0], onnx[0])
+  numbers = [i for i, c in enumerate(ours[0]) if c.startswith('p(')]
+  if kind == 'regression':
+    numbers = [ours[0].index('prediction')]
+  for a, b in zip(ours[1:], onnx[1:]):
+    assert [x for i, x in enumerate(a) if i not in numbers] == [
+        x for i, x in enumerate(b) if i not in numbers], (a, b)
+    np.testing.assert_allclose([float(a[i]) for i in numbers], [float(b[i]) for i in numbers],
+                               atol=1e-4 * (800_000 if kind == 'regression' else 1), rtol=0)
 
 
 HEADS = [('classification', 'cls', 'AutoModelForSequenceClassification'),
@@ -1157,7 +1192,6 @@ def _finetune_config_file(tmp_path, pretrained, **fields):
 
 
 def _finetune_command(config_file, workdir):
-  import sys
   from conftest import ROOT
   return [sys.executable, os.path.join(ROOT, 'launch', 'finetune.py'), f'--config={config_file}',
           f'--workdir={workdir}']

@@ -61,6 +61,7 @@ def example_logits(params, batch, rng, deterministic, model):
 class Classification(kinds.Kind):
   name = 'classification'
   baseline = 'classes'
+  onnx_rows = 'classes'
   text_classes = True
   own_data = 'a text (pair) and its class per row'
   hf_class = 'ElectraForSequenceClassification'

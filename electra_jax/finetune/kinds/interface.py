@@ -37,6 +37,8 @@ class Kind:
   name = ''
   baseline = ''  # the TF-IDF baseline's targets (finetune/baseline.py): 'classes', 'numbers' or
   #                '' (it does not apply)
+  onnx_rows = ''  # what launch/predict_onnx.py makes of a row's output in an ONNX export:
+  #                'classes' (a logit per class), 'number' (in the labels' units) or '' (not served)
   predicts_dev = False  # --mode=predict also writes the dev split's predictions
   own_data = ''  # what task.train holds for this kind, for messages ('' : not your own data)
   hf_class = ''  # the HF transformers class it is exported as ('' : none)

@@ -50,6 +50,7 @@ def columns(cfg) -> tuple[str, ...]:
 class MultipleChoice(classification.Classification):
   name = 'multiple_choice'
   baseline = ''
+  onnx_rows = ''
   own_data = 'a context, its candidates and the right one\'s index per row'
   hf_class = 'ElectraForMultipleChoice'
   hf_pipeline = ''  # (HF has no multiple-choice pipeline)

@@ -88,6 +88,7 @@ class Prompted(classification.Classification):
   own_data = 'a text (pair) and its class per row, each class given a label word'
   hf_class = 'ElectraForPreTraining'
   hf_pipeline = ''  # (HF has no pipeline that prompts a discriminator)
+  onnx_rows = ''  # (its graph gives detection logits, which its prompt's words decode)
   init_shape = (1, 2, 8)
   token_inputs = ('word_mask',)
   reads_head = True

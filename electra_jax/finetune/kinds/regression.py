@@ -16,6 +16,7 @@ from electra_jax.train import metrics as metrics_lib
 class Regression(classification.Classification):
   name = 'regression'
   baseline = 'numbers'
+  onnx_rows = 'number'
   own_data = 'a text (pair) and its number per row'
   text_classes = False  # (a number, no class)
   problem_type = 'regression'
