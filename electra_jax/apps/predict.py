@@ -29,7 +29,6 @@ from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.storage import fs
 from electra_jax.train import checkpoint as checkpoint_lib
-from electra_jax.train import logs as logs_lib
 from electra_jax.train import partitioning
 from electra_jax.train import workdir as workdir_lib
 
@@ -262,7 +261,7 @@ def _text(fmt: str, path: str, rows: list[dict], examples: list, task_cfg,
   (its texts, an id, ...), the prediction and each output's probability; CoNLL lines of word, tag
   and probability; SQuAD's JSON of {id: {answer, probability}}."""
   if fmt == 'json':
-    return logs_lib.dumps({r['id']: {k: v for k, v in r.items() if k != 'id'} for r in rows},
+    return fs.json_text({r['id']: {k: v for k, v in r.items() if k != 'id'} for r in rows},
                           indent=1, ensure_ascii=False)
   if fmt == 'conll':
     return ''.join(''.join(f'{w} {t} {"-" if p is None else f"{p:.4f}"}\n' for w, t, p in zip(

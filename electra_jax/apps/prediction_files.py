@@ -6,11 +6,8 @@ JAX, PyTorch or TensorFlow.
 
 import csv
 import io
-import json
-import math
 import os
 
-import numpy as np
 
 from electra_jax import UserError
 from electra_jax.finetune.inputs import files
@@ -81,7 +78,7 @@ def table_text(path: str, rows: list[dict], input_path: str, header: bool) -> st
   texts, an id, ...), the prediction and each output's probability."""
   texts = input_columns(input_path, header, len(rows))
   if path.lower().endswith('.jsonl'):
-    return ''.join(_json({'index': i, **t, **r}) + '\n'
+    return ''.join(fs.json_text({'index': i, **t, **r}, ensure_ascii=False) + '\n'
                    for i, (t, r) in enumerate(zip(texts, rows)))
   names = list(rows[0].get('probabilities', {})) if rows else []
   columns = ['index', *texts[0], 'prediction', *(f'p({n})' for n in names)] if rows else []
@@ -93,18 +90,3 @@ def table_text(path: str, rows: list[dict], input_path: str, header: bool) -> st
     writer.writerow([i, *t.values(), r['prediction'],
                      *(f'{r["probabilities"][n]:.6f}' for n in names)])
   return buffer.getvalue()
-
-
-def _json(value) -> str:
-  """Strict JSON of a row (no bare NaN: a non-finite number is null), its text as written."""
-  return json.dumps(_plain(value), allow_nan=False, ensure_ascii=False)
-
-
-def _plain(v):
-  if isinstance(v, dict):
-    return {k: _plain(x) for k, x in v.items()}
-  if isinstance(v, (list, tuple)):
-    return [_plain(x) for x in v]
-  if isinstance(v, (float, np.floating)):
-    return float(v) if math.isfinite(v) else None
-  return int(v) if isinstance(v, np.integer) else v

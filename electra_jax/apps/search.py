@@ -26,7 +26,6 @@ from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import run
 from electra_jax.storage import fs
-from electra_jax.train import logs as logs_lib
 from electra_jax.train import partitioning
 from electra_jax.train import workdir as workdir_lib
 
@@ -188,7 +187,7 @@ def _write(cfg, done: list, workdir: str, log) -> dict:
              'recipes': [{'recipe': n, 'median': r['median']} for n, r in done]}
   if base:
     summary['baseline'] = base
-  fs.write_atomic(fs.join(workdir, 'results.json'), logs_lib.dumps(summary, indent=2))
+  fs.write_atomic(fs.join(workdir, 'results.json'), fs.json_text(summary, indent=2))
   fs.write_atomic(fs.join(workdir, 'results.md'), (
       f'# {result["task"]}: {len(done)} recipes, chosen on {columns[0]}, from {result["init"]}\n\n'
       f'{table}\nchosen: {chosen}; its seeds: {name}/results.md\n'))

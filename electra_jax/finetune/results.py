@@ -6,7 +6,6 @@ import statistics
 
 from electra_jax.finetune import baseline as baseline_lib
 from electra_jax.storage import fs
-from electra_jax.train import logs as logs_lib
 
 
 def scored(task) -> tuple:
@@ -49,7 +48,7 @@ def write(task, results, init: str, workdir: str, log, base: dict | None = None)
   summary = {'task': task.name, 'init': init, 'seeds': results, 'median': median}
   if base:
     summary['baseline'] = base
-  fs.write_atomic(fs.join(workdir, 'results.json'), logs_lib.dumps(summary, indent=2))
+  fs.write_atomic(fs.join(workdir, 'results.json'), fs.json_text(summary, indent=2))
   fs.write_atomic(fs.join(workdir, 'results.md'),
                   f'# {task.name}, {len(results)} seed(s), from {init}\n\n{table}')
   log(table)

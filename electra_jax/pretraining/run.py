@@ -347,7 +347,7 @@ def _summarize(cfg: config_lib.PretrainingConfig, workdir: str, setup, ckpt, res
     summary['best_checkpoint'] = fs.join(ckpt.directory, str(best))
     log(f'best held-out {cfg.keep_best}: step {best} ({summary["best_checkpoint"]})')
   if distributed.is_main():  # strict JSON: a metric without a value (NaN) is written as null
-    fs.write_atomic(fs.join(workdir, 'summary.json'), logs_lib.dumps(summary, indent=2))
+    fs.write_atomic(fs.join(workdir, 'summary.json'), fs.json_text(summary, indent=2))
   parts = [part.format(**values, generator=setup.model_cfg.generator_shape.summary,
                        baseline=baseline)
            for part in objectives.get(cfg.objective.name).summary]

@@ -30,6 +30,7 @@ import shutil
 import tempfile
 
 from etils import epath
+import numpy as np
 import tensorstore as ts
 
 from electra_jax import UserError
@@ -265,6 +266,22 @@ def read_user_text(path) -> str:
     raise ValueError(f'line {line} of {path} holds a NUL character: the file is binary or '
                      'damaged; give the text file')
   return text
+
+
+def json_text(value, **kwargs) -> str:
+  """Strict JSON (no bare NaN, which strict parsers reject): non-finite numbers become null, and
+  NumPy's numbers plain ones."""
+  return json.dumps(_finite(value), allow_nan=False, **kwargs)
+
+
+def _finite(value):
+  if isinstance(value, dict):
+    return {k: _finite(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_finite(v) for v in value]
+  if isinstance(value, (float, np.floating)):
+    return float(value) if math.isfinite(value) else None
+  return int(value) if isinstance(value, np.integer) else value
 
 
 def read_json(path, fix: str, want: type | None = None):

@@ -12,7 +12,6 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
 
 from electra_jax.storage import fs
 from electra_jax.train import workdir as workdir_lib
@@ -84,24 +83,6 @@ class Progress:
             f'ETA {format_duration(speed["eta_s"])}')
 
 
-def finite(value):
-  """`value` with every float that is NaN or infinite replaced by None (JSON's null)."""
-  if isinstance(value, dict):
-    return {k: finite(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [finite(v) for v in value]
-  if isinstance(value, (float, np.floating)):
-    return float(value) if math.isfinite(value) else None
-  if isinstance(value, np.integer):
-    return int(value)
-  return value
-
-
-def dumps(value, **kwargs) -> str:
-  """Strict JSON (no bare NaN, which strict parsers reject): non-finite numbers become null."""
-  return json.dumps(finite(value), allow_nan=False, **kwargs)
-
-
 class JsonlWriter:
   """Appends one JSON object per line; each line is flushed as it is written."""
 
@@ -110,7 +91,7 @@ class JsonlWriter:
 
   def write(self, record: dict):
     with fs.open(self.path, 'a') as f:
-      f.write(dumps(record) + '\n')
+      f.write(fs.json_text(record) + '\n')
 
   def resume(self, step: int, evaluated_again: bool = False):
     """Drops the records after `step` (a run resumed there writes them again), the evaluation at
