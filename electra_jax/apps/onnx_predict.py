@@ -14,6 +14,7 @@ rows batched by length (each batch padded to its longest row). Classification an
 
 import os
 import time
+import types
 
 import numpy as np
 import onnxruntime
@@ -37,6 +38,7 @@ def predict(folder: str, input_path: str, output: str | None = None, overwrite: 
   prediction_files.check_output(out, input_path, overwrite)
   regression = inputs['outputs'] == 'number'
   try:
+    prediction_files.check_columns(input_path, types.SimpleNamespace(choices='', **inputs))
     examples = files.read_table(input_path, inputs['text_a'], inputs['text_b'] or None,
                                 inputs['label'], labelled=None, header=inputs['header'],
                                 numeric=regression, log=log)

@@ -24,7 +24,6 @@ from electra_jax.finetune import batches
 from electra_jax.finetune import config as config_lib
 from electra_jax.finetune import pretrained as pretrained_lib
 from electra_jax.finetune import run as run_lib
-from electra_jax.finetune.inputs import files
 from electra_jax.finetune.inputs import tasks as tasks_lib
 from electra_jax.finetune.kinds import registry
 from electra_jax.storage import fs
@@ -157,7 +156,7 @@ def predict(workdir: str, input_path: str, output: str | None = None, seed: str 
   columns = file_columns(cfg.task)
   with user_errors(ValueError, FileNotFoundError):
     if kind.prediction_format == 'table':
-      _check_columns(input_path, columns)
+      prediction_files.check_columns(input_path, columns)
     examples = kind.read_new(columns, input_path, task, log)
     pretrained = (pretrained_lib.saved(workdir) or  # (workdirs written before it was kept:)
                   pretrained_lib.for_finetuning(cfg, 'predict', log))
@@ -229,24 +228,6 @@ def file_columns(task_cfg):
     return task_cfg
   return dataclasses.replace(task_cfg, text_a=glue.fields[0], label='label', header=True,
                              text_b=glue.fields[1] if len(glue.fields) > 1 else '')
-
-
-def _check_columns(path: str, t):
-  """Refuses a table without the columns the fine-tuning read its texts from (the label's may be
-  absent: nothing is scored then)."""
-  if not t.header and not path.lower().endswith('.jsonl'):
-    return  # (columns by position: read_table checks them)
-  names = files.column_names(path)
-  roles = [('text_a', t.text_a), ('text_b', t.text_b)] + [
-      ('choices', c.strip()) for c in str(t.choices or '').split(',') if c.strip()]
-  missing = [(role, c) for role, c in roles if c not in (None, '') and c not in names]
-  if names and missing:
-    role, column = missing[0]
-    raise UserError(
-        f'{path} has no column {column!r}, which the fine-tuning read its {role} from (the file\'s '
-        f'columns: {", ".join(map(str, names))[:200]}); name the columns as in its training files: '
-        + ', '.join(f'{c} ({r})' for r, c in roles + [('label, where known', t.label)]
-                    if c not in (None, '')))
 
 
 def _labelled(example) -> bool:

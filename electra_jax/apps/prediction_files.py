@@ -90,3 +90,21 @@ def table_text(path: str, rows: list[dict], input_path: str, header: bool) -> st
     writer.writerow([i, *t.values(), r['prediction'],
                      *(f'{r["probabilities"][n]:.6f}' for n in names)])
   return buffer.getvalue()
+
+
+def check_columns(path: str, t):
+  """Refuses a table without the columns the fine-tuning read its texts from (`t`: their names,
+  as the task config names them; the label's may be absent: nothing is scored then)."""
+  if not t.header and not path.lower().endswith('.jsonl'):
+    return  # (columns by position: read_table checks them)
+  names = files.column_names(path)
+  roles = [('text_a', t.text_a), ('text_b', t.text_b)] + [
+      ('choices', c.strip()) for c in str(t.choices or '').split(',') if c.strip()]
+  missing = [(role, c) for role, c in roles if c not in (None, '') and c not in names]
+  if names and missing:
+    role, column = missing[0]
+    raise UserError(
+        f'{path} has no column {column!r}, which the fine-tuning read its {role} from (the file\'s '
+        f'columns: {", ".join(map(str, names))[:200]}); name the columns as in its training files: '
+        + ', '.join(f'{c} ({r})' for r, c in roles + [('label, where known', t.label)]
+                    if c not in (None, '')))
