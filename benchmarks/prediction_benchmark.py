@@ -72,7 +72,8 @@ def main(argv):
     raise cli.UserError(f'unexpected arguments {argv[1:]}')
   cli.check_paths(_WORKDIR.value, _EXPORT.value, _INPUT.value)
   import transformers
-  transformers.logging.set_verbosity_error()  # (the pipeline's note that it does not list ours)
+  transformers.logging.set_verbosity(transformers.logging.CRITICAL)  # (the pipeline's note
+  #                                                   that it does not list the class it runs)
   with open(os.path.join(_EXPORT.value, 'config.json')) as f:
     inputs = json.load(f).get('electra_jax_inputs') or {}
   if inputs.get('outputs') not in onnx_predict.SERVED:
