@@ -57,10 +57,10 @@ def test_an_export_into_links_and_the_current_folder_or_refused_for_a_link_to_no
      'error: --check loads the export in HF transformers, and torch and transformers are not '
      'installed; pip install -e ".[test]" (torch==2.13.0 and transformers), or leave --check out '
      '(nothing was written)'),
-    ('--onnx', ('onnxruntime',),
+    ('--onnx', ('onnx', 'onnxscript', 'onnxruntime', 'torch', 'transformers'),
      "error: --onnx writes the model through PyTorch's ONNX exporter and checks it in ONNX "
-     'Runtime, and onnxruntime is not installed; pip install -e ".[onnx]", or leave --onnx out '
-     '(nothing was written)')])
+     'Runtime, and onnx, onnxscript, onnxruntime, torch, transformers are not installed; pip '
+     'install -e ".[onnx]", or leave --onnx out (nothing was written)')])
 def test_check_without_transformers_is_refused_before_the_export_is_written(tmp_path, flag,
                                                                            missing, message):
   """The command then runs whole once they are installed (it used to write the export and stop,
