@@ -129,11 +129,11 @@ def export(workdir: str, out: str, step: int | None = None, seed: int | None = N
 
 def _write_onnx(done: Exported, folder: str, shown: str, log):
   """<folder>/onnx/model.onnx of the HF model just written in `folder` (a local one), traced on a
-  batch of 4 rows of 8 tokens (2 questions of 2 candidates for multiple choice)."""
+  batch of 6 rows of 8 tokens (3 questions of 2 candidates for multiple choice)."""
   import transformers
   model = hf_model(transformers, folder).eval()
   names = transformers.AutoTokenizer.from_pretrained(folder).model_input_names
-  ids = 1 + np.arange(32).reshape(4, 8) % (done.cfg.vocab_size - 1)
+  ids = 1 + np.arange(48).reshape(6, 8) % (done.cfg.vocab_size - 1)
   segments, mask = np.zeros_like(ids), np.ones_like(ids)
   if done.kind != 'pretraining':
     ids, segments, mask = registry.get(done.kind).hf_inputs(ids, segments, mask)

@@ -6,8 +6,8 @@
 The way there: PyTorch's ONNX exporter (`torch.onnx.export`, its dynamo path, with onnxscript) run
 on the model HF transformers loads from the folder, the class a user loads (HF's, or the class the
 folder ships for a mean-pooled or SQuAD head), so the graph computes what the checked HF export
-computes. The batch and the sequence are dynamic (a multiple-choice model's candidates are not:
-its head reads them together); the inputs are the tokenizer's (`input_ids`, `token_type_ids`
+computes. The batch, the sequence and a multiple-choice model's number of candidates are dynamic;
+the inputs are the tokenizer's (`input_ids`, `token_type_ids`
 where the model reads segments, `attention_mask`), the outputs the HF model's, by their names
 (`logits`; SQuAD's head: `start_logits`, `end_logits_top`, `null_logit` where it has one).
 `outputs` runs a folder's model in ONNX Runtime.
@@ -44,13 +44,14 @@ def write(model, folder: str, input_names: list[str], sample: dict, log=print,
           shown: str = '') -> str:
   """Writes `model` (an HF transformers model, as loaded from `folder`) to <folder>/onnx/model.onnx,
   traced on `sample` ({input name: int array}: a batch as the model takes it, of a shape the checks
-  never use), batch and sequence dynamic; returns the file's path (logged as in `shown`, the
-  folder where the file will be, where that is another)."""
+  never use, each of its sizes distinct), batch, sequence (and candidates) dynamic; returns the
+  file's path (logged as in `shown`, the folder where the file will be, where that is another)."""
   import torch
   output_names = _output_names(model, sample, torch)
   wrapped = _Named(model, output_names, torch)
   batch, sequence = torch.export.Dim('batch'), torch.export.Dim('sequence')
-  dims = lambda x: {0: batch, x.ndim - 1: sequence}  # (multiple choice: [B, choices, L])
+  choices = torch.export.Dim('choices')
+  dims = lambda x: {0: batch, x.ndim - 1: sequence, **({1: choices} if x.ndim == 3 else {})}
   path = os.path.join(folder, ONNX_FILE)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   args = {name: torch.from_numpy(np.asarray(sample[name], np.int64)) for name in input_names}

@@ -157,8 +157,11 @@ def _exports_with_our_logits(workdir, pretrained, tmp_path):
   assert np.abs(ours).max() > 0.1
   checked = export_lib.verify(done, log=_quiet)['hf']  # what launch/export.py --check runs
   assert checked['max_abs_diff'] < 1e-4 and checked['max_abs_logit'] > 0.1, checked
-  if HAS_ONNX:  # --onnx: its graph in ONNX Runtime (questions of 4 candidates)
+  if HAS_ONNX:  # --onnx: its graph in ONNX Runtime, pairs, and the task's 4 candidates
     assert_onnx_agrees(checked)
+    from electra_jax.apps import onnx_export
+    graph = onnx_export.outputs(onnx_export.session(out), grouped).logits.numpy()
+    np.testing.assert_allclose(ours, graph, atol=1e-4)
 
 
 @pytest.mark.fast
